@@ -1,0 +1,258 @@
+//! Renders a [`BenchReport`]: a terminal summary, Markdown, JSON, CSV, and per-request JSONL.
+//! Each exporter writes to `impl Write`, so tests render into a `Vec<u8>`.
+
+use std::io::{self, Write};
+
+use crate::record::RequestRecord;
+use crate::report::RunReport;
+use crate::runner::BenchReport;
+
+/// The summary table's columns: (header, value).
+fn columns(r: &RunReport) -> Vec<(&'static str, String)> {
+    let l = &r.latency_ms;
+    vec![
+        ("load", r.label.clone()),
+        ("ok", r.requests.completed.to_string()),
+        ("failed", r.requests.failed.to_string()),
+        ("req/s", format!("{:.2}", r.throughput.requests_per_s)),
+        ("out tok/s", format!("{:.1}", r.throughput.output_tokens_per_s)),
+        ("total tok/s", format!("{:.1}", r.throughput.total_tokens_per_s)),
+        ("TTFT p50", ms(l.ttft.p50)),
+        ("TTFT p99", ms(l.ttft.p99)),
+        ("TTFT p99 uncorr", ms(l.ttft_uncorrected.p99)),
+        ("TPOT p50", ms(l.tpot.p50)),
+        ("ITL p50", ms(l.itl.p50)),
+        ("E2E p99", ms(l.e2e.p99)),
+        ("lag p99", ms(r.schedule_lag_ms.p99)),
+        ("conc", format!("{:.1}", r.concurrency_achieved.mean)),
+    ]
+}
+
+fn ms(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else if v >= 1.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+/// A plain text table with right-aligned cells (left for the first column).
+pub fn text_table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut w: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            if i < w.len() {
+                w[i] = w[i].max(c.chars().count());
+            }
+        }
+    }
+    let line = |cells: Vec<&str>| -> String {
+        let mut s = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i > 0 {
+                s.push_str("  ");
+            }
+            let pad = w[i].saturating_sub(c.chars().count());
+            if i == 0 {
+                s.push_str(c);
+                s.push_str(&" ".repeat(pad));
+            } else {
+                s.push_str(&" ".repeat(pad));
+                s.push_str(c);
+            }
+        }
+        s.trim_end().to_string() + "\n"
+    };
+    let mut out = line(headers.to_vec());
+    out.push_str(&line(w.iter().map(|n| "-".repeat(*n)).collect::<Vec<_>>().iter().map(String::as_str).collect()));
+    for r in rows {
+        out.push_str(&line(r.iter().map(String::as_str).collect()));
+    }
+    out
+}
+
+/// The terminal summary.
+pub fn write_terminal(rep: &BenchReport, mut w: impl Write) -> io::Result<()> {
+    let c = &rep.config;
+    writeln!(
+        w,
+        "servetune bench  {}  api={}  model={}  input={}  output={}  seed={}{}",
+        c.url,
+        c.api.name(),
+        c.model.as_deref().unwrap_or("-"),
+        c.input,
+        c.output,
+        c.seed,
+        if rep.partial { "  [PARTIAL]" } else { "" }
+    )?;
+    for n in &rep.notes {
+        writeln!(w, "  note: {n}")?;
+    }
+    writeln!(w)?;
+    let headers: Vec<&str> = rep.runs.first().map(|r| columns(r).iter().map(|(h, _)| *h).collect()).unwrap_or_default();
+    let rows: Vec<Vec<String>> = rep.runs.iter().map(|r| columns(r).into_iter().map(|(_, v)| v).collect()).collect();
+    if !headers.is_empty() {
+        writeln!(w, "latencies in ms; TTFT/E2E measured from the intended send time (\"uncorr\": from the actual send)")?;
+        write!(w, "{}", text_table(&headers, &rows))?;
+    }
+    for r in &rep.runs {
+        let mut lines = Vec::new();
+        if let Some(st) = &r.steady_state {
+            lines.push(format!(
+                "steady state {:.1}s-{:.1}s: {:.1} out tok/s, {:.1} in flight (target {:.1})",
+                st.start_s, st.end_s, st.output_tokens_per_s, st.mean_in_flight, st.target_in_flight
+            ));
+        }
+        if let Some(g) = &r.goodput {
+            let parts: Vec<String> = g
+                .slos
+                .iter()
+                .map(|s| format!("{} p{}={} ms {} {} ms", s.metric.name(), s.percentile, ms(s.value_ms), if s.met { "<" } else { ">=" }, ms(s.threshold_ms)))
+                .collect();
+            lines.push(format!(
+                "goodput {:.2} req/s ({:.1}% of requests meet every SLO); {}: {}",
+                g.requests_per_s,
+                g.fraction * 100.0,
+                if g.all_met { "SLOs met" } else { "SLOs NOT met" },
+                parts.join(", ")
+            ));
+        }
+        let errs: Vec<String> = r.requests.errors.iter().filter(|(_, n)| **n > 0).map(|(k, n)| format!("{k}={n}")).collect();
+        if !errs.is_empty() {
+            lines.push(format!("errors: {}", errs.join(" ")));
+            for (k, ex) in &r.requests.error_examples {
+                if let Some(e) = ex.first() {
+                    lines.push(format!("  e.g. {k}: {e}"));
+                }
+            }
+        }
+        if let Some(m) = &r.server_metrics {
+            for s in &m.summary {
+                lines.push(format!("server: {s}"));
+            }
+        }
+        lines.extend(r.notes.iter().cloned());
+        if !lines.is_empty() {
+            writeln!(w, "\n[{}]", r.label)?;
+            for l in lines {
+                writeln!(w, "  {l}")?;
+            }
+        }
+    }
+    if let Some(s) = &rep.saturation {
+        writeln!(w, "\nsaturation: {}", s.evidence)?;
+    } else if rep.runs.len() > 1 {
+        writeln!(w, "\nsaturation: none found (throughput still rises at the highest load tried)")?;
+    }
+    if let Some(d) = &rep.definitions {
+        writeln!(w, "\nunder {} definitions (ms):", d.tool.name())?;
+        let mut rows = Vec::new();
+        for (run, metrics) in rep.runs.iter().zip(&d.runs) {
+            for m in metrics {
+                rows.push(vec![run.label.clone(), m.name.to_string(), ms(m.summary_ms.mean), ms(m.summary_ms.p50), ms(m.summary_ms.p99), m.definition.to_string()]);
+            }
+        }
+        write!(w, "{}", text_table(&["load", "metric", "mean", "p50", "p99", "definition"], &rows))?;
+    }
+    Ok(())
+}
+
+/// Markdown: the same table and findings.
+pub fn write_markdown(rep: &BenchReport, mut w: impl Write) -> io::Result<()> {
+    let c = &rep.config;
+    writeln!(w, "# servetune bench{}\n", if rep.partial { " (partial)" } else { "" })?;
+    writeln!(w, "- url: `{}`, api: `{}`, model: `{}`", c.url, c.api.name(), c.model.as_deref().unwrap_or("-"))?;
+    writeln!(w, "- input tokens: {}, output tokens: {}, seed: {}, warmup: {}", c.input, c.output, c.seed, c.warmup)?;
+    for n in &rep.notes {
+        writeln!(w, "- {n}")?;
+    }
+    writeln!(w, "\nLatencies in ms, measured from the intended send time (uncorr: from the actual send).\n")?;
+    if let Some(first) = rep.runs.first() {
+        let h: Vec<&str> = columns(first).iter().map(|(h, _)| *h).collect();
+        writeln!(w, "| {} |", h.join(" | "))?;
+        writeln!(w, "|{}", "---|".repeat(h.len()))?;
+        for r in &rep.runs {
+            let v: Vec<String> = columns(r).into_iter().map(|(_, v)| v).collect();
+            writeln!(w, "| {} |", v.join(" | "))?;
+        }
+    }
+    if let Some(s) = &rep.saturation {
+        writeln!(w, "\n**Saturation:** {}", s.evidence)?;
+    }
+    for r in &rep.runs {
+        let mut items: Vec<String> = Vec::new();
+        if let Some(m) = &r.server_metrics {
+            items.extend(m.summary.iter().map(|s| format!("server: {s}")));
+        }
+        items.extend(r.notes.iter().cloned());
+        if !items.is_empty() {
+            writeln!(w, "\n### {}\n", r.label)?;
+            for i in items {
+                writeln!(w, "- {i}")?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `--json`: the report as one pretty JSON document.
+pub fn write_json(rep: &BenchReport, mut w: impl Write) -> io::Result<()> {
+    serde_json::to_writer_pretty(&mut w, rep)?;
+    writeln!(w)
+}
+
+/// `--csv`: one row per run.
+pub fn write_csv(rep: &BenchReport, mut w: impl Write) -> io::Result<()> {
+    writeln!(
+        w,
+        "load,concurrency,rate,partial,completed,failed,duration_s,requests_per_s,input_tokens_per_s,output_tokens_per_s,total_tokens_per_s,ttft_p50_ms,ttft_p99_ms,ttft_uncorrected_p99_ms,tpot_p50_ms,itl_p50_ms,e2e_p50_ms,e2e_p99_ms,e2e_uncorrected_p99_ms,schedule_lag_p99_ms,concurrency_mean"
+    )?;
+    for r in &rep.runs {
+        let l = &r.latency_ms;
+        writeln!(
+            w,
+            "\"{}\",{},{},{},{},{},{:.3},{:.4},{:.2},{:.2},{:.2},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.2}",
+            r.label.replace('"', "'"),
+            r.concurrency.map(|c| c.to_string()).unwrap_or_default(),
+            r.rate.map(|c| c.to_string()).unwrap_or_default(),
+            r.partial,
+            r.requests.completed,
+            r.requests.failed,
+            r.duration_s,
+            r.throughput.requests_per_s,
+            r.throughput.input_tokens_per_s,
+            r.throughput.output_tokens_per_s,
+            r.throughput.total_tokens_per_s,
+            l.ttft.p50,
+            l.ttft.p99,
+            l.ttft_uncorrected.p99,
+            l.tpot.p50,
+            l.itl.p50,
+            l.e2e.p50,
+            l.e2e.p99,
+            l.e2e_uncorrected.p99,
+            r.schedule_lag_ms.p99,
+            r.concurrency_achieved.mean
+        )?;
+    }
+    Ok(())
+}
+
+/// `--records`: one JSON line per request, with the run's label.
+pub fn write_records(rep: &BenchReport, records: &[Vec<RequestRecord>], mut w: impl Write) -> io::Result<()> {
+    #[derive(serde::Serialize)]
+    struct Line<'a> {
+        run: &'a str,
+        #[serde(flatten)]
+        rec: &'a RequestRecord,
+    }
+    for (run, recs) in rep.runs.iter().zip(records) {
+        for r in recs {
+            serde_json::to_writer(&mut w, &Line { run: &run.label, rec: r })?;
+            writeln!(w)?;
+        }
+    }
+    Ok(())
+}

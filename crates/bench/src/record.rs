@@ -1,0 +1,153 @@
+//! The per-request record: what was intended, what happened, and every chunk's arrival.
+//! Everything the metrics report is derived from these records, and `--records` writes them as-is.
+
+use serde::Serialize;
+
+/// Why a request failed. A failed request is never dropped: it counts against goodput and in
+/// `errors` by this kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The TCP connection could not be made (or broke before a response head).
+    Connect,
+    /// `--timeout` passed before the response ended.
+    Timeout,
+    /// The server answered with a status other than 200.
+    HttpStatus,
+    /// The body ended (or the connection broke) before the stream finished.
+    TruncatedStream,
+    /// An event was not valid JSON, or the response was not an event stream.
+    MalformedEvent,
+    /// The server sent an error object.
+    ErrorPayload,
+    /// Still in flight when the drain deadline after a stop passed.
+    Cancelled,
+}
+
+impl ErrorKind {
+    pub const ALL: [ErrorKind; 7] = [
+        ErrorKind::Connect,
+        ErrorKind::Timeout,
+        ErrorKind::HttpStatus,
+        ErrorKind::TruncatedStream,
+        ErrorKind::MalformedEvent,
+        ErrorKind::ErrorPayload,
+        ErrorKind::Cancelled,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::Connect => "connect",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::HttpStatus => "http_status",
+            ErrorKind::TruncatedStream => "truncated_stream",
+            ErrorKind::MalformedEvent => "malformed_event",
+            ErrorKind::ErrorPayload => "error_payload",
+            ErrorKind::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// One arrival of data carrying at least one output token.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Chunk {
+    /// Arrival, in ns since the run's start.
+    pub at_ns: u64,
+    /// Tokens in this chunk (1 per chunk unless the server or the tokenizer says more).
+    pub tokens: u32,
+    /// Carries answer content (as opposed to reasoning only).
+    pub content: bool,
+}
+
+/// Everything measured about one request. Times are ns since the run's start.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RequestRecord {
+    pub index: u64,
+    /// Warmup requests are kept in the records but excluded from every statistic.
+    pub warmup: bool,
+    /// When the schedule said to send it.
+    pub intended_ns: u64,
+    /// When it was actually sent (after any wait for a concurrency slot).
+    pub actual_ns: u64,
+    /// When the response ended (or the request failed).
+    pub end_ns: u64,
+    /// HTTP status, when a response head arrived.
+    pub status: Option<u16>,
+    pub error: Option<ErrorKind>,
+    /// Human-readable cause of the error.
+    pub error_detail: Option<String>,
+    pub chunks: Vec<Chunk>,
+    /// Prompt tokens the workload planned.
+    pub input_tokens_planned: u32,
+    /// Prompt tokens the server reported.
+    pub input_tokens_server: Option<u64>,
+    /// Output tokens requested (`max_tokens`).
+    pub output_tokens_requested: u32,
+    /// Output tokens the server reported in its usage.
+    pub output_tokens_server: Option<u64>,
+    /// Sum of the chunks' token counts.
+    pub output_tokens_chunks: u64,
+    /// Output tokens by the local tokenizer over the received text, when one is loaded.
+    pub output_tokens_tokenizer: Option<u64>,
+    pub finish_reason: Option<String>,
+}
+
+impl RequestRecord {
+    pub fn new(index: u64, warmup: bool, intended_ns: u64, input_tokens_planned: u32, output_tokens_requested: u32) -> Self {
+        Self {
+            index,
+            warmup,
+            intended_ns,
+            actual_ns: intended_ns,
+            end_ns: intended_ns,
+            status: None,
+            error: None,
+            error_detail: None,
+            chunks: Vec::new(),
+            input_tokens_planned,
+            input_tokens_server: None,
+            output_tokens_requested,
+            output_tokens_server: None,
+            output_tokens_chunks: 0,
+            output_tokens_tokenizer: None,
+            finish_reason: None,
+        }
+    }
+
+    /// Output tokens, reconciled: the server's usage first, then the tokenizer, then chunks.
+    pub fn output_tokens(&self) -> u64 {
+        self.output_tokens_server.or(self.output_tokens_tokenizer).unwrap_or(self.output_tokens_chunks)
+    }
+
+    /// Input tokens: the server's count when it gave one, else the plan.
+    pub fn input_tokens(&self) -> u64 {
+        self.input_tokens_server.unwrap_or(self.input_tokens_planned as u64)
+    }
+
+    pub fn ok(&self) -> bool {
+        self.error.is_none()
+    }
+
+    /// First chunk carrying a token (content or reasoning).
+    pub fn first_token_ns(&self) -> Option<u64> {
+        self.chunks.first().map(|c| c.at_ns)
+    }
+
+    /// First chunk carrying answer content.
+    pub fn first_content_ns(&self) -> Option<u64> {
+        self.chunks.iter().find(|c| c.content).map(|c| c.at_ns)
+    }
+
+    /// The server's count and the chunk count disagree.
+    pub fn token_count_mismatch(&self) -> bool {
+        matches!(self.output_tokens_server, Some(s) if s != self.output_tokens_chunks)
+    }
+
+    pub fn fail(&mut self, kind: ErrorKind, detail: impl Into<String>, now_ns: u64) {
+        if self.error.is_none() {
+            self.error = Some(kind);
+            self.error_detail = Some(detail.into());
+        }
+        self.end_ns = now_ns;
+    }
+}

@@ -1,0 +1,514 @@
+//! Computes a run's report from its per-request records: latency summaries (corrected and
+//! uncorrected for coordinated omission), throughput, steady state, achieved concurrency, goodput,
+//! errors and warnings. Pure computation over [`RequestRecord`]s; rendering lives in `export`.
+//!
+//! Definitions (servetune's own; `definitions` renders the other tools'):
+//! - TTFT: first chunk carrying an output token (content or reasoning; a role-only chunk is not one)
+//!   minus the *intended* send time; `ttft_uncorrected` uses the actual send time.
+//! - TTFC: first chunk carrying answer content minus the intended send time.
+//! - ITL: gaps between consecutive token-carrying chunks (`itl`), and per token (`itl_per_token`:
+//!   each gap divided over the tokens its chunk carried).
+//! - TPOT: (last chunk - first chunk) / (output tokens - 1), requests with 2+ tokens.
+//! - E2E: end of response minus intended send; `e2e_uncorrected` from the actual send.
+//! - Schedule lag: actual minus intended send.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::record::{ErrorKind, RequestRecord};
+use crate::scrape::ServerMetrics;
+use crate::spec::{Load, Slo, SloMetric};
+use crate::stats::{Recorder, Summary};
+
+/// Request counts.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct RequestCounts {
+    pub completed: u64,
+    pub failed: u64,
+    /// Failed requests by kind (every kind present, zeros included).
+    pub errors: BTreeMap<&'static str, u64>,
+    /// Warmup requests sent (excluded from every statistic).
+    pub warmup: u64,
+    /// Completed requests that returned fewer tokens than asked while `--ignore-eos` was set.
+    pub stopped_early: u64,
+    /// Completed requests whose server-reported token count differs from the chunk count.
+    pub token_count_mismatches: u64,
+    /// Up to three example details per error kind.
+    pub error_examples: BTreeMap<&'static str, Vec<String>>,
+}
+
+/// Latency summaries in ms.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Latency {
+    pub ttft: Summary,
+    pub ttft_uncorrected: Summary,
+    /// Time to first content token (excludes reasoning), corrected.
+    pub ttfc: Summary,
+    pub itl: Summary,
+    pub itl_per_token: Summary,
+    pub tpot: Summary,
+    pub e2e: Summary,
+    pub e2e_uncorrected: Summary,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Throughput {
+    pub requests_per_s: f64,
+    pub input_tokens_per_s: f64,
+    pub output_tokens_per_s: f64,
+    pub total_tokens_per_s: f64,
+}
+
+/// Throughput over the window where in-flight requests stayed near the target.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SteadyState {
+    pub start_s: f64,
+    pub end_s: f64,
+    pub target_in_flight: f64,
+    pub mean_in_flight: f64,
+    pub output_tokens_per_s: f64,
+    pub requests_per_s: f64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Concurrency {
+    /// Little's law: sum of request durations (actual send to end) over the run duration.
+    pub mean: f64,
+    pub max: u64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SloResult {
+    pub metric: SloMetric,
+    pub percentile: f64,
+    pub threshold_ms: f64,
+    pub value_ms: f64,
+    pub met: bool,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Goodput {
+    /// Requests meeting every threshold, per second; failed requests never do.
+    pub requests_per_s: f64,
+    /// Share of measured requests (completed + failed) meeting every threshold.
+    pub fraction: f64,
+    pub slos: Vec<SloResult>,
+    pub all_met: bool,
+}
+
+/// One load point's results.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct RunReport {
+    pub label: String,
+    pub load: Load,
+    pub concurrency: Option<u32>,
+    pub rate: Option<f64>,
+    /// Stopped early (Ctrl-C): what was measured until then.
+    pub partial: bool,
+    /// Measurement window: first measured intended send to last measured end.
+    pub duration_s: f64,
+    pub requests: RequestCounts,
+    pub latency_ms: Latency,
+    pub schedule_lag_ms: Summary,
+    pub throughput: Throughput,
+    pub steady_state: Option<SteadyState>,
+    pub concurrency_achieved: Concurrency,
+    pub goodput: Option<Goodput>,
+    pub server_metrics: Option<ServerMetrics>,
+    /// Warnings and observations, in words.
+    pub notes: Vec<String>,
+}
+
+/// Inputs beside the records.
+#[derive(Debug, Clone)]
+pub struct RunContext<'a> {
+    pub load: Load,
+    pub partial: bool,
+    pub ignore_eos: bool,
+    pub slos: &'a [Slo],
+    /// Last intended send time of the schedule (ns), for the open-loop steady window.
+    pub last_intended_ns: u64,
+}
+
+const NS: f64 = 1e9;
+
+/// Per-request values used by both the summaries and goodput.
+struct PerRequest {
+    ttft_ms: Option<f64>,
+    tpot_ms: Option<f64>,
+    itl_mean_ms: Option<f64>,
+    e2e_ms: f64,
+}
+
+fn per_request(r: &RequestRecord) -> PerRequest {
+    let ms = |ns: u64| ns as f64 / 1e6;
+    let ttft_ms = r.first_token_ns().map(|t| ms(t.saturating_sub(r.intended_ns)));
+    let out = r.output_tokens();
+    let tpot_ms = match (r.chunks.first(), r.chunks.last()) {
+        (Some(f), Some(l)) if out >= 2 && r.chunks.len() >= 2 => Some(ms(l.at_ns - f.at_ns) / (out - 1) as f64),
+        _ => None,
+    };
+    let itl_mean_ms = (r.chunks.len() >= 2).then(|| {
+        let (f, l) = (r.chunks[0].at_ns, r.chunks[r.chunks.len() - 1].at_ns);
+        ms(l - f) / (r.chunks.len() - 1) as f64
+    });
+    PerRequest { ttft_ms, tpot_ms, itl_mean_ms, e2e_ms: ms(r.end_ns.saturating_sub(r.intended_ns)) }
+}
+
+fn slo_value(p: &PerRequest, m: SloMetric) -> Option<f64> {
+    match m {
+        SloMetric::Ttft => p.ttft_ms,
+        SloMetric::Tpot => p.tpot_ms,
+        SloMetric::Itl => p.itl_mean_ms,
+        SloMetric::E2e => Some(p.e2e_ms),
+    }
+}
+
+/// Builds the report of one load point.
+pub fn compute(records: &[RequestRecord], ctx: &RunContext<'_>, server_metrics: Option<ServerMetrics>) -> RunReport {
+    let measured: Vec<&RequestRecord> = records.iter().filter(|r| !r.warmup).collect();
+    let warmup = records.len() as u64 - measured.len() as u64;
+
+    let mut errors: BTreeMap<&'static str, u64> = ErrorKind::ALL.iter().map(|k| (k.name(), 0)).collect();
+    let mut error_examples: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
+    let (mut completed, mut failed, mut stopped_early, mut mismatches) = (0u64, 0u64, 0u64, 0u64);
+
+    let mut ttft = Recorder::new();
+    let mut ttft_u = Recorder::new();
+    let mut ttfc = Recorder::new();
+    let mut itl = Recorder::new();
+    let mut itl_tok = Recorder::new();
+    let mut tpot = Recorder::new();
+    let mut e2e = Recorder::new();
+    let mut e2e_u = Recorder::new();
+    let mut lag = Recorder::new();
+    let mut slo_rec: Vec<Recorder> = ctx.slos.iter().map(|_| Recorder::new()).collect();
+
+    let (mut in_tok, mut out_tok) = (0u64, 0u64);
+    let mut good = 0u64;
+    let mut busy_ns: u128 = 0;
+    let mut start = u64::MAX;
+    let mut end = 0u64;
+
+    for r in &measured {
+        start = start.min(r.intended_ns);
+        end = end.max(r.end_ns);
+        lag.record_ns(r.actual_ns.saturating_sub(r.intended_ns));
+        busy_ns += u128::from(r.end_ns.saturating_sub(r.actual_ns));
+        if let Some(k) = r.error {
+            failed += 1;
+            *errors.entry(k.name()).or_default() += 1;
+            let ex = error_examples.entry(k.name()).or_default();
+            if ex.len() < 3 {
+                ex.push(r.error_detail.clone().unwrap_or_default());
+            }
+            continue;
+        }
+        completed += 1;
+        let out = r.output_tokens();
+        in_tok += r.input_tokens();
+        out_tok += out;
+        if ctx.ignore_eos && out < u64::from(r.output_tokens_requested) {
+            stopped_early += 1;
+        }
+        if r.token_count_mismatch() {
+            mismatches += 1;
+        }
+        let p = per_request(r);
+        if let Some(t) = r.first_token_ns() {
+            ttft.record_ns(t.saturating_sub(r.intended_ns));
+            ttft_u.record_ns(t.saturating_sub(r.actual_ns));
+        }
+        if let Some(t) = r.first_content_ns() {
+            ttfc.record_ns(t.saturating_sub(r.intended_ns));
+        }
+        // Tokens per chunk: scale the chunk counts so they add up to the reconciled output count.
+        let scale = if r.output_tokens_chunks > 0 { out as f64 / r.output_tokens_chunks as f64 } else { 1.0 };
+        for w in r.chunks.windows(2) {
+            let gap = w[1].at_ns - w[0].at_ns;
+            itl.record_ns(gap);
+            let k = (w[1].tokens as f64 * scale).round().max(1.0) as u64;
+            for _ in 0..k.min(64) {
+                itl_tok.record_ns(gap / k);
+            }
+        }
+        if let Some(t) = p.tpot_ms {
+            tpot.record_ms(t);
+        }
+        e2e.record_ns(r.end_ns.saturating_sub(r.intended_ns));
+        e2e_u.record_ns(r.end_ns.saturating_sub(r.actual_ns));
+        let mut all = true;
+        for (i, s) in ctx.slos.iter().enumerate() {
+            match slo_value(&p, s.metric) {
+                Some(v) => {
+                    slo_rec[i].record_ms(v);
+                    all &= v < s.threshold_ms;
+                }
+                None => all = false,
+            }
+        }
+        if all {
+            good += 1;
+        }
+    }
+
+    let duration_ns = if end > start && start != u64::MAX { end - start } else { 0 };
+    let dur_s = duration_ns as f64 / NS;
+    let per_s = |n: u64| if dur_s > 0.0 { n as f64 / dur_s } else { 0.0 };
+    let throughput = Throughput {
+        requests_per_s: per_s(completed),
+        input_tokens_per_s: per_s(in_tok),
+        output_tokens_per_s: per_s(out_tok),
+        total_tokens_per_s: per_s(in_tok + out_tok),
+    };
+
+    let (steady_state, max_in_flight) = steady_state(&measured, ctx);
+    let concurrency_achieved =
+        Concurrency { mean: if duration_ns > 0 { busy_ns as f64 / duration_ns as f64 } else { 0.0 }, max: max_in_flight };
+
+    let total = completed + failed;
+    let goodput = (!ctx.slos.is_empty()).then(|| {
+        let slos: Vec<SloResult> = ctx
+            .slos
+            .iter()
+            .zip(&slo_rec)
+            .map(|(s, rec)| {
+                let value_ms = rec.percentile_ms(s.percentile);
+                // A metric no request produced cannot be met.
+                SloResult { metric: s.metric, percentile: s.percentile, threshold_ms: s.threshold_ms, value_ms, met: !rec.is_empty() && value_ms < s.threshold_ms }
+            })
+            .collect();
+        let all_met = slos.iter().all(|s| s.met) && failed == 0;
+        Goodput { requests_per_s: per_s(good), fraction: if total > 0 { good as f64 / total as f64 } else { 0.0 }, slos, all_met }
+    });
+
+    let lag_s = lag.summary();
+    let mut notes = Vec::new();
+    match ctx.load {
+        Load::Open { max_concurrency: Some(cap), .. } if lag_s.p99 > 1.0 => notes.push(format!(
+            "requests waited for a free slot under --max-concurrency {cap}: send lag p99 {:.1} ms, max {:.1} ms. The corrected TTFT/E2E include this queueing; the uncorrected ones do not.",
+            lag_s.p99, lag_s.max
+        )),
+        Load::Open { .. } if lag_s.p99 > 1.0 => notes.push(format!(
+            "WARNING: the client fell behind its schedule: send lag p99 {:.2} ms, max {:.2} ms. Corrected latencies include the lag; lower the rate or free CPU for the client.",
+            lag_s.p99, lag_s.max
+        )),
+        _ => {}
+    }
+    if stopped_early > 0 {
+        notes.push(format!(
+            "{stopped_early} of {completed} completed requests returned fewer tokens than max_tokens although --ignore-eos was set: this server does not honour ignore_eos/min_tokens; give --eos-token-id (or --tokenizer) so an EOS logit_bias is sent"
+        ));
+    }
+    if mismatches > 0 {
+        notes.push(format!(
+            "{mismatches} of {completed} completed requests: the server's usage.completion_tokens differs from the number of token chunks (several tokens per chunk, e.g. speculative decoding, or a server that miscounts). Output counts use the server's usage."
+        ));
+    }
+    if failed > 0 {
+        let worst = errors.iter().filter(|(_, n)| **n > 0).max_by_key(|(_, n)| **n).map(|(k, n)| format!("{k} x{n}")).unwrap_or_default();
+        notes.push(format!("{failed} of {total} requests failed (most: {worst}); they count against goodput and are listed in the records"));
+    }
+    if ctx.partial {
+        notes.push("PARTIAL: the run was stopped before its end; these numbers cover what was measured until then".into());
+    }
+
+    let (concurrency, rate) = match ctx.load {
+        Load::Closed { concurrency } => (Some(concurrency), None),
+        Load::Open { rate, .. } => (None, Some(rate)),
+    };
+    RunReport {
+        label: ctx.load.label(),
+        load: ctx.load,
+        concurrency,
+        rate,
+        partial: ctx.partial,
+        duration_s: dur_s,
+        requests: RequestCounts { completed, failed, errors, warmup, stopped_early, token_count_mismatches: mismatches, error_examples },
+        latency_ms: Latency {
+            ttft: ttft.summary(),
+            ttft_uncorrected: ttft_u.summary(),
+            ttfc: ttfc.summary(),
+            itl: itl.summary(),
+            itl_per_token: itl_tok.summary(),
+            tpot: tpot.summary(),
+            e2e: e2e.summary(),
+            e2e_uncorrected: e2e_u.summary(),
+        },
+        schedule_lag_ms: lag_s,
+        throughput,
+        steady_state,
+        concurrency_achieved,
+        goodput,
+        server_metrics,
+        notes,
+    }
+}
+
+/// In-flight over time, from measured requests: returns the steady window and the max in flight.
+fn steady_state(measured: &[&RequestRecord], ctx: &RunContext<'_>) -> (Option<SteadyState>, u64) {
+    let mut ev: Vec<(u64, i64)> = Vec::with_capacity(measured.len() * 2);
+    for r in measured {
+        ev.push((r.actual_ns, 1));
+        ev.push((r.end_ns.max(r.actual_ns), -1));
+    }
+    ev.sort_unstable();
+    let mut cur = 0i64;
+    let mut max = 0i64;
+    let mut steps: Vec<(u64, i64)> = Vec::with_capacity(ev.len());
+    for (t, d) in ev {
+        cur += d;
+        max = max.max(cur);
+        steps.push((t, cur));
+    }
+    let (target, window) = match ctx.load {
+        Load::Closed { concurrency } => {
+            let target = concurrency as f64;
+            let thr = (0.9 * target).ceil() as i64;
+            let first = steps.iter().find(|(_, c)| *c >= thr).map(|(t, _)| *t);
+            let last = steps.iter().rev().find(|(_, c)| *c >= thr).map(|(t, _)| *t);
+            let last_drop = last.and_then(|l| steps.iter().find(|(t, c)| *t >= l && *c < thr).map(|(t, _)| *t));
+            (target, first.zip(last_drop))
+        }
+        Load::Open { rate, max_concurrency, .. } => {
+            let first = measured.iter().map(|r| r.intended_ns).min();
+            let mean_e2e = if measured.is_empty() { 0.0 } else { measured.iter().map(|r| (r.end_ns - r.actual_ns) as f64 / NS).sum::<f64>() / measured.len() as f64 };
+            let little = rate * mean_e2e;
+            let target = max_concurrency.map_or(little, |m| little.min(m as f64));
+            // The window opens once the pipeline has filled (one mean E2E after the first send) and
+            // closes at the last scheduled send, when draining begins.
+            (target, first.map(|f| (f + (mean_e2e * NS) as u64, ctx.last_intended_ns)))
+        }
+    };
+    let Some((ws, we)) = window else { return (None, max as u64) };
+    let run_start = measured.iter().map(|r| r.intended_ns).min().unwrap_or(0);
+    let run_end = measured.iter().map(|r| r.end_ns).max().unwrap_or(0);
+    if we <= ws || (we - ws) * 10 < (run_end - run_start) {
+        return (None, max as u64);
+    }
+    // Time-weighted mean in flight over the window.
+    let mut area = 0f64;
+    let mut prev_t = ws;
+    let mut prev_c = steps.iter().take_while(|(t, _)| *t <= ws).last().map_or(0, |(_, c)| *c);
+    for &(t, c) in steps.iter().filter(|(t, _)| *t > ws && *t <= we) {
+        area += prev_c as f64 * (t - prev_t) as f64;
+        prev_t = t;
+        prev_c = c;
+    }
+    area += prev_c as f64 * (we - prev_t) as f64;
+    let span = (we - ws) as f64;
+    let mut tokens = 0u64;
+    let mut done = 0u64;
+    for r in measured.iter().filter(|r| r.ok()) {
+        let scale = if r.output_tokens_chunks > 0 { r.output_tokens() as f64 / r.output_tokens_chunks as f64 } else { 1.0 };
+        let in_window: u64 = r.chunks.iter().filter(|c| c.at_ns >= ws && c.at_ns < we).map(|c| c.tokens as u64).sum();
+        tokens += (in_window as f64 * scale).round() as u64;
+        if r.end_ns >= ws && r.end_ns < we {
+            done += 1;
+        }
+    }
+    let st = SteadyState {
+        start_s: (ws - run_start) as f64 / NS,
+        end_s: (we - run_start) as f64 / NS,
+        target_in_flight: target,
+        mean_in_flight: area / span,
+        output_tokens_per_s: tokens as f64 / (span / NS),
+        requests_per_s: done as f64 / (span / NS),
+    };
+    (Some(st), max as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Chunk;
+
+    const MS: u64 = 1_000_000;
+
+    fn rec(i: u64, intended: u64, actual: u64, chunks: &[u64], end: u64) -> RequestRecord {
+        let mut r = RequestRecord::new(i, false, intended, 10, chunks.len() as u32);
+        r.actual_ns = actual;
+        r.end_ns = end;
+        r.chunks = chunks.iter().map(|&t| Chunk { at_ns: t, tokens: 1, content: true }).collect();
+        r.output_tokens_chunks = chunks.len() as u64;
+        r.finish_reason = Some("length".into());
+        r
+    }
+
+    fn ctx(load: Load) -> RunContext<'static> {
+        RunContext { load, partial: false, ignore_eos: false, slos: &[], last_intended_ns: 0 }
+    }
+
+    #[test]
+    fn corrected_latency_counts_the_wait_and_uncorrected_does_not() {
+        // Intended at 0, sent at 100 ms (waited for a slot), first token 150 ms, end 200 ms.
+        let r = rec(0, 0, 100 * MS, &[150 * MS, 175 * MS, 200 * MS], 200 * MS);
+        let rep = compute(&[r], &ctx(Load::Closed { concurrency: 1 }), None);
+        assert!((rep.latency_ms.ttft.p50 - 150.0).abs() < 0.2);
+        assert!((rep.latency_ms.ttft_uncorrected.p50 - 50.0).abs() < 0.1);
+        assert!((rep.latency_ms.e2e.max - 200.0).abs() < 0.2);
+        assert!((rep.latency_ms.e2e_uncorrected.max - 100.0).abs() < 0.1);
+        assert!((rep.schedule_lag_ms.p50 - 100.0).abs() < 0.1);
+        assert!((rep.latency_ms.tpot.p50 - 25.0).abs() < 0.05);
+        assert!((rep.latency_ms.itl.p50 - 25.0).abs() < 0.05);
+    }
+
+    #[test]
+    fn failed_requests_are_counted_by_kind_and_spoil_goodput() {
+        let ok = rec(0, 0, 0, &[10 * MS, 20 * MS], 20 * MS);
+        let mut bad = rec(1, 0, 0, &[], 5 * MS);
+        bad.fail(ErrorKind::HttpStatus, "HTTP 503", 5 * MS);
+        let slos = [Slo { metric: SloMetric::Ttft, percentile: 99.0, threshold_ms: 100.0 }];
+        let c = RunContext { slos: &slos, ..ctx(Load::Closed { concurrency: 2 }) };
+        let rep = compute(&[ok, bad], &c, None);
+        assert_eq!((rep.requests.completed, rep.requests.failed), (1, 1));
+        assert_eq!(rep.requests.errors["http_status"], 1);
+        assert_eq!(rep.requests.errors["timeout"], 0);
+        let g = rep.goodput.expect("goodput");
+        assert!((g.fraction - 0.5).abs() < 1e-9);
+        assert!(!g.all_met, "a failed request means the SLO set is not met");
+        assert!(g.slos[0].met);
+    }
+
+    #[test]
+    fn warmup_is_excluded_from_statistics() {
+        let mut w = rec(0, 0, 0, &[900 * MS], 900 * MS);
+        w.warmup = true;
+        let m = rec(1, 1000 * MS, 1000 * MS, &[1010 * MS], 1010 * MS);
+        let rep = compute(&[w, m], &ctx(Load::Closed { concurrency: 1 }), None);
+        assert_eq!(rep.requests.warmup, 1);
+        assert_eq!(rep.requests.completed, 1);
+        assert!((rep.latency_ms.ttft.max - 10.0).abs() < 0.05);
+    }
+
+    #[test]
+    fn usage_larger_than_chunks_spreads_tokens_over_chunks() {
+        let mut r = rec(0, 0, 0, &[10 * MS, 20 * MS, 30 * MS], 30 * MS);
+        r.output_tokens_server = Some(6);
+        let rep = compute(&[r], &ctx(Load::Closed { concurrency: 1 }), None);
+        assert_eq!(rep.requests.token_count_mismatches, 1);
+        assert!((rep.latency_ms.itl_per_token.p50 - 5.0).abs() < 0.01);
+        assert!((rep.latency_ms.tpot.p50 - 4.0).abs() < 0.01); // 20 ms over 5 tokens
+    }
+
+    #[test]
+    fn closed_loop_steady_state_covers_the_full_window() {
+        // Two slots, each running back-to-back 10 ms requests for 1 s, one token per ms.
+        let mut recs = Vec::new();
+        let mut i = 0;
+        for slot in 0..2u64 {
+            for k in 0..100u64 {
+                let s = k * 10 * MS + slot;
+                let chunks: Vec<u64> = (1..=10).map(|j| s + j * MS - 1).collect();
+                recs.push(rec(i, s, s, &chunks, s + 10 * MS - 1));
+                i += 1;
+            }
+        }
+        let rep = compute(&recs, &ctx(Load::Closed { concurrency: 2 }), None);
+        let st = rep.steady_state.expect("steady");
+        assert!((st.output_tokens_per_s - 2000.0).abs() / 2000.0 < 0.02, "{}", st.output_tokens_per_s);
+        assert!((rep.concurrency_achieved.mean - 2.0).abs() < 0.05);
+        assert_eq!(rep.concurrency_achieved.max, 2);
+    }
+}

@@ -1,0 +1,218 @@
+//! Server-side metrics: parse the Prometheus text format, recognise sglang's and vLLM's names,
+//! scrape them about once a second during a run, and summarise the series in words.
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+/// One scrape.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Default)]
+pub struct Sample {
+    /// Seconds since the run's start.
+    pub t_s: f64,
+    pub running: Option<f64>,
+    pub queued: Option<f64>,
+    /// KV-cache usage as a fraction (0..1).
+    pub kv_usage: Option<f64>,
+    /// Cumulative preemptions (vLLM) or retractions (sglang).
+    pub preemptions: Option<f64>,
+    /// The server's own generation throughput gauge, tokens/s (sglang).
+    pub gen_throughput: Option<f64>,
+}
+
+/// The series scraped during one run and what they say.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ServerMetrics {
+    pub url: String,
+    /// "sglang", "vllm" or "unknown" (by the names seen).
+    pub style: String,
+    pub samples: Vec<Sample>,
+    pub max_running: Option<f64>,
+    pub max_queued: Option<f64>,
+    pub max_kv_usage: Option<f64>,
+    pub preemptions: Option<f64>,
+    /// Observations in words.
+    pub summary: Vec<String>,
+}
+
+/// The recognised names: (field, sglang names, vLLM names).
+const NAMES: &[(&str, &[&str], &[&str])] = &[
+    ("running", &["sglang:num_running_reqs"], &["vllm:num_requests_running"]),
+    ("queued", &["sglang:num_queue_reqs"], &["vllm:num_requests_waiting"]),
+    ("kv", &["sglang:token_usage"], &["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"]),
+    ("preempt", &["sglang:num_retracted_reqs", "sglang:num_retracted_requests_total"], &["vllm:num_preemptions_total", "vllm:num_preemptions"]),
+    ("gen", &["sglang:gen_throughput"], &[]),
+];
+
+/// Parses one exposition; returns the sample (without time) and the style detected.
+pub fn parse(text: &str) -> (Sample, &'static str) {
+    let mut s = Sample::default();
+    let mut style = "unknown";
+    for line in text.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let name_end = line.find(['{', ' ']).unwrap_or(line.len());
+        let name = &line[..name_end];
+        let rest = &line[name_end..];
+        let value_part = match rest.rfind('}') {
+            Some(i) => &rest[i + 1..],
+            None => rest,
+        };
+        let Some(v) = value_part.split_whitespace().next().and_then(|x| x.parse::<f64>().ok()) else { continue };
+        if !v.is_finite() {
+            continue;
+        }
+        for (field, sg, vl) in NAMES {
+            let is_sg = sg.contains(&name);
+            let is_vl = vl.contains(&name);
+            if !(is_sg || is_vl) {
+                continue;
+            }
+            style = if is_sg { "sglang" } else { "vllm" };
+            let slot = match *field {
+                "running" => &mut s.running,
+                "queued" => &mut s.queued,
+                "kv" => &mut s.kv_usage,
+                "preempt" => &mut s.preemptions,
+                _ => &mut s.gen_throughput,
+            };
+            // Several label sets (engines, models) add up; usage fractions take the max.
+            *slot = Some(match (*slot, *field) {
+                (Some(old), "kv") => old.max(v),
+                (Some(old), _) => old + v,
+                (None, _) => v,
+            });
+        }
+    }
+    (s, style)
+}
+
+fn max_of(samples: &[Sample], f: impl Fn(&Sample) -> Option<f64>) -> Option<f64> {
+    samples.iter().filter_map(f).fold(None, |m, v| Some(m.map_or(v, |m: f64| m.max(v))))
+}
+
+impl ServerMetrics {
+    /// Summarises `samples` against the client's target concurrency (`None` for an open loop).
+    pub fn new(url: String, style: &str, samples: Vec<Sample>, client_target: Option<f64>) -> Self {
+        let max_running = max_of(&samples, |s| s.running);
+        let max_queued = max_of(&samples, |s| s.queued);
+        let max_kv_usage = max_of(&samples, |s| s.kv_usage);
+        let preemptions = match (samples.iter().find_map(|s| s.preemptions), samples.iter().rev().find_map(|s| s.preemptions)) {
+            (Some(a), Some(b)) => Some((b - a).max(0.0)),
+            _ => None,
+        };
+        let mut summary = Vec::new();
+        if let (Some(r), Some(q)) = (max_running, max_queued) {
+            let below_target = client_target.is_none_or(|t| r + 0.5 < t);
+            if q >= 1.0 && below_target {
+                summary.push(format!(
+                    "running requests never exceeded {r:.0} while up to {q:.0} waited in the server's queue: the server's max-running-requests limit (or its KV capacity) caps concurrency at {r:.0}"
+                ));
+            } else {
+                summary.push(format!("running requests peaked at {r:.0}; the server queue peaked at {q:.0}"));
+            }
+        } else if let Some(r) = max_running {
+            summary.push(format!("running requests peaked at {r:.0}"));
+        }
+        if let Some(k) = max_kv_usage {
+            if k >= 0.95 {
+                summary.push(format!("the KV cache reached {:.0}% of capacity: KV memory limits the batch; new requests wait or preempt others", k * 100.0));
+            } else {
+                summary.push(format!("KV-cache usage peaked at {:.0}%", k * 100.0));
+            }
+        }
+        if let Some(p) = preemptions {
+            if p > 0.0 {
+                summary.push(format!("{p:.0} preemptions during the run: requests were evicted from the KV cache and recomputed"));
+            }
+        }
+        if samples.is_empty() {
+            summary.push("no sample was scraped".into());
+        }
+        Self { url, style: style.to_string(), samples, max_running, max_queued, max_kv_usage, preemptions, summary }
+    }
+}
+
+/// Scrapes `url` every `interval` until `stop` turns true; returns the samples and the style.
+pub async fn scrape_loop(
+    client: crate::client::HttpClient,
+    url: String,
+    interval: Duration,
+    t0: Instant,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> (Vec<Sample>, &'static str) {
+    let mut out = Vec::new();
+    let mut style = "unknown";
+    let mut next = tokio::time::Instant::now();
+    loop {
+        if let Ok(Ok(r)) = tokio::time::timeout(interval.max(Duration::from_millis(200)), client.simple(http::Method::GET, &url, bytes::Bytes::new())).await {
+            if r.status == 200 {
+                let (mut s, st) = parse(&String::from_utf8_lossy(&r.body));
+                s.t_s = t0.elapsed().as_secs_f64();
+                if st != "unknown" {
+                    style = st;
+                }
+                out.push(s);
+            }
+        }
+        next += interval;
+        tokio::select! {
+            _ = tokio::time::sleep_until(next) => {}
+            _ = stop.wait_for(|v| *v) => break,
+        }
+    }
+    (out, style)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sglang_names_are_recognised_and_label_sets_add_up() {
+        let text = "# HELP sglang:num_running_reqs x\n# TYPE sglang:num_running_reqs gauge\n\
+            sglang:num_running_reqs{model_name=\"a\",tp_rank=\"0\"} 30\n\
+            sglang:num_running_reqs{model_name=\"a\",tp_rank=\"1\"} 34\n\
+            sglang:num_queue_reqs{model_name=\"a\"} 12.0\nsglang:token_usage{model_name=\"a\"} 0.97\n\
+            sglang:gen_throughput{model_name=\"a\"} 480.5\n";
+        let (s, style) = parse(text);
+        assert_eq!(style, "sglang");
+        assert_eq!(s.running, Some(64.0));
+        assert_eq!(s.queued, Some(12.0));
+        assert_eq!(s.kv_usage, Some(0.97));
+        assert_eq!(s.gen_throughput, Some(480.5));
+    }
+
+    #[test]
+    fn vllm_names_are_recognised() {
+        let (s, style) = parse("vllm:num_requests_running{model_name=\"m\"} 8\nvllm:num_requests_waiting{model_name=\"m\"} 0\nvllm:kv_cache_usage_perc{model_name=\"m\"} 0.5\nvllm:num_preemptions_total{model_name=\"m\"} 3\n");
+        assert_eq!(style, "vllm");
+        assert_eq!((s.running, s.queued, s.kv_usage, s.preemptions), (Some(8.0), Some(0.0), Some(0.5), Some(3.0)));
+    }
+
+    #[test]
+    fn a_capped_server_is_named_as_the_limit() {
+        let samples = vec![
+            Sample { t_s: 1.0, running: Some(64.0), queued: Some(60.0), ..Default::default() },
+            Sample { t_s: 2.0, running: Some(64.0), queued: Some(64.0), ..Default::default() },
+        ];
+        let m = ServerMetrics::new("u".into(), "sglang", samples, Some(128.0));
+        assert!(m.summary[0].contains("never exceeded 64"), "{:?}", m.summary);
+        assert!(m.summary[0].contains("caps concurrency"), "{:?}", m.summary);
+    }
+
+    #[test]
+    fn an_uncapped_server_is_not_blamed() {
+        let samples = vec![Sample { t_s: 1.0, running: Some(8.0), queued: Some(0.0), ..Default::default() }];
+        let m = ServerMetrics::new("u".into(), "vllm", samples, Some(8.0));
+        assert!(!m.summary[0].contains("caps"), "{:?}", m.summary);
+    }
+
+    #[test]
+    fn garbage_lines_are_skipped() {
+        let (s, _) = parse("sglang:num_running_reqs{a=\"}\"} notanumber\n{{{\n sglang:num_queue_reqs 4\n");
+        assert_eq!(s.queued, Some(4.0));
+    }
+}
