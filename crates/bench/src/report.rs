@@ -114,6 +114,8 @@ pub struct RunReport {
     pub throughput: Throughput,
     pub steady_state: Option<SteadyState>,
     pub concurrency_achieved: Concurrency,
+    /// Requests actually sent per second: (n - 1) / (last actual send - first actual send).
+    pub achieved_send_rate_per_s: f64,
     pub goodput: Option<Goodput>,
     pub server_metrics: Option<ServerMetrics>,
     /// Warnings and observations, in words.
@@ -284,6 +286,9 @@ pub fn compute(records: &[RequestRecord], ctx: &RunContext<'_>, server_metrics: 
     });
 
     let lag_s = lag.summary();
+    let (first_send, last_send) = measured.iter().fold((u64::MAX, 0), |(a, b), r| (a.min(r.actual_ns), b.max(r.actual_ns)));
+    let achieved_send_rate_per_s =
+        if measured.len() > 1 && last_send > first_send { (measured.len() - 1) as f64 / ((last_send - first_send) as f64 / NS) } else { 0.0 };
     let mut notes = Vec::new();
     match ctx.load {
         Load::Open { max_concurrency: Some(cap), .. } if lag_s.p99 > 1.0 => notes.push(format!(
@@ -340,6 +345,7 @@ pub fn compute(records: &[RequestRecord], ctx: &RunContext<'_>, server_metrics: 
         throughput,
         steady_state,
         concurrency_achieved,
+        achieved_send_rate_per_s,
         goodput,
         server_metrics,
         notes,

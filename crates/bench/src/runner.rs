@@ -144,6 +144,11 @@ pub async fn prepare(cfg: BenchConfig, api_key_env: Option<String>) -> Result<Pr
         None => None,
     };
     let mut notes = Vec::new();
+    // Local input first: a bad file is reported before any network error.
+    let dataset = match &cfg.prompts {
+        PromptSource::Dataset { path } => Some(crate::workload::load_dataset(path)?),
+        PromptSource::Random { .. } => None,
+    };
 
     // Reachability and model discovery in one request.
     let models = client.simple(http::Method::GET, "/v1/models", Bytes::new()).await.map_err(|e| {
@@ -199,7 +204,7 @@ pub async fn prepare(cfg: BenchConfig, api_key_env: Option<String>) -> Result<Pr
     };
 
     let count = pool_size(&cfg);
-    let workload = Workload::build(&cfg.prompts, &cfg.output, cfg.seed, count, &calibration, tokenizer.as_deref())?;
+    let workload = Workload::build(&cfg.prompts, dataset.as_deref(), &cfg.output, cfg.seed, count, &calibration, tokenizer.as_deref())?;
     Ok(Prepared { cfg, client, model, tokenizer, workload: Arc::new(workload), calibration, metrics_url, eos_token_id, notes, api_key_env })
 }
 

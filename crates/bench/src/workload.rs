@@ -113,6 +113,7 @@ impl Workload {
     /// Builds `count` request specs (cycled when more are sent).
     pub fn build(
         source: &PromptSource,
+        dataset: Option<&[String]>,
         output: &LengthDist,
         seed: u64,
         count: usize,
@@ -154,13 +155,20 @@ impl Workload {
                 }
             }
             PromptSource::Dataset { path } => {
-                let prompts = load_dataset(path)?;
+                let owned;
+                let prompts = match dataset {
+                    Some(d) => d,
+                    None => {
+                        owned = load_dataset(path)?;
+                        &owned[..]
+                    }
+                };
                 let mut order: Vec<usize> = (0..prompts.len()).collect();
                 let mut rng = StdRng::seed_from_u64(seed);
                 for i in (1..order.len()).rev() {
                     order.swap(i, rng.gen_range(0..=i));
                 }
-                for i in 0..count.min(prompts.len().max(count)) {
+                for i in 0..count {
                     let p = &prompts[order[i % order.len()]];
                     let mut r = StdRng::seed_from_u64(seed ^ (i as u64).wrapping_mul(0x9e37));
                     let input_tokens = match tok {
@@ -263,16 +271,16 @@ mod tests {
         let src = random(LengthDist::Uniform { lo: 10, hi: 50 });
         let out = LengthDist::Normal { mean: 20.0, std: 5.0 };
         let cal = Calibration::default();
-        let a = Workload::build(&src, &out, 7, 16, &cal, None).expect("build");
-        let b = Workload::build(&src, &out, 7, 16, &cal, None).expect("build");
-        let c = Workload::build(&src, &out, 8, 16, &cal, None).expect("build");
+        let a = Workload::build(&src, None, &out, 7, 16, &cal, None).expect("build");
+        let b = Workload::build(&src, None, &out, 7, 16, &cal, None).expect("build");
+        let c = Workload::build(&src, None, &out, 8, 16, &cal, None).expect("build");
         assert!((0..16).all(|i| a.get(i) == b.get(i)));
         assert!((0..16).any(|i| a.get(i) != c.get(i)));
     }
 
     #[test]
     fn fixed_length_without_tokenizer_uses_one_word_per_token() {
-        let w = Workload::build(&random(LengthDist::Fixed { len: 32 }), &LengthDist::Fixed { len: 4 }, 1, 3, &Calibration::default(), None).expect("build");
+        let w = Workload::build(&random(LengthDist::Fixed { len: 32 }), None, &LengthDist::Fixed { len: 4 }, 1, 3, &Calibration::default(), None).expect("build");
         let s = w.get(0);
         assert_eq!(s.prompt.split_whitespace().count(), 32);
         assert_eq!((s.input_tokens, s.output_tokens), (32, 4));
@@ -283,14 +291,14 @@ mod tests {
         let cal = Calibration::fit(64, 100, 256, 388).expect("fit");
         assert!((cal.tokens_per_word - 1.5).abs() < 1e-9);
         assert!((cal.overhead_tokens - 4.0).abs() < 1e-9);
-        let w = Workload::build(&random(LengthDist::Fixed { len: 154 }), &LengthDist::Fixed { len: 1 }, 1, 1, &cal, None).expect("build");
+        let w = Workload::build(&random(LengthDist::Fixed { len: 154 }), None, &LengthDist::Fixed { len: 1 }, 1, 1, &cal, None).expect("build");
         assert_eq!(w.get(0).prompt.split_whitespace().count(), 100); // (154 - 4) / 1.5
     }
 
     #[test]
     fn shared_prefix_groups_repeat_their_prefix() {
         let src = PromptSource::Random { input: LengthDist::Fixed { len: 5 }, prefix_len: 20, prefix_groups: 2 };
-        let w = Workload::build(&src, &LengthDist::Fixed { len: 1 }, 3, 32, &Calibration::default(), None).expect("build");
+        let w = Workload::build(&src, None, &LengthDist::Fixed { len: 1 }, 3, 32, &Calibration::default(), None).expect("build");
         let prefixes: std::collections::BTreeSet<String> =
             (0..32).map(|i| w.get(i).prompt.split_whitespace().take(20).collect::<Vec<_>>().join(" ")).collect();
         assert_eq!(prefixes.len(), 2);

@@ -1,1 +1,67 @@
-fn main() {}
+//! The `servetune` binary: parse arguments, call a library, map the outcome to an exit code
+//! (0 ok, 1 runtime failure, 2 bad usage or input).
+
+mod bench_cmd;
+mod progress;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Find out why LLM serving on a multi-GPU machine is slow.
+#[derive(Debug, Parser)]
+#[command(name = "servetune", version, about, long_about = None, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Load-test an OpenAI-compatible or sglang serving endpoint.
+    Bench(Box<bench_cmd::BenchArgs>),
+}
+
+/// An error with its exit code.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: u8,
+    pub msg: String,
+}
+
+impl Failure {
+    pub fn usage(msg: impl Into<String>) -> Self {
+        Self { code: 2, msg: msg.into() }
+    }
+    pub fn runtime(msg: impl Into<String>) -> Self {
+        Self { code: 1, msg: msg.into() }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    raise_fd_limit();
+    let res = match cli.cmd {
+        Cmd::Bench(a) => bench_cmd::run(*a),
+    };
+    match res {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            eprintln!("error: {}", f.msg);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+/// High-concurrency runs need one descriptor per connection: lift the soft limit to the hard one.
+#[expect(unsafe_code, reason = "setrlimit has no safe std wrapper; the call only reads and writes a local struct")]
+fn raise_fd_limit() {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `lim` is a valid, exclusively borrowed rlimit for both calls.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}

@@ -1,1 +1,7 @@
+//! End-to-end tests of the `servetune` binary, grouped by topic.
 
+mod common;
+
+mod bench_bad_input;
+mod bench_mock;
+mod bench_llama;

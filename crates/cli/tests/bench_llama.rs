@@ -1,0 +1,1 @@
+//! Against a real llama.cpp server (filled below).
