@@ -115,7 +115,13 @@ pub fn write_terminal(rep: &BenchReport, mut w: impl Write) -> io::Result<()> {
                 "goodput {:.2} req/s ({:.1}% of requests meet every SLO); {}: {}",
                 g.requests_per_s,
                 g.fraction * 100.0,
-                if g.all_met { "SLOs met" } else { "SLOs NOT met" },
+                if g.all_met {
+                    "SLOs met".to_string()
+                } else if g.slos.iter().all(|s| s.met) {
+                    format!("SLO percentiles met, but {} request(s) failed", r.requests.failed)
+                } else {
+                    "SLOs NOT met".to_string()
+                },
                 parts.join(", ")
             ));
         }
@@ -242,15 +248,13 @@ pub fn write_csv(rep: &BenchReport, mut w: impl Write) -> io::Result<()> {
 
 /// `--records`: one JSON line per request, with the run's label.
 pub fn write_records(rep: &BenchReport, records: &[Vec<RequestRecord>], mut w: impl Write) -> io::Result<()> {
-    #[derive(serde::Serialize)]
-    struct Line<'a> {
-        run: &'a str,
-        #[serde(flatten)]
-        rec: &'a RequestRecord,
-    }
     for (run, recs) in rep.runs.iter().zip(records) {
         for r in recs {
-            serde_json::to_writer(&mut w, &Line { run: &run.label, rec: r })?;
+            let mut v = serde_json::to_value(r)?;
+            if let Some(o) = v.as_object_mut() {
+                o.insert("run".into(), serde_json::Value::String(run.label.clone()));
+            }
+            serde_json::to_writer(&mut w, &v)?;
             writeln!(w)?;
         }
     }

@@ -311,6 +311,12 @@ pub fn compute(records: &[RequestRecord], ctx: &RunContext<'_>, server_metrics: 
             "{mismatches} of {completed} completed requests: the server's usage.completion_tokens differs from the number of token chunks (several tokens per chunk, e.g. speculative decoding, or a server that miscounts). Output counts use the server's usage."
         ));
     }
+    let no_usage = measured.iter().filter(|r| r.ok() && r.output_tokens_server.is_none() && r.output_tokens_tokenizer.is_none()).count();
+    if no_usage > 0 {
+        notes.push(format!(
+            "{no_usage} of {completed} completed requests carried no server token count (usage): their output tokens are the number of token-carrying chunks, which undercounts when a chunk holds several tokens or a token has no text; give --tokenizer for exact counts"
+        ));
+    }
     if failed > 0 {
         let worst = errors.iter().filter(|(_, n)| **n > 0).max_by_key(|(_, n)| **n).map(|(k, n)| format!("{k} x{n}")).unwrap_or_default();
         notes.push(format!("{failed} of {total} requests failed (most: {worst}); they count against goodput and are listed in the records"));
