@@ -3,6 +3,7 @@
 
 mod bench_cmd;
 mod progress;
+mod testserver_cmd;
 
 use std::process::ExitCode;
 
@@ -20,6 +21,9 @@ struct Cli {
 enum Cmd {
     /// Load-test an OpenAI-compatible or sglang serving endpoint.
     Bench(Box<bench_cmd::BenchArgs>),
+    /// Serve a test endpoint with exact timing (for benchmarking clients)
+    #[command(hide = true)]
+    Testserver(testserver_cmd::TestServerArgs),
 }
 
 /// An error with its exit code.
@@ -31,10 +35,16 @@ pub struct Failure {
 
 impl Failure {
     pub fn usage(msg: impl Into<String>) -> Self {
-        Self { code: 2, msg: msg.into() }
+        Self {
+            code: 2,
+            msg: msg.into(),
+        }
     }
     pub fn runtime(msg: impl Into<String>) -> Self {
-        Self { code: 1, msg: msg.into() }
+        Self {
+            code: 1,
+            msg: msg.into(),
+        }
     }
 }
 
@@ -43,6 +53,7 @@ fn main() -> ExitCode {
     raise_fd_limit();
     let res = match cli.cmd {
         Cmd::Bench(a) => bench_cmd::run(*a),
+        Cmd::Testserver(a) => testserver_cmd::run(a),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,
@@ -54,9 +65,15 @@ fn main() -> ExitCode {
 }
 
 /// High-concurrency runs need one descriptor per connection: lift the soft limit to the hard one.
-#[expect(unsafe_code, reason = "setrlimit has no safe std wrapper; the call only reads and writes a local struct")]
+#[expect(
+    unsafe_code,
+    reason = "setrlimit has no safe std wrapper; the call only reads and writes a local struct"
+)]
 fn raise_fd_limit() {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: `lim` is a valid, exclusively borrowed rlimit for both calls.
     unsafe {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {

@@ -3,5 +3,5 @@
 mod common;
 
 mod bench_bad_input;
-mod bench_mock;
 mod bench_llama;
+mod bench_mock;

@@ -18,8 +18,14 @@ impl Server {
 }
 
 pub fn server(cfg: TestServerConfig) -> Server {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
-    let srv = rt.block_on(testserver::start(cfg)).expect("start test server");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let srv = rt
+        .block_on(testserver::start(cfg))
+        .expect("start test server");
     Server { srv, _rt: rt }
 }
 
@@ -38,10 +44,20 @@ pub fn servetune() -> Command {
 pub fn bench_json(args: &[&str]) -> (i32, serde_json::Value, String) {
     let dir = tempfile::tempdir().expect("tmp");
     let json = dir.path().join("out.json");
-    let out = servetune().arg("bench").args(args).arg("--json").arg(&json).arg("-q").output().expect("run");
+    let out = servetune()
+        .arg("bench")
+        .args(args)
+        .arg("--json")
+        .arg(&json)
+        .arg("-q")
+        .output()
+        .expect("run");
     let code = out.status.code().unwrap_or(-1);
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    let v = std::fs::read(&json).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or(serde_json::Value::Null);
+    let v = std::fs::read(&json)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or(serde_json::Value::Null);
     (code, v, stderr)
 }
 
@@ -54,5 +70,6 @@ pub fn num(v: &serde_json::Value, path: &str) -> f64 {
             Err(_) => &cur[k],
         };
     }
-    cur.as_f64().unwrap_or_else(|| panic!("{path} missing in {v:#}"))
+    cur.as_f64()
+        .unwrap_or_else(|| panic!("{path} missing in {v:#}"))
 }
