@@ -644,12 +644,8 @@ pub async fn run(
     progress: Arc<Progress>,
     defs: Option<Definitions>,
 ) -> Outcome {
-    let started_at = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let mut runs = Vec::new();
-    let mut all_records = Vec::new();
+    let started_at = unix_now();
+    let mut points = Vec::new();
     let mut partial = false;
     let n = p.cfg.loads.len() as u64;
     for (i, load) in p.cfg.loads.iter().enumerate() {
@@ -665,13 +661,34 @@ pub async fn run(
             (i as u64 + 1, n),
         )
         .await;
-        runs.push(out.report);
-        all_records.push(out.records);
-        if out.interrupted {
+        let stop = out.interrupted;
+        points.push(out);
+        if stop {
             partial = true;
             break;
         }
     }
+    assemble(p, started_at, points, partial, defs)
+}
+
+/// Unix seconds now.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Builds the report of a sweep from its points (the saturation finding, definitions, config echo).
+pub fn assemble(
+    p: &Prepared,
+    started_at: u64,
+    points: Vec<PointOutcome>,
+    partial: bool,
+    defs: Option<Definitions>,
+) -> Outcome {
+    let (runs, all_records): (Vec<RunReport>, Vec<Vec<RequestRecord>>) =
+        points.into_iter().map(|o| (o.report, o.records)).unzip();
     let saturation = saturation::find(&runs);
     let definitions = defs
         .filter(|d| *d != Definitions::Servetune)

@@ -55,8 +55,9 @@ const NAMES: &[(&str, &[&str], &[&str])] = &[
     (
         "preempt",
         &[
-            "sglang:num_retracted_reqs",
+            "sglang:num_retracted_reqs_total",
             "sglang:num_retracted_requests_total",
+            "sglang:num_retracted_reqs",
         ],
         &["vllm:num_preemptions_total", "vllm:num_preemptions"],
     ),

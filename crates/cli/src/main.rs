@@ -2,7 +2,9 @@
 //! (0 ok, 1 runtime failure, 2 bad usage or input).
 
 mod bench_cmd;
+mod demo_cmd;
 mod progress;
+mod sim_cmd;
 mod testserver_cmd;
 
 use std::process::ExitCode;
@@ -19,8 +21,12 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
+    /// Run the whole story against a simulated reference deployment
+    Demo(demo_cmd::DemoArgs),
     /// Load-test an OpenAI-compatible or sglang serving endpoint.
     Bench(Box<bench_cmd::BenchArgs>),
+    /// Run a simulated sglang/vLLM-compatible server
+    Sim(Box<sim_cmd::SimArgs>),
     /// Serve a test endpoint with exact timing (for benchmarking clients)
     #[command(hide = true)]
     Testserver(testserver_cmd::TestServerArgs),
@@ -52,7 +58,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     raise_fd_limit();
     let res = match cli.cmd {
+        Cmd::Demo(a) => demo_cmd::run(a),
         Cmd::Bench(a) => bench_cmd::run(*a),
+        Cmd::Sim(a) => sim_cmd::run(*a),
         Cmd::Testserver(a) => testserver_cmd::run(a),
     };
     match res {

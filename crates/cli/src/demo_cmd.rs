@@ -1,0 +1,176 @@
+//! `servetune demo`: the whole story on the built-in simulator of the reference deployment.
+//! Starts the simulator in-process (preset `reference-kvm`), runs a bench concurrency sweep
+//! against it, prints the table, the saturation finding and the server-metrics summary, and writes
+//! JSON and Markdown under `./servetune-demo/`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use servetune_bench::api::Api;
+use servetune_bench::runner::{self, Outcome, Prepared};
+use servetune_bench::spec::{BenchConfig, LengthDist, Load, PromptSource, Stop};
+use servetune_bench::{export, BenchError, Progress};
+use servetune_sim::cost::{preset, PRESETS};
+use servetune_sim::{SimConfig, SimError};
+
+use crate::Failure;
+
+/// Run the whole story against a simulated reference deployment (GLM-5 on 8 PCIe GPUs in a KVM guest).
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Where to write the results
+    #[arg(long, default_value = "servetune-demo", value_name = "DIR")]
+    pub out: PathBuf,
+    /// Simulator preset to run against
+    #[arg(long, default_value = "reference-kvm")]
+    pub preset: String,
+    /// No progress line
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// The sweep: (concurrency, measured requests). Counts are small so the demo ends in about a
+/// minute: two rounds up to the engine's 64-request limit, then 3 and 4 rounds where requests queue.
+pub const SWEEP: [(u32, u64); 6] = [(1, 4), (8, 16), (32, 64), (64, 128), (128, 192), (256, 256)];
+const INPUT_TOKENS: u32 = 256;
+const OUTPUT_TOKENS: u32 = 32;
+
+fn map_sim(e: SimError) -> Failure {
+    match e {
+        SimError::Input(m) => Failure::usage(m),
+        SimError::Runtime(m) => Failure::runtime(m),
+    }
+}
+
+pub fn run(a: DemoArgs) -> Result<(), Failure> {
+    let profile = preset(&a.preset).map_err(map_sim)?;
+    let desc = PRESETS
+        .iter()
+        .find(|(n, _)| *n == a.preset)
+        .map(|(_, d)| *d)
+        .unwrap_or("");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::runtime(format!("cannot start the runtime: {e}")))?;
+    let outcome = rt.block_on(async {
+        let sim = servetune_sim::start(SimConfig::new(profile.clone()), "127.0.0.1:0".parse().map_err(|_| Failure::runtime("bad address"))?).await.map_err(map_sim)?;
+        println!("servetune demo: a simulated server of the reference deployment ({}: {desc})", a.preset);
+        println!("  listening on {}; sweeping concurrency {:?}, {INPUT_TOKENS} prompt / {OUTPUT_TOKENS} output tokens", sim.url, SWEEP.iter().map(|(c, _)| *c).collect::<Vec<_>>());
+        let cfg = BenchConfig {
+            base_url: sim.url.clone(),
+            api: Api::OpenaiCompletions,
+            model: None,
+            api_key: None,
+            stream: true,
+            loads: SWEEP.iter().map(|&(c, _)| Load::Closed { concurrency: c }).collect(),
+            stop: Stop { requests: SWEEP.iter().map(|&(_, n)| n).max(), duration: None },
+            warmup: 0,
+            ramp_up: Duration::ZERO,
+            prompts: PromptSource::Random { input: LengthDist::Fixed { len: INPUT_TOKENS }, prefix_len: 0, prefix_groups: 0 },
+            output: LengthDist::Fixed { len: OUTPUT_TOKENS },
+            seed: 0,
+            ignore_eos: true,
+            eos_token_id: None,
+            timeout: Duration::from_secs(300),
+            slos: Vec::new(),
+            tokenizer_path: None,
+            metrics_url: None,
+            scrape_interval: Duration::from_millis(500),
+            drain_timeout: Duration::from_secs(10),
+            calibrate: true,
+        };
+        let mut prepared: Prepared = runner::prepare(cfg, None).await.map_err(|e| match e {
+            BenchError::Input(i) => Failure::usage(i.0),
+            BenchError::Runtime(r) => Failure::runtime(r),
+        })?;
+        let (int_tx, int_rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!("\nstopping: in-flight requests get 10s to finish, then results are written (marked partial)");
+                let _ = int_tx.send(true);
+            }
+        });
+        let progress = Arc::new(Progress::default());
+        let bar = crate::progress::spawn(Arc::clone(&progress), !a.quiet);
+        let started = runner::unix_now();
+        let mut points = Vec::new();
+        let mut partial = false;
+        for (i, &(c, n)) in SWEEP.iter().enumerate() {
+            prepared.cfg.stop.requests = Some(n);
+            let out = runner::run_point(&prepared, Load::Closed { concurrency: c }, int_rx.clone(), Arc::clone(&progress), (i as u64 + 1, SWEEP.len() as u64)).await;
+            let stop = out.interrupted;
+            points.push(out);
+            if stop {
+                partial = true;
+                break;
+            }
+        }
+        crate::progress::finish(bar);
+        prepared.cfg.stop.requests = None;
+        drop(sim);
+        Ok::<Outcome, Failure>(runner::assemble(&prepared, started, points, partial, None))
+    })?;
+    rt.shutdown_timeout(Duration::from_millis(100));
+
+    let rep = &outcome.report;
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout);
+    export::write_terminal(rep, &mut stdout)
+        .map_err(|e| Failure::runtime(format!("stdout: {e}")))?;
+    let _ = writeln!(stdout);
+    std::fs::create_dir_all(&a.out)
+        .map_err(|e| Failure::runtime(format!("cannot create {}: {e}", a.out.display())))?;
+    let write = |name: &str,
+                 f: &dyn Fn(&mut dyn Write) -> std::io::Result<()>|
+     -> Result<PathBuf, Failure> {
+        let p = a.out.join(name);
+        let mut file = std::io::BufWriter::new(
+            std::fs::File::create(&p)
+                .map_err(|e| Failure::runtime(format!("cannot write {}: {e}", p.display())))?,
+        );
+        f(&mut file)
+            .and_then(|_| file.flush())
+            .map_err(|e| Failure::runtime(format!("cannot write {}: {e}", p.display())))?;
+        Ok(p)
+    };
+    let j = write("bench.json", &|w| export::write_json(rep, w))?;
+    let m = write("demo.md", &|w| write_demo_markdown(rep, &a.preset, desc, w))?;
+    let r = write("records.jsonl", &|w| {
+        export::write_records(rep, &outcome.records, w)
+    })?;
+    let _ = writeln!(stdout, "wrote {}, {} and {}", show(&j), show(&m), show(&r));
+    Ok(())
+}
+
+fn show(p: &Path) -> String {
+    p.display().to_string()
+}
+
+/// The demo's Markdown: the scenario, then the bench summary.
+pub fn write_demo_markdown(
+    rep: &servetune_bench::BenchReport,
+    preset: &str,
+    desc: &str,
+    mut w: impl Write,
+) -> std::io::Result<()> {
+    writeln!(w, "# servetune demo\n")?;
+    writeln!(
+        w,
+        "A simulated server of the reference deployment (`{preset}`): {desc}."
+    )?;
+    writeln!(w, "The simulator batches continuously, holds at most the engine's running-request limit, and queues the rest.\n")?;
+    writeln!(w, "Sweep: concurrency {}, each with {INPUT_TOKENS} prompt and {OUTPUT_TOKENS} output tokens.\n", SWEEP.iter().map(|(c, _)| c.to_string()).collect::<Vec<_>>().join(", "))?;
+    let mut body = Vec::new();
+    export::write_markdown(rep, &mut body)?;
+    // Demote the bench report's title under the demo's.
+    let text = String::from_utf8_lossy(&body).replacen(
+        "# servetune bench",
+        "## Measured with servetune bench",
+        1,
+    );
+    w.write_all(text.as_bytes())
+}

@@ -1,0 +1,288 @@
+//! How long one engine step takes: the [`StepCost`] seam, the built-in parametric profile, its
+//! file format (TOML or JSON) and the named presets.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::SimError;
+
+/// What one iteration of the engine does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StepBatch {
+    /// Prompt tokens prefilled in this step (chunked prefill).
+    pub prefill_tokens: u32,
+    /// Requests decoding one token each in this step.
+    pub decode_batch: u32,
+    /// KV tokens the step's attention reads (context of every request in the batch).
+    pub context_tokens: u64,
+}
+
+/// The duration of one step. The performance model (`servetune plan`) plugs in here later.
+pub trait StepCost: Send + Sync + std::fmt::Debug {
+    fn step(&self, b: &StepBatch) -> Duration;
+}
+
+/// `overhead + decode * per_decode + prefill * per_prefill + context * per_context`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ParametricCost {
+    /// Fixed cost of every step: launch overhead, synchronisation, per-layer collectives (ms).
+    pub overhead_ms: f64,
+    /// Added per request in the decode batch (ms): weight and expert reads that grow with batch.
+    pub per_decode_token_ms: f64,
+    /// Added per prefilled prompt token (ms).
+    pub per_prefill_token_ms: f64,
+    /// Added per context token read by attention (microseconds).
+    pub per_context_token_us: f64,
+}
+
+impl ParametricCost {
+    fn check(&self) -> Result<(), String> {
+        for (name, v) in [
+            ("overhead_ms", self.overhead_ms),
+            ("per_decode_token_ms", self.per_decode_token_ms),
+            ("per_prefill_token_ms", self.per_prefill_token_ms),
+            ("per_context_token_us", self.per_context_token_us),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(format!("cost.{name} = {v}: must be a finite number >= 0"));
+            }
+        }
+        if self.overhead_ms + self.per_decode_token_ms + self.per_prefill_token_ms <= 0.0 {
+            return Err("the cost terms are all zero: a step must take some time".into());
+        }
+        Ok(())
+    }
+}
+
+impl StepCost for ParametricCost {
+    fn step(&self, b: &StepBatch) -> Duration {
+        let ms = self.overhead_ms
+            + self.per_decode_token_ms * b.decode_batch as f64
+            + self.per_prefill_token_ms * b.prefill_tokens as f64
+            + self.per_context_token_us * 1e-3 * b.context_tokens as f64;
+        Duration::from_secs_f64(ms.max(0.0) / 1e3)
+    }
+}
+
+/// A deployment to simulate: the engine's limits and its step cost.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    pub name: String,
+    /// Served model name (for /v1/models and /get_server_info).
+    #[serde(default = "default_model")]
+    pub model: String,
+    #[serde(default = "one")]
+    pub tp_size: u32,
+    /// sglang `--max-running-requests` / vLLM `--max-num-seqs`.
+    pub max_running_requests: u32,
+    /// KV-cache capacity in tokens.
+    pub kv_tokens: u64,
+    /// Tokens per KV page.
+    #[serde(default = "default_page")]
+    pub page_size: u32,
+    /// Token budget of one step (decode tokens plus prefill chunks).
+    #[serde(default = "default_chunk")]
+    pub chunked_prefill_size: u32,
+    /// Mean output length when `ignore_eos` is off (EOS falls geometrically).
+    #[serde(default = "default_eos")]
+    pub eos_mean_tokens: u32,
+    pub cost: ParametricCost,
+}
+
+fn default_model() -> String {
+    "sim-model".into()
+}
+fn one() -> u32 {
+    1
+}
+fn default_page() -> u32 {
+    16
+}
+fn default_chunk() -> u32 {
+    8192
+}
+fn default_eos() -> u32 {
+    256
+}
+
+/// The built-in presets: name, one-line description.
+pub const PRESETS: &[(&str, &str)] = &[
+    ("reference-kvm", "GLM-5 NVFP4, TP8 on 8 PCIe RTX PRO 6000 in a KVM guest without P2P: peak ~485 output tok/s near concurrency 64"),
+    ("reference-lxc", "the same box in an LXC container with P2P: plateau ~806 output tok/s"),
+    ("tiny", "a fast small-model profile for tests and demos (~2 ms steps)"),
+];
+
+/// A named preset.
+pub fn preset(name: &str) -> Result<Profile, SimError> {
+    // The reference deployment of shared/DESIGN.md: GLM-5 (744B MoE) NVFP4 served by sglang with
+    // TP8 across 8 RTX PRO 6000 Blackwell (96 GB) cards. The KV capacity is the vLLM log figure in
+    // shared/reference/models.md (19.12 GiB held 329,792 fp8 MLA tokens). The cost terms are fitted
+    // to the two throughputs the team measured (DESIGN.md): 485 tok/s at concurrency 64 in the KVM
+    // guest, where every all-reduce is staged through host memory (a large per-step overhead), and
+    // a ~806 tok/s plateau in the LXC container once P2P worked. max-running-requests 64 is the
+    // limit at which both plateaus begin. These are calibration, not derivation: `servetune plan`
+    // derives step costs from the hardware in a later issue.
+    let glm = |name: &str, cost: ParametricCost| Profile {
+        name: name.into(),
+        model: "glm-5".into(),
+        tp_size: 8,
+        max_running_requests: 64,
+        kv_tokens: 329_792,
+        page_size: 64,
+        chunked_prefill_size: 8192,
+        eos_mean_tokens: 512,
+        cost,
+    };
+    match name {
+        "reference-kvm" => Ok(glm(
+            name,
+            ParametricCost {
+                overhead_ms: 36.0,
+                per_decode_token_ms: 1.465,
+                per_prefill_token_ms: 0.010,
+                per_context_token_us: 0.10,
+            },
+        )),
+        "reference-lxc" => Ok(glm(
+            name,
+            ParametricCost {
+                overhead_ms: 20.0,
+                per_decode_token_ms: 0.91,
+                per_prefill_token_ms: 0.006,
+                per_context_token_us: 0.06,
+            },
+        )),
+        "tiny" => Ok(Profile {
+            name: name.into(),
+            model: "sim-tiny".into(),
+            tp_size: 1,
+            max_running_requests: 256,
+            kv_tokens: 1 << 20,
+            page_size: 16,
+            chunked_prefill_size: 8192,
+            eos_mean_tokens: 64,
+            cost: ParametricCost {
+                overhead_ms: 2.0,
+                per_decode_token_ms: 0.01,
+                per_prefill_token_ms: 0.0005,
+                per_context_token_us: 0.0,
+            },
+        }),
+        other => Err(SimError::Input(format!(
+            "--preset {other:?} does not exist; presets: {}",
+            PRESETS
+                .iter()
+                .map(|(n, _)| *n)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
+}
+
+impl Profile {
+    /// Reads a profile from a TOML or JSON file (by extension; TOML otherwise).
+    pub fn load(path: &Path) -> Result<Self, SimError> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            SimError::Input(format!(
+                "--profile {}: cannot read it ({e})",
+                path.display()
+            ))
+        })?;
+        let p: Profile = if path.extension().is_some_and(|e| e == "json") {
+            serde_json::from_str(&text).map_err(|e| {
+                SimError::Input(format!(
+                    "--profile {}: not a valid profile: {e}",
+                    path.display()
+                ))
+            })?
+        } else {
+            toml::from_str(&text).map_err(|e| {
+                SimError::Input(format!(
+                    "--profile {}: not a valid profile: {e}",
+                    path.display()
+                ))
+            })?
+        };
+        p.validate()
+            .map_err(|e| SimError::Input(format!("--profile {}: {e}", path.display())))?;
+        Ok(p)
+    }
+
+    /// Checks that the engine can run at all.
+    pub fn validate(&self) -> Result<(), String> {
+        self.cost.check()?;
+        if self.max_running_requests == 0 {
+            return Err("max_running_requests is 0: no request could ever run".into());
+        }
+        if self.page_size == 0 {
+            return Err(
+                "page_size is 0: give the KV page size in tokens (16 or 64 are usual)".into(),
+            );
+        }
+        if self.chunked_prefill_size == 0 {
+            return Err("chunked_prefill_size is 0: no prompt could ever be prefilled".into());
+        }
+        if self.kv_tokens < self.page_size as u64 * 2 {
+            return Err(format!(
+                "kv_tokens {} is smaller than two pages of {} tokens: not even one request fits",
+                self.kv_tokens, self.page_size
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parametric_cost_adds_its_terms() {
+        let c = ParametricCost {
+            overhead_ms: 10.0,
+            per_decode_token_ms: 1.0,
+            per_prefill_token_ms: 0.01,
+            per_context_token_us: 0.5,
+        };
+        let d = c.step(&StepBatch {
+            prefill_tokens: 100,
+            decode_batch: 4,
+            context_tokens: 2000,
+        });
+        assert!((d.as_secs_f64() * 1e3 - (10.0 + 4.0 + 1.0 + 1.0)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn unknown_preset_lists_the_presets() {
+        let e = preset("nope").expect_err("unknown");
+        assert!(
+            e.to_string().contains("reference-kvm, reference-lxc, tiny"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn profile_files_load_and_bad_ones_are_explained() {
+        let dir = std::env::temp_dir().join(format!("sim-prof-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let p = dir.join("p.toml");
+        std::fs::write(&p, "name = \"x\"\nmax_running_requests = 8\nkv_tokens = 4096\n[cost]\noverhead_ms = 5.0\nper_decode_token_ms = 0.5\nper_prefill_token_ms = 0.01\nper_context_token_us = 0.0\n").expect("write");
+        let prof = Profile::load(&p).expect("load");
+        assert_eq!(prof.max_running_requests, 8);
+        assert_eq!(prof.page_size, 16);
+        let j = dir.join("p.json");
+        std::fs::write(&j, serde_json::to_string(&prof).expect("ser")).expect("write");
+        assert_eq!(Profile::load(&j).expect("json"), prof);
+        std::fs::write(&p, "name = \"x\"\nmax_running_requests = 8\n").expect("write");
+        let e = Profile::load(&p).expect_err("missing fields");
+        assert!(e.to_string().contains("not a valid profile"), "{e}");
+        std::fs::write(&p, "name = \"x\"\nmax_running_requests = 8\nkv_tokens = 8\n[cost]\noverhead_ms = 5.0\nper_decode_token_ms = 0.5\nper_prefill_token_ms = 0.01\nper_context_token_us = 0.0\n").expect("write");
+        let e = Profile::load(&p).expect_err("tiny kv");
+        assert!(e.to_string().contains("not even one request fits"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

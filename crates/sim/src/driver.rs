@@ -1,0 +1,277 @@
+//! The engine thread: runs [`Engine`] steps on the wall clock and routes each token to its
+//! request's channel the moment its step ends. Steps follow an absolute timeline (step k ends at
+//! the end of step k-1 plus its cost), so emission stays within the sleep's wake-up error of the
+//! simulated time; the lateness of every step is measured and published.
+
+use std::collections::HashMap;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::cost::StepCost;
+use crate::engine::{Emit, Engine, EngineRequest, EngineStats, Finish};
+use crate::metrics::Histogram;
+
+/// What a request's stream receives.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Out {
+    Token {
+        index: u32,
+    },
+    Done {
+        finish: Finish,
+        prompt_tokens: u32,
+        completion_tokens: u32,
+    },
+    Refused,
+}
+
+/// A command to the engine thread.
+#[derive(Debug)]
+pub enum Cmd {
+    Submit {
+        req: EngineRequest,
+        sink: UnboundedSender<Out>,
+        arrival: Instant,
+    },
+    Shutdown,
+}
+
+/// Published after every step, read by `/metrics`.
+#[derive(Debug, Clone)]
+pub struct Published {
+    pub stats: EngineStats,
+    pub ttft: Histogram,
+    pub itl: Histogram,
+    pub e2e: Histogram,
+    /// Lateness of token emission against the simulated step end.
+    pub lateness: Histogram,
+    pub lateness_max_s: f64,
+    /// Output tokens per second over the last second.
+    pub gen_throughput: f64,
+    pub requests_finished: u64,
+}
+
+impl Default for Published {
+    fn default() -> Self {
+        Self {
+            stats: EngineStats::default(),
+            ttft: Histogram::new(crate::metrics::TTFT_BUCKETS),
+            itl: Histogram::new(crate::metrics::ITL_BUCKETS),
+            e2e: Histogram::new(crate::metrics::E2E_BUCKETS),
+            lateness: Histogram::new(crate::metrics::LATENESS_BUCKETS),
+            lateness_max_s: 0.0,
+            gen_throughput: 0.0,
+            requests_finished: 0,
+        }
+    }
+}
+
+/// Handle to a running engine thread.
+#[derive(Debug, Clone)]
+pub struct EngineHandle {
+    tx: Sender<Cmd>,
+    pub published: Arc<Mutex<Published>>,
+}
+
+impl EngineHandle {
+    /// Sends a request; `false` when the engine has stopped.
+    pub fn submit(&self, req: EngineRequest, sink: UnboundedSender<Out>) -> bool {
+        self.tx
+            .send(Cmd::Submit {
+                req,
+                sink,
+                arrival: Instant::now(),
+            })
+            .is_ok()
+    }
+
+    pub fn shutdown(&self) {
+        let _ = self.tx.send(Cmd::Shutdown);
+    }
+
+    pub fn snapshot(&self) -> Published {
+        self.published.lock().map(|p| p.clone()).unwrap_or_default()
+    }
+}
+
+/// Stalls injected into the timeline.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Stall {
+    pub every: Option<u64>,
+    pub dur: Duration,
+}
+
+struct Live {
+    sink: UnboundedSender<Out>,
+    arrival: Instant,
+    last: Option<Instant>,
+}
+
+/// Starts the engine thread.
+pub fn spawn(
+    engine: Engine,
+    cost: Arc<dyn StepCost>,
+    stall: Stall,
+) -> std::io::Result<EngineHandle> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let published = Arc::new(Mutex::new(Published::default()));
+    let pubc = Arc::clone(&published);
+    std::thread::Builder::new()
+        .name("sim-engine".into())
+        .spawn(move || run(engine, cost, stall, rx, pubc))?;
+    Ok(EngineHandle { tx, published })
+}
+
+fn run(
+    mut engine: Engine,
+    cost: Arc<dyn StepCost>,
+    stall: Stall,
+    rx: Receiver<Cmd>,
+    published: Arc<Mutex<Published>>,
+) {
+    let mut live: HashMap<u64, Live> = HashMap::new();
+    let mut local = Published::default();
+    let mut out: Vec<Emit> = Vec::with_capacity(1024);
+    let mut timeline: Option<Instant> = None;
+    let mut window: std::collections::VecDeque<(Instant, u64)> = std::collections::VecDeque::new();
+    let mut step_no: u64 = 0;
+    let submit = |cmd: Cmd, engine: &mut Engine, live: &mut HashMap<u64, Live>| -> bool {
+        match cmd {
+            Cmd::Submit { req, sink, arrival } => {
+                if engine.submit(req).is_ok() {
+                    live.insert(
+                        req.id,
+                        Live {
+                            sink,
+                            arrival,
+                            last: None,
+                        },
+                    );
+                } else {
+                    let _ = sink.send(Out::Refused);
+                }
+                true
+            }
+            Cmd::Shutdown => false,
+        }
+    };
+    loop {
+        if engine.is_idle() {
+            timeline = None;
+            publish(&published, &mut local, &engine, &mut window);
+            match rx.recv_timeout(Duration::from_millis(500)) {
+                Ok(cmd) => {
+                    if !submit(cmd, &mut engine, &mut live) {
+                        return;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+        }
+        loop {
+            match rx.try_recv() {
+                Ok(cmd) => {
+                    if !submit(cmd, &mut engine, &mut live) {
+                        return;
+                    }
+                }
+                Err(std::sync::mpsc::TryRecvError::Empty) => break,
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => return,
+            }
+        }
+        let Some(plan) = engine.plan() else { continue };
+        let mut dur = engine.cost(cost.as_ref(), &plan);
+        step_no += 1;
+        if stall.every.is_some_and(|n| step_no % n == 0) {
+            dur += stall.dur;
+        }
+        let now = Instant::now();
+        // Keep the absolute timeline unless the thread fell more than 2 ms behind it (then resync).
+        let start = match timeline {
+            Some(t) if t + Duration::from_millis(2) >= now => t,
+            _ => now,
+        };
+        let end = start + dur;
+        let now = Instant::now();
+        if end > now {
+            std::thread::sleep(end - now);
+        }
+        let woke = Instant::now();
+        let late = woke.saturating_duration_since(end).as_secs_f64();
+        local.lateness.observe(late);
+        local.lateness_max_s = local.lateness_max_s.max(late);
+        timeline = Some(end);
+        engine.apply(&plan, &mut out);
+        let mut gone = Vec::new();
+        let mut tokens = 0u64;
+        for e in out.drain(..) {
+            match e {
+                Emit::Token { id, index } => {
+                    tokens += 1;
+                    if let Some(l) = live.get_mut(&id) {
+                        match l.last {
+                            None => local
+                                .ttft
+                                .observe(woke.duration_since(l.arrival).as_secs_f64()),
+                            Some(prev) => {
+                                local.itl.observe(woke.duration_since(prev).as_secs_f64())
+                            }
+                        }
+                        l.last = Some(woke);
+                        if l.sink.send(Out::Token { index }).is_err() {
+                            gone.push(id);
+                        }
+                    }
+                }
+                Emit::Done {
+                    id,
+                    finish,
+                    prompt_tokens,
+                    completion_tokens,
+                } => {
+                    if let Some(l) = live.remove(&id) {
+                        local
+                            .e2e
+                            .observe(woke.duration_since(l.arrival).as_secs_f64());
+                        local.requests_finished += 1;
+                        let _ = l.sink.send(Out::Done {
+                            finish,
+                            prompt_tokens,
+                            completion_tokens,
+                        });
+                    }
+                }
+            }
+        }
+        for id in gone {
+            live.remove(&id);
+            engine.abort(id);
+        }
+        window.push_back((woke, tokens));
+        publish(&published, &mut local, &engine, &mut window);
+    }
+}
+
+fn publish(
+    published: &Mutex<Published>,
+    local: &mut Published,
+    engine: &Engine,
+    window: &mut std::collections::VecDeque<(Instant, u64)>,
+) {
+    let now = Instant::now();
+    while window
+        .front()
+        .is_some_and(|(t, _)| now.duration_since(*t) > Duration::from_secs(1))
+    {
+        window.pop_front();
+    }
+    local.gen_throughput = window.iter().map(|(_, n)| *n).sum::<u64>() as f64;
+    local.stats = engine.stats();
+    if let Ok(mut p) = published.lock() {
+        p.clone_from(local);
+    }
+}
