@@ -56,10 +56,11 @@ pub fn find(runs: &[RunReport]) -> Option<Saturation> {
         _ => last.label.clone(),
     };
     let evidence = format!(
-        "throughput plateaus at {plateau:.0} tok/s from {at}; beyond it TTFT p99 grows {growth:.1}x ({:.0} ms to {:.0} ms at {beyond}) while output throughput changes {:+.0}%",
+        "throughput plateaus at {plateau:.0} tok/s from {at}; beyond it TTFT p99 grows {growth:.1}x ({:.0} ms to {:.0} ms at {beyond}) while output throughput stays within {:.0}% of {:.0} tok/s",
         t0,
         last.latency_ms.ttft.p99,
-        (tput(last) / tput(k).max(1e-9) - 1.0) * 100.0
+        pts[knee..].iter().map(|r| (tput(r) / tput(k).max(1e-9) - 1.0).abs() * 100.0).fold(0.0, f64::max),
+        tput(k)
     );
     Some(Saturation {
         plateau_output_tokens_per_s: plateau,

@@ -5,3 +5,6 @@ mod common;
 mod bench_bad_input;
 mod bench_llama;
 mod bench_mock;
+mod demo;
+mod openai_client;
+mod sim;

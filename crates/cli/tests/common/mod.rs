@@ -73,3 +73,73 @@ pub fn num(v: &serde_json::Value, path: &str) -> f64 {
     cur.as_f64()
         .unwrap_or_else(|| panic!("{path} missing in {v:#}"))
 }
+
+/// A simulated server on its own runtime.
+pub struct Sim {
+    pub srv: servetune_sim::SimServer,
+    pub rt: tokio::runtime::Runtime,
+}
+
+impl Sim {
+    pub fn url(&self) -> &str {
+        &self.srv.url
+    }
+}
+
+pub fn sim(cfg: servetune_sim::SimConfig) -> Sim {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let srv = rt
+        .block_on(servetune_sim::start(
+            cfg,
+            "127.0.0.1:0".parse().expect("addr"),
+        ))
+        .expect("start sim");
+    Sim { srv, rt }
+}
+
+/// A fast profile: `step_ms` per step whatever the batch, limits as given.
+pub fn flat_profile(step_ms: f64, max_running: u32, kv_tokens: u64) -> servetune_sim::Profile {
+    servetune_sim::Profile {
+        name: "flat".into(),
+        model: "sim-flat".into(),
+        tp_size: 1,
+        max_running_requests: max_running,
+        kv_tokens,
+        page_size: 16,
+        chunked_prefill_size: 8192,
+        eos_mean_tokens: 64,
+        cost: servetune_sim::ParametricCost {
+            overhead_ms: step_ms,
+            per_decode_token_ms: 0.0,
+            per_prefill_token_ms: 0.0,
+            per_context_token_us: 0.0,
+        },
+    }
+}
+
+/// Sends one raw HTTP/1.1 request and returns (status, body).
+pub fn raw_http(url: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let addr = url.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+    s.write_all(req.as_bytes()).expect("write");
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    let status = out
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
