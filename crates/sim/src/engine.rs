@@ -82,13 +82,20 @@ impl Req {
     }
 }
 
+/// What one running request does in a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Action {
+    Idle,
+    Decode,
+    Prefill(u32),
+}
+
 /// The batch of one step, as planned.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StepPlan {
     pub batch: StepBatch,
-    /// Prefill chunk per running index (0 = decoding).
-    chunks: Vec<(u64, u32)>,
-    decode: Vec<u64>,
+    /// Per running request, in order: (id, action). `apply` expects the running set unchanged.
+    actions: Vec<(u64, Action)>,
 }
 
 /// Counters and gauges for metrics.
@@ -249,21 +256,26 @@ impl Engine {
         if self.running.is_empty() {
             return None;
         }
-        let mut plan = StepPlan::default();
+        let mut plan = StepPlan {
+            batch: StepBatch::default(),
+            actions: Vec::with_capacity(self.running.len()),
+        };
         let mut budget = self.p.chunked_prefill_size as i64;
         for q in &self.running {
             if q.prefilled >= q.prefill_len {
-                plan.decode.push(q.r.id);
+                plan.actions.push((q.r.id, Action::Decode));
                 plan.batch.decode_batch += 1;
                 plan.batch.context_tokens += q.kv_len() + 1;
                 budget -= 1;
+            } else {
+                plan.actions.push((q.r.id, Action::Idle));
             }
         }
-        for q in &self.running {
-            if q.prefilled < q.prefill_len && budget > 0 {
+        for (q, a) in self.running.iter().zip(plan.actions.iter_mut()) {
+            if a.1 == Action::Idle && budget > 0 {
                 let chunk = (q.prefill_len - q.prefilled).min(budget as u32);
                 budget -= chunk as i64;
-                plan.chunks.push((q.r.id, chunk));
+                a.1 = Action::Prefill(chunk);
                 plan.batch.prefill_tokens += chunk;
                 plan.batch.context_tokens += (q.prefilled + chunk) as u64;
             }
@@ -281,14 +293,24 @@ impl Engine {
     pub fn apply(&mut self, plan: &StepPlan, out: &mut Vec<Emit>) {
         self.stats.steps += 1;
         self.stats.prompt_tokens += plan.batch.prefill_tokens as u64;
-        let mut finished = Vec::new();
-        for q in self.running.iter_mut() {
+        let mut finished = false;
+        debug_assert_eq!(
+            plan.actions.len(),
+            self.running.len(),
+            "the running set changed between plan and apply"
+        );
+        for (q, &(aid, action)) in self.running.iter_mut().zip(&plan.actions) {
             let id = q.r.id;
-            let produce = if let Some(&(_, chunk)) = plan.chunks.iter().find(|(c, _)| *c == id) {
-                q.prefilled += chunk;
-                q.prefilled >= q.prefill_len
-            } else {
-                plan.decode.contains(&id)
+            if aid != id {
+                continue; // defensive: a plan applied to a changed running set does nothing for that slot
+            }
+            let produce = match action {
+                Action::Idle => false,
+                Action::Decode => true,
+                Action::Prefill(chunk) => {
+                    q.prefilled += chunk;
+                    q.prefilled >= q.prefill_len
+                }
             };
             if produce {
                 out.push(Emit::Token {
@@ -309,15 +331,20 @@ impl Engine {
                         prompt_tokens: q.r.prompt_tokens,
                         completion_tokens: q.generated,
                     });
-                    finished.push(id);
+                    finished = true;
                 }
             }
         }
-        for id in finished {
-            if let Some(i) = self.running.iter().position(|q| q.r.id == id) {
-                let q = self.running.remove(i);
-                self.free_pages += q.pages;
-            }
+        if finished {
+            let mut freed = 0;
+            self.running.retain(|q| {
+                let done = q.generated >= q.target;
+                if done {
+                    freed += q.pages;
+                }
+                !done
+            });
+            self.free_pages += freed;
         }
     }
 }

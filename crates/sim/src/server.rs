@@ -58,7 +58,7 @@ const WORDS: &[&str] = &[
 ];
 
 fn word(id: u64, index: u32) -> &'static str {
-    WORDS[((id.wrapping_mul(31) ^ index as u64 * 17) % WORDS.len() as u64) as usize]
+    WORDS[((id.wrapping_mul(31) ^ (index as u64 * 17)) % WORDS.len() as u64) as usize]
 }
 
 /// A running simulated server. Dropping it stops it.
@@ -698,6 +698,7 @@ async fn generate(st: Arc<St>, req: Request<Incoming>, api: Api) -> Response<Bod
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
+    let model_json = serde_json::to_string(&p.model).unwrap_or_else(|_| "\"model\"".into());
     let fmt = Fmt {
         api,
         id,
@@ -706,6 +707,7 @@ async fn generate(st: Arc<St>, req: Request<Incoming>, api: Api) -> Response<Bod
         include_usage: ask.include_usage,
         text: String::new(),
         prompt_tokens: ask.prompt_tokens,
+        model_json,
     };
     if ask.stream {
         let mut r = Response::new(Either::Right(SimBody {
@@ -787,6 +789,8 @@ struct Fmt {
     /// sglang: cumulative text.
     text: String,
     prompt_tokens: u32,
+    /// The model name as a JSON string literal.
+    model_json: String,
 }
 
 impl Fmt {
@@ -807,18 +811,24 @@ impl Fmt {
     }
 
     fn token(&mut self, buf: &mut Vec<u8>, index: u32) {
+        use std::io::Write as _;
         let w = word(self.id, index);
+        // The hot path, written directly: words are plain ASCII and the model name is pre-escaped.
         match self.api {
-            Api::Completions => Self::push(
-                buf,
-                &json!({"id": format!("cmpl-{}", self.id), "object": "text_completion", "created": self.created, "model": self.model,
-                "choices": [{"index": 0, "text": w, "logprobs": null, "finish_reason": null}]}),
-            ),
-            Api::Chat => Self::push(
-                buf,
-                &json!({"id": format!("chatcmpl-{}", self.id), "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-                "choices": [{"index": 0, "delta": {"content": w}, "logprobs": null, "finish_reason": null}]}),
-            ),
+            Api::Completions => {
+                let _ = write!(
+                    buf,
+                    "data: {{\"id\":\"cmpl-{}\",\"object\":\"text_completion\",\"created\":{},\"model\":{},\"choices\":[{{\"index\":0,\"text\":\"{w}\",\"logprobs\":null,\"finish_reason\":null}}]}}\n\n",
+                    self.id, self.created, self.model_json
+                );
+            }
+            Api::Chat => {
+                let _ = write!(
+                    buf,
+                    "data: {{\"id\":\"chatcmpl-{}\",\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":{},\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{w}\"}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n",
+                    self.id, self.created, self.model_json
+                );
+            }
             Api::Sglang => {
                 self.text.push_str(w);
                 Self::push(
@@ -977,6 +987,38 @@ mod tests {
             &json!({"messages": [{"role": "user", "content": "a b c"}], "max_completion_tokens": 3})
         )
         .is_ok());
+    }
+
+    #[test]
+    fn hand_written_token_events_are_valid_json() {
+        for api in [Api::Completions, Api::Chat] {
+            let model = "m\"x";
+            let mut f = Fmt {
+                api,
+                id: 7,
+                model: model.into(),
+                created: 1,
+                include_usage: false,
+                text: String::new(),
+                prompt_tokens: 1,
+                model_json: serde_json::to_string(model).unwrap_or_default(),
+            };
+            let mut buf = Vec::new();
+            f.token(&mut buf, 3);
+            let s = String::from_utf8(buf).unwrap_or_default();
+            let data = s
+                .strip_prefix("data: ")
+                .and_then(|x| x.strip_suffix("\n\n"))
+                .unwrap_or("");
+            let v: Value = serde_json::from_str(data).unwrap_or(Value::Null);
+            assert_eq!(v["model"], model, "{s}");
+            let text = if api == Api::Chat {
+                &v["choices"][0]["delta"]["content"]
+            } else {
+                &v["choices"][0]["text"]
+            };
+            assert_eq!(text.as_str(), Some(word(7, 3)));
+        }
     }
 
     #[test]

@@ -77,7 +77,7 @@ pub fn num(v: &serde_json::Value, path: &str) -> f64 {
 /// A simulated server on its own runtime.
 pub struct Sim {
     pub srv: servetune_sim::SimServer,
-    pub rt: tokio::runtime::Runtime,
+    _rt: tokio::runtime::Runtime,
 }
 
 impl Sim {
@@ -98,7 +98,7 @@ pub fn sim(cfg: servetune_sim::SimConfig) -> Sim {
             "127.0.0.1:0".parse().expect("addr"),
         ))
         .expect("start sim");
-    Sim { srv, rt }
+    Sim { srv, _rt: rt }
 }
 
 /// A fast profile: `step_ms` per step whatever the batch, limits as given.
