@@ -291,7 +291,7 @@ pub fn run(a: BenchArgs) -> Result<(), Failure> {
         let drain = prepared.cfg.drain_timeout;
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
-                eprintln!("\nstopping: no new requests; in-flight requests get {:.0}s to finish, then results are written (marked partial)", drain.as_secs_f64());
+                crate::tell!("\nstopping: no new requests; in-flight requests get {:.0}s to finish, then results are written (marked partial)", drain.as_secs_f64());
                 let _ = int_tx.send(true);
             }
         });

@@ -58,8 +58,8 @@ pub fn run(a: DemoArgs) -> Result<(), Failure> {
         .map_err(|e| Failure::runtime(format!("cannot start the runtime: {e}")))?;
     let outcome = rt.block_on(async {
         let sim = servetune_sim::start(SimConfig::new(profile.clone()), "127.0.0.1:0".parse().map_err(|_| Failure::runtime("bad address"))?).await.map_err(map_sim)?;
-        println!("servetune demo: a simulated server of the reference deployment ({}: {desc})", a.preset);
-        println!("  listening on {}; sweeping concurrency {:?}, {INPUT_TOKENS} prompt / {OUTPUT_TOKENS} output tokens", sim.url, SWEEP.iter().map(|(c, _)| *c).collect::<Vec<_>>());
+        crate::say!("servetune demo: a simulated server of the reference deployment ({}: {desc})", a.preset);
+        crate::say!("  listening on {}; sweeping concurrency {:?}, {INPUT_TOKENS} prompt / {OUTPUT_TOKENS} output tokens", sim.url, SWEEP.iter().map(|(c, _)| *c).collect::<Vec<_>>());
         let cfg = BenchConfig {
             base_url: sim.url.clone(),
             api: Api::OpenaiCompletions,
@@ -90,7 +90,7 @@ pub fn run(a: DemoArgs) -> Result<(), Failure> {
         let (int_tx, int_rx) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
-                eprintln!("\nstopping: in-flight requests get 10s to finish, then results are written (marked partial)");
+                crate::tell!("\nstopping: in-flight requests get 10s to finish, then results are written (marked partial)");
                 let _ = int_tx.send(true);
             }
         });

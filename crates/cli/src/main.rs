@@ -1,6 +1,25 @@
 //! The `servetune` binary: parse arguments, call a library, map the outcome to an exit code
 //! (0 ok, 1 runtime failure, 2 bad usage or input).
 
+/// Prints a line to stdout, ignoring a closed pipe: a reader that went away must not kill a
+/// server or lose results (println! would panic).
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+pub(crate) use say;
+
+/// The same for stderr.
+macro_rules! tell {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+pub(crate) use tell;
+
 mod bench_cmd;
 mod demo_cmd;
 mod progress;
@@ -66,7 +85,7 @@ fn main() -> ExitCode {
     match res {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
-            eprintln!("error: {}", f.msg);
+            tell!("error: {}", f.msg);
             ExitCode::from(f.code)
         }
     }

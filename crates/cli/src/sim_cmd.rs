@@ -147,7 +147,7 @@ pub fn resolve(a: &SimArgs) -> Result<SimConfig, Failure> {
 pub fn run(a: SimArgs) -> Result<(), Failure> {
     if a.list_presets {
         for (name, desc) in PRESETS {
-            println!("{name:15} {desc}");
+            crate::say!("{name:15} {desc}");
         }
         return Ok(());
     }
@@ -163,8 +163,8 @@ pub fn run(a: SimArgs) -> Result<(), Failure> {
             SimError::Input(m) => Failure::usage(m),
             SimError::Runtime(m) => Failure::runtime(m),
         })?;
-        println!("servetune sim listening on {}", srv.url);
-        println!(
+        crate::say!("servetune sim listening on {}", srv.url);
+        crate::say!(
             "  profile {}: model {}, tp {}, max running {}, KV {} tokens (pages of {}), step = {} ms + {} ms/decode + {} ms/prefill token + {} us/context token",
             p.name, p.model, p.tp_size, p.max_running_requests, p.kv_tokens, p.page_size, p.cost.overhead_ms, p.cost.per_decode_token_ms, p.cost.per_prefill_token_ms, p.cost.per_context_token_us
         );

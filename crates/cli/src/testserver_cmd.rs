@@ -47,7 +47,7 @@ pub fn run(a: TestServerArgs) -> Result<(), Failure> {
         let srv = testserver::start(cfg)
             .await
             .map_err(|e| Failure::runtime(format!("cannot listen on 127.0.0.1: {e}")))?;
-        println!("listening on {}", srv.url);
+        crate::say!("listening on {}", srv.url);
         let _ = tokio::signal::ctrl_c().await;
         drop(srv);
         Ok(())

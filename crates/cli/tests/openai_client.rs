@@ -1,8 +1,7 @@
 //! A real client nobody here wrote: the `openai` Python package against `servetune sim`.
 
-use std::io::BufRead;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 #[test]
 fn openai_python_client_streams_completions_and_chat_from_sim() {
@@ -20,28 +19,14 @@ fn openai_python_client_streams_completions_and_chat_from_sim() {
         "{} is missing: run scripts/setup-test-env",
         py.display()
     );
-    let mut sim = Command::new(assert_cmd::cargo::cargo_bin("servetune"))
-        .args(["sim", "--preset", "tiny", "--listen", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start sim");
-    let mut line = String::new();
-    std::io::BufReader::new(sim.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("read");
-    let url = line
-        .trim()
-        .rsplit(' ')
-        .next()
-        .unwrap_or_default()
-        .to_string();
+    let sim = crate::common::Proc::start(&["sim", "--preset", "tiny", "--listen", "127.0.0.1:0"]);
+    let url = sim.url.clone();
     let out = Command::new(&py)
         .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/openai_client.py"))
         .arg(&url)
         .output()
         .expect("run python");
-    let _ = sim.kill();
-    let _ = sim.wait();
+    drop(sim);
     assert!(
         out.status.success(),
         "stdout: {}\nstderr: {}",

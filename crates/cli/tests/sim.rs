@@ -400,28 +400,16 @@ fn bad_fault_flags_are_refused() {
 
 #[test]
 fn sim_binary_serves_and_prints_its_address() {
-    use std::io::BufRead;
-    let bin = assert_cmd::cargo::cargo_bin("servetune");
-    let mut child = std::process::Command::new(bin)
-        .args([
-            "sim",
-            "--preset",
-            "tiny",
-            "--listen",
-            "127.0.0.1:0",
-            "--crash-after",
-            "3s",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("line");
-    let url = line.trim().rsplit(' ').next().expect("url").to_string();
-    assert!(url.starts_with("http://127.0.0.1:"), "{line}");
-    assert_eq!(raw_http(&url, "GET", "/health", "").0, 200);
-    let status = child.wait().expect("wait");
+    let p = crate::common::Proc::start(&[
+        "sim",
+        "--preset",
+        "tiny",
+        "--listen",
+        "127.0.0.1:0",
+        "--crash-after",
+        "3s",
+    ]);
+    assert_eq!(raw_http(&p.url, "GET", "/health", "").0, 200);
+    let status = p.wait();
     assert_eq!(status.code(), Some(1), "the simulated crash exits 1");
 }

@@ -143,3 +143,59 @@ pub fn raw_http(url: &str, method: &str, path: &str, body: &str) -> (u16, String
         .unwrap_or_default();
     (status, body)
 }
+
+/// A `servetune` server process (`sim`, `testserver`) and the URL it printed first. Its stdout is
+/// drained for its whole life, so a closed pipe is never what stops it.
+pub struct Proc {
+    pub child: std::process::Child,
+    pub url: String,
+    drain: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Proc {
+    pub fn start(args: &[&str]) -> Self {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("servetune"))
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn servetune");
+        let mut out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        out.read_line(&mut line).expect("first line");
+        let url = line
+            .trim()
+            .rsplit(' ')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        assert!(
+            url.starts_with("http://127.0.0.1:"),
+            "unexpected first line {line:?}"
+        );
+        let drain = std::thread::spawn(move || {
+            let _ = std::io::copy(&mut out, &mut std::io::sink());
+        });
+        Proc {
+            child,
+            url,
+            drain: Some(drain),
+        }
+    }
+
+    /// Waits for the process to exit by itself.
+    pub fn wait(mut self) -> std::process::ExitStatus {
+        let st = self.child.wait().expect("wait");
+        if let Some(d) = self.drain.take() {
+            let _ = d.join();
+        }
+        st
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
