@@ -182,11 +182,7 @@ struct SglangEvent {
 fn error_text(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
-        Value::Object(m) => m
-            .get("message")
-            .and_then(Value::as_str)
-            .map(str::to_string)
-            .unwrap_or_else(|| v.to_string()),
+        Value::Object(m) => m.get("message").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| v.to_string()),
         other => other.to_string(),
     }
 }
@@ -200,8 +196,7 @@ pub fn parse_event(api: Api, data: &str) -> Result<EventInfo, String> {
 }
 
 fn parse_openai(data: &str) -> Result<EventInfo, String> {
-    let ev: OpenAiEvent<'_> =
-        serde_json::from_str(data).map_err(|e| format!("malformed JSON event: {e}"))?;
+    let ev: OpenAiEvent<'_> = serde_json::from_str(data).map_err(|e| format!("malformed JSON event: {e}"))?;
     let mut info = EventInfo::default();
     if let Some(err) = &ev.error {
         info.error = Some(error_text(err));
@@ -246,12 +241,8 @@ fn parse_openai(data: &str) -> Result<EventInfo, String> {
 }
 
 fn parse_sglang(data: &str) -> Result<EventInfo, String> {
-    let ev: SglangEvent =
-        serde_json::from_str(data).map_err(|e| format!("malformed JSON event: {e}"))?;
-    let mut info = EventInfo {
-        cumulative_text: true,
-        ..Default::default()
-    };
+    let ev: SglangEvent = serde_json::from_str(data).map_err(|e| format!("malformed JSON event: {e}"))?;
+    let mut info = EventInfo { cumulative_text: true, ..Default::default() };
     if let Some(err) = &ev.error {
         info.error = Some(error_text(err));
         return Ok(info);
@@ -265,11 +256,7 @@ fn parse_sglang(data: &str) -> Result<EventInfo, String> {
         info.usage_completion_tokens = m.completion_tokens;
         info.finish_reason = match m.finish_reason {
             None | Some(Value::Null) => None,
-            Some(Value::Object(o)) => o
-                .get("type")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-                .or(Some("stop".into())),
+            Some(Value::Object(o)) => o.get("type").and_then(Value::as_str).map(str::to_string).or(Some("stop".into())),
             Some(Value::String(s)) => Some(s),
             Some(other) => Some(other.to_string()),
         };
@@ -280,12 +267,7 @@ fn parse_sglang(data: &str) -> Result<EventInfo, String> {
 /// Extracts the model id from a `/v1/models` response.
 pub fn first_model_id(body: &[u8]) -> Option<String> {
     let v: Value = serde_json::from_slice(body).ok()?;
-    v.get("data")?
-        .as_array()?
-        .first()?
-        .get("id")?
-        .as_str()
-        .map(str::to_string)
+    v.get("data")?.as_array()?.first()?.get("id")?.as_str().map(str::to_string)
 }
 
 #[cfg(test)]
@@ -294,17 +276,9 @@ mod tests {
 
     #[test]
     fn role_only_chat_chunk_is_not_a_token() {
-        let e = parse_event(
-            Api::OpenaiChat,
-            r#"{"choices":[{"delta":{"role":"assistant"},"index":0}]}"#,
-        )
-        .expect("parse");
+        let e = parse_event(Api::OpenaiChat, r#"{"choices":[{"delta":{"role":"assistant"},"index":0}]}"#).expect("parse");
         assert!(!e.has_token);
-        let e = parse_event(
-            Api::OpenaiChat,
-            r#"{"choices":[{"delta":{"role":"assistant","content":""}}]}"#,
-        )
-        .expect("parse");
+        let e = parse_event(Api::OpenaiChat, r#"{"choices":[{"delta":{"role":"assistant","content":""}}]}"#).expect("parse");
         assert!(!e.has_token);
     }
 
@@ -319,26 +293,17 @@ mod tests {
 
     #[test]
     fn usage_event_with_no_choices_is_read() {
-        let e = parse_event(Api::OpenaiCompletions, r#"{"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":64,"total_tokens":76}}"#).expect("parse");
-        assert_eq!(
-            (e.prompt_tokens, e.usage_completion_tokens, e.has_token),
-            (Some(12), Some(64), false)
-        );
+        let e =
+            parse_event(Api::OpenaiCompletions, r#"{"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":64,"total_tokens":76}}"#)
+                .expect("parse");
+        assert_eq!((e.prompt_tokens, e.usage_completion_tokens, e.has_token), (Some(12), Some(64), false));
     }
 
     #[test]
     fn error_payloads_are_recognised() {
-        let e = parse_event(
-            Api::OpenaiCompletions,
-            r#"{"error":{"message":"out of memory","code":500}}"#,
-        )
-        .expect("parse");
+        let e = parse_event(Api::OpenaiCompletions, r#"{"error":{"message":"out of memory","code":500}}"#).expect("parse");
         assert_eq!(e.error.as_deref(), Some("out of memory"));
-        let e = parse_event(
-            Api::OpenaiCompletions,
-            r#"{"object":"error","message":"bad"}"#,
-        )
-        .expect("parse");
+        let e = parse_event(Api::OpenaiCompletions, r#"{"object":"error","message":"bad"}"#).expect("parse");
         assert_eq!(e.error.as_deref(), Some("bad"));
     }
 
@@ -350,23 +315,19 @@ mod tests {
 
     #[test]
     fn sglang_meta_info_gives_cumulative_counts() {
-        let e = parse_event(Api::Sglang, r#"{"text":"ab","meta_info":{"prompt_tokens":5,"completion_tokens":2,"finish_reason":{"type":"length"}}}"#).expect("parse");
+        let e = parse_event(
+            Api::Sglang,
+            r#"{"text":"ab","meta_info":{"prompt_tokens":5,"completion_tokens":2,"finish_reason":{"type":"length"}}}"#,
+        )
+        .expect("parse");
         assert_eq!(e.completion_tokens_cumulative, Some(2));
         assert_eq!(e.finish_reason.as_deref(), Some("length"));
     }
 
     #[test]
     fn ignore_eos_sets_each_api_field() {
-        let r = RequestBody {
-            model: Some("m"),
-            prompt: "hi",
-            max_tokens: 8,
-            stream: true,
-            ignore_eos: true,
-            eos_token_id: Some(2),
-        };
-        let v: Value =
-            serde_json::from_slice(&build_body(Api::OpenaiCompletions, &r)).expect("json");
+        let r = RequestBody { model: Some("m"), prompt: "hi", max_tokens: 8, stream: true, ignore_eos: true, eos_token_id: Some(2) };
+        let v: Value = serde_json::from_slice(&build_body(Api::OpenaiCompletions, &r)).expect("json");
         assert_eq!(v["ignore_eos"], true);
         assert_eq!(v["min_tokens"], 8);
         assert_eq!(v["logit_bias"]["2"], -100);

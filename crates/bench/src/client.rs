@@ -34,20 +34,13 @@ pub struct HttpClient {
 impl std::fmt::Debug for HttpClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The API key is never printed.
-        f.debug_struct("HttpClient")
-            .field("base", &self.base)
-            .field("auth", &self.auth.is_some())
-            .finish()
+        f.debug_struct("HttpClient").field("base", &self.base).field("auth", &self.auth.is_some()).finish()
     }
 }
 
 /// Checks a base URL and returns it without a trailing slash.
 pub fn normalize_base_url(url: &str) -> Result<String, InputError> {
-    let u: Uri = url.parse().map_err(|e| {
-        InputError(format!(
-            "--url {url:?} is not a URL ({e}): write it like http://127.0.0.1:30000"
-        ))
-    })?;
+    let u: Uri = url.parse().map_err(|e| InputError(format!("--url {url:?} is not a URL ({e}): write it like http://127.0.0.1:30000")))?;
     match u.scheme_str() {
         Some("http") => {}
         Some("https") => {
@@ -58,9 +51,7 @@ pub fn normalize_base_url(url: &str) -> Result<String, InputError> {
         _ => return Err(InputError(format!("--url {url:?} has no http:// scheme: write it like http://127.0.0.1:30000"))),
     }
     if u.host().is_none() {
-        return Err(InputError(format!(
-            "--url {url:?} has no host: write it like http://127.0.0.1:30000"
-        )));
+        return Err(InputError(format!("--url {url:?} has no host: write it like http://127.0.0.1:30000")));
     }
     Ok(url.trim_end_matches('/').to_string())
 }
@@ -83,9 +74,10 @@ impl HttpClient {
             .pool_idle_timeout(std::time::Duration::from_secs(60))
             .build(conn);
         let auth = match api_key {
-            Some(k) => Some(HeaderValue::from_str(&format!("Bearer {k}")).map_err(|_| {
-                InputError("the API key has characters not allowed in an HTTP header".into())
-            })?),
+            Some(k) => Some(
+                HeaderValue::from_str(&format!("Bearer {k}"))
+                    .map_err(|_| InputError("the API key has characters not allowed in an HTTP header".into()))?,
+            ),
             None => None,
         };
         Ok(Self { client, base, auth })
@@ -95,12 +87,7 @@ impl HttpClient {
         &self.base
     }
 
-    fn request(
-        &self,
-        method: Method,
-        url: &str,
-        body: Bytes,
-    ) -> Result<Request<Full<Bytes>>, String> {
+    fn request(&self, method: Method, url: &str, body: Bytes) -> Result<Request<Full<Bytes>>, String> {
         let mut b = Request::builder().method(method).uri(url);
         if !body.is_empty() {
             b = b.header(header::CONTENT_TYPE, "application/json");
@@ -108,28 +95,14 @@ impl HttpClient {
         if let Some(a) = &self.auth {
             b = b.header(header::AUTHORIZATION, a.clone());
         }
-        b.body(Full::new(body))
-            .map_err(|e| format!("cannot build a request for {url}: {e}"))
+        b.body(Full::new(body)).map_err(|e| format!("cannot build a request for {url}: {e}"))
     }
 
     /// GET or POST a URL (absolute, or a path under the base) and read at most 16 MiB of the answer.
-    pub async fn simple(
-        &self,
-        method: Method,
-        path_or_url: &str,
-        body: Bytes,
-    ) -> Result<Simple, String> {
-        let url = if path_or_url.starts_with("http") {
-            path_or_url.to_string()
-        } else {
-            format!("{}{}", self.base, path_or_url)
-        };
+    pub async fn simple(&self, method: Method, path_or_url: &str, body: Bytes) -> Result<Simple, String> {
+        let url = if path_or_url.starts_with("http") { path_or_url.to_string() } else { format!("{}{}", self.base, path_or_url) };
         let req = self.request(method, &url, body)?;
-        let resp = self
-            .client
-            .request(req)
-            .await
-            .map_err(|e| describe_client_error(&url, &e))?;
+        let resp = self.client.request(req).await.map_err(|e| describe_client_error(&url, &e))?;
         let status = resp.status().as_u16();
         let body = Limited::new(resp.into_body(), 16 << 20)
             .collect()
@@ -150,22 +123,12 @@ impl HttpClient {
         rec.actual_ns = since(x.t0);
         let resp = match self.client.request(req).await {
             Ok(r) => r,
-            Err(e) => {
-                return rec.fail(
-                    ErrorKind::Connect,
-                    describe_client_error(&url, &e),
-                    since(x.t0),
-                )
-            }
+            Err(e) => return rec.fail(ErrorKind::Connect, describe_client_error(&url, &e), since(x.t0)),
         };
         let status = resp.status().as_u16();
         rec.status = Some(status);
         if status != 200 {
-            let body = Limited::new(resp.into_body(), 4096)
-                .collect()
-                .await
-                .map(|b| b.to_bytes())
-                .unwrap_or_default();
+            let body = Limited::new(resp.into_body(), 4096).collect().await.map(|b| b.to_bytes()).unwrap_or_default();
             let text = String::from_utf8_lossy(&body);
             let text = text.trim();
             let detail = if text.is_empty() {
@@ -175,12 +138,7 @@ impl HttpClient {
             };
             return rec.fail(ErrorKind::HttpStatus, detail, since(x.t0));
         }
-        let ctype = resp
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_ascii_lowercase();
+        let ctype = resp.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_ascii_lowercase();
         let mut body = resp.into_body();
         let sse = ctype.contains("text/event-stream");
         if !x.stream || !sse {
@@ -194,13 +152,7 @@ impl HttpClient {
             // Non-streaming (or a server that ignored `stream`): one JSON document.
             let body = match Limited::new(body, 64 << 20).collect().await {
                 Ok(b) => b.to_bytes(),
-                Err(e) => {
-                    return rec.fail(
-                        ErrorKind::TruncatedStream,
-                        format!("the response body broke off: {e}"),
-                        since(x.t0),
-                    )
-                }
+                Err(e) => return rec.fail(ErrorKind::TruncatedStream, format!("the response body broke off: {e}"), since(x.t0)),
             };
             let now = since(x.t0);
             let text = String::from_utf8_lossy(&body);
@@ -217,16 +169,8 @@ impl HttpClient {
             if let Some(t) = x.tokenizer {
                 rec.output_tokens_tokenizer = Some(t.count(&info.text) as u64);
             }
-            let tokens = rec
-                .output_tokens_server
-                .or(rec.output_tokens_tokenizer)
-                .unwrap_or(u64::from(info.has_token))
-                .max(1);
-            rec.chunks.push(Chunk {
-                at_ns: now,
-                tokens: tokens as u32,
-                content: info.has_content,
-            });
+            let tokens = rec.output_tokens_server.or(rec.output_tokens_tokenizer).unwrap_or(u64::from(info.has_token)).max(1);
+            rec.chunks.push(Chunk { at_ns: now, tokens: tokens as u32, content: info.has_content });
             rec.output_tokens_chunks = tokens;
             x.tokens_counter.fetch_add(tokens, Ordering::Relaxed);
             rec.end_ns = now;
@@ -247,11 +191,7 @@ impl HttpClient {
             match body.frame().await {
                 None => break,
                 Some(Err(e)) => {
-                    return rec.fail(
-                        ErrorKind::TruncatedStream,
-                        format!("the connection broke mid-stream: {e}"),
-                        since(x.t0),
-                    );
+                    return rec.fail(ErrorKind::TruncatedStream, format!("the connection broke mid-stream: {e}"), since(x.t0));
                 }
                 Some(Ok(frame)) => {
                     let Ok(data) = frame.into_data() else {
@@ -262,8 +202,7 @@ impl HttpClient {
                     if let Err(e) = parser.feed(&data, &mut |ev| st.on_event(&ev.data, now, rec)) {
                         return rec.fail(ErrorKind::MalformedEvent, e.to_string(), now);
                     }
-                    x.tokens_counter
-                        .fetch_add(rec.output_tokens_chunks - before, Ordering::Relaxed);
+                    x.tokens_counter.fetch_add(rec.output_tokens_chunks - before, Ordering::Relaxed);
                     if let Some((k, d)) = st.err.take() {
                         return rec.fail(k, d, now);
                     }
@@ -275,8 +214,7 @@ impl HttpClient {
         if let Err(e) = parser.finish(&mut |ev| st.on_event(&ev.data, now, rec)) {
             return rec.fail(ErrorKind::MalformedEvent, e.to_string(), now);
         }
-        x.tokens_counter
-            .fetch_add(rec.output_tokens_chunks - before, Ordering::Relaxed);
+        x.tokens_counter.fetch_add(rec.output_tokens_chunks - before, Ordering::Relaxed);
         if let Some((k, d)) = st.err.take() {
             return rec.fail(k, d, now);
         }
@@ -285,11 +223,7 @@ impl HttpClient {
         }
         rec.end_ns = now;
         if !st.done && rec.finish_reason.is_none() {
-            rec.fail(
-                ErrorKind::TruncatedStream,
-                "the stream ended without [DONE] or a finish_reason",
-                now,
-            );
+            rec.fail(ErrorKind::TruncatedStream, "the stream ended without [DONE] or a finish_reason", now);
         }
     }
 }
@@ -330,18 +264,12 @@ impl StreamState {
         let info = match parse_event(self.api, d) {
             Ok(i) => i,
             Err(e) => {
-                self.err = Some((
-                    ErrorKind::MalformedEvent,
-                    format!("{e} in event {:?}", truncate(d, 120)),
-                ));
+                self.err = Some((ErrorKind::MalformedEvent, format!("{e} in event {:?}", truncate(d, 120))));
                 return;
             }
         };
         if let Some(e) = info.error {
-            self.err = Some((
-                ErrorKind::ErrorPayload,
-                format!("the server sent an error mid-stream: {}", truncate(&e, 300)),
-            ));
+            self.err = Some((ErrorKind::ErrorPayload, format!("the server sent an error mid-stream: {}", truncate(&e, 300))));
             return;
         }
         if info.prompt_tokens.is_some() {
@@ -355,9 +283,7 @@ impl StreamState {
         }
         if info.cumulative_text {
             // sglang: text and completion_tokens are cumulative.
-            let delta_tokens = info
-                .completion_tokens_cumulative
-                .map(|c| c.saturating_sub(self.prev_cum));
+            let delta_tokens = info.completion_tokens_cumulative.map(|c| c.saturating_sub(self.prev_cum));
             if let Some(c) = info.completion_tokens_cumulative {
                 self.prev_cum = self.prev_cum.max(c);
             }
@@ -368,22 +294,14 @@ impl StreamState {
             }
             self.prev_text_len = self.prev_text_len.max(info.text.len());
             if tokens > 0 {
-                rec.chunks.push(Chunk {
-                    at_ns: now,
-                    tokens: tokens as u32,
-                    content: true,
-                });
+                rec.chunks.push(Chunk { at_ns: now, tokens: tokens as u32, content: true });
                 rec.output_tokens_chunks += tokens;
             }
         } else if info.has_token {
             if self.keep_text {
                 self.text.push_str(&info.text);
             }
-            rec.chunks.push(Chunk {
-                at_ns: now,
-                tokens: 1,
-                content: info.has_content,
-            });
+            rec.chunks.push(Chunk { at_ns: now, tokens: 1, content: info.has_content });
             rec.output_tokens_chunks += 1;
         }
     }

@@ -39,10 +39,7 @@ pub struct DefinedMetric {
 
 /// Computes the latency metrics of `records` (completed, measured) under `d`.
 pub fn compute(d: Definitions, records: &[RequestRecord]) -> Vec<DefinedMetric> {
-    let ok: Vec<&RequestRecord> = records
-        .iter()
-        .filter(|r| !r.warmup && r.ok() && !r.chunks.is_empty())
-        .collect();
+    let ok: Vec<&RequestRecord> = records.iter().filter(|r| !r.warmup && r.ok() && !r.chunks.is_empty()).collect();
     let ms = |ns: u64| ns as f64 / 1e6;
     let mut out = Vec::new();
     let mut add = |name, definition, f: &dyn Fn(&RequestRecord, &mut Recorder)| {
@@ -50,125 +47,67 @@ pub fn compute(d: Definitions, records: &[RequestRecord]) -> Vec<DefinedMetric> 
         for r in &ok {
             f(r, &mut rec);
         }
-        out.push(DefinedMetric {
-            name,
-            definition,
-            summary_ms: rec.summary(),
-        });
+        out.push(DefinedMetric { name, definition, summary_ms: rec.summary() });
     };
     let first = |r: &RequestRecord| r.chunks[0].at_ns;
     let last = |r: &RequestRecord| r.chunks[r.chunks.len() - 1].at_ns;
     let n = |r: &RequestRecord| r.output_tokens();
     match d {
         Definitions::Servetune => {
-            add(
-                "ttft",
-                "first token-carrying chunk - intended send (coordinated-omission corrected)",
-                &|r, h| h.record_ns(first(r) - r.intended_ns.min(first(r))),
-            );
-            add(
-                "itl",
-                "gap between consecutive token-carrying chunks, pooled",
-                &|r, h| {
-                    r.chunks
-                        .windows(2)
-                        .for_each(|w| h.record_ns(w[1].at_ns - w[0].at_ns))
-                },
-            );
-            add(
-                "tpot",
-                "(last chunk - first chunk) / (output tokens - 1)",
-                &|r, h| {
-                    if n(r) >= 2 {
-                        h.record_ms(ms(last(r) - first(r)) / (n(r) - 1) as f64)
-                    }
-                },
-            );
-            add("e2e", "end of response - intended send", &|r, h| {
-                h.record_ns(r.end_ns - r.intended_ns.min(r.end_ns))
+            add("ttft", "first token-carrying chunk - intended send (coordinated-omission corrected)", &|r, h| {
+                h.record_ns(first(r) - r.intended_ns.min(first(r)))
             });
+            add("itl", "gap between consecutive token-carrying chunks, pooled", &|r, h| {
+                r.chunks.windows(2).for_each(|w| h.record_ns(w[1].at_ns - w[0].at_ns))
+            });
+            add("tpot", "(last chunk - first chunk) / (output tokens - 1)", &|r, h| {
+                if n(r) >= 2 {
+                    h.record_ms(ms(last(r) - first(r)) / (n(r) - 1) as f64)
+                }
+            });
+            add("e2e", "end of response - intended send", &|r, h| h.record_ns(r.end_ns - r.intended_ns.min(r.end_ns)));
         }
         Definitions::Sglang | Definitions::Vllm => {
-            add(
-                "ttft",
-                "first chunk with content - request start (actual send; no correction)",
-                &|r, h| h.record_ns(first(r) - r.actual_ns.min(first(r))),
-            );
-            add(
-                "itl",
-                "gaps between chunks, pooled over all requests",
-                &|r, h| {
-                    r.chunks
-                        .windows(2)
-                        .for_each(|w| h.record_ns(w[1].at_ns - w[0].at_ns))
-                },
-            );
+            add("ttft", "first chunk with content - request start (actual send; no correction)", &|r, h| {
+                h.record_ns(first(r) - r.actual_ns.min(first(r)))
+            });
+            add("itl", "gaps between chunks, pooled over all requests", &|r, h| {
+                r.chunks.windows(2).for_each(|w| h.record_ns(w[1].at_ns - w[0].at_ns))
+            });
             add("tpot", "(E2E - TTFT) / (output tokens - 1)", &|r, h| {
                 if n(r) >= 2 {
                     h.record_ms(ms(r.end_ns - first(r)) / (n(r) - 1) as f64)
                 }
             });
-            add(
-                "e2e",
-                "response end - request start (actual send)",
-                &|r, h| h.record_ns(r.end_ns - r.actual_ns.min(r.end_ns)),
-            );
+            add("e2e", "response end - request start (actual send)", &|r, h| h.record_ns(r.end_ns - r.actual_ns.min(r.end_ns)));
         }
         Definitions::Aiperf => {
-            add(
-                "ttft",
-                "first response - request start (actual send)",
-                &|r, h| h.record_ns(first(r) - r.actual_ns.min(first(r))),
-            );
-            add(
-                "ttst",
-                "second token-carrying response - request start",
-                &|r, h| {
-                    if r.chunks.len() >= 2 {
-                        h.record_ns(r.chunks[1].at_ns - r.actual_ns.min(r.chunks[1].at_ns))
-                    }
-                },
-            );
-            add(
-                "itl",
-                "(E2E - TTFT) / (output tokens - 1), per request",
-                &|r, h| {
-                    if n(r) >= 2 {
-                        h.record_ms(ms(r.end_ns - first(r)) / (n(r) - 1) as f64)
-                    }
-                },
-            );
-            add("e2e", "response end - request start", &|r, h| {
-                h.record_ns(r.end_ns - r.actual_ns.min(r.end_ns))
+            add("ttft", "first response - request start (actual send)", &|r, h| h.record_ns(first(r) - r.actual_ns.min(first(r))));
+            add("ttst", "second token-carrying response - request start", &|r, h| {
+                if r.chunks.len() >= 2 {
+                    h.record_ns(r.chunks[1].at_ns - r.actual_ns.min(r.chunks[1].at_ns))
+                }
             });
+            add("itl", "(E2E - TTFT) / (output tokens - 1), per request", &|r, h| {
+                if n(r) >= 2 {
+                    h.record_ms(ms(r.end_ns - first(r)) / (n(r) - 1) as f64)
+                }
+            });
+            add("e2e", "response end - request start", &|r, h| h.record_ns(r.end_ns - r.actual_ns.min(r.end_ns)));
         }
         Definitions::Guidellm => {
-            add(
-                "ttft",
-                "first token - request start (actual send)",
-                &|r, h| h.record_ns(first(r) - r.actual_ns.min(first(r))),
-            );
-            add(
-                "itl",
-                "(last token - first token) / (output tokens - 1), per request",
-                &|r, h| {
-                    if n(r) >= 2 {
-                        h.record_ms(ms(last(r) - first(r)) / (n(r) - 1) as f64)
-                    }
-                },
-            );
-            add(
-                "tpot",
-                "(last token - request start) / output tokens (includes TTFT)",
-                &|r, h| {
-                    if n(r) >= 1 {
-                        h.record_ms(ms(last(r) - r.actual_ns.min(last(r))) / n(r) as f64)
-                    }
-                },
-            );
-            add("e2e", "response end - request start", &|r, h| {
-                h.record_ns(r.end_ns - r.actual_ns.min(r.end_ns))
+            add("ttft", "first token - request start (actual send)", &|r, h| h.record_ns(first(r) - r.actual_ns.min(first(r))));
+            add("itl", "(last token - first token) / (output tokens - 1), per request", &|r, h| {
+                if n(r) >= 2 {
+                    h.record_ms(ms(last(r) - first(r)) / (n(r) - 1) as f64)
+                }
             });
+            add("tpot", "(last token - request start) / output tokens (includes TTFT)", &|r, h| {
+                if n(r) >= 1 {
+                    h.record_ms(ms(last(r) - r.actual_ns.min(last(r))) / n(r) as f64)
+                }
+            });
+            add("e2e", "response end - request start", &|r, h| h.record_ns(r.end_ns - r.actual_ns.min(r.end_ns)));
         }
     }
     out
@@ -186,23 +125,13 @@ mod tests {
         let mut r = RequestRecord::new(0, false, 0, 1, 3);
         r.actual_ns = 10 * MS;
         r.end_ns = 70 * MS;
-        r.chunks = [50, 60, 70]
-            .iter()
-            .map(|&t| Chunk {
-                at_ns: t * MS,
-                tokens: 1,
-                content: true,
-            })
-            .collect();
+        r.chunks = [50, 60, 70].iter().map(|&t| Chunk { at_ns: t * MS, tokens: 1, content: true }).collect();
         r.output_tokens_chunks = 3;
         r
     }
 
     fn get(v: &[DefinedMetric], name: &str) -> f64 {
-        v.iter()
-            .find(|m| m.name == name)
-            .map(|m| m.summary_ms.p50)
-            .unwrap_or(f64::NAN)
+        v.iter().find(|m| m.name == name).map(|m| m.summary_ms.p50).unwrap_or(f64::NAN)
     }
 
     #[test]

@@ -15,14 +15,8 @@ fn columns(r: &RunReport) -> Vec<(&'static str, String)> {
         ("ok", r.requests.completed.to_string()),
         ("failed", r.requests.failed.to_string()),
         ("req/s", format!("{:.2}", r.throughput.requests_per_s)),
-        (
-            "out tok/s",
-            format!("{:.1}", r.throughput.output_tokens_per_s),
-        ),
-        (
-            "total tok/s",
-            format!("{:.1}", r.throughput.total_tokens_per_s),
-        ),
+        ("out tok/s", format!("{:.1}", r.throughput.output_tokens_per_s)),
+        ("total tok/s", format!("{:.1}", r.throughput.total_tokens_per_s)),
         ("TTFT p50", ms(l.ttft.p50)),
         ("TTFT p99", ms(l.ttft.p99)),
         ("TTFT p99 uncorr", ms(l.ttft_uncorrected.p99)),
@@ -72,14 +66,7 @@ pub fn text_table(headers: &[&str], rows: &[Vec<String>]) -> String {
         s.trim_end().to_string() + "\n"
     };
     let mut out = line(headers.to_vec());
-    out.push_str(&line(
-        w.iter()
-            .map(|n| "-".repeat(*n))
-            .collect::<Vec<_>>()
-            .iter()
-            .map(String::as_str)
-            .collect(),
-    ));
+    out.push_str(&line(w.iter().map(|n| "-".repeat(*n)).collect::<Vec<_>>().iter().map(String::as_str).collect()));
     for r in rows {
         out.push_str(&line(r.iter().map(String::as_str).collect()));
     }
@@ -104,16 +91,8 @@ pub fn write_terminal(rep: &BenchReport, mut w: impl Write) -> io::Result<()> {
         writeln!(w, "  note: {n}")?;
     }
     writeln!(w)?;
-    let headers: Vec<&str> = rep
-        .runs
-        .first()
-        .map(|r| columns(r).iter().map(|(h, _)| *h).collect())
-        .unwrap_or_default();
-    let rows: Vec<Vec<String>> = rep
-        .runs
-        .iter()
-        .map(|r| columns(r).into_iter().map(|(_, v)| v).collect())
-        .collect();
+    let headers: Vec<&str> = rep.runs.first().map(|r| columns(r).iter().map(|(h, _)| *h).collect()).unwrap_or_default();
+    let rows: Vec<Vec<String>> = rep.runs.iter().map(|r| columns(r).into_iter().map(|(_, v)| v).collect()).collect();
     if !headers.is_empty() {
         writeln!(w, "latencies in ms; TTFT/E2E measured from the intended send time (\"uncorr\": from the actual send)")?;
         write!(w, "{}", text_table(&headers, &rows))?;
@@ -123,11 +102,7 @@ pub fn write_terminal(rep: &BenchReport, mut w: impl Write) -> io::Result<()> {
         if let Some(st) = &r.steady_state {
             lines.push(format!(
                 "steady state {:.1}s-{:.1}s: {:.1} out tok/s, {:.1} in flight (target {:.1})",
-                st.start_s,
-                st.end_s,
-                st.output_tokens_per_s,
-                st.mean_in_flight,
-                st.target_in_flight
+                st.start_s, st.end_s, st.output_tokens_per_s, st.mean_in_flight, st.target_in_flight
             ));
         }
         if let Some(g) = &r.goodput {
@@ -152,23 +127,14 @@ pub fn write_terminal(rep: &BenchReport, mut w: impl Write) -> io::Result<()> {
                 if g.all_met {
                     "SLOs met".to_string()
                 } else if g.slos.iter().all(|s| s.met) {
-                    format!(
-                        "SLO percentiles met, but {} request(s) failed",
-                        r.requests.failed
-                    )
+                    format!("SLO percentiles met, but {} request(s) failed", r.requests.failed)
                 } else {
                     "SLOs NOT met".to_string()
                 },
                 parts.join(", ")
             ));
         }
-        let errs: Vec<String> = r
-            .requests
-            .errors
-            .iter()
-            .filter(|(_, n)| **n > 0)
-            .map(|(k, n)| format!("{k}={n}"))
-            .collect();
+        let errs: Vec<String> = r.requests.errors.iter().filter(|(_, n)| **n > 0).map(|(k, n)| format!("{k}={n}")).collect();
         if !errs.is_empty() {
             lines.push(format!("errors: {}", errs.join(" ")));
             for (k, ex) in &r.requests.error_examples {
@@ -193,10 +159,7 @@ pub fn write_terminal(rep: &BenchReport, mut w: impl Write) -> io::Result<()> {
     if let Some(s) = &rep.saturation {
         writeln!(w, "\nsaturation: {}", s.evidence)?;
     } else if rep.runs.len() > 1 {
-        writeln!(
-            w,
-            "\nsaturation: none found (throughput still rises at the highest load tried)"
-        )?;
+        writeln!(w, "\nsaturation: none found (throughput still rises at the highest load tried)")?;
     }
     if let Some(d) = &rep.definitions {
         writeln!(w, "\nunder {} definitions (ms):", d.tool.name())?;
@@ -213,14 +176,7 @@ pub fn write_terminal(rep: &BenchReport, mut w: impl Write) -> io::Result<()> {
                 ]);
             }
         }
-        write!(
-            w,
-            "{}",
-            text_table(
-                &["load", "metric", "mean", "p50", "p99", "definition"],
-                &rows
-            )
-        )?;
+        write!(w, "{}", text_table(&["load", "metric", "mean", "p50", "p99", "definition"], &rows))?;
     }
     Ok(())
 }
@@ -228,30 +184,13 @@ pub fn write_terminal(rep: &BenchReport, mut w: impl Write) -> io::Result<()> {
 /// Markdown: the same table and findings.
 pub fn write_markdown(rep: &BenchReport, mut w: impl Write) -> io::Result<()> {
     let c = &rep.config;
-    writeln!(
-        w,
-        "# servetune bench{}\n",
-        if rep.partial { " (partial)" } else { "" }
-    )?;
-    writeln!(
-        w,
-        "- url: `{}`, api: `{}`, model: `{}`",
-        c.url,
-        c.api.name(),
-        c.model.as_deref().unwrap_or("-")
-    )?;
-    writeln!(
-        w,
-        "- input tokens: {}, output tokens: {}, seed: {}, warmup: {}",
-        c.input, c.output, c.seed, c.warmup
-    )?;
+    writeln!(w, "# servetune bench{}\n", if rep.partial { " (partial)" } else { "" })?;
+    writeln!(w, "- url: `{}`, api: `{}`, model: `{}`", c.url, c.api.name(), c.model.as_deref().unwrap_or("-"))?;
+    writeln!(w, "- input tokens: {}, output tokens: {}, seed: {}, warmup: {}", c.input, c.output, c.seed, c.warmup)?;
     for n in &rep.notes {
         writeln!(w, "- {n}")?;
     }
-    writeln!(
-        w,
-        "\nLatencies in ms, measured from the intended send time (uncorr: from the actual send).\n"
-    )?;
+    writeln!(w, "\nLatencies in ms, measured from the intended send time (uncorr: from the actual send).\n")?;
     if let Some(first) = rep.runs.first() {
         let h: Vec<&str> = columns(first).iter().map(|(h, _)| *h).collect();
         writeln!(w, "| {} |", h.join(" | "))?;
@@ -324,11 +263,7 @@ pub fn write_csv(rep: &BenchReport, mut w: impl Write) -> io::Result<()> {
 }
 
 /// `--records`: one JSON line per request, with the run's label.
-pub fn write_records(
-    rep: &BenchReport,
-    records: &[Vec<RequestRecord>],
-    mut w: impl Write,
-) -> io::Result<()> {
+pub fn write_records(rep: &BenchReport, records: &[Vec<RequestRecord>], mut w: impl Write) -> io::Result<()> {
     for (run, recs) in rep.runs.iter().zip(records) {
         for r in recs {
             let mut v = serde_json::to_value(r)?;

@@ -93,13 +93,7 @@ pub struct RequestRecord {
 }
 
 impl RequestRecord {
-    pub fn new(
-        index: u64,
-        warmup: bool,
-        intended_ns: u64,
-        input_tokens_planned: u32,
-        output_tokens_requested: u32,
-    ) -> Self {
+    pub fn new(index: u64, warmup: bool, intended_ns: u64, input_tokens_planned: u32, output_tokens_requested: u32) -> Self {
         Self {
             index,
             warmup,
@@ -122,15 +116,12 @@ impl RequestRecord {
 
     /// Output tokens, reconciled: the server's usage first, then the tokenizer, then chunks.
     pub fn output_tokens(&self) -> u64 {
-        self.output_tokens_server
-            .or(self.output_tokens_tokenizer)
-            .unwrap_or(self.output_tokens_chunks)
+        self.output_tokens_server.or(self.output_tokens_tokenizer).unwrap_or(self.output_tokens_chunks)
     }
 
     /// Input tokens: the server's count when it gave one, else the plan.
     pub fn input_tokens(&self) -> u64 {
-        self.input_tokens_server
-            .unwrap_or(self.input_tokens_planned as u64)
+        self.input_tokens_server.unwrap_or(self.input_tokens_planned as u64)
     }
 
     pub fn ok(&self) -> bool {

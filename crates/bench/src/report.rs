@@ -145,26 +145,17 @@ struct PerRequest {
 
 fn per_request(r: &RequestRecord) -> PerRequest {
     let ms = |ns: u64| ns as f64 / 1e6;
-    let ttft_ms = r
-        .first_token_ns()
-        .map(|t| ms(t.saturating_sub(r.intended_ns)));
+    let ttft_ms = r.first_token_ns().map(|t| ms(t.saturating_sub(r.intended_ns)));
     let out = r.output_tokens();
     let tpot_ms = match (r.chunks.first(), r.chunks.last()) {
-        (Some(f), Some(l)) if out >= 2 && r.chunks.len() >= 2 => {
-            Some(ms(l.at_ns - f.at_ns) / (out - 1) as f64)
-        }
+        (Some(f), Some(l)) if out >= 2 && r.chunks.len() >= 2 => Some(ms(l.at_ns - f.at_ns) / (out - 1) as f64),
         _ => None,
     };
     let itl_mean_ms = (r.chunks.len() >= 2).then(|| {
         let (f, l) = (r.chunks[0].at_ns, r.chunks[r.chunks.len() - 1].at_ns);
         ms(l - f) / (r.chunks.len() - 1) as f64
     });
-    PerRequest {
-        ttft_ms,
-        tpot_ms,
-        itl_mean_ms,
-        e2e_ms: ms(r.end_ns.saturating_sub(r.intended_ns)),
-    }
+    PerRequest { ttft_ms, tpot_ms, itl_mean_ms, e2e_ms: ms(r.end_ns.saturating_sub(r.intended_ns)) }
 }
 
 fn slo_value(p: &PerRequest, m: SloMetric) -> Option<f64> {
@@ -177,16 +168,11 @@ fn slo_value(p: &PerRequest, m: SloMetric) -> Option<f64> {
 }
 
 /// Builds the report of one load point.
-pub fn compute(
-    records: &[RequestRecord],
-    ctx: &RunContext<'_>,
-    server_metrics: Option<ServerMetrics>,
-) -> RunReport {
+pub fn compute(records: &[RequestRecord], ctx: &RunContext<'_>, server_metrics: Option<ServerMetrics>) -> RunReport {
     let measured: Vec<&RequestRecord> = records.iter().filter(|r| !r.warmup).collect();
     let warmup = records.len() as u64 - measured.len() as u64;
 
-    let mut errors: BTreeMap<&'static str, u64> =
-        ErrorKind::ALL.iter().map(|k| (k.name(), 0)).collect();
+    let mut errors: BTreeMap<&'static str, u64> = ErrorKind::ALL.iter().map(|k| (k.name(), 0)).collect();
     let mut error_examples: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
     let (mut completed, mut failed, mut stopped_early, mut mismatches) = (0u64, 0u64, 0u64, 0u64);
 
@@ -240,11 +226,7 @@ pub fn compute(
             ttfc.record_ns(t.saturating_sub(r.intended_ns));
         }
         // Tokens per chunk: scale the chunk counts so they add up to the reconciled output count.
-        let scale = if r.output_tokens_chunks > 0 {
-            out as f64 / r.output_tokens_chunks as f64
-        } else {
-            1.0
-        };
+        let scale = if r.output_tokens_chunks > 0 { out as f64 / r.output_tokens_chunks as f64 } else { 1.0 };
         for w in r.chunks.windows(2) {
             let gap = w[1].at_ns - w[0].at_ns;
             itl.record_ns(gap);
@@ -273,11 +255,7 @@ pub fn compute(
         }
     }
 
-    let duration_ns = if end > start && start != u64::MAX {
-        end - start
-    } else {
-        0
-    };
+    let duration_ns = if end > start && start != u64::MAX { end - start } else { 0 };
     let dur_s = duration_ns as f64 / NS;
     let per_s = |n: u64| if dur_s > 0.0 { n as f64 / dur_s } else { 0.0 };
     let throughput = Throughput {
@@ -288,14 +266,8 @@ pub fn compute(
     };
 
     let (steady_state, max_in_flight) = steady_state(&measured, ctx);
-    let concurrency_achieved = Concurrency {
-        mean: if duration_ns > 0 {
-            busy_ns as f64 / duration_ns as f64
-        } else {
-            0.0
-        },
-        max: max_in_flight,
-    };
+    let concurrency_achieved =
+        Concurrency { mean: if duration_ns > 0 { busy_ns as f64 / duration_ns as f64 } else { 0.0 }, max: max_in_flight };
 
     let total = completed + failed;
     let goodput = (!ctx.slos.is_empty()).then(|| {
@@ -316,22 +288,11 @@ pub fn compute(
             })
             .collect();
         let all_met = slos.iter().all(|s| s.met) && failed == 0;
-        Goodput {
-            requests_per_s: per_s(good),
-            fraction: if total > 0 {
-                good as f64 / total as f64
-            } else {
-                0.0
-            },
-            slos,
-            all_met,
-        }
+        Goodput { requests_per_s: per_s(good), fraction: if total > 0 { good as f64 / total as f64 } else { 0.0 }, slos, all_met }
     });
 
     let lag_s = lag.summary();
-    let (first_send, last_send) = measured.iter().fold((u64::MAX, 0), |(a, b), r| {
-        (a.min(r.actual_ns), b.max(r.actual_ns))
-    });
+    let (first_send, last_send) = measured.iter().fold((u64::MAX, 0), |(a, b), r| (a.min(r.actual_ns), b.max(r.actual_ns)));
     let achieved_send_rate_per_s = if measured.len() > 1 && last_send > first_send {
         (measured.len() - 1) as f64 / ((last_send - first_send) as f64 / NS)
     } else {
@@ -359,25 +320,16 @@ pub fn compute(
             "{mismatches} of {completed} completed requests: the server's usage.completion_tokens differs from the number of token chunks (several tokens per chunk, e.g. speculative decoding, or a server that miscounts). Output counts use the server's usage."
         ));
     }
-    let no_usage = measured
-        .iter()
-        .filter(|r| {
-            r.ok() && r.output_tokens_server.is_none() && r.output_tokens_tokenizer.is_none()
-        })
-        .count();
+    let no_usage = measured.iter().filter(|r| r.ok() && r.output_tokens_server.is_none() && r.output_tokens_tokenizer.is_none()).count();
     if no_usage > 0 {
         notes.push(format!(
             "{no_usage} of {completed} completed requests carried no server token count (usage): their output tokens are the number of token-carrying chunks, which undercounts when a chunk holds several tokens or a token has no text; give --tokenizer for exact counts"
         ));
     }
     if failed > 0 {
-        let worst = errors
-            .iter()
-            .filter(|(_, n)| **n > 0)
-            .max_by_key(|(_, n)| **n)
-            .map(|(k, n)| format!("{k} x{n}"))
-            .unwrap_or_default();
-        notes.push(format!("{failed} of {total} requests failed (most: {worst}); they count against goodput and are listed in the records"));
+        let worst = errors.iter().filter(|(_, n)| **n > 0).max_by_key(|(_, n)| **n).map(|(k, n)| format!("{k} x{n}")).unwrap_or_default();
+        notes
+            .push(format!("{failed} of {total} requests failed (most: {worst}); they count against goodput and are listed in the records"));
     }
     if ctx.partial {
         notes.push("PARTIAL: the run was stopped before its end; these numbers cover what was measured until then".into());
@@ -394,15 +346,7 @@ pub fn compute(
         rate,
         partial: ctx.partial,
         duration_s: dur_s,
-        requests: RequestCounts {
-            completed,
-            failed,
-            errors,
-            warmup,
-            stopped_early,
-            token_count_mismatches: mismatches,
-            error_examples,
-        },
+        requests: RequestCounts { completed, failed, errors, warmup, stopped_early, token_count_mismatches: mismatches, error_examples },
         latency_ms: Latency {
             ttft: ttft.summary(),
             ttft_uncorrected: ttft_u.summary(),
@@ -446,37 +390,21 @@ fn steady_state(measured: &[&RequestRecord], ctx: &RunContext<'_>) -> (Option<St
             let thr = (0.9 * target).ceil() as i64;
             let first = steps.iter().find(|(_, c)| *c >= thr).map(|(t, _)| *t);
             let last = steps.iter().rev().find(|(_, c)| *c >= thr).map(|(t, _)| *t);
-            let last_drop = last.and_then(|l| {
-                steps
-                    .iter()
-                    .find(|(t, c)| *t >= l && *c < thr)
-                    .map(|(t, _)| *t)
-            });
+            let last_drop = last.and_then(|l| steps.iter().find(|(t, c)| *t >= l && *c < thr).map(|(t, _)| *t));
             (target, first.zip(last_drop))
         }
-        Load::Open {
-            rate,
-            max_concurrency,
-            ..
-        } => {
+        Load::Open { rate, max_concurrency, .. } => {
             let first = measured.iter().map(|r| r.intended_ns).min();
             let mean_e2e = if measured.is_empty() {
                 0.0
             } else {
-                measured
-                    .iter()
-                    .map(|r| (r.end_ns - r.actual_ns) as f64 / NS)
-                    .sum::<f64>()
-                    / measured.len() as f64
+                measured.iter().map(|r| (r.end_ns - r.actual_ns) as f64 / NS).sum::<f64>() / measured.len() as f64
             };
             let little = rate * mean_e2e;
             let target = max_concurrency.map_or(little, |m| little.min(m as f64));
             // The window opens once the pipeline has filled (one mean E2E after the first send) and
             // closes at the last scheduled send, when draining begins.
-            (
-                target,
-                first.map(|f| (f + (mean_e2e * NS) as u64, ctx.last_intended_ns)),
-            )
+            (target, first.map(|f| (f + (mean_e2e * NS) as u64, ctx.last_intended_ns)))
         }
     };
     let Some((ws, we)) = window else {
@@ -490,11 +418,7 @@ fn steady_state(measured: &[&RequestRecord], ctx: &RunContext<'_>) -> (Option<St
     // Time-weighted mean in flight over the window.
     let mut area = 0f64;
     let mut prev_t = ws;
-    let mut prev_c = steps
-        .iter()
-        .take_while(|(t, _)| *t <= ws)
-        .last()
-        .map_or(0, |(_, c)| *c);
+    let mut prev_c = steps.iter().take_while(|(t, _)| *t <= ws).last().map_or(0, |(_, c)| *c);
     for &(t, c) in steps.iter().filter(|(t, _)| *t > ws && *t <= we) {
         area += prev_c as f64 * (t - prev_t) as f64;
         prev_t = t;
@@ -505,17 +429,8 @@ fn steady_state(measured: &[&RequestRecord], ctx: &RunContext<'_>) -> (Option<St
     let mut tokens = 0u64;
     let mut done = 0u64;
     for r in measured.iter().filter(|r| r.ok()) {
-        let scale = if r.output_tokens_chunks > 0 {
-            r.output_tokens() as f64 / r.output_tokens_chunks as f64
-        } else {
-            1.0
-        };
-        let in_window: u64 = r
-            .chunks
-            .iter()
-            .filter(|c| c.at_ns >= ws && c.at_ns < we)
-            .map(|c| c.tokens as u64)
-            .sum();
+        let scale = if r.output_tokens_chunks > 0 { r.output_tokens() as f64 / r.output_tokens_chunks as f64 } else { 1.0 };
+        let in_window: u64 = r.chunks.iter().filter(|c| c.at_ns >= ws && c.at_ns < we).map(|c| c.tokens as u64).sum();
         tokens += (in_window as f64 * scale).round() as u64;
         if r.end_ns >= ws && r.end_ns < we {
             done += 1;
@@ -543,27 +458,14 @@ mod tests {
         let mut r = RequestRecord::new(i, false, intended, 10, chunks.len() as u32);
         r.actual_ns = actual;
         r.end_ns = end;
-        r.chunks = chunks
-            .iter()
-            .map(|&t| Chunk {
-                at_ns: t,
-                tokens: 1,
-                content: true,
-            })
-            .collect();
+        r.chunks = chunks.iter().map(|&t| Chunk { at_ns: t, tokens: 1, content: true }).collect();
         r.output_tokens_chunks = chunks.len() as u64;
         r.finish_reason = Some("length".into());
         r
     }
 
     fn ctx(load: Load) -> RunContext<'static> {
-        RunContext {
-            load,
-            partial: false,
-            ignore_eos: false,
-            slos: &[],
-            last_intended_ns: 0,
-        }
+        RunContext { load, partial: false, ignore_eos: false, slos: &[], last_intended_ns: 0 }
     }
 
     #[test]
@@ -585,15 +487,8 @@ mod tests {
         let ok = rec(0, 0, 0, &[10 * MS, 20 * MS], 20 * MS);
         let mut bad = rec(1, 0, 0, &[], 5 * MS);
         bad.fail(ErrorKind::HttpStatus, "HTTP 503", 5 * MS);
-        let slos = [Slo {
-            metric: SloMetric::Ttft,
-            percentile: 99.0,
-            threshold_ms: 100.0,
-        }];
-        let c = RunContext {
-            slos: &slos,
-            ..ctx(Load::Closed { concurrency: 2 })
-        };
+        let slos = [Slo { metric: SloMetric::Ttft, percentile: 99.0, threshold_ms: 100.0 }];
+        let c = RunContext { slos: &slos, ..ctx(Load::Closed { concurrency: 2 }) };
         let rep = compute(&[ok, bad], &c, None);
         assert_eq!((rep.requests.completed, rep.requests.failed), (1, 1));
         assert_eq!(rep.requests.errors["http_status"], 1);
@@ -640,11 +535,7 @@ mod tests {
         }
         let rep = compute(&recs, &ctx(Load::Closed { concurrency: 2 }), None);
         let st = rep.steady_state.expect("steady");
-        assert!(
-            (st.output_tokens_per_s - 2000.0).abs() / 2000.0 < 0.02,
-            "{}",
-            st.output_tokens_per_s
-        );
+        assert!((st.output_tokens_per_s - 2000.0).abs() / 2000.0 < 0.02, "{}", st.output_tokens_per_s);
         assert!((rep.concurrency_achieved.mean - 2.0).abs() < 0.05);
         assert_eq!(rep.concurrency_achieved.max, 2);
     }

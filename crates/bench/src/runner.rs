@@ -61,10 +61,7 @@ impl Progress {
         for c in [&self.done, &self.failed, &self.in_flight, &self.tokens] {
             c.store(0, Ordering::Relaxed);
         }
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
         self.point_started_unix_ns.store(now, Ordering::Relaxed);
         self.point.store(point, Ordering::Relaxed);
         self.points.store(points, Ordering::Relaxed);
@@ -139,10 +136,7 @@ pub struct Prepared {
 
 /// Checks the server, finds the model, calibrates prompt lengths, finds the metrics endpoint and
 /// builds the workload.
-pub async fn prepare(
-    cfg: BenchConfig,
-    api_key_env: Option<String>,
-) -> Result<Prepared, BenchError> {
+pub async fn prepare(cfg: BenchConfig, api_key_env: Option<String>) -> Result<Prepared, BenchError> {
     cfg.validate()?;
     let client = HttpClient::new(&cfg.base_url, cfg.api_key.as_deref())?;
     let tokenizer = match &cfg.tokenizer_path {
@@ -157,15 +151,9 @@ pub async fn prepare(
     };
 
     // Reachability and model discovery in one request.
-    let models = client
-        .simple(http::Method::GET, "/v1/models", Bytes::new())
-        .await
-        .map_err(|e| {
-            InputError(format!(
-                "{e}\n  is the server running at --url {}? Start it, or fix the address and port",
-                cfg.base_url
-            ))
-        })?;
+    let models = client.simple(http::Method::GET, "/v1/models", Bytes::new()).await.map_err(|e| {
+        InputError(format!("{e}\n  is the server running at --url {}? Start it, or fix the address and port", cfg.base_url))
+    })?;
     let mut model = cfg.model.clone();
     if model.is_none() && cfg.api != Api::Sglang {
         match (models.status, first_model_id(&models.body)) {
@@ -173,13 +161,13 @@ pub async fn prepare(
                 notes.push(format!("model {id:?} found at /v1/models"));
                 model = Some(id);
             }
-            (s, _) => notes.push(format!("no model found at /v1/models (HTTP {s}); requests are sent without a model field: give --model if the server needs one")),
+            (s, _) => notes.push(format!(
+                "no model found at /v1/models (HTTP {s}); requests are sent without a model field: give --model if the server needs one"
+            )),
         }
     }
 
-    let eos_token_id = cfg
-        .eos_token_id
-        .or_else(|| tokenizer.as_ref().and_then(|t| t.eos_token_id()));
+    let eos_token_id = cfg.eos_token_id.or_else(|| tokenizer.as_ref().and_then(|t| t.eos_token_id()));
     if cfg.ignore_eos && eos_token_id.is_none() && cfg.api != Api::Sglang {
         notes.push("--ignore-eos without --eos-token-id or --tokenizer: only ignore_eos/min_tokens are sent; servers that ignore them may stop early (reported per run)".into());
     }
@@ -195,15 +183,10 @@ pub async fn prepare(
                     ));
                     calibration = c;
                 }
-                Err(why) => notes.push(format!(
-                    "prompt lengths not calibrated ({why}); one word is taken as one token"
-                )),
+                Err(why) => notes.push(format!("prompt lengths not calibrated ({why}); one word is taken as one token")),
             }
         } else {
-            notes.push(
-                "prompt lengths not calibrated (--no-calibrate): one word is taken as one token"
-                    .into(),
-            );
+            notes.push("prompt lengths not calibrated (--no-calibrate): one word is taken as one token".into());
         }
     }
 
@@ -213,12 +196,7 @@ pub async fn prepare(
         None => {
             let url = format!("{}/metrics", client.base());
             match client.simple(http::Method::GET, &url, Bytes::new()).await {
-                Ok(r)
-                    if r.status == 200
-                        && scrape::parse(&String::from_utf8_lossy(&r.body)).1 != "unknown" =>
-                {
-                    Some(url)
-                }
+                Ok(r) if r.status == 200 && scrape::parse(&String::from_utf8_lossy(&r.body)).1 != "unknown" => Some(url),
                 _ => {
                     notes.push(format!("no sglang/vLLM metrics at {url}; server metrics are not scraped (give --metrics-url)"));
                     None
@@ -228,44 +206,16 @@ pub async fn prepare(
     };
 
     let count = pool_size(&cfg);
-    let workload = Workload::build(
-        &cfg.prompts,
-        dataset.as_deref(),
-        &cfg.output,
-        cfg.seed,
-        count,
-        &calibration,
-        tokenizer.as_deref(),
-    )?;
-    Ok(Prepared {
-        cfg,
-        client,
-        model,
-        tokenizer,
-        workload: Arc::new(workload),
-        calibration,
-        metrics_url,
-        eos_token_id,
-        notes,
-        api_key_env,
-    })
+    let workload = Workload::build(&cfg.prompts, dataset.as_deref(), &cfg.output, cfg.seed, count, &calibration, tokenizer.as_deref())?;
+    Ok(Prepared { cfg, client, model, tokenizer, workload: Arc::new(workload), calibration, metrics_url, eos_token_id, notes, api_key_env })
 }
 
 fn pool_size(cfg: &BenchConfig) -> usize {
     let n = match (cfg.stop.requests, cfg.stop.duration) {
         (Some(r), _) => r + cfg.warmup,
         (None, Some(d)) => {
-            let max_rate = cfg
-                .loads
-                .iter()
-                .filter_map(|l| {
-                    if let Load::Open { rate, .. } = l {
-                        Some(*rate)
-                    } else {
-                        None
-                    }
-                })
-                .fold(0.0, f64::max);
+            let max_rate =
+                cfg.loads.iter().filter_map(|l| if let Load::Open { rate, .. } = l { Some(*rate) } else { None }).fold(0.0, f64::max);
             if max_rate > 0.0 {
                 (max_rate * d.as_secs_f64()) as u64 + cfg.warmup
             } else {
@@ -277,39 +227,23 @@ fn pool_size(cfg: &BenchConfig) -> usize {
     n.clamp(1, 200_000) as usize
 }
 
-async fn calibrate(
-    client: &HttpClient,
-    cfg: &BenchConfig,
-    model: Option<&str>,
-) -> Result<Calibration, String> {
+async fn calibrate(client: &HttpClient, cfg: &BenchConfig, model: Option<&str>) -> Result<Calibration, String> {
     let mut pts = Vec::new();
     for words in [32u32, 160] {
         let prompt = probe_prompt(words);
         let body = build_body(
             cfg.api,
-            &RequestBody {
-                model,
-                prompt: &prompt,
-                max_tokens: 1,
-                stream: false,
-                ignore_eos: false,
-                eos_token_id: None,
-            },
+            &RequestBody { model, prompt: &prompt, max_tokens: 1, stream: false, ignore_eos: false, eos_token_id: None },
         );
-        let r = client
-            .simple(http::Method::POST, cfg.api.path(), Bytes::from(body))
-            .await?;
+        let r = client.simple(http::Method::POST, cfg.api.path(), Bytes::from(body)).await?;
         if r.status != 200 {
             return Err(format!("HTTP {} from {}", r.status, cfg.api.path()));
         }
         let info = crate::api::parse_event(cfg.api, &String::from_utf8_lossy(&r.body))?;
-        let t = info
-            .prompt_tokens
-            .ok_or("the server reports no prompt_tokens")?;
+        let t = info.prompt_tokens.ok_or("the server reports no prompt_tokens")?;
         pts.push((words, t));
     }
-    Calibration::fit(pts[0].0, pts[0].1, pts[1].0, pts[1].1)
-        .ok_or_else(|| format!("implausible prompt token counts {pts:?}"))
+    Calibration::fit(pts[0].0, pts[0].1, pts[1].0, pts[1].1).ok_or_else(|| format!("implausible prompt token counts {pts:?}"))
 }
 
 /// One load point's report and its records.
@@ -353,13 +287,7 @@ impl Shared {
             return; // stopped while waiting for a slot: never sent, not measured
         }
         let spec = self.workload.get(index);
-        let mut rec = RequestRecord::new(
-            index,
-            index < self.warmup,
-            intended_ns,
-            spec.input_tokens,
-            spec.output_tokens,
-        );
+        let mut rec = RequestRecord::new(index, index < self.warmup, intended_ns, spec.input_tokens, spec.output_tokens);
         let body = build_body(
             self.api,
             &RequestBody {
@@ -389,19 +317,8 @@ impl Shared {
         }
         let now = since(self.t0);
         match outcome {
-            1 => rec.fail(
-                ErrorKind::Timeout,
-                format!(
-                    "no complete response within --timeout {:.1}s",
-                    self.timeout.as_secs_f64()
-                ),
-                now,
-            ),
-            2 => rec.fail(
-                ErrorKind::Cancelled,
-                "still in flight when the drain deadline after the stop passed",
-                now,
-            ),
+            1 => rec.fail(ErrorKind::Timeout, format!("no complete response within --timeout {:.1}s", self.timeout.as_secs_f64()), now),
+            2 => rec.fail(ErrorKind::Cancelled, "still in flight when the drain deadline after the stop passed", now),
             _ => {}
         }
         self.progress.in_flight.fetch_sub(1, Ordering::Relaxed);
@@ -441,9 +358,7 @@ pub async fn run_point(
         t0,
         workload: Arc::clone(&p.workload),
         tokenizer: p.tokenizer.clone(),
-        records: Mutex::new(Vec::with_capacity(
-            planned.unwrap_or(1024).min(1 << 20) as usize
-        )),
+        records: Mutex::new(Vec::with_capacity(planned.unwrap_or(1024).min(1 << 20) as usize)),
         progress: Arc::clone(&progress),
         stop: AtomicBool::new(false),
         abort: abort_rx,
@@ -453,13 +368,7 @@ pub async fn run_point(
     let (scrape_stop_tx, scrape_stop_rx) = watch::channel(false);
     let scraper = p.metrics_url.clone().map(|u| {
         let c = p.client.clone();
-        tokio::spawn(scrape::scrape_loop(
-            c,
-            u,
-            cfg.scrape_interval,
-            t0,
-            scrape_stop_rx,
-        ))
+        tokio::spawn(scrape::scrape_loop(c, u, cfg.scrape_interval, t0, scrape_stop_rx))
     });
 
     // Ctrl-C: stop sending, then after the drain deadline cancel what is still in flight.
@@ -520,24 +429,13 @@ pub async fn run_point(
                 let _ = w.await;
             }
         }
-        Load::Open {
-            rate,
-            arrival,
-            max_concurrency,
-        } => {
+        Load::Open { rate, arrival, max_concurrency } => {
             // The measured part starts at the warmup's end; without warmup, at 0.
             let sched = schedule::arrivals(rate, arrival, cfg.ramp_up, cfg.seed, planned, None);
             let sched = match (cfg.stop.duration, planned) {
                 (Some(d), _) => {
                     let start = if cfg.warmup > 0 {
-                        let full = schedule::arrivals(
-                            rate,
-                            arrival,
-                            cfg.ramp_up,
-                            cfg.seed,
-                            Some(cfg.warmup + 1),
-                            None,
-                        );
+                        let full = schedule::arrivals(rate, arrival, cfg.ramp_up, cfg.seed, Some(cfg.warmup + 1), None);
                         full.last().copied().unwrap_or(0)
                     } else {
                         0
@@ -551,9 +449,7 @@ pub async fn run_point(
                 }
                 _ => sched,
             };
-            progress
-                .planned
-                .store(sched.len() as u64, Ordering::Relaxed);
+            progress.planned.store(sched.len() as u64, Ordering::Relaxed);
             last_intended_ns = sched.last().copied().unwrap_or(0);
             let slot = max_concurrency.map(|m| Arc::new(Semaphore::new(m as usize)));
             let handle = tokio::runtime::Handle::current();
@@ -575,9 +471,7 @@ pub async fn run_point(
                     }
                     let sh3 = Arc::clone(&sh2);
                     let slot = slot.clone();
-                    handles.push(
-                        handle.spawn(async move { sh3.one(i as u64, t, slot.as_deref()).await }),
-                    );
+                    handles.push(handle.spawn(async move { sh3.one(i as u64, t, slot.as_deref()).await }));
                 }
                 handles
             })
@@ -595,38 +489,20 @@ pub async fn run_point(
             Ok((samples, style)) => {
                 let target = match load {
                     Load::Closed { concurrency } => Some(concurrency as f64),
-                    Load::Open {
-                        max_concurrency, ..
-                    } => max_concurrency.map(f64::from),
+                    Load::Open { max_concurrency, .. } => max_concurrency.map(f64::from),
                 };
-                p.metrics_url
-                    .clone()
-                    .map(|u| ServerMetrics::new(u, style, samples, target))
+                p.metrics_url.clone().map(|u| ServerMetrics::new(u, style, samples, target))
             }
             Err(_) => None,
         },
         None => None,
     };
-    let mut records = sh
-        .records
-        .lock()
-        .map(|mut r| std::mem::take(&mut *r))
-        .unwrap_or_default();
+    let mut records = sh.records.lock().map(|mut r| std::mem::take(&mut *r)).unwrap_or_default();
     records.sort_by_key(|r| r.index);
     let was_interrupted = interrupted.load(Ordering::Relaxed);
-    let ctx = RunContext {
-        load,
-        partial: was_interrupted,
-        ignore_eos: cfg.ignore_eos,
-        slos: &cfg.slos,
-        last_intended_ns,
-    };
+    let ctx = RunContext { load, partial: was_interrupted, ignore_eos: cfg.ignore_eos, slos: &cfg.slos, last_intended_ns };
     let report = report::compute(&records, &ctx, server_metrics);
-    PointOutcome {
-        report,
-        records,
-        interrupted: was_interrupted,
-    }
+    PointOutcome { report, records, interrupted: was_interrupted }
 }
 
 /// What a whole benchmark produced.
@@ -638,12 +514,7 @@ pub struct Outcome {
 }
 
 /// Runs every load point of the sweep; stops after an interrupted point.
-pub async fn run(
-    p: &Prepared,
-    interrupt: watch::Receiver<bool>,
-    progress: Arc<Progress>,
-    defs: Option<Definitions>,
-) -> Outcome {
+pub async fn run(p: &Prepared, interrupt: watch::Receiver<bool>, progress: Arc<Progress>, defs: Option<Definitions>) -> Outcome {
     let started_at = unix_now();
     let mut points = Vec::new();
     let mut partial = false;
@@ -653,14 +524,7 @@ pub async fn run(
             partial = true;
             break;
         }
-        let out = run_point(
-            p,
-            *load,
-            interrupt.clone(),
-            Arc::clone(&progress),
-            (i as u64 + 1, n),
-        )
-        .await;
+        let out = run_point(p, *load, interrupt.clone(), Arc::clone(&progress), (i as u64 + 1, n)).await;
         let stop = out.interrupted;
         points.push(out);
         if stop {
@@ -673,43 +537,20 @@ pub async fn run(
 
 /// Unix seconds now.
 pub fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
 /// Builds the report of a sweep from its points (the saturation finding, definitions, config echo).
-pub fn assemble(
-    p: &Prepared,
-    started_at: u64,
-    points: Vec<PointOutcome>,
-    partial: bool,
-    defs: Option<Definitions>,
-) -> Outcome {
-    let (runs, all_records): (Vec<RunReport>, Vec<Vec<RequestRecord>>) =
-        points.into_iter().map(|o| (o.report, o.records)).unzip();
+pub fn assemble(p: &Prepared, started_at: u64, points: Vec<PointOutcome>, partial: bool, defs: Option<Definitions>) -> Outcome {
+    let (runs, all_records): (Vec<RunReport>, Vec<Vec<RequestRecord>>) = points.into_iter().map(|o| (o.report, o.records)).unzip();
     let saturation = saturation::find(&runs);
     let definitions = defs
         .filter(|d| *d != Definitions::Servetune)
-        .map(|tool| DefinitionsReport {
-            tool,
-            runs: all_records
-                .iter()
-                .map(|r| definitions::compute(tool, r))
-                .collect(),
-        });
+        .map(|tool| DefinitionsReport { tool, runs: all_records.iter().map(|r| definitions::compute(tool, r)).collect() });
     let cfg = &p.cfg;
     let input = match &cfg.prompts {
-        PromptSource::Random {
-            input,
-            prefix_len,
-            prefix_groups,
-        } if *prefix_len > 0 => {
-            format!(
-                "{} + shared prefix {prefix_len} x {prefix_groups} groups",
-                dist_str(input)
-            )
+        PromptSource::Random { input, prefix_len, prefix_groups } if *prefix_len > 0 => {
+            format!("{} + shared prefix {prefix_len} x {prefix_groups} groups", dist_str(input))
         }
         PromptSource::Random { input, .. } => dist_str(input),
         PromptSource::Dataset { path } => format!("dataset {}", path.display()),
@@ -744,10 +585,7 @@ pub fn assemble(
         definitions,
         notes: p.notes.clone(),
     };
-    Outcome {
-        report,
-        records: all_records,
-    }
+    Outcome { report, records: all_records }
 }
 
 fn dist_str(d: &crate::spec::LengthDist) -> String {

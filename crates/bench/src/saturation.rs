@@ -31,20 +31,12 @@ pub fn find(runs: &[RunReport]) -> Option<Saturation> {
     let mut pts: Vec<&RunReport> = runs.iter().collect();
     pts.sort_by(|a, b| load_key(a).total_cmp(&load_key(b)));
     let tput = |r: &RunReport| r.throughput.output_tokens_per_s;
-    let knee = (0..pts.len() - 1).find(|&i| {
-        pts[i + 1..]
-            .iter()
-            .all(|r| tput(r) < tput(pts[i]) * (1.0 + MIN_GAIN))
-    })?;
+    let knee = (0..pts.len() - 1).find(|&i| pts[i + 1..].iter().all(|r| tput(r) < tput(pts[i]) * (1.0 + MIN_GAIN)))?;
     let k = pts[knee];
     let last = pts[pts.len() - 1];
     let plateau = pts[knee..].iter().map(|r| tput(r)).fold(0.0, f64::max);
     let t0 = k.latency_ms.ttft.p99;
-    let growth = if t0 > 0.0 {
-        last.latency_ms.ttft.p99 / t0
-    } else {
-        0.0
-    };
+    let growth = if t0 > 0.0 { last.latency_ms.ttft.p99 / t0 } else { 0.0 };
     let at = match (k.concurrency, k.rate) {
         (Some(c), _) => format!("concurrency {c}"),
         (_, Some(r)) => format!("rate {r} req/s"),

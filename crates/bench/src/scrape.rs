@@ -37,28 +37,12 @@ pub struct ServerMetrics {
 
 /// The recognised names: (field, sglang names, vLLM names).
 const NAMES: &[(&str, &[&str], &[&str])] = &[
-    (
-        "running",
-        &["sglang:num_running_reqs"],
-        &["vllm:num_requests_running"],
-    ),
-    (
-        "queued",
-        &["sglang:num_queue_reqs"],
-        &["vllm:num_requests_waiting"],
-    ),
-    (
-        "kv",
-        &["sglang:token_usage"],
-        &["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"],
-    ),
+    ("running", &["sglang:num_running_reqs"], &["vllm:num_requests_running"]),
+    ("queued", &["sglang:num_queue_reqs"], &["vllm:num_requests_waiting"]),
+    ("kv", &["sglang:token_usage"], &["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"]),
     (
         "preempt",
-        &[
-            "sglang:num_retracted_reqs_total",
-            "sglang:num_retracted_requests_total",
-            "sglang:num_retracted_reqs",
-        ],
+        &["sglang:num_retracted_reqs_total", "sglang:num_retracted_requests_total", "sglang:num_retracted_reqs"],
         &["vllm:num_preemptions_total", "vllm:num_preemptions"],
     ),
     ("gen", &["sglang:gen_throughput"], &[]),
@@ -80,11 +64,7 @@ pub fn parse(text: &str) -> (Sample, &'static str) {
             Some(i) => &rest[i + 1..],
             None => rest,
         };
-        let Some(v) = value_part
-            .split_whitespace()
-            .next()
-            .and_then(|x| x.parse::<f64>().ok())
-        else {
+        let Some(v) = value_part.split_whitespace().next().and_then(|x| x.parse::<f64>().ok()) else {
             continue;
         };
         if !v.is_finite() {
@@ -116,10 +96,7 @@ pub fn parse(text: &str) -> (Sample, &'static str) {
 }
 
 fn max_of(samples: &[Sample], f: impl Fn(&Sample) -> Option<f64>) -> Option<f64> {
-    samples
-        .iter()
-        .filter_map(f)
-        .fold(None, |m, v| Some(m.map_or(v, |m: f64| m.max(v))))
+    samples.iter().filter_map(f).fold(None, |m, v| Some(m.map_or(v, |m: f64| m.max(v))))
 }
 
 impl ServerMetrics {
@@ -128,10 +105,7 @@ impl ServerMetrics {
         let max_running = max_of(&samples, |s| s.running);
         let max_queued = max_of(&samples, |s| s.queued);
         let max_kv_usage = max_of(&samples, |s| s.kv_usage);
-        let preemptions = match (
-            samples.iter().find_map(|s| s.preemptions),
-            samples.iter().rev().find_map(|s| s.preemptions),
-        ) {
+        let preemptions = match (samples.iter().find_map(|s| s.preemptions), samples.iter().rev().find_map(|s| s.preemptions)) {
             (Some(a), Some(b)) => Some((b - a).max(0.0)),
             _ => None,
         };
@@ -143,16 +117,17 @@ impl ServerMetrics {
                     "running requests never exceeded {r:.0} while up to {q:.0} waited in the server's queue: the server's max-running-requests limit (or its KV capacity) caps concurrency at {r:.0}"
                 ));
             } else {
-                summary.push(format!(
-                    "running requests peaked at {r:.0}; the server queue peaked at {q:.0}"
-                ));
+                summary.push(format!("running requests peaked at {r:.0}; the server queue peaked at {q:.0}"));
             }
         } else if let Some(r) = max_running {
             summary.push(format!("running requests peaked at {r:.0}"));
         }
         if let Some(k) = max_kv_usage {
             if k >= 0.95 {
-                summary.push(format!("the KV cache reached {:.0}% of capacity: KV memory limits the batch; new requests wait or preempt others", k * 100.0));
+                summary.push(format!(
+                    "the KV cache reached {:.0}% of capacity: KV memory limits the batch; new requests wait or preempt others",
+                    k * 100.0
+                ));
             } else {
                 summary.push(format!("KV-cache usage peaked at {:.0}%", k * 100.0));
             }
@@ -165,16 +140,7 @@ impl ServerMetrics {
         if samples.is_empty() {
             summary.push("no sample was scraped".into());
         }
-        Self {
-            url,
-            style: style.to_string(),
-            samples,
-            max_running,
-            max_queued,
-            max_kv_usage,
-            preemptions,
-            summary,
-        }
+        Self { url, style: style.to_string(), samples, max_running, max_queued, max_kv_usage, preemptions, summary }
     }
 }
 
@@ -190,11 +156,9 @@ pub async fn scrape_loop(
     let mut style = "unknown";
     let mut next = tokio::time::Instant::now();
     loop {
-        if let Ok(Ok(r)) = tokio::time::timeout(
-            interval.max(Duration::from_millis(200)),
-            client.simple(http::Method::GET, &url, bytes::Bytes::new()),
-        )
-        .await
+        if let Ok(Ok(r)) =
+            tokio::time::timeout(interval.max(Duration::from_millis(200)), client.simple(http::Method::GET, &url, bytes::Bytes::new()))
+                .await
         {
             if r.status == 200 {
                 let (mut s, st) = parse(&String::from_utf8_lossy(&r.body));
@@ -237,53 +201,30 @@ mod tests {
     fn vllm_names_are_recognised() {
         let (s, style) = parse("vllm:num_requests_running{model_name=\"m\"} 8\nvllm:num_requests_waiting{model_name=\"m\"} 0\nvllm:kv_cache_usage_perc{model_name=\"m\"} 0.5\nvllm:num_preemptions_total{model_name=\"m\"} 3\n");
         assert_eq!(style, "vllm");
-        assert_eq!(
-            (s.running, s.queued, s.kv_usage, s.preemptions),
-            (Some(8.0), Some(0.0), Some(0.5), Some(3.0))
-        );
+        assert_eq!((s.running, s.queued, s.kv_usage, s.preemptions), (Some(8.0), Some(0.0), Some(0.5), Some(3.0)));
     }
 
     #[test]
     fn a_capped_server_is_named_as_the_limit() {
         let samples = vec![
-            Sample {
-                t_s: 1.0,
-                running: Some(64.0),
-                queued: Some(60.0),
-                ..Default::default()
-            },
-            Sample {
-                t_s: 2.0,
-                running: Some(64.0),
-                queued: Some(64.0),
-                ..Default::default()
-            },
+            Sample { t_s: 1.0, running: Some(64.0), queued: Some(60.0), ..Default::default() },
+            Sample { t_s: 2.0, running: Some(64.0), queued: Some(64.0), ..Default::default() },
         ];
         let m = ServerMetrics::new("u".into(), "sglang", samples, Some(128.0));
-        assert!(
-            m.summary[0].contains("never exceeded 64"),
-            "{:?}",
-            m.summary
-        );
+        assert!(m.summary[0].contains("never exceeded 64"), "{:?}", m.summary);
         assert!(m.summary[0].contains("caps concurrency"), "{:?}", m.summary);
     }
 
     #[test]
     fn an_uncapped_server_is_not_blamed() {
-        let samples = vec![Sample {
-            t_s: 1.0,
-            running: Some(8.0),
-            queued: Some(0.0),
-            ..Default::default()
-        }];
+        let samples = vec![Sample { t_s: 1.0, running: Some(8.0), queued: Some(0.0), ..Default::default() }];
         let m = ServerMetrics::new("u".into(), "vllm", samples, Some(8.0));
         assert!(!m.summary[0].contains("caps"), "{:?}", m.summary);
     }
 
     #[test]
     fn garbage_lines_are_skipped() {
-        let (s, _) =
-            parse("sglang:num_running_reqs{a=\"}\"} notanumber\n{{{\n sglang:num_queue_reqs 4\n");
+        let (s, _) = parse("sglang:num_running_reqs{a=\"}\"} notanumber\n{{{\n sglang:num_queue_reqs 4\n");
         assert_eq!(s.queued, Some(4.0));
     }
 }

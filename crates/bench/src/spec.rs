@@ -32,15 +32,9 @@ pub fn parse_duration(flag: &str, s: &str) -> Result<Duration, InputError> {
     } else {
         (t, 1.0)
     };
-    let v: f64 = num.trim().parse().map_err(|_| {
-        bad(format!(
-            "{flag} {s:?} is not a duration: write it like 500ms, 30s, 2m or 1h"
-        ))
-    })?;
+    let v: f64 = num.trim().parse().map_err(|_| bad(format!("{flag} {s:?} is not a duration: write it like 500ms, 30s, 2m or 1h")))?;
     if !v.is_finite() || v < 0.0 {
-        return Err(bad(format!(
-            "{flag} {s:?} is not a duration: it must be a finite value >= 0"
-        )));
+        return Err(bad(format!("{flag} {s:?} is not a duration: it must be a finite value >= 0")));
     }
     Ok(Duration::from_secs_f64(v * mul))
 }
@@ -116,19 +110,13 @@ impl Arrival {
             "constant" => Ok(Arrival::Constant),
             t => {
                 if let Some(k) = t.strip_prefix("gamma:") {
-                    let shape: f64 = k.parse().map_err(|_| {
-                        bad(format!(
-                            "--arrival {s:?}: gamma needs a shape, e.g. gamma:0.5"
-                        ))
-                    })?;
+                    let shape: f64 = k.parse().map_err(|_| bad(format!("--arrival {s:?}: gamma needs a shape, e.g. gamma:0.5")))?;
                     if !(shape > 0.0 && shape.is_finite()) {
                         return Err(bad(format!("--arrival {s:?}: the gamma shape must be > 0")));
                     }
                     Ok(Arrival::Gamma { shape })
                 } else {
-                    Err(bad(format!(
-                        "--arrival {s:?} is unknown: use poisson, constant or gamma:SHAPE"
-                    )))
+                    Err(bad(format!("--arrival {s:?} is unknown: use poisson, constant or gamma:SHAPE")))
                 }
             }
         }
@@ -142,22 +130,14 @@ pub enum Load {
     /// Closed loop: this many requests always in flight.
     Closed { concurrency: u32 },
     /// Open loop: arrivals at `rate` per second, optionally capped in flight.
-    Open {
-        rate: f64,
-        arrival: Arrival,
-        max_concurrency: Option<u32>,
-    },
+    Open { rate: f64, arrival: Arrival, max_concurrency: Option<u32> },
 }
 
 impl Load {
     pub fn label(&self) -> String {
         match self {
             Load::Closed { concurrency } => format!("c={concurrency}"),
-            Load::Open {
-                rate,
-                max_concurrency: Some(m),
-                ..
-            } => format!("rate={rate}/s cap={m}"),
+            Load::Open { rate, max_concurrency: Some(m), .. } => format!("rate={rate}/s cap={m}"),
             Load::Open { rate, .. } => format!("rate={rate}/s"),
         }
     }
@@ -197,46 +177,27 @@ pub struct Slo {
 pub fn parse_slos(s: &str) -> Result<Vec<Slo>, InputError> {
     let mut out = Vec::new();
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let hint =
-            "write METRIC:pNN<TIME, e.g. ttft:p99<2s,tpot:p90<50ms (metrics: ttft, tpot, itl, e2e)";
-        let (metric, rest) = part
-            .split_once(':')
-            .ok_or_else(|| bad(format!("--slo {part:?}: {hint}")))?;
+        let hint = "write METRIC:pNN<TIME, e.g. ttft:p99<2s,tpot:p90<50ms (metrics: ttft, tpot, itl, e2e)";
+        let (metric, rest) = part.split_once(':').ok_or_else(|| bad(format!("--slo {part:?}: {hint}")))?;
         let metric = match metric.trim() {
             "ttft" => SloMetric::Ttft,
             "tpot" => SloMetric::Tpot,
             "itl" => SloMetric::Itl,
             "e2e" => SloMetric::E2e,
-            m => {
-                return Err(bad(format!(
-                    "--slo {part:?}: unknown SLO metric {m:?}; known: ttft, tpot, itl, e2e"
-                )))
-            }
+            m => return Err(bad(format!("--slo {part:?}: unknown SLO metric {m:?}; known: ttft, tpot, itl, e2e"))),
         };
-        let (p, t) = rest
-            .split_once('<')
-            .ok_or_else(|| bad(format!("--slo {part:?}: {hint}")))?;
+        let (p, t) = rest.split_once('<').ok_or_else(|| bad(format!("--slo {part:?}: {hint}")))?;
         let p = p.trim();
         let percentile: f64 = p
             .strip_prefix('p')
             .and_then(|x| x.parse().ok())
             .filter(|x: &f64| *x > 0.0 && *x <= 100.0)
-            .ok_or_else(|| {
-                bad(format!(
-                    "--slo {part:?}: {p:?} is not a percentile like p50, p99 or p99.9"
-                ))
-            })?;
+            .ok_or_else(|| bad(format!("--slo {part:?}: {p:?} is not a percentile like p50, p99 or p99.9")))?;
         let threshold = parse_duration("--slo", t)?;
-        out.push(Slo {
-            metric,
-            percentile,
-            threshold_ms: threshold.as_secs_f64() * 1e3,
-        });
+        out.push(Slo { metric, percentile, threshold_ms: threshold.as_secs_f64() * 1e3 });
     }
     if out.is_empty() {
-        return Err(bad(
-            "--slo is empty: write METRIC:pNN<TIME, e.g. ttft:p99<2s",
-        ));
+        return Err(bad("--slo is empty: write METRIC:pNN<TIME, e.g. ttft:p99<2s"));
     }
     Ok(out)
 }
@@ -245,11 +206,7 @@ pub fn parse_slos(s: &str) -> Result<Vec<Slo>, InputError> {
 #[derive(Debug, Clone, PartialEq)]
 pub enum PromptSource {
     /// Random words (or random tokens with a tokenizer), `prefix_len` shared tokens in `prefix_groups` groups.
-    Random {
-        input: LengthDist,
-        prefix_len: u32,
-        prefix_groups: u32,
-    },
+    Random { input: LengthDist, prefix_len: u32, prefix_groups: u32 },
     /// Prompts from a JSONL or ShareGPT file.
     Dataset { path: std::path::PathBuf },
 }
@@ -309,29 +266,21 @@ impl BenchConfig {
     /// Checks flag combinations that parse on their own but contradict each other.
     pub fn validate(&self) -> Result<(), InputError> {
         if self.loads.is_empty() {
-            return Err(bad(
-                "no load given: use --concurrency N (closed loop) or --rate R (open loop)",
-            ));
+            return Err(bad("no load given: use --concurrency N (closed loop) or --rate R (open loop)"));
         }
         for l in &self.loads {
             match *l {
                 Load::Closed { concurrency: 0 } => {
                     return Err(bad("--concurrency 0 sends nothing: give 1 or more"));
                 }
-                Load::Open {
-                    rate,
-                    max_concurrency,
-                    ..
-                } => {
+                Load::Open { rate, max_concurrency, .. } => {
                     if !(rate > 0.0 && rate.is_finite()) {
                         return Err(bad(format!(
                             "--rate {rate} is not a rate: give requests per second > 0, or use --concurrency for a closed loop"
                         )));
                     }
                     if max_concurrency == Some(0) {
-                        return Err(bad(
-                            "--max-concurrency 0 lets nothing run: give 1 or more, or leave it out",
-                        ));
+                        return Err(bad("--max-concurrency 0 lets nothing run: give 1 or more, or leave it out"));
                     }
                 }
                 _ => {}
@@ -344,25 +293,14 @@ impl BenchConfig {
             return Err(bad("--requests 0 measures nothing: give 1 or more"));
         }
         if self.stop.duration == Some(Duration::ZERO) {
-            return Err(bad(
-                "--duration 0 measures nothing: give a positive duration such as 30s",
-            ));
+            return Err(bad("--duration 0 measures nothing: give a positive duration such as 30s"));
         }
         if self.timeout.is_zero() {
-            return Err(bad(
-                "--timeout 0 fails every request: give a positive duration such as 60s",
-            ));
+            return Err(bad("--timeout 0 fails every request: give a positive duration such as 60s"));
         }
-        if let PromptSource::Random {
-            prefix_len,
-            prefix_groups,
-            ..
-        } = self.prompts
-        {
+        if let PromptSource::Random { prefix_len, prefix_groups, .. } = self.prompts {
             if prefix_len > 0 && prefix_groups == 0 {
-                return Err(bad(
-                    "--prefix-groups 0 with --prefix-len > 0: give 1 or more groups",
-                ));
+                return Err(bad("--prefix-groups 0 with --prefix-len > 0: give 1 or more groups"));
             }
         }
         Ok(())
@@ -375,36 +313,18 @@ mod tests {
 
     #[test]
     fn durations_parse_with_units() {
-        assert_eq!(
-            parse_duration("--d", "500ms"),
-            Ok(Duration::from_millis(500))
-        );
+        assert_eq!(parse_duration("--d", "500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_duration("--d", "2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(
-            parse_duration("--d", "1.5"),
-            Ok(Duration::from_millis(1500))
-        );
+        assert_eq!(parse_duration("--d", "1.5"), Ok(Duration::from_millis(1500)));
         assert!(parse_duration("--d", "soon").is_err());
         assert!(parse_duration("--d", "-1s").is_err());
     }
 
     #[test]
     fn length_distributions_parse() {
-        assert_eq!(
-            LengthDist::parse("--input-len", "128"),
-            Ok(LengthDist::Fixed { len: 128 })
-        );
-        assert_eq!(
-            LengthDist::parse("--input-len", "uniform:64..256"),
-            Ok(LengthDist::Uniform { lo: 64, hi: 256 })
-        );
-        assert_eq!(
-            LengthDist::parse("--input-len", "normal:100,10"),
-            Ok(LengthDist::Normal {
-                mean: 100.0,
-                std: 10.0
-            })
-        );
+        assert_eq!(LengthDist::parse("--input-len", "128"), Ok(LengthDist::Fixed { len: 128 }));
+        assert_eq!(LengthDist::parse("--input-len", "uniform:64..256"), Ok(LengthDist::Uniform { lo: 64, hi: 256 }));
+        assert_eq!(LengthDist::parse("--input-len", "normal:100,10"), Ok(LengthDist::Normal { mean: 100.0, std: 10.0 }));
         assert!(LengthDist::parse("--input-len", "uniform:9..3").is_err());
         assert!(LengthDist::parse("--input-len", "0").is_err());
     }
@@ -413,14 +333,7 @@ mod tests {
     fn slo_parses_and_unknown_metric_is_named() {
         let s = parse_slos("ttft:p99<2s,tpot:p90<50ms,e2e:p99.9<30s").expect("parse");
         assert_eq!(s.len(), 3);
-        assert_eq!(
-            s[0],
-            Slo {
-                metric: SloMetric::Ttft,
-                percentile: 99.0,
-                threshold_ms: 2000.0
-            }
-        );
+        assert_eq!(s[0], Slo { metric: SloMetric::Ttft, percentile: 99.0, threshold_ms: 2000.0 });
         assert!((s[1].threshold_ms - 50.0).abs() < 1e-9);
         assert_eq!(s[2].percentile, 99.9);
         let e = parse_slos("latency:p99<1s").expect_err("unknown");
@@ -429,10 +342,7 @@ mod tests {
 
     #[test]
     fn arrival_parses() {
-        assert_eq!(
-            Arrival::parse("gamma:0.5"),
-            Ok(Arrival::Gamma { shape: 0.5 })
-        );
+        assert_eq!(Arrival::parse("gamma:0.5"), Ok(Arrival::Gamma { shape: 0.5 }));
         assert!(Arrival::parse("gamma:0").is_err());
         assert!(Arrival::parse("bursty").is_err());
     }

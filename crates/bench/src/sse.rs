@@ -45,23 +45,11 @@ impl Default for SseParser {
 impl SseParser {
     /// A parser refusing lines longer than `max_line` bytes.
     pub fn new(max_line: usize) -> Self {
-        Self {
-            buf: Vec::new(),
-            scanned: 0,
-            skip_lf: false,
-            event: String::new(),
-            data: String::new(),
-            has_data: false,
-            max_line,
-        }
+        Self { buf: Vec::new(), scanned: 0, skip_lf: false, event: String::new(), data: String::new(), has_data: false, max_line }
     }
 
     /// Feeds bytes; calls `on_event` for each event completed by them.
-    pub fn feed(
-        &mut self,
-        mut bytes: &[u8],
-        on_event: &mut impl FnMut(SseEvent),
-    ) -> Result<(), SseError> {
+    pub fn feed(&mut self, mut bytes: &[u8], on_event: &mut impl FnMut(SseEvent)) -> Result<(), SseError> {
         if self.skip_lf {
             if let Some((&b'\n', rest)) = bytes.split_first() {
                 bytes = rest;
@@ -185,10 +173,7 @@ impl SseParser {
 
     fn dispatch(&mut self, on_event: &mut impl FnMut(SseEvent)) {
         if self.has_data {
-            on_event(SseEvent {
-                event: std::mem::take(&mut self.event),
-                data: std::mem::take(&mut self.data),
-            });
+            on_event(SseEvent { event: std::mem::take(&mut self.event), data: std::mem::take(&mut self.data) });
         } else {
             self.event.clear();
         }
@@ -213,13 +198,7 @@ mod tests {
     #[test]
     fn keepalive_comments_and_event_lines_are_handled() {
         let ev = parse_all(&[b": ping\n\nevent: error\ndata: {\"a\":1}\n\n"]);
-        assert_eq!(
-            ev,
-            vec![SseEvent {
-                event: "error".into(),
-                data: "{\"a\":1}".into()
-            }]
-        );
+        assert_eq!(ev, vec![SseEvent { event: "error".into(), data: "{\"a\":1}".into() }]);
     }
 
     #[test]
@@ -233,10 +212,7 @@ mod tests {
     #[test]
     fn crlf_split_between_reads_is_one_line_end() {
         let ev = parse_all(&[b"data: x\r", b"\n\r", b"\ndata: y\n\n"]);
-        assert_eq!(
-            ev.iter().map(|e| e.data.as_str()).collect::<Vec<_>>(),
-            vec!["x", "y"]
-        );
+        assert_eq!(ev.iter().map(|e| e.data.as_str()).collect::<Vec<_>>(), vec!["x", "y"]);
     }
 
     #[test]

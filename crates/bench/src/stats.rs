@@ -35,8 +35,8 @@ impl Default for Recorder {
 impl Recorder {
     pub fn new() -> Self {
         // 1 us .. 1 day, 3 significant digits; auto-resize covers anything longer.
-        let mut h = Histogram::new_with_bounds(1, 86_400_000_000, 3)
-            .unwrap_or_else(|_| Histogram::new(3).unwrap_or_else(|_| unreachable_hist()));
+        let mut h =
+            Histogram::new_with_bounds(1, 86_400_000_000, 3).unwrap_or_else(|_| Histogram::new(3).unwrap_or_else(|_| unreachable_hist()));
         h.auto(true);
         Self { h }
     }

@@ -111,11 +111,7 @@ struct State {
 pub async fn start(cfg: TestServerConfig) -> std::io::Result<TestServer> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    let state = Arc::new(State {
-        cfg,
-        arrivals: AtomicU64::new(0),
-        running: AtomicU64::new(0),
-    });
+    let state = Arc::new(State { cfg, arrivals: AtomicU64::new(0), running: AtomicU64::new(0) });
     let st = Arc::clone(&state);
     let task = tokio::spawn(async move {
         loop {
@@ -129,18 +125,11 @@ pub async fn start(cfg: TestServerConfig) -> std::io::Result<TestServer> {
                     let st = Arc::clone(&st);
                     async move { Ok::<_, Infallible>(handle(st, req).await) }
                 });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(sock), svc)
-                    .await;
+                let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(sock), svc).await;
             });
         }
     });
-    Ok(TestServer {
-        addr,
-        url: format!("http://{addr}"),
-        state,
-        task,
-    })
+    Ok(TestServer { addr, url: format!("http://{addr}"), state, task })
 }
 
 /// A streamed body fed from a channel; an `Err` item breaks the connection (a truncated stream).
@@ -151,10 +140,7 @@ pub struct ChanBody {
 impl hyper::body::Body for ChanBody {
     type Data = Bytes;
     type Error = std::io::Error;
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
         match self.rx.poll_recv(cx) {
             Poll::Ready(Some(Ok(b))) => Poll::Ready(Some(Ok(Frame::data(b)))),
             Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
@@ -167,9 +153,7 @@ impl hyper::body::Body for ChanBody {
 type Resp = Response<http_body_util::Either<http_body_util::Full<Bytes>, ChanBody>>;
 
 fn full(status: StatusCode, ctype: &str, body: impl Into<Bytes>) -> Resp {
-    let mut r = Response::new(http_body_util::Either::Left(http_body_util::Full::new(
-        body.into(),
-    )));
+    let mut r = Response::new(http_body_util::Either::Left(http_body_util::Full::new(body.into())));
     *r.status_mut() = status;
     if let Ok(v) = http::HeaderValue::from_str(ctype) {
         r.headers_mut().insert(http::header::CONTENT_TYPE, v);
@@ -178,17 +162,12 @@ fn full(status: StatusCode, ctype: &str, body: impl Into<Bytes>) -> Resp {
 }
 
 fn json_resp(status: StatusCode, v: &Value) -> Resp {
-    full(
-        status,
-        "application/json",
-        serde_json::to_vec(v).unwrap_or_default(),
-    )
+    full(status, "application/json", serde_json::to_vec(v).unwrap_or_default())
 }
 
 /// A deterministic uniform number in [0, 1) for arrival `n`, fault `salt`.
 fn chance(seed: u64, n: u64, salt: u64) -> f64 {
-    let mut x =
-        seed ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ salt.wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
+    let mut x = seed ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ salt.wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
     x ^= x >> 33;
     x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
     x ^= x >> 33;
@@ -241,37 +220,23 @@ async fn generate(st: Arc<State>, req: Request<Incoming>, kind: Kind) -> Resp {
     let cfg = &st.cfg;
     let body = match req.into_body().collect().await {
         Ok(b) => b.to_bytes(),
-        Err(_) => {
-            return json_resp(
-                StatusCode::BAD_REQUEST,
-                &json!({"error": {"message": "body read failed"}}),
-            )
-        }
+        Err(_) => return json_resp(StatusCode::BAD_REQUEST, &json!({"error": {"message": "body read failed"}})),
     };
     let Ok(v) = serde_json::from_slice::<Value>(&body) else {
-        return json_resp(
-            StatusCode::BAD_REQUEST,
-            &json!({"error": {"message": "invalid JSON", "type": "invalid_request_error"}}),
-        );
+        return json_resp(StatusCode::BAD_REQUEST, &json!({"error": {"message": "invalid JSON", "type": "invalid_request_error"}}));
     };
     let (prompt_tokens, max_tokens, stream, usage) = match kind {
         Kind::Sglang => (
-            v["text"]
-                .as_str()
-                .map_or(0, |t| t.split_whitespace().count()) as u64,
+            v["text"].as_str().map_or(0, |t| t.split_whitespace().count()) as u64,
             v["sampling_params"]["max_new_tokens"].as_u64(),
             v["stream"].as_bool().unwrap_or(false),
             true,
         ),
         Kind::Completions => (
-            v["prompt"]
-                .as_str()
-                .map_or(0, |t| t.split_whitespace().count()) as u64,
+            v["prompt"].as_str().map_or(0, |t| t.split_whitespace().count()) as u64,
             v["max_tokens"].as_u64(),
             v["stream"].as_bool().unwrap_or(false),
-            v["stream_options"]["include_usage"]
-                .as_bool()
-                .unwrap_or(false),
+            v["stream_options"]["include_usage"].as_bool().unwrap_or(false),
         ),
         Kind::Chat => (
             v["messages"]
@@ -281,13 +246,9 @@ async fn generate(st: Arc<State>, req: Request<Incoming>, kind: Kind) -> Resp {
                 .filter_map(|m| m["content"].as_str())
                 .map(|t| t.split_whitespace().count() as u64)
                 .sum(),
-            v["max_tokens"]
-                .as_u64()
-                .or(v["max_completion_tokens"].as_u64()),
+            v["max_tokens"].as_u64().or(v["max_completion_tokens"].as_u64()),
             v["stream"].as_bool().unwrap_or(false),
-            v["stream_options"]["include_usage"]
-                .as_bool()
-                .unwrap_or(false),
+            v["stream_options"]["include_usage"].as_bool().unwrap_or(false),
         ),
     };
     let max_tokens = max_tokens.unwrap_or(cfg.default_output as u64) as u32;
@@ -298,38 +259,23 @@ async fn generate(st: Arc<State>, req: Request<Incoming>, kind: Kind) -> Resp {
         );
     }
     if chance(cfg.seed, n, 1) < cfg.fail_rate {
-        let status =
-            StatusCode::from_u16(cfg.error_status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        return json_resp(
-            status,
-            &json!({"error": {"message": "injected failure", "code": cfg.error_status}}),
-        );
+        let status = StatusCode::from_u16(cfg.error_status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        return json_resp(status, &json!({"error": {"message": "injected failure", "code": cfg.error_status}}));
     }
     if cfg.not_sse {
-        return full(
-            StatusCode::OK,
-            "text/html",
-            "<html><body>not an API</body></html>",
-        );
+        return full(StatusCode::OK, "text/html", "<html><body>not an API</body></html>");
     }
     let out_tokens = cfg.early_stop_at.map_or(max_tokens, |e| e.min(max_tokens));
-    let finish = if out_tokens < max_tokens {
-        "stop"
-    } else {
-        "length"
-    };
-    let reasoning = if kind == Kind::Chat {
-        cfg.reasoning_tokens.min(out_tokens)
-    } else {
-        0
-    };
+    let finish = if out_tokens < max_tokens { "stop" } else { "length" };
+    let reasoning = if kind == Kind::Chat { cfg.reasoning_tokens.min(out_tokens) } else { 0 };
     let tpc = cfg.tokens_per_chunk.max(1);
 
     if !stream {
         let total = cfg.ttft + cfg.itl * out_tokens.div_ceil(tpc).saturating_sub(1);
         tokio::time::sleep_until(arrival + total).await;
         let text = " tok".repeat(out_tokens as usize);
-        let usage_v = json!({"prompt_tokens": prompt_tokens, "completion_tokens": out_tokens, "total_tokens": prompt_tokens + out_tokens as u64});
+        let usage_v =
+            json!({"prompt_tokens": prompt_tokens, "completion_tokens": out_tokens, "total_tokens": prompt_tokens + out_tokens as u64});
         let v = match kind {
             Kind::Completions => {
                 json!({"id": format!("cmpl-{n}"), "object": "text_completion", "model": "test-model", "choices": [{"index": 0, "text": text, "finish_reason": finish}], "usage": usage_v})
@@ -349,47 +295,21 @@ async fn generate(st: Arc<State>, req: Request<Incoming>, kind: Kind) -> Resp {
         chance(cfg.seed, n, 2) < cfg.error_payload_rate,
         chance(cfg.seed, n, 3) < cfg.malformed_rate,
         chance(cfg.seed, n, 4) < cfg.truncate_rate,
-        if chance(cfg.seed, n, 5) < cfg.stall_rate {
-            cfg.stall
-        } else {
-            None
-        },
+        if chance(cfg.seed, n, 5) < cfg.stall_rate { cfg.stall } else { None },
     );
     let st2 = Arc::clone(&st);
     tokio::spawn(async move {
         st2.running.fetch_add(1, Ordering::Relaxed);
-        stream_tokens(
-            &st2.cfg,
-            tx,
-            kind,
-            n,
-            arrival,
-            prompt_tokens,
-            out_tokens,
-            reasoning,
-            finish,
-            usage,
-            faults,
-        )
-        .await;
+        stream_tokens(&st2.cfg, tx, kind, n, arrival, prompt_tokens, out_tokens, reasoning, finish, usage, faults).await;
         st2.running.fetch_sub(1, Ordering::Relaxed);
     });
     let mut r = Response::new(http_body_util::Either::Right(ChanBody { rx }));
-    r.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("text/event-stream; charset=utf-8"),
-    );
-    r.headers_mut().insert(
-        http::header::CACHE_CONTROL,
-        http::HeaderValue::from_static("no-cache"),
-    );
+    r.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("text/event-stream; charset=utf-8"));
+    r.headers_mut().insert(http::header::CACHE_CONTROL, http::HeaderValue::from_static("no-cache"));
     r
 }
 
-#[expect(
-    clippy::too_many_arguments,
-    reason = "one call site; a struct would only rename these"
-)]
+#[expect(clippy::too_many_arguments, reason = "one call site; a struct would only rename these")]
 async fn stream_tokens(
     cfg: &TestServerConfig,
     tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
@@ -421,17 +341,11 @@ async fn stream_tokens(
         }
         if c == chunks / 2 && c > 0 {
             if error_payload {
-                let _ = tx
-                    .send(Ok(event(
-                        &json!({"error": {"message": "injected error mid-stream", "code": 500}}),
-                    )))
-                    .await;
+                let _ = tx.send(Ok(event(&json!({"error": {"message": "injected error mid-stream", "code": 500}})))).await;
                 return;
             }
             if truncate {
-                let _ = tx
-                    .send(Err(std::io::Error::other("injected truncation")))
-                    .await;
+                let _ = tx.send(Err(std::io::Error::other("injected truncation"))).await;
                 return;
             }
         }
@@ -439,30 +353,18 @@ async fn stream_tokens(
         let piece = " tok".repeat(k as usize);
         sent += k;
         let last = c + 1 == chunks;
-        let fr = if last {
-            Value::String(finish.into())
-        } else {
-            Value::Null
-        };
+        let fr = if last { Value::String(finish.into()) } else { Value::Null };
         let v = match kind {
             Kind::Completions => {
                 json!({"id": id, "object": "text_completion", "model": "test-model", "choices": [{"index": 0, "text": piece, "finish_reason": fr}]})
             }
             Kind::Chat => {
-                let delta = if sent <= reasoning {
-                    json!({"reasoning_content": piece})
-                } else {
-                    json!({"content": piece})
-                };
+                let delta = if sent <= reasoning { json!({"reasoning_content": piece}) } else { json!({"content": piece}) };
                 json!({"id": id, "object": "chat.completion.chunk", "model": "test-model", "choices": [{"index": 0, "delta": delta, "finish_reason": fr}]})
             }
             Kind::Sglang => {
                 text.push_str(&piece);
-                let fr = if last {
-                    json!({"type": finish})
-                } else {
-                    Value::Null
-                };
+                let fr = if last { json!({"type": finish}) } else { Value::Null };
                 json!({"text": text, "meta_info": {"prompt_tokens": prompt_tokens, "completion_tokens": sent, "finish_reason": fr}})
             }
         };
@@ -471,9 +373,7 @@ async fn stream_tokens(
         }
         if c == 0 {
             if malformed {
-                let _ = tx
-                    .send(Ok(Bytes::from_static(b"data: {this is not json\n\n")))
-                    .await;
+                let _ = tx.send(Ok(Bytes::from_static(b"data: {this is not json\n\n"))).await;
                 return;
             }
             if let Some(d) = stall {

@@ -16,10 +16,7 @@ pub struct Tokenizer {
 
 impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tokenizer")
-            .field("words", &self.vocab_words.len())
-            .field("eos", &self.eos)
-            .finish()
+        f.debug_struct("Tokenizer").field("words", &self.vocab_words.len()).field("eos", &self.eos).finish()
     }
 }
 
@@ -49,21 +46,9 @@ impl Tokenizer {
                 path.display()
             )));
         }
-        let eos = [
-            "</s>",
-            "<|endoftext|>",
-            "<|eot_id|>",
-            "<|end_of_text|>",
-            "<|im_end|>",
-            "<eos>",
-        ]
-        .iter()
-        .find_map(|t| inner.token_to_id(t));
-        Ok(Self {
-            inner,
-            vocab_words,
-            eos,
-        })
+        let eos =
+            ["</s>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|im_end|>", "<eos>"].iter().find_map(|t| inner.token_to_id(t));
+        Ok(Self { inner, vocab_words, eos })
     }
 
     /// Without the `tokenizer` feature no tokenizer can be loaded.
@@ -79,10 +64,7 @@ impl Tokenizer {
     pub fn count(&self, text: &str) -> u32 {
         #[cfg(feature = "tokenizer")]
         {
-            self.inner
-                .encode(text, false)
-                .map(|e| e.get_ids().len() as u32)
-                .unwrap_or(0)
+            self.inner.encode(text, false).map(|e| e.get_ids().len() as u32).unwrap_or(0)
         }
         #[cfg(not(feature = "tokenizer"))]
         {
@@ -100,9 +82,7 @@ impl Tokenizer {
     pub fn prompt(&self, rng: &mut impl rand::Rng, n: u32) -> String {
         #[cfg(feature = "tokenizer")]
         {
-            let mut ids: Vec<u32> = (0..n)
-                .map(|_| self.vocab_words[rng.gen_range(0..self.vocab_words.len())])
-                .collect();
+            let mut ids: Vec<u32> = (0..n).map(|_| self.vocab_words[rng.gen_range(0..self.vocab_words.len())]).collect();
             for _ in 0..8 {
                 let text = self.inner.decode(&ids, true).unwrap_or_default();
                 let got = self.count(&text);

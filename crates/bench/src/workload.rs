@@ -18,19 +18,15 @@ use crate::tokenizer::Tokenizer;
 
 /// Common English words: each is one token in the GPT, Llama-3 and Qwen vocabularies.
 const WORDS: &[&str] = &[
-    "the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "was", "with", "be", "by",
-    "on", "not", "he", "this", "are", "or", "his", "from", "at", "which", "but", "have", "an",
-    "had", "they", "you", "were", "their", "one", "all", "we", "can", "her", "has", "there",
-    "been", "if", "more", "when", "will", "would", "who", "so", "no", "she", "other", "its", "may",
-    "these", "what", "them", "than", "some", "him", "time", "into", "only", "do", "two", "first",
-    "any", "new", "like", "my", "made", "over", "such", "our", "even", "most", "after", "also",
-    "did", "many", "before", "must", "through", "back", "years", "where", "much", "your", "way",
-    "well", "down", "should", "because", "each", "just", "those", "people", "how", "too", "little",
-    "state", "good", "very", "make", "world", "still", "own", "see", "men", "work", "long", "get",
-    "here", "between", "both", "life", "being", "under", "never", "day", "same", "another", "know",
-    "while", "last", "might", "us", "great", "old", "year", "off", "come", "since", "against",
-    "go", "came", "right", "used", "take", "three", "water", "house", "light", "small", "city",
-    "road", "river", "stone", "music", "paper", "table", "green", "north",
+    "the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "was", "with", "be", "by", "on", "not", "he", "this", "are", "or",
+    "his", "from", "at", "which", "but", "have", "an", "had", "they", "you", "were", "their", "one", "all", "we", "can", "her", "has",
+    "there", "been", "if", "more", "when", "will", "would", "who", "so", "no", "she", "other", "its", "may", "these", "what", "them",
+    "than", "some", "him", "time", "into", "only", "do", "two", "first", "any", "new", "like", "my", "made", "over", "such", "our", "even",
+    "most", "after", "also", "did", "many", "before", "must", "through", "back", "years", "where", "much", "your", "way", "well", "down",
+    "should", "because", "each", "just", "those", "people", "how", "too", "little", "state", "good", "very", "make", "world", "still",
+    "own", "see", "men", "work", "long", "get", "here", "between", "both", "life", "being", "under", "never", "day", "same", "another",
+    "know", "while", "last", "might", "us", "great", "old", "year", "off", "come", "since", "against", "go", "came", "right", "used",
+    "take", "three", "water", "house", "light", "small", "city", "road", "river", "stone", "music", "paper", "table", "green", "north",
 ];
 
 /// Server-reported prompt tokens as a linear function of prompt words: `tokens = a * words + b`.
@@ -46,11 +42,7 @@ pub struct Calibration {
 
 impl Default for Calibration {
     fn default() -> Self {
-        Self {
-            tokens_per_word: 1.0,
-            overhead_tokens: 0.0,
-            source: "assumed",
-        }
+        Self { tokens_per_word: 1.0, overhead_tokens: 0.0, source: "assumed" }
     }
 }
 
@@ -62,17 +54,11 @@ impl Calibration {
         }
         let a = (t2 - t1) as f64 / (w2 - w1) as f64;
         let b = t1 as f64 - a * w1 as f64;
-        (a.is_finite() && a > 0.05 && a < 50.0).then_some(Self {
-            tokens_per_word: a,
-            overhead_tokens: b.max(0.0),
-            source: "server",
-        })
+        (a.is_finite() && a > 0.05 && a < 50.0).then_some(Self { tokens_per_word: a, overhead_tokens: b.max(0.0), source: "server" })
     }
 
     fn words_for(&self, tokens: u32) -> u32 {
-        ((tokens as f64 - self.overhead_tokens) / self.tokens_per_word)
-            .round()
-            .max(1.0) as u32
+        ((tokens as f64 - self.overhead_tokens) / self.tokens_per_word).round().max(1.0) as u32
     }
 }
 
@@ -96,9 +82,7 @@ fn sample_len(d: &LengthDist, rng: &mut StdRng) -> u32 {
         LengthDist::Fixed { len } => len,
         LengthDist::Uniform { lo, hi } => rng.gen_range(lo..=hi),
         LengthDist::Normal { mean, std } => {
-            let n = Normal::new(mean, std)
-                .map(|n| n.sample(rng))
-                .unwrap_or(mean);
+            let n = Normal::new(mean, std).map(|n| n.sample(rng)).unwrap_or(mean);
             n.round().max(1.0) as u32
         }
     }
@@ -119,10 +103,7 @@ fn words(rng: &mut StdRng, n: u32) -> String {
 fn text(rng: &mut StdRng, tokens: u32, cal: &Calibration, tok: Option<&Tokenizer>) -> String {
     match tok {
         Some(t) => t.prompt(rng, tokens),
-        None => words(
-            rng,
-            ((tokens as f64) / cal.tokens_per_word).round().max(1.0) as u32,
-        ),
+        None => words(rng, ((tokens as f64) / cal.tokens_per_word).round().max(1.0) as u32),
     }
 }
 
@@ -140,25 +121,13 @@ impl Workload {
         let count = count.max(1);
         let mut pool = Vec::with_capacity(count);
         match source {
-            PromptSource::Random {
-                input,
-                prefix_len,
-                prefix_groups,
-            } => {
+            PromptSource::Random { input, prefix_len, prefix_groups } => {
                 let prefixes: Vec<String> = (0..*prefix_groups)
                     .filter(|_| *prefix_len > 0)
-                    .map(|g| {
-                        text(
-                            &mut StdRng::seed_from_u64(seed ^ 0x9e37_79b9_7f4a_7c15 ^ g as u64),
-                            *prefix_len,
-                            cal,
-                            tok,
-                        )
-                    })
+                    .map(|g| text(&mut StdRng::seed_from_u64(seed ^ 0x9e37_79b9_7f4a_7c15 ^ g as u64), *prefix_len, cal, tok))
                     .collect();
                 for i in 0..count {
-                    let mut rng =
-                        StdRng::seed_from_u64(seed.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ i as u64);
+                    let mut rng = StdRng::seed_from_u64(seed.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ i as u64);
                     let want = sample_len(input, &mut rng);
                     let out = sample_len(output, &mut rng);
                     let mut prompt = String::new();
@@ -184,11 +153,7 @@ impl Workload {
                         Some(t) => t.count(&prompt),
                         None => planned,
                     };
-                    pool.push(Arc::new(RequestSpec {
-                        prompt,
-                        input_tokens,
-                        output_tokens: out,
-                    }));
+                    pool.push(Arc::new(RequestSpec { prompt, input_tokens, output_tokens: out }));
                 }
             }
             PromptSource::Dataset { path } => {
@@ -210,15 +175,9 @@ impl Workload {
                     let mut r = StdRng::seed_from_u64(seed ^ (i as u64).wrapping_mul(0x9e37));
                     let input_tokens = match tok {
                         Some(t) => t.count(p),
-                        None => (p.split_whitespace().count() as f64 * cal.tokens_per_word
-                            + cal.overhead_tokens)
-                            .round() as u32,
+                        None => (p.split_whitespace().count() as f64 * cal.tokens_per_word + cal.overhead_tokens).round() as u32,
                     };
-                    pool.push(Arc::new(RequestSpec {
-                        prompt: p.clone(),
-                        input_tokens,
-                        output_tokens: sample_len(output, &mut r),
-                    }));
+                    pool.push(Arc::new(RequestSpec { prompt: p.clone(), input_tokens, output_tokens: sample_len(output, &mut r) }));
                 }
             }
         }
@@ -249,23 +208,14 @@ pub fn probe_prompt(n: u32) -> String {
 /// Reads prompts from a JSONL file (`{"prompt": ...}`, `{"text": ...}` or `{"messages": [...]}` per
 /// line) or a ShareGPT JSON array (`[{"conversations": [{"from": "human", "value": ...}, ...]}]`).
 pub fn load_dataset(path: &Path) -> Result<Vec<String>, InputError> {
-    let raw = std::fs::read_to_string(path).map_err(|e| {
-        InputError(format!(
-            "--dataset {}: cannot read it ({e})",
-            path.display()
-        ))
-    })?;
+    let raw = std::fs::read_to_string(path).map_err(|e| InputError(format!("--dataset {}: cannot read it ({e})", path.display())))?;
     let fmt_err = |what: String| {
-        InputError(format!(
-            "--dataset {}: {what}; expected JSONL lines with a \"prompt\" field, or a ShareGPT JSON array",
-            path.display()
-        ))
+        InputError(format!("--dataset {}: {what}; expected JSONL lines with a \"prompt\" field, or a ShareGPT JSON array", path.display()))
     };
     let mut out = Vec::new();
     let trimmed = raw.trim_start();
     if trimmed.starts_with('[') {
-        let v: serde_json::Value =
-            serde_json::from_str(trimmed).map_err(|e| fmt_err(format!("not valid JSON ({e})")))?;
+        let v: serde_json::Value = serde_json::from_str(trimmed).map_err(|e| fmt_err(format!("not valid JSON ({e})")))?;
         for item in v.as_array().into_iter().flatten() {
             if let Some(p) = prompt_of(item) {
                 out.push(p);
@@ -276,11 +226,8 @@ pub fn load_dataset(path: &Path) -> Result<Vec<String>, InputError> {
             if line.trim().is_empty() {
                 continue;
             }
-            let v: serde_json::Value = serde_json::from_str(line)
-                .map_err(|e| fmt_err(format!("line {} is not JSON ({e})", n + 1)))?;
-            out.push(
-                prompt_of(&v).ok_or_else(|| fmt_err(format!("line {} has no prompt", n + 1)))?,
-            );
+            let v: serde_json::Value = serde_json::from_str(line).map_err(|e| fmt_err(format!("line {} is not JSON ({e})", n + 1)))?;
+            out.push(prompt_of(&v).ok_or_else(|| fmt_err(format!("line {} has no prompt", n + 1)))?);
         }
     }
     if out.is_empty() {
@@ -295,10 +242,7 @@ fn prompt_of(v: &serde_json::Value) -> Option<String> {
             return Some(s.to_string());
         }
     }
-    for (list, role_key, text_key, user) in [
-        ("conversations", "from", "value", "human"),
-        ("messages", "role", "content", "user"),
-    ] {
+    for (list, role_key, text_key, user) in [("conversations", "from", "value", "human"), ("messages", "role", "content", "user")] {
         if let Some(turns) = v.get(list).and_then(|x| x.as_array()) {
             return turns
                 .iter()
@@ -316,20 +260,13 @@ mod tests {
     use super::*;
 
     fn random(input: LengthDist) -> PromptSource {
-        PromptSource::Random {
-            input,
-            prefix_len: 0,
-            prefix_groups: 0,
-        }
+        PromptSource::Random { input, prefix_len: 0, prefix_groups: 0 }
     }
 
     #[test]
     fn same_seed_gives_same_workload_and_other_seed_differs() {
         let src = random(LengthDist::Uniform { lo: 10, hi: 50 });
-        let out = LengthDist::Normal {
-            mean: 20.0,
-            std: 5.0,
-        };
+        let out = LengthDist::Normal { mean: 20.0, std: 5.0 };
         let cal = Calibration::default();
         let a = Workload::build(&src, None, &out, 7, 16, &cal, None).expect("build");
         let b = Workload::build(&src, None, &out, 7, 16, &cal, None).expect("build");
@@ -360,46 +297,17 @@ mod tests {
         let cal = Calibration::fit(64, 100, 256, 388).expect("fit");
         assert!((cal.tokens_per_word - 1.5).abs() < 1e-9);
         assert!((cal.overhead_tokens - 4.0).abs() < 1e-9);
-        let w = Workload::build(
-            &random(LengthDist::Fixed { len: 154 }),
-            None,
-            &LengthDist::Fixed { len: 1 },
-            1,
-            1,
-            &cal,
-            None,
-        )
-        .expect("build");
+        let w =
+            Workload::build(&random(LengthDist::Fixed { len: 154 }), None, &LengthDist::Fixed { len: 1 }, 1, 1, &cal, None).expect("build");
         assert_eq!(w.get(0).prompt.split_whitespace().count(), 100); // (154 - 4) / 1.5
     }
 
     #[test]
     fn shared_prefix_groups_repeat_their_prefix() {
-        let src = PromptSource::Random {
-            input: LengthDist::Fixed { len: 5 },
-            prefix_len: 20,
-            prefix_groups: 2,
-        };
-        let w = Workload::build(
-            &src,
-            None,
-            &LengthDist::Fixed { len: 1 },
-            3,
-            32,
-            &Calibration::default(),
-            None,
-        )
-        .expect("build");
-        let prefixes: std::collections::BTreeSet<String> = (0..32)
-            .map(|i| {
-                w.get(i)
-                    .prompt
-                    .split_whitespace()
-                    .take(20)
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            })
-            .collect();
+        let src = PromptSource::Random { input: LengthDist::Fixed { len: 5 }, prefix_len: 20, prefix_groups: 2 };
+        let w = Workload::build(&src, None, &LengthDist::Fixed { len: 1 }, 3, 32, &Calibration::default(), None).expect("build");
+        let prefixes: std::collections::BTreeSet<String> =
+            (0..32).map(|i| w.get(i).prompt.split_whitespace().take(20).collect::<Vec<_>>().join(" ")).collect();
         assert_eq!(prefixes.len(), 2);
         assert_eq!(w.get(0).input_tokens, 25);
     }
@@ -409,10 +317,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tmp");
         let p = dir.path().join("sg.json");
         std::fs::write(&p, r#"[{"conversations":[{"from":"human","value":"hello there"},{"from":"gpt","value":"hi"}]}]"#).expect("write");
-        assert_eq!(
-            load_dataset(&p).expect("load"),
-            vec!["hello there".to_string()]
-        );
+        assert_eq!(load_dataset(&p).expect("load"), vec!["hello there".to_string()]);
         let p = dir.path().join("p.jsonl");
         std::fs::write(&p, "{\"prompt\":\"a b\"}\n\n{\"text\":\"c\"}\n").expect("write");
         assert_eq!(load_dataset(&p).expect("load").len(), 2);

@@ -18,24 +18,14 @@ fn records(n: u64, c: u64, ttft: u64, itl: u64) -> Vec<RequestRecord> {
             let start = (i / c) * (ttft + 8 * itl) * MS;
             let mut r = RequestRecord::new(i, false, start, 100, 8);
             r.actual_ns = start + 50_000;
-            r.chunks = (0..8)
-                .map(|k| Chunk {
-                    at_ns: start + (ttft + k * itl) * MS,
-                    tokens: 1,
-                    content: true,
-                })
-                .collect();
+            r.chunks = (0..8).map(|k| Chunk { at_ns: start + (ttft + k * itl) * MS, tokens: 1, content: true }).collect();
             r.output_tokens_chunks = 8;
             r.output_tokens_server = Some(8);
             r.input_tokens_server = Some(100);
             r.end_ns = start + (ttft + 7 * itl) * MS + 100_000;
             r.finish_reason = Some("length".into());
             if i == 3 {
-                r.fail(
-                    ErrorKind::HttpStatus,
-                    "HTTP 503 from http://127.0.0.1:1/v1/completions: overloaded",
-                    start + MS,
-                );
+                r.fail(ErrorKind::HttpStatus, "HTTP 503 from http://127.0.0.1:1/v1/completions: overloaded", start + MS);
             }
             r
         })
@@ -43,21 +33,11 @@ fn records(n: u64, c: u64, ttft: u64, itl: u64) -> Vec<RequestRecord> {
 }
 
 pub fn sample_report() -> BenchReport {
-    let slos = [Slo {
-        metric: SloMetric::Ttft,
-        percentile: 99.0,
-        threshold_ms: 500.0,
-    }];
+    let slos = [Slo { metric: SloMetric::Ttft, percentile: 99.0, threshold_ms: 500.0 }];
     let mut runs = Vec::new();
     for (c, ttft, itl) in [(1u32, 50u64, 10u64), (8, 120, 20), (32, 900, 70)] {
         let recs = records(64, c as u64, ttft, itl);
-        let ctx = RunContext {
-            load: Load::Closed { concurrency: c },
-            partial: false,
-            ignore_eos: true,
-            slos: &slos,
-            last_intended_ns: 0,
-        };
+        let ctx = RunContext { load: Load::Closed { concurrency: c }, partial: false, ignore_eos: true, slos: &slos, last_intended_ns: 0 };
         runs.push(report::compute(&recs, &ctx, None));
     }
     let saturation = saturation::find(&runs);
@@ -125,11 +105,8 @@ fn records_lines_carry_the_run_label() {
     let recs = vec![records(2, 1, 5, 1)];
     let mut v = Vec::new();
     export::write_records(&rep, &recs, &mut v).expect("render");
-    let lines: Vec<serde_json::Value> = String::from_utf8(v)
-        .expect("utf8")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("json"))
-        .collect();
+    let lines: Vec<serde_json::Value> =
+        String::from_utf8(v).expect("utf8").lines().map(|l| serde_json::from_str(l).expect("json")).collect();
     assert_eq!(lines.len(), 2);
     assert_eq!(lines[0]["run"], "c=1");
     assert_eq!(lines[0]["chunks"].as_array().map(Vec::len), Some(8));

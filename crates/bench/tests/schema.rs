@@ -20,10 +20,7 @@ fn type_ok(t: &str, v: &Value) -> bool {
 
 fn validate(schema: &Value, root: &Value, v: &Value, path: &str, errs: &mut Vec<String>) {
     if let Some(r) = schema.get("$ref").and_then(Value::as_str) {
-        let target = r
-            .trim_start_matches("#/")
-            .split('/')
-            .fold(root, |s, k| &s[k]);
+        let target = r.trim_start_matches("#/").split('/').fold(root, |s, k| &s[k]);
         return validate(target, root, v, path, errs);
     }
     if let Some(t) = schema.get("type") {
@@ -48,13 +45,7 @@ fn validate(schema: &Value, root: &Value, v: &Value, path: &str, errs: &mut Vec<
         }
     }
     if let Some(obj) = v.as_object() {
-        for k in schema
-            .get("required")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-        {
+        for k in schema.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str) {
             if !obj.contains_key(k) {
                 errs.push(format!("{path}: missing required {k:?}"));
             }
@@ -91,10 +82,7 @@ fn report_json_matches_the_committed_schema() {
 fn the_validator_rejects_a_document_missing_fields() {
     let s = schema();
     let mut doc = serde_json::to_value(sample_report()).expect("serialize");
-    doc["runs"][0]["latency_ms"]
-        .as_object_mut()
-        .expect("obj")
-        .remove("ttft");
+    doc["runs"][0]["latency_ms"].as_object_mut().expect("obj").remove("ttft");
     doc["schema"] = Value::String("servetune.bench/2".into());
     let mut errs = Vec::new();
     validate(&s, &s, &doc, "$", &mut errs);

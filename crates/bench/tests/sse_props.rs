@@ -16,11 +16,7 @@ fn ev() -> impl Strategy<Value = Ev> {
         proptest::collection::vec("[ -9;-~]{0,20}", 1..4), // printable ASCII without ':' at the start issue
         any::<bool>(),
     )
-        .prop_map(|(event, data, comment_before)| Ev {
-            event,
-            data,
-            comment_before,
-        })
+        .prop_map(|(event, data, comment_before)| Ev { event, data, comment_before })
 }
 
 fn encode(evs: &[Ev], eol: &str, done: bool) -> Vec<u8> {
@@ -52,18 +48,10 @@ fn encode(evs: &[Ev], eol: &str, done: bool) -> Vec<u8> {
 }
 
 fn expected(evs: &[Ev], done: bool) -> Vec<SseEvent> {
-    let mut out: Vec<SseEvent> = evs
-        .iter()
-        .map(|e| SseEvent {
-            event: e.event.clone().unwrap_or_default(),
-            data: e.data.join("\n"),
-        })
-        .collect();
+    let mut out: Vec<SseEvent> =
+        evs.iter().map(|e| SseEvent { event: e.event.clone().unwrap_or_default(), data: e.data.join("\n") }).collect();
     if done {
-        out.push(SseEvent {
-            event: String::new(),
-            data: "[DONE]".into(),
-        });
+        out.push(SseEvent { event: String::new(), data: "[DONE]".into() });
     }
     out
 }
@@ -75,8 +63,7 @@ fn parse_split(bytes: &[u8], cuts: &[usize]) -> Vec<SseEvent> {
     let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (bytes.len() + 1)).collect();
     cuts.sort_unstable();
     for c in cuts {
-        p.feed(&bytes[pos..c.max(pos)], &mut |e| out.push(e))
-            .expect("feed");
+        p.feed(&bytes[pos..c.max(pos)], &mut |e| out.push(e)).expect("feed");
         pos = c.max(pos);
     }
     p.feed(&bytes[pos..], &mut |e| out.push(e)).expect("feed");

@@ -9,9 +9,7 @@ use clap::{Args, ValueEnum};
 use servetune_bench::api::Api;
 use servetune_bench::definitions::Definitions;
 use servetune_bench::runner::{self, Outcome};
-use servetune_bench::spec::{
-    self, parse_duration, Arrival, BenchConfig, LengthDist, Load, PromptSource, Stop,
-};
+use servetune_bench::spec::{self, parse_duration, Arrival, BenchConfig, LengthDist, Load, PromptSource, Stop};
 use servetune_bench::{export, BenchError, Progress};
 
 use crate::Failure;
@@ -186,39 +184,20 @@ pub fn resolve(a: &BenchArgs) -> Result<BenchConfig, spec::InputError> {
             return Err(bad("--max-concurrency caps an open loop: use it with --rate (for a closed loop give --concurrency)".into()));
         }
         if a.arrival != "poisson" {
-            return Err(bad(
-                "--arrival shapes an open loop: use it with --rate".into()
-            ));
+            return Err(bad("--arrival shapes an open loop: use it with --rate".into()));
         }
     }
     let arrival = Arrival::parse(&a.arrival)?;
     let loads: Vec<Load> = if !a.rate.is_empty() {
-        a.rate
-            .iter()
-            .map(|&rate| Load::Open {
-                rate,
-                arrival,
-                max_concurrency: a.max_concurrency,
-            })
-            .collect()
+        a.rate.iter().map(|&rate| Load::Open { rate, arrival, max_concurrency: a.max_concurrency }).collect()
     } else {
-        a.concurrency
-            .iter()
-            .map(|&c| Load::Closed { concurrency: c })
-            .collect()
+        a.concurrency.iter().map(|&c| Load::Closed { concurrency: c }).collect()
     };
-    let duration = a
-        .duration
-        .as_deref()
-        .map(|d| parse_duration("--duration", d))
-        .transpose()?;
+    let duration = a.duration.as_deref().map(|d| parse_duration("--duration", d)).transpose()?;
     let prompts = match &a.dataset {
         Some(path) => {
             if a.prefix_len > 0 {
-                return Err(bad(
-                    "--prefix-len builds random prompts; it cannot be combined with --dataset"
-                        .into(),
-                ));
+                return Err(bad("--prefix-len builds random prompts; it cannot be combined with --dataset".into()));
             }
             PromptSource::Dataset { path: path.clone() }
         }
@@ -228,12 +207,7 @@ pub fn resolve(a: &BenchArgs) -> Result<BenchConfig, spec::InputError> {
             prefix_groups: a.prefix_groups,
         },
     };
-    let slos = a
-        .slo
-        .as_deref()
-        .map(spec::parse_slos)
-        .transpose()?
-        .unwrap_or_default();
+    let slos = a.slo.as_deref().map(spec::parse_slos).transpose()?.unwrap_or_default();
     let metrics_url = match a.metrics_url.as_deref() {
         None => None,
         Some("off") | Some("none") => Some(None),
@@ -247,10 +221,7 @@ pub fn resolve(a: &BenchArgs) -> Result<BenchConfig, spec::InputError> {
         api_key,
         stream: !a.no_stream,
         loads,
-        stop: Stop {
-            requests: a.requests,
-            duration,
-        },
+        stop: Stop { requests: a.requests, duration },
         warmup: a.warmup,
         ramp_up: parse_duration("--ramp-up", &a.ramp_up)?,
         prompts,
@@ -262,8 +233,7 @@ pub fn resolve(a: &BenchArgs) -> Result<BenchConfig, spec::InputError> {
         slos,
         tokenizer_path: a.tokenizer.clone(),
         metrics_url,
-        scrape_interval: parse_duration("--scrape-interval", &a.scrape_interval)?
-            .max(std::time::Duration::from_millis(100)),
+        scrape_interval: parse_duration("--scrape-interval", &a.scrape_interval)?.max(std::time::Duration::from_millis(100)),
         drain_timeout: parse_duration("--drain-timeout", &a.drain_timeout)?,
         calibrate: !a.no_calibrate,
     };
@@ -291,7 +261,10 @@ pub fn run(a: BenchArgs) -> Result<(), Failure> {
         let drain = prepared.cfg.drain_timeout;
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
-                crate::tell!("\nstopping: no new requests; in-flight requests get {:.0}s to finish, then results are written (marked partial)", drain.as_secs_f64());
+                crate::tell!(
+                    "\nstopping: no new requests; in-flight requests get {:.0}s to finish, then results are written (marked partial)",
+                    drain.as_secs_f64()
+                );
                 let _ = int_tx.send(true);
             }
         });
@@ -319,16 +292,11 @@ pub fn run(a: BenchArgs) -> Result<(), Failure> {
         }
     };
     write(&a.json, &|w| export::write_json(rep, w));
-    write(&a.records, &|w| {
-        export::write_records(rep, &outcome.records, w)
-    });
+    write(&a.records, &|w| export::write_records(rep, &outcome.records, w));
     write(&a.csv, &|w| export::write_csv(rep, w));
     write(&a.markdown, &|w| export::write_markdown(rep, w));
     if !write_errors.is_empty() {
-        return Err(Failure::runtime(format!(
-            "could not write results: {}",
-            write_errors.join("; ")
-        )));
+        return Err(Failure::runtime(format!("could not write results: {}", write_errors.join("; "))));
     }
     verdict(rep)
 }
@@ -354,33 +322,18 @@ fn verdict(rep: &servetune_bench::BenchReport) -> Result<(), Failure> {
     if completed > 0 || failed == 0 {
         return Ok(());
     }
-    let example = rep
-        .runs
-        .iter()
-        .flat_map(|r| r.requests.error_examples.values().flatten())
-        .next()
-        .cloned()
-        .unwrap_or_default();
-    let all_404 =
-        rep.runs.iter().all(|r| {
-            r.requests.errors.get("http_status").copied().unwrap_or(0) == r.requests.failed
-        }) && (example.contains("HTTP 404") || example.contains("HTTP 405"));
-    let all_connect = rep
-        .runs
-        .iter()
-        .all(|r| r.requests.errors.get("connect").copied().unwrap_or(0) == r.requests.failed);
+    let example = rep.runs.iter().flat_map(|r| r.requests.error_examples.values().flatten()).next().cloned().unwrap_or_default();
+    let all_404 = rep.runs.iter().all(|r| r.requests.errors.get("http_status").copied().unwrap_or(0) == r.requests.failed)
+        && (example.contains("HTTP 404") || example.contains("HTTP 405"));
+    let all_connect = rep.runs.iter().all(|r| r.requests.errors.get("connect").copied().unwrap_or(0) == r.requests.failed);
     if all_404 {
         Err(Failure::usage(format!(
             "every request failed: {example}\n  the server does not serve {} there: pick the API it speaks with --api (openai-completions, openai-chat, sglang) or fix the --url path",
             rep.config.api.path()
         )))
     } else if all_connect {
-        Err(Failure::usage(format!(
-            "every request failed to connect: {example}\n  check --url and that the server is up"
-        )))
+        Err(Failure::usage(format!("every request failed to connect: {example}\n  check --url and that the server is up")))
     } else {
-        Err(Failure::runtime(format!(
-            "every request failed ({failed}); e.g. {example}. The results were written"
-        )))
+        Err(Failure::runtime(format!("every request failed ({failed}); e.g. {example}. The results were written")))
     }
 }

@@ -47,19 +47,22 @@ fn map_sim(e: SimError) -> Failure {
 
 pub fn run(a: DemoArgs) -> Result<(), Failure> {
     let profile = preset(&a.preset).map_err(map_sim)?;
-    let desc = PRESETS
-        .iter()
-        .find(|(n, _)| *n == a.preset)
-        .map(|(_, d)| *d)
-        .unwrap_or("");
+    let desc = PRESETS.iter().find(|(n, _)| *n == a.preset).map(|(_, d)| *d).unwrap_or("");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| Failure::runtime(format!("cannot start the runtime: {e}")))?;
     let outcome = rt.block_on(async {
-        let sim = servetune_sim::start(SimConfig::new(profile.clone()), "127.0.0.1:0".parse().map_err(|_| Failure::runtime("bad address"))?).await.map_err(map_sim)?;
+        let sim =
+            servetune_sim::start(SimConfig::new(profile.clone()), "127.0.0.1:0".parse().map_err(|_| Failure::runtime("bad address"))?)
+                .await
+                .map_err(map_sim)?;
         crate::say!("servetune demo: a simulated server of the reference deployment ({}: {desc})", a.preset);
-        crate::say!("  listening on {}; sweeping concurrency {:?}, {INPUT_TOKENS} prompt / {OUTPUT_TOKENS} output tokens", sim.url, SWEEP.iter().map(|(c, _)| *c).collect::<Vec<_>>());
+        crate::say!(
+            "  listening on {}; sweeping concurrency {:?}, {INPUT_TOKENS} prompt / {OUTPUT_TOKENS} output tokens",
+            sim.url,
+            SWEEP.iter().map(|(c, _)| *c).collect::<Vec<_>>()
+        );
         let cfg = BenchConfig {
             base_url: sim.url.clone(),
             api: Api::OpenaiCompletions,
@@ -101,7 +104,14 @@ pub fn run(a: DemoArgs) -> Result<(), Failure> {
         let mut partial = false;
         for (i, &(c, n)) in SWEEP.iter().enumerate() {
             prepared.cfg.stop.requests = Some(n);
-            let out = runner::run_point(&prepared, Load::Closed { concurrency: c }, int_rx.clone(), Arc::clone(&progress), (i as u64 + 1, SWEEP.len() as u64)).await;
+            let out = runner::run_point(
+                &prepared,
+                Load::Closed { concurrency: c },
+                int_rx.clone(),
+                Arc::clone(&progress),
+                (i as u64 + 1, SWEEP.len() as u64),
+            )
+            .await;
             let stop = out.interrupted;
             points.push(out);
             if stop {
@@ -119,29 +129,19 @@ pub fn run(a: DemoArgs) -> Result<(), Failure> {
     let rep = &outcome.report;
     let mut stdout = std::io::stdout().lock();
     let _ = writeln!(stdout);
-    export::write_terminal(rep, &mut stdout)
-        .map_err(|e| Failure::runtime(format!("stdout: {e}")))?;
+    export::write_terminal(rep, &mut stdout).map_err(|e| Failure::runtime(format!("stdout: {e}")))?;
     let _ = writeln!(stdout);
-    std::fs::create_dir_all(&a.out)
-        .map_err(|e| Failure::runtime(format!("cannot create {}: {e}", a.out.display())))?;
-    let write = |name: &str,
-                 f: &dyn Fn(&mut dyn Write) -> std::io::Result<()>|
-     -> Result<PathBuf, Failure> {
+    std::fs::create_dir_all(&a.out).map_err(|e| Failure::runtime(format!("cannot create {}: {e}", a.out.display())))?;
+    let write = |name: &str, f: &dyn Fn(&mut dyn Write) -> std::io::Result<()>| -> Result<PathBuf, Failure> {
         let p = a.out.join(name);
-        let mut file = std::io::BufWriter::new(
-            std::fs::File::create(&p)
-                .map_err(|e| Failure::runtime(format!("cannot write {}: {e}", p.display())))?,
-        );
-        f(&mut file)
-            .and_then(|_| file.flush())
-            .map_err(|e| Failure::runtime(format!("cannot write {}: {e}", p.display())))?;
+        let mut file =
+            std::io::BufWriter::new(std::fs::File::create(&p).map_err(|e| Failure::runtime(format!("cannot write {}: {e}", p.display())))?);
+        f(&mut file).and_then(|_| file.flush()).map_err(|e| Failure::runtime(format!("cannot write {}: {e}", p.display())))?;
         Ok(p)
     };
     let j = write("bench.json", &|w| export::write_json(rep, w))?;
     let m = write("demo.md", &|w| write_demo_markdown(rep, &a.preset, desc, w))?;
-    let r = write("records.jsonl", &|w| {
-        export::write_records(rep, &outcome.records, w)
-    })?;
+    let r = write("records.jsonl", &|w| export::write_records(rep, &outcome.records, w))?;
     let _ = writeln!(stdout, "wrote {}, {} and {}", show(&j), show(&m), show(&r));
     Ok(())
 }
@@ -151,26 +151,18 @@ fn show(p: &Path) -> String {
 }
 
 /// The demo's Markdown: the scenario, then the bench summary.
-pub fn write_demo_markdown(
-    rep: &servetune_bench::BenchReport,
-    preset: &str,
-    desc: &str,
-    mut w: impl Write,
-) -> std::io::Result<()> {
+pub fn write_demo_markdown(rep: &servetune_bench::BenchReport, preset: &str, desc: &str, mut w: impl Write) -> std::io::Result<()> {
     writeln!(w, "# servetune demo\n")?;
+    writeln!(w, "A simulated server of the reference deployment (`{preset}`): {desc}.")?;
+    writeln!(w, "The simulator batches continuously, holds at most the engine's running-request limit, and queues the rest.\n")?;
     writeln!(
         w,
-        "A simulated server of the reference deployment (`{preset}`): {desc}."
+        "Sweep: concurrency {}, each with {INPUT_TOKENS} prompt and {OUTPUT_TOKENS} output tokens.\n",
+        SWEEP.iter().map(|(c, _)| c.to_string()).collect::<Vec<_>>().join(", ")
     )?;
-    writeln!(w, "The simulator batches continuously, holds at most the engine's running-request limit, and queues the rest.\n")?;
-    writeln!(w, "Sweep: concurrency {}, each with {INPUT_TOKENS} prompt and {OUTPUT_TOKENS} output tokens.\n", SWEEP.iter().map(|(c, _)| c.to_string()).collect::<Vec<_>>().join(", "))?;
     let mut body = Vec::new();
     export::write_markdown(rep, &mut body)?;
     // Demote the bench report's title under the demo's.
-    let text = String::from_utf8_lossy(&body).replacen(
-        "# servetune bench",
-        "## Measured with servetune bench",
-        1,
-    );
+    let text = String::from_utf8_lossy(&body).replacen("# servetune bench", "## Measured with servetune bench", 1);
     w.write_all(text.as_bytes())
 }

@@ -60,16 +60,10 @@ pub struct Failure {
 
 impl Failure {
     pub fn usage(msg: impl Into<String>) -> Self {
-        Self {
-            code: 2,
-            msg: msg.into(),
-        }
+        Self { code: 2, msg: msg.into() }
     }
     pub fn runtime(msg: impl Into<String>) -> Self {
-        Self {
-            code: 1,
-            msg: msg.into(),
-        }
+        Self { code: 1, msg: msg.into() }
     }
 }
 
@@ -92,15 +86,9 @@ fn main() -> ExitCode {
 }
 
 /// High-concurrency runs need one descriptor per connection: lift the soft limit to the hard one.
-#[expect(
-    unsafe_code,
-    reason = "setrlimit has no safe std wrapper; the call only reads and writes a local struct"
-)]
+#[expect(unsafe_code, reason = "setrlimit has no safe std wrapper; the call only reads and writes a local struct")]
 fn raise_fd_limit() {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: `lim` is a valid, exclusively borrowed rlimit for both calls.
     unsafe {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {

@@ -26,22 +26,13 @@ fn draw(p: &Progress) {
     let done = p.done.load(Ordering::Relaxed);
     let planned = p.planned.load(Ordering::Relaxed);
     let started = p.point_started_unix_ns.load(Ordering::Relaxed);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
     let secs = now.saturating_sub(started) as f64 / 1e9;
-    let tps = if secs > 0.0 {
-        p.tokens.load(Ordering::Relaxed) as f64 / secs
-    } else {
-        0.0
-    };
+    let tps = if secs > 0.0 { p.tokens.load(Ordering::Relaxed) as f64 / secs } else { 0.0 };
     let label = p.label.lock().map(|l| l.clone()).unwrap_or_default();
     let bar = if planned > 0 {
         let w = 24usize;
-        let f = ((done as f64 / planned as f64) * w as f64)
-            .round()
-            .min(w as f64) as usize;
+        let f = ((done as f64 / planned as f64) * w as f64).round().min(w as f64) as usize;
         format!("[{}{}] {done}/{planned}", "#".repeat(f), "-".repeat(w - f))
     } else {
         format!("{done} done")

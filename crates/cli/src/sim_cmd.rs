@@ -111,20 +111,12 @@ pub fn resolve(a: &SimArgs) -> Result<SimConfig, Failure> {
     if let Some(v) = a.eos_mean_tokens {
         p.eos_mean_tokens = v;
     }
-    p.validate()
-        .map_err(|e| Failure::usage(format!("impossible configuration: {e}")))?;
-    let dur = |flag: &str, v: &Option<String>| {
-        v.as_deref()
-            .map(|s| parse_duration(flag, s))
-            .transpose()
-            .map_err(|e| Failure::usage(e.0))
-    };
+    p.validate().map_err(|e| Failure::usage(format!("impossible configuration: {e}")))?;
+    let dur = |flag: &str, v: &Option<String>| v.as_deref().map(|s| parse_duration(flag, s)).transpose().map_err(|e| Failure::usage(e.0));
     let faults = Faults {
         fail_rate: a.fail_rate,
         error_status: a.error_status,
-        error_rate: a
-            .error_rate
-            .unwrap_or(if a.error_status.is_some() { 1.0 } else { 0.0 }),
+        error_rate: a.error_rate.unwrap_or(if a.error_status.is_some() { 1.0 } else { 0.0 }),
         stall_every: a.stall_every,
         stall_for: parse_duration("--stall-for", &a.stall_for).map_err(|e| Failure::usage(e.0))?,
         crash_after: dur("--crash-after", &a.crash_after)?,
@@ -135,13 +127,7 @@ pub fn resolve(a: &SimArgs) -> Result<SimConfig, Failure> {
         StyleArg::Sglang => MetricsStyle::Sglang,
         StyleArg::Vllm => MetricsStyle::Vllm,
     };
-    Ok(SimConfig {
-        profile: p,
-        cost: None,
-        seed: a.seed,
-        metrics_style: style,
-        faults,
-    })
+    Ok(SimConfig { profile: p, cost: None, seed: a.seed, metrics_style: style, faults })
 }
 
 pub fn run(a: SimArgs) -> Result<(), Failure> {

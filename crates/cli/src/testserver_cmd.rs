@@ -39,14 +39,9 @@ pub fn run(a: TestServerArgs) -> Result<(), Failure> {
     if let Some(t) = a.threads {
         b.worker_threads(t.max(1));
     }
-    let rt = b
-        .enable_all()
-        .build()
-        .map_err(|e| Failure::runtime(format!("cannot start the runtime: {e}")))?;
+    let rt = b.enable_all().build().map_err(|e| Failure::runtime(format!("cannot start the runtime: {e}")))?;
     rt.block_on(async {
-        let srv = testserver::start(cfg)
-            .await
-            .map_err(|e| Failure::runtime(format!("cannot listen on 127.0.0.1: {e}")))?;
+        let srv = testserver::start(cfg).await.map_err(|e| Failure::runtime(format!("cannot listen on 127.0.0.1: {e}")))?;
         crate::say!("listening on {}", srv.url);
         let _ = tokio::signal::ctrl_c().await;
         drop(srv);

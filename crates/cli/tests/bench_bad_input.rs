@@ -6,72 +6,29 @@ fn usage_error(args: &[&str], needle: &str) {
     let out = servetune().arg("bench").args(args).output().expect("run");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "args {args:?}: stderr {err}");
-    assert!(
-        err.contains(needle),
-        "args {args:?}: expected {needle:?} in {err}"
-    );
+    assert!(err.contains(needle), "args {args:?}: expected {needle:?} in {err}");
     assert!(!err.contains("panicked"), "{err}");
 }
 
 #[test]
 fn rate_of_zero_is_refused() {
-    usage_error(
-        &[
-            "--url",
-            "http://127.0.0.1:9",
-            "--rate",
-            "0",
-            "--requests",
-            "1",
-        ],
-        "--rate 0 is not a rate",
-    );
+    usage_error(&["--url", "http://127.0.0.1:9", "--rate", "0", "--requests", "1"], "--rate 0 is not a rate");
 }
 
 #[test]
 fn negative_rate_is_refused() {
-    usage_error(
-        &[
-            "--url",
-            "http://127.0.0.1:9",
-            "--rate=-2",
-            "--requests",
-            "1",
-        ],
-        "is not a rate",
-    );
+    usage_error(&["--url", "http://127.0.0.1:9", "--rate=-2", "--requests", "1"], "is not a rate");
 }
 
 #[test]
 fn concurrency_and_rate_together_contradict() {
-    usage_error(
-        &[
-            "--url",
-            "http://127.0.0.1:9",
-            "--rate",
-            "1",
-            "--concurrency",
-            "2",
-            "--requests",
-            "1",
-        ],
-        "contradict",
-    );
+    usage_error(&["--url", "http://127.0.0.1:9", "--rate", "1", "--concurrency", "2", "--requests", "1"], "contradict");
 }
 
 #[test]
 fn max_concurrency_without_rate_is_refused() {
     usage_error(
-        &[
-            "--url",
-            "http://127.0.0.1:9",
-            "--concurrency",
-            "2",
-            "--max-concurrency",
-            "2",
-            "--requests",
-            "1",
-        ],
+        &["--url", "http://127.0.0.1:9", "--concurrency", "2", "--max-concurrency", "2", "--requests", "1"],
         "--max-concurrency caps an open loop",
     );
 }
@@ -79,80 +36,36 @@ fn max_concurrency_without_rate_is_refused() {
 #[test]
 fn unknown_slo_metric_is_named() {
     usage_error(
-        &[
-            "--url",
-            "http://127.0.0.1:9",
-            "--concurrency",
-            "1",
-            "--requests",
-            "1",
-            "--slo",
-            "latency:p99<1s",
-        ],
+        &["--url", "http://127.0.0.1:9", "--concurrency", "1", "--requests", "1", "--slo", "latency:p99<1s"],
         "unknown SLO metric \"latency\"",
     );
 }
 
 #[test]
 fn missing_stop_rule_is_refused() {
-    usage_error(
-        &["--url", "http://127.0.0.1:9", "--concurrency", "1"],
-        "no stop rule",
-    );
+    usage_error(&["--url", "http://127.0.0.1:9", "--concurrency", "1"], "no stop rule");
 }
 
 #[test]
 fn missing_load_is_refused() {
-    usage_error(
-        &["--url", "http://127.0.0.1:9", "--requests", "1"],
-        "no load given",
-    );
+    usage_error(&["--url", "http://127.0.0.1:9", "--requests", "1"], "no load given");
 }
 
 #[test]
 fn bad_length_spec_is_explained() {
-    usage_error(
-        &[
-            "--url",
-            "http://127.0.0.1:9",
-            "--concurrency",
-            "1",
-            "--requests",
-            "1",
-            "--input-len",
-            "uniform:9..3",
-        ],
-        "LO <= HI",
-    );
+    usage_error(&["--url", "http://127.0.0.1:9", "--concurrency", "1", "--requests", "1", "--input-len", "uniform:9..3"], "LO <= HI");
 }
 
 #[test]
 fn url_without_scheme_is_refused() {
-    usage_error(
-        &[
-            "--url",
-            "127.0.0.1:9",
-            "--concurrency",
-            "1",
-            "--requests",
-            "1",
-        ],
-        "--url",
-    );
+    usage_error(&["--url", "127.0.0.1:9", "--concurrency", "1", "--requests", "1"], "--url");
 }
 
 #[test]
 fn unreachable_url_names_the_url_and_the_fix() {
     // Port 9 (discard) on loopback: nothing listens.
     usage_error(
-        &[
-            "--url",
-            "http://127.0.0.1:9",
-            "--concurrency",
-            "1",
-            "--requests",
-            "1",
-        ],
+        &["--url", "http://127.0.0.1:9", "--concurrency", "1", "--requests", "1"],
         "is the server running at --url http://127.0.0.1:9",
     );
 }
@@ -160,16 +73,7 @@ fn unreachable_url_names_the_url_and_the_fix() {
 #[test]
 fn missing_dataset_file_is_named() {
     usage_error(
-        &[
-            "--url",
-            "http://127.0.0.1:9",
-            "--concurrency",
-            "1",
-            "--requests",
-            "1",
-            "--dataset",
-            "/nonexistent/x.jsonl",
-        ],
+        &["--url", "http://127.0.0.1:9", "--concurrency", "1", "--requests", "1", "--dataset", "/nonexistent/x.jsonl"],
         "--dataset /nonexistent/x.jsonl",
     );
 }

@@ -34,27 +34,14 @@ fn llama() -> Option<Llama> {
         eprintln!("SERVETUNE_SKIP_LLAMA is set: skipping the llama.cpp test");
         return None;
     }
-    let venv = std::env::var_os("SERVETUNE_TEST_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join(".venv-test"));
+    let venv = std::env::var_os("SERVETUNE_TEST_VENV").map(PathBuf::from).unwrap_or_else(|| repo_root().join(".venv-test"));
     let py = venv.join("bin/python");
-    assert!(
-        py.exists(),
-        "{} is missing: run scripts/setup-test-env (or set SERVETUNE_SKIP_LLAMA=1 to skip)",
-        py.display()
-    );
+    assert!(py.exists(), "{} is missing: run scripts/setup-test-env (or set SERVETUNE_SKIP_LLAMA=1 to skip)", py.display());
     let dir = tempfile::tempdir().expect("tmp");
     let model = dir.path().join("tiny.gguf");
-    let st = Command::new(&py)
-        .arg(repo_root().join("scripts/make-tiny-gguf.py"))
-        .arg(&model)
-        .status()
-        .expect("run make-tiny-gguf.py");
+    let st = Command::new(&py).arg(repo_root().join("scripts/make-tiny-gguf.py")).arg(&model).status().expect("run make-tiny-gguf.py");
     assert!(st.success(), "make-tiny-gguf.py failed");
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
+    let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
     let log = std::fs::File::create(dir.path().join("server.log")).expect("log");
     // interrupt_requests: llama-cpp-python otherwise aborts a stream when the next request arrives.
     let child = Command::new(&py)
@@ -78,11 +65,7 @@ fn llama() -> Option<Llama> {
         .spawn()
         .expect("start llama_cpp.server");
     let url = format!("http://127.0.0.1:{port}");
-    let l = Llama {
-        child,
-        url,
-        _dir: dir,
-    };
+    let l = Llama { child, url, _dir: dir };
     let t = Instant::now();
     while t.elapsed() < Duration::from_secs(120) {
         if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
@@ -95,11 +78,7 @@ fn llama() -> Option<Llama> {
 }
 
 fn records(path: &std::path::Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(path)
-        .expect("records")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("json line"))
-        .collect()
+    std::fs::read_to_string(path).expect("records").lines().map(|l| serde_json::from_str(l).expect("json line")).collect()
 }
 
 /// Every record is complete and self-consistent: TTFT before E2E, chunks in order, nothing lost.
@@ -109,32 +88,14 @@ fn check_records(recs: &[serde_json::Value], expect: usize) {
         assert!(r["error"].is_null(), "no failure: {r}");
         let chunks = r["chunks"].as_array().expect("chunks");
         assert!(!chunks.is_empty(), "at least one token chunk: {r}");
-        let at: Vec<u64> = chunks
-            .iter()
-            .map(|c| c["at_ns"].as_u64().expect("at_ns"))
-            .collect();
-        assert!(
-            at.windows(2).all(|w| w[0] <= w[1]),
-            "chunks in arrival order"
-        );
-        let (intended, actual, end) = (
-            r["intended_ns"].as_u64().expect("i"),
-            r["actual_ns"].as_u64().expect("a"),
-            r["end_ns"].as_u64().expect("e"),
-        );
-        assert!(
-            intended <= actual && actual < at[0] && at[at.len() - 1] <= end,
-            "intended <= sent < first token <= last <= end: {r}"
-        );
-        let chunk_tokens: u64 = chunks
-            .iter()
-            .map(|c| c["tokens"].as_u64().unwrap_or(0))
-            .sum();
+        let at: Vec<u64> = chunks.iter().map(|c| c["at_ns"].as_u64().expect("at_ns")).collect();
+        assert!(at.windows(2).all(|w| w[0] <= w[1]), "chunks in arrival order");
+        let (intended, actual, end) =
+            (r["intended_ns"].as_u64().expect("i"), r["actual_ns"].as_u64().expect("a"), r["end_ns"].as_u64().expect("e"));
+        assert!(intended <= actual && actual < at[0] && at[at.len() - 1] <= end, "intended <= sent < first token <= last <= end: {r}");
+        let chunk_tokens: u64 = chunks.iter().map(|c| c["tokens"].as_u64().unwrap_or(0)).sum();
         assert_eq!(chunk_tokens, r["output_tokens_chunks"].as_u64().expect("n"));
-        assert!(
-            r["input_tokens_server"].as_u64().is_some()
-                || r["input_tokens_planned"].as_u64().is_some()
-        );
+        assert!(r["input_tokens_server"].as_u64().is_some() || r["input_tokens_planned"].as_u64().is_some());
     }
 }
 
@@ -163,13 +124,7 @@ fn llama_completions_sweep_gives_table_and_json() {
     ]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(v["config"]["model"], "tiny", "found from /v1/models");
-    assert!(
-        v["notes"]
-            .to_string()
-            .contains("calibrated from the server's prompt_tokens"),
-        "{}",
-        v["notes"]
-    );
+    assert!(v["notes"].to_string().contains("calibrated from the server's prompt_tokens"), "{}", v["notes"]);
     let runs = v["runs"].as_array().expect("runs");
     assert_eq!(runs.len(), 3);
     for r in runs {
@@ -181,23 +136,13 @@ fn llama_completions_sweep_gives_table_and_json() {
     // The calibrated prompts land near 128 tokens by the server's own count.
     let recs = records(&rec);
     check_records(&recs, 120);
-    let served: Vec<f64> = recs
-        .iter()
-        .filter_map(|r| r["input_tokens_server"].as_f64())
-        .collect();
+    let served: Vec<f64> = recs.iter().filter_map(|r| r["input_tokens_server"].as_f64()).collect();
     if !served.is_empty() {
         let mean = served.iter().sum::<f64>() / served.len() as f64;
-        assert!(
-            (mean - 128.0).abs() / 128.0 < 0.15,
-            "mean prompt tokens {mean}"
-        );
+        assert!((mean - 128.0).abs() / 128.0 < 0.15, "mean prompt tokens {mean}");
     }
     // llama.cpp serves one request at a time: the sweep saturates at once.
-    assert!(
-        v["saturation"].is_object(),
-        "a single-slot server plateaus: {}",
-        v["saturation"]
-    );
+    assert!(v["saturation"].is_object(), "a single-slot server plateaus: {}", v["saturation"]);
 }
 
 #[test]
@@ -251,19 +196,12 @@ fn llama_forced_output_length_matches_server_usage() {
         &rec_s,
     ]);
     assert_eq!(code, 0, "{err}");
-    assert_eq!(
-        v["runs"][0]["requests"]["stopped_early"], 0,
-        "{}",
-        v["runs"][0]["notes"]
-    );
+    assert_eq!(v["runs"][0]["requests"]["stopped_early"], 0, "{}", v["runs"][0]["notes"]);
     for r in records(&rec) {
         let n = r["output_tokens_server"].as_u64().expect("usage");
         // llama-cpp-python's usage sometimes counts a few tokens more than max_tokens (it counts the
         // re-tokenized text); a forced length must never give fewer.
-        assert!(
-            n >= 24,
-            "usage {n} for max_tokens 24: the server stopped early"
-        );
+        assert!(n >= 24, "usage {n} for max_tokens 24: the server stopped early");
     }
 }
 
@@ -290,22 +228,13 @@ fn llama_streamed_chunks_agree_with_usage_of_the_same_request() {
         "5",
     ];
     let (c1, _, e1) = bench_json(&[&common[..], &["--records", &a.to_string_lossy()]].concat());
-    let (c2, _, e2) = bench_json(
-        &[
-            &common[..],
-            &["--no-stream", "--records", &b.to_string_lossy()],
-        ]
-        .concat(),
-    );
+    let (c2, _, e2) = bench_json(&[&common[..], &["--no-stream", "--records", &b.to_string_lossy()]].concat());
     assert_eq!((c1, c2), (0, 0), "{e1} {e2}");
     let (s, n) = (records(&a), records(&b));
     assert_eq!((s.len(), n.len()), (8, 8));
     for (x, y) in s.iter().zip(&n) {
         let chunks = x["output_tokens_chunks"].as_u64().expect("chunks");
         let usage = y["output_tokens_server"].as_u64().expect("usage");
-        assert!(
-            chunks >= 1 && chunks <= usage,
-            "streamed chunks {chunks} vs usage {usage}"
-        );
+        assert!(chunks >= 1 && chunks <= usage, "streamed chunks {chunks} vs usage {usage}");
     }
 }

@@ -6,23 +6,9 @@ use crate::common::{bench_json, ms, num, server, servetune};
 
 #[test]
 fn known_ttft_and_itl_are_measured_within_three_percent() {
-    let s = server(TestServerConfig {
-        ttft: ms(80),
-        itl: ms(10),
-        ..Default::default()
-    });
-    let (code, v, err) = bench_json(&[
-        "--url",
-        s.url(),
-        "--concurrency",
-        "4",
-        "--requests",
-        "40",
-        "--output-len",
-        "12",
-        "--input-len",
-        "16",
-    ]);
+    let s = server(TestServerConfig { ttft: ms(80), itl: ms(10), ..Default::default() });
+    let (code, v, err) =
+        bench_json(&["--url", s.url(), "--concurrency", "4", "--requests", "40", "--output-len", "12", "--input-len", "16"]);
     assert_eq!(code, 0, "{err}");
     let ttft = num(&v, "runs.0.latency_ms.ttft.p50");
     let itl = num(&v, "runs.0.latency_ms.itl.p50");
@@ -38,20 +24,8 @@ fn known_ttft_and_itl_are_measured_within_three_percent() {
 
 #[test]
 fn json_contract_has_the_documented_fields() {
-    let s = server(TestServerConfig {
-        itl: ms(1),
-        ..Default::default()
-    });
-    let (code, v, err) = bench_json(&[
-        "--url",
-        s.url(),
-        "--concurrency",
-        "1,4,16",
-        "--requests",
-        "32",
-        "--output-len",
-        "8",
-    ]);
+    let s = server(TestServerConfig { itl: ms(1), ..Default::default() });
+    let (code, v, err) = bench_json(&["--url", s.url(), "--concurrency", "1,4,16", "--requests", "32", "--output-len", "8"]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(v["schema"], "servetune.bench/1");
     let runs = v["runs"].as_array().expect("runs");
@@ -63,14 +37,7 @@ fn json_contract_has_the_documented_fields() {
             assert!(r["requests"][k].is_u64(), "{k}");
         }
         assert!(r["requests"]["errors"].is_object());
-        for m in [
-            "ttft",
-            "ttft_uncorrected",
-            "itl",
-            "tpot",
-            "e2e",
-            "e2e_uncorrected",
-        ] {
+        for m in ["ttft", "ttft_uncorrected", "itl", "tpot", "e2e", "e2e_uncorrected"] {
             for s in ["mean", "p50", "p90", "p99", "max"] {
                 assert!(r["latency_ms"][m][s].is_f64(), "{m}.{s} in {r:#}");
             }
@@ -78,18 +45,11 @@ fn json_contract_has_the_documented_fields() {
         for s in ["mean", "p50", "p90", "p99", "max"] {
             assert!(r["schedule_lag_ms"][s].is_f64());
         }
-        for t in [
-            "requests_per_s",
-            "output_tokens_per_s",
-            "total_tokens_per_s",
-        ] {
+        for t in ["requests_per_s", "output_tokens_per_s", "total_tokens_per_s"] {
             assert!(r["throughput"][t].as_f64().expect(t) > 0.0);
         }
     }
-    assert!(
-        v.get("saturation").is_some(),
-        "saturation key present (null or object)"
-    );
+    assert!(v.get("saturation").is_some(), "saturation key present (null or object)");
 }
 
 #[test]
@@ -119,11 +79,7 @@ fn poisson_run_achieves_its_rate_within_two_percent() {
 #[test]
 fn too_small_concurrency_cap_shows_in_corrected_latency_only() {
     // 20 req/s but one slot and 100 ms per request: requests queue for the slot.
-    let s = server(TestServerConfig {
-        ttft: ms(50),
-        itl: ms(10),
-        ..Default::default()
-    });
+    let s = server(TestServerConfig { ttft: ms(50), itl: ms(10), ..Default::default() });
     let (code, v, err) = bench_json(&[
         "--url",
         s.url(),
@@ -142,14 +98,8 @@ fn too_small_concurrency_cap_shows_in_corrected_latency_only() {
     let corrected = num(&v, "runs.0.latency_ms.ttft.p99");
     let uncorrected = num(&v, "runs.0.latency_ms.ttft_uncorrected.p99");
     let lag = num(&v, "runs.0.schedule_lag_ms.p99");
-    assert!(
-        uncorrected < 70.0,
-        "uncorrected TTFT stays near the server's 50 ms: {uncorrected}"
-    );
-    assert!(
-        corrected > 500.0,
-        "corrected TTFT includes the queueing: {corrected}"
-    );
+    assert!(uncorrected < 70.0, "uncorrected TTFT stays near the server's 50 ms: {uncorrected}");
+    assert!(corrected > 500.0, "corrected TTFT includes the queueing: {corrected}");
     assert!(lag > 400.0, "lag shows the wait: {lag}");
     let notes = v["runs"][0]["notes"].to_string();
     assert!(notes.contains("waited for a free slot"), "{notes}");
@@ -157,96 +107,42 @@ fn too_small_concurrency_cap_shows_in_corrected_latency_only() {
 
 fn error_kind_of(cfg: TestServerConfig, extra: &[&str]) -> serde_json::Value {
     let s = server(cfg);
-    let mut args = vec![
-        "--url",
-        s.url(),
-        "--concurrency",
-        "2",
-        "--requests",
-        "6",
-        "--output-len",
-        "6",
-        "--no-calibrate",
-    ];
+    let mut args = vec!["--url", s.url(), "--concurrency", "2", "--requests", "6", "--output-len", "6", "--no-calibrate"];
     args.extend_from_slice(extra);
     let (_code, v, err) = bench_json(&args);
-    assert!(
-        v.is_object(),
-        "results written even when requests fail: {err}"
-    );
+    assert!(v.is_object(), "results written even when requests fail: {err}");
     v["runs"][0]["requests"].clone()
 }
 
 #[test]
 fn http_errors_are_recorded_as_http_status() {
-    let r = error_kind_of(
-        TestServerConfig {
-            fail_rate: 1.0,
-            error_status: 503,
-            ..Default::default()
-        },
-        &[],
-    );
+    let r = error_kind_of(TestServerConfig { fail_rate: 1.0, error_status: 503, ..Default::default() }, &[]);
     assert_eq!(r["errors"]["http_status"], 6);
-    assert!(
-        r["error_examples"]["http_status"][0]
-            .as_str()
-            .unwrap_or("")
-            .contains("HTTP 503"),
-        "{r}"
-    );
+    assert!(r["error_examples"]["http_status"][0].as_str().unwrap_or("").contains("HTTP 503"), "{r}");
 }
 
 #[test]
 fn truncated_streams_are_recorded() {
-    let r = error_kind_of(
-        TestServerConfig {
-            truncate_rate: 1.0,
-            ..Default::default()
-        },
-        &[],
-    );
+    let r = error_kind_of(TestServerConfig { truncate_rate: 1.0, ..Default::default() }, &[]);
     assert_eq!(r["errors"]["truncated_stream"], 6, "{r}");
 }
 
 #[test]
 fn malformed_events_are_recorded() {
-    let r = error_kind_of(
-        TestServerConfig {
-            malformed_rate: 1.0,
-            ..Default::default()
-        },
-        &[],
-    );
+    let r = error_kind_of(TestServerConfig { malformed_rate: 1.0, ..Default::default() }, &[]);
     assert_eq!(r["errors"]["malformed_event"], 6, "{r}");
 }
 
 #[test]
 fn error_payload_mid_stream_is_recorded() {
-    let r = error_kind_of(
-        TestServerConfig {
-            error_payload_rate: 1.0,
-            ..Default::default()
-        },
-        &[],
-    );
+    let r = error_kind_of(TestServerConfig { error_payload_rate: 1.0, ..Default::default() }, &[]);
     assert_eq!(r["errors"]["error_payload"], 6, "{r}");
-    assert!(
-        r["error_examples"]["error_payload"][0]
-            .as_str()
-            .unwrap_or("")
-            .contains("injected error"),
-        "{r}"
-    );
+    assert!(r["error_examples"]["error_payload"][0].as_str().unwrap_or("").contains("injected error"), "{r}");
 }
 
 #[test]
 fn stalled_server_hits_the_timeout_and_keeps_partial_chunks() {
-    let s = server(TestServerConfig {
-        stall: Some(ms(5_000)),
-        stall_rate: 1.0,
-        ..Default::default()
-    });
+    let s = server(TestServerConfig { stall: Some(ms(5_000)), stall_rate: 1.0, ..Default::default() });
     let dir = tempfile::tempdir().expect("tmp");
     let rec = dir.path().join("r.jsonl");
     let out = servetune()
@@ -268,221 +164,91 @@ fn stalled_server_hits_the_timeout_and_keeps_partial_chunks() {
         .arg(&rec)
         .output()
         .expect("run");
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "all failed is a runtime failure: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&rec)
-        .expect("records")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("json"))
-        .collect();
+    assert_eq!(out.status.code(), Some(1), "all failed is a runtime failure: {}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<serde_json::Value> =
+        std::fs::read_to_string(&rec).expect("records").lines().map(|l| serde_json::from_str(l).expect("json")).collect();
     assert_eq!(lines.len(), 2);
     for l in &lines {
         assert_eq!(l["error"], "timeout");
-        assert_eq!(
-            l["chunks"].as_array().map(Vec::len),
-            Some(1),
-            "the first chunk measured before the stall is kept: {l}"
-        );
+        assert_eq!(l["chunks"].as_array().map(Vec::len), Some(1), "the first chunk measured before the stall is kept: {l}");
     }
 }
 
 #[test]
 fn a_response_that_is_not_sse_is_a_malformed_event() {
-    let r = error_kind_of(
-        TestServerConfig {
-            not_sse: true,
-            ..Default::default()
-        },
-        &[],
-    );
+    let r = error_kind_of(TestServerConfig { not_sse: true, ..Default::default() }, &[]);
     assert_eq!(r["errors"]["malformed_event"], 6, "{r}");
-    assert!(
-        r["error_examples"]["malformed_event"][0]
-            .as_str()
-            .unwrap_or("")
-            .contains("not an event stream"),
-        "{r}"
-    );
+    assert!(r["error_examples"]["malformed_event"][0].as_str().unwrap_or("").contains("not an event stream"), "{r}");
 }
 
 #[test]
 fn wrong_api_path_exits_2_with_a_hint() {
     let s = server(TestServerConfig::default());
     let url = format!("{}/wrong", s.url());
-    let (code, v, err) = bench_json(&[
-        "--url",
-        &url,
-        "--concurrency",
-        "1",
-        "--requests",
-        "2",
-        "--no-calibrate",
-    ]);
+    let (code, v, err) = bench_json(&["--url", &url, "--concurrency", "1", "--requests", "2", "--no-calibrate"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("HTTP 404") && err.contains("--api"), "{err}");
-    assert_eq!(
-        v["runs"][0]["requests"]["errors"]["http_status"], 2,
-        "results still written"
-    );
+    assert_eq!(v["runs"][0]["requests"]["errors"]["http_status"], 2, "results still written");
 }
 
 #[test]
 fn chat_reasoning_counts_as_first_token_and_role_chunk_does_not() {
-    let s = server(TestServerConfig {
-        ttft: ms(30),
-        itl: ms(20),
-        reasoning_tokens: 3,
-        ..Default::default()
-    });
-    let (code, v, err) = bench_json(&[
-        "--url",
-        s.url(),
-        "--api",
-        "openai-chat",
-        "--concurrency",
-        "2",
-        "--requests",
-        "6",
-        "--output-len",
-        "6",
-    ]);
+    let s = server(TestServerConfig { ttft: ms(30), itl: ms(20), reasoning_tokens: 3, ..Default::default() });
+    let (code, v, err) =
+        bench_json(&["--url", s.url(), "--api", "openai-chat", "--concurrency", "2", "--requests", "6", "--output-len", "6"]);
     assert_eq!(code, 0, "{err}");
     let ttft = num(&v, "runs.0.latency_ms.ttft.p50");
     let ttfc = num(&v, "runs.0.latency_ms.ttfc.p50");
-    assert!(
-        (ttft - 30.0).abs() < 3.0,
-        "TTFT at the first reasoning token, not the role chunk at 0 ms: {ttft}"
-    );
-    assert!(
-        (ttfc - 90.0).abs() < 4.0,
-        "first content token after 3 reasoning tokens: {ttfc}"
-    );
+    assert!((ttft - 30.0).abs() < 3.0, "TTFT at the first reasoning token, not the role chunk at 0 ms: {ttft}");
+    assert!((ttfc - 90.0).abs() < 4.0, "first content token after 3 reasoning tokens: {ttfc}");
 }
 
 #[test]
 fn several_tokens_per_chunk_are_reconciled_from_usage() {
-    let s = server(TestServerConfig {
-        itl: ms(8),
-        tokens_per_chunk: 4,
-        ..Default::default()
-    });
-    let (code, v, err) = bench_json(&[
-        "--url",
-        s.url(),
-        "--concurrency",
-        "2",
-        "--requests",
-        "4",
-        "--output-len",
-        "16",
-    ]);
+    let s = server(TestServerConfig { itl: ms(8), tokens_per_chunk: 4, ..Default::default() });
+    let (code, v, err) = bench_json(&["--url", s.url(), "--concurrency", "2", "--requests", "4", "--output-len", "16"]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(v["runs"][0]["requests"]["token_count_mismatches"], 4);
     let per_chunk = num(&v, "runs.0.latency_ms.itl.p50");
     let per_token = num(&v, "runs.0.latency_ms.itl_per_token.p50");
-    assert!(
-        (per_chunk / per_token - 4.0).abs() < 0.2,
-        "{per_chunk} vs {per_token}"
-    );
+    assert!((per_chunk / per_token - 4.0).abs() < 0.2, "{per_chunk} vs {per_token}");
     let tput = num(&v, "runs.0.throughput.output_tokens_per_s");
     let req = num(&v, "runs.0.throughput.requests_per_s");
-    assert!(
-        (tput / req - 16.0).abs() < 0.01,
-        "16 tokens per request from usage"
-    );
+    assert!((tput / req - 16.0).abs() < 0.01, "16 tokens per request from usage");
 }
 
 #[test]
 fn early_stop_with_ignore_eos_is_reported() {
-    let s = server(TestServerConfig {
-        early_stop_at: Some(3),
-        ..Default::default()
-    });
-    let (code, v, err) = bench_json(&[
-        "--url",
-        s.url(),
-        "--concurrency",
-        "1",
-        "--requests",
-        "3",
-        "--output-len",
-        "10",
-        "--ignore-eos",
-    ]);
+    let s = server(TestServerConfig { early_stop_at: Some(3), ..Default::default() });
+    let (code, v, err) = bench_json(&["--url", s.url(), "--concurrency", "1", "--requests", "3", "--output-len", "10", "--ignore-eos"]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(v["runs"][0]["requests"]["stopped_early"], 3);
-    assert!(v["runs"][0]["notes"]
-        .to_string()
-        .contains("does not honour ignore_eos"));
+    assert!(v["runs"][0]["notes"].to_string().contains("does not honour ignore_eos"));
 }
 
 #[test]
 fn sglang_native_api_counts_tokens_from_meta_info() {
-    let s = server(TestServerConfig {
-        tokens_per_chunk: 2,
-        itl: ms(2),
-        ..Default::default()
-    });
-    let (code, v, err) = bench_json(&[
-        "--url",
-        s.url(),
-        "--api",
-        "sglang",
-        "--concurrency",
-        "2",
-        "--requests",
-        "4",
-        "--output-len",
-        "10",
-    ]);
+    let s = server(TestServerConfig { tokens_per_chunk: 2, itl: ms(2), ..Default::default() });
+    let (code, v, err) = bench_json(&["--url", s.url(), "--api", "sglang", "--concurrency", "2", "--requests", "4", "--output-len", "10"]);
     assert_eq!(code, 0, "{err}");
-    assert_eq!(
-        v["runs"][0]["requests"]["token_count_mismatches"], 0,
-        "sglang reports exact per-chunk counts"
-    );
-    let tput = num(&v, "runs.0.throughput.output_tokens_per_s")
-        / num(&v, "runs.0.throughput.requests_per_s");
+    assert_eq!(v["runs"][0]["requests"]["token_count_mismatches"], 0, "sglang reports exact per-chunk counts");
+    let tput = num(&v, "runs.0.throughput.output_tokens_per_s") / num(&v, "runs.0.throughput.requests_per_s");
     assert!((tput - 10.0).abs() < 0.01);
 }
 
 #[test]
 fn non_streaming_mode_records_one_chunk() {
-    let s = server(TestServerConfig {
-        ttft: ms(20),
-        itl: ms(5),
-        ..Default::default()
-    });
-    let (code, v, err) = bench_json(&[
-        "--url",
-        s.url(),
-        "--no-stream",
-        "--concurrency",
-        "2",
-        "--requests",
-        "4",
-        "--output-len",
-        "5",
-    ]);
+    let s = server(TestServerConfig { ttft: ms(20), itl: ms(5), ..Default::default() });
+    let (code, v, err) = bench_json(&["--url", s.url(), "--no-stream", "--concurrency", "2", "--requests", "4", "--output-len", "5"]);
     assert_eq!(code, 0, "{err}");
     let ttft = num(&v, "runs.0.latency_ms.ttft.p50");
     let e2e = num(&v, "runs.0.latency_ms.e2e.p50");
-    assert!(
-        (ttft - e2e).abs() < 1.0 && (ttft - 40.0).abs() < 4.0,
-        "{ttft} {e2e}"
-    );
+    assert!((ttft - e2e).abs() < 1.0 && (ttft - 40.0).abs() < 4.0, "{ttft} {e2e}");
 }
 
 #[test]
 fn slo_goodput_and_definitions_are_reported() {
-    let s = server(TestServerConfig {
-        ttft: ms(20),
-        itl: ms(5),
-        ..Default::default()
-    });
+    let s = server(TestServerConfig { ttft: ms(20), itl: ms(5), ..Default::default() });
     let dir = tempfile::tempdir().expect("tmp");
     let out = servetune()
         .args([
@@ -507,35 +273,16 @@ fn slo_goodput_and_definitions_are_reported() {
     assert_eq!(out.status.code(), Some(0));
     assert!(text.contains("SLOs NOT met"), "tpot 5 ms > 2 ms: {text}");
     assert!(text.contains("under vllm definitions"), "{text}");
-    assert!(
-        text.contains("(E2E - TTFT) / (output tokens - 1)"),
-        "{text}"
-    );
+    assert!(text.contains("(E2E - TTFT) / (output tokens - 1)"), "{text}");
 }
 
 #[test]
 fn all_output_files_are_written() {
-    let s = server(TestServerConfig {
-        itl: ms(1),
-        ..Default::default()
-    });
+    let s = server(TestServerConfig { itl: ms(1), ..Default::default() });
     let dir = tempfile::tempdir().expect("tmp");
     let p = |n: &str| dir.path().join(n);
     let out = servetune()
-        .args([
-            "bench",
-            "--url",
-            s.url(),
-            "--concurrency",
-            "1,2",
-            "--requests",
-            "5",
-            "--output-len",
-            "4",
-            "--warmup",
-            "2",
-            "-q",
-        ])
+        .args(["bench", "--url", s.url(), "--concurrency", "1,2", "--requests", "5", "--output-len", "4", "--warmup", "2", "-q"])
         .arg("--json")
         .arg(p("a.json"))
         .arg("--records")
@@ -546,40 +293,22 @@ fn all_output_files_are_written() {
         .arg(p("s.md"))
         .output()
         .expect("run");
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let recs = std::fs::read_to_string(p("r.jsonl")).expect("records");
-    assert_eq!(
-        recs.lines().count(),
-        14,
-        "5 measured + 2 warmup per point, 2 points"
-    );
-    assert_eq!(
-        recs.lines()
-            .filter(|l| l.contains("\"warmup\":true"))
-            .count(),
-        4
-    );
+    assert_eq!(recs.lines().count(), 14, "5 measured + 2 warmup per point, 2 points");
+    assert_eq!(recs.lines().filter(|l| l.contains("\"warmup\":true")).count(), 4);
     let csv = std::fs::read_to_string(p("s.csv")).expect("csv");
     assert_eq!(csv.lines().count(), 3);
     let md = std::fs::read_to_string(p("s.md")).expect("md");
     assert!(md.starts_with("# servetune bench"));
-    let v: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(p("a.json")).expect("json")).expect("parse");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(p("a.json")).expect("json")).expect("parse");
     assert_eq!(v["runs"][0]["requests"]["completed"], 5, "warmup excluded");
     assert_eq!(v["runs"][0]["requests"]["warmup"], 2);
 }
 
 #[test]
 fn ctrl_c_stops_drains_and_writes_partial_results() {
-    let s = server(TestServerConfig {
-        itl: ms(50),
-        ..Default::default()
-    });
+    let s = server(TestServerConfig { itl: ms(50), ..Default::default() });
     let dir = tempfile::tempdir().expect("tmp");
     let json = dir.path().join("p.json");
     let bin = assert_cmd::cargo::cargo_bin("servetune");
@@ -603,19 +332,13 @@ fn ctrl_c_stops_drains_and_writes_partial_results() {
         .spawn()
         .expect("spawn");
     std::thread::sleep(ms(2500));
-    let _ = std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status();
+    let _ = std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status();
     let status = child.wait().expect("wait");
     assert_eq!(status.code(), Some(0));
-    let v: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&json).expect("json written")).expect("parse");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).expect("json written")).expect("parse");
     assert_eq!(v["partial"], true);
     assert_eq!(v["runs"][0]["partial"], true);
     let done = num(&v, "runs.0.requests.completed");
     assert!(done >= 4.0, "what was measured is kept: {done}");
-    assert_eq!(
-        v["runs"][0]["requests"]["errors"]["cancelled"], 0,
-        "in-flight requests drained within the deadline"
-    );
+    assert_eq!(v["runs"][0]["requests"]["errors"]["cancelled"], 0, "in-flight requests drained within the deadline");
 }

@@ -10,15 +10,9 @@ fn openai_python_client_streams_completions_and_chat_from_sim() {
         return;
     }
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let venv = std::env::var_os("SERVETUNE_TEST_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join(".venv-test"));
+    let venv = std::env::var_os("SERVETUNE_TEST_VENV").map(PathBuf::from).unwrap_or_else(|| root.join(".venv-test"));
     let py = venv.join("bin/python");
-    assert!(
-        py.exists(),
-        "{} is missing: run scripts/setup-test-env",
-        py.display()
-    );
+    assert!(py.exists(), "{} is missing: run scripts/setup-test-env", py.display());
     let sim = crate::common::Proc::start(&["sim", "--preset", "tiny", "--listen", "127.0.0.1:0"]);
     let url = sim.url.clone();
     let out = Command::new(&py)
@@ -27,11 +21,6 @@ fn openai_python_client_streams_completions_and_chat_from_sim() {
         .output()
         .expect("run python");
     drop(sim);
-    assert!(
-        out.status.success(),
-        "stdout: {}\nstderr: {}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "stdout: {}\nstderr: {}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("openai client ok"));
 }

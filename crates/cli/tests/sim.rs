@@ -10,28 +10,12 @@ use crate::common::{bench_json, flat_profile, num, raw_http, servetune, sim};
 #[test]
 fn tpot_at_concurrency_one_equals_the_step_time() {
     let s = sim(SimConfig::new(flat_profile(25.0, 64, 1 << 20)));
-    let (code, v, err) = bench_json(&[
-        "--url",
-        s.url(),
-        "--concurrency",
-        "1",
-        "--requests",
-        "4",
-        "--output-len",
-        "20",
-        "--ignore-eos",
-    ]);
+    let (code, v, err) = bench_json(&["--url", s.url(), "--concurrency", "1", "--requests", "4", "--output-len", "20", "--ignore-eos"]);
     assert_eq!(code, 0, "{err}");
     let tpot = num(&v, "runs.0.latency_ms.tpot.p50");
-    assert!(
-        (tpot - 25.0).abs() / 25.0 < 0.03,
-        "TPOT {tpot} ms vs 25 ms step"
-    );
+    assert!((tpot - 25.0).abs() / 25.0 < 0.03, "TPOT {tpot} ms vs 25 ms step");
     let ttft = num(&v, "runs.0.latency_ms.ttft.p50");
-    assert!(
-        (ttft - 25.0).abs() / 25.0 < 0.05,
-        "first token after one prefill step: {ttft}"
-    );
+    assert!((ttft - 25.0).abs() / 25.0 < 0.05, "first token after one prefill step: {ttft}");
 }
 
 #[test]
@@ -59,32 +43,15 @@ fn kv_exhaustion_shows_as_queued_requests_in_scraped_metrics() {
     assert!(m["max_queued"].as_f64().unwrap_or(0.0) >= 10.0, "{m}");
     assert!(m["max_running"].as_f64().unwrap_or(99.0) < 32.0, "{m}");
     assert!(m["max_kv_usage"].as_f64().unwrap_or(0.0) > 0.8, "{m}");
-    assert!(
-        m["summary"].to_string().contains("caps concurrency"),
-        "{}",
-        m["summary"]
-    );
+    assert!(m["summary"].to_string().contains("caps concurrency"), "{}", m["summary"]);
 }
 
 #[test]
 fn vllm_metric_style_is_scraped_too() {
-    let cfg = SimConfig {
-        metrics_style: MetricsStyle::Vllm,
-        ..SimConfig::new(flat_profile(5.0, 4, 1 << 20))
-    };
+    let cfg = SimConfig { metrics_style: MetricsStyle::Vllm, ..SimConfig::new(flat_profile(5.0, 4, 1 << 20)) };
     let s = sim(cfg);
-    let (code, v, err) = bench_json(&[
-        "--url",
-        s.url(),
-        "--concurrency",
-        "8",
-        "--requests",
-        "16",
-        "--output-len",
-        "40",
-        "--scrape-interval",
-        "200ms",
-    ]);
+    let (code, v, err) =
+        bench_json(&["--url", s.url(), "--concurrency", "8", "--requests", "16", "--output-len", "40", "--scrape-interval", "200ms"]);
     assert_eq!(code, 0, "{err}");
     let m = &v["runs"][0]["server_metrics"];
     assert_eq!(m["style"], "vllm");
@@ -92,23 +59,9 @@ fn vllm_metric_style_is_scraped_too() {
 }
 
 fn faulty(f: Faults, extra: &[&str]) -> serde_json::Value {
-    let cfg = SimConfig {
-        faults: f,
-        ..SimConfig::new(flat_profile(5.0, 64, 1 << 20))
-    };
+    let cfg = SimConfig { faults: f, ..SimConfig::new(flat_profile(5.0, 64, 1 << 20)) };
     let s = sim(cfg);
-    let mut args = vec![
-        "--url",
-        s.url(),
-        "--concurrency",
-        "2",
-        "--requests",
-        "6",
-        "--output-len",
-        "20",
-        "--ignore-eos",
-        "--no-calibrate",
-    ];
+    let mut args = vec!["--url", s.url(), "--concurrency", "2", "--requests", "6", "--output-len", "20", "--ignore-eos", "--no-calibrate"];
     args.extend_from_slice(extra);
     let (_, v, err) = bench_json(&args);
     assert!(v.is_object(), "{err}");
@@ -117,110 +70,48 @@ fn faulty(f: Faults, extra: &[&str]) -> serde_json::Value {
 
 #[test]
 fn fault_error_status_is_recorded_as_http_status() {
-    let r = faulty(
-        Faults {
-            error_status: Some(503),
-            error_rate: 1.0,
-            ..Default::default()
-        },
-        &[],
-    );
+    let r = faulty(Faults { error_status: Some(503), error_rate: 1.0, ..Default::default() }, &[]);
     assert_eq!(r["errors"]["http_status"], 6, "{r}");
-    assert!(r["error_examples"]["http_status"][0]
-        .as_str()
-        .unwrap_or("")
-        .contains("HTTP 503"));
+    assert!(r["error_examples"]["http_status"][0].as_str().unwrap_or("").contains("HTTP 503"));
 }
 
 #[test]
 fn fault_fail_rate_is_recorded_as_error_payload() {
-    let r = faulty(
-        Faults {
-            fail_rate: 1.0,
-            ..Default::default()
-        },
-        &[],
-    );
+    let r = faulty(Faults { fail_rate: 1.0, ..Default::default() }, &[]);
     assert_eq!(r["errors"]["error_payload"], 6, "{r}");
 }
 
 #[test]
 fn fault_stall_is_recorded_as_timeout() {
-    let r = faulty(
-        Faults {
-            stall_every: Some(3),
-            stall_for: Duration::from_secs(3),
-            ..Default::default()
-        },
-        &["--timeout", "800ms"],
-    );
+    let r = faulty(Faults { stall_every: Some(3), stall_for: Duration::from_secs(3), ..Default::default() }, &["--timeout", "800ms"]);
     assert_eq!(r["errors"]["timeout"], 6, "{r}");
 }
 
 #[test]
 fn fault_slow_start_is_recorded_as_http_503() {
     let cfg = SimConfig {
-        faults: Faults {
-            slow_start: Some(Duration::from_secs(30)),
-            ..Default::default()
-        },
+        faults: Faults { slow_start: Some(Duration::from_secs(30)), ..Default::default() },
         ..SimConfig::new(flat_profile(5.0, 64, 1 << 20))
     };
     let s = sim(cfg);
     assert_eq!(raw_http(s.url(), "GET", "/health", "").0, 503);
-    let (_, v, _) = bench_json(&[
-        "--url",
-        s.url(),
-        "--concurrency",
-        "1",
-        "--requests",
-        "2",
-        "--output-len",
-        "4",
-        "--no-calibrate",
-    ]);
-    assert_eq!(
-        v["runs"][0]["requests"]["errors"]["http_status"], 2,
-        "{}",
-        v["runs"][0]["requests"]
-    );
+    let (_, v, _) = bench_json(&["--url", s.url(), "--concurrency", "1", "--requests", "2", "--output-len", "4", "--no-calibrate"]);
+    assert_eq!(v["runs"][0]["requests"]["errors"]["http_status"], 2, "{}", v["runs"][0]["requests"]);
 }
 
 #[test]
 fn fault_crash_is_recorded_as_truncated_then_connect() {
     let cfg = SimConfig {
-        faults: Faults {
-            crash_after: Some(Duration::from_millis(1500)),
-            ..Default::default()
-        },
+        faults: Faults { crash_after: Some(Duration::from_millis(1500)), ..Default::default() },
         ..SimConfig::new(flat_profile(10.0, 64, 1 << 20))
     };
     let s = sim(cfg);
-    let (_, v, err) = bench_json(&[
-        "--url",
-        s.url(),
-        "--concurrency",
-        "2",
-        "--requests",
-        "12",
-        "--output-len",
-        "100",
-        "--ignore-eos",
-        "--no-calibrate",
-    ]);
+    let (_, v, err) =
+        bench_json(&["--url", s.url(), "--concurrency", "2", "--requests", "12", "--output-len", "100", "--ignore-eos", "--no-calibrate"]);
     let e = &v["runs"][0]["requests"]["errors"];
-    assert!(
-        e["truncated_stream"].as_u64().unwrap_or(0) >= 1,
-        "in-flight streams break: {e} {err}"
-    );
-    assert!(
-        e["connect"].as_u64().unwrap_or(0) >= 1,
-        "later requests cannot connect: {e}"
-    );
-    assert!(
-        v["runs"][0]["requests"]["completed"].as_u64().unwrap_or(0) >= 1,
-        "requests before the crash completed"
-    );
+    assert!(e["truncated_stream"].as_u64().unwrap_or(0) >= 1, "in-flight streams break: {e} {err}");
+    assert!(e["connect"].as_u64().unwrap_or(0) >= 1, "later requests cannot connect: {e}");
+    assert!(v["runs"][0]["requests"]["completed"].as_u64().unwrap_or(0) >= 1, "requests before the crash completed");
 }
 
 #[test]
@@ -228,30 +119,15 @@ fn bad_requests_get_openai_style_400_bodies() {
     let s = sim(SimConfig::new(flat_profile(2.0, 8, 4096)));
     for (body, needle) in [
         ("{not json", "not valid JSON"),
-        (
-            r#"{"prompt":"a","max_tokens":4,"bogus":1}"#,
-            "unknown field \"bogus\"",
-        ),
-        (
-            r#"{"prompt":"a","max_tokens":0}"#,
-            "max_tokens must be at least 1",
-        ),
-        (
-            r#"{"prompt":"a","max_tokens":5000}"#,
-            "more than the KV cache",
-        ),
+        (r#"{"prompt":"a","max_tokens":4,"bogus":1}"#, "unknown field \"bogus\""),
+        (r#"{"prompt":"a","max_tokens":0}"#, "max_tokens must be at least 1"),
+        (r#"{"prompt":"a","max_tokens":5000}"#, "more than the KV cache"),
     ] {
         let (status, text) = raw_http(s.url(), "POST", "/v1/completions", body);
         assert_eq!(status, 400, "{body}: {text}");
         let v: serde_json::Value = serde_json::from_str(&text).expect("json error body");
         assert_eq!(v["error"]["type"], "invalid_request_error");
-        assert!(
-            v["error"]["message"]
-                .as_str()
-                .unwrap_or("")
-                .contains(needle),
-            "{text}"
-        );
+        assert!(v["error"]["message"].as_str().unwrap_or("").contains(needle), "{text}");
     }
 }
 
@@ -264,25 +140,10 @@ fn sglang_native_endpoints_answer() {
     assert_eq!(v["max_running_requests"], 8);
     assert_eq!(v["max_total_num_tokens"], 4096);
     assert_eq!(raw_http(s.url(), "GET", "/health_generate", "").0, 200);
-    let (code, v, err) = bench_json(&[
-        "--url",
-        s.url(),
-        "--api",
-        "sglang",
-        "--concurrency",
-        "2",
-        "--requests",
-        "4",
-        "--output-len",
-        "8",
-        "--ignore-eos",
-    ]);
+    let (code, v, err) =
+        bench_json(&["--url", s.url(), "--api", "sglang", "--concurrency", "2", "--requests", "4", "--output-len", "8", "--ignore-eos"]);
     assert_eq!(code, 0, "{err}");
-    assert_eq!(
-        num(&v, "runs.0.throughput.output_tokens_per_s")
-            / num(&v, "runs.0.throughput.requests_per_s"),
-        8.0
-    );
+    assert_eq!(num(&v, "runs.0.throughput.output_tokens_per_s") / num(&v, "runs.0.throughput.requests_per_s"), 8.0);
     assert_eq!(v["runs"][0]["requests"]["token_count_mismatches"], 0);
 }
 
@@ -303,27 +164,15 @@ fn chat_streams_with_usage_and_a_role_chunk() {
         "--ignore-eos",
     ]);
     assert_eq!(code, 0, "{err}");
-    assert_eq!(
-        v["runs"][0]["requests"]["token_count_mismatches"], 0,
-        "usage agrees with chunks"
-    );
+    assert_eq!(v["runs"][0]["requests"]["token_count_mismatches"], 0, "usage agrees with chunks");
     assert_eq!(v["runs"][0]["requests"]["stopped_early"], 0);
-    assert!(
-        v["runs"][0]["notes"]
-            .as_array()
-            .is_some_and(|n| n.is_empty()),
-        "{}",
-        v["runs"][0]["notes"]
-    );
+    assert!(v["runs"][0]["notes"].as_array().is_some_and(|n| n.is_empty()), "{}", v["runs"][0]["notes"]);
 }
 
 #[test]
 fn without_ignore_eos_lengths_vary_but_repeat_under_a_seed() {
     let lens = |seed: &str| {
-        let cfg = SimConfig {
-            seed: seed.parse().expect("seed"),
-            ..SimConfig::new(flat_profile(1.0, 64, 1 << 20))
-        };
+        let cfg = SimConfig { seed: seed.parse().expect("seed"), ..SimConfig::new(flat_profile(1.0, 64, 1 << 20)) };
         let s = sim(cfg);
         let dir = tempfile::tempdir().expect("tmp");
         let rec = dir.path().join("r.jsonl");
@@ -343,19 +192,12 @@ fn without_ignore_eos_lengths_vary_but_repeat_under_a_seed() {
         std::fs::read_to_string(&rec)
             .expect("records")
             .lines()
-            .map(|l| {
-                serde_json::from_str::<serde_json::Value>(l).expect("json")["output_tokens_server"]
-                    .as_u64()
-                    .unwrap_or(0)
-            })
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("json")["output_tokens_server"].as_u64().unwrap_or(0))
             .collect::<Vec<_>>()
     };
     let a = lens("3");
     assert_eq!(a, lens("3"), "same seed, same EOS positions");
-    assert!(
-        a.iter().any(|&n| n < 200) && a.iter().collect::<std::collections::BTreeSet<_>>().len() > 3,
-        "{a:?}"
-    );
+    assert!(a.iter().any(|&n| n < 200) && a.iter().collect::<std::collections::BTreeSet<_>>().len() > 3, "{a:?}");
 }
 
 fn sim_usage_error(args: &[&str], needle: &str) {
@@ -367,10 +209,7 @@ fn sim_usage_error(args: &[&str], needle: &str) {
 
 #[test]
 fn unknown_preset_lists_the_presets() {
-    sim_usage_error(
-        &["--preset", "nope"],
-        "presets: reference-kvm, reference-lxc, tiny",
-    );
+    sim_usage_error(&["--preset", "nope"], "presets: reference-kvm, reference-lxc, tiny");
 }
 
 #[test]
@@ -383,32 +222,18 @@ fn malformed_profile_is_refused() {
 
 #[test]
 fn kv_cache_smaller_than_a_request_is_impossible() {
-    sim_usage_error(
-        &["--preset", "tiny", "--kv-tokens", "8"],
-        "impossible configuration",
-    );
+    sim_usage_error(&["--preset", "tiny", "--kv-tokens", "8"], "impossible configuration");
 }
 
 #[test]
 fn bad_fault_flags_are_refused() {
-    sim_usage_error(
-        &["--preset", "tiny", "--error-status", "200"],
-        "--error-status 200",
-    );
+    sim_usage_error(&["--preset", "tiny", "--error-status", "200"], "--error-status 200");
     sim_usage_error(&["--preset", "tiny", "--fail-rate", "2"], "--fail-rate 2");
 }
 
 #[test]
 fn sim_binary_serves_and_prints_its_address() {
-    let p = crate::common::Proc::start(&[
-        "sim",
-        "--preset",
-        "tiny",
-        "--listen",
-        "127.0.0.1:0",
-        "--crash-after",
-        "3s",
-    ]);
+    let p = crate::common::Proc::start(&["sim", "--preset", "tiny", "--listen", "127.0.0.1:0", "--crash-after", "3s"]);
     assert_eq!(raw_http(&p.url, "GET", "/health", "").0, 200);
     let status = p.wait();
     assert_eq!(status.code(), Some(1), "the simulated crash exits 1");

@@ -140,21 +140,11 @@ pub fn preset(name: &str) -> Result<Profile, SimError> {
     match name {
         "reference-kvm" => Ok(glm(
             name,
-            ParametricCost {
-                overhead_ms: 36.0,
-                per_decode_token_ms: 1.465,
-                per_prefill_token_ms: 0.010,
-                per_context_token_us: 0.10,
-            },
+            ParametricCost { overhead_ms: 36.0, per_decode_token_ms: 1.465, per_prefill_token_ms: 0.010, per_context_token_us: 0.10 },
         )),
         "reference-lxc" => Ok(glm(
             name,
-            ParametricCost {
-                overhead_ms: 20.0,
-                per_decode_token_ms: 0.91,
-                per_prefill_token_ms: 0.006,
-                per_context_token_us: 0.06,
-            },
+            ParametricCost { overhead_ms: 20.0, per_decode_token_ms: 0.91, per_prefill_token_ms: 0.006, per_context_token_us: 0.06 },
         )),
         "tiny" => Ok(Profile {
             name: name.into(),
@@ -165,20 +155,11 @@ pub fn preset(name: &str) -> Result<Profile, SimError> {
             page_size: 16,
             chunked_prefill_size: 8192,
             eos_mean_tokens: 64,
-            cost: ParametricCost {
-                overhead_ms: 2.0,
-                per_decode_token_ms: 0.01,
-                per_prefill_token_ms: 0.0005,
-                per_context_token_us: 0.0,
-            },
+            cost: ParametricCost { overhead_ms: 2.0, per_decode_token_ms: 0.01, per_prefill_token_ms: 0.0005, per_context_token_us: 0.0 },
         }),
         other => Err(SimError::Input(format!(
             "--preset {other:?} does not exist; presets: {}",
-            PRESETS
-                .iter()
-                .map(|(n, _)| *n)
-                .collect::<Vec<_>>()
-                .join(", ")
+            PRESETS.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
         ))),
     }
 }
@@ -186,29 +167,14 @@ pub fn preset(name: &str) -> Result<Profile, SimError> {
 impl Profile {
     /// Reads a profile from a TOML or JSON file (by extension; TOML otherwise).
     pub fn load(path: &Path) -> Result<Self, SimError> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            SimError::Input(format!(
-                "--profile {}: cannot read it ({e})",
-                path.display()
-            ))
-        })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|e| SimError::Input(format!("--profile {}: cannot read it ({e})", path.display())))?;
         let p: Profile = if path.extension().is_some_and(|e| e == "json") {
-            serde_json::from_str(&text).map_err(|e| {
-                SimError::Input(format!(
-                    "--profile {}: not a valid profile: {e}",
-                    path.display()
-                ))
-            })?
+            serde_json::from_str(&text).map_err(|e| SimError::Input(format!("--profile {}: not a valid profile: {e}", path.display())))?
         } else {
-            toml::from_str(&text).map_err(|e| {
-                SimError::Input(format!(
-                    "--profile {}: not a valid profile: {e}",
-                    path.display()
-                ))
-            })?
+            toml::from_str(&text).map_err(|e| SimError::Input(format!("--profile {}: not a valid profile: {e}", path.display())))?
         };
-        p.validate()
-            .map_err(|e| SimError::Input(format!("--profile {}: {e}", path.display())))?;
+        p.validate().map_err(|e| SimError::Input(format!("--profile {}: {e}", path.display())))?;
         Ok(p)
     }
 
@@ -219,9 +185,7 @@ impl Profile {
             return Err("max_running_requests is 0: no request could ever run".into());
         }
         if self.page_size == 0 {
-            return Err(
-                "page_size is 0: give the KV page size in tokens (16 or 64 are usual)".into(),
-            );
+            return Err("page_size is 0: give the KV page size in tokens (16 or 64 are usual)".into());
         }
         if self.chunked_prefill_size == 0 {
             return Err("chunked_prefill_size is 0: no prompt could ever be prefilled".into());
@@ -242,27 +206,15 @@ mod tests {
 
     #[test]
     fn parametric_cost_adds_its_terms() {
-        let c = ParametricCost {
-            overhead_ms: 10.0,
-            per_decode_token_ms: 1.0,
-            per_prefill_token_ms: 0.01,
-            per_context_token_us: 0.5,
-        };
-        let d = c.step(&StepBatch {
-            prefill_tokens: 100,
-            decode_batch: 4,
-            context_tokens: 2000,
-        });
+        let c = ParametricCost { overhead_ms: 10.0, per_decode_token_ms: 1.0, per_prefill_token_ms: 0.01, per_context_token_us: 0.5 };
+        let d = c.step(&StepBatch { prefill_tokens: 100, decode_batch: 4, context_tokens: 2000 });
         assert!((d.as_secs_f64() * 1e3 - (10.0 + 4.0 + 1.0 + 1.0)).abs() < 1e-9);
     }
 
     #[test]
     fn unknown_preset_lists_the_presets() {
         let e = preset("nope").expect_err("unknown");
-        assert!(
-            e.to_string().contains("reference-kvm, reference-lxc, tiny"),
-            "{e}"
-        );
+        assert!(e.to_string().contains("reference-kvm, reference-lxc, tiny"), "{e}");
     }
 
     #[test]

@@ -17,25 +17,15 @@ use crate::metrics::Histogram;
 /// What a request's stream receives.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Out {
-    Token {
-        index: u32,
-    },
-    Done {
-        finish: Finish,
-        prompt_tokens: u32,
-        completion_tokens: u32,
-    },
+    Token { index: u32 },
+    Done { finish: Finish, prompt_tokens: u32, completion_tokens: u32 },
     Refused,
 }
 
 /// A command to the engine thread.
 #[derive(Debug)]
 pub enum Cmd {
-    Submit {
-        req: EngineRequest,
-        sink: UnboundedSender<Out>,
-        arrival: Instant,
-    },
+    Submit { req: EngineRequest, sink: UnboundedSender<Out>, arrival: Instant },
     Shutdown,
 }
 
@@ -79,13 +69,7 @@ pub struct EngineHandle {
 impl EngineHandle {
     /// Sends a request; `false` when the engine has stopped.
     pub fn submit(&self, req: EngineRequest, sink: UnboundedSender<Out>) -> bool {
-        self.tx
-            .send(Cmd::Submit {
-                req,
-                sink,
-                arrival: Instant::now(),
-            })
-            .is_ok()
+        self.tx.send(Cmd::Submit { req, sink, arrival: Instant::now() }).is_ok()
     }
 
     pub fn shutdown(&self) {
@@ -111,27 +95,15 @@ struct Live {
 }
 
 /// Starts the engine thread.
-pub fn spawn(
-    engine: Engine,
-    cost: Arc<dyn StepCost>,
-    stall: Stall,
-) -> std::io::Result<EngineHandle> {
+pub fn spawn(engine: Engine, cost: Arc<dyn StepCost>, stall: Stall) -> std::io::Result<EngineHandle> {
     let (tx, rx) = std::sync::mpsc::channel();
     let published = Arc::new(Mutex::new(Published::default()));
     let pubc = Arc::clone(&published);
-    std::thread::Builder::new()
-        .name("sim-engine".into())
-        .spawn(move || run(engine, cost, stall, rx, pubc))?;
+    std::thread::Builder::new().name("sim-engine".into()).spawn(move || run(engine, cost, stall, rx, pubc))?;
     Ok(EngineHandle { tx, published })
 }
 
-fn run(
-    mut engine: Engine,
-    cost: Arc<dyn StepCost>,
-    stall: Stall,
-    rx: Receiver<Cmd>,
-    published: Arc<Mutex<Published>>,
-) {
+fn run(mut engine: Engine, cost: Arc<dyn StepCost>, stall: Stall, rx: Receiver<Cmd>, published: Arc<Mutex<Published>>) {
     let mut live: HashMap<u64, Live> = HashMap::new();
     let mut local = Published::default();
     let mut out: Vec<Emit> = Vec::with_capacity(1024);
@@ -142,14 +114,7 @@ fn run(
         match cmd {
             Cmd::Submit { req, sink, arrival } => {
                 if engine.submit(req).is_ok() {
-                    live.insert(
-                        req.id,
-                        Live {
-                            sink,
-                            arrival,
-                            last: None,
-                        },
-                    );
+                    live.insert(req.id, Live { sink, arrival, last: None });
                 } else {
                     let _ = sink.send(Out::Refused);
                 }
@@ -214,12 +179,8 @@ fn run(
                     tokens += 1;
                     if let Some(l) = live.get_mut(&id) {
                         match l.last {
-                            None => local
-                                .ttft
-                                .observe(woke.duration_since(l.arrival).as_secs_f64()),
-                            Some(prev) => {
-                                local.itl.observe(woke.duration_since(prev).as_secs_f64())
-                            }
+                            None => local.ttft.observe(woke.duration_since(l.arrival).as_secs_f64()),
+                            Some(prev) => local.itl.observe(woke.duration_since(prev).as_secs_f64()),
                         }
                         l.last = Some(woke);
                         if l.sink.send(Out::Token { index }).is_err() {
@@ -227,22 +188,11 @@ fn run(
                         }
                     }
                 }
-                Emit::Done {
-                    id,
-                    finish,
-                    prompt_tokens,
-                    completion_tokens,
-                } => {
+                Emit::Done { id, finish, prompt_tokens, completion_tokens } => {
                     if let Some(l) = live.remove(&id) {
-                        local
-                            .e2e
-                            .observe(woke.duration_since(l.arrival).as_secs_f64());
+                        local.e2e.observe(woke.duration_since(l.arrival).as_secs_f64());
                         local.requests_finished += 1;
-                        let _ = l.sink.send(Out::Done {
-                            finish,
-                            prompt_tokens,
-                            completion_tokens,
-                        });
+                        let _ = l.sink.send(Out::Done { finish, prompt_tokens, completion_tokens });
                     }
                 }
             }
@@ -256,17 +206,9 @@ fn run(
     }
 }
 
-fn publish(
-    published: &Mutex<Published>,
-    local: &mut Published,
-    engine: &Engine,
-    window: &mut std::collections::VecDeque<(Instant, u64)>,
-) {
+fn publish(published: &Mutex<Published>, local: &mut Published, engine: &Engine, window: &mut std::collections::VecDeque<(Instant, u64)>) {
     let now = Instant::now();
-    while window
-        .front()
-        .is_some_and(|(t, _)| now.duration_since(*t) > Duration::from_secs(1))
-    {
+    while window.front().is_some_and(|(t, _)| now.duration_since(*t) > Duration::from_secs(1)) {
         window.pop_front();
     }
     local.gen_throughput = window.iter().map(|(_, n)| *n).sum::<u64>() as f64;

@@ -52,12 +52,7 @@ pub enum Emit {
     /// One output token (the `index`-th, from 0).
     Token { id: u64, index: u32 },
     /// The request is done after its last token.
-    Done {
-        id: u64,
-        finish: Finish,
-        prompt_tokens: u32,
-        completion_tokens: u32,
-    },
+    Done { id: u64, finish: Finish, prompt_tokens: u32, completion_tokens: u32 },
 }
 
 #[derive(Debug, Clone)]
@@ -131,15 +126,7 @@ pub struct Refused(pub String);
 impl Engine {
     pub fn new(p: Profile, seed: u64) -> Self {
         let total_pages = p.kv_tokens / p.page_size as u64;
-        Self {
-            waiting: VecDeque::new(),
-            running: Vec::new(),
-            free_pages: total_pages,
-            total_pages,
-            seed,
-            stats: EngineStats::default(),
-            p,
-        }
+        Self { waiting: VecDeque::new(), running: Vec::new(), free_pages: total_pages, total_pages, seed, stats: EngineStats::default(), p }
     }
 
     pub fn profile(&self) -> &Profile {
@@ -176,14 +163,7 @@ impl Engine {
             )));
         }
         let target = self.target(&r);
-        self.waiting.push_back(Req {
-            r,
-            target,
-            generated: 0,
-            prefill_len: r.prompt_tokens.max(1),
-            prefilled: 0,
-            pages: 0,
-        });
+        self.waiting.push_back(Req { r, target, generated: 0, prefill_len: r.prompt_tokens.max(1), prefilled: 0, pages: 0 });
         Ok(())
     }
 
@@ -256,10 +236,7 @@ impl Engine {
         if self.running.is_empty() {
             return None;
         }
-        let mut plan = StepPlan {
-            batch: StepBatch::default(),
-            actions: Vec::with_capacity(self.running.len()),
-        };
+        let mut plan = StepPlan { batch: StepBatch::default(), actions: Vec::with_capacity(self.running.len()) };
         let mut budget = self.p.chunked_prefill_size as i64;
         for q in &self.running {
             if q.prefilled >= q.prefill_len {
@@ -294,11 +271,7 @@ impl Engine {
         self.stats.steps += 1;
         self.stats.prompt_tokens += plan.batch.prefill_tokens as u64;
         let mut finished = false;
-        debug_assert_eq!(
-            plan.actions.len(),
-            self.running.len(),
-            "the running set changed between plan and apply"
-        );
+        debug_assert_eq!(plan.actions.len(), self.running.len(), "the running set changed between plan and apply");
         for (q, &(aid, action)) in self.running.iter_mut().zip(&plan.actions) {
             let id = q.r.id;
             if aid != id {
@@ -313,24 +286,12 @@ impl Engine {
                 }
             };
             if produce {
-                out.push(Emit::Token {
-                    id,
-                    index: q.generated,
-                });
+                out.push(Emit::Token { id, index: q.generated });
                 q.generated += 1;
                 self.stats.generation_tokens += 1;
                 if q.generated >= q.target {
-                    let finish = if q.generated >= q.r.max_tokens {
-                        Finish::Length
-                    } else {
-                        Finish::Stop
-                    };
-                    out.push(Emit::Done {
-                        id,
-                        finish,
-                        prompt_tokens: q.r.prompt_tokens,
-                        completion_tokens: q.generated,
-                    });
+                    let finish = if q.generated >= q.r.max_tokens { Finish::Length } else { Finish::Stop };
+                    out.push(Emit::Done { id, finish, prompt_tokens: q.r.prompt_tokens, completion_tokens: q.generated });
                     finished = true;
                 }
             }
@@ -364,23 +325,12 @@ mod tests {
             page_size: 16,
             chunked_prefill_size: 256,
             eos_mean_tokens: 32,
-            cost: ParametricCost {
-                overhead_ms: 1.0,
-                per_decode_token_ms: 0.1,
-                per_prefill_token_ms: 0.001,
-                per_context_token_us: 0.0,
-            },
+            cost: ParametricCost { overhead_ms: 1.0, per_decode_token_ms: 0.1, per_prefill_token_ms: 0.001, per_context_token_us: 0.0 },
         }
     }
 
     fn req(id: u64, prompt: u32, max: u32) -> EngineRequest {
-        EngineRequest {
-            id,
-            prompt_tokens: prompt,
-            max_tokens: max,
-            min_tokens: 0,
-            ignore_eos: true,
-        }
+        EngineRequest { id, prompt_tokens: prompt, max_tokens: max, min_tokens: 0, ignore_eos: true }
     }
 
     /// Runs to completion; returns the emits per step.
@@ -404,15 +354,7 @@ mod tests {
         assert_eq!(steps.len(), 6);
         assert!(steps[0].is_empty() && steps[1].is_empty());
         assert_eq!(steps[2], vec![Emit::Token { id: 1, index: 0 }]);
-        assert_eq!(
-            steps[5].last(),
-            Some(&Emit::Done {
-                id: 1,
-                finish: Finish::Length,
-                prompt_tokens: 600,
-                completion_tokens: 4
-            })
-        );
+        assert_eq!(steps[5].last(), Some(&Emit::Done { id: 1, finish: Finish::Length, prompt_tokens: 600, completion_tokens: 4 }));
         assert_eq!(e.stats().kv_used_pages, 0, "KV freed");
     }
 
@@ -427,15 +369,8 @@ mod tests {
         assert_eq!(e.stats().queued, 3);
         assert_eq!(p.batch.prefill_tokens, 20);
         let steps = run(&mut e);
-        let done = steps
-            .iter()
-            .flatten()
-            .filter(|x| matches!(x, Emit::Done { .. }))
-            .count();
-        assert_eq!(
-            done, 5,
-            "every queued request is admitted and finishes in turn"
-        );
+        let done = steps.iter().flatten().filter(|x| matches!(x, Emit::Done { .. })).count();
+        assert_eq!(done, 5, "every queued request is admitted and finishes in turn");
     }
 
     #[test]
@@ -448,29 +383,13 @@ mod tests {
         e.plan().expect("plan");
         assert_eq!(e.stats().running, 4);
         let steps = run(&mut e);
-        assert!(
-            e.stats().preemptions > 0,
-            "growth beyond the cache preempts"
-        );
+        assert!(e.stats().preemptions > 0, "growth beyond the cache preempts");
         let done: Vec<u32> = steps
             .iter()
             .flatten()
-            .filter_map(|x| {
-                if let Emit::Done {
-                    completion_tokens, ..
-                } = x
-                {
-                    Some(*completion_tokens)
-                } else {
-                    None
-                }
-            })
+            .filter_map(|x| if let Emit::Done { completion_tokens, .. } = x { Some(*completion_tokens) } else { None })
             .collect();
-        assert_eq!(
-            done.len(),
-            4,
-            "preempted requests recompute and still finish: {done:?}"
-        );
+        assert_eq!(done.len(), 4, "preempted requests recompute and still finish: {done:?}");
         assert!(done.iter().all(|&n| n == 40));
         assert_eq!(e.stats().kv_used_pages, 0);
     }
@@ -487,13 +406,7 @@ mod tests {
         let p = profile(4, 1 << 16);
         let a = Engine::new(p.clone(), 7);
         let b = Engine::new(p.clone(), 7);
-        let r = |id| EngineRequest {
-            id,
-            prompt_tokens: 1,
-            max_tokens: 100,
-            min_tokens: 5,
-            ignore_eos: false,
-        };
+        let r = |id| EngineRequest { id, prompt_tokens: 1, max_tokens: 100, min_tokens: 5, ignore_eos: false };
         let ta: Vec<u32> = (0..50).map(|i| a.target(&r(i))).collect();
         let tb: Vec<u32> = (0..50).map(|i| b.target(&r(i))).collect();
         assert_eq!(ta, tb);

@@ -57,32 +57,21 @@ pub struct Faults {
 
 impl Faults {
     pub fn validate(&self) -> Result<(), SimError> {
-        for (n, r) in [
-            ("--fail-rate", self.fail_rate),
-            ("--error-rate", self.error_rate),
-        ] {
+        for (n, r) in [("--fail-rate", self.fail_rate), ("--error-rate", self.error_rate)] {
             if !(0.0..=1.0).contains(&r) {
-                return Err(SimError::Input(format!(
-                    "{n} {r} is not a fraction: give a value from 0 to 1"
-                )));
+                return Err(SimError::Input(format!("{n} {r} is not a fraction: give a value from 0 to 1")));
             }
         }
         if let Some(s) = self.error_status {
             if !(400..=599).contains(&s) {
-                return Err(SimError::Input(format!(
-                    "--error-status {s} is not an error status: give 400..599, e.g. 503"
-                )));
+                return Err(SimError::Input(format!("--error-status {s} is not an error status: give 400..599, e.g. 503")));
             }
         }
         if self.error_rate > 0.0 && self.error_status.is_none() {
-            return Err(SimError::Input(
-                "--error-rate needs --error-status (e.g. --error-status 503)".into(),
-            ));
+            return Err(SimError::Input("--error-rate needs --error-status (e.g. --error-status 503)".into()));
         }
         if self.stall_every == Some(0) {
-            return Err(SimError::Input(
-                "--stall-every 0: give the step interval, e.g. --stall-every 100".into(),
-            ));
+            return Err(SimError::Input("--stall-every 0: give the step interval, e.g. --stall-every 100".into()));
         }
         Ok(())
     }
@@ -101,12 +90,6 @@ pub struct SimConfig {
 
 impl SimConfig {
     pub fn new(profile: Profile) -> Self {
-        Self {
-            profile,
-            cost: None,
-            seed: 0,
-            metrics_style: MetricsStyle::Sglang,
-            faults: Faults::default(),
-        }
+        Self { profile, cost: None, seed: 0, metrics_style: MetricsStyle::Sglang, faults: Faults::default() }
     }
 }

@@ -6,18 +6,11 @@ use std::fmt::Write;
 use crate::driver::Published;
 use crate::MetricsStyle;
 
-pub const TTFT_BUCKETS: &[f64] = &[
-    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-    15.0, 20.0, 25.0, 30.0,
-];
-pub const ITL_BUCKETS: &[f64] = &[
-    0.002, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5,
-    0.75, 1.0, 2.5,
-];
-pub const E2E_BUCKETS: &[f64] = &[
-    0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 90.0, 120.0, 180.0,
-    300.0,
-];
+pub const TTFT_BUCKETS: &[f64] =
+    &[0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 15.0, 20.0, 25.0, 30.0];
+pub const ITL_BUCKETS: &[f64] =
+    &[0.002, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5];
+pub const E2E_BUCKETS: &[f64] = &[0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 90.0, 120.0, 180.0, 300.0];
 pub const LATENESS_BUCKETS: &[f64] = &[0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05];
 
 /// A cumulative-bucket histogram in seconds.
@@ -31,12 +24,7 @@ pub struct Histogram {
 
 impl Histogram {
     pub fn new(bounds: &'static [f64]) -> Self {
-        Self {
-            bounds,
-            counts: vec![0; bounds.len()],
-            sum: 0.0,
-            count: 0,
-        }
+        Self { bounds, counts: vec![0; bounds.len()], sum: 0.0, count: 0 }
     }
 
     pub fn observe(&mut self, v: f64) {
@@ -52,13 +40,7 @@ impl Histogram {
         if self.count == 0 {
             return 1.0;
         }
-        let n: u64 = self
-            .bounds
-            .iter()
-            .zip(&self.counts)
-            .filter(|(b, _)| **b <= bound)
-            .map(|(_, c)| *c)
-            .sum();
+        let n: u64 = self.bounds.iter().zip(&self.counts).filter(|(b, _)| **b <= bound).map(|(_, c)| *c).sum();
         n as f64 / self.count as f64
     }
 
@@ -76,10 +58,7 @@ impl Histogram {
 }
 
 fn gauge(out: &mut String, kind: &str, name: &str, help: &str, labels: &str, v: f64) {
-    let _ = writeln!(
-        out,
-        "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{{labels}}} {v}"
-    );
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{{labels}}} {v}");
 }
 
 /// Renders the exposition text.
@@ -87,45 +66,13 @@ pub fn render(p: &Published, style: MetricsStyle, model: &str) -> String {
     let mut o = String::with_capacity(8192);
     let labels = format!("model_name=\"{}\"", model.replace('"', "'"));
     let s = &p.stats;
-    let kv = if s.kv_total_pages > 0 {
-        s.kv_used_pages as f64 / s.kv_total_pages as f64
-    } else {
-        0.0
-    };
+    let kv = if s.kv_total_pages > 0 { s.kv_used_pages as f64 / s.kv_total_pages as f64 } else { 0.0 };
     match style {
         MetricsStyle::Sglang => {
-            gauge(
-                &mut o,
-                "gauge",
-                "sglang:num_running_reqs",
-                "The number of running requests.",
-                &labels,
-                s.running as f64,
-            );
-            gauge(
-                &mut o,
-                "gauge",
-                "sglang:num_queue_reqs",
-                "The number of requests in the waiting queue.",
-                &labels,
-                s.queued as f64,
-            );
-            gauge(
-                &mut o,
-                "gauge",
-                "sglang:token_usage",
-                "The token usage (fraction of the KV cache in use).",
-                &labels,
-                kv,
-            );
-            gauge(
-                &mut o,
-                "gauge",
-                "sglang:gen_throughput",
-                "The generation throughput (token/s).",
-                &labels,
-                p.gen_throughput,
-            );
+            gauge(&mut o, "gauge", "sglang:num_running_reqs", "The number of running requests.", &labels, s.running as f64);
+            gauge(&mut o, "gauge", "sglang:num_queue_reqs", "The number of requests in the waiting queue.", &labels, s.queued as f64);
+            gauge(&mut o, "gauge", "sglang:token_usage", "The token usage (fraction of the KV cache in use).", &labels, kv);
+            gauge(&mut o, "gauge", "sglang:gen_throughput", "The generation throughput (token/s).", &labels, p.gen_throughput);
             gauge(
                 &mut o,
                 "counter",
@@ -134,14 +81,7 @@ pub fn render(p: &Published, style: MetricsStyle, model: &str) -> String {
                 &labels,
                 s.preemptions as f64,
             );
-            gauge(
-                &mut o,
-                "counter",
-                "sglang:prompt_tokens_total",
-                "Number of prefill tokens processed.",
-                &labels,
-                s.prompt_tokens as f64,
-            );
+            gauge(&mut o, "counter", "sglang:prompt_tokens_total", "Number of prefill tokens processed.", &labels, s.prompt_tokens as f64);
             gauge(
                 &mut o,
                 "counter",
@@ -150,24 +90,9 @@ pub fn render(p: &Published, style: MetricsStyle, model: &str) -> String {
                 &labels,
                 s.generation_tokens as f64,
             );
-            p.ttft.render(
-                &mut o,
-                "sglang:time_to_first_token_seconds",
-                "Histogram of time to first token in seconds.",
-                &labels,
-            );
-            p.itl.render(
-                &mut o,
-                "sglang:inter_token_latency_seconds",
-                "Histogram of inter-token latency in seconds.",
-                &labels,
-            );
-            p.e2e.render(
-                &mut o,
-                "sglang:e2e_request_latency_seconds",
-                "Histogram of End-to-end request latency in seconds",
-                &labels,
-            );
+            p.ttft.render(&mut o, "sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", &labels);
+            p.itl.render(&mut o, "sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", &labels);
+            p.e2e.render(&mut o, "sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", &labels);
         }
         MetricsStyle::Vllm => {
             gauge(
@@ -178,22 +103,8 @@ pub fn render(p: &Published, style: MetricsStyle, model: &str) -> String {
                 &labels,
                 s.running as f64,
             );
-            gauge(
-                &mut o,
-                "gauge",
-                "vllm:num_requests_waiting",
-                "Number of requests waiting to be processed.",
-                &labels,
-                s.queued as f64,
-            );
-            gauge(
-                &mut o,
-                "gauge",
-                "vllm:kv_cache_usage_perc",
-                "KV-cache usage. 1 means 100 percent usage.",
-                &labels,
-                kv,
-            );
+            gauge(&mut o, "gauge", "vllm:num_requests_waiting", "Number of requests waiting to be processed.", &labels, s.queued as f64);
+            gauge(&mut o, "gauge", "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", &labels, kv);
             gauge(
                 &mut o,
                 "counter",
@@ -202,14 +113,7 @@ pub fn render(p: &Published, style: MetricsStyle, model: &str) -> String {
                 &labels,
                 s.preemptions as f64,
             );
-            gauge(
-                &mut o,
-                "counter",
-                "vllm:prompt_tokens_total",
-                "Number of prefill tokens processed.",
-                &labels,
-                s.prompt_tokens as f64,
-            );
+            gauge(&mut o, "counter", "vllm:prompt_tokens_total", "Number of prefill tokens processed.", &labels, s.prompt_tokens as f64);
             gauge(
                 &mut o,
                 "counter",
@@ -218,40 +122,13 @@ pub fn render(p: &Published, style: MetricsStyle, model: &str) -> String {
                 &labels,
                 s.generation_tokens as f64,
             );
-            p.ttft.render(
-                &mut o,
-                "vllm:time_to_first_token_seconds",
-                "Histogram of time to first token in seconds.",
-                &labels,
-            );
-            p.itl.render(
-                &mut o,
-                "vllm:inter_token_latency_seconds",
-                "Histogram of inter-token latency in seconds.",
-                &labels,
-            );
-            p.e2e.render(
-                &mut o,
-                "vllm:e2e_request_latency_seconds",
-                "Histogram of e2e request latency in seconds.",
-                &labels,
-            );
+            p.ttft.render(&mut o, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", &labels);
+            p.itl.render(&mut o, "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", &labels);
+            p.e2e.render(&mut o, "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", &labels);
         }
     }
-    p.lateness.render(
-        &mut o,
-        "servetune_sim_emit_lateness_seconds",
-        "Token emission time minus the simulated step end.",
-        &labels,
-    );
-    gauge(
-        &mut o,
-        "gauge",
-        "servetune_sim_emit_lateness_max_seconds",
-        "Largest emission lateness so far.",
-        &labels,
-        p.lateness_max_s,
-    );
+    p.lateness.render(&mut o, "servetune_sim_emit_lateness_seconds", "Token emission time minus the simulated step end.", &labels);
+    gauge(&mut o, "gauge", "servetune_sim_emit_lateness_max_seconds", "Largest emission lateness so far.", &labels, p.lateness_max_s);
     o
 }
 

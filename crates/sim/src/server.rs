@@ -104,49 +104,26 @@ struct St {
 
 impl St {
     fn ready(&self) -> bool {
-        self.cfg
-            .faults
-            .slow_start
-            .is_none_or(|d| self.started.elapsed() >= d)
+        self.cfg.faults.slow_start.is_none_or(|d| self.started.elapsed() >= d)
     }
 }
 
 /// Starts the engine thread and the HTTP listener on `listen` (port 0 picks a free port).
 pub async fn start(cfg: SimConfig, listen: SocketAddr) -> Result<SimServer, SimError> {
-    cfg.profile
-        .validate()
-        .map_err(|e| SimError::Input(format!("profile {:?}: {e}", cfg.profile.name)))?;
+    cfg.profile.validate().map_err(|e| SimError::Input(format!("profile {:?}: {e}", cfg.profile.name)))?;
     cfg.faults.validate()?;
-    let cost = cfg
-        .cost
-        .clone()
-        .unwrap_or_else(|| Arc::new(cfg.profile.cost));
-    let engine = driver::spawn(
-        Engine::new(cfg.profile.clone(), cfg.seed),
-        cost,
-        Stall {
-            every: cfg.faults.stall_every,
-            dur: cfg.faults.stall_for,
-        },
-    )
-    .map_err(|e| SimError::Runtime(format!("cannot start the engine thread: {e}")))?;
-    let listener = TcpListener::bind(listen).await.map_err(|e| {
-        SimError::Input(format!(
-            "--listen {listen}: cannot listen there ({e}); pick a free port or 127.0.0.1:0"
-        ))
-    })?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| SimError::Runtime(e.to_string()))?;
+    let cost = cfg.cost.clone().unwrap_or_else(|| Arc::new(cfg.profile.cost));
+    let engine =
+        driver::spawn(Engine::new(cfg.profile.clone(), cfg.seed), cost, Stall { every: cfg.faults.stall_every, dur: cfg.faults.stall_for })
+            .map_err(|e| SimError::Runtime(format!("cannot start the engine thread: {e}")))?;
+    let listener = TcpListener::bind(listen)
+        .await
+        .map_err(|e| SimError::Input(format!("--listen {listen}: cannot listen there ({e}); pick a free port or 127.0.0.1:0")))?;
+    let addr = listener.local_addr().map_err(|e| SimError::Runtime(e.to_string()))?;
     let (crash_tx, crashed) = watch::channel(false);
     let profile = cfg.profile.clone();
     let crash_after = cfg.faults.crash_after;
-    let st = Arc::new(St {
-        cfg,
-        engine: engine.clone(),
-        next_id: AtomicU64::new(1),
-        started: Instant::now(),
-    });
+    let st = Arc::new(St { cfg, engine: engine.clone(), next_id: AtomicU64::new(1), started: Instant::now() });
     let engine_for_crash = engine.clone();
     let task = tokio::spawn(async move {
         let mut conns = tokio::task::JoinSet::new();
@@ -182,14 +159,7 @@ pub async fn start(cfg: SimConfig, listen: SocketAddr) -> Result<SimServer, SimE
             }
         }
     });
-    Ok(SimServer {
-        addr,
-        url: format!("http://{addr}"),
-        engine,
-        task,
-        crashed,
-        profile,
-    })
+    Ok(SimServer { addr, url: format!("http://{addr}"), engine, task, crashed, profile })
 }
 
 type Body = Either<Full<Bytes>, SimBody>;
@@ -197,19 +167,12 @@ type Body = Either<Full<Bytes>, SimBody>;
 fn full(status: StatusCode, ctype: &'static str, body: impl Into<Bytes>) -> Response<Body> {
     let mut r = Response::new(Either::Left(Full::new(body.into())));
     *r.status_mut() = status;
-    r.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static(ctype),
-    );
+    r.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static(ctype));
     r
 }
 
 fn json_resp(status: StatusCode, v: &Value) -> Response<Body> {
-    full(
-        status,
-        "application/json",
-        serde_json::to_vec(v).unwrap_or_default(),
-    )
+    full(status, "application/json", serde_json::to_vec(v).unwrap_or_default())
 }
 
 /// The error body OpenAI clients parse (`error.message`, `error.type`, `error.param`, `error.code`).
@@ -220,24 +183,13 @@ fn openai_error(status: StatusCode, message: &str, param: Option<&str>) -> Respo
         503 => "service_unavailable",
         _ => "server_error",
     };
-    json_resp(
-        status,
-        &json!({"error": {"message": message, "type": kind, "param": param, "code": status.as_u16()}}),
-    )
+    json_resp(status, &json!({"error": {"message": message, "type": kind, "param": param, "code": status.as_u16()}}))
 }
 
 async fn handle(st: Arc<St>, req: Request<Incoming>) -> Response<Body> {
     let path = req.uri().path().to_string();
     let method = req.method().clone();
-    let known_get = [
-        "/health",
-        "/health_generate",
-        "/get_server_info",
-        "/server_info",
-        "/v1/models",
-        "/metrics",
-        "/get_model_info",
-    ];
+    let known_get = ["/health", "/health_generate", "/get_server_info", "/server_info", "/v1/models", "/metrics", "/get_model_info"];
     let known_post = ["/v1/completions", "/v1/chat/completions", "/generate"];
     if method == Method::GET {
         match path.as_str() {
@@ -249,15 +201,8 @@ async fn handle(st: Arc<St>, req: Request<Incoming>) -> Response<Body> {
                 };
             }
             "/health_generate" => return health_generate(&st).await,
-            "/get_server_info" | "/server_info" => {
-                return json_resp(StatusCode::OK, &server_info(&st.cfg))
-            }
-            "/get_model_info" => {
-                return json_resp(
-                    StatusCode::OK,
-                    &json!({"model_path": st.cfg.profile.model, "is_generation": true}),
-                )
-            }
+            "/get_server_info" | "/server_info" => return json_resp(StatusCode::OK, &server_info(&st.cfg)),
+            "/get_model_info" => return json_resp(StatusCode::OK, &json!({"model_path": st.cfg.profile.model, "is_generation": true})),
             "/v1/models" => {
                 return json_resp(
                     StatusCode::OK,
@@ -268,11 +213,7 @@ async fn handle(st: Arc<St>, req: Request<Incoming>) -> Response<Body> {
                 return full(
                     StatusCode::OK,
                     "text/plain; version=0.0.4",
-                    metrics::render(
-                        &st.engine.snapshot(),
-                        st.cfg.metrics_style,
-                        &st.cfg.profile.model,
-                    ),
+                    metrics::render(&st.engine.snapshot(), st.cfg.metrics_style, &st.cfg.profile.model),
                 )
             }
             _ => {}
@@ -287,11 +228,7 @@ async fn handle(st: Arc<St>, req: Request<Incoming>) -> Response<Body> {
         }
     }
     if known_get.contains(&path.as_str()) || known_post.contains(&path.as_str()) {
-        return openai_error(
-            StatusCode::METHOD_NOT_ALLOWED,
-            &format!("method {method} is not allowed on {path}"),
-            None,
-        );
+        return openai_error(StatusCode::METHOD_NOT_ALLOWED, &format!("method {method} is not allowed on {path}"), None);
     }
     openai_error(StatusCode::NOT_FOUND, &format!("no route {path}"), None)
 }
@@ -317,21 +254,8 @@ async fn health_generate(st: &St) -> Response<Body> {
     }
     let (tx, mut rx) = mpsc::unbounded_channel();
     let id = st.next_id.fetch_add(1, Ordering::Relaxed);
-    if !st.engine.submit(
-        EngineRequest {
-            id,
-            prompt_tokens: 1,
-            max_tokens: 1,
-            min_tokens: 0,
-            ignore_eos: true,
-        },
-        tx,
-    ) {
-        return full(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "text/plain",
-            "engine stopped",
-        );
+    if !st.engine.submit(EngineRequest { id, prompt_tokens: 1, max_tokens: 1, min_tokens: 0, ignore_eos: true }, tx) {
+        return full(StatusCode::SERVICE_UNAVAILABLE, "text/plain", "engine stopped");
     }
     let wait = async {
         while let Some(o) = rx.recv().await {
@@ -343,11 +267,7 @@ async fn health_generate(st: &St) -> Response<Body> {
     };
     match tokio::time::timeout(Duration::from_secs(60), wait).await {
         Ok(true) => full(StatusCode::OK, "text/plain", ""),
-        _ => full(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "text/plain",
-            "generation did not complete",
-        ),
+        _ => full(StatusCode::SERVICE_UNAVAILABLE, "text/plain", "generation did not complete"),
     }
 }
 
@@ -444,29 +364,18 @@ fn words(s: &str) -> u32 {
     s.split_whitespace().count() as u32
 }
 
-fn bad(
-    msg: impl Into<String>,
-    param: Option<&'static str>,
-) -> Result<Ask, (String, Option<&'static str>)> {
+fn bad(msg: impl Into<String>, param: Option<&'static str>) -> Result<Ask, (String, Option<&'static str>)> {
     Err((msg.into(), param))
 }
 
-fn uint(
-    o: &Map<String, Value>,
-    k: &'static str,
-) -> Result<Option<u32>, (String, Option<&'static str>)> {
+fn uint(o: &Map<String, Value>, k: &'static str) -> Result<Option<u32>, (String, Option<&'static str>)> {
     match o.get(k) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => v
             .as_u64()
             .filter(|n| *n <= u32::MAX as u64)
             .map(|n| Some(n as u32))
-            .ok_or_else(|| {
-                (
-                    format!("{k} must be a non-negative integer, got {v}"),
-                    Some(k),
-                )
-            }),
+            .ok_or_else(|| (format!("{k} must be a non-negative integer, got {v}"), Some(k))),
     }
 }
 
@@ -475,48 +384,29 @@ fn parse_ask(api: Api, v: &Value) -> Result<Ask, (String, Option<&'static str>)>
         return bad("the request body must be a JSON object", None);
     };
     if api != Api::Sglang {
-        let allowed = if api == Api::Chat {
-            CHAT_FIELDS
-        } else {
-            COMPLETION_FIELDS
-        };
+        let allowed = if api == Api::Chat { CHAT_FIELDS } else { COMPLETION_FIELDS };
         if let Some(k) = o.keys().find(|k| !allowed.contains(&k.as_str())) {
             return bad(format!("unknown field {k:?} in the request"), None);
         }
         if let Some(n) = uint(o, "n")? {
             if n != 1 {
-                return bad(
-                    "n must be 1: servetune sim generates one choice per request",
-                    Some("n"),
-                );
+                return bad("n must be 1: servetune sim generates one choice per request", Some("n"));
             }
         }
     }
     let stream = o.get("stream").and_then(Value::as_bool).unwrap_or(false);
-    let include_usage = o
-        .get("stream_options")
-        .and_then(|s| s.get("include_usage"))
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
+    let include_usage = o.get("stream_options").and_then(|s| s.get("include_usage")).and_then(Value::as_bool).unwrap_or(false);
     match api {
         Api::Completions => {
             let prompt_tokens = match o.get("prompt") {
                 Some(Value::String(s)) => words(s),
                 Some(Value::Array(a)) if a.iter().all(Value::is_u64) => a.len() as u32,
-                Some(Value::Array(a)) if a.len() == 1 && a[0].is_string() => {
-                    a[0].as_str().map_or(0, words)
-                }
-                Some(Value::Array(a))
-                    if a.len() == 1
-                        && a[0].as_array().is_some_and(|x| x.iter().all(Value::is_u64)) =>
-                {
+                Some(Value::Array(a)) if a.len() == 1 && a[0].is_string() => a[0].as_str().map_or(0, words),
+                Some(Value::Array(a)) if a.len() == 1 && a[0].as_array().is_some_and(|x| x.iter().all(Value::is_u64)) => {
                     a[0].as_array().map_or(0, |x| x.len() as u32)
                 }
                 None => return bad("prompt is required", Some("prompt")),
-                _ => return bad(
-                    "prompt must be a string, a list of token ids, or a one-element list of either",
-                    Some("prompt"),
-                ),
+                _ => return bad("prompt must be a string, a list of token ids, or a one-element list of either", Some("prompt")),
             };
             let max_tokens = uint(o, "max_tokens")?.unwrap_or(16);
             if max_tokens == 0 {
@@ -526,10 +416,7 @@ fn parse_ask(api: Api, v: &Value) -> Result<Ask, (String, Option<&'static str>)>
                 prompt_tokens,
                 max_tokens,
                 min_tokens: uint(o, "min_tokens")?.unwrap_or(0),
-                ignore_eos: o
-                    .get("ignore_eos")
-                    .and_then(Value::as_bool)
-                    .unwrap_or(false),
+                ignore_eos: o.get("ignore_eos").and_then(Value::as_bool).unwrap_or(false),
                 stream,
                 include_usage,
             })
@@ -548,11 +435,7 @@ fn parse_ask(api: Api, v: &Value) -> Result<Ask, (String, Option<&'static str>)>
                 }
                 prompt_tokens += match m.get("content") {
                     Some(Value::String(s)) => words(s),
-                    Some(Value::Array(parts)) => parts
-                        .iter()
-                        .filter_map(|p| p.get("text").and_then(Value::as_str))
-                        .map(words)
-                        .sum(),
+                    Some(Value::Array(parts)) => parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).map(words).sum(),
                     _ => 0,
                 };
             }
@@ -567,10 +450,7 @@ fn parse_ask(api: Api, v: &Value) -> Result<Ask, (String, Option<&'static str>)>
                 prompt_tokens,
                 max_tokens,
                 min_tokens: uint(o, "min_tokens")?.unwrap_or(0),
-                ignore_eos: o
-                    .get("ignore_eos")
-                    .and_then(Value::as_bool)
-                    .unwrap_or(false),
+                ignore_eos: o.get("ignore_eos").and_then(Value::as_bool).unwrap_or(false),
                 stream,
                 include_usage,
             })
@@ -579,33 +459,18 @@ fn parse_ask(api: Api, v: &Value) -> Result<Ask, (String, Option<&'static str>)>
             let prompt_tokens = match (o.get("text"), o.get("input_ids")) {
                 (Some(Value::String(s)), _) => words(s),
                 (_, Some(Value::Array(a))) => a.len() as u32,
-                _ => {
-                    return bad(
-                        "text (a string) or input_ids (a list) is required",
-                        Some("text"),
-                    )
-                }
+                _ => return bad("text (a string) or input_ids (a list) is required", Some("text")),
             };
-            let sp = o
-                .get("sampling_params")
-                .and_then(Value::as_object)
-                .cloned()
-                .unwrap_or_default();
+            let sp = o.get("sampling_params").and_then(Value::as_object).cloned().unwrap_or_default();
             let max_tokens = uint(&sp, "max_new_tokens")?.unwrap_or(128);
             if max_tokens == 0 {
-                return bad(
-                    "sampling_params.max_new_tokens must be at least 1",
-                    Some("max_new_tokens"),
-                );
+                return bad("sampling_params.max_new_tokens must be at least 1", Some("max_new_tokens"));
             }
             Ok(Ask {
                 prompt_tokens,
                 max_tokens,
                 min_tokens: uint(&sp, "min_new_tokens")?.unwrap_or(0),
-                ignore_eos: sp
-                    .get("ignore_eos")
-                    .and_then(Value::as_bool)
-                    .unwrap_or(false),
+                ignore_eos: sp.get("ignore_eos").and_then(Value::as_bool).unwrap_or(false),
                 stream,
                 include_usage: true,
             })
@@ -615,8 +480,7 @@ fn parse_ask(api: Api, v: &Value) -> Result<Ask, (String, Option<&'static str>)>
 
 /// A deterministic uniform number in [0, 1) for arrival `n`, fault `salt`.
 fn chance(seed: u64, n: u64, salt: u64) -> f64 {
-    let mut x =
-        seed ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ salt.wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
+    let mut x = seed ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ salt.wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
     x ^= x >> 33;
     x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
     x ^= x >> 33;
@@ -628,23 +492,11 @@ fn chance(seed: u64, n: u64, salt: u64) -> f64 {
 async fn generate(st: Arc<St>, req: Request<Incoming>, api: Api) -> Response<Body> {
     let body = match Limited::new(req.into_body(), 32 << 20).collect().await {
         Ok(b) => b.to_bytes(),
-        Err(e) => {
-            return openai_error(
-                StatusCode::BAD_REQUEST,
-                &format!("cannot read the request body: {e}"),
-                None,
-            )
-        }
+        Err(e) => return openai_error(StatusCode::BAD_REQUEST, &format!("cannot read the request body: {e}"), None),
     };
     let v: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
-        Err(e) => {
-            return openai_error(
-                StatusCode::BAD_REQUEST,
-                &format!("the request body is not valid JSON: {e}"),
-                None,
-            )
-        }
+        Err(e) => return openai_error(StatusCode::BAD_REQUEST, &format!("the request body is not valid JSON: {e}"), None),
     };
     let ask = match parse_ask(api, &v) {
         Ok(a) => a,
@@ -655,27 +507,22 @@ async fn generate(st: Arc<St>, req: Request<Incoming>, api: Api) -> Response<Bod
     if need > p.kv_tokens {
         return openai_error(
             StatusCode::BAD_REQUEST,
-            &format!("this request needs {need} tokens (prompt {} + max_tokens {}), more than the KV cache's {} tokens", ask.prompt_tokens, ask.max_tokens, p.kv_tokens),
+            &format!(
+                "this request needs {need} tokens (prompt {} + max_tokens {}), more than the KV cache's {} tokens",
+                ask.prompt_tokens, ask.max_tokens, p.kv_tokens
+            ),
             Some("max_tokens"),
         );
     }
     if !st.ready() {
-        return openai_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the server is still starting (--slow-start)",
-            None,
-        );
+        return openai_error(StatusCode::SERVICE_UNAVAILABLE, "the server is still starting (--slow-start)", None);
     }
     let id = st.next_id.fetch_add(1, Ordering::Relaxed);
     let f = &st.cfg.faults;
     if let Some(status) = f.error_status {
         if chance(st.cfg.seed, id, 1) < f.error_rate {
             let s = StatusCode::from_u16(status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
-            return openai_error(
-                s,
-                &format!("simulated HTTP {status} (--error-status)"),
-                None,
-            );
+            return openai_error(s, &format!("simulated HTTP {status} (--error-status)"), None);
         }
     }
     let fail = chance(st.cfg.seed, id, 2) < f.fail_rate;
@@ -688,16 +535,9 @@ async fn generate(st: Arc<St>, req: Request<Incoming>, api: Api) -> Response<Bod
         ignore_eos: ask.ignore_eos,
     };
     if !st.engine.submit(er, tx) {
-        return openai_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the engine has stopped",
-            None,
-        );
+        return openai_error(StatusCode::SERVICE_UNAVAILABLE, "the engine has stopped", None);
     }
-    let created = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+    let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let model_json = serde_json::to_string(&p.model).unwrap_or_else(|_| "\"model\"".into());
     let fmt = Fmt {
         api,
@@ -710,22 +550,9 @@ async fn generate(st: Arc<St>, req: Request<Incoming>, api: Api) -> Response<Bod
         model_json,
     };
     if ask.stream {
-        let mut r = Response::new(Either::Right(SimBody {
-            rx,
-            fmt,
-            fail,
-            started: false,
-            finished: false,
-            tokens: 0,
-        }));
-        r.headers_mut().insert(
-            http::header::CONTENT_TYPE,
-            http::HeaderValue::from_static("text/event-stream; charset=utf-8"),
-        );
-        r.headers_mut().insert(
-            http::header::CACHE_CONTROL,
-            http::HeaderValue::from_static("no-cache"),
-        );
+        let mut r = Response::new(Either::Right(SimBody { rx, fmt, fail, started: false, finished: false, tokens: 0 }));
+        r.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("text/event-stream; charset=utf-8"));
+        r.headers_mut().insert(http::header::CACHE_CONTROL, http::HeaderValue::from_static("no-cache"));
         return r;
     }
     non_stream(rx, fmt, fail).await
@@ -739,18 +566,10 @@ async fn non_stream(mut rx: UnboundedReceiver<Out>, mut fmt: Fmt, fail: bool) ->
                 fmt.text.push_str(word(fmt.id, index));
                 n += 1;
                 if fail {
-                    return openai_error(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        "simulated engine failure (--fail-rate)",
-                        None,
-                    );
+                    return openai_error(StatusCode::INTERNAL_SERVER_ERROR, "simulated engine failure (--fail-rate)", None);
                 }
             }
-            Out::Done {
-                finish,
-                prompt_tokens,
-                completion_tokens,
-            } => {
+            Out::Done { finish, prompt_tokens, completion_tokens } => {
                 let usage = json!({"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens});
                 let v = match fmt.api {
                     Api::Completions => {
@@ -772,11 +591,7 @@ async fn non_stream(mut rx: UnboundedReceiver<Out>, mut fmt: Fmt, fail: bool) ->
         }
     }
     let _ = n;
-    openai_error(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "the engine stopped before the request finished",
-        None,
-    )
+    openai_error(StatusCode::SERVICE_UNAVAILABLE, "the engine stopped before the request finished", None)
 }
 
 /// Formats stream events for one request.
@@ -859,11 +674,7 @@ impl Fmt {
             ),
         }
         if self.include_usage && self.api != Api::Sglang {
-            let obj = if self.api == Api::Chat {
-                "chat.completion.chunk"
-            } else {
-                "text_completion"
-            };
+            let obj = if self.api == Api::Chat { "chat.completion.chunk" } else { "text_completion" };
             Self::push(
                 buf,
                 &json!({"id": format!("cmpl-{}", self.id), "object": obj, "created": self.created, "model": self.model, "choices": [], "usage": usage}),
@@ -873,10 +684,7 @@ impl Fmt {
     }
 
     fn error(&self, buf: &mut Vec<u8>, msg: &str) {
-        Self::push(
-            buf,
-            &json!({"error": {"message": msg, "type": "server_error", "code": 500}}),
-        );
+        Self::push(buf, &json!({"error": {"message": msg, "type": "server_error", "code": 500}}));
     }
 }
 
@@ -895,10 +703,7 @@ impl hyper::body::Body for SimBody {
     type Data = Bytes;
     type Error = std::io::Error;
 
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
         let this = &mut *self;
         if this.finished {
             return Poll::Ready(None);
@@ -914,21 +719,13 @@ impl hyper::body::Body for SimBody {
                     this.fmt.token(&mut buf, index);
                     this.tokens += 1;
                     if this.fail {
-                        this.fmt.error(
-                            &mut buf,
-                            "simulated engine failure mid-stream (--fail-rate)",
-                        );
+                        this.fmt.error(&mut buf, "simulated engine failure mid-stream (--fail-rate)");
                         this.finished = true;
                         break;
                     }
                 }
-                Poll::Ready(Some(Out::Done {
-                    finish,
-                    prompt_tokens,
-                    completion_tokens,
-                })) => {
-                    this.fmt
-                        .done(&mut buf, finish.as_str(), prompt_tokens, completion_tokens);
+                Poll::Ready(Some(Out::Done { finish, prompt_tokens, completion_tokens })) => {
+                    this.fmt.done(&mut buf, finish.as_str(), prompt_tokens, completion_tokens);
                     this.finished = true;
                     break;
                 }
@@ -941,9 +738,7 @@ impl hyper::body::Body for SimBody {
                     // The engine went away mid-request (crash or shutdown): break the connection.
                     this.finished = true;
                     if buf.is_empty() {
-                        return Poll::Ready(Some(Err(std::io::Error::other(
-                            "the simulated engine stopped",
-                        ))));
+                        return Poll::Ready(Some(Err(std::io::Error::other("the simulated engine stopped"))));
                     }
                     break;
                 }
@@ -951,11 +746,7 @@ impl hyper::body::Body for SimBody {
             }
         }
         if buf.is_empty() {
-            return if this.finished {
-                Poll::Ready(None)
-            } else {
-                Poll::Pending
-            };
+            return if this.finished { Poll::Ready(None) } else { Poll::Pending };
         }
         Poll::Ready(Some(Ok(Frame::data(Bytes::from(buf)))))
     }
@@ -967,26 +758,13 @@ mod tests {
 
     #[test]
     fn unknown_fields_and_zero_max_tokens_are_400_material() {
-        let e = parse_ask(
-            Api::Completions,
-            &json!({"prompt": "a", "max_tokens": 4, "frobnicate": 1}),
-        )
-        .err()
-        .expect("unknown");
+        let e = parse_ask(Api::Completions, &json!({"prompt": "a", "max_tokens": 4, "frobnicate": 1})).err().expect("unknown");
         assert!(e.0.contains("frobnicate"));
-        let e = parse_ask(Api::Completions, &json!({"prompt": "a", "max_tokens": 0}))
-            .err()
-            .expect("zero");
+        let e = parse_ask(Api::Completions, &json!({"prompt": "a", "max_tokens": 0})).err().expect("zero");
         assert_eq!(e.1, Some("max_tokens"));
-        let e = parse_ask(Api::Chat, &json!({"messages": [], "max_tokens": 4}))
-            .err()
-            .expect("empty");
+        let e = parse_ask(Api::Chat, &json!({"messages": [], "max_tokens": 4})).err().expect("empty");
         assert!(e.0.contains("must not be empty"));
-        assert!(parse_ask(
-            Api::Chat,
-            &json!({"messages": [{"role": "user", "content": "a b c"}], "max_completion_tokens": 3})
-        )
-        .is_ok());
+        assert!(parse_ask(Api::Chat, &json!({"messages": [{"role": "user", "content": "a b c"}], "max_completion_tokens": 3})).is_ok());
     }
 
     #[test]
@@ -1006,42 +784,20 @@ mod tests {
             let mut buf = Vec::new();
             f.token(&mut buf, 3);
             let s = String::from_utf8(buf).unwrap_or_default();
-            let data = s
-                .strip_prefix("data: ")
-                .and_then(|x| x.strip_suffix("\n\n"))
-                .unwrap_or("");
+            let data = s.strip_prefix("data: ").and_then(|x| x.strip_suffix("\n\n")).unwrap_or("");
             let v: Value = serde_json::from_str(data).unwrap_or(Value::Null);
             assert_eq!(v["model"], model, "{s}");
-            let text = if api == Api::Chat {
-                &v["choices"][0]["delta"]["content"]
-            } else {
-                &v["choices"][0]["text"]
-            };
+            let text = if api == Api::Chat { &v["choices"][0]["delta"]["content"] } else { &v["choices"][0]["text"] };
             assert_eq!(text.as_str(), Some(word(7, 3)));
         }
     }
 
     #[test]
     fn prompt_tokens_count_words_or_ids() {
+        assert_eq!(parse_ask(Api::Completions, &json!({"prompt": "one two three"})).ok().map(|a| a.prompt_tokens), Some(3));
+        assert_eq!(parse_ask(Api::Completions, &json!({"prompt": [1, 2, 3, 4]})).ok().map(|a| a.prompt_tokens), Some(4));
         assert_eq!(
-            parse_ask(Api::Completions, &json!({"prompt": "one two three"}))
-                .ok()
-                .map(|a| a.prompt_tokens),
-            Some(3)
-        );
-        assert_eq!(
-            parse_ask(Api::Completions, &json!({"prompt": [1, 2, 3, 4]}))
-                .ok()
-                .map(|a| a.prompt_tokens),
-            Some(4)
-        );
-        assert_eq!(
-            parse_ask(
-                Api::Sglang,
-                &json!({"text": "a b", "sampling_params": {"max_new_tokens": 5}})
-            )
-            .ok()
-            .map(|a| a.max_tokens),
+            parse_ask(Api::Sglang, &json!({"text": "a b", "sampling_params": {"max_new_tokens": 5}})).ok().map(|a| a.max_tokens),
             Some(5)
         );
     }

@@ -18,14 +18,8 @@ impl Server {
 }
 
 pub fn server(cfg: TestServerConfig) -> Server {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let srv = rt
-        .block_on(testserver::start(cfg))
-        .expect("start test server");
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
+    let srv = rt.block_on(testserver::start(cfg)).expect("start test server");
     Server { srv, _rt: rt }
 }
 
@@ -44,20 +38,10 @@ pub fn servetune() -> Command {
 pub fn bench_json(args: &[&str]) -> (i32, serde_json::Value, String) {
     let dir = tempfile::tempdir().expect("tmp");
     let json = dir.path().join("out.json");
-    let out = servetune()
-        .arg("bench")
-        .args(args)
-        .arg("--json")
-        .arg(&json)
-        .arg("-q")
-        .output()
-        .expect("run");
+    let out = servetune().arg("bench").args(args).arg("--json").arg(&json).arg("-q").output().expect("run");
     let code = out.status.code().unwrap_or(-1);
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    let v = std::fs::read(&json)
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or(serde_json::Value::Null);
+    let v = std::fs::read(&json).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or(serde_json::Value::Null);
     (code, v, stderr)
 }
 
@@ -70,8 +54,7 @@ pub fn num(v: &serde_json::Value, path: &str) -> f64 {
             Err(_) => &cur[k],
         };
     }
-    cur.as_f64()
-        .unwrap_or_else(|| panic!("{path} missing in {v:#}"))
+    cur.as_f64().unwrap_or_else(|| panic!("{path} missing in {v:#}"))
 }
 
 /// A simulated server on its own runtime.
@@ -87,17 +70,8 @@ impl Sim {
 }
 
 pub fn sim(cfg: servetune_sim::SimConfig) -> Sim {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let srv = rt
-        .block_on(servetune_sim::start(
-            cfg,
-            "127.0.0.1:0".parse().expect("addr"),
-        ))
-        .expect("start sim");
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
+    let srv = rt.block_on(servetune_sim::start(cfg, "127.0.0.1:0".parse().expect("addr"))).expect("start sim");
     Sim { srv, _rt: rt }
 }
 
@@ -126,21 +100,13 @@ pub fn raw_http(url: &str, method: &str, path: &str, body: &str) -> (u16, String
     use std::io::{Read, Write};
     let addr = url.trim_start_matches("http://");
     let mut s = std::net::TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(30)))
-        .expect("timeout");
+    s.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
     let req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
     s.write_all(req.as_bytes()).expect("write");
     let mut out = String::new();
     let _ = s.read_to_string(&mut out);
-    let status = out
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = out
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
+    let status = out.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
     (status, body)
 }
 
@@ -163,24 +129,12 @@ impl Proc {
         let mut out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
         let mut line = String::new();
         out.read_line(&mut line).expect("first line");
-        let url = line
-            .trim()
-            .rsplit(' ')
-            .next()
-            .unwrap_or_default()
-            .to_string();
-        assert!(
-            url.starts_with("http://127.0.0.1:"),
-            "unexpected first line {line:?}"
-        );
+        let url = line.trim().rsplit(' ').next().unwrap_or_default().to_string();
+        assert!(url.starts_with("http://127.0.0.1:"), "unexpected first line {line:?}");
         let drain = std::thread::spawn(move || {
             let _ = std::io::copy(&mut out, &mut std::io::sink());
         });
-        Proc {
-            child,
-            url,
-            drain: Some(drain),
-        }
+        Proc { child, url, drain: Some(drain) }
     }
 
     /// Waits for the process to exit by itself.
