@@ -1,0 +1,121 @@
+//! Fits named efficiency factors to measured throughput (a bench JSON's runs): the memory
+//! efficiency (one multiplier on `hbm_efficiency` and `moe_efficiency`), the per-step overhead and,
+//! with four or more points, a multiplier on communication time. Coordinate descent on the squared
+//! log error; prints the fitted values and residuals.
+
+use serde::Serialize;
+
+use crate::predict::{Engine, Scenario};
+
+/// A measured operating point.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Measured {
+    pub concurrency: u32,
+    pub output_tokens_per_s: f64,
+}
+
+/// The fit.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Fit {
+    pub memory_efficiency_scale: f64,
+    pub step_overhead_ms: f64,
+    pub comm_scale: f64,
+    pub engine: Engine,
+    /// (concurrency, measured, predicted, relative residual).
+    pub residuals: Vec<(u32, f64, f64, f64)>,
+    pub rms_log_error: f64,
+}
+
+fn apply(base: &Engine, mem: f64, over: f64, comm: f64) -> Engine {
+    Engine {
+        hbm_efficiency: (base.hbm_efficiency * mem).min(1.0),
+        moe_efficiency: (base.moe_efficiency * mem).min(1.0),
+        step_overhead_ms: over,
+        comm_scale: comm,
+        ..*base
+    }
+}
+
+fn loss(s: &Scenario, pts: &[Measured], e: Engine) -> f64 {
+    let sc = Scenario { engine: e, ..s.clone() };
+    pts.iter().map(|m| (sc.point(m.concurrency).output_tokens_per_s / m.output_tokens_per_s).ln().powi(2)).sum::<f64>()
+        / pts.len().max(1) as f64
+}
+
+/// Fits the factors to `pts`. `None` without points.
+pub fn fit(s: &Scenario, pts: &[Measured]) -> Option<Fit> {
+    if pts.is_empty() {
+        return None;
+    }
+    let base = s.engine;
+    let (mut mem, mut over, mut comm) = (1.0f64, base.step_overhead_ms, base.comm_scale);
+    let fit_comm = pts.len() >= 4;
+    let mut step = [0.5f64, 2.0, 0.5];
+    for _ in 0..60 {
+        for k in 0..3 {
+            if k == 2 && !fit_comm {
+                continue;
+            }
+            let cur = loss(s, pts, apply(&base, mem, over, comm));
+            let mut best = (cur, 0.0);
+            for dir in [-1.0, 1.0] {
+                let (m2, o2, c2) = match k {
+                    0 => ((mem * (1.0 + dir * step[0])).clamp(0.05, 1.0 / base.hbm_efficiency.min(base.moe_efficiency)), over, comm),
+                    1 => (mem, (over + dir * step[1]).clamp(0.0, 200.0), comm),
+                    _ => (mem, over, (comm * (1.0 + dir * step[2])).clamp(0.1, 10.0)),
+                };
+                let l = loss(s, pts, apply(&base, m2, o2, c2));
+                if l < best.0 {
+                    best = (l, dir);
+                }
+            }
+            if best.1 != 0.0 {
+                match k {
+                    0 => mem = (mem * (1.0 + best.1 * step[0])).clamp(0.05, 1.0 / base.hbm_efficiency.min(base.moe_efficiency)),
+                    1 => over = (over + best.1 * step[1]).clamp(0.0, 200.0),
+                    _ => comm = (comm * (1.0 + best.1 * step[2])).clamp(0.1, 10.0),
+                }
+            } else {
+                step[k] /= 2.0;
+            }
+        }
+    }
+    let engine = apply(&base, mem, over, comm);
+    let sc = Scenario { engine, ..s.clone() };
+    let residuals = pts
+        .iter()
+        .map(|m| {
+            let p = sc.point(m.concurrency).output_tokens_per_s;
+            (m.concurrency, m.output_tokens_per_s, p, (p - m.output_tokens_per_s) / m.output_tokens_per_s)
+        })
+        .collect();
+    Some(Fit {
+        memory_efficiency_scale: mem,
+        step_overhead_ms: over,
+        comm_scale: comm,
+        engine,
+        residuals,
+        rms_log_error: loss(s, pts, engine).sqrt(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::predict::tests::scenario;
+    use crate::quant::Dtype;
+
+    #[test]
+    fn fit_recovers_a_known_engine() {
+        let s = scenario("deepseek-v3", Dtype::Fp8, "h200", "nvlink", 8, 8);
+        // "Measurements" from a slower engine: 70% memory efficiency, 4 ms overhead, 1.5x comm.
+        let truth = Scenario { engine: apply(&s.engine, 0.7, 4.0, 1.5), ..s.clone() };
+        let pts: Vec<Measured> = [1, 8, 32, 64, 128]
+            .iter()
+            .map(|&c| Measured { concurrency: c, output_tokens_per_s: truth.point(c).output_tokens_per_s })
+            .collect();
+        let f = fit(&s, &pts).expect("fit");
+        assert!(f.rms_log_error < 0.01, "{f:?}");
+        assert!(f.residuals.iter().all(|r| r.3.abs() < 0.02), "{:?}", f.residuals);
+    }
+}

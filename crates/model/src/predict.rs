@@ -1,0 +1,684 @@
+//! The performance model: memory fit per GPU, decode step time as a breakdown, prefill and TTFT,
+//! curves over concurrency, the saturation point and the bottleneck in words.
+//!
+//! Decode step of one replica (tp x pp GPUs) at batch b, per pipeline stage and micro-batch x = b/pp:
+//! - weights: attention, dense FFN and shared experts / tp; routed experts: the expected distinct
+//!   experts E(1-(1-k/E)^x) / tp (experts split by TP), or per EP rank (E/ep)(1-(1-k/E)^x) times an
+//!   imbalance factor; LM head / tp;
+//! - KV: each request's context (MLA latent replicated on every TP rank; DSA reads top-k latents plus
+//!   every indexer key; GQA split over KV heads);
+//! - compute: 2 x active parameters x tokens at the GEMM's format's TFLOPS, plus attention;
+//! - communication: 2 TP all-reduces per layer, alpha(n) + bytes/beta (NCCL ring model); EP
+//!   all-to-all; PP sends;
+//! - overhead per step.
+//!
+//! Overlap rule (named `Overlap`): `None` gives step = max(weights + kv, compute) + communication +
+//! overhead + prefill share; `Full` hides communication under the larger of memory and compute.
+
+use serde::Serialize;
+
+use crate::hw::{GpuSpec, LinkProfile};
+use crate::quant::{Dtype, KvDtype, Quant};
+use crate::spec::{Attention, ModelSpec};
+use crate::ModelError;
+
+/// How the model is split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Plan {
+    pub gpus: u32,
+    pub tp: u32,
+    pub pp: u32,
+    /// Expert parallelism within the TP group (1: every expert split over TP ranks).
+    pub ep: u32,
+    /// Attention data-parallel over the TP ranks (each rank serves its own requests).
+    pub dp_attention: bool,
+}
+
+impl Plan {
+    /// Independent replicas.
+    pub fn dp(&self) -> u32 {
+        (self.gpus / (self.tp * self.pp)).max(1)
+    }
+
+    pub fn label(&self) -> String {
+        let mut s = format!("TP{}", self.tp);
+        if self.pp > 1 {
+            s += &format!("+PP{}", self.pp);
+        }
+        if self.ep > 1 {
+            s += &format!("+EP{}", self.ep);
+        }
+        if self.dp_attention {
+            s += "+DPattn";
+        }
+        if self.dp() > 1 {
+            s += &format!(" x{} replicas", self.dp());
+        }
+        s
+    }
+
+    pub fn check(&self, model: &ModelSpec) -> Result<(), ModelError> {
+        if self.tp == 0 || self.pp == 0 || self.ep == 0 {
+            return Err(ModelError::Input("--tp, --pp and --ep must be at least 1".into()));
+        }
+        if self.tp * self.pp > self.gpus {
+            return Err(ModelError::Input(format!(
+                "the plan needs tp x pp = {} x {} = {} GPUs but --gpus is {}: lower --tp/--pp or raise --gpus",
+                self.tp,
+                self.pp,
+                self.tp * self.pp,
+                self.gpus
+            )));
+        }
+        if self.gpus % (self.tp * self.pp) != 0 {
+            return Err(ModelError::Input(format!(
+                "--gpus {} is not a multiple of tp x pp = {}: replicas must be whole",
+                self.gpus,
+                self.tp * self.pp
+            )));
+        }
+        if self.pp > model.layers {
+            return Err(ModelError::Input(format!("--pp {} is more than the model's {} layers", self.pp, model.layers)));
+        }
+        if self.ep > 1 && (model.moe.is_none() || self.tp % self.ep != 0) {
+            return Err(ModelError::Input(format!("--ep {} needs an MoE model and must divide --tp {}", self.ep, self.tp)));
+        }
+        Ok(())
+    }
+}
+
+/// Whether communication hides behind compute and memory traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Overlap {
+    None,
+    Full,
+}
+
+/// Engine behaviour the prediction assumes: every default names its source.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Engine {
+    /// Host overhead per decode step with CUDA graphs (scheduler, sampling, launch), ms.
+    /// Calibrated against the public measurements in shared/reference/models.md (see VALIDATION.md).
+    pub step_overhead_ms: f64,
+    pub cuda_graphs: bool,
+    /// Without CUDA graphs: launch latency per kernel, us (CUDA launch ~4 us; an assumption).
+    pub launch_us: f64,
+    /// Without CUDA graphs: kernels per layer (an assumption: norms, GEMMs, attention, routing, collectives).
+    pub kernels_per_layer: f64,
+    pub overlap: Overlap,
+    /// Achieved fraction of peak memory bandwidth streaming dense weights and KV (an assumption,
+    /// typical of decode GEMV kernels; fitted by `--calibrate`).
+    pub hbm_efficiency: f64,
+    /// Achieved fraction of peak bandwidth reading expert weights in fused-MoE kernels at decode batch
+    /// sizes (calibrated against shared/reference/models.md: DeepSeek-R1 on 8x H200).
+    pub moe_efficiency: f64,
+    /// Achieved fraction of peak tensor TFLOPS (hardware.md: torch BF16 GEMM 417 of 468 on RTX PRO 6000).
+    pub gemm_efficiency: f64,
+    /// Multiplier on modelled communication time (1 = the NCCL alpha-beta model; fitted by `--calibrate`).
+    pub comm_scale: f64,
+    /// Busiest EP rank's load over the mean (an assumption; models.md: skewed routing loads the busiest rank more).
+    pub ep_imbalance: f64,
+    /// Share of GPU memory the engine may use (sglang's --mem-fraction-static is about 0.88 on large GPUs).
+    pub mem_fraction: f64,
+    /// Activation and workspace memory reserved per GPU, GB (an assumption).
+    pub workspace_gb: f64,
+}
+
+impl Default for Engine {
+    fn default() -> Self {
+        Self {
+            step_overhead_ms: 2.0,
+            cuda_graphs: true,
+            launch_us: 4.0,
+            kernels_per_layer: 14.0,
+            overlap: Overlap::None,
+            hbm_efficiency: 0.80,
+            moe_efficiency: 0.55,
+            gemm_efficiency: 0.89,
+            comm_scale: 1.0,
+            ep_imbalance: 1.2,
+            mem_fraction: 0.88,
+            workspace_gb: 3.0,
+        }
+    }
+}
+
+/// Everything a prediction needs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Scenario {
+    pub model: ModelSpec,
+    pub quant: Quant,
+    pub gpu: GpuSpec,
+    pub link: LinkProfile,
+    pub plan: Plan,
+    pub engine: Engine,
+    pub input_len: u32,
+    pub output_len: u32,
+    /// The server's running-request limit, if any.
+    pub max_running: Option<u32>,
+}
+
+/// Memory per GPU, GB.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Memory {
+    pub capacity_gb: f64,
+    pub usable_gb: f64,
+    pub weights_gb: f64,
+    pub workspace_gb: f64,
+    pub kv_gb: f64,
+    /// KV bytes per token on one GPU.
+    pub kv_bytes_per_token: f64,
+}
+
+/// One step's time, by term, ms.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Default)]
+pub struct StepMs {
+    pub weights: f64,
+    pub kv: f64,
+    pub compute: f64,
+    pub communication: f64,
+    pub overhead: f64,
+    /// Share of prefill work mixed into each decode step (chunked prefill).
+    pub prefill: f64,
+    /// The step, by the overlap rule.
+    pub total: f64,
+}
+
+/// Details behind the step terms, for the explanation.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Default)]
+pub struct StepDetail {
+    pub allreduces: f64,
+    pub allreduce_us: f64,
+    pub distinct_experts: f64,
+    pub weights_gb_per_gpu: f64,
+    pub kv_gb_per_gpu: f64,
+}
+
+/// The prediction at one concurrency.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Point {
+    pub concurrency: u32,
+    /// Requests actually running (concurrency capped by KV capacity and the running limit).
+    pub running: u32,
+    pub output_tokens_per_s: f64,
+    pub total_tokens_per_s: f64,
+    pub tpot_ms: f64,
+    pub ttft_ms: f64,
+    pub per_user_tokens_per_s: f64,
+    pub step_ms: StepMs,
+    pub detail: StepDetail,
+    pub bottleneck: String,
+}
+
+impl Scenario {
+    fn layers_per_stage(&self) -> f64 {
+        self.model.layers as f64 / self.plan.pp as f64
+    }
+
+    fn kv_bytes_per_token_layer(&self) -> f64 {
+        let (main, rope, idx) = self.model.kv_elems_per_token_layer();
+        let mla = matches!(self.model.attention, Attention::Mla { .. });
+        match (self.quant.kv_cache, mla) {
+            // vLLM/FlashMLA fp8 layout: fp8 latent + one fp32 scale per 128 + bf16 rope part (656 B
+            // for GLM-5/DeepSeek); indexer keys fp8 + fp32 scale per 128. Gives 61.5 KB/token for
+            // GLM-5 against the 62 KB of the vLLM log in models.md.
+            (KvDtype::Fp8, true) => main + main / 128.0 * 4.0 + rope * 2.0 + idx + (idx / 128.0).ceil() * 4.0,
+            (KvDtype::Fp8, false) => main + idx,
+            (KvDtype::Bf16, _) => (main + rope + idx) * 2.0,
+        }
+    }
+
+    /// KV bytes per token held on one GPU (all its layers).
+    pub fn kv_bytes_per_token_gpu(&self) -> f64 {
+        let per_layer = self.kv_bytes_per_token_layer();
+        let split = match self.model.attention {
+            // MLA's latent is replicated on every TP rank (models.md).
+            Attention::Mla { .. } => 1.0,
+            Attention::Gqa { kv_heads, .. } => (self.plan.tp.min(kv_heads)) as f64,
+        };
+        per_layer * self.layers_per_stage() / split
+    }
+
+    /// Weight bytes on one GPU (the heaviest pipeline stage).
+    pub fn weight_bytes_gpu(&self) -> f64 {
+        let m = &self.model;
+        let p = m.params();
+        let q = &self.quant;
+        let tp = self.plan.tp as f64;
+        let stage = 1.0 / self.plan.pp as f64;
+        let attn_split = if self.plan.dp_attention { 1.0 } else { tp };
+        let experts = p.routed_experts * q.experts.bytes() / tp;
+        let body = p.attention * q.attention.bytes() / attn_split
+            + p.dense_ffn * q.dense_ffn.bytes() / tp
+            + (p.shared_experts + p.router) * q.shared_experts.bytes() / tp
+            + experts
+            + p.norms * 2.0;
+        body * stage + (p.embeddings + p.lm_head) * q.embeddings.bytes() / tp
+    }
+
+    /// Memory per GPU and the KV capacity it leaves.
+    pub fn memory(&self) -> Memory {
+        let cap = self.gpu.memory_gb;
+        let usable = cap * self.engine.mem_fraction;
+        let weights = self.weight_bytes_gpu() / 1e9;
+        let kv = (usable - weights - self.engine.workspace_gb).max(0.0);
+        Memory {
+            capacity_gb: cap,
+            usable_gb: usable,
+            weights_gb: weights,
+            workspace_gb: self.engine.workspace_gb,
+            kv_gb: kv,
+            kv_bytes_per_token: self.kv_bytes_per_token_gpu(),
+        }
+    }
+
+    /// Tokens the whole deployment's KV cache holds.
+    pub fn max_kv_tokens(&self) -> u64 {
+        let m = self.memory();
+        let per_pool = if m.kv_bytes_per_token > 0.0 { m.kv_gb * 1e9 / m.kv_bytes_per_token } else { 0.0 };
+        // With DP attention each TP rank keeps its own requests' KV.
+        let pools = self.plan.dp() as f64 * if self.plan.dp_attention { self.plan.tp as f64 } else { 1.0 };
+        (per_pool * pools) as u64
+    }
+
+    /// Requests that fit at full context (input + output).
+    pub fn max_concurrency(&self) -> u32 {
+        let ctx = (self.input_len + self.output_len).max(1) as u64;
+        let kv = (self.max_kv_tokens() / ctx).min(u32::MAX as u64) as u32;
+        self.max_running.map_or(kv, |m| kv.min(m))
+    }
+
+    /// Refuses a plan whose weights do not fit, with the numbers.
+    pub fn check_fit(&self) -> Result<(), ModelError> {
+        let m = self.memory();
+        if m.weights_gb + m.workspace_gb >= m.usable_gb || self.max_concurrency() == 0 {
+            return Err(ModelError::DoesNotFit(format!(
+                "{} on {} x {} with {}: {:.1} GB of weights + {:.1} GB workspace per GPU, but only {:.1} GB of {:.1} GB is usable (mem fraction {:.2}); no room for the KV of one {}-token request. Use more GPUs, more TP/PP, or a smaller format",
+                self.model.name,
+                self.plan.gpus,
+                self.gpu.name,
+                self.plan.label(),
+                m.weights_gb,
+                m.workspace_gb,
+                m.usable_gb,
+                m.capacity_gb,
+                self.engine.mem_fraction,
+                self.input_len + self.output_len
+            )));
+        }
+        Ok(())
+    }
+
+    /// One pipeline stage's decode step for a micro-batch of `x` requests on one replica.
+    fn stage(&self, x: f64, mean_ctx: f64) -> (StepMs, StepDetail) {
+        let m = &self.model;
+        let p = m.params();
+        let q = &self.quant;
+        let g = &self.gpu;
+        let e = &self.engine;
+        let tp = self.plan.tp as f64;
+        let ls = self.layers_per_stage();
+        let frac_moe = m.moe_layers() as f64 / m.layers as f64;
+        let frac_dense = 1.0 - frac_moe;
+        let attn_split = if self.plan.dp_attention { 1.0 } else { tp };
+
+        // Weights read per GPU.
+        let attn_b = p.attention / m.layers as f64 * ls * q.attention.bytes() / attn_split;
+        let dense_b =
+            if m.dense_layers > 0 { p.dense_ffn / m.dense_layers as f64 * (frac_dense * ls) * q.dense_ffn.bytes() / tp } else { 0.0 };
+        let moe_layers_stage = frac_moe * ls;
+        let shared_b = if m.moe_layers() > 0 {
+            (p.shared_experts + p.router) / m.moe_layers() as f64 * moe_layers_stage * q.shared_experts.bytes() / tp
+        } else {
+            0.0
+        };
+        let (mut experts_b, mut distinct) = (0.0, 0.0);
+        if let Some(moe) = m.moe {
+            let (ee, k) = (moe.experts as f64, moe.top_k as f64);
+            let expert_bytes = p.per_expert * q.experts.bytes();
+            if self.plan.ep > 1 {
+                let per_rank = ee / self.plan.ep as f64;
+                distinct = (per_rank * (1.0 - (1.0 - k / ee).powf(x)) * e.ep_imbalance).min(per_rank);
+                // Experts live whole on their EP rank; ranks in a TP group beyond EP split them.
+                experts_b = distinct * expert_bytes * moe_layers_stage / (tp / self.plan.ep as f64);
+            } else {
+                distinct = ee * (1.0 - (1.0 - k / ee).powf(x));
+                experts_b = distinct * expert_bytes * moe_layers_stage / tp;
+            }
+        }
+        let lm_b = p.lm_head * q.embeddings.bytes() / tp / self.plan.pp as f64;
+        let dense_weights = attn_b + dense_b + shared_b + lm_b;
+
+        // KV read per GPU.
+        let per_layer_tok = self.kv_bytes_per_token_layer();
+        let reqs_per_gpu = if self.plan.dp_attention { x / tp } else { x };
+        let kv_b = match (m.attention.clone(), m.dsa) {
+            (Attention::Mla { .. }, Some(d)) => {
+                let (main, rope, idx) = m.kv_elems_per_token_layer();
+                let idx_share = if per_layer_tok > 0.0 { (idx + (idx / 128.0).ceil() * 4.0).min(per_layer_tok) } else { 0.0 };
+                let _ = (main, rope);
+                let latent = per_layer_tok - idx_share;
+                (mean_ctx.min(d.topk as f64) * latent + mean_ctx * idx_share) * ls * reqs_per_gpu
+            }
+            (Attention::Mla { .. }, None) => mean_ctx * per_layer_tok * ls * reqs_per_gpu,
+            (Attention::Gqa { kv_heads, .. }, _) => mean_ctx * per_layer_tok * ls * x / (tp.min(kv_heads as f64)),
+        };
+
+        let bw = g.mem_bw_gbs * 1e9;
+        let weights_ms = (dense_weights / (bw * e.hbm_efficiency) + experts_b / (bw * e.moe_efficiency)) * 1e3;
+        let kv_ms = kv_b / (bw * e.hbm_efficiency) * 1e3;
+
+        // Compute per GPU.
+        let eff = e.gemm_efficiency * 1e12;
+        let gemm = |params: f64, dt: Dtype, split: f64| 2.0 * params * x / split / (g.tflops(dt.compute()) * eff);
+        let mut compute_s = gemm(p.attention / m.layers as f64 * ls, q.attention, attn_split)
+            + gemm(if m.dense_layers > 0 { p.dense_ffn / m.dense_layers as f64 * frac_dense * ls } else { 0.0 }, q.dense_ffn, tp)
+            + gemm(
+                if m.moe_layers() > 0 { (p.shared_experts + p.router) / m.moe_layers() as f64 * moe_layers_stage } else { 0.0 },
+                q.shared_experts,
+                tp,
+            )
+            + gemm(m.moe.map_or(0.0, |mo| p.per_expert * mo.top_k as f64) * moe_layers_stage, q.experts, tp)
+            + gemm(p.lm_head / self.plan.pp as f64, q.embeddings, tp);
+        // Attention scores and values: MLA absorbed, 2*heads*ctx*(2*kv_lora + rope) per token-layer.
+        let attn_flops = match m.attention {
+            Attention::Mla { heads, kv_lora_rank, qk_rope_head_dim, .. } => {
+                let c = m.dsa.map_or(mean_ctx, |d| mean_ctx.min(d.topk as f64));
+                let idx = m.dsa.map_or(0.0, |d| 2.0 * d.index_heads as f64 * d.index_head_dim as f64 * mean_ctx);
+                (2.0 * heads as f64 / attn_split * c * (2.0 * kv_lora_rank as f64 + qk_rope_head_dim as f64) + idx) * x
+            }
+            Attention::Gqa { heads, head_dim, .. } => 4.0 * heads as f64 / tp * head_dim as f64 * mean_ctx * x,
+        } * ls;
+        compute_s += attn_flops / (g.bf16_tflops * eff);
+        let compute_ms = compute_s * 1e3;
+
+        // Communication.
+        let act = x * m.hidden as f64 * 2.0;
+        let mut comm_us = 0.0;
+        let mut allreduces = 0.0;
+        let mut ar_us = 0.0;
+        if self.plan.dp_attention {
+            // Attention is local; MoE layers dispatch and combine tokens over EP (or TP) ranks; dense layers all-reduce.
+            let n = self.plan.ep.max(self.plan.tp);
+            let k = m.moe.map_or(1.0, |mo| mo.top_k as f64);
+            comm_us += 2.0 * self.link.alltoall_us(n, act / tp * k) * moe_layers_stage;
+            allreduces = 2.0 * frac_dense * ls;
+            ar_us = self.link.allreduce_us(self.plan.tp, act);
+            comm_us += allreduces * ar_us;
+        } else if self.plan.tp > 1 {
+            allreduces = 2.0 * ls;
+            ar_us = self.link.allreduce_us(self.plan.tp, act);
+            comm_us += allreduces * ar_us;
+        }
+        if self.plan.pp > 1 {
+            comm_us += self.link.send_us(act);
+        }
+        let communication = comm_us * 1e-3 * e.comm_scale;
+        (
+            StepMs { weights: weights_ms, kv: kv_ms, compute: compute_ms, communication, ..Default::default() },
+            StepDetail {
+                allreduces,
+                allreduce_us: ar_us,
+                distinct_experts: distinct,
+                weights_gb_per_gpu: (dense_weights + experts_b) / 1e9,
+                kv_gb_per_gpu: kv_b / 1e9,
+            },
+        )
+    }
+
+    fn overhead_ms(&self) -> f64 {
+        if self.engine.cuda_graphs {
+            self.engine.step_overhead_ms
+        } else {
+            self.engine.step_overhead_ms + self.engine.launch_us * self.engine.kernels_per_layer * self.model.layers as f64 / 1e3
+        }
+    }
+
+    /// Time to prefill `tokens` prompt tokens on one replica, ms. `standalone`: a prefill pass of
+    /// its own, which must also stream the weights once; otherwise the tokens ride in a decode step
+    /// that reads the weights anyway.
+    pub fn prefill_ms(&self, tokens: f64, standalone: bool) -> f64 {
+        if tokens <= 0.0 {
+            return 0.0;
+        }
+        let m = &self.model;
+        let p = m.params();
+        let g = &self.gpu;
+        let e = &self.engine;
+        let tp = self.plan.tp as f64;
+        let gpus = tp * self.plan.pp as f64;
+        // GEMMs over the tokens; each expert sees tokens * k / E of them.
+        let active = p.active_non_embedding + p.lm_head / tokens.max(1.0);
+        let fmt = self.quant.experts.compute();
+        let gemm_s = 2.0 * active * tokens / gpus / (g.tflops(fmt) * e.gemm_efficiency * 1e12);
+        // Causal attention over the prompt: ~ 2 * heads * tokens^2/2 * (qk + v) per layer.
+        let (heads, dim) = match m.attention {
+            Attention::Mla { heads, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, .. } => {
+                (heads, qk_nope_head_dim + qk_rope_head_dim + v_head_dim)
+            }
+            Attention::Gqa { heads, head_dim, .. } => (heads, 2 * head_dim),
+        };
+        let span = m.dsa.map_or(tokens / 2.0, |d| (tokens / 2.0).min(d.topk as f64));
+        let attn_s = 2.0 * heads as f64 * tokens * span * dim as f64 * m.layers as f64 / gpus / (g.bf16_tflops * e.gemm_efficiency * 1e12);
+        let read_s = if standalone { self.weight_bytes_gpu() / (g.mem_bw_gbs * 1e9 * e.hbm_efficiency) } else { 0.0 };
+        let comm_us = if self.plan.tp > 1 {
+            2.0 * m.layers as f64 * self.link.allreduce_us(self.plan.tp, tokens * m.hidden as f64 * 2.0)
+        } else {
+            0.0
+        };
+        (gemm_s.max(read_s) + attn_s) * 1e3 + comm_us * 1e-3 * e.comm_scale
+    }
+
+    /// One decode step of one replica at batch `b` with mean context `mean_ctx`, without the
+    /// amortized prefill share (for a simulator that runs prefill itself), ms.
+    pub fn decode_step_ms(&self, b: f64, mean_ctx: f64) -> f64 {
+        let pp = self.plan.pp as f64;
+        let (st, _) = self.stage((b / pp).max(1.0 / pp), mean_ctx);
+        let overhead = self.overhead_ms();
+        match self.engine.overlap {
+            Overlap::None => ((st.weights + st.kv).max(st.compute) + st.communication) * pp + overhead,
+            Overlap::Full => (st.weights + st.kv).max(st.compute).max(st.communication) * pp + overhead,
+        }
+    }
+
+    /// The prediction at `concurrency` requests (closed loop).
+    pub fn point(&self, concurrency: u32) -> Point {
+        let cap = self.max_concurrency().max(1);
+        let running = concurrency.clamp(1, cap);
+        let dp = self.plan.dp() as f64;
+        let b = running as f64 / dp;
+        let pp = self.plan.pp as f64;
+        let mean_ctx = self.input_len as f64 + self.output_len as f64 / 2.0;
+        let (st, detail) = self.stage((b / pp).max(1.0 / pp), mean_ctx);
+        // A token passes every stage; each stage runs pp micro-batches per step.
+        let weights = st.weights * pp;
+        let kv = st.kv * pp;
+        let compute = st.compute * pp;
+        let communication = st.communication * pp;
+        let overhead = self.overhead_ms();
+        // b / output_len requests finish per step; their replacements' prefill passes (sglang runs
+        // them as separate batches between decode steps) are amortized over the decode steps.
+        let prefill = b / self.output_len.max(1) as f64 * self.prefill_ms(self.input_len as f64, true);
+        let total = match self.engine.overlap {
+            Overlap::None => (weights + kv).max(compute) + communication + overhead + prefill,
+            Overlap::Full => (weights + kv).max(compute).max(communication) + overhead + prefill,
+        };
+        let step_ms = StepMs { weights, kv, compute, communication, overhead, prefill, total };
+        let tpot = total;
+        let out = running as f64 / (tpot / 1e3);
+        let e2e = tpot * self.output_len as f64;
+        let queue_ms = if concurrency > running { (concurrency as f64 / running as f64 - 1.0) * e2e } else { 0.0 };
+        let ttft = self.prefill_ms(self.input_len as f64, true) + tpot + queue_ms;
+        let mut pt = Point {
+            concurrency,
+            running,
+            output_tokens_per_s: out,
+            total_tokens_per_s: out * (1.0 + self.input_len as f64 / self.output_len.max(1) as f64),
+            tpot_ms: tpot,
+            ttft_ms: ttft,
+            per_user_tokens_per_s: 1e3 / tpot,
+            step_ms,
+            detail,
+            bottleneck: String::new(),
+        };
+        pt.bottleneck = self.explain(&pt);
+        pt
+    }
+
+    /// The dominant term, in words and numbers.
+    pub fn explain(&self, p: &Point) -> String {
+        let s = &p.step_ms;
+        let pct = |v: f64| v / s.total * 100.0;
+        let mem = s.weights + s.kv;
+        let mut terms = [
+            ("communication", s.communication),
+            ("weights", if mem >= s.compute { s.weights } else { 0.0 }),
+            ("kv", if mem >= s.compute { s.kv } else { 0.0 }),
+            ("compute", if s.compute > mem { s.compute } else { 0.0 }),
+            ("overhead", s.overhead),
+            ("prefill", s.prefill),
+        ];
+        terms.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let (name, v) = terms[0];
+        let head = format!("at concurrency {}", p.concurrency);
+        let capped = if p.running < p.concurrency { format!(" (only {} run; the rest queue)", p.running) } else { String::new() };
+        let why = match name {
+            "communication" => format!(
+                "TP{} all-reduce over {} is {:.0}% of the {:.1} ms step: {:.0} all-reduces x {:.1} us",
+                self.plan.tp,
+                self.link.name,
+                pct(v),
+                s.total,
+                p.detail.allreduces * self.plan.pp as f64,
+                p.detail.allreduce_us * self.engine.comm_scale
+            ),
+            "weights" => {
+                let experts = if self.model.moe.is_some() {
+                    format!(
+                        " ({:.0} distinct experts per MoE layer{})",
+                        p.detail.distinct_experts,
+                        if self.plan.ep > 1 { " on the busiest EP rank" } else { "" }
+                    )
+                } else {
+                    String::new()
+                };
+                format!(
+                    "weight reads are {:.0}% of the {:.1} ms step: {:.1} GB per GPU per step{experts} at {:.0} GB/s",
+                    pct(v),
+                    s.total,
+                    p.detail.weights_gb_per_gpu * self.plan.pp as f64,
+                    self.gpu.mem_bw_gbs
+                )
+            }
+            "kv" => format!(
+                "KV-cache reads are {:.0}% of the {:.1} ms step: {:.1} GB per GPU per step",
+                pct(v),
+                s.total,
+                p.detail.kv_gb_per_gpu * self.plan.pp as f64
+            ),
+            "compute" => format!("compute is {:.0}% of the {:.1} ms step ({} tensor cores)", pct(v), s.total, self.quant.experts.compute()),
+            "prefill" => format!("prefill mixed into decode is {:.0}% of the {:.1} ms step", pct(v), s.total),
+            _ => format!(
+                "per-step overhead is {:.0}% of the {:.1} ms step ({:.1} ms{})",
+                pct(v),
+                s.total,
+                v,
+                if self.engine.cuda_graphs { "" } else { ", no CUDA graphs" }
+            ),
+        };
+        format!("{head}{capped}, {why}")
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::hw::{gpu, link};
+    use crate::quant::Dtype;
+    use crate::spec::catalog;
+
+    pub fn scenario(model: &str, q: Dtype, g: &str, l: &str, gpus: u32, tp: u32) -> Scenario {
+        Scenario {
+            model: catalog(model).expect("model"),
+            quant: Quant::preset(q),
+            gpu: gpu(g).expect("gpu"),
+            link: link(l).expect("link"),
+            plan: Plan { gpus, tp, pp: 1, ep: 1, dp_attention: false },
+            engine: Engine::default(),
+            input_len: 1024,
+            output_len: 1024,
+            max_running: None,
+        }
+    }
+
+    #[test]
+    fn dense_model_batch_one_weight_time_is_bytes_over_bandwidth() {
+        let mut s = scenario("llama-3.1-8b", Dtype::Bf16, "h100-sxm", "nvlink", 1, 1);
+        s.engine.hbm_efficiency = 1.0;
+        let p = s.point(1);
+        // Attention, FFN and LM head are read once per step (the embedding table is a lookup).
+        let params = s.model.params();
+        let bytes = (params.attention + params.dense_ffn + params.lm_head) * 2.0;
+        let want = bytes / 3350e9 * 1e3;
+        assert!((p.step_ms.weights - want).abs() / want < 1e-9, "{} vs {want}", p.step_ms.weights);
+        assert_eq!(p.step_ms.communication, 0.0);
+    }
+
+    #[test]
+    fn glm5_kv_is_about_62_kb_per_token() {
+        let s = scenario("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", "pcie-host-staged", 8, 8);
+        let kb = s.kv_bytes_per_token_gpu() / 1e3;
+        assert!((kb - 62.25).abs() / 62.25 < 0.03, "{kb} KB vs the vLLM log's 62.25");
+    }
+
+    #[test]
+    fn glm5_nvfp4_weights_match_the_measured_56_gb_per_gpu() {
+        let s = scenario("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", "pcie-host-staged", 8, 8);
+        let gb = s.memory().weights_gb;
+        assert!((gb - 56.0).abs() / 56.0 < 0.03, "{gb} GB");
+    }
+
+    #[test]
+    fn host_staged_tp8_is_communication_bound_at_low_concurrency() {
+        let s = scenario("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", "pcie-host-staged", 8, 8);
+        let p = s.point(8);
+        assert!(p.bottleneck.contains("all-reduce over pcie-host-staged"), "{}", p.bottleneck);
+        assert!(p.bottleneck.contains("156 all-reduces"), "{}", p.bottleneck);
+        // With P2P the same plan is bound by expert weight reads instead.
+        let q = scenario("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", "pcie5-p2p", 8, 8).point(64);
+        assert!(q.bottleneck.contains("weight reads"), "{}", q.bottleneck);
+    }
+
+    #[test]
+    fn step_terms_add_up_under_the_overlap_rule() {
+        for l in ["pcie-host-staged", "nvlink"] {
+            let mut s = scenario("deepseek-v3", Dtype::Fp8, "h200", l, 8, 8);
+            for overlap in [Overlap::None, Overlap::Full] {
+                s.engine.overlap = overlap;
+                for c in [1, 16, 256] {
+                    let t = s.point(c).step_ms;
+                    let want = match overlap {
+                        Overlap::None => (t.weights + t.kv).max(t.compute) + t.communication + t.overhead + t.prefill,
+                        Overlap::Full => (t.weights + t.kv).max(t.compute).max(t.communication) + t.overhead + t.prefill,
+                    };
+                    assert!((t.total - want).abs() < 1e-9);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn plan_needing_more_gpus_is_refused() {
+        let s = scenario("llama-3.1-8b", Dtype::Bf16, "h100-sxm", "nvlink", 4, 8);
+        let e = s.plan.check(&s.model).expect_err("tp > gpus");
+        assert!(e.to_string().contains("tp x pp = 8 x 1 = 8 GPUs but --gpus is 4"), "{e}");
+    }
+
+    #[test]
+    fn a_plan_that_does_not_fit_gives_the_numbers() {
+        let s = scenario("deepseek-v3", Dtype::Bf16, "rtx-4090", "pcie4-p2p", 8, 8);
+        let e = s.check_fit().expect_err("does not fit");
+        assert!(e.to_string().contains("GB of weights"), "{e}");
+    }
+}

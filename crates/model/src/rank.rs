@@ -1,0 +1,217 @@
+//! Feasible plans over the given GPUs, ranked by output throughput under an SLO; fixes (link,
+//! overlap, kernels) ranked by their gain; what-if comparisons.
+
+use serde::Serialize;
+
+use crate::predict::{Overlap, Plan, Scenario};
+
+/// Latency objectives a plan must meet (the model is deterministic, so percentiles are not modelled:
+/// the predicted mean is compared with the threshold).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Default)]
+pub struct Slo {
+    pub tpot_ms: Option<f64>,
+    pub ttft_ms: Option<f64>,
+}
+
+impl Slo {
+    fn ok(&self, p: &crate::predict::Point) -> bool {
+        self.tpot_ms.is_none_or(|t| p.tpot_ms < t) && self.ttft_ms.is_none_or(|t| p.ttft_ms < t)
+    }
+}
+
+/// A plan's best operating point under the SLO.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Ranked {
+    pub plan: Plan,
+    pub label: String,
+    /// Concurrency giving the most output under the SLO (0 when none meets it).
+    pub concurrency: u32,
+    pub output_tokens_per_s: f64,
+    pub tokens_per_s_per_gpu: f64,
+    pub tpot_ms: f64,
+    /// Over the current plan's best under the same SLO (1.0 = equal).
+    pub gain: f64,
+    pub bottleneck: String,
+}
+
+/// Concurrencies tried: powers of two up to the KV limit, and the limit itself.
+fn ladder(max: u32) -> Vec<u32> {
+    let mut v: Vec<u32> = (0..16).map(|i| 1u32 << i).take_while(|c| *c <= max).collect();
+    if v.last() != Some(&max) && max > 0 {
+        v.push(max);
+    }
+    v
+}
+
+/// The best throughput of `s` under `slo`.
+pub fn best(s: &Scenario, slo: &Slo) -> Option<(u32, crate::predict::Point)> {
+    s.check_fit().ok()?;
+    let mut best: Option<(u32, crate::predict::Point)> = None;
+    for c in ladder(s.max_concurrency()) {
+        let p = s.point(c);
+        if slo.ok(&p) && best.as_ref().is_none_or(|(_, b)| p.output_tokens_per_s > b.output_tokens_per_s) {
+            best = Some((c, p));
+        }
+    }
+    best
+}
+
+fn divisors(n: u32) -> Vec<u32> {
+    (1..=n).filter(|d| n % d == 0).collect()
+}
+
+/// Every plan over `base.plan.gpus` GPUs: TP and PP dividing it, EP off or across TP for MoE, DP
+/// attention for MLA MoE models; replicas fill the rest.
+pub fn enumerate(base: &Scenario) -> Vec<Plan> {
+    let g = base.plan.gpus;
+    let mut out = Vec::new();
+    for tp in divisors(g) {
+        for pp in divisors(g / tp) {
+            let eps: Vec<u32> = if base.model.moe.is_some() && tp > 1 { vec![1, tp] } else { vec![1] };
+            for ep in eps {
+                let dpa: &[bool] =
+                    if base.model.moe.is_some() && matches!(base.model.attention, crate::spec::Attention::Mla { .. }) && tp > 1 && ep > 1 {
+                        &[false, true]
+                    } else {
+                        &[false]
+                    };
+                for &dp_attention in dpa {
+                    let p = Plan { gpus: g, tp, pp, ep, dp_attention };
+                    if p.check(&base.model).is_ok() {
+                        out.push(p);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Plans ranked by output tok/s under the SLO, best first.
+pub fn rank(base: &Scenario, slo: &Slo) -> Vec<Ranked> {
+    let current = best(base, slo).map_or(0.0, |(_, p)| p.output_tokens_per_s);
+    let mut out: Vec<Ranked> = enumerate(base)
+        .into_iter()
+        .filter_map(|plan| {
+            let s = Scenario { plan, ..base.clone() };
+            let (c, p) = best(&s, slo)?;
+            Some(Ranked {
+                label: plan.label(),
+                plan,
+                concurrency: c,
+                output_tokens_per_s: p.output_tokens_per_s,
+                tokens_per_s_per_gpu: p.output_tokens_per_s / plan.gpus as f64,
+                tpot_ms: p.tpot_ms,
+                gain: if current > 0.0 { p.output_tokens_per_s / current } else { f64::INFINITY },
+                bottleneck: p.bottleneck,
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| b.output_tokens_per_s.total_cmp(&a.output_tokens_per_s));
+    out
+}
+
+/// A change to the deployment and what it buys.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Fix {
+    pub fix: String,
+    pub how: String,
+    pub output_tokens_per_s: f64,
+    /// Over the current best under the SLO.
+    pub gain: f64,
+}
+
+/// Fixes that keep the model and GPUs: a P2P link, communication overlap, tuned MoE kernels, the
+/// best plan. Sorted by gain.
+pub fn fixes(base: &Scenario, slo: &Slo) -> Vec<Fix> {
+    let current = best(base, slo).map_or(0.0, |(_, p)| p.output_tokens_per_s);
+    let mut cands: Vec<(String, String, Scenario)> = Vec::new();
+    if base.link.name == "pcie-host-staged" {
+        if let Ok(l) = crate::hw::link("pcie5-p2p") {
+            cands.push((
+                "enable GPU peer-to-peer (P2P)".into(),
+                "bare metal, an LXC container, or a VM with a P2P clique (x-nv-gpudirect-clique): all-reduces stop staging through host memory".into(),
+                Scenario { link: l, ..base.clone() },
+            ));
+        }
+    }
+    if base.engine.overlap == Overlap::None && base.plan.tp > 1 {
+        let mut e = base.engine;
+        e.overlap = Overlap::Full;
+        cands.push((
+            "overlap communication with compute".into(),
+            "two-batch overlap or similar, so all-reduces hide behind the other micro-batch's kernels".into(),
+            Scenario { engine: e, ..base.clone() },
+        ));
+    }
+    if base.model.moe.is_some() && base.engine.moe_efficiency < 0.8 {
+        let mut e = base.engine;
+        e.moe_efficiency = 0.8;
+        cands.push((
+            "tune the fused-MoE kernels".into(),
+            format!(
+                "kernel configs for {} experts on {} (sglang's tuning script), assuming expert reads then reach 80% of bandwidth",
+                base.model.moe.map_or(0, |m| m.experts),
+                base.gpu.name
+            ),
+            Scenario { engine: e, ..base.clone() },
+        ));
+    }
+    if let Some(r) = rank(base, slo).into_iter().next() {
+        if r.plan != base.plan {
+            cands.push((
+                format!("switch to {}", r.label),
+                "the best-ranked plan on the same GPUs".into(),
+                Scenario { plan: r.plan, ..base.clone() },
+            ));
+        }
+    }
+    let mut out: Vec<Fix> = cands
+        .into_iter()
+        .filter_map(|(fix, how, s)| {
+            let (_, p) = best(&s, slo)?;
+            Some(Fix {
+                fix,
+                how,
+                output_tokens_per_s: p.output_tokens_per_s,
+                gain: if current > 0.0 { p.output_tokens_per_s / current } else { f64::INFINITY },
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| b.gain.total_cmp(&a.gain));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::predict::tests::scenario;
+    use crate::quant::Dtype;
+
+    #[test]
+    fn enumeration_covers_tp_pp_and_ep_and_all_fit_the_gpu_count() {
+        let s = scenario("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", "pcie-host-staged", 8, 8);
+        let plans = enumerate(&s);
+        assert!(plans.iter().any(|p| p.tp == 4 && p.pp == 2));
+        assert!(plans.iter().any(|p| p.tp == 8 && p.ep == 8));
+        assert!(plans.iter().all(|p| p.tp * p.pp <= 8 && 8 % (p.tp * p.pp) == 0));
+    }
+
+    #[test]
+    fn p2p_is_the_top_fix_for_the_host_staged_reference() {
+        let s = scenario("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", "pcie-host-staged", 8, 8);
+        let f = fixes(&s, &Slo::default());
+        assert!(!f.is_empty());
+        let p2p = f.iter().find(|x| x.fix.contains("P2P")).expect("p2p fix");
+        assert!(p2p.gain > 1.2, "{p2p:?}");
+    }
+
+    #[test]
+    fn a_tight_tpot_slo_lowers_the_best_concurrency() {
+        let s = scenario("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", "pcie5-p2p", 8, 8);
+        let (free, _) = best(&s, &Slo::default()).expect("fits");
+        let (tight, p) = best(&s, &Slo { tpot_ms: Some(30.0), ttft_ms: None }).expect("fits");
+        assert!(tight < free, "{tight} vs {free}");
+        assert!(p.tpot_ms < 30.0);
+    }
+}

@@ -1,0 +1,82 @@
+//! Property tests: more bandwidth is never slower; throughput does not fall with concurrency before
+//! saturation; memory grows with context.
+
+use proptest::prelude::*;
+use servetune_model::hw::{gpu, link};
+use servetune_model::predict::{Engine, Plan, Scenario};
+use servetune_model::quant::{Dtype, Quant};
+use servetune_model::spec::catalog;
+
+fn scen(model: &str, q: Dtype, g: &str, l: &str, tp: u32, input: u32, output: u32) -> Scenario {
+    Scenario {
+        model: catalog(model).expect("model"),
+        quant: Quant::preset(q),
+        gpu: gpu(g).expect("gpu"),
+        link: link(l).expect("link"),
+        plan: Plan { gpus: tp, tp, pp: 1, ep: 1, dp_attention: false },
+        engine: Engine::default(),
+        input_len: input,
+        output_len: output,
+        max_running: None,
+    }
+}
+
+fn model() -> impl Strategy<Value = (&'static str, Dtype, &'static str, u32)> {
+    prop_oneof![
+        Just(("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", 8)),
+        Just(("deepseek-v3", Dtype::Fp8, "h200", 8)),
+        Just(("llama-3.1-70b", Dtype::Bf16, "h100-sxm", 4)),
+        Just(("qwen3-30b-a3b", Dtype::Bf16, "l40s", 2)),
+        Just(("mixtral-8x7b", Dtype::Fp8, "h100-sxm", 2)),
+        Just(("gpt-oss-120b", Dtype::Mxfp4, "b200", 1)),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn more_bandwidth_is_never_slower(
+        (m, q, g, tp) in model(),
+        c in 1u32..512,
+        mem_scale in 1.0f64..4.0,
+        link_scale in 1.0f64..10.0,
+        input in 64u32..4096,
+        output in 16u32..2048,
+    ) {
+        let s = scen(m, q, g, "pcie5-p2p", tp, input, output);
+        let base = s.point(c).output_tokens_per_s;
+        let mut faster = s.clone();
+        faster.gpu.mem_bw_gbs *= mem_scale;
+        faster.link.beta_gbs *= link_scale;
+        let better = faster.point(c).output_tokens_per_s;
+        prop_assert!(better >= base * (1.0 - 1e-9), "{m}: {base} -> {better}");
+    }
+
+    #[test]
+    fn throughput_does_not_fall_with_concurrency_before_saturation(
+        (m, q, g, tp) in model(),
+        input in 64u32..2048,
+        output in 64u32..2048,
+        l in prop_oneof![Just("nvlink"), Just("pcie5-p2p"), Just("pcie-host-staged")],
+    ) {
+        let s = scen(m, q, g, l, tp, input, output);
+        prop_assume!(s.check_fit().is_ok());
+        let cap = s.max_concurrency();
+        let mut prev = 0.0;
+        let mut c = 1;
+        while c <= cap.min(1024) {
+            let t = s.point(c).output_tokens_per_s;
+            prop_assert!(t >= prev * (1.0 - 1e-9), "{m} {l}: {prev} -> {t} at c={c}");
+            prev = t;
+            c *= 2;
+        }
+    }
+
+    #[test]
+    fn longer_context_never_fits_more_requests((m, q, g, tp) in model(), a in 128u32..8192, extra in 1u32..8192) {
+        let s1 = scen(m, q, g, "nvlink", tp, a, 128);
+        let s2 = scen(m, q, g, "nvlink", tp, a + extra, 128);
+        prop_assert!(s2.max_concurrency() <= s1.max_concurrency());
+    }
+}

@@ -1,0 +1,3 @@
+//! Integration tests of servetune-model: properties of the prediction.
+
+mod properties;
