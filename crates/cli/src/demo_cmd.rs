@@ -13,6 +13,8 @@ use servetune_bench::api::Api;
 use servetune_bench::runner::{self, Outcome, Prepared};
 use servetune_bench::spec::{BenchConfig, LengthDist, Load, PromptSource, Stop};
 use servetune_bench::{export, BenchError, Progress};
+use servetune_model::predict::{Engine, Plan, Point, Scenario};
+use servetune_model::quant::{Dtype, Quant};
 use servetune_sim::cost::{preset, PRESETS};
 use servetune_sim::{SimConfig, SimError};
 
@@ -37,6 +39,48 @@ pub struct DemoArgs {
 pub const SWEEP: [(u32, u64); 6] = [(1, 4), (8, 16), (32, 64), (64, 128), (128, 192), (256, 256)];
 const INPUT_TOKENS: u32 = 256;
 const OUTPUT_TOKENS: u32 = 32;
+
+/// The reference deployment as the performance model sees it (shared/DESIGN.md): GLM-5 NVFP4, TP8 on
+/// 8 RTX PRO 6000 Blackwell Server Edition, all-reduces staged through host memory (KVM, no P2P).
+pub fn reference_scenario() -> Result<Scenario, Failure> {
+    let e = |e: servetune_model::ModelError| Failure::runtime(e.to_string());
+    Ok(Scenario {
+        model: servetune_model::spec::catalog("glm-5").map_err(e)?,
+        quant: Quant::preset(Dtype::Nvfp4),
+        gpu: servetune_model::hw::gpu("rtx-pro-6000-se").map_err(e)?,
+        link: servetune_model::hw::link("pcie-host-staged").map_err(e)?,
+        plan: Plan { gpus: 8, tp: 8, pp: 1, ep: 1, dp_attention: false },
+        // The simulator mixes prefill chunks into decode steps; the prediction assumes the same.
+        engine: Engine { mixed_prefill: true, ..Engine::default() },
+        input_len: INPUT_TOKENS,
+        output_len: OUTPUT_TOKENS,
+        max_running: Some(64),
+    })
+}
+
+/// Predicted points for the sweep.
+fn predicted() -> Result<Vec<Point>, Failure> {
+    let s = reference_scenario()?;
+    Ok(SWEEP.iter().map(|&(c, _)| s.point(c)).collect())
+}
+
+/// Rows of predicted against measured: (concurrency, predicted, measured, bottleneck).
+fn versus_rows(rep: &servetune_bench::BenchReport, pred: &[Point]) -> Vec<Vec<String>> {
+    pred.iter()
+        .map(|p| {
+            let m = rep.runs.iter().find(|r| r.concurrency == Some(p.concurrency)).map_or(0.0, |r| r.throughput.output_tokens_per_s);
+            vec![
+                p.concurrency.to_string(),
+                format!("{:.0}", p.output_tokens_per_s),
+                format!("{m:.0}"),
+                if m > 0.0 { format!("{:+.0}%", (p.output_tokens_per_s / m - 1.0) * 100.0) } else { "-".into() },
+                p.bottleneck.split_once(", ").map_or(p.bottleneck.clone(), |(_, b)| b.to_string()),
+            ]
+        })
+        .collect()
+}
+
+const VERSUS_HEADERS: [&str; 5] = ["conc", "predicted tok/s", "measured tok/s", "predicted vs measured", "predicted bottleneck"];
 
 fn map_sim(e: SimError) -> Failure {
     match e {
@@ -127,9 +171,15 @@ pub fn run(a: DemoArgs) -> Result<(), Failure> {
     rt.shutdown_timeout(Duration::from_millis(100));
 
     let rep = &outcome.report;
+    let pred = predicted()?;
     let mut stdout = std::io::stdout().lock();
     let _ = writeln!(stdout);
-    export::write_terminal(rep, &mut stdout).map_err(|e| Failure::runtime(format!("stdout: {e}")))?;
+    let _ = export::write_terminal(rep, &mut stdout);
+    let _ = writeln!(
+        stdout,
+        "\npredicted by servetune plan (GLM-5 NVFP4, TP8 on 8 x RTX PRO 6000, all-reduce staged through host memory) against measured on the simulator:"
+    );
+    let _ = write!(stdout, "{}", export::text_table(&VERSUS_HEADERS, &versus_rows(rep, &pred)));
     let _ = writeln!(stdout);
     std::fs::create_dir_all(&a.out).map_err(|e| Failure::runtime(format!("cannot create {}: {e}", a.out.display())))?;
     let write = |name: &str, f: &dyn Fn(&mut dyn Write) -> std::io::Result<()>| -> Result<PathBuf, Failure> {
@@ -140,7 +190,7 @@ pub fn run(a: DemoArgs) -> Result<(), Failure> {
         Ok(p)
     };
     let j = write("bench.json", &|w| export::write_json(rep, w))?;
-    let m = write("demo.md", &|w| write_demo_markdown(rep, &a.preset, desc, w))?;
+    let m = write("demo.md", &|w| write_demo_markdown(rep, &pred, &a.preset, desc, w))?;
     let r = write("records.jsonl", &|w| export::write_records(rep, &outcome.records, w))?;
     let _ = writeln!(stdout, "wrote {}, {} and {}", show(&j), show(&m), show(&r));
     Ok(())
@@ -151,7 +201,13 @@ fn show(p: &Path) -> String {
 }
 
 /// The demo's Markdown: the scenario, then the bench summary.
-pub fn write_demo_markdown(rep: &servetune_bench::BenchReport, preset: &str, desc: &str, mut w: impl Write) -> std::io::Result<()> {
+pub fn write_demo_markdown(
+    rep: &servetune_bench::BenchReport,
+    pred: &[Point],
+    preset: &str,
+    desc: &str,
+    mut w: impl Write,
+) -> std::io::Result<()> {
     writeln!(w, "# servetune demo\n")?;
     writeln!(w, "A simulated server of the reference deployment (`{preset}`): {desc}.")?;
     writeln!(w, "The simulator batches continuously, holds at most the engine's running-request limit, and queues the rest.\n")?;
@@ -164,5 +220,12 @@ pub fn write_demo_markdown(rep: &servetune_bench::BenchReport, preset: &str, des
     export::write_markdown(rep, &mut body)?;
     // Demote the bench report's title under the demo's.
     let text = String::from_utf8_lossy(&body).replacen("# servetune bench", "## Measured with servetune bench", 1);
-    w.write_all(text.as_bytes())
+    w.write_all(text.as_bytes())?;
+    writeln!(w, "\n## Predicted by servetune plan\n")?;
+    writeln!(w, "The performance model from hardware facts alone (GLM-5 NVFP4, TP8 on 8 RTX PRO 6000, all-reduces staged through host memory), against the simulator, whose preset reproduces the team's measured 485 tok/s.\n")?;
+    writeln!(w, "| {} |\n|{}", VERSUS_HEADERS.join(" | "), "---|".repeat(VERSUS_HEADERS.len()))?;
+    for r in versus_rows(rep, pred) {
+        writeln!(w, "| {} |", r.join(" | "))?;
+    }
+    Ok(())
 }

@@ -22,6 +22,7 @@ pub(crate) use tell;
 
 mod bench_cmd;
 mod demo_cmd;
+mod plan_cmd;
 mod progress;
 mod sim_cmd;
 mod testserver_cmd;
@@ -44,6 +45,8 @@ enum Cmd {
     Demo(demo_cmd::DemoArgs),
     /// Load-test an OpenAI-compatible or sglang serving endpoint.
     Bench(Box<bench_cmd::BenchArgs>),
+    /// Predict, explain and rank serving throughput from the performance model
+    Plan(Box<plan_cmd::PlanArgs>),
     /// Run a simulated sglang/vLLM-compatible server
     Sim(Box<sim_cmd::SimArgs>),
     /// Serve a test endpoint with exact timing (for benchmarking clients)
@@ -74,6 +77,7 @@ fn main() -> ExitCode {
         Cmd::Demo(a) => demo_cmd::run(a),
         Cmd::Bench(a) => bench_cmd::run(*a),
         Cmd::Sim(a) => sim_cmd::run(*a),
+        Cmd::Plan(a) => plan_cmd::run(*a),
         Cmd::Testserver(a) => testserver_cmd::run(a),
     };
     match res {

@@ -81,6 +81,18 @@ pub struct SimArgs {
     /// Fault: /health and generation answer 503 for this long after start
     #[arg(long, value_name = "DURATION")]
     pub slow_start: Option<String>,
+    /// Time steps with the performance model: every argument after it is a `servetune plan` flag,
+    /// e.g. --from-plan --model glm-5 --quant nvfp4 --gpu rtx-pro-6000-se --gpus 8 --link pcie-host-staged
+    #[arg(long, num_args = 1.., allow_hyphen_values = true, value_name = "PLAN FLAGS")]
+    pub from_plan: Option<Vec<String>>,
+}
+
+/// `servetune plan`'s flags, parsed on their own for `--from-plan`.
+#[derive(Debug, clap::Parser)]
+#[command(name = "servetune sim --from-plan", no_binary_name = true)]
+struct PlanOnly {
+    #[command(flatten)]
+    plan: crate::plan_cmd::PlanArgs,
 }
 
 fn input(e: impl std::fmt::Display) -> Failure {
@@ -89,9 +101,19 @@ fn input(e: impl std::fmt::Display) -> Failure {
 
 /// Resolves the profile and faults from the flags.
 pub fn resolve(a: &SimArgs) -> Result<SimConfig, Failure> {
-    let mut p: Profile = match &a.profile {
-        Some(path) => Profile::load(path).map_err(input)?,
-        None => preset(&a.preset).map_err(input)?,
+    let mut cost: Option<std::sync::Arc<dyn servetune_sim::StepCost>> = None;
+    let mut p: Profile = match (&a.from_plan, &a.profile) {
+        (Some(flags), _) => {
+            use clap::Parser as _;
+            let po = PlanOnly::try_parse_from(flags).map_err(|e| Failure::usage(format!("--from-plan: {e}")))?;
+            let s = crate::plan_cmd::scenario(&po.plan)?;
+            s.check_fit().map_err(|e| Failure::usage(format!("--from-plan: {e}")))?;
+            let prof = servetune_sim::from_plan::profile(&s);
+            cost = Some(std::sync::Arc::new(servetune_sim::from_plan::PlanCost { scenario: s }));
+            prof
+        }
+        (None, Some(path)) => Profile::load(path).map_err(input)?,
+        (None, None) => preset(&a.preset).map_err(input)?,
     };
     if let Some(v) = a.max_running_requests {
         p.max_running_requests = v;
@@ -127,7 +149,7 @@ pub fn resolve(a: &SimArgs) -> Result<SimConfig, Failure> {
         StyleArg::Sglang => MetricsStyle::Sglang,
         StyleArg::Vllm => MetricsStyle::Vllm,
     };
-    Ok(SimConfig { profile: p, cost: None, seed: a.seed, metrics_style: style, faults })
+    Ok(SimConfig { profile: p, cost, seed: a.seed, metrics_style: style, faults })
 }
 
 pub fn run(a: SimArgs) -> Result<(), Failure> {

@@ -9,6 +9,19 @@ fn mask(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     let mut i = 0;
     while i < b.len() {
+        // A signed number (" -9%", "| +12%") is masked whole, sign included.
+        let signed = (b[i] == b'-' || b[i] == b'+')
+            && i + 1 < b.len()
+            && b[i + 1].is_ascii_digit()
+            && (i == 0 || matches!(b[i - 1], b' ' | b'|' | b'('));
+        if signed {
+            i += 1;
+            while i < b.len() && (b[i].is_ascii_digit() || (b[i] == b'.' && i + 1 < b.len() && b[i + 1].is_ascii_digit())) {
+                i += 1;
+            }
+            out.push('N');
+            continue;
+        }
         if b[i].is_ascii_digit() {
             let start = i;
             while i < b.len() && (b[i].is_ascii_digit() || (b[i] == b'.' && i + 1 < b.len() && b[i + 1].is_ascii_digit())) {
@@ -52,5 +65,5 @@ fn demo_runs_the_reference_sweep_and_writes_results() {
 
 #[test]
 fn mask_keeps_names_and_labels() {
-    assert_eq!(mask("c=64 took 12.5 ms, 3 of 4, p99 E2E GLM-5"), "c=64 took N ms, N of N, p99 E2E GLM-5");
+    assert_eq!(mask("c=64 took 12.5 ms, 3 of 4, p99 E2E GLM-5 | -0% | +12%"), "c=64 took N ms, N of N, p99 E2E GLM-5 | N% | N%");
 }

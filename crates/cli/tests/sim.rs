@@ -238,3 +238,43 @@ fn sim_binary_serves_and_prints_its_address() {
     let status = p.wait();
     assert_eq!(status.code(), Some(1), "the simulated crash exits 1");
 }
+
+#[test]
+fn sim_from_plan_steps_at_the_predicted_decode_time() {
+    use servetune_model::{hw, predict, quant, spec};
+    let p = crate::common::Proc::start(&[
+        "sim",
+        "--listen",
+        "127.0.0.1:0",
+        "--from-plan",
+        "--model",
+        "glm-5",
+        "--quant",
+        "nvfp4",
+        "--gpu",
+        "rtx-pro-6000-se",
+        "--gpus",
+        "8",
+        "--link",
+        "pcie-host-staged",
+        "--tp",
+        "8",
+    ]);
+    let (code, v, err) =
+        bench_json(&["--url", &p.url, "--concurrency", "1", "--requests", "3", "--input-len", "64", "--output-len", "12", "--ignore-eos"]);
+    assert_eq!(code, 0, "{err}");
+    let s = predict::Scenario {
+        model: spec::catalog("glm-5").expect("glm"),
+        quant: quant::Quant::preset(quant::Dtype::Nvfp4),
+        gpu: hw::gpu("rtx-pro-6000-se").expect("gpu"),
+        link: hw::link("pcie-host-staged").expect("link"),
+        plan: predict::Plan { gpus: 8, tp: 8, pp: 1, ep: 1, dp_attention: false },
+        engine: predict::Engine::default(),
+        input_len: 1024,
+        output_len: 1024,
+        max_running: None,
+    };
+    let want = s.decode_step_ms(1.0, 70.0);
+    let tpot = num(&v, "runs.0.latency_ms.tpot.p50");
+    assert!((tpot - want).abs() / want < 0.05, "TPOT {tpot} ms vs predicted decode step {want} ms");
+}

@@ -7,4 +7,5 @@ mod bench_llama;
 mod bench_mock;
 mod demo;
 mod openai_client;
+mod plan;
 mod sim;

@@ -123,6 +123,9 @@ pub struct Engine {
     pub mem_fraction: f64,
     /// Activation and workspace memory reserved per GPU, GB (an assumption).
     pub workspace_gb: f64,
+    /// Prefill tokens ride inside decode steps (vLLM V1's chunked prefill, sglang's
+    /// --enable-mixed-chunk) instead of running as their own passes (sglang's default).
+    pub mixed_prefill: bool,
 }
 
 impl Default for Engine {
@@ -140,6 +143,7 @@ impl Default for Engine {
             ep_imbalance: 1.2,
             mem_fraction: 0.88,
             workspace_gb: 3.0,
+            mixed_prefill: false,
         }
     }
 }
@@ -462,10 +466,15 @@ impl Scenario {
         let span = m.dsa.map_or(tokens / 2.0, |d| (tokens / 2.0).min(d.topk as f64));
         let attn_s = 2.0 * heads as f64 * tokens * span * dim as f64 * m.layers as f64 / gpus / (g.bf16_tflops * e.gemm_efficiency * 1e12);
         let read_s = if standalone { self.weight_bytes_gpu() / (g.mem_bw_gbs * 1e9 * e.hbm_efficiency) } else { 0.0 };
-        let comm_us = if self.plan.tp > 1 {
-            2.0 * m.layers as f64 * self.link.allreduce_us(self.plan.tp, tokens * m.hidden as f64 * 2.0)
-        } else {
+        let bytes = tokens * m.hidden as f64 * 2.0;
+        let comm_us = if self.plan.tp <= 1 {
             0.0
+        } else if standalone {
+            2.0 * m.layers as f64 * self.link.allreduce_us(self.plan.tp, bytes)
+        } else {
+            // Riding in a decode step's all-reduces: only the extra bytes cost time.
+            let n = self.plan.tp as f64;
+            2.0 * m.layers as f64 * bytes * 2.0 * (n - 1.0) / n / (self.link.beta_gbs * 1e3)
         };
         (gemm_s.max(read_s) + attn_s) * 1e3 + comm_us * 1e-3 * e.comm_scale
     }
@@ -499,7 +508,17 @@ impl Scenario {
         let overhead = self.overhead_ms();
         // b / output_len requests finish per step; their replacements' prefill passes (sglang runs
         // them as separate batches between decode steps) are amortized over the decode steps.
-        let prefill = b / self.output_len.max(1) as f64 * self.prefill_ms(self.input_len as f64, true);
+        let n = b / self.output_len.max(1) as f64;
+        let prefill = if self.engine.mixed_prefill {
+            // The replacements' prompt tokens ride in the decode steps.
+            self.prefill_ms(n * self.input_len as f64, false)
+        } else if n <= 1.0 {
+            // Requests waiting at a step boundary are prefilled together in their own pass (one weight
+            // read, one set of all-reduce latencies); below one per step, a pass serves one request.
+            n * self.prefill_ms(self.input_len as f64, true)
+        } else {
+            self.prefill_ms(n * self.input_len as f64, true)
+        };
         let total = match self.engine.overlap {
             Overlap::None => (weights + kv).max(compute) + communication + overhead + prefill,
             Overlap::Full => (weights + kv).max(compute).max(communication) + overhead + prefill,

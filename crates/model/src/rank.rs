@@ -6,11 +6,13 @@ use serde::Serialize;
 use crate::predict::{Overlap, Plan, Scenario};
 
 /// Latency objectives a plan must meet (the model is deterministic, so percentiles are not modelled:
-/// the predicted mean is compared with the threshold).
+/// the predicted mean is compared with the threshold), and the highest concurrency considered.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Default)]
 pub struct Slo {
     pub tpot_ms: Option<f64>,
     pub ttft_ms: Option<f64>,
+    /// Concurrencies above this are not considered (the range the user asked about).
+    pub max_concurrency: Option<u32>,
 }
 
 impl Slo {
@@ -34,9 +36,12 @@ pub struct Ranked {
     pub bottleneck: String,
 }
 
-/// Concurrencies tried: powers of two up to the KV limit, and the limit itself.
+/// Concurrencies tried: 1, 2, 3, 4, 6, 8, 12, ... (powers of two and 1.5x between) up to `max`,
+/// and `max` itself.
 fn ladder(max: u32) -> Vec<u32> {
-    let mut v: Vec<u32> = (0..16).map(|i| 1u32 << i).take_while(|c| *c <= max).collect();
+    let mut v: Vec<u32> = (0..17).flat_map(|i| [1u32 << i, (3u32 << i) / 2]).filter(|c| *c >= 1 && *c <= max).collect();
+    v.sort_unstable();
+    v.dedup();
     if v.last() != Some(&max) && max > 0 {
         v.push(max);
     }
@@ -47,7 +52,8 @@ fn ladder(max: u32) -> Vec<u32> {
 pub fn best(s: &Scenario, slo: &Slo) -> Option<(u32, crate::predict::Point)> {
     s.check_fit().ok()?;
     let mut best: Option<(u32, crate::predict::Point)> = None;
-    for c in ladder(s.max_concurrency()) {
+    let cap = slo.max_concurrency.map_or(s.max_concurrency(), |m| m.min(s.max_concurrency()));
+    for c in ladder(cap) {
         let p = s.point(c);
         if slo.ok(&p) && best.as_ref().is_none_or(|(_, b)| p.output_tokens_per_s > b.output_tokens_per_s) {
             best = Some((c, p));
@@ -210,7 +216,7 @@ mod tests {
     fn a_tight_tpot_slo_lowers_the_best_concurrency() {
         let s = scenario("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", "pcie5-p2p", 8, 8);
         let (free, _) = best(&s, &Slo::default()).expect("fits");
-        let (tight, p) = best(&s, &Slo { tpot_ms: Some(30.0), ttft_ms: None }).expect("fits");
+        let (tight, p) = best(&s, &Slo { tpot_ms: Some(30.0), ..Slo::default() }).expect("fits");
         assert!(tight < free, "{tight} vs {free}");
         assert!(p.tpot_ms < 30.0);
     }

@@ -44,6 +44,8 @@ pub struct PlanReport {
     pub fixes: Vec<Fix>,
     pub vs: Vec<Versus>,
     pub calibration: Option<Fit>,
+    /// The objectives and concurrency range ranking and fixes were judged under.
+    pub slo: crate::rank::Slo,
 }
 
 pub const SCHEMA: &str = "servetune.plan/1";
@@ -78,6 +80,24 @@ pub fn saturation(s: &Scenario, points: &[Point]) -> Option<Saturation> {
         }
     }
     None
+}
+
+fn slo_words(s: &crate::rank::Slo) -> String {
+    let mut parts = Vec::new();
+    if let Some(c) = s.max_concurrency {
+        parts.push(format!("concurrency <= {c}"));
+    }
+    if let Some(t) = s.tpot_ms {
+        parts.push(format!("TPOT < {t:.0} ms"));
+    }
+    if let Some(t) = s.ttft_ms {
+        parts.push(format!("TTFT < {t:.0} ms"));
+    }
+    if parts.is_empty() {
+        "no SLO".into()
+    } else {
+        parts.join(", ")
+    }
 }
 
 fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
@@ -218,13 +238,13 @@ pub fn write_terminal(r: &PlanReport, explain: bool, mut w: impl Write) -> io::R
         writeln!(w, "\nsaturation: {:.0} tok/s at concurrency {}: {}", sat.output_tokens_per_s, sat.concurrency, sat.reason)?;
     }
     if !r.fixes.is_empty() {
-        writeln!(w, "\nwhat gains most (best throughput under the SLO):")?;
+        writeln!(w, "\nwhat gains most (best throughput with {}):", slo_words(&r.slo))?;
         for f in &r.fixes {
             writeln!(w, "  {:+.0}%  {} -> {:.0} tok/s: {}", (f.gain - 1.0) * 100.0, f.fix, f.output_tokens_per_s, f.how)?;
         }
     }
     if !r.ranked_plans.is_empty() {
-        writeln!(w, "\nranked plans on {} GPUs (under the SLO):", s.plan.gpus)?;
+        writeln!(w, "\nranked plans on {} GPUs ({}):", s.plan.gpus, slo_words(&r.slo))?;
         let rows: Vec<Vec<String>> = r
             .ranked_plans
             .iter()

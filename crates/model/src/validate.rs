@@ -42,7 +42,8 @@ pub struct Validation {
     pub engine: Engine,
 }
 
-fn scenario(model: &str, q: Dtype, g: &str, l: &str, tp: u32, input: u32, output: u32, engine: Engine) -> Result<Scenario, ModelError> {
+/// Every public case is 1k prompt / 1k output tokens.
+fn scenario(model: &str, q: Dtype, g: &str, l: &str, tp: u32, engine: Engine) -> Result<Scenario, ModelError> {
     Ok(Scenario {
         model: catalog(model)?,
         quant: Quant::preset(q),
@@ -50,8 +51,8 @@ fn scenario(model: &str, q: Dtype, g: &str, l: &str, tp: u32, input: u32, output
         link: link(l)?,
         plan: Plan { gpus: tp, tp, pp: 1, ep: 1, dp_attention: false },
         engine,
-        input_len: input,
-        output_len: output,
+        input_len: 1024,
+        output_len: 1024,
         max_running: None,
     })
 }
@@ -67,7 +68,7 @@ pub fn cases(engine: Engine) -> Result<Vec<Case>, ModelError> {
             source: "InferenceX issue 870 (models.md)",
             concurrency: c,
             measured_output_tokens_per_s: per_gpu * 8.0,
-            scenario: scenario("deepseek-v3", Dtype::Fp8, "h200", "nvlink", 8, 1024, 1024, engine)?,
+            scenario: scenario("deepseek-v3", Dtype::Fp8, "h200", "nvlink", 8, engine)?,
         });
     }
     // models.md: GLM-5-FP8, 8x B200, TP8, SGLang, 1k/1k, concurrency 1, no speculative decoding: TPOT 20.3 ms.
@@ -76,7 +77,7 @@ pub fn cases(engine: Engine) -> Result<Vec<Case>, ModelError> {
         source: "models.md (TPOT 20.3 ms)",
         concurrency: 1,
         measured_output_tokens_per_s: 1000.0 / 20.3,
-        scenario: scenario("glm-5", Dtype::Fp8, "b200", "nvlink", 8, 1024, 1024, engine)?,
+        scenario: scenario("glm-5", Dtype::Fp8, "b200", "nvlink", 8, engine)?,
     });
     // shared/DESIGN.md: GLM-5 NVFP4 with sglang TP8 on 8 RTX PRO 6000 in a KVM guest without P2P:
     // 485 tok/s at concurrency 64. In an LXC container with P2P it plateaus at ~806 tok/s (quoted
@@ -87,14 +88,14 @@ pub fn cases(engine: Engine) -> Result<Vec<Case>, ModelError> {
         source: "DESIGN.md reference deployment",
         concurrency: 64,
         measured_output_tokens_per_s: 485.0,
-        scenario: scenario("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", "pcie-host-staged", 8, 1024, 1024, engine)?,
+        scenario: scenario("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", "pcie-host-staged", 8, engine)?,
     });
     out.push(Case {
         name: "GLM-5 NVFP4, 8x RTX PRO 6000, LXC P2P, TP8, c=64".into(),
         source: "DESIGN.md reference deployment",
         concurrency: 64,
         measured_output_tokens_per_s: 806.0,
-        scenario: scenario("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", "pcie5-p2p", 8, 1024, 1024, engine)?,
+        scenario: scenario("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", "pcie5-p2p", 8, engine)?,
     });
     Ok(out)
 }

@@ -10,6 +10,7 @@
 pub mod cost;
 pub mod driver;
 pub mod engine;
+pub mod from_plan;
 pub mod metrics;
 pub mod server;
 pub mod vtime;
