@@ -23,6 +23,7 @@ pub(crate) use tell;
 mod bench_cmd;
 mod demo_cmd;
 mod plan_cmd;
+mod probe_cmd;
 mod progress;
 mod sim_cmd;
 mod testserver_cmd;
@@ -45,6 +46,8 @@ enum Cmd {
     Demo(demo_cmd::DemoArgs),
     /// Load-test an OpenAI-compatible or sglang serving endpoint.
     Bench(Box<bench_cmd::BenchArgs>),
+    /// Probe this box: virtualization, NUMA, PCIe, GPUs, P2P, driver settings, findings
+    Probe(probe_cmd::ProbeArgs),
     /// Predict, explain and rank serving throughput from the performance model
     Plan(Box<plan_cmd::PlanArgs>),
     /// Run a simulated sglang/vLLM-compatible server
@@ -78,6 +81,7 @@ fn main() -> ExitCode {
         Cmd::Bench(a) => bench_cmd::run(*a),
         Cmd::Sim(a) => sim_cmd::run(*a),
         Cmd::Plan(a) => plan_cmd::run(*a),
+        Cmd::Probe(a) => probe_cmd::run(a),
         Cmd::Testserver(a) => testserver_cmd::run(a),
     };
     match res {

@@ -8,4 +8,5 @@ mod bench_mock;
 mod demo;
 mod openai_client;
 mod plan;
+mod probe;
 mod sim;

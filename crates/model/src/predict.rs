@@ -70,7 +70,7 @@ impl Plan {
                 self.gpus
             )));
         }
-        if self.gpus % (self.tp * self.pp) != 0 {
+        if !self.gpus.is_multiple_of(self.tp * self.pp) {
             return Err(ModelError::Input(format!(
                 "--gpus {} is not a multiple of tp x pp = {}: replicas must be whole",
                 self.gpus,
@@ -80,7 +80,7 @@ impl Plan {
         if self.pp > model.layers {
             return Err(ModelError::Input(format!("--pp {} is more than the model's {} layers", self.pp, model.layers)));
         }
-        if self.ep > 1 && (model.moe.is_none() || self.tp % self.ep != 0) {
+        if self.ep > 1 && (model.moe.is_none() || !self.tp.is_multiple_of(self.ep)) {
             return Err(ModelError::Input(format!("--ep {} needs an MoE model and must divide --tp {}", self.ep, self.tp)));
         }
         Ok(())

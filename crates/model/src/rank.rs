@@ -63,7 +63,7 @@ pub fn best(s: &Scenario, slo: &Slo) -> Option<(u32, crate::predict::Point)> {
 }
 
 fn divisors(n: u32) -> Vec<u32> {
-    (1..=n).filter(|d| n % d == 0).collect()
+    (1..=n).filter(|d| n.is_multiple_of(*d)).collect()
 }
 
 /// Every plan over `base.plan.gpus` GPUs: TP and PP dividing it, EP off or across TP for MoE, DP

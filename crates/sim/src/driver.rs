@@ -151,7 +151,7 @@ fn run(mut engine: Engine, cost: Arc<dyn StepCost>, stall: Stall, rx: Receiver<C
         let Some(plan) = engine.plan() else { continue };
         let mut dur = engine.cost(cost.as_ref(), &plan);
         step_no += 1;
-        if stall.every.is_some_and(|n| step_no % n == 0) {
+        if stall.every.is_some_and(|n| step_no.is_multiple_of(n)) {
             dur += stall.dur;
         }
         let now = Instant::now();

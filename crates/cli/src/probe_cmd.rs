@@ -1,0 +1,57 @@
+//! `servetune probe`: the box, its GPUs and their connections, with findings and fixes.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::Failure;
+
+/// Probe this machine (or a captured snapshot): virtualization, CPU/NUMA, PCIe links and bridges,
+/// IOMMU/ACS, GPUs through NVML, topology and P2P matrices, driver settings; then findings with fixes.
+/// Runs unprivileged; a machine without an NVIDIA driver is a normal outcome.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  servetune probe\n  servetune probe --json probe.json\n  servetune probe --capture box-snapshot/   # attach to a bug report\n  servetune probe --root box-snapshot/      # analyse a snapshot offline"
+)]
+pub struct ProbeArgs {
+    /// Write the report as JSON ("-" for stdout)
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Also copy every file the probe reads into DIR (with nvml.json), for offline analysis
+    #[arg(long, value_name = "DIR", conflicts_with = "root")]
+    pub capture: Option<PathBuf>,
+    /// Analyse a snapshot tree written by --capture instead of this machine
+    #[arg(long, value_name = "DIR")]
+    pub root: Option<PathBuf>,
+    /// No terminal report
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+pub fn run(a: ProbeArgs) -> Result<(), Failure> {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let report = match (&a.root, &a.capture) {
+        (Some(dir), _) => servetune_probe::probe_root(dir, now).map_err(Failure::usage)?,
+        (None, Some(dir)) => {
+            let (r, n) = servetune_probe::capture(dir, now).map_err(Failure::usage)?;
+            crate::tell!("captured {n} files into {} (analyse with servetune probe --root {})", dir.display(), dir.display());
+            r
+        }
+        (None, None) => servetune_probe::probe_live(now),
+    };
+    if !a.quiet && a.json.as_ref().is_none_or(|j| j.as_os_str() != "-") {
+        let mut out = std::io::stdout().lock();
+        let _ = servetune_probe::render::write_terminal(&report, &mut out);
+    }
+    if let Some(p) = &a.json {
+        let text = serde_json::to_string_pretty(&report).map_err(|e| Failure::runtime(e.to_string()))?;
+        if p.as_os_str() == "-" {
+            crate::say!("{text}");
+        } else {
+            let mut f = std::fs::File::create(p).map_err(|e| Failure::runtime(format!("cannot write {}: {e}", p.display())))?;
+            writeln!(f, "{text}").map_err(|e| Failure::runtime(format!("cannot write {}: {e}", p.display())))?;
+        }
+    }
+    Ok(())
+}

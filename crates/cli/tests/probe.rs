@@ -1,0 +1,42 @@
+//! `servetune probe` as a user runs it on this machine (no GPU), and on a fixture.
+
+use crate::common::servetune;
+
+#[test]
+fn probe_on_this_machine_reports_and_exits_zero_without_a_driver() {
+    let out = servetune().args(["probe"]).output().expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    for section in ["== virtualization", "== host", "== PCIe", "== GPUs (NVML)", "== findings"] {
+        assert!(text.contains(section), "{section} missing:\n{text}");
+    }
+}
+
+#[test]
+fn probe_root_on_the_kvm_fixture_prints_matrices_and_findings() {
+    let fx = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../probe/tests/fixtures/proxmox-kvm-8gpu");
+    let dir = tempfile::tempdir().expect("tmp");
+    let j = dir.path().join("p.json");
+    let out = servetune().arg("probe").arg("--root").arg(&fx).arg("--json").arg(&j).output().expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(text.contains("P2P read (as nvidia-smi topo -p2p r)"), "{text}");
+    assert!(text.contains("[Critical] kvm guest without GPU peer-to-peer"), "{text}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&j).expect("json")).expect("parse");
+    assert_eq!(v["schema"], "servetune.probe/1");
+    assert_eq!(v["virtualization"]["vm"], "kvm");
+    for k in ["host", "gpus", "topology", "p2p", "findings"] {
+        assert!(!v[k].is_null(), "{k}");
+    }
+    let f = &v["findings"][0];
+    for k in ["id", "severity", "title", "evidence", "fix"] {
+        assert!(f[k].is_string(), "{k}");
+    }
+}
+
+#[test]
+fn probe_root_that_is_not_a_directory_is_refused() {
+    let out = servetune().args(["probe", "--root", "/nonexistent/snapshot"]).output().expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--root /nonexistent/snapshot: not a directory"));
+}

@@ -1,0 +1,196 @@
+//! GPUs through NVML, loaded at run time (nvml-wrapper dlopens libnvidia-ml), or from a recorded
+//! `nvml.json`. No driver is a normal outcome: the snapshot says so and everything else goes on.
+
+use serde::{Deserialize, Serialize};
+
+/// One GPU as NVML describes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Gpu {
+    pub index: u32,
+    pub name: String,
+    pub uuid: String,
+    /// PCI bus id, lower-case and domain-qualified like sysfs (0000:01:00.0).
+    pub bus_id: String,
+    pub compute_capability: Option<String>,
+    pub architecture: Option<String>,
+    pub memory_total_mib: Option<u64>,
+    pub persistence_mode: Option<bool>,
+    pub max_graphics_clock_mhz: Option<u32>,
+    pub max_memory_clock_mhz: Option<u32>,
+    pub power_limit_w: Option<f64>,
+    pub ecc_enabled: Option<bool>,
+    pub mig_enabled: Option<bool>,
+    /// Active NVLink links.
+    pub nvlinks_active: u32,
+}
+
+/// What NVML said, or why it could not be asked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct NvmlSnapshot {
+    /// Set when NVML could not be loaded or initialised.
+    pub error: Option<String>,
+    pub driver_version: Option<String>,
+    pub cuda_version: Option<String>,
+    pub gpus: Vec<Gpu>,
+    /// topology[i][j]: X, NV#, PIX, PXB, PHB, NODE, SYS (as `nvidia-smi topo -m`).
+    pub topology: Vec<Vec<String>>,
+    /// P2P status matrices by capability: read, write, nvlink, atomics. Entries: X, OK, CNS, GNS,
+    /// TNS, DIS, NS, U (as `nvidia-smi topo -p2p`).
+    pub p2p: std::collections::BTreeMap<String, Vec<Vec<String>>>,
+}
+
+/// The NVML side of a probe: live or recorded.
+pub trait GpuSource {
+    fn snapshot(&self) -> NvmlSnapshot;
+}
+
+/// A recorded `nvml.json` (`--root`); a missing file means the capture had no driver either.
+#[derive(Debug)]
+pub struct Recorded(pub Option<NvmlSnapshot>);
+
+impl GpuSource for Recorded {
+    fn snapshot(&self) -> NvmlSnapshot {
+        self.0.clone().unwrap_or_else(|| NvmlSnapshot { error: Some("no nvml.json in the snapshot".into()), ..Default::default() })
+    }
+}
+
+/// The live driver.
+#[derive(Debug, Default)]
+pub struct Live;
+
+fn p2p_short(s: &nvml_wrapper::enum_wrappers::device::P2pStatus) -> &'static str {
+    use nvml_wrapper::enum_wrappers::device::P2pStatus::*;
+    match s {
+        Ok => "OK",
+        ChipsetNotSupported => "CNS",
+        GpuNotSupported => "GNS",
+        IohTopologyNotSupported => "TNS",
+        DisabledByRegkey => "DIS",
+        NotSupported => "NS",
+        Unknown => "U",
+    }
+}
+
+fn topo_short(t: &nvml_wrapper::enum_wrappers::device::TopologyLevel) -> &'static str {
+    use nvml_wrapper::enum_wrappers::device::TopologyLevel::*;
+    match t {
+        Internal => "X",
+        Single => "PIX",
+        Multiple => "PXB",
+        HostBridge => "PHB",
+        Node => "NODE",
+        System => "SYS",
+    }
+}
+
+/// sysfs spelling of an NVML bus id ("00000000:01:00.0" -> "0000:01:00.0").
+pub fn sysfs_bus_id(nvml: &str) -> String {
+    let s = nvml.to_ascii_lowercase();
+    match s.split_once(':') {
+        Some((dom, rest)) if dom.len() > 4 => format!("{}:{rest}", &dom[dom.len() - 4..]),
+        _ => s,
+    }
+}
+
+impl GpuSource for Live {
+    fn snapshot(&self) -> NvmlSnapshot {
+        use nvml_wrapper::enum_wrappers::device::{Clock, P2pCapabilitiesIndex};
+        let nvml = match nvml_wrapper::Nvml::init() {
+            Ok(n) => n,
+            Err(e) => {
+                return NvmlSnapshot {
+                    error: Some(format!("no NVIDIA driver found: libnvidia-ml.so.1 could not be loaded or initialised ({e}); searched the dynamic loader's paths (LD_LIBRARY_PATH, ld.so.cache)")),
+                    ..Default::default()
+                }
+            }
+        };
+        let mut snap = NvmlSnapshot {
+            driver_version: nvml.sys_driver_version().ok(),
+            cuda_version: nvml.sys_cuda_driver_version().ok().map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10)),
+            ..Default::default()
+        };
+        let n = nvml.device_count().unwrap_or(0);
+        let devs: Vec<_> = (0..n).filter_map(|i| nvml.device_by_index(i).ok()).collect();
+        for (i, d) in devs.iter().enumerate() {
+            let nvlinks_active = (0..18).filter(|l| d.link_wrapper_for(*l).is_active().unwrap_or(false)).count() as u32;
+            snap.gpus.push(Gpu {
+                index: i as u32,
+                name: d.name().unwrap_or_default(),
+                uuid: d.uuid().unwrap_or_default(),
+                bus_id: d.pci_info().map(|p| sysfs_bus_id(&p.bus_id)).unwrap_or_default(),
+                compute_capability: d.cuda_compute_capability().ok().map(|c| format!("{}.{}", c.major, c.minor)),
+                architecture: d.architecture().ok().map(|a| format!("{a:?}")),
+                memory_total_mib: d.memory_info().ok().map(|m| m.total / (1 << 20)),
+                persistence_mode: d.is_in_persistent_mode().ok(),
+                max_graphics_clock_mhz: d.max_clock_info(Clock::Graphics).ok(),
+                max_memory_clock_mhz: d.max_clock_info(Clock::Memory).ok(),
+                power_limit_w: d.enforced_power_limit().ok().map(|mw| mw as f64 / 1000.0),
+                ecc_enabled: d.is_ecc_enabled().ok().map(|e| e.currently_enabled),
+                mig_enabled: d.mig_mode().ok().map(|m| m.current == 1),
+                nvlinks_active,
+            });
+        }
+        let k = devs.len();
+        let mut topo = vec![vec!["X".to_string(); k]; k];
+        let caps = [
+            ("read", P2pCapabilitiesIndex::Read),
+            ("write", P2pCapabilitiesIndex::Write),
+            ("nvlink", P2pCapabilitiesIndex::NvLink),
+            ("atomics", P2pCapabilitiesIndex::Atomics),
+        ];
+        let mut p2p: std::collections::BTreeMap<String, Vec<Vec<String>>> =
+            caps.iter().map(|(n, _)| (n.to_string(), vec![vec!["X".to_string(); k]; k])).collect();
+        for i in 0..k {
+            for j in 0..k {
+                if i == j {
+                    continue;
+                }
+                // NVLink-connected pairs show as NV#, the number of links, like nvidia-smi.
+                let nv = if snap.gpus[i].nvlinks_active > 0
+                    && devs[i].p2p_status(&devs[j], P2pCapabilitiesIndex::NvLink).map(|s| p2p_short(&s) == "OK").unwrap_or(false)
+                {
+                    Some(format!("NV{}", snap.gpus[i].nvlinks_active))
+                } else {
+                    None
+                };
+                // topology_common_ancestor takes the other device by value; fetch it again.
+                let lvl = nvml
+                    .device_by_index(j as u32)
+                    .ok()
+                    .and_then(|o| devs[i].topology_common_ancestor(o).ok())
+                    .map(|t| topo_short(&t).to_string());
+                topo[i][j] = nv.or(lvl).unwrap_or_else(|| "?".into());
+                for (name, idx) in &caps {
+                    let s = devs[i].p2p_status(&devs[j], *idx).map(|s| p2p_short(&s).to_string()).unwrap_or_else(|_| "U".into());
+                    if let Some(m) = p2p.get_mut(*name) {
+                        m[i][j] = s;
+                    }
+                }
+            }
+        }
+        snap.topology = topo;
+        snap.p2p = p2p;
+        snap
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nvml_bus_ids_become_sysfs_ones() {
+        assert_eq!(sysfs_bus_id("00000000:1B:00.0"), "0000:1b:00.0");
+        assert_eq!(sysfs_bus_id("0000:01:00.0"), "0000:01:00.0");
+    }
+
+    #[test]
+    fn live_nvml_without_a_driver_reports_it() {
+        // On a machine with a driver this is a real snapshot; without one, a clear error.
+        let s = Live.snapshot();
+        match &s.error {
+            Some(e) => assert!(e.starts_with("no NVIDIA driver found"), "{e}"),
+            None => assert_eq!(s.topology.len(), s.gpus.len()),
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! The PCIe view from sysfs: NVIDIA devices (vendor 0x10de, class 0x03xx), their links, NUMA node,
+//! IOMMU group, the bridges above them, and ACS on those bridges when config space is readable.
+
+use serde::{Deserialize, Serialize};
+
+use crate::fs::Root;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Link {
+    pub current_gen: Option<u32>,
+    pub max_gen: Option<u32>,
+    pub current_width: Option<u32>,
+    pub max_width: Option<u32>,
+    /// Running below its maximum generation or width.
+    pub downgraded: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Bridge {
+    pub bus_id: String,
+    /// "on", "off" or "unknown" (config space beyond 256 bytes needs root).
+    pub acs: String,
+    /// ACS control bits set, when readable.
+    pub acs_bits: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PciGpu {
+    pub bus_id: String,
+    pub device_id: String,
+    /// -1 when the platform reports none.
+    pub numa_node: i32,
+    pub link: Link,
+    pub iommu_group: Option<u32>,
+    pub iommu_type: Option<String>,
+    /// Upstream bridges, nearest first.
+    pub bridges: Vec<Bridge>,
+}
+
+/// "32.0 GT/s PCIe" -> generation 5.
+pub fn speed_to_gen(s: &str) -> Option<u32> {
+    let gts: f64 = s.split_whitespace().next()?.parse().ok()?;
+    Some(match gts {
+        x if x >= 60.0 => 6,
+        x if x >= 30.0 => 5,
+        x if x >= 15.0 => 4,
+        x if x >= 7.5 => 3,
+        x if x >= 4.5 => 2,
+        _ => 1,
+    })
+}
+
+/// ACS from a config-space dump: walk the extended capabilities from 0x100 for ID 0x000D and read
+/// its control register (capability + 6). `None` when the dump stops at 256 bytes (unprivileged).
+pub fn acs_from_config(cfg: &[u8]) -> Option<Vec<String>> {
+    if cfg.len() <= 0x100 {
+        return None;
+    }
+    let rd32 = |o: usize| -> Option<u32> { cfg.get(o..o + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])) };
+    let mut off = 0x100usize;
+    for _ in 0..64 {
+        let hdr = rd32(off)?;
+        if hdr == 0 || hdr == 0xffff_ffff {
+            return Some(Vec::new());
+        }
+        if hdr & 0xffff == 0x000d {
+            let ctrl = cfg.get(off + 6..off + 8).map(|b| u16::from_le_bytes([b[0], b[1]]))?;
+            let names = [
+                "SourceValidation",
+                "TranslationBlocking",
+                "P2PRequestRedirect",
+                "P2PCompletionRedirect",
+                "UpstreamForwarding",
+                "P2PEgressControl",
+                "DirectTranslatedP2P",
+            ];
+            return Some(names.iter().enumerate().filter(|(i, _)| ctrl & (1 << i) != 0).map(|(_, n)| n.to_string()).collect());
+        }
+        let next = ((hdr >> 20) & 0xffc) as usize;
+        if next < 0x100 {
+            return Some(Vec::new());
+        }
+        off = next;
+    }
+    Some(Vec::new())
+}
+
+fn hex(fs: &Root, p: &str) -> Option<u32> {
+    let s = fs.read(p)?;
+    u32::from_str_radix(s.trim_start_matches("0x"), 16).ok()
+}
+
+/// NVIDIA GPUs on the PCIe bus, and every file that could not be read.
+pub fn detect(fs: &Root, unreadable: &mut Vec<String>) -> Vec<PciGpu> {
+    let mut out = Vec::new();
+    let devices = fs.list("/sys/bus/pci/devices");
+    if devices.is_empty() {
+        unreadable.push("/sys/bus/pci/devices (no PCI devices listed)".into());
+    }
+    for bdf in devices {
+        let base = format!("/sys/bus/pci/devices/{bdf}");
+        let link_target = fs.readlink(&base);
+        let (Some(vendor), Some(class)) = (hex(fs, &format!("{base}/vendor")), hex(fs, &format!("{base}/class"))) else { continue };
+        if vendor != 0x10de || (class >> 16) != 0x03 {
+            continue;
+        }
+        let cur = fs.read(&format!("{base}/current_link_speed"));
+        let max = fs.read(&format!("{base}/max_link_speed"));
+        let cw = fs.read(&format!("{base}/current_link_width")).and_then(|w| w.parse().ok());
+        let mw = fs.read(&format!("{base}/max_link_width")).and_then(|w| w.parse().ok());
+        let (cg, mg) = (cur.as_deref().and_then(speed_to_gen), max.as_deref().and_then(speed_to_gen));
+        if cur.is_none() {
+            unreadable.push(format!("{base}/current_link_speed"));
+        }
+        let downgraded = matches!((cg, mg), (Some(c), Some(m)) if c < m) || matches!((cw, mw), (Some(c), Some(m)) if c < m);
+        let group = fs.readlink(&format!("{base}/iommu_group")).and_then(|t| t.rsplit('/').next().and_then(|g| g.parse::<u32>().ok()));
+        let iommu_type = group.and_then(|g| fs.read(&format!("/sys/kernel/iommu_groups/{g}/type")));
+        // Bridges: the path of the device's sysfs link, e.g. ../../../devices/pci0000:00/0000:00:01.0/0000:01:00.0
+        let mut bridges = Vec::new();
+        if let Some(t) = &link_target {
+            let parts: Vec<&str> = t.split('/').filter(|p| p.contains(':') && p.contains('.') && !p.starts_with("pci")).collect();
+            for b in parts.iter().rev().skip(1) {
+                let cfg = fs.read_bytes(&format!("/sys/bus/pci/devices/{b}/config"));
+                let acs = cfg.as_deref().and_then(acs_from_config);
+                let (state, bits) = match acs {
+                    None => ("unknown".to_string(), Vec::new()),
+                    Some(bits) if bits.iter().any(|b| b.contains("Redirect")) => ("on".to_string(), bits),
+                    Some(bits) => ("off".to_string(), bits),
+                };
+                bridges.push(Bridge { bus_id: b.to_string(), acs: state, acs_bits: bits });
+            }
+        }
+        out.push(PciGpu {
+            bus_id: bdf.clone(),
+            device_id: format!("{:04x}", hex(fs, &format!("{base}/device")).unwrap_or(0)),
+            numa_node: fs.read(&format!("{base}/numa_node")).and_then(|n| n.parse().ok()).unwrap_or(-1),
+            link: Link { current_gen: cg, max_gen: mg, current_width: cw, max_width: mw, downgraded },
+            iommu_group: group,
+            iommu_type,
+            bridges,
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn link_speeds_map_to_generations() {
+        assert_eq!(speed_to_gen("32.0 GT/s PCIe"), Some(5));
+        assert_eq!(speed_to_gen("16.0 GT/s PCIe"), Some(4));
+        assert_eq!(speed_to_gen("2.5 GT/s PCIe"), Some(1));
+        assert_eq!(speed_to_gen("Unknown"), None);
+    }
+
+    #[test]
+    fn acs_capability_is_found_in_extended_config_space() {
+        let mut cfg = vec![0u8; 0x200];
+        // 0x100: AER (id 1), next 0x140; 0x140: ACS (id 0xd), next 0; control = ReqRedir | CmpltRedir.
+        cfg[0x100..0x104].copy_from_slice(&(0x0001u32 | (1 << 16) | (0x140 << 20)).to_le_bytes());
+        cfg[0x140..0x144].copy_from_slice(&(0x000du32 | (1 << 16)).to_le_bytes());
+        cfg[0x146..0x148].copy_from_slice(&0b0_1100u16.to_le_bytes());
+        let bits = acs_from_config(&cfg).expect("readable");
+        assert_eq!(bits, vec!["P2PRequestRedirect".to_string(), "P2PCompletionRedirect".to_string()]);
+        assert_eq!(acs_from_config(&cfg[..256]), None, "256 bytes: unprivileged read");
+    }
+}

@@ -1,0 +1,139 @@
+//! The terminal report: sections, the matrices like `nvidia-smi topo`, then findings by severity.
+
+use std::io::{self, Write};
+
+use crate::ProbeReport;
+
+fn matrix(w: &mut impl Write, names: &[String], m: &[Vec<String>]) -> io::Result<()> {
+    let width = names.iter().map(|n| n.len()).chain(m.iter().flatten().map(|s| s.len())).max().unwrap_or(4).max(4);
+    write!(w, "        ")?;
+    for n in names {
+        write!(w, "{n:>width$} ")?;
+    }
+    writeln!(w)?;
+    for (i, row) in m.iter().enumerate() {
+        write!(w, "{:<8}", names.get(i).map(String::as_str).unwrap_or("?"))?;
+        for s in row {
+            write!(w, "{s:>width$} ")?;
+        }
+        writeln!(w)?;
+    }
+    Ok(())
+}
+
+pub fn write_terminal(r: &ProbeReport, mut w: impl Write) -> io::Result<()> {
+    let v = &r.virtualization;
+    writeln!(w, "== virtualization\n  vm: {}   container: {}\n  {}", v.vm, v.container, v.implication)?;
+    for e in &v.evidence {
+        writeln!(w, "  - {e}")?;
+    }
+    let h = &r.host;
+    writeln!(
+        w,
+        "\n== host\n  cpu: {} ({} socket(s), {} cores, {} threads)",
+        h.cpu_model.as_deref().unwrap_or("unknown"),
+        h.sockets,
+        h.cores,
+        h.threads
+    )?;
+    writeln!(w, "  kernel: {}", h.kernel.as_deref().unwrap_or("unknown"))?;
+    for n in &h.numa_nodes {
+        writeln!(w, "  NUMA node {}: cpus {}{}", n.id, n.cpus, n.memory_gb.map(|m| format!(", {m:.0} GB")).unwrap_or_default())?;
+    }
+    let mut kinds: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    for (_, t) in &h.iommu_groups {
+        *kinds.entry(t.as_str()).or_default() += 1;
+    }
+    writeln!(
+        w,
+        "  IOMMU groups: {}",
+        if kinds.is_empty() {
+            "none (IOMMU off or not visible)".to_string()
+        } else {
+            kinds.iter().map(|(k, n)| format!("{n} x {k}")).collect::<Vec<_>>().join(", ")
+        }
+    )?;
+
+    writeln!(w, "\n== PCIe (NVIDIA devices)")?;
+    if r.pcie.is_empty() {
+        writeln!(w, "  none")?;
+    }
+    for g in &r.pcie {
+        let l = &g.link;
+        writeln!(
+            w,
+            "  {}  dev {}  NUMA {}  link Gen{} x{} (max Gen{} x{}){}  IOMMU group {} {}",
+            g.bus_id,
+            g.device_id,
+            g.numa_node,
+            l.current_gen.unwrap_or(0),
+            l.current_width.unwrap_or(0),
+            l.max_gen.unwrap_or(0),
+            l.max_width.unwrap_or(0),
+            if l.downgraded { " DOWNGRADED" } else { "" },
+            g.iommu_group.map(|x| x.to_string()).unwrap_or_else(|| "-".into()),
+            g.iommu_type.as_deref().unwrap_or("")
+        )?;
+        for b in &g.bridges {
+            writeln!(
+                w,
+                "      <- {} ACS {}{}",
+                b.bus_id,
+                b.acs,
+                if b.acs_bits.is_empty() { String::new() } else { format!(" ({})", b.acs_bits.join(", ")) }
+            )?;
+        }
+    }
+
+    writeln!(w, "\n== GPUs (NVML)")?;
+    match &r.driver.error {
+        Some(e) => writeln!(w, "  {e}")?,
+        None => writeln!(
+            w,
+            "  driver {}  CUDA {}",
+            r.driver.driver_version.as_deref().unwrap_or("?"),
+            r.driver.cuda_version.as_deref().unwrap_or("?")
+        )?,
+    }
+    for g in &r.gpus {
+        writeln!(
+            w,
+            "  GPU{} {} {} sm_{} {} MiB  persistence {}  MIG {}  ECC {}  power {} W  clocks {}/{} MHz  NVLink {}",
+            g.index,
+            g.name,
+            g.bus_id,
+            g.compute_capability.as_deref().unwrap_or("?").replace('.', ""),
+            g.memory_total_mib.unwrap_or(0),
+            g.persistence_mode.map_or("?", |p| if p { "on" } else { "off" }),
+            g.mig_enabled.map_or("?", |p| if p { "on" } else { "off" }),
+            g.ecc_enabled.map_or("?", |p| if p { "on" } else { "off" }),
+            g.power_limit_w.map(|p| format!("{p:.0}")).unwrap_or_else(|| "?".into()),
+            g.max_graphics_clock_mhz.unwrap_or(0),
+            g.max_memory_clock_mhz.unwrap_or(0),
+            g.nvlinks_active
+        )?;
+    }
+    if !r.topology.matrix.is_empty() {
+        writeln!(w, "\n  topology (as nvidia-smi topo -m):")?;
+        matrix(&mut w, &r.topology.gpus, &r.topology.matrix)?;
+        for (cap, m) in &r.p2p {
+            writeln!(w, "\n  P2P {cap} (as nvidia-smi topo -p2p {}):", &cap[..1])?;
+            matrix(&mut w, &r.topology.gpus, m)?;
+        }
+    }
+    if !r.uvm_params.is_empty() {
+        writeln!(w, "\n  nvidia_uvm: {}", r.uvm_params.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "))?;
+    }
+
+    writeln!(w, "\n== findings")?;
+    if r.findings.is_empty() {
+        writeln!(w, "  none")?;
+    }
+    for f in &r.findings {
+        writeln!(w, "  [{:?}] {}\n      evidence: {}\n      fix: {}", f.severity, f.title, f.evidence, f.fix)?;
+    }
+    if !r.unreadable.is_empty() {
+        writeln!(w, "\ncould not read (the probe went on without them): {}", r.unreadable.join(", "))?;
+    }
+    Ok(())
+}

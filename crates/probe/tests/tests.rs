@@ -1,0 +1,122 @@
+//! Integration tests of servetune-probe: each fixture identified with its findings, every rule both
+//! fired and not fired, capture then root equal to live, and odd files survived.
+
+use std::path::PathBuf;
+
+use servetune_probe::{probe_root, ProbeReport};
+
+fn fixture(name: &str) -> ProbeReport {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
+    probe_root(&dir, 0).expect("fixture")
+}
+
+fn ids(r: &ProbeReport) -> Vec<String> {
+    r.findings.iter().map(|f| f.id.clone()).collect()
+}
+
+#[test]
+fn bare_metal_is_identified_with_numa_and_link_findings() {
+    let r = fixture("bare-metal-8gpu");
+    assert_eq!((r.virtualization.vm.as_str(), r.virtualization.container.as_str()), ("none", "none"));
+    assert_eq!(r.gpus.len(), 8);
+    assert_eq!(r.pcie.len(), 8);
+    assert_eq!(r.host.sockets, 2);
+    assert_eq!(r.host.numa_nodes.len(), 2);
+    assert_eq!(ids(&r), vec!["link_downgraded", "gpus_split_numa"]);
+    let down = r.pcie.iter().find(|g| g.link.downgraded).expect("one downgraded");
+    assert_eq!((down.link.current_gen, down.link.max_gen), (Some(4), Some(5)));
+    assert_eq!(r.topology.matrix[0][4], "SYS");
+    assert_eq!(r.p2p["read"][0][1], "OK");
+}
+
+#[test]
+fn proxmox_kvm_guest_is_identified_with_p2p_hmm_and_persistence_findings() {
+    let r = fixture("proxmox-kvm-8gpu");
+    assert_eq!((r.virtualization.vm.as_str(), r.virtualization.container.as_str()), ("kvm", "none"));
+    let ev = r.virtualization.evidence.join(" | ");
+    assert!(ev.contains("QEMU") && ev.contains("KVMKVMKVM") && ev.contains("hypervisor"), "{ev}");
+    assert!(r.virtualization.implication.contains("P2P clique"));
+    assert_eq!(ids(&r), vec!["vm_no_p2p", "hmm_enabled", "persistence_off"]);
+    let f = &r.findings[0];
+    assert!(f.evidence.contains("28 of 28 GPU pairs"), "{}", f.evidence);
+    assert!(f.fix.contains("x-nv-gpudirect-clique"));
+}
+
+#[test]
+fn proxmox_lxc_is_identified_with_the_iommu_acs_risk() {
+    let r = fixture("proxmox-lxc-8gpu");
+    assert_eq!((r.virtualization.vm.as_str(), r.virtualization.container.as_str()), ("none", "lxc"));
+    assert_eq!(ids(&r), vec!["p2p_iommu_acs", "gpus_split_numa"]);
+    assert!(r.findings[0].fix.contains("servetune fabric p2p --verify"));
+    assert!(r.pcie.iter().all(|g| g.bridges.first().is_some_and(|b| b.acs == "on")));
+}
+
+#[test]
+fn docker_is_identified_with_mixed_models_and_mig() {
+    let r = fixture("docker");
+    assert_eq!((r.virtualization.vm.as_str(), r.virtualization.container.as_str()), ("none", "docker"));
+    assert_eq!(ids(&r), vec!["mig_enabled", "mixed_gpu_models"]);
+}
+
+#[test]
+fn no_gpu_machine_reports_no_driver_and_nothing_else() {
+    let r = fixture("no-gpu");
+    assert_eq!(r.virtualization.vm, "kvm");
+    assert!(!r.driver.found);
+    assert_eq!(ids(&r), vec!["no_driver"]);
+    assert_eq!(r.findings[0].severity, servetune_probe::findings::Severity::Info);
+}
+
+/// Every rule fires on some fixture and stays silent on another.
+#[test]
+fn every_rule_fires_somewhere_and_not_everywhere() {
+    let all: Vec<Vec<String>> =
+        ["bare-metal-8gpu", "proxmox-kvm-8gpu", "proxmox-lxc-8gpu", "docker", "no-gpu"].iter().map(|f| ids(&fixture(f))).collect();
+    for rule in [
+        "vm_no_p2p",
+        "p2p_iommu_acs",
+        "link_downgraded",
+        "gpus_split_numa",
+        "hmm_enabled",
+        "persistence_off",
+        "mig_enabled",
+        "mixed_gpu_models",
+        "no_driver",
+    ] {
+        assert!(all.iter().any(|f| f.iter().any(|x| x == rule)), "{rule} never fires");
+        assert!(all.iter().any(|f| !f.iter().any(|x| x == rule)), "{rule} always fires");
+    }
+}
+
+#[test]
+fn capture_then_root_equals_the_live_probe() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let snap = dir.path().join("snap");
+    let (live, files) = servetune_probe::capture(&snap, 7).expect("capture");
+    assert!(files > 3, "{files} files captured");
+    let offline = probe_root(&snap, 7).expect("root");
+    let a = serde_json::to_value(&live).expect("json");
+    let b = serde_json::to_value(&offline).expect("json");
+    // NVML: a live failure is recorded as the same error.
+    assert_eq!(a, b, "live and captured reports differ");
+}
+
+#[test]
+fn odd_files_do_not_panic_and_are_reported() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let r = dir.path();
+    std::fs::create_dir_all(r.join("proc")).expect("dir");
+    std::fs::write(r.join("proc/cpuinfo"), "garbage without colons\nflags\n:::\nphysical id : not-a-number\n").expect("write");
+    std::fs::create_dir_all(r.join("sys/bus/pci/devices/0000:01:00.0")).expect("dir");
+    for (f, v) in [("vendor", "0x10de"), ("class", "0x030200"), ("current_link_speed", "weird"), ("numa_node", "")] {
+        std::fs::write(r.join("sys/bus/pci/devices/0000:01:00.0").join(f), v).expect("write");
+    }
+    std::fs::write(r.join("nvml.json"), r#"{"error": null, "gpus": [], "topology": [], "p2p": {}}"#).expect("write");
+    let rep = probe_root(r, 0).expect("probe");
+    assert_eq!(rep.pcie.len(), 1);
+    assert_eq!(rep.pcie[0].numa_node, -1);
+    assert_eq!(rep.pcie[0].link.current_gen, None);
+    std::fs::write(r.join("nvml.json"), "{not json").expect("write");
+    let e = probe_root(r, 0).expect_err("bad nvml.json");
+    assert!(e.contains("nvml.json is not a recorded NVML snapshot"), "{e}");
+}
