@@ -22,6 +22,7 @@ pub(crate) use tell;
 
 mod bench_cmd;
 mod demo_cmd;
+mod fabric_cmd;
 mod plan_cmd;
 mod probe_cmd;
 mod progress;
@@ -46,6 +47,8 @@ enum Cmd {
     Demo(demo_cmd::DemoArgs),
     /// Load-test an OpenAI-compatible or sglang serving endpoint.
     Bench(Box<bench_cmd::BenchArgs>),
+    /// Measure the GPU interconnect: P2P and host-staged copies, NCCL all-reduce, host memory
+    Fabric(fabric_cmd::FabricArgs),
     /// Probe this box: virtualization, NUMA, PCIe, GPUs, P2P, driver settings, findings
     Probe(probe_cmd::ProbeArgs),
     /// Predict, explain and rank serving throughput from the performance model
@@ -82,6 +85,7 @@ fn main() -> ExitCode {
         Cmd::Sim(a) => sim_cmd::run(*a),
         Cmd::Plan(a) => plan_cmd::run(*a),
         Cmd::Probe(a) => probe_cmd::run(a),
+        Cmd::Fabric(a) => fabric_cmd::run(a),
         Cmd::Testserver(a) => testserver_cmd::run(a),
     };
     match res {

@@ -69,6 +69,9 @@ pub struct PlanArgs {
     /// Measured link bandwidth per direction, GB/s
     #[arg(long, value_name = "GBS")]
     pub link_bw: Option<f64>,
+    /// A `servetune fabric p2p --json` file: its measured link replaces the catalog's
+    #[arg(long, value_name = "FILE", conflicts_with = "link")]
+    pub fabric: Option<PathBuf>,
     /// Tensor parallelism (default: all GPUs)
     #[arg(long)]
     pub tp: Option<u32>,
@@ -170,7 +173,10 @@ pub fn scenario(a: &PlanArgs) -> Result<Scenario, Failure> {
     let gpu_name = a.gpu.as_deref().ok_or_else(|| Failure::usage(format!("give --gpu; known: {}", hw::GPUS.join(", "))))?;
     let gpu = hw::gpu(gpu_name).map_err(input)?;
     let link_name = a.link.clone().unwrap_or_else(|| if gpu.nvlink_gbs > 0.0 { "nvlink".into() } else { "pcie5-p2p".into() });
-    let mut link: LinkProfile = hw::link(&link_name).map_err(input)?;
+    let mut link: LinkProfile = match &a.fabric {
+        Some(p) => fabric_link(p)?,
+        None => hw::link(&link_name).map_err(input)?,
+    };
     if let Some(l) = a.link_latency {
         if !(l >= 0.0 && l.is_finite()) {
             return Err(Failure::usage(format!("--link-latency {l}: give microseconds >= 0")));
@@ -208,6 +214,24 @@ pub fn scenario(a: &PlanArgs) -> Result<Scenario, Failure> {
         return Err(Failure::usage("--concurrency 0 predicts nothing: give 1 or more"));
     }
     Ok(Scenario { model, quant, gpu, link, plan, engine, input_len: a.input_len, output_len: a.output_len, max_running: a.max_running })
+}
+
+/// The measured link in a `servetune fabric` JSON.
+fn fabric_link(p: &PathBuf) -> Result<LinkProfile, Failure> {
+    let text = std::fs::read_to_string(p).map_err(|e| Failure::usage(format!("--fabric {}: cannot read it ({e})", p.display())))?;
+    let r: servetune_fabric::report::FabricReport = serde_json::from_str(&text).map_err(|e| {
+        Failure::usage(format!(
+            "--fabric {}: not a servetune fabric JSON ({e}); write one with servetune fabric p2p --json FILE",
+            p.display()
+        ))
+    })?;
+    if !r.schema.starts_with("servetune.fabric/1") {
+        return Err(Failure::usage(format!("--fabric {}: schema {:?} is not servetune.fabric/1", p.display(), r.schema)));
+    }
+    let l = r.link.ok_or_else(|| {
+        Failure::usage(format!("--fabric {}: no link profile in it (it needs a fabric p2p run over two or more GPUs)", p.display()))
+    })?;
+    Ok(LinkProfile { name: l.name, alpha_us: l.alpha_us, beta_gbs: l.beta_gbs, source: format!("{} ({})", l.source, p.display()) })
 }
 
 fn slo(a: &PlanArgs) -> Result<Slo, Failure> {

@@ -6,6 +6,7 @@ mod bench_bad_input;
 mod bench_llama;
 mod bench_mock;
 mod demo;
+mod fabric;
 mod openai_client;
 mod plan;
 mod probe;

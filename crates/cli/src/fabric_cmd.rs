@@ -1,0 +1,220 @@
+//! `servetune fabric`: measure the GPU interconnect the way serving engines use it.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand, ValueEnum};
+use servetune_fabric::cuda::CudaFabric;
+use servetune_fabric::measure::{self, P2pOptions};
+use servetune_fabric::nccl::NcclAllReduce;
+use servetune_fabric::report::{self, FabricReport};
+use servetune_fabric::sim::{SimAllReduce, SimFabric};
+use servetune_fabric::{parse_size, sizes, AllReduce, Fabric, FabricError};
+
+use crate::Failure;
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum Backend {
+    /// The CUDA driver (and NCCL for allreduce), loaded at run time
+    Cuda,
+    /// A simulated fabric of --sim-gpus GPUs joined by --sim-link
+    Sim,
+}
+
+/// Where results go, and the simulated fabric's shape.
+#[derive(Debug, Args)]
+pub struct Common {
+    #[arg(long, value_enum, default_value = "cuda")]
+    pub backend: Backend,
+    /// GPU indices (default: all)
+    #[arg(long, value_delimiter = ',')]
+    pub gpus: Vec<usize>,
+    /// Smallest size (4, 64K, 256M, 1G)
+    #[arg(long)]
+    pub min_size: Option<String>,
+    /// Largest size
+    #[arg(long)]
+    pub max_size: Option<String>,
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    #[arg(long, value_name = "FILE")]
+    pub markdown: Option<PathBuf>,
+    /// --backend sim: number of GPUs
+    #[arg(long, default_value_t = 8)]
+    pub sim_gpus: usize,
+    /// --backend sim: link (pcie-host-staged, pcie5-p2p, pcie4-p2p, nvlink)
+    #[arg(long, default_value = "pcie-host-staged")]
+    pub sim_link: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum FabricCmd {
+    /// GPU-to-GPU copies for every pair and size, P2P enabled and host-staged (p2pBandwidthLatencyTest's matrices)
+    P2p {
+        #[command(flatten)]
+        common: Common,
+        /// Copies per measurement at the smallest sizes
+        #[arg(long, default_value_t = 100)]
+        iters: u32,
+        /// Write a pattern through P2P and read it back on the peer: proves P2P delivers data
+        #[arg(long)]
+        verify: bool,
+    },
+    /// NCCL all-reduce, one process per GPU, with nccl-tests' algbw and busbw
+    Allreduce {
+        #[command(flatten)]
+        common: Common,
+        #[arg(long, default_value_t = 20)]
+        iters: u32,
+        /// Compare a setting with the defaults, e.g. NCCL_P2P_DISABLE=1 or NCCL_ALGO=Tree (repeatable)
+        #[arg(long, value_name = "KEY=VALUE")]
+        env: Vec<String>,
+    },
+    /// Host memory copies per NUMA-node pair; with GPUs, pinned and pageable H2D/D2H
+    Host {
+        #[arg(long)]
+        min_size: Option<String>,
+        #[arg(long)]
+        max_size: Option<String>,
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
+        #[arg(long, value_name = "FILE")]
+        markdown: Option<PathBuf>,
+    },
+    /// One all-reduce rank (started by `fabric allreduce`)
+    #[command(hide = true)]
+    AllreduceWorker {
+        #[arg(long)]
+        rank: usize,
+        #[arg(long)]
+        nranks: usize,
+        #[arg(long)]
+        device: usize,
+        #[arg(long)]
+        id: String,
+        #[arg(long, value_delimiter = ',')]
+        sizes: Vec<u64>,
+        #[arg(long)]
+        iters: u32,
+    },
+}
+
+/// Measure the GPU interconnect: P2P and host-staged copies, NCCL all-reduce, host memory.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  servetune fabric p2p --verify --json p2p.json   # then: servetune plan ... --fabric p2p.json\n  servetune fabric allreduce --env NCCL_P2P_DISABLE=1\n  servetune fabric host\n  servetune fabric p2p --backend sim --sim-gpus 8 --sim-link pcie-host-staged"
+)]
+pub struct FabricArgs {
+    #[command(subcommand)]
+    pub cmd: FabricCmd,
+}
+
+fn fail(e: FabricError) -> Failure {
+    match e {
+        FabricError::Input(m) => Failure::usage(m),
+        other => Failure::runtime(other.to_string()),
+    }
+}
+
+fn size_range(min: &Option<String>, max: &Option<String>, dmin: u64, dmax: u64) -> Result<Vec<u64>, Failure> {
+    let lo = min.as_deref().map(|s| parse_size("--min-size", s)).transpose().map_err(fail)?.unwrap_or(dmin);
+    let hi = max.as_deref().map(|s| parse_size("--max-size", s)).transpose().map_err(fail)?.unwrap_or(dmax);
+    sizes(lo, hi).map_err(fail)
+}
+
+fn progress(label: &'static str) -> impl FnMut(usize, usize) {
+    let tty = std::io::stderr().is_terminal();
+    move |done, total| {
+        if tty {
+            let mut e = std::io::stderr().lock();
+            let _ = write!(e, "\r\x1b[2K[{label}] {done}/{total} measurements");
+            if done == total {
+                let _ = write!(e, "\r\x1b[2K");
+            }
+            let _ = e.flush();
+        }
+    }
+}
+
+fn output(r: &FabricReport, json: &Option<PathBuf>, md: &Option<PathBuf>) -> Result<(), Failure> {
+    if json.as_ref().is_none_or(|j| j.as_os_str() != "-") {
+        let _ = report::write_terminal(r, std::io::stdout().lock());
+    }
+    if let Some(p) = json {
+        let text = serde_json::to_string_pretty(r).map_err(|e| Failure::runtime(e.to_string()))?;
+        if p.as_os_str() == "-" {
+            crate::say!("{text}");
+        } else {
+            std::fs::write(p, text + "\n").map_err(|e| Failure::runtime(format!("cannot write {}: {e}", p.display())))?;
+        }
+    }
+    if let Some(p) = md {
+        let mut f = std::fs::File::create(p).map_err(|e| Failure::runtime(format!("cannot write {}: {e}", p.display())))?;
+        report::write_markdown(r, &mut f).map_err(|e| Failure::runtime(format!("cannot write {}: {e}", p.display())))?;
+    }
+    Ok(())
+}
+
+fn fabric(c: &Common) -> Result<Box<dyn Fabric>, Failure> {
+    Ok(match c.backend {
+        Backend::Sim => Box::new(SimFabric::new(c.sim_gpus, &c.sim_link).map_err(fail)?),
+        Backend::Cuda => Box::new(CudaFabric::open().map_err(fail)?),
+    })
+}
+
+pub fn run(a: FabricArgs) -> Result<(), Failure> {
+    match a.cmd {
+        FabricCmd::P2p { common, iters, verify } => {
+            let sz = size_range(&common.min_size, &common.max_size, 4, 256 << 20)?;
+            let mut f = fabric(&common)?;
+            let o = P2pOptions { gpus: common.gpus.clone(), sizes: sz, iters, verify };
+            let r = measure::p2p(f.as_mut(), &o, &mut progress("p2p")).map_err(fail)?;
+            output(&report::p2p_report(r), &common.json, &common.markdown)
+        }
+        FabricCmd::Allreduce { common, iters, env } => {
+            let sz = size_range(&common.min_size, &common.max_size, 8, 128 << 20)?;
+            let mut envs = vec![Vec::new()];
+            for e in &env {
+                envs.push(vec![measure::parse_env(e).map_err(fail)?]);
+            }
+            let (mut ar, n): (Box<dyn AllReduce>, usize) = match common.backend {
+                Backend::Sim => {
+                    (Box::new(SimAllReduce { fabric: SimFabric::new(common.sim_gpus, &common.sim_link).map_err(fail)? }), common.sim_gpus)
+                }
+                Backend::Cuda => {
+                    let f = CudaFabric::open().map_err(fail)?;
+                    let exe = std::env::current_exe().map_err(|e| Failure::runtime(format!("cannot find my own executable: {e}")))?;
+                    let cmd = vec![exe.display().to_string(), "fabric".into(), "allreduce-worker".into()];
+                    (Box::new(NcclAllReduce { worker_cmd: cmd }), f.devices().len())
+                }
+            };
+            let ranks: Vec<usize> = if common.gpus.is_empty() { (0..n).collect() } else { common.gpus.clone() };
+            if let Some(bad) = ranks.iter().find(|g| **g >= n) {
+                return Err(Failure::usage(format!("--gpus {bad}: GPU {bad} does not exist; this machine has {n} GPU(s)")));
+            }
+            let runs = measure::allreduce(ar.as_mut(), &ranks, &sz, iters, &envs).map_err(fail)?;
+            output(&report::allreduce_report(ar.name(), &runs), &common.json, &common.markdown)
+        }
+        FabricCmd::Host { min_size, max_size, json, markdown } => {
+            let sz = size_range(&min_size, &max_size, 64, 256 << 20)?;
+            let pairs = servetune_fabric::host::measure(&sz, 1 << 30, &mut progress("host")).map_err(fail)?;
+            let mut notes = Vec::new();
+            let mut gpu = Vec::new();
+            match CudaFabric::open() {
+                Ok(mut f) => {
+                    for d in 0..f.devices().len() {
+                        let (a, b, c, e) = f.host_transfers(d, 64 << 20).map_err(fail)?;
+                        gpu.push((d, a, b, c, e));
+                    }
+                }
+                Err(e) => notes.push(format!("GPU transfers not measured: {e}")),
+            }
+            output(&report::host_report(pairs, gpu, notes), &json, &markdown)
+        }
+        FabricCmd::AllreduceWorker { rank, nranks, device, id, sizes, iters } => {
+            let out = servetune_fabric::nccl::worker(rank, nranks, device, &id, &sizes, iters).map_err(fail)?;
+            crate::say!("{}", serde_json::to_string(&out).unwrap_or_default());
+            Ok(())
+        }
+    }
+}
