@@ -37,6 +37,8 @@ pub struct Row {
 /// The validation table.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Validation {
+    /// Always "servetune.validation/1".
+    pub schema: &'static str,
     pub rows: Vec<Row>,
     pub median_abs_error: f64,
     pub engine: Engine,
@@ -130,7 +132,7 @@ pub fn run(engine: Engine) -> Result<Validation, ModelError> {
         })
         .collect();
     let median_abs_error = median(rows.iter().map(|r| r.error.abs()).collect());
-    Ok(Validation { rows, median_abs_error, engine })
+    Ok(Validation { schema: "servetune.validation/1", rows, median_abs_error, engine })
 }
 
 /// The table as Markdown.
