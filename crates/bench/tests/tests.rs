@@ -3,3 +3,4 @@
 mod exporters;
 mod schema;
 mod sse_props;
+mod tokenizer;

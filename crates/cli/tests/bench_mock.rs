@@ -342,3 +342,42 @@ fn ctrl_c_stops_drains_and_writes_partial_results() {
     assert!(done >= 4.0, "what was measured is kept: {done}");
     assert_eq!(v["runs"][0]["requests"]["errors"]["cancelled"], 0, "in-flight requests drained within the deadline");
 }
+
+#[test]
+fn tokenizer_gives_exact_prompt_lengths_end_to_end() {
+    let s = server(TestServerConfig::default());
+    let dir = tempfile::tempdir().expect("tmp");
+    let tok = dir.path().join("tokenizer.json");
+    // A word-level vocabulary: the test server counts one token per word, as this tokenizer does.
+    std::fs::write(
+        &tok,
+        r#"{"version":"1.0","truncation":null,"padding":null,"added_tokens":[{"id":0,"content":"</s>","single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":true}],
+        "normalizer":null,"pre_tokenizer":{"type":"Whitespace"},"post_processor":null,"decoder":null,
+        "model":{"type":"WordLevel","vocab":{"</s>":0,"the":1,"of":2,"and":3,"river":4,"tok":5,"<unk>":6},"unk_token":"<unk>"}}"#,
+    )
+    .expect("write");
+    let rec = dir.path().join("r.jsonl");
+    let (code, v, err) = bench_json(&[
+        "--url",
+        s.url(),
+        "--concurrency",
+        "2",
+        "--requests",
+        "6",
+        "--input-len",
+        "uniform:10..50",
+        "--output-len",
+        "5",
+        "--tokenizer",
+        &tok.to_string_lossy(),
+        "--records",
+        &rec.to_string_lossy(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(v["config"]["eos_token_id"], 0, "EOS found in the tokenizer");
+    for l in std::fs::read_to_string(&rec).expect("records").lines() {
+        let r: serde_json::Value = serde_json::from_str(l).expect("json");
+        assert_eq!(r["input_tokens_planned"], r["input_tokens_server"], "{r}");
+        assert_eq!(r["output_tokens_tokenizer"], 5, "{r}");
+    }
+}
