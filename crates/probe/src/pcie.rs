@@ -35,6 +35,8 @@ pub struct PciGpu {
     pub iommu_type: Option<String>,
     /// Upstream bridges, nearest first.
     pub bridges: Vec<Bridge>,
+    /// The PCI root (host bridge) it hangs under, e.g. pci0000:00.
+    pub root: Option<String>,
 }
 
 /// "32.0 GT/s PCIe" -> generation 5.
@@ -117,6 +119,7 @@ pub fn detect(fs: &Root, unreadable: &mut Vec<String>) -> Vec<PciGpu> {
         let iommu_type = group.and_then(|g| fs.read(&format!("/sys/kernel/iommu_groups/{g}/type")));
         // Bridges: the path of the device's sysfs link, e.g. ../../../devices/pci0000:00/0000:00:01.0/0000:01:00.0
         let mut bridges = Vec::new();
+        let root = link_target.as_deref().and_then(|t| t.split('/').find(|p| p.starts_with("pci")).map(str::to_string));
         if let Some(t) = &link_target {
             let parts: Vec<&str> = t.split('/').filter(|p| p.contains(':') && p.contains('.') && !p.starts_with("pci")).collect();
             for b in parts.iter().rev().skip(1) {
@@ -138,6 +141,7 @@ pub fn detect(fs: &Root, unreadable: &mut Vec<String>) -> Vec<PciGpu> {
             iommu_group: group,
             iommu_type,
             bridges,
+            root,
         });
     }
     out

@@ -21,6 +21,30 @@ fn matrix(w: &mut impl Write, names: &[String], m: &[Vec<String>]) -> io::Result
     Ok(())
 }
 
+/// The bridge/switch tree above the GPUs, merged from each GPU's sysfs path.
+fn write_tree(w: &mut impl Write, r: &ProbeReport) -> io::Result<()> {
+    #[derive(Default)]
+    struct Node(std::collections::BTreeMap<String, Node>);
+    let mut top = Node::default();
+    for g in &r.pcie {
+        let mut path: Vec<String> = vec![g.root.clone().unwrap_or_else(|| "?".into())];
+        path.extend(g.bridges.iter().rev().map(|b| format!("{} (ACS {})", b.bus_id, b.acs)));
+        path.push(format!("{} GPU, NUMA {}", g.bus_id, g.numa_node));
+        let mut n = &mut top;
+        for p in path {
+            n = n.0.entry(p).or_default();
+        }
+    }
+    fn walk(w: &mut impl Write, n: &Node, depth: usize) -> io::Result<()> {
+        for (k, v) in &n.0 {
+            writeln!(w, "  {}{}{k}", "   ".repeat(depth), if depth == 0 { "" } else { "`- " })?;
+            walk(w, v, depth + 1)?;
+        }
+        Ok(())
+    }
+    walk(w, &top, 0)
+}
+
 pub fn write_terminal(r: &ProbeReport, mut w: impl Write) -> io::Result<()> {
     let v = &r.virtualization;
     writeln!(w, "== virtualization\n  vm: {}   container: {}\n  {}", v.vm, v.container, v.implication)?;
@@ -83,6 +107,11 @@ pub fn write_terminal(r: &ProbeReport, mut w: impl Write) -> io::Result<()> {
                 if b.acs_bits.is_empty() { String::new() } else { format!(" ({})", b.acs_bits.join(", ")) }
             )?;
         }
+    }
+
+    if !r.pcie.is_empty() {
+        writeln!(w, "\n  tree (host bridge -> bridges/switches -> GPU):")?;
+        write_tree(&mut w, r)?;
     }
 
     writeln!(w, "\n== GPUs (NVML)")?;
