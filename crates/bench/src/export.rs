@@ -38,7 +38,7 @@ fn ms(v: f64) -> String {
     }
 }
 
-/// A plain text table with right-aligned cells (left for the first column).
+/// A plain text table: numeric columns right-aligned, the first and text columns left-aligned.
 pub fn text_table(headers: &[&str], rows: &[Vec<String>]) -> String {
     let mut w: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
     for r in rows {
@@ -48,6 +48,9 @@ pub fn text_table(headers: &[&str], rows: &[Vec<String>]) -> String {
             }
         }
     }
+    // Numbers align right; the first column and any column holding words align left.
+    let numeric = |c: &str| !c.is_empty() && c.chars().all(|ch| ch.is_ascii_digit() || ".,+-%x".contains(ch));
+    let left: Vec<bool> = (0..w.len()).map(|i| i == 0 || rows.iter().any(|r| r.get(i).is_some_and(|c| c != "-" && !numeric(c)))).collect();
     let line = |cells: Vec<&str>| -> String {
         let mut s = String::new();
         for (i, c) in cells.iter().enumerate() {
@@ -55,7 +58,7 @@ pub fn text_table(headers: &[&str], rows: &[Vec<String>]) -> String {
                 s.push_str("  ");
             }
             let pad = w[i].saturating_sub(c.chars().count());
-            if i == 0 {
+            if left[i] {
                 s.push_str(c);
                 s.push_str(&" ".repeat(pad));
             } else {
