@@ -10,4 +10,5 @@ mod fabric;
 mod openai_client;
 mod plan;
 mod probe;
+mod schemas;
 mod sim;
