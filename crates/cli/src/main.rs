@@ -45,12 +45,12 @@ struct Cli {
 enum Cmd {
     /// Run the whole story against a simulated reference deployment
     Demo(demo_cmd::DemoArgs),
-    /// Load-test an OpenAI-compatible or sglang serving endpoint.
-    Bench(Box<bench_cmd::BenchArgs>),
-    /// Measure the GPU interconnect: P2P and host-staged copies, NCCL all-reduce, host memory
-    Fabric(fabric_cmd::FabricArgs),
     /// Probe this box: virtualization, NUMA, PCIe, GPUs, P2P, driver settings, findings
     Probe(probe_cmd::ProbeArgs),
+    /// Measure the GPU interconnect: P2P and host-staged copies, NCCL all-reduce, host memory
+    Fabric(fabric_cmd::FabricArgs),
+    /// Load-test an OpenAI-compatible or sglang serving endpoint
+    Bench(Box<bench_cmd::BenchArgs>),
     /// Predict, explain and rank serving throughput from the performance model
     Plan(Box<plan_cmd::PlanArgs>),
     /// Run a simulated sglang/vLLM-compatible server
