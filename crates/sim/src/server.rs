@@ -396,7 +396,10 @@ fn parse_ask(api: Api, v: &Value) -> Result<Ask, (String, Option<&'static str>)>
     }
     let stream = o.get("stream").and_then(Value::as_bool).unwrap_or(false);
     let include_usage = o.get("stream_options").and_then(|s| s.get("include_usage")).and_then(Value::as_bool).unwrap_or(false);
-    match api {
+    // Each API: prompt tokens, max tokens, the object holding the sampling fields, and the names
+    // of the max and min fields there.
+    let sp_owned;
+    let (prompt_tokens, max_tokens, params, max_key, min_key) = match api {
         Api::Completions => {
             let prompt_tokens = match o.get("prompt") {
                 Some(Value::String(s)) => words(s),
@@ -408,18 +411,7 @@ fn parse_ask(api: Api, v: &Value) -> Result<Ask, (String, Option<&'static str>)>
                 None => return bad("prompt is required", Some("prompt")),
                 _ => return bad("prompt must be a string, a list of token ids, or a one-element list of either", Some("prompt")),
             };
-            let max_tokens = uint(o, "max_tokens")?.unwrap_or(16);
-            if max_tokens == 0 {
-                return bad("max_tokens must be at least 1", Some("max_tokens"));
-            }
-            Ok(Ask {
-                prompt_tokens,
-                max_tokens,
-                min_tokens: uint(o, "min_tokens")?.unwrap_or(0),
-                ignore_eos: o.get("ignore_eos").and_then(Value::as_bool).unwrap_or(false),
-                stream,
-                include_usage,
-            })
+            (prompt_tokens, uint(o, "max_tokens")?.unwrap_or(16), o, "max_tokens", "min_tokens")
         }
         Api::Chat => {
             let Some(msgs) = o.get("messages").and_then(Value::as_array) else {
@@ -443,17 +435,7 @@ fn parse_ask(api: Api, v: &Value) -> Result<Ask, (String, Option<&'static str>)>
                 (Some(m), _) | (None, Some(m)) => m,
                 (None, None) => 512,
             };
-            if max_tokens == 0 {
-                return bad("max_tokens must be at least 1", Some("max_tokens"));
-            }
-            Ok(Ask {
-                prompt_tokens,
-                max_tokens,
-                min_tokens: uint(o, "min_tokens")?.unwrap_or(0),
-                ignore_eos: o.get("ignore_eos").and_then(Value::as_bool).unwrap_or(false),
-                stream,
-                include_usage,
-            })
+            (prompt_tokens, max_tokens, o, "max_tokens", "min_tokens")
         }
         Api::Sglang => {
             let prompt_tokens = match (o.get("text"), o.get("input_ids")) {
@@ -461,21 +443,23 @@ fn parse_ask(api: Api, v: &Value) -> Result<Ask, (String, Option<&'static str>)>
                 (_, Some(Value::Array(a))) => a.len() as u32,
                 _ => return bad("text (a string) or input_ids (a list) is required", Some("text")),
             };
-            let sp = o.get("sampling_params").and_then(Value::as_object).cloned().unwrap_or_default();
-            let max_tokens = uint(&sp, "max_new_tokens")?.unwrap_or(128);
-            if max_tokens == 0 {
-                return bad("sampling_params.max_new_tokens must be at least 1", Some("max_new_tokens"));
-            }
-            Ok(Ask {
-                prompt_tokens,
-                max_tokens,
-                min_tokens: uint(&sp, "min_new_tokens")?.unwrap_or(0),
-                ignore_eos: sp.get("ignore_eos").and_then(Value::as_bool).unwrap_or(false),
-                stream,
-                include_usage: true,
-            })
+            sp_owned = o.get("sampling_params").and_then(Value::as_object).cloned().unwrap_or_default();
+            (prompt_tokens, uint(&sp_owned, "max_new_tokens")?.unwrap_or(128), &sp_owned, "max_new_tokens", "min_new_tokens")
         }
+    };
+    if max_tokens == 0 {
+        let name = if api == Api::Sglang { "sampling_params.max_new_tokens" } else { "max_tokens" };
+        return bad(format!("{name} must be at least 1"), Some(max_key));
     }
+    Ok(Ask {
+        prompt_tokens,
+        max_tokens,
+        min_tokens: uint(params, min_key)?.unwrap_or(0),
+        ignore_eos: params.get("ignore_eos").and_then(Value::as_bool).unwrap_or(false),
+        stream,
+        // sglang's native stream always carries its counts in meta_info.
+        include_usage: include_usage || api == Api::Sglang,
+    })
 }
 
 /// A deterministic uniform number in [0, 1) for arrival `n`, fault `salt`.
