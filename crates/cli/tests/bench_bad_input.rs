@@ -1,13 +1,7 @@
 //! Bad input: a clear message naming the input and the fix, exit code 2, never a panic.
 
-use crate::common::servetune;
-
 fn usage_error(args: &[&str], needle: &str) {
-    let out = servetune().arg("bench").args(args).output().expect("run");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "args {args:?}: stderr {err}");
-    assert!(err.contains(needle), "args {args:?}: expected {needle:?} in {err}");
-    assert!(!err.contains("panicked"), "{err}");
+    crate::common::usage_error("bench", args, needle);
 }
 
 #[test]

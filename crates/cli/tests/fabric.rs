@@ -1,12 +1,7 @@
 //! `servetune fabric` on this machine (no GPU): host copies for real, GPU commands refusing cleanly,
 //! the simulated backend end to end, and `plan --fabric`.
 
-use crate::common::servetune;
-
-fn run(args: &[&str]) -> (i32, String, String) {
-    let out = servetune().args(args).output().expect("run");
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
-}
+use crate::common::run;
 
 #[test]
 fn host_copies_are_measured_for_real() {

@@ -1,11 +1,8 @@
 //! `servetune plan` as a user runs it: the reference story, JSON, what-if, calibration, validation,
 //! and bad input.
 
-use crate::common::servetune;
-
 fn plan(args: &[&str]) -> (i32, String, String) {
-    let out = servetune().arg("plan").args(args).output().expect("run");
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+    crate::common::run(&std::iter::once("plan").chain(args.iter().copied()).collect::<Vec<_>>())
 }
 
 const REF: [&str; 13] = [
@@ -116,9 +113,7 @@ fn the_committed_validation_table_matches_the_command() {
 }
 
 fn usage_error(args: &[&str], needle: &str) {
-    let (code, _, err) = plan(args);
-    assert_eq!(code, 2, "{args:?}: {err}");
-    assert!(err.contains(needle), "{args:?}: want {needle:?} in {err}");
+    crate::common::usage_error("plan", args, needle);
 }
 
 #[test]

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use servetune_sim::{Faults, MetricsStyle, SimConfig};
 
-use crate::common::{bench_json, flat_profile, num, raw_http, servetune, sim};
+use crate::common::{bench_json, flat_profile, num, raw_http, sim};
 
 #[test]
 fn tpot_at_concurrency_one_equals_the_step_time() {
@@ -201,10 +201,7 @@ fn without_ignore_eos_lengths_vary_but_repeat_under_a_seed() {
 }
 
 fn sim_usage_error(args: &[&str], needle: &str) {
-    let out = servetune().arg("sim").args(args).output().expect("run");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
-    assert!(err.contains(needle), "{args:?}: want {needle:?} in {err}");
+    crate::common::usage_error("sim", args, needle);
 }
 
 #[test]

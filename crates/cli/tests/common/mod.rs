@@ -153,3 +153,18 @@ impl Drop for Proc {
         let _ = self.child.wait();
     }
 }
+
+/// Runs `servetune ARGS`; returns (exit code, stdout, stderr).
+pub fn run(args: &[&str]) -> (i32, String, String) {
+    let out = servetune().args(args).output().expect("run servetune");
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+/// `servetune CMD ARGS` must exit 2 with `needle` in its message, and never panic.
+pub fn usage_error(cmd: &str, args: &[&str], needle: &str) {
+    let all: Vec<&str> = std::iter::once(cmd).chain(args.iter().copied()).collect();
+    let (code, _, err) = run(&all);
+    assert_eq!(code, 2, "{all:?}: {err}");
+    assert!(err.contains(needle), "{all:?}: want {needle:?} in {err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
