@@ -32,7 +32,7 @@ fn records(n: u64, c: u64, ttft: u64, itl: u64) -> Vec<RequestRecord> {
         .collect()
 }
 
-pub fn sample_report() -> BenchReport {
+fn sample_report() -> BenchReport {
     let slos = [Slo { metric: SloMetric::Ttft, percentile: 99.0, threshold_ms: 500.0 }];
     let mut runs = Vec::new();
     for (c, ttft, itl) in [(1u32, 50u64, 10u64), (8, 120, 20), (32, 900, 70)] {

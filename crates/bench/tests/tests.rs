@@ -1,6 +1,5 @@
 //! Integration tests of servetune-bench (one binary, grouped by topic).
 
 mod exporters;
-mod schema;
 mod sse_props;
 mod tokenizer;

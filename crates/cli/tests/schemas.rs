@@ -61,7 +61,8 @@ fn validate(schema: &Value, root: &Value, v: &Value, path: &str, errs: &mut Vec<
     }
 }
 
-fn check(schema_file: &str, args: &[&str]) {
+/// Validates the document `args` writes; returns it and the schema.
+fn check(schema_file: &str, args: &[&str]) -> (Value, Value) {
     let schema: Value = serde_json::from_str(
         &std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(schema_file)).expect("schema"),
     )
@@ -80,6 +81,16 @@ fn check(schema_file: &str, args: &[&str]) {
     let mut errs = Vec::new();
     validate(&schema, &schema, &broken, "$", &mut errs);
     assert!(!errs.is_empty());
+    (doc, schema)
+}
+
+#[test]
+fn bench_json_matches_its_schema() {
+    let s = crate::common::server(servetune_bench::testserver::TestServerConfig { fail_rate: 0.2, ..Default::default() });
+    check(
+        "bench/schema/bench.schema.json",
+        &["bench", "-q", "--url", s.url(), "--concurrency", "1,4", "--requests", "10", "--output-len", "4", "--slo", "ttft:p99<1s"],
+    );
 }
 
 #[test]
