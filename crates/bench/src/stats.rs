@@ -35,8 +35,7 @@ impl Default for Recorder {
 impl Recorder {
     pub fn new() -> Self {
         // 1 us .. 1 day, 3 significant digits; auto-resize covers anything longer.
-        let mut h =
-            Histogram::new_with_bounds(1, 86_400_000_000, 3).unwrap_or_else(|_| Histogram::new(3).unwrap_or_else(|_| unreachable_hist()));
+        let mut h = Histogram::new_with_bounds(1, 86_400_000_000, 3).expect("constant bounds 1 us .. 1 day with 3 digits are valid");
         h.auto(true);
         Self { h }
     }
@@ -87,11 +86,6 @@ impl Recorder {
             max: ms(self.h.max()),
         }
     }
-}
-
-fn unreachable_hist() -> Histogram<u64> {
-    // Histogram::new(3) only fails for sigfig > 5; 3 is always valid.
-    panic!("hdrhistogram rejected 3 significant digits")
 }
 
 #[cfg(test)]

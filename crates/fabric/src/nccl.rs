@@ -20,7 +20,6 @@ pub const NCCL_NAMES: &[&str] = &["libnccl.so.2", "libnccl.so", "libnccl.so.13",
 #[derive(Clone, Copy)]
 pub struct UniqueId(pub [u8; 128]);
 
-type GetVersion = unsafe extern "C" fn(*mut c_int) -> c_int;
 type GetUniqueId = unsafe extern "C" fn(*mut UniqueId) -> c_int;
 type CommInitRank = unsafe extern "C" fn(*mut *mut c_void, c_int, UniqueId, c_int) -> c_int;
 type AllReduceFn = unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, *mut c_void, *mut c_void) -> c_int;
@@ -73,13 +72,6 @@ impl Nccl {
             .map(|f| unsafe { std::ffi::CStr::from_ptr(f(r)) }.to_string_lossy().to_string())
             .unwrap_or_default();
         Err(FabricError::Runtime(format!("{what} failed: {msg} (ncclResult {r})")))
-    }
-
-    pub fn version(&self) -> Result<i32, FabricError> {
-        let mut v = 0;
-        // SAFETY: v is a local out-parameter.
-        self.check("ncclGetVersion", unsafe { self.sym::<GetVersion>(b"ncclGetVersion\0")?(&mut v) })?;
-        Ok(v)
     }
 
     pub fn unique_id(&self) -> Result<UniqueId, FabricError> {
@@ -243,7 +235,6 @@ impl AllReduce for NcclAllReduce {
                 time_us: outs.iter().filter_map(|o| o.points.get(i).map(|p| p.time_us)).fold(0.0, f64::max),
             })
             .collect();
-        let _ = nccl.version();
         Ok(AllReduceRun { ranks: ranks.len(), points, transports: transports(&log), env: env.to_vec() })
     }
 }

@@ -83,7 +83,6 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
 
 /// Builds the report of a P2P sweep.
 pub fn p2p_report(r: P2pResult) -> FabricReport {
-    let n = r.devices.len();
     let idx = |g: usize| r.gpus.iter().position(|x| *x == g);
     let k = r.gpus.len();
     let mut matrices = Vec::new();
@@ -147,7 +146,6 @@ pub fn p2p_report(r: P2pResult) -> FabricReport {
     if link.is_none() {
         notes.push("no GPU pair measured: no link profile for servetune plan --fabric".into());
     }
-    let _ = n;
     FabricReport {
         schema: SCHEMA.into(),
         kind: "p2p".into(),

@@ -543,12 +543,10 @@ async fn generate(st: Arc<St>, req: Request<Incoming>, api: Api) -> Response<Bod
 }
 
 async fn non_stream(mut rx: UnboundedReceiver<Out>, mut fmt: Fmt, fail: bool) -> Response<Body> {
-    let mut n = 0u32;
     while let Some(o) = rx.recv().await {
         match o {
             Out::Token { index } => {
                 fmt.text.push_str(word(fmt.id, index));
-                n += 1;
                 if fail {
                     return openai_error(StatusCode::INTERNAL_SERVER_ERROR, "simulated engine failure (--fail-rate)", None);
                 }
@@ -574,7 +572,6 @@ async fn non_stream(mut rx: UnboundedReceiver<Out>, mut fmt: Fmt, fail: bool) ->
             Out::Refused => break,
         }
     }
-    let _ = n;
     openai_error(StatusCode::SERVICE_UNAVAILABLE, "the engine stopped before the request finished", None)
 }
 
