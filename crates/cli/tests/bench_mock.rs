@@ -6,16 +6,18 @@ use crate::common::{bench_json, ms, num, server, servetune};
 
 #[test]
 fn known_ttft_and_itl_are_measured_within_three_percent() {
-    let s = server(TestServerConfig { ttft: ms(80), itl: ms(10), ..Default::default() });
+    // 40 ms gaps: the server's timer granularity and wake-up jitter on a shared 2-core machine
+    // (a few tenths of a millisecond) stay well inside 3% of them.
+    let s = server(TestServerConfig { ttft: ms(80), itl: ms(40), ..Default::default() });
     let (code, v, err) =
-        bench_json(&["--url", s.url(), "--concurrency", "4", "--requests", "40", "--output-len", "12", "--input-len", "16"]);
+        bench_json(&["--url", s.url(), "--concurrency", "4", "--requests", "40", "--output-len", "8", "--input-len", "16"]);
     assert_eq!(code, 0, "{err}");
     let ttft = num(&v, "runs.0.latency_ms.ttft.p50");
     let itl = num(&v, "runs.0.latency_ms.itl.p50");
     let tpot = num(&v, "runs.0.latency_ms.tpot.p50");
     assert!((ttft - 80.0).abs() / 80.0 < 0.03, "ttft p50 {ttft}");
-    assert!((itl - 10.0).abs() / 10.0 < 0.03, "itl p50 {itl}");
-    assert!((tpot - 10.0).abs() / 10.0 < 0.03, "tpot p50 {tpot}");
+    assert!((itl - 40.0).abs() / 40.0 < 0.03, "itl p50 {itl}");
+    assert!((tpot - 40.0).abs() / 40.0 < 0.03, "tpot p50 {tpot}");
     assert_eq!(num(&v, "runs.0.requests.completed"), 40.0);
     // Closed loop: intended == actual, so corrected and uncorrected agree.
     let unc = num(&v, "runs.0.latency_ms.ttft_uncorrected.p50");

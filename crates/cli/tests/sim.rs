@@ -9,13 +9,13 @@ use crate::common::{bench_json, flat_profile, num, raw_http, sim};
 
 #[test]
 fn tpot_at_concurrency_one_equals_the_step_time() {
-    let s = sim(SimConfig::new(flat_profile(25.0, 64, 1 << 20)));
-    let (code, v, err) = bench_json(&["--url", s.url(), "--concurrency", "1", "--requests", "4", "--output-len", "20", "--ignore-eos"]);
+    let s = sim(SimConfig::new(flat_profile(40.0, 64, 1 << 20)));
+    let (code, v, err) = bench_json(&["--url", s.url(), "--concurrency", "1", "--requests", "4", "--output-len", "12", "--ignore-eos"]);
     assert_eq!(code, 0, "{err}");
     let tpot = num(&v, "runs.0.latency_ms.tpot.p50");
-    assert!((tpot - 25.0).abs() / 25.0 < 0.03, "TPOT {tpot} ms vs 25 ms step");
+    assert!((tpot - 40.0).abs() / 40.0 < 0.03, "TPOT {tpot} ms vs 40 ms step");
     let ttft = num(&v, "runs.0.latency_ms.ttft.p50");
-    assert!((ttft - 25.0).abs() / 25.0 < 0.05, "first token after one prefill step: {ttft}");
+    assert!((ttft - 40.0).abs() / 40.0 < 0.05, "first token after one prefill step: {ttft}");
 }
 
 #[test]
