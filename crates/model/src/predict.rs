@@ -439,10 +439,11 @@ impl Scenario {
         }
     }
 
-    /// Time to prefill `tokens` prompt tokens on one replica, ms. `standalone`: a prefill pass of
+    /// Time to prefill `tokens` prompt tokens (prompts of `prompt_len` each) on one replica, ms.
+    /// `standalone`: a prefill pass of
     /// its own, which must also stream the weights once; otherwise the tokens ride in a decode step
     /// that reads the weights anyway.
-    pub fn prefill_ms(&self, tokens: f64, standalone: bool) -> f64 {
+    pub fn prefill_ms(&self, tokens: f64, prompt_len: f64, standalone: bool) -> f64 {
         if tokens <= 0.0 {
             return 0.0;
         }
@@ -463,7 +464,8 @@ impl Scenario {
             }
             Attention::Gqa { heads, head_dim, .. } => (heads, 2 * head_dim),
         };
-        let span = m.dsa.map_or(tokens / 2.0, |d| (tokens / 2.0).min(d.topk as f64));
+        // Causal attention within each prompt: a token attends to half its prompt on average.
+        let span = m.dsa.map_or(prompt_len / 2.0, |d| (prompt_len / 2.0).min(d.topk as f64));
         let attn_s = 2.0 * heads as f64 * tokens * span * dim as f64 * m.layers as f64 / gpus / (g.bf16_tflops * e.gemm_efficiency * 1e12);
         let read_s = if standalone { self.weight_bytes_gpu() / (g.mem_bw_gbs * 1e9 * e.hbm_efficiency) } else { 0.0 };
         let bytes = tokens * m.hidden as f64 * 2.0;
@@ -511,13 +513,13 @@ impl Scenario {
         let n = b / self.output_len.max(1) as f64;
         let prefill = if self.engine.mixed_prefill {
             // The replacements' prompt tokens ride in the decode steps.
-            self.prefill_ms(n * self.input_len as f64, false)
+            self.prefill_ms(n * self.input_len as f64, self.input_len as f64, false)
         } else if n <= 1.0 {
             // Requests waiting at a step boundary are prefilled together in their own pass (one weight
             // read, one set of all-reduce latencies); below one per step, a pass serves one request.
-            n * self.prefill_ms(self.input_len as f64, true)
+            n * self.prefill_ms(self.input_len as f64, self.input_len as f64, true)
         } else {
-            self.prefill_ms(n * self.input_len as f64, true)
+            self.prefill_ms(n * self.input_len as f64, self.input_len as f64, true)
         };
         let total = match self.engine.overlap {
             Overlap::None => (weights + kv).max(compute) + communication + overhead + prefill,
@@ -528,7 +530,7 @@ impl Scenario {
         let out = running as f64 / (tpot / 1e3);
         let e2e = tpot * self.output_len as f64;
         let queue_ms = if concurrency > running { (concurrency as f64 / running as f64 - 1.0) * e2e } else { 0.0 };
-        let ttft = self.prefill_ms(self.input_len as f64, true) + tpot + queue_ms;
+        let ttft = self.prefill_ms(self.input_len as f64, self.input_len as f64, true) + tpot + queue_ms;
         let mut pt = Point {
             concurrency,
             running,
@@ -667,6 +669,21 @@ pub(crate) mod tests {
         // With P2P the same plan is bound by expert weight reads instead.
         let q = scenario("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", "pcie5-p2p", 8, 8).point(64);
         assert!(q.bottleneck.contains("weight reads"), "{}", q.bottleneck);
+    }
+
+    #[test]
+    fn prefill_of_many_prompts_costs_their_sum_not_one_long_sequence() {
+        // Regression: n prompts prefilled together were once charged attention as one prompt n times
+        // as long (quadratic in n), so throughput fell with concurrency (found by the property test).
+        let s = scenario("mixtral-8x7b", Dtype::Fp8, "h100-sxm", "nvlink", 2, 2);
+        let one = s.prefill_ms(2048.0, 2048.0, false);
+        let eight = s.prefill_ms(8.0 * 2048.0, 2048.0, false);
+        assert!(eight <= 8.0 * one * (1.0 + 1e-9), "{eight} vs 8 x {one}");
+        let mut s = s;
+        s.input_len = 4096;
+        s.output_len = 64;
+        let (a, b) = (s.point(512).output_tokens_per_s, s.point(1024.min(s.max_concurrency())).output_tokens_per_s);
+        assert!(b >= a, "{a} -> {b}");
     }
 
     #[test]

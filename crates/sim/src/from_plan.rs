@@ -24,7 +24,8 @@ impl StepCost for PlanCost {
         }
         if b.prefill_tokens > 0 {
             // A prefill-only step streams the weights itself; mixed into decode it rides along.
-            ms += s.prefill_ms(b.prefill_tokens as f64, b.decode_batch == 0);
+            // The chunk's prompts are not known one by one: the chunk is taken as one prompt.
+            ms += s.prefill_ms(b.prefill_tokens as f64, b.prefill_tokens as f64, b.decode_batch == 0);
             if b.decode_batch == 0 {
                 ms += s.engine.step_overhead_ms;
             }
