@@ -1,0 +1,112 @@
+//! Service-level objectives, `METRIC:pNN<TIME` (`ttft:p99<2s,tpot:p90<50ms`): bench judges a
+//! measured run by them, plan a predicted one, and a campaign states its goal with them.
+
+use serde::Serialize;
+
+use crate::{bad, parse_duration, InputError};
+
+/// Which latency an SLO bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SloMetric {
+    /// Time to first token.
+    Ttft,
+    /// Time per output token after the first.
+    Tpot,
+    /// Inter-token latency.
+    Itl,
+    /// End-to-end request latency.
+    E2e,
+}
+
+impl SloMetric {
+    /// Every metric, in the order help texts list them.
+    pub const ALL: [SloMetric; 4] = [SloMetric::Ttft, SloMetric::Tpot, SloMetric::Itl, SloMetric::E2e];
+
+    /// The lower-case name used on the command line and in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            SloMetric::Ttft => "ttft",
+            SloMetric::Tpot => "tpot",
+            SloMetric::Itl => "itl",
+            SloMetric::E2e => "e2e",
+        }
+    }
+}
+
+/// One objective: the `percentile` of `metric` must stay below `threshold_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Slo {
+    /// The latency bounded.
+    pub metric: SloMetric,
+    /// Which percentile, 0 < p <= 100.
+    pub percentile: f64,
+    /// The bound, in milliseconds.
+    pub threshold_ms: f64,
+}
+
+impl Slo {
+    /// Whether `value_ms` (that percentile of the metric) meets the objective.
+    pub fn met_by(&self, value_ms: f64) -> bool {
+        value_ms < self.threshold_ms
+    }
+}
+
+impl std::fmt::Display for Slo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:p{}<{}ms", self.metric.name(), self.percentile, self.threshold_ms)
+    }
+}
+
+/// Parses a comma-separated list of objectives given to `flag`, e.g. `ttft:p99<2s,tpot:p90<50ms`.
+pub fn parse_slos(flag: &str, s: &str) -> Result<Vec<Slo>, InputError> {
+    let out = s.split(',').map(str::trim).filter(|p| !p.is_empty()).map(|p| parse_one(flag, p)).collect::<Result<Vec<_>, _>>()?;
+    if out.is_empty() {
+        return Err(bad(format!("{flag} is empty: write METRIC:pNN<TIME, e.g. ttft:p99<2s")));
+    }
+    Ok(out)
+}
+
+fn parse_one(flag: &str, part: &str) -> Result<Slo, InputError> {
+    let hint = "write METRIC:pNN<TIME, e.g. ttft:p99<2s,tpot:p90<50ms (metrics: ttft, tpot, itl, e2e)";
+    let (metric, rest) = part.split_once(':').ok_or_else(|| bad(format!("{flag} {part:?}: {hint}")))?;
+    let metric = SloMetric::ALL
+        .into_iter()
+        .find(|m| m.name() == metric.trim())
+        .ok_or_else(|| bad(format!("{flag} {part:?}: unknown SLO metric {:?}; known: ttft, tpot, itl, e2e", metric.trim())))?;
+    let (p, t) = rest.split_once('<').ok_or_else(|| bad(format!("{flag} {part:?}: {hint}")))?;
+    let p = p.trim();
+    let percentile: f64 = p
+        .strip_prefix('p')
+        .and_then(|x| x.parse().ok())
+        .filter(|x: &f64| *x > 0.0 && *x <= 100.0)
+        .ok_or_else(|| bad(format!("{flag} {part:?}: {p:?} is not a percentile like p50, p99 or p99.9")))?;
+    let threshold = parse_duration(flag, t)?;
+    Ok(Slo { metric, percentile, threshold_ms: threshold.as_secs_f64() * 1e3 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_list_of_objectives_parses_in_order() {
+        let v = parse_slos("--slo", "ttft:p99<2s, tpot:p90<50ms").expect("valid");
+        assert_eq!(
+            v,
+            vec![
+                Slo { metric: SloMetric::Ttft, percentile: 99.0, threshold_ms: 2000.0 },
+                Slo { metric: SloMetric::Tpot, percentile: 90.0, threshold_ms: 50.0 },
+            ]
+        );
+        assert!(v[1].met_by(49.9) && !v[1].met_by(50.0));
+    }
+
+    #[test]
+    fn malformed_objectives_name_the_flag_and_the_part() {
+        for s in ["", "ttft", "lat:p99<1s", "ttft:99<1s", "ttft:p0<1s", "ttft:p99<fast"] {
+            let e = parse_slos("--goal", s).expect_err(s);
+            assert!(e.0.contains("--goal"), "{e}");
+        }
+    }
+}
