@@ -13,11 +13,15 @@ use crate::ModelError;
 /// One measured deployment.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Case {
+    /// What was measured.
     pub name: String,
+    /// Where it was published.
     pub source: &'static str,
+    /// Closed-loop concurrency.
     pub concurrency: u32,
     /// Measured decode output throughput of the whole deployment, tokens/s.
     pub measured_output_tokens_per_s: f64,
+    /// The deployment as the model sees it.
     #[serde(skip)]
     pub scenario: Scenario,
 }
@@ -25,10 +29,15 @@ pub struct Case {
 /// A case's prediction.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Row {
+    /// The case's name.
     pub case: String,
+    /// Where it was published.
     pub source: &'static str,
+    /// Closed-loop concurrency.
     pub concurrency: u32,
+    /// Predicted output tokens/s.
     pub predicted: f64,
+    /// Measured output tokens/s.
     pub measured: f64,
     /// (predicted - measured) / measured.
     pub error: f64,
@@ -39,8 +48,11 @@ pub struct Row {
 pub struct Validation {
     /// Always "servetune.validation/1".
     pub schema: &'static str,
+    /// One row per case.
     pub rows: Vec<Row>,
+    /// Median of |error| (stats' median).
     pub median_abs_error: f64,
+    /// The engine defaults every case used.
     pub engine: Engine,
 }
 
@@ -102,19 +114,6 @@ pub fn cases(engine: Engine) -> Result<Vec<Case>, ModelError> {
     Ok(out)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
 /// Predicts every case with `engine`.
 pub fn run(engine: Engine) -> Result<Validation, ModelError> {
     let rows: Vec<Row> = cases(engine)?
@@ -131,7 +130,8 @@ pub fn run(engine: Engine) -> Result<Validation, ModelError> {
             }
         })
         .collect();
-    let median_abs_error = median(rows.iter().map(|r| r.error.abs()).collect());
+    let errors: Vec<f64> = rows.iter().map(|r| r.error.abs()).collect();
+    let median_abs_error = servetune_stats::median(&errors).unwrap_or(0.0);
     Ok(Validation { schema: "servetune.validation/1", rows, median_abs_error, engine })
 }
 
