@@ -42,7 +42,7 @@ pub const SWEEP: [(u32, u64); 6] = [(1, 4), (8, 16), (32, 64), (64, 128), (128, 
 const INPUT_TOKENS: u32 = 256;
 const OUTPUT_TOKENS: u32 = 32;
 
-/// The reference deployment as the performance model sees it (shared/DESIGN.md): GLM-5 NVFP4, TP8 on
+/// The reference deployment as the performance model sees it (the project's starting point): GLM-5 NVFP4, TP8 on
 /// 8 RTX PRO 6000 Blackwell Server Edition, all-reduces staged through host memory (KVM, no P2P).
 pub fn reference_scenario() -> Result<Scenario, Failure> {
     let mut spec = ScenarioSpec::new(ModelSource::Catalog("glm-5".into()), "rtx-pro-6000-se");

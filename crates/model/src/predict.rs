@@ -125,7 +125,7 @@ impl Overlap {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Engine {
     /// Host overhead per decode step with CUDA graphs (scheduler, sampling, launch), ms.
-    /// Calibrated against the public measurements in shared/reference/models.md (see VALIDATION.md).
+    /// Set from the DeepSeek-R1 on 8x H200 rows of VALIDATION.md (so those rows are not an independent test).
     pub step_overhead_ms: f64,
     /// Decode runs as CUDA graphs (no per-kernel launch cost).
     pub cuda_graphs: bool,
@@ -139,13 +139,13 @@ pub struct Engine {
     /// typical of decode GEMV kernels; fitted by `--calibrate`).
     pub hbm_efficiency: f64,
     /// Achieved fraction of peak bandwidth reading expert weights in fused-MoE kernels at decode batch
-    /// sizes (calibrated against shared/reference/models.md: DeepSeek-R1 on 8x H200).
+    /// sizes (set from the DeepSeek-R1 on 8x H200 rows of VALIDATION.md).
     pub moe_efficiency: f64,
-    /// Achieved fraction of peak tensor TFLOPS (hardware.md: torch BF16 GEMM 417 of 468 on RTX PRO 6000).
+    /// Achieved fraction of peak tensor TFLOPS (a torch BF16 GEMM reached 417 of 468 TFLOPS on the reference RTX PRO 6000).
     pub gemm_efficiency: f64,
     /// Multiplier on modelled communication time (1 = the NCCL alpha-beta model; fitted by `--calibrate`).
     pub comm_scale: f64,
-    /// Busiest EP rank's load over the mean (an assumption; models.md: skewed routing loads the busiest rank more).
+    /// Busiest EP rank's load over the mean (an assumption: skewed routing loads the busiest rank more).
     pub ep_imbalance: f64,
     /// Share of GPU memory the engine may use (sglang's --mem-fraction-static is about 0.88 on large GPUs).
     pub mem_fraction: f64,
@@ -286,7 +286,7 @@ impl Scenario {
         match (self.quant.kv_cache, mla) {
             // vLLM/FlashMLA fp8 layout: fp8 latent + one fp32 scale per 128 + bf16 rope part (656 B
             // for GLM-5/DeepSeek); indexer keys fp8 + fp32 scale per 128. Gives 61.5 KB/token for
-            // GLM-5 against the 62 KB of the vLLM log in models.md.
+            // GLM-5 against the 62 KB a vLLM log of GLM-5 reports.
             (KvDtype::Fp8, true) => main + main / 128.0 * 4.0 + rope * 2.0 + idx + (idx / 128.0).ceil() * 4.0,
             (KvDtype::Fp8, false) => main + idx,
             (KvDtype::Bf16, _) => (main + rope + idx) * 2.0,
@@ -297,7 +297,7 @@ impl Scenario {
     pub fn kv_bytes_per_token_gpu(&self) -> f64 {
         let per_layer = self.kv_bytes_per_token_layer();
         let split = match self.model.attention {
-            // MLA's latent is replicated on every TP rank (models.md).
+            // MLA's latent is replicated on every TP rank (sglang and vLLM keep it whole per rank).
             Attention::Mla { .. } => 1.0,
             Attention::Gqa { kv_heads, .. } => (self.plan.tp.min(kv_heads)) as f64,
         };

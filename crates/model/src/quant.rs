@@ -132,7 +132,7 @@ impl KvDtype {
 impl Quant {
     /// A checkpoint format by its usual name. 4-bit checkpoints quantize the expert GEMMs and keep
     /// the other weights in bf16 (the GLM-5 NVFP4 checkpoint measured 56 GB per GPU at TP8,
-    /// shared/reference/models.md; this layout gives 55.8 GB). `fp8` quantizes every linear layer;
+    /// measured on the reference deployment; this layout gives 55.8 GB). `fp8` quantizes every linear layer;
     /// embeddings stay bf16 in all of them.
     pub fn preset(q: Dtype) -> Self {
         let four_bit = matches!(q, Dtype::Nvfp4 | Dtype::Mxfp4 | Dtype::Int4);

@@ -42,8 +42,9 @@ pub struct Ranked {
     pub tokens_per_s_per_gpu: f64,
     /// Time per output token there, ms.
     pub tpot_ms: f64,
-    /// Over the current plan's best under the same objectives (1.0 = equal).
-    pub gain: f64,
+    /// Over the current plan's best under the same objectives (1.0 = equal; None when the current
+    /// plan meets no objective, so there is nothing to compare with).
+    pub gain: Option<f64>,
     /// What limits it there.
     pub bottleneck: Bottleneck,
 }
@@ -134,7 +135,7 @@ pub fn rank(base: &Scenario, slos: &[Slo], range: ConcurrencyRange) -> Vec<Ranke
                 output_tokens_per_s: p.output_tokens_per_s,
                 tokens_per_s_per_gpu: p.output_tokens_per_s / plan.gpus as f64,
                 tpot_ms: p.tpot_ms,
-                gain: if current > 0.0 { p.output_tokens_per_s / current } else { f64::INFINITY },
+                gain: (current > 0.0).then(|| p.output_tokens_per_s / current),
                 bottleneck: p.bottleneck,
             })
         })
@@ -152,8 +153,8 @@ pub struct Fix {
     pub how: String,
     /// Best output tokens/s with it, under the objectives.
     pub output_tokens_per_s: f64,
-    /// Over the current best under the SLO.
-    pub gain: f64,
+    /// Over the current best under the objectives (None when the current plan meets none).
+    pub gain: Option<f64>,
 }
 
 /// Fixes that keep the model and GPUs: a P2P link, communication overlap, tuned MoE kernels, the
@@ -210,11 +211,11 @@ pub fn fixes(base: &Scenario, slos: &[Slo], range: ConcurrencyRange) -> Vec<Fix>
                 fix,
                 how,
                 output_tokens_per_s: p.output_tokens_per_s,
-                gain: if current > 0.0 { p.output_tokens_per_s / current } else { f64::INFINITY },
+                gain: (current > 0.0).then(|| p.output_tokens_per_s / current),
             })
         })
         .collect();
-    out.sort_by(|a, b| b.gain.total_cmp(&a.gain));
+    out.sort_by(|a, b| b.output_tokens_per_s.total_cmp(&a.output_tokens_per_s));
     out
 }
 
@@ -239,7 +240,7 @@ mod tests {
         let f = fixes(&s, &[], ConcurrencyRange::default());
         assert!(!f.is_empty());
         let p2p = f.iter().find(|x| x.fix.contains("P2P")).expect("p2p fix");
-        assert!(p2p.gain > 1.2, "{p2p:?}");
+        assert!(p2p.gain.is_some_and(|g| g > 1.2), "{p2p:?}");
     }
 
     #[test]

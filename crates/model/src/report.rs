@@ -399,13 +399,10 @@ fn write_fixes(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
     Ok(())
 }
 
-/// A gain over the current plan as a signed percentage ("new" when the current plan has none).
-fn gain_words(gain: f64) -> String {
-    if gain.is_finite() {
-        signed_pct(gain - 1.0)
-    } else {
-        "new".into()
-    }
+/// A gain over the current plan as a signed percentage ("new" when the current plan meets no
+/// objective).
+fn gain_words(gain: Option<f64>) -> String {
+    gain.map_or_else(|| "new".into(), |g| signed_pct(g - 1.0))
 }
 
 /// A fraction as a signed whole percentage; a change that rounds to zero reads "+0%", never "-0%".
