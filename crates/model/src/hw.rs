@@ -49,7 +49,8 @@ impl GpuSpec {
 pub enum LinkKind {
     /// NVLink between the GPUs.
     Nvlink,
-    /// PCIe with GPU peer-to-peer DMA.
+    /// PCIe with GPU peer-to-peer DMA (`p2p` in a fabric document).
+    #[serde(alias = "p2p")]
     PcieP2p,
     /// PCIe without peer access: every copy is staged through host memory.
     HostStaged,
@@ -66,12 +67,15 @@ impl LinkKind {
     }
 }
 
-/// A GPU-to-GPU link in the alpha-beta model: time(bytes) = alpha + bytes / beta.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// A GPU-to-GPU link in the alpha-beta model: time(bytes) = alpha + bytes / beta. The one link
+/// type: catalog links, `--link-latency`/`--link-bw` overrides and a `servetune fabric` document's
+/// `link` (whose `mode` is read as the kind) all become this.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LinkProfile {
     /// Catalog name, or `measured-...` for a `servetune fabric` link.
     pub name: String,
     /// What the link is.
+    #[serde(alias = "mode")]
     pub kind: LinkKind,
     /// Latency of one transfer (one ring hop), microseconds.
     pub alpha_us: f64,

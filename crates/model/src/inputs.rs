@@ -5,7 +5,7 @@
 use serde::Deserialize;
 
 use crate::calibrate::Measured;
-use crate::hw::{LinkKind, LinkProfile};
+use crate::hw::LinkProfile;
 use crate::ModelError;
 
 /// The fields of a `servetune bench --json` document that calibration reads.
@@ -75,34 +75,10 @@ impl BenchInput {
 pub struct FabricInput {
     /// `servetune.fabric/<version>`.
     pub schema: String,
-    /// The measured link (absent when no GPU pair was measured).
+    /// The measured link (absent when no GPU pair was measured); its `mode` (p2p or host_staged)
+    /// is read as the link's kind.
     #[serde(default)]
-    pub link: Option<FabricLink>,
-}
-
-/// How fabric's copies went.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FabricMode {
-    /// GPU peer-to-peer DMA.
-    P2p,
-    /// Staged through host memory.
-    HostStaged,
-}
-
-/// The link fabric measured.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct FabricLink {
-    /// `measured-p2p` or `measured-host-staged`.
-    pub name: String,
-    /// Latency of one copy, us.
-    pub alpha_us: f64,
-    /// Bandwidth, GB/s.
-    pub beta_gbs: f64,
-    /// Whether the copies went peer-to-peer.
-    pub mode: FabricMode,
-    /// How it was measured.
-    pub source: String,
+    pub link: Option<LinkProfile>,
 }
 
 impl FabricInput {
@@ -124,17 +100,7 @@ impl FabricInput {
                 "{source}: field \"link\" is missing: no link profile in it (it needs a fabric p2p run over two or more GPUs)"
             ))
         })?;
-        let kind = match l.mode {
-            FabricMode::P2p => LinkKind::PcieP2p,
-            FabricMode::HostStaged => LinkKind::HostStaged,
-        };
-        let p = LinkProfile {
-            name: l.name.clone(),
-            kind,
-            alpha_us: l.alpha_us,
-            beta_gbs: l.beta_gbs,
-            source: format!("{} ({source})", l.source),
-        };
+        let p = LinkProfile { source: format!("{} ({source})", l.source), ..l.clone() };
         p.validate(&format!("{source} field \"link\""))?;
         Ok(p)
     }
@@ -150,11 +116,15 @@ mod tests {
         )
     }
 
+    use crate::hw::LinkKind;
+
     #[test]
     fn a_measured_host_staged_link_keeps_its_kind() {
         let l = FabricInput::parse(&fabric(13.0, 29.0, "host_staged"), "f.json").expect("parse").link_profile("f.json").expect("link");
         assert_eq!(l.kind, LinkKind::HostStaged);
         assert!(l.source.ends_with("(f.json)"));
+        let p = FabricInput::parse(&fabric(1.0, 50.0, "p2p"), "f.json").expect("parse").link_profile("f.json").expect("link");
+        assert_eq!(p.kind, LinkKind::PcieP2p);
     }
 
     #[test]
