@@ -434,7 +434,8 @@ fn write_ranked(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
             ]
         })
         .collect();
-    write!(w, "{}", table(&["plan", "at conc", "out tok/s", "tok/s/GPU", "TPOT ms", "vs current"], &rows))
+    write!(w, "{}", table(&["plan", "at conc", "out tok/s", "tok/s/GPU", "TPOT ms", "vs current"], &rows))?;
+    writeln!(w, "at conc: the concurrency giving the plan's most output under the objectives; vs current: over the current plan's best")
 }
 
 fn write_versus(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
@@ -455,6 +456,9 @@ fn write_versus(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
             })
             .collect();
         write!(w, "{}", table(&["conc", "now tok/s", "then tok/s", "change", "then TPOT ms"], &rows))?;
+    }
+    if !r.vs.is_empty() {
+        writeln!(w, "now: the plan as given; then: with the change")?;
     }
     Ok(())
 }
