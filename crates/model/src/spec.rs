@@ -298,8 +298,13 @@ pub fn catalog(name: &str) -> Result<ModelSpec, ModelError> {
     Ok(spec)
 }
 
-/// A whole-number field in u32 range: `Ok(None)` when absent (or null), an error naming the field
-/// when present but negative, fractional, too large or not a number.
+/// The largest value any size field may hold. The largest real ones are context lengths of about
+/// 10M tokens; a bound well above that keeps sums of a few fields (head dimensions, ranks) far
+/// from u32 overflow (found by the fuzzer: a rope dimension of 4294967216 overflowed a sum).
+const MAX_FIELD: u32 = 1 << 26;
+
+/// A whole-number field from 0 to [`MAX_FIELD`]: `Ok(None)` when absent (or null), an error
+/// naming the field when present but negative, fractional, too large or not a number.
 fn field(v: &Value, keys: &[&str], source: &str) -> Result<Option<u32>, ModelError> {
     for k in keys {
         match v.get(*k) {
@@ -308,8 +313,9 @@ fn field(v: &Value, keys: &[&str], source: &str) -> Result<Option<u32>, ModelErr
                 return x
                     .as_u64()
                     .and_then(|n| u32::try_from(n).ok())
+                    .filter(|n| *n <= MAX_FIELD)
                     .map(Some)
-                    .ok_or_else(|| ModelError::Input(format!("{source}: field {k:?} is {x}, not a whole number from 0 to {}", u32::MAX)))
+                    .ok_or_else(|| ModelError::Input(format!("{source}: field {k:?} is {x}, not a whole number from 0 to {MAX_FIELD}")))
             }
         }
     }
