@@ -114,7 +114,7 @@ impl Target for ModelConfig {
         ]
     }
     fn check(&mut self, input: &[u8]) -> Result<(), String> {
-        let text = String::from_utf8_lossy(input);
+        let text = String::from_utf8_lossy(input).into_owned();
         let Ok(spec) = servetune_model::spec::from_hf_config(&text, "fuzz.json") else { return Ok(()) };
         let p = spec.params();
         let plausible =
@@ -122,8 +122,30 @@ impl Target for ModelConfig {
         if !plausible {
             return Err(format!("accepted a config with total {} and active {} parameters", p.total, p.active));
         }
-        Ok(())
+        predict_on_a_known_box(text)
     }
+}
+
+/// Plans an accepted model on 8 H200s: a scenario that fits must predict finite, non-negative
+/// throughput and latency at low and high concurrency.
+fn predict_on_a_known_box(text: String) -> Result<(), String> {
+    use servetune_model::request::{ModelSource, ScenarioSpec};
+    let spec = ScenarioSpec::new(ModelSource::Config { text, path: "fuzz.json".into() }, "h200");
+    let Ok(scenario) = spec.build() else { return Ok(()) };
+    if scenario.check_fit().is_err() {
+        return Ok(());
+    }
+    for c in [1, 64] {
+        let pt = scenario.point(c);
+        let finite = [pt.output_tokens_per_s, pt.tpot_ms, pt.ttft_ms].iter().all(|x| x.is_finite() && *x >= 0.0);
+        if !finite {
+            return Err(format!(
+                "predicted output {} tok/s, TPOT {} ms, TTFT {} ms at c={c}",
+                pt.output_tokens_per_s, pt.tpot_ms, pt.ttft_ms
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A probe snapshot tree in which one file's content is replaced by the input. The first byte of
