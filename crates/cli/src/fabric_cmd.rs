@@ -203,8 +203,7 @@ pub fn run(a: FabricArgs) -> Result<(), Failure> {
             match CudaFabric::open() {
                 Ok(mut f) => {
                     for d in 0..f.devices().len() {
-                        let (a, b, c, e) = f.host_transfers(d, 64 << 20).map_err(fail)?;
-                        gpu.push((d, a, b, c, e));
+                        gpu.push(report::GpuTransfers { gpu: d, bandwidth: f.host_transfers(d, 64 << 20).map_err(fail)? });
                     }
                 }
                 Err(e) => notes.push(format!("GPU transfers not measured: {e}")),

@@ -21,6 +21,7 @@ macro_rules! tell {
 pub(crate) use tell;
 
 mod bench_cmd;
+mod completions;
 mod demo_cmd;
 mod fabric_cmd;
 mod plan_cmd;
@@ -31,7 +32,7 @@ mod testserver_cmd;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// Find out why LLM serving on a multi-GPU machine is slow.
 #[derive(Debug, Parser)]
@@ -55,6 +56,10 @@ enum Cmd {
     Plan(Box<plan_cmd::PlanArgs>),
     /// Run a simulated sglang/vLLM-compatible server
     Sim(Box<sim_cmd::SimArgs>),
+    /// Print a shell completion script (bash, zsh, fish)
+    Completions(completions::CompletionsArgs),
+    /// Print the man page
+    Man(completions::ManArgs),
     /// Serve a test endpoint with exact timing (for benchmarking clients)
     #[command(hide = true)]
     Testserver(testserver_cmd::TestServerArgs),
@@ -87,6 +92,8 @@ fn main() -> ExitCode {
         Cmd::Probe(a) => probe_cmd::run(a),
         Cmd::Fabric(a) => fabric_cmd::run(a),
         Cmd::Testserver(a) => testserver_cmd::run(a),
+        Cmd::Completions(a) => completions::completions(a, Cli::command()),
+        Cmd::Man(_) => completions::man(Cli::command()),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,

@@ -40,9 +40,15 @@ pub fn run(a: ProbeArgs) -> Result<(), Failure> {
         }
         (None, None) => servetune_probe::probe_live(now),
     };
-    if !a.quiet && a.json.as_ref().is_none_or(|j| j.as_os_str() != "-") {
+    let terminal = !a.quiet && a.json.as_ref().is_none_or(|j| j.as_os_str() != "-");
+    if terminal {
         let mut out = std::io::stdout().lock();
         let _ = servetune_probe::render::write_terminal(&report, &mut out);
+    } else {
+        // The terminal report opens with the warnings; without it they go to stderr.
+        for w in &report.warnings {
+            crate::tell!("warning: {w}");
+        }
     }
     if let Some(p) = &a.json {
         let text = serde_json::to_string_pretty(&report).map_err(|e| Failure::runtime(e.to_string()))?;

@@ -23,7 +23,7 @@ fn probe_root_on_the_kvm_fixture_prints_matrices_and_findings() {
     assert!(text.contains("P2P read (as nvidia-smi topo -p2p r)"), "{text}");
     assert!(text.contains("[Critical] kvm guest without GPU peer-to-peer"), "{text}");
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&j).expect("json")).expect("parse");
-    assert_eq!(v["schema"], "servetune.probe/1");
+    assert_eq!(v["schema"], "servetune.probe/1.1");
     assert_eq!(v["virtualization"]["vm"], "kvm");
     for k in ["host", "gpus", "topology", "p2p", "findings"] {
         assert!(!v[k].is_null(), "{k}");
@@ -39,4 +39,29 @@ fn probe_root_that_is_not_a_directory_is_refused() {
     let out = servetune().args(["probe", "--root", "/nonexistent/snapshot"]).output().expect("run");
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--root /nonexistent/snapshot: not a directory"));
+}
+
+#[test]
+fn probe_root_on_an_empty_directory_is_not_a_capture_and_exits_2() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let out = servetune().arg("probe").arg("--root").arg(dir.path()).output().expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not a probe capture") && err.contains("servetune probe --capture DIR"), "{err}");
+    assert!(out.stdout.is_empty(), "no report for a directory that is not a capture");
+}
+
+#[test]
+fn probe_root_on_a_partial_capture_warns_on_stderr_and_in_the_report() {
+    let dir = tempfile::tempdir().expect("tmp");
+    std::fs::create_dir_all(dir.path().join("proc")).expect("dir");
+    std::fs::write(dir.path().join("proc/cpuinfo"), "processor : 0\n").expect("write");
+    let out = servetune().arg("probe").arg("--root").arg(dir.path()).output().expect("run");
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("warning: --root"), "{text}");
+    assert!(text.contains("has no nvml.json"), "{text}");
+    let out = servetune().arg("probe").arg("-q").arg("--root").arg(dir.path()).output().expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("warning: --root") && err.contains("has no sys/bus/pci/devices"), "{err}");
 }

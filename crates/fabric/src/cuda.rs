@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use cudarc::driver::{result, sys};
 
-use crate::{CopyMode, Device, Fabric, FabricError};
+use crate::{CopyMode, Device, Fabric, FabricError, HostTransfers};
 
 /// The library names searched for libcuda.
 pub fn searched() -> String {
@@ -41,6 +41,7 @@ pub struct CudaFabric {
 }
 
 impl CudaFabric {
+    /// Loads the driver, initialises CUDA and creates a context on every GPU.
     pub fn open() -> Result<Self, FabricError> {
         if !driver_present() {
             return Err(FabricError::NoDriver { searched: searched() });
@@ -234,7 +235,7 @@ impl Fabric for CudaFabric {
         Ok(back == pattern)
     }
 
-    fn host_transfers(&mut self, dev: usize, bytes: u64) -> Result<(f64, f64, f64, f64), FabricError> {
+    fn host_transfers(&mut self, dev: usize, bytes: u64) -> Result<HostTransfers, FabricError> {
         self.check(dev)?;
         let n = bytes as usize;
         let d = Buf::new(self.ctx[dev], bytes)?;
@@ -258,7 +259,7 @@ impl Fabric for CudaFabric {
             let h2d = time(&mut || result::memcpy_htod_sync(d.ptr, &pageable).map_err(err("cuMemcpyHtoD")));
             let d2h = time(&mut || result::memcpy_dtoh_sync(&mut pageable, d.ptr).map_err(err("cuMemcpyDtoH")));
             let _ = result::free_host(pinned);
-            Ok((h2d_p?, d2h_p?, h2d?, d2h?))
+            Ok(HostTransfers { pinned_h2d_gbs: h2d_p?, pinned_d2h_gbs: d2h_p?, pageable_h2d_gbs: h2d?, pageable_d2h_gbs: d2h? })
         }
     }
 }

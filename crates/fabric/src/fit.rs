@@ -10,15 +10,38 @@ pub struct AlphaBeta {
     pub alpha_us: f64,
     /// Bandwidth, GB/s.
     pub beta_gbs: f64,
-    /// (bytes, measured us, fitted us, relative residual).
-    pub residuals: Vec<(u64, f64, f64, f64)>,
-    /// Root mean square of the relative residuals.
+    /// How far each measured point lies from the line.
+    pub residuals: Vec<Residual>,
+    /// Root mean square of the relative residuals (0.01 is 1%).
     pub rms_rel: f64,
 }
 
-/// Fits `points` (bytes, seconds). `None` with fewer than two distinct sizes.
-pub fn fit(points: &[(u64, f64)]) -> Option<AlphaBeta> {
-    let pts: Vec<(f64, f64)> = points.iter().filter(|(b, t)| *b > 0 && *t > 0.0 && t.is_finite()).map(|(b, t)| (*b as f64, *t)).collect();
+/// One measured point against the fitted line.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Residual {
+    /// Copy size, bytes.
+    pub bytes: u64,
+    /// Measured time, microseconds.
+    pub measured_us: f64,
+    /// The fitted line's time at this size, microseconds.
+    pub fitted_us: f64,
+    /// (measured - fitted) / measured.
+    pub relative: f64,
+}
+
+/// One measurement to fit: `bytes` copied in `seconds`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    /// Copy size, bytes.
+    pub bytes: u64,
+    /// Time of one copy, seconds.
+    pub seconds: f64,
+}
+
+/// Fits `points`. `None` with fewer than two distinct sizes.
+pub fn fit(points: &[Sample]) -> Option<AlphaBeta> {
+    let pts: Vec<(f64, f64)> =
+        points.iter().filter(|p| p.bytes > 0 && p.seconds > 0.0 && p.seconds.is_finite()).map(|p| (p.bytes as f64, p.seconds)).collect();
     if pts.iter().map(|p| p.0 as u64).collect::<std::collections::BTreeSet<_>>().len() < 2 {
         return None;
     }
@@ -46,14 +69,14 @@ pub fn fit(points: &[(u64, f64)]) -> Option<AlphaBeta> {
     if b <= 0.0 {
         return None;
     }
-    let residuals: Vec<(u64, f64, f64, f64)> = pts
+    let residuals: Vec<Residual> = pts
         .iter()
         .map(|&(x, y)| {
             let f = a + b * x;
-            (x as u64, y * 1e6, f * 1e6, (y - f) / y)
+            Residual { bytes: x as u64, measured_us: y * 1e6, fitted_us: f * 1e6, relative: (y - f) / y }
         })
         .collect();
-    let rms_rel = (residuals.iter().map(|r| r.3 * r.3).sum::<f64>() / residuals.len() as f64).sqrt();
+    let rms_rel = (residuals.iter().map(|r| r.relative * r.relative).sum::<f64>() / residuals.len() as f64).sqrt();
     Some(AlphaBeta { alpha_us: a * 1e6, beta_gbs: 1.0 / b / 1e9, residuals, rms_rel })
 }
 
@@ -64,7 +87,10 @@ mod tests {
     #[test]
     fn fit_recovers_alpha_and_beta_exactly_from_clean_points() {
         // 13.3 us + bytes / 29.4 GB/s (the reference deployment's host-staged copies).
-        let pts: Vec<(u64, f64)> = [4u64, 1024, 65536, 1 << 20, 16 << 20].iter().map(|&b| (b, 13.3e-6 + b as f64 / 29.4e9)).collect();
+        let pts: Vec<Sample> = [4u64, 1024, 65536, 1 << 20, 16 << 20]
+            .iter()
+            .map(|&bytes| Sample { bytes, seconds: 13.3e-6 + bytes as f64 / 29.4e9 })
+            .collect();
         let f = fit(&pts).expect("fit");
         assert!((f.alpha_us - 13.3).abs() < 1e-6, "{}", f.alpha_us);
         assert!((f.beta_gbs - 29.4).abs() < 1e-6, "{}", f.beta_gbs);
@@ -73,7 +99,8 @@ mod tests {
 
     #[test]
     fn too_few_points_give_no_fit() {
-        assert!(fit(&[(4, 1e-6)]).is_none());
-        assert!(fit(&[(4, 1e-6), (4, 2e-6)]).is_none());
+        let s = |bytes, seconds| Sample { bytes, seconds };
+        assert!(fit(&[s(4, 1e-6)]).is_none());
+        assert!(fit(&[s(4, 1e-6), s(4, 2e-6)]).is_none());
     }
 }

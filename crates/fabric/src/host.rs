@@ -10,7 +10,9 @@ use crate::FabricError;
 /// A NUMA node's CPUs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Node {
+    /// The node number (sysfs `nodeN`).
     pub id: usize,
+    /// Its CPU numbers.
     pub cpus: Vec<usize>,
 }
 
@@ -73,9 +75,11 @@ fn pin(cpus: &[usize]) -> bool {
 /// One measured size.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HostPoint {
+    /// Copy size, bytes.
     pub bytes: u64,
     /// Mean time per copy, microseconds.
     pub time_us: f64,
+    /// Bandwidth, GB/s (10^9 bytes per second).
     pub gbs: f64,
 }
 
@@ -86,7 +90,9 @@ pub struct HostPair {
     pub src_node: usize,
     /// Node whose CPU runs the copy (and holds the destination).
     pub dst_node: usize,
+    /// Whether the copying thread could be pinned to `dst_node`'s CPUs.
     pub pinned: bool,
+    /// One point per size.
     pub points: Vec<HostPoint>,
 }
 

@@ -5,7 +5,9 @@
 //! - [`AllReduce`]: NCCL all-reduce with one process per GPU ([`nccl`]), or simulated;
 //! - [`host`]: host memory copies per NUMA-node pair (runs anywhere);
 //! - [`measure`]: sweeps, matrices and verification over a backend; [`fit`]: alpha-beta fits;
-//! - [`report`]: the `servetune.fabric/1` document (a LinkProfile `servetune plan --fabric` takes).
+//! - [`report`]: the `servetune.fabric/1.1` document (a [`Link`] that `servetune plan --fabric` takes).
+
+#![warn(missing_docs)]
 
 pub mod cuda;
 pub mod fit;
@@ -20,12 +22,19 @@ use serde::{Deserialize, Serialize};
 /// Errors; the CLI maps `Input` to exit 2 and the rest to exit 1.
 #[derive(Debug, thiserror::Error)]
 pub enum FabricError {
+    /// libcuda could not be loaded.
     #[error("no NVIDIA driver found: libcuda could not be loaded (searched {searched})")]
-    NoDriver { searched: String },
+    NoDriver {
+        /// The library names tried, comma-separated.
+        searched: String,
+    },
+    /// NCCL could not be loaded; the message names the packages that provide it.
     #[error("{0}")]
     NoNccl(String),
+    /// A value the user gave is unusable; the message names it and the fix.
     #[error("{0}")]
     Input(String),
+    /// The measurement failed at run time.
     #[error("{0}")]
     Runtime(String),
 }
@@ -41,6 +50,7 @@ pub enum CopyMode {
 }
 
 impl CopyMode {
+    /// p2pBandwidthLatencyTest's label: `P2P=Enabled` or `P2P=Disabled`.
     pub fn name(self) -> &'static str {
         match self {
             CopyMode::P2p => "P2P=Enabled",
@@ -52,13 +62,73 @@ impl CopyMode {
 /// One device as a backend sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Device {
+    /// The backend's device ordinal (CUDA's device index).
     pub index: usize,
+    /// The product name, as the driver reports it.
     pub name: String,
+}
+
+/// One link between two GPUs (or through host memory): time of a copy = alpha + bytes / beta.
+///
+/// The simulated fabric is built from these, and a P2P sweep's report carries the measured one
+/// that `servetune plan --fabric` uses in place of the catalog's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Link {
+    /// A name for it: a catalog name (`pcie5-p2p`) or `measured-p2p` / `measured-host-staged`.
+    pub name: String,
+    /// Latency of one copy, microseconds.
+    pub alpha_us: f64,
+    /// Bandwidth, GB/s (10^9 bytes per second).
+    pub beta_gbs: f64,
+    /// Whether copies over it are direct or staged through host memory.
+    pub mode: CopyMode,
+    /// Where the numbers come from.
+    pub source: String,
+}
+
+impl Link {
+    /// Seconds one copy of `bytes` takes over this link.
+    pub fn secs(&self, bytes: u64) -> f64 {
+        self.alpha_us * 1e-6 + bytes as f64 / (self.beta_gbs * 1e9)
+    }
+}
+
+/// Host-to-device and device-to-host bandwidth of one GPU, GB/s.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct HostTransfers {
+    /// Host to device from pinned (page-locked) memory.
+    pub pinned_h2d_gbs: f64,
+    /// Device to host into pinned memory.
+    pub pinned_d2h_gbs: f64,
+    /// Host to device from ordinary (pageable) memory.
+    pub pageable_h2d_gbs: f64,
+    /// Device to host into pageable memory.
+    pub pageable_d2h_gbs: f64,
+}
+
+/// One environment variable given to every NCCL rank (`--env KEY=VALUE`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvSetting {
+    /// The variable, e.g. `NCCL_P2P_DISABLE`.
+    pub name: String,
+    /// Its value.
+    pub value: String,
+}
+
+/// How many NCCL channels used one transport.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransportCount {
+    /// As NCCL_DEBUG=INFO prints it: `via P2P/IPC`, `via SHM/direct/direct`, `via NET/Socket/0`.
+    pub transport: String,
+    /// Lines of the log that named it.
+    pub count: usize,
 }
 
 /// GPU copies, timed on the device.
 pub trait Fabric {
+    /// The backend's name in reports: `cuda` or `sim`.
     fn name(&self) -> &'static str;
+    /// The GPUs it can copy between.
     fn devices(&self) -> &[Device];
     /// Whether `src` can enable peer access to `dst` (cuDeviceCanAccessPeer).
     fn can_access_peer(&self, src: usize, dst: usize) -> bool;
@@ -67,13 +137,14 @@ pub trait Fabric {
     fn copy(&mut self, src: usize, dst: usize, bytes: u64, mode: CopyMode, bidir: bool, iters: u32) -> Result<f64, FabricError>;
     /// Writes a pattern on `src`, copies it with P2P to `dst`, reads it back: does P2P deliver?
     fn verify(&mut self, src: usize, dst: usize, bytes: u64) -> Result<bool, FabricError>;
-    /// Host-to-device and device-to-host bandwidth, GB/s: (pinned h2d, pinned d2h, pageable h2d, pageable d2h).
-    fn host_transfers(&mut self, dev: usize, bytes: u64) -> Result<(f64, f64, f64, f64), FabricError>;
+    /// Host-to-device and device-to-host bandwidth of `dev` with copies of `bytes`.
+    fn host_transfers(&mut self, dev: usize, bytes: u64) -> Result<HostTransfers, FabricError>;
 }
 
 /// One all-reduce measurement.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AllReducePoint {
+    /// Buffer size per rank, bytes.
     pub bytes: u64,
     /// Mean time of one out-of-place all-reduce, microseconds.
     pub time_us: f64,
@@ -82,17 +153,22 @@ pub struct AllReducePoint {
 /// What an all-reduce sweep returns: points and the transports NCCL reported.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct AllReduceRun {
+    /// Number of ranks (one per GPU).
     pub ranks: usize,
+    /// One point per size.
     pub points: Vec<AllReducePoint>,
-    /// "via P2P/IPC", "via SHM/direct/direct", "via NET/Socket/0", ... with counts.
-    pub transports: Vec<(String, usize)>,
-    pub env: Vec<(String, String)>,
+    /// The transports NCCL reported, with counts.
+    pub transports: Vec<TransportCount>,
+    /// The settings this run was given (empty: NCCL's defaults).
+    pub env: Vec<EnvSetting>,
 }
 
 /// NCCL all-reduce over `ranks` GPUs.
 pub trait AllReduce {
+    /// The backend's name in reports: `nccl` or `sim`.
     fn name(&self) -> &'static str;
-    fn run(&mut self, ranks: &[usize], sizes: &[u64], iters: u32, env: &[(String, String)]) -> Result<AllReduceRun, FabricError>;
+    /// All-reduces of each of `sizes` bytes over the GPUs `ranks`, `iters` times each, with `env` set.
+    fn run(&mut self, ranks: &[usize], sizes: &[u64], iters: u32, env: &[EnvSetting]) -> Result<AllReduceRun, FabricError>;
 }
 
 /// Sizes from `min` to `max` by factor 4 (p2pBandwidthLatencyTest-style sweep: 4 B .. 256 MB).

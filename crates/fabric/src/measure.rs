@@ -3,29 +3,62 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{AllReduce, AllReduceRun, CopyMode, Fabric, FabricError};
+use crate::fit::Sample;
+use crate::{AllReduce, AllReduceRun, CopyMode, EnvSetting, Fabric, FabricError};
 
-/// One pair, mode and direction: (bytes, seconds per copy).
+/// One pair, mode and direction, over every size.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Series {
+    /// Source GPU.
     pub src: usize,
+    /// Destination GPU (equal to `src`: a copy within one GPU).
     pub dst: usize,
+    /// Peer access enabled or host-staged.
     pub mode: CopyMode,
+    /// Both directions at once.
     pub bidir: bool,
-    pub points: Vec<(u64, f64)>,
+    /// Time per copy at each size.
+    pub points: Vec<Sample>,
 }
 
+/// An ordered pair of GPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuPair {
+    /// Source GPU.
+    pub src: usize,
+    /// Destination GPU.
+    pub dst: usize,
+}
+
+/// Whether P2P delivered a pattern intact (`--verify`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Verification {
+    /// Source GPU.
+    pub src: usize,
+    /// Destination GPU.
+    pub dst: usize,
+    /// The pattern read back on `dst` equals what `src` wrote.
+    pub delivered: bool,
+}
+
+/// Everything a P2P sweep measured.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct P2pResult {
+    /// `cuda` or `sim`.
     pub backend: String,
+    /// Every device the backend saw.
     pub devices: Vec<crate::Device>,
+    /// The GPUs swept (indices into `devices`).
     pub gpus: Vec<usize>,
+    /// The sizes swept, bytes.
     pub sizes: Vec<u64>,
+    /// One series per pair, mode and direction.
     pub series: Vec<Series>,
-    /// (src, dst, delivered) for `--verify`.
-    pub verify: Vec<(usize, usize, bool)>,
-    /// (src, dst) pairs that can enable peer access.
-    pub peer_access: Vec<(usize, usize)>,
+    /// `--verify` results, one per pair that can enable peer access.
+    pub verify: Vec<Verification>,
+    /// Pairs that can enable peer access.
+    pub peer_access: Vec<GpuPair>,
+    /// What the reader should know (one GPU only, P2P that lost data).
     pub notes: Vec<String>,
 }
 
@@ -34,9 +67,11 @@ pub struct P2pResult {
 pub struct P2pOptions {
     /// GPU indices (empty: all).
     pub gpus: Vec<usize>,
+    /// Copy sizes, bytes.
     pub sizes: Vec<u64>,
     /// Copies per measurement for the smallest sizes (fewer for large ones).
     pub iters: u32,
+    /// Also check that P2P delivers data.
     pub verify: bool,
 }
 
@@ -65,6 +100,32 @@ pub fn check_gpus(f: &dyn Fabric, gpus: &[usize]) -> Result<Vec<usize>, FabricEr
     Ok(v)
 }
 
+/// One measurement series to take: a pair, a mode and a direction.
+struct Planned {
+    src: usize,
+    dst: usize,
+    mode: CopyMode,
+    bidir: bool,
+}
+
+/// Every pair in both modes and directions, host-staged first (enabling peer access is sticky for
+/// a context); a GPU with itself is measured once.
+fn plan_series(gpus: &[usize]) -> Vec<Planned> {
+    let mut plan = Vec::new();
+    for mode in [CopyMode::HostStaged, CopyMode::P2p] {
+        for &src in gpus {
+            for &dst in gpus {
+                for bidir in [false, true] {
+                    if !(src == dst && (mode == CopyMode::P2p || bidir)) {
+                        plan.push(Planned { src, dst, mode, bidir });
+                    }
+                }
+            }
+        }
+    }
+    plan
+}
+
 /// The P2P sweep. `progress(done, total)` after each measurement.
 pub fn p2p(f: &mut dyn Fabric, o: &P2pOptions, progress: &mut dyn FnMut(usize, usize)) -> Result<P2pResult, FabricError> {
     let gpus = check_gpus(f, &o.gpus)?;
@@ -72,43 +133,26 @@ pub fn p2p(f: &mut dyn Fabric, o: &P2pOptions, progress: &mut dyn FnMut(usize, u
     if gpus.len() == 1 {
         notes.push(format!("one GPU: no peer to copy to; copies within GPU {} are measured", gpus[0]));
     }
-    let peer_access: Vec<(usize, usize)> =
-        gpus.iter().flat_map(|&a| gpus.iter().map(move |&b| (a, b))).filter(|&(a, b)| f.can_access_peer(a, b)).collect();
-    let pairs: Vec<(usize, usize)> = gpus.iter().flat_map(|&a| gpus.iter().map(move |&b| (a, b))).collect();
-    // Host-staged first: enabling peer access is sticky for a context.
-    let plan: Vec<(usize, usize, CopyMode, bool)> = [CopyMode::HostStaged, CopyMode::P2p]
+    let peer_access: Vec<GpuPair> = gpus
         .iter()
-        .flat_map(|&m| pairs.iter().flat_map(move |&(a, b)| [false, true].into_iter().map(move |bi| (a, b, m, bi))))
-        .filter(|&(a, b, m, bi)| !(a == b && (m == CopyMode::P2p || bi)))
+        .flat_map(|&src| gpus.iter().map(move |&dst| GpuPair { src, dst }))
+        .filter(|p| f.can_access_peer(p.src, p.dst))
         .collect();
+    let plan = plan_series(&gpus);
     let total = plan.len() * o.sizes.len();
     let mut done = 0;
     let mut series = Vec::with_capacity(plan.len());
-    for (a, b, m, bi) in plan {
+    for p in plan {
         let mut points = Vec::with_capacity(o.sizes.len());
-        for &s in &o.sizes {
-            let t = f.copy(a, b, s, m, bi, iters_for(s, o.iters))?;
-            points.push((s, t));
+        for &bytes in &o.sizes {
+            let seconds = f.copy(p.src, p.dst, bytes, p.mode, p.bidir, iters_for(bytes, o.iters))?;
+            points.push(Sample { bytes, seconds });
             done += 1;
             progress(done, total);
         }
-        series.push(Series { src: a, dst: b, mode: m, bidir: bi, points });
+        series.push(Series { src: p.src, dst: p.dst, mode: p.mode, bidir: p.bidir, points });
     }
-    let mut verify = Vec::new();
-    if o.verify {
-        for &(a, b) in &pairs {
-            if a != b && f.can_access_peer(a, b) {
-                verify.push((a, b, f.verify(a, b, 4 << 20)?));
-            }
-        }
-        if verify.is_empty() {
-            notes.push("--verify: no pair can enable peer access, so there is no P2P path to verify".into());
-        }
-        let bad: Vec<String> = verify.iter().filter(|v| !v.2).map(|(a, b, _)| format!("{a}->{b}")).collect();
-        if !bad.is_empty() {
-            notes.push(format!("P2P DID NOT DELIVER DATA on {} (reported OK, read back wrong): do not use P2P here; see servetune probe's IOMMU/ACS finding", bad.join(", ")));
-        }
-    }
+    let verify = if o.verify { verify_pairs(f, &peer_access, &mut notes)? } else { Vec::new() };
     Ok(P2pResult {
         backend: f.name().into(),
         devices: f.devices().to_vec(),
@@ -121,10 +165,31 @@ pub fn p2p(f: &mut dyn Fabric, o: &P2pOptions, progress: &mut dyn FnMut(usize, u
     })
 }
 
+/// `--verify`: a 4 MiB pattern over every pair that can enable peer access; notes what failed.
+fn verify_pairs(f: &mut dyn Fabric, peers: &[GpuPair], notes: &mut Vec<String>) -> Result<Vec<Verification>, FabricError> {
+    let mut verify = Vec::new();
+    for p in peers.iter().filter(|p| p.src != p.dst) {
+        verify.push(Verification { src: p.src, dst: p.dst, delivered: f.verify(p.src, p.dst, 4 << 20)? });
+    }
+    if verify.is_empty() {
+        notes.push("--verify: no pair can enable peer access, so there is no P2P path to verify".into());
+    }
+    let bad: Vec<String> = verify.iter().filter(|v| !v.delivered).map(|v| format!("{}->{}", v.src, v.dst)).collect();
+    if !bad.is_empty() {
+        notes.push(format!(
+            "P2P DID NOT DELIVER DATA on {} (reported OK, read back wrong): do not use P2P here; see servetune probe's IOMMU/ACS finding",
+            bad.join(", ")
+        ));
+    }
+    Ok(verify)
+}
+
 /// One all-reduce size with nccl-tests' definitions (out of place).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AllReduceRow {
+    /// Buffer size per rank, bytes.
     pub bytes: u64,
+    /// Time of one all-reduce, microseconds.
     pub time_us: f64,
     /// bytes / time, GB/s.
     pub algbw_gbs: f64,
@@ -151,7 +216,7 @@ pub fn allreduce(
     ranks: &[usize],
     sizes: &[u64],
     iters: u32,
-    envs: &[Vec<(String, String)>],
+    envs: &[Vec<EnvSetting>],
 ) -> Result<Vec<AllReduceRun>, FabricError> {
     let mut out = Vec::new();
     for env in envs {
@@ -161,9 +226,9 @@ pub fn allreduce(
 }
 
 /// Parses `KEY=VALUE`.
-pub fn parse_env(s: &str) -> Result<(String, String), FabricError> {
+pub fn parse_env(s: &str) -> Result<EnvSetting, FabricError> {
     match s.split_once('=') {
-        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.to_string())),
+        Some((k, v)) if !k.trim().is_empty() => Ok(EnvSetting { name: k.trim().to_string(), value: v.to_string() }),
         _ => Err(FabricError::Input(format!("--env {s:?} has no '=': write KEY=VALUE, e.g. --env NCCL_P2P_DISABLE=1"))),
     }
 }

@@ -11,11 +11,12 @@ use std::process::{Command, Stdio};
 use cudarc::driver::{result, sys};
 use serde::{Deserialize, Serialize};
 
-use crate::{AllReduce, AllReducePoint, AllReduceRun, FabricError};
+use crate::{AllReduce, AllReducePoint, AllReduceRun, EnvSetting, FabricError, TransportCount};
 
 /// Names tried, in order.
 pub const NCCL_NAMES: &[&str] = &["libnccl.so.2", "libnccl.so", "libnccl.so.13", "libnccl.so.12"];
 
+/// NCCL's communicator id (ncclUniqueId), 128 opaque bytes passed from the first rank to the others.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct UniqueId(pub [u8; 128]);
@@ -32,6 +33,7 @@ const NCCL_SUM: c_int = 0;
 /// A loaded NCCL.
 pub struct Nccl {
     lib: libloading::Library,
+    /// The library name that loaded.
     pub name: String,
 }
 
@@ -74,6 +76,7 @@ impl Nccl {
         Err(FabricError::Runtime(format!("{what} failed: {msg} (ncclResult {r})")))
     }
 
+    /// A new communicator id (ncclGetUniqueId), made once by the parent.
     pub fn unique_id(&self) -> Result<UniqueId, FabricError> {
         let mut id = UniqueId([0; 128]);
         // SAFETY: id is a local 128-byte out-parameter.
@@ -100,7 +103,9 @@ fn unhex(s: &str) -> Result<UniqueId, FabricError> {
 /// What a worker prints.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct WorkerOut {
+    /// The worker's rank.
     pub rank: usize,
+    /// Its timing of each size.
     pub points: Vec<AllReducePoint>,
 }
 
@@ -160,7 +165,7 @@ pub fn worker(rank: usize, nranks: usize, device: usize, id_hex: &str, sizes: &[
 }
 
 /// Counts NCCL_DEBUG=INFO transport lines ("... via P2P/IPC").
-pub fn transports(log: &str) -> Vec<(String, usize)> {
+pub fn transports(log: &str) -> Vec<TransportCount> {
     let mut m: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
     for l in log.lines() {
         if let Some(i) = l.find(" via ") {
@@ -168,12 +173,13 @@ pub fn transports(log: &str) -> Vec<(String, usize)> {
             *m.entry(t).or_default() += 1;
         }
     }
-    m.into_iter().collect()
+    m.into_iter().map(|(transport, count)| TransportCount { transport, count }).collect()
 }
 
 /// The multi-process NCCL all-reduce. `worker_cmd` runs `servetune fabric allreduce-worker`.
 #[derive(Debug)]
 pub struct NcclAllReduce {
+    /// The program and leading arguments that start one rank.
     pub worker_cmd: Vec<String>,
 }
 
@@ -182,7 +188,7 @@ impl AllReduce for NcclAllReduce {
         "nccl"
     }
 
-    fn run(&mut self, ranks: &[usize], sizes: &[u64], iters: u32, env: &[(String, String)]) -> Result<AllReduceRun, FabricError> {
+    fn run(&mut self, ranks: &[usize], sizes: &[u64], iters: u32, env: &[EnvSetting]) -> Result<AllReduceRun, FabricError> {
         if !crate::cuda::driver_present() {
             return Err(FabricError::NoDriver { searched: crate::cuda::searched() });
         }
@@ -199,8 +205,8 @@ impl AllReduce for NcclAllReduce {
                 .env("NCCL_DEBUG", "INFO")
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped());
-            for (k, v) in env {
-                c.env(k, v);
+            for e in env {
+                c.env(&e.name, &e.value);
             }
             children.push(c.spawn().map_err(|e| FabricError::Runtime(format!("cannot start an all-reduce worker ({prog}): {e}")))?);
         }
@@ -246,7 +252,8 @@ mod tests {
     #[test]
     fn transport_lines_are_counted() {
         let log = "NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC\nNCCL INFO Channel 01/0 : 0[0] -> 1[1] via P2P/IPC\nNCCL INFO Channel 00 : 1[1] -> 0[0] via SHM/direct/direct\nother line";
-        assert_eq!(transports(log), vec![("via P2P/IPC".to_string(), 2), ("via SHM/direct/direct".to_string(), 1)]);
+        let t = |transport: &str, count| TransportCount { transport: transport.into(), count };
+        assert_eq!(transports(log), vec![t("via P2P/IPC", 2), t("via SHM/direct/direct", 1)]);
     }
 
     #[test]

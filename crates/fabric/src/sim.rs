@@ -2,62 +2,70 @@
 //! pair and, to test verification, P2P that silently drops data. A first-class backend
 //! (`servetune fabric --backend sim`), used by the tests of the timing, fitting and output logic.
 
-use crate::{AllReduce, AllReducePoint, AllReduceRun, CopyMode, Device, Fabric, FabricError};
+use crate::{
+    AllReduce, AllReducePoint, AllReduceRun, CopyMode, Device, EnvSetting, Fabric, FabricError, HostTransfers, Link, TransportCount,
+};
 
-/// One link class: time = alpha + bytes / beta.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Link {
-    pub alpha_us: f64,
-    pub beta_gbs: f64,
+/// A copy within one GPU's memory: launch latency, microseconds.
+const LOCAL_ALPHA_US: f64 = 2.0;
+/// A copy within one GPU's memory: bandwidth, GB/s (about half of a current GPU's HBM bandwidth,
+/// since a copy reads and writes).
+const LOCAL_BETA_GBS: f64 = 1500.0;
+/// NCCL's fixed per-collective latency in the simulated all-reduce, microseconds (the ring base
+/// latency of NCCL's tuning model, docs/reference.md).
+const NCCL_BASE_US: f64 = 6.6;
+/// Host-to-device and device-to-host bandwidth the simulated GPUs report (a PCIe Gen4 x16 slot).
+const SIM_HOST_TRANSFERS: HostTransfers =
+    HostTransfers { pinned_h2d_gbs: 25.0, pinned_d2h_gbs: 26.0, pageable_h2d_gbs: 12.0, pageable_d2h_gbs: 10.0 };
+
+/// The link names `--sim-link` accepts.
+pub const SIM_LINKS: &[&str] = &["pcie-host-staged", "pcie5-p2p", "pcie4-p2p", "nvlink"];
+
+fn catalog_link(name: &str, alpha_us: f64, beta_gbs: f64, mode: CopyMode) -> Link {
+    Link { name: name.into(), alpha_us, beta_gbs, mode, source: "docs/reference.md (the plan's link catalog)".into() }
 }
 
-impl Link {
-    fn secs(&self, bytes: u64) -> f64 {
-        self.alpha_us * 1e-6 + bytes as f64 / (self.beta_gbs * 1e9)
-    }
+/// Copies staged through host memory on the reference deployment (a KVM guest without P2P).
+fn host_staged() -> Link {
+    catalog_link("pcie-host-staged", 13.3, 29.4, CopyMode::HostStaged)
 }
 
+/// A simulated machine.
 #[derive(Debug, Clone)]
 pub struct SimFabric {
+    /// Its GPUs.
     pub devices: Vec<Device>,
     /// Direct GPU-to-GPU (used when peer access is enabled and allowed).
     pub p2p: Link,
     /// Through host memory.
     pub staged: Link,
-    /// Within one GPU.
-    pub local: Link,
     /// Whether each pair may enable peer access.
     pub p2p_allowed: bool,
     /// P2P reports success but loses data (IOMMU/ACS trouble).
     pub p2p_drops_data: bool,
-    /// Relative timing noise amplitude (deterministic by size and pair).
+    /// Relative timing noise amplitude (deterministic by size and pair); 0.02 is ±2%.
     pub noise: f64,
 }
 
 impl SimFabric {
-    /// `n` GPUs of a named kind; links from the same facts as the plan's catalog
-    /// (shared/reference/hardware.md).
+    /// `n` GPUs joined by the catalog link `link` (one of [`SIM_LINKS`]); the numbers are the plan's
+    /// catalog values (docs/reference.md).
     pub fn new(n: usize, link: &str) -> Result<Self, FabricError> {
-        let (p2p, p2p_allowed) = match link {
-            "pcie-host-staged" => (Link { alpha_us: 13.3, beta_gbs: 29.4 }, false),
-            "pcie5-p2p" => (Link { alpha_us: 0.5, beta_gbs: 53.8 }, true),
-            "pcie4-p2p" => (Link { alpha_us: 0.8, beta_gbs: 24.0 }, true),
-            "nvlink" => (Link { alpha_us: 0.6, beta_gbs: 450.0 }, true),
-            other => {
-                return Err(FabricError::Input(format!(
-                    "--sim-link {other:?} is unknown; known: pcie-host-staged, pcie5-p2p, pcie4-p2p, nvlink"
-                )))
-            }
+        let p2p = match link {
+            "pcie-host-staged" => host_staged(),
+            "pcie5-p2p" => catalog_link(link, 0.5, 53.8, CopyMode::P2p),
+            "pcie4-p2p" => catalog_link(link, 0.8, 24.0, CopyMode::P2p),
+            "nvlink" => catalog_link(link, 0.6, 450.0, CopyMode::P2p),
+            other => return Err(FabricError::Input(format!("--sim-link {other:?} is unknown; known: {}", SIM_LINKS.join(", ")))),
         };
         if n == 0 || n > 64 {
             return Err(FabricError::Input(format!("--sim-gpus {n}: give 1 to 64")));
         }
         Ok(Self {
             devices: (0..n).map(|i| Device { index: i, name: format!("simulated GPU ({link})") }).collect(),
+            p2p_allowed: p2p.mode == CopyMode::P2p,
             p2p,
-            staged: Link { alpha_us: 13.3, beta_gbs: 29.4 },
-            local: Link { alpha_us: 2.0, beta_gbs: 1500.0 },
-            p2p_allowed,
+            staged: host_staged(),
             p2p_drops_data: false,
             noise: 0.0,
         })
@@ -96,7 +104,7 @@ impl Fabric for SimFabric {
         self.check(src)?;
         self.check(dst)?;
         let t = if src == dst {
-            self.local.secs(bytes)
+            LOCAL_ALPHA_US * 1e-6 + bytes as f64 / (LOCAL_BETA_GBS * 1e9)
         } else if mode == CopyMode::P2p && self.can_access_peer(src, dst) {
             // Full duplex: both directions at once take as long as one.
             self.p2p.secs(bytes)
@@ -115,15 +123,16 @@ impl Fabric for SimFabric {
         Ok(!(self.p2p_drops_data && self.can_access_peer(src, dst)))
     }
 
-    fn host_transfers(&mut self, dev: usize, _bytes: u64) -> Result<(f64, f64, f64, f64), FabricError> {
+    fn host_transfers(&mut self, dev: usize, _bytes: u64) -> Result<HostTransfers, FabricError> {
         self.check(dev)?;
-        Ok((25.0, 26.0, 12.0, 10.0))
+        Ok(SIM_HOST_TRANSFERS)
     }
 }
 
-/// A simulated NCCL: NCCL's ring cost model (tuning.cc; hardware.md) over the fabric's links.
+/// A simulated NCCL: NCCL's ring cost model (tuning.cc; docs/reference.md) over the fabric's links.
 #[derive(Debug, Clone)]
 pub struct SimAllReduce {
+    /// The machine it runs on.
     pub fabric: SimFabric,
 }
 
@@ -132,21 +141,21 @@ impl AllReduce for SimAllReduce {
         "sim"
     }
 
-    fn run(&mut self, ranks: &[usize], sizes: &[u64], _iters: u32, env: &[(String, String)]) -> Result<AllReduceRun, FabricError> {
+    fn run(&mut self, ranks: &[usize], sizes: &[u64], _iters: u32, env: &[EnvSetting]) -> Result<AllReduceRun, FabricError> {
         for &r in ranks {
             self.fabric.check(r)?;
         }
         let n = ranks.len() as f64;
-        let p2p_off = env.iter().any(|(k, v)| k == "NCCL_P2P_DISABLE" && v == "1");
+        let p2p_off = env.iter().any(|e| e.name == "NCCL_P2P_DISABLE" && e.value == "1");
         let use_p2p = self.fabric.p2p_allowed && !p2p_off;
-        let link = if use_p2p { self.fabric.p2p } else { self.fabric.staged };
+        let link = if use_p2p { &self.fabric.p2p } else { &self.fabric.staged };
         let points = sizes
             .iter()
             .map(|&b| {
                 let t = if n <= 1.0 {
-                    self.fabric.local.secs(b) * 1e6
+                    (LOCAL_ALPHA_US * 1e-6 + b as f64 / (LOCAL_BETA_GBS * 1e9)) * 1e6
                 } else {
-                    6.6 + 2.0 * (n - 1.0) * link.alpha_us + b as f64 * 2.0 * (n - 1.0) / n / (link.beta_gbs * 1e3)
+                    NCCL_BASE_US + 2.0 * (n - 1.0) * link.alpha_us + b as f64 * 2.0 * (n - 1.0) / n / (link.beta_gbs * 1e3)
                 };
                 AllReducePoint { bytes: b, time_us: t }
             })
@@ -161,7 +170,7 @@ impl AllReduce for SimAllReduce {
         Ok(AllReduceRun {
             ranks: ranks.len(),
             points,
-            transports: vec![(transport.to_string(), ranks.len().saturating_sub(1) * 2)],
+            transports: vec![TransportCount { transport: transport.to_string(), count: ranks.len().saturating_sub(1) * 2 }],
             env: env.to_vec(),
         })
     }

@@ -1,10 +1,11 @@
 //! The timing, statistics, fitting and output logic of servetune-fabric, run through the simulated
 //! backend (devices with configured alpha/beta).
 
+use servetune_fabric::host::{HostPair, HostPoint};
 use servetune_fabric::measure::{self, P2pOptions};
-use servetune_fabric::report::{self, FabricReport};
+use servetune_fabric::report::{self, FabricReport, GpuTransfers};
 use servetune_fabric::sim::{SimAllReduce, SimFabric};
-use servetune_fabric::{sizes, CopyMode, FabricError};
+use servetune_fabric::{sizes, CopyMode, EnvSetting, FabricError, HostTransfers};
 
 fn sweep(f: &mut SimFabric, gpus: Vec<usize>, verify: bool) -> Result<FabricReport, FabricError> {
     let o = P2pOptions { gpus, sizes: sizes(4, 256 << 20)?, iters: 100, verify };
@@ -84,7 +85,7 @@ fn noisy_measurements_still_fit_within_a_few_percent() {
 #[test]
 fn allreduce_reports_nccl_tests_bus_bandwidth_and_env_comparisons() {
     let mut ar = SimAllReduce { fabric: SimFabric::new(8, "pcie5-p2p").expect("sim") };
-    let envs = vec![vec![], vec![("NCCL_P2P_DISABLE".to_string(), "1".to_string())]];
+    let envs = vec![vec![], vec![EnvSetting { name: "NCCL_P2P_DISABLE".into(), value: "1".into() }]];
     let sz: Vec<u64> = (3..=27).map(|p| 1u64 << p).collect();
     let runs = measure::allreduce(&mut ar, &[0, 1, 2, 3, 4, 5, 6, 7], &sz, 20, &envs).expect("runs");
     let r = report::allreduce_report("sim", &runs);
@@ -96,9 +97,9 @@ fn allreduce_reports_nccl_tests_bus_bandwidth_and_env_comparisons() {
     // NCCL's own model: base 6.6 us + 2(n-1) hops.
     let f = base.fit.as_ref().expect("fit");
     assert!((f.alpha_us - (6.6 + 14.0 * 0.5)).abs() < 0.01, "{}", f.alpha_us);
-    assert_eq!(base.transports[0].0, "via P2P/IPC");
+    assert_eq!(base.transports[0].transport, "via P2P/IPC");
     let off = &r.allreduce[1];
-    assert_eq!(off.transports[0].0, "via SHM/direct/direct");
+    assert_eq!(off.transports[0].transport, "via SHM/direct/direct");
     assert!(off.busbw_large_gbs < base.busbw_large_gbs);
     let mut text = Vec::new();
     report::write_terminal(&r, &mut text).expect("render");
@@ -110,7 +111,7 @@ fn allreduce_reports_nccl_tests_bus_bandwidth_and_env_comparisons() {
 fn env_without_equals_is_refused() {
     let e = measure::parse_env("NCCL_ALGO").expect_err("no =");
     assert!(e.to_string().contains("has no '='"), "{e}");
-    assert_eq!(measure::parse_env("NCCL_ALGO=Tree").expect("ok"), ("NCCL_ALGO".into(), "Tree".into()));
+    assert_eq!(measure::parse_env("NCCL_ALGO=Tree").expect("ok"), EnvSetting { name: "NCCL_ALGO".into(), value: "Tree".into() });
 }
 
 #[test]
@@ -120,5 +121,69 @@ fn the_json_document_round_trips() {
     let text = serde_json::to_string(&r).expect("json");
     let back: FabricReport = serde_json::from_str(&text).expect("parse");
     assert_eq!(back, r);
-    assert_eq!(back.schema, "servetune.fabric/1");
+    assert_eq!(back.schema, "servetune.fabric/1.1");
+}
+
+#[test]
+fn serialized_pairs_points_and_fits_are_named_objects_not_arrays() {
+    let mut f = SimFabric::new(2, "pcie5-p2p").expect("sim");
+    let v = serde_json::to_value(sweep(&mut f, vec![], true).expect("sweep")).expect("json");
+    let p2p = &v["p2p"];
+    assert!(p2p["series"][0]["points"][0]["bytes"].is_u64() && p2p["series"][0]["points"][0]["seconds"].is_f64(), "{}", p2p["series"][0]);
+    assert!(p2p["verify"][0]["delivered"].is_boolean(), "{}", p2p["verify"]);
+    assert!(p2p["peer_access"][0]["src"].is_u64(), "{}", p2p["peer_access"]);
+    let r = &v["pair_fits"][0]["fit"]["residuals"][0];
+    for k in ["bytes", "measured_us", "fitted_us", "relative"] {
+        assert!(!r[k].is_null(), "{k} in {r}");
+    }
+    let pairs = vec![HostPair { src_node: 0, dst_node: 0, pinned: true, points: host_points() }];
+    let t = HostTransfers { pinned_h2d_gbs: 25.0, pinned_d2h_gbs: 26.0, pageable_h2d_gbs: 12.0, pageable_d2h_gbs: 10.0 };
+    let h = serde_json::to_value(report::host_report(pairs, vec![GpuTransfers { gpu: 0, bandwidth: t }], vec![])).expect("json");
+    assert_eq!(h["host"]["fits"][0]["src_node"], 0);
+    assert!(h["host"]["fits"][0]["fit"]["beta_gbs"].is_f64(), "{}", h["host"]["fits"]);
+    assert_eq!(h["host"]["gpu_transfers"][0]["bandwidth"]["pageable_d2h_gbs"], 10.0);
+}
+
+/// Host copies of a machine whose memory copies at 10 GB/s after 1 us.
+fn host_points() -> Vec<HostPoint> {
+    [64u64, 1 << 20, 16 << 20, 64 << 20]
+        .iter()
+        .map(|&bytes| {
+            let time_us = 1.0 + bytes as f64 / 10e3;
+            HostPoint { bytes, time_us, gbs: bytes as f64 / time_us / 1e3 }
+        })
+        .collect()
+}
+
+fn render(r: &FabricReport) -> String {
+    let mut out = Vec::new();
+    report::write_terminal(r, &mut out).expect("render");
+    String::from_utf8(out).expect("utf8")
+}
+
+/// The terminal report of a P2P sweep over two simulated PCIe 5 GPUs, verified.
+#[test]
+fn terminal_report_of_a_p2p_sweep() {
+    let mut f = SimFabric::new(2, "pcie5-p2p").expect("sim");
+    let o = P2pOptions { gpus: vec![], sizes: sizes(4, 16 << 20).expect("sizes"), iters: 10, verify: true };
+    let r = report::p2p_report(measure::p2p(&mut f, &o, &mut |_, _| {}).expect("sweep"));
+    insta::assert_snapshot!(render(&r));
+}
+
+/// The terminal report of an all-reduce sweep with and without P2P.
+#[test]
+fn terminal_report_of_an_allreduce_comparison() {
+    let mut ar = SimAllReduce { fabric: SimFabric::new(4, "pcie5-p2p").expect("sim") };
+    let envs = vec![vec![], vec![EnvSetting { name: "NCCL_P2P_DISABLE".into(), value: "1".into() }]];
+    let runs = measure::allreduce(&mut ar, &[0, 1, 2, 3], &sizes(8, 8 << 20).expect("sizes"), 5, &envs).expect("runs");
+    insta::assert_snapshot!(render(&report::allreduce_report("sim", &runs)));
+}
+
+/// The terminal report of host copies (fixed measurements, so the snapshot does not depend on this machine).
+#[test]
+fn terminal_report_of_host_copies() {
+    let pairs = vec![HostPair { src_node: 0, dst_node: 1, pinned: false, points: host_points() }];
+    let t = HostTransfers { pinned_h2d_gbs: 25.0, pinned_d2h_gbs: 26.0, pageable_h2d_gbs: 12.0, pageable_d2h_gbs: 10.0 };
+    let r = report::host_report(pairs, vec![GpuTransfers { gpu: 0, bandwidth: t }], vec!["one note".into()]);
+    insta::assert_snapshot!(render(&r));
 }

@@ -13,10 +13,14 @@ pub struct Root {
     record: Option<Mutex<Recorded>>,
 }
 
+/// What a recording root saw, as absolute paths on the real machine.
 #[derive(Debug, Default, Clone)]
 pub struct Recorded {
+    /// Files read, or found to exist.
     pub files: BTreeSet<String>,
+    /// Symlinks read.
     pub links: BTreeSet<String>,
+    /// Directories listed, or found to exist.
     pub dirs: BTreeSet<String>,
 }
 
@@ -36,6 +40,7 @@ impl Root {
         Self { root: PathBuf::from("/"), record: Some(Mutex::new(Recorded::default())) }
     }
 
+    /// What was read so far (empty unless recording).
     pub fn recorded(&self) -> Recorded {
         self.record.as_ref().and_then(|r| r.lock().ok().map(|r| r.clone())).unwrap_or_default()
     }
@@ -70,6 +75,7 @@ impl Root {
         Some(s)
     }
 
+    /// Whether the path exists (file or directory).
     pub fn exists(&self, p: &str) -> bool {
         let e = self.path(p).exists();
         if e {

@@ -6,19 +6,31 @@ use serde::{Deserialize, Serialize};
 /// One GPU as NVML describes it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Gpu {
+    /// NVML's device index.
     pub index: u32,
+    /// Product name.
     pub name: String,
+    /// GPU UUID.
     pub uuid: String,
     /// PCI bus id, lower-case and domain-qualified like sysfs (0000:01:00.0).
     pub bus_id: String,
+    /// CUDA compute capability, `major.minor` (12.0).
     pub compute_capability: Option<String>,
+    /// NVML's architecture name (Blackwell).
     pub architecture: Option<String>,
+    /// Total memory, MiB.
     pub memory_total_mib: Option<u64>,
+    /// Persistence mode on.
     pub persistence_mode: Option<bool>,
+    /// Maximum graphics clock, MHz.
     pub max_graphics_clock_mhz: Option<u32>,
+    /// Maximum memory clock, MHz.
     pub max_memory_clock_mhz: Option<u32>,
+    /// Enforced power limit, watts.
     pub power_limit_w: Option<f64>,
+    /// ECC currently enabled.
     pub ecc_enabled: Option<bool>,
+    /// MIG mode currently enabled.
     pub mig_enabled: Option<bool>,
     /// Active NVLink links.
     pub nvlinks_active: u32,
@@ -29,8 +41,11 @@ pub struct Gpu {
 pub struct NvmlSnapshot {
     /// Set when NVML could not be loaded or initialised.
     pub error: Option<String>,
+    /// Driver version (580.82.07).
     pub driver_version: Option<String>,
+    /// Highest CUDA version the driver supports (13.0).
     pub cuda_version: Option<String>,
+    /// Every GPU NVML lists.
     pub gpus: Vec<Gpu>,
     /// topology[i][j]: X, NV#, PIX, PXB, PHB, NODE, SYS (as `nvidia-smi topo -m`).
     pub topology: Vec<Vec<String>>,
@@ -41,6 +56,7 @@ pub struct NvmlSnapshot {
 
 /// The NVML side of a probe: live or recorded.
 pub trait GpuSource {
+    /// Everything NVML says, or why it could not be asked.
     fn snapshot(&self) -> NvmlSnapshot;
 }
 

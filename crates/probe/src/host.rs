@@ -4,25 +4,47 @@ use serde::{Deserialize, Serialize};
 
 use crate::fs::Root;
 
+/// One NUMA node.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NumaNode {
+    /// The node number (sysfs `nodeN`).
     pub id: u32,
+    /// Its CPUs as a cpulist (`0-31,64-95`).
     pub cpus: String,
+    /// Its memory, GB (10^9 bytes).
     pub memory_gb: Option<f64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Host {
-    pub cpu_model: Option<String>,
-    pub sockets: u32,
-    pub cores: u32,
-    pub threads: u32,
-    pub numa_nodes: Vec<NumaNode>,
-    pub kernel: Option<String>,
-    /// IOMMU group number and its type (DMA, DMA-FQ, identity, ...).
-    pub iommu_groups: Vec<(u32, String)>,
+/// One IOMMU group.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct IommuGroup {
+    /// The group number.
+    pub id: u32,
+    /// Its translation type as the kernel names it (DMA, DMA-FQ, identity, ...); `unknown` when
+    /// the type file is missing.
+    pub kind: String,
 }
 
+/// The CPU side of the box.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Host {
+    /// The first `model name` in /proc/cpuinfo.
+    pub cpu_model: Option<String>,
+    /// Distinct `physical id`s (at least 1).
+    pub sockets: u32,
+    /// Physical cores over all sockets.
+    pub cores: u32,
+    /// Logical CPUs.
+    pub threads: u32,
+    /// NUMA nodes, by number.
+    pub numa_nodes: Vec<NumaNode>,
+    /// Kernel release.
+    pub kernel: Option<String>,
+    /// IOMMU groups, by number; empty when the IOMMU is off.
+    pub iommu_groups: Vec<IommuGroup>,
+}
+
+/// Reads the host's CPU, NUMA, kernel and IOMMU facts under `fs`.
 pub fn detect(fs: &Root) -> Host {
     let cpuinfo = fs.read("/proc/cpuinfo").unwrap_or_default();
     let mut model = None;
@@ -62,12 +84,12 @@ pub fn detect(fs: &Root) -> Host {
         numa_nodes.push(NumaNode { id, cpus, memory_gb: mem });
     }
     numa_nodes.sort_by_key(|n| n.id);
-    let mut iommu_groups: Vec<(u32, String)> = fs
+    let mut iommu_groups: Vec<IommuGroup> = fs
         .list("/sys/kernel/iommu_groups")
         .into_iter()
         .filter_map(|g| {
             let id = g.parse::<u32>().ok()?;
-            Some((id, fs.read(&format!("/sys/kernel/iommu_groups/{g}/type")).unwrap_or_else(|| "unknown".into())))
+            Some(IommuGroup { id, kind: fs.read(&format!("/sys/kernel/iommu_groups/{g}/type")).unwrap_or_else(|| "unknown".into()) })
         })
         .collect();
     iommu_groups.sort();

@@ -5,6 +5,8 @@
 //! same code paths as a live machine. [`findings`] turns facts into ranked findings; [`render`]
 //! prints them.
 
+#![warn(missing_docs)]
+
 pub mod findings;
 pub mod fs;
 pub mod gpu;
@@ -21,9 +23,13 @@ use serde::{Deserialize, Serialize};
 /// The facts of one probe.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProbeFacts {
+    /// VM and container, with evidence.
     pub virtualization: virt::Virtualization,
+    /// CPU, NUMA, kernel, IOMMU.
     pub host: host::Host,
+    /// NVIDIA devices on the PCIe bus.
     pub pcie: Vec<pcie::PciGpu>,
+    /// What NVML said.
     pub nvml: gpu::NvmlSnapshot,
     /// /sys/module/nvidia_uvm/parameters/*.
     pub uvm_params: BTreeMap<String, String>,
@@ -34,38 +40,61 @@ pub struct ProbeFacts {
 /// `servetune probe --json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProbeReport {
-    /// Always "servetune.probe/1".
+    /// Always [`SCHEMA`].
     pub schema: String,
     /// Unix seconds.
     pub probed_at: u64,
+    /// VM and container, with evidence.
     pub virtualization: virt::Virtualization,
+    /// CPU, NUMA, kernel, IOMMU.
     pub host: host::Host,
+    /// NVIDIA devices on the PCIe bus, with links and bridges.
     pub pcie: Vec<pcie::PciGpu>,
+    /// GPUs as NVML lists them.
     pub gpus: Vec<gpu::Gpu>,
+    /// Whether a driver answered, and its versions.
     pub driver: Driver,
+    /// `nvidia-smi topo -m`'s matrix.
     pub topology: Topology,
+    /// P2P status matrices by capability (read, write, nvlink, atomics), as `nvidia-smi topo -p2p`.
     pub p2p: BTreeMap<String, Vec<Vec<String>>>,
+    /// /sys/module/nvidia_uvm/parameters/*.
     pub uvm_params: BTreeMap<String, String>,
+    /// Ranked findings, most severe first.
     pub findings: Vec<findings::Finding>,
+    /// Files that could not be read (the probe went on without them).
     pub unreadable: Vec<String>,
+    /// What makes this report incomplete, e.g. a `--root` snapshot that lacks part of a capture.
+    pub warnings: Vec<String>,
 }
 
+/// The NVIDIA driver as NVML saw it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Driver {
+    /// NVML loaded and initialised.
     pub found: bool,
+    /// Why not, when it did not.
     pub error: Option<String>,
+    /// Driver version.
     pub driver_version: Option<String>,
+    /// Highest CUDA version the driver supports.
     pub cuda_version: Option<String>,
 }
 
+/// The GPU topology matrix.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Topology {
-    /// GPU index order of the matrices.
+    /// GPU names in the order of the matrices' rows and columns (GPU0, GPU1, ...).
     pub gpus: Vec<String>,
+    /// `matrix[i][j]`: X, NV#, PIX, PXB, PHB, NODE or SYS (as `nvidia-smi topo -m`).
     pub matrix: Vec<Vec<String>>,
 }
 
-pub const SCHEMA: &str = "servetune.probe/1";
+/// The `schema` of every probe document.
+///
+/// 1.1 (from 1): `host.iommu_groups` entries are `{id, kind}` objects instead of `[id, kind]`
+/// arrays, and `warnings` is new.
+pub const SCHEMA: &str = "servetune.probe/1.1";
 
 /// Gathers facts from `fs` and `gpus`. `cpuid`: the hypervisor signature (live) or `None` to read
 /// the captured `/servetune/cpuid`.
@@ -108,6 +137,7 @@ pub fn report(facts: ProbeFacts, probed_at: u64) -> ProbeReport {
         uvm_params: facts.uvm_params,
         findings,
         unreadable: facts.unreadable,
+        warnings: Vec::new(),
     }
 }
 
@@ -116,11 +146,50 @@ pub fn probe_live(now: u64) -> ProbeReport {
     report(gather(&fs::Root::live(), &gpu::Live, virt::cpuid_signature()), now)
 }
 
-/// Analyses a snapshot tree (`--root DIR`) with its recorded `nvml.json`.
-pub fn probe_root(dir: &Path, now: u64) -> Result<ProbeReport, String> {
+/// What every capture holds (paths relative to its root), with what each is for.
+const CAPTURE_PARTS: &[CapturePart] = &[
+    CapturePart { path: "proc/cpuinfo", holds: "the CPU" },
+    CapturePart { path: "sys/bus/pci/devices", holds: "the PCIe devices" },
+    CapturePart { path: "nvml.json", holds: "NVML's view of the GPUs" },
+];
+
+/// One part of a capture.
+struct CapturePart {
+    path: &'static str,
+    holds: &'static str,
+}
+
+/// Checks that `dir` looks like a capture: an error when it holds none of a capture's parts, a
+/// warning per missing part when it holds some.
+fn check_capture(dir: &Path) -> Result<Vec<String>, String> {
     if !dir.is_dir() {
         return Err(format!("--root {}: not a directory; give a tree written by servetune probe --capture", dir.display()));
     }
+    let missing: Vec<&CapturePart> = CAPTURE_PARTS.iter().filter(|p| !dir.join(p.path).exists()).collect();
+    if missing.len() == CAPTURE_PARTS.len() {
+        return Err(format!(
+            "--root {}: not a probe capture (it has none of {}); give a directory written by servetune probe --capture DIR",
+            dir.display(),
+            CAPTURE_PARTS.iter().map(|p| p.path).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    Ok(missing
+        .iter()
+        .map(|p| {
+            format!(
+                "--root {}: the snapshot has no {} ({}), so that part of the report is empty; a capture written by servetune probe --capture always has it",
+                dir.display(),
+                p.path,
+                p.holds
+            )
+        })
+        .collect())
+}
+
+/// Analyses a snapshot tree (`--root DIR`) with its recorded `nvml.json`. An error when `dir` is
+/// not a capture; a warning in the report for each part of a capture it lacks.
+pub fn probe_root(dir: &Path, now: u64) -> Result<ProbeReport, String> {
+    let warnings = check_capture(dir)?;
     let nvml = match std::fs::read_to_string(dir.join("nvml.json")) {
         Ok(t) => Some(
             serde_json::from_str::<gpu::NvmlSnapshot>(&t)
@@ -128,7 +197,9 @@ pub fn probe_root(dir: &Path, now: u64) -> Result<ProbeReport, String> {
         ),
         Err(_) => None,
     };
-    Ok(report(gather(&fs::Root::at(dir), &gpu::Recorded(nvml), None), now))
+    let mut r = report(gather(&fs::Root::at(dir), &gpu::Recorded(nvml), None), now);
+    r.warnings = warnings;
+    Ok(r)
 }
 
 /// Probes the live machine and copies what it read into `dir` (with `nvml.json` and the CPUID

@@ -5,33 +5,69 @@ use serde::{Deserialize, Serialize};
 
 use crate::fs::Root;
 
+/// A GPU's PCIe link as sysfs reports it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Link {
+    /// PCIe generation it trained at (from `current_link_speed`).
     pub current_gen: Option<u32>,
+    /// Highest generation the device supports (from `max_link_speed`).
     pub max_gen: Option<u32>,
+    /// Lanes it trained at.
     pub current_width: Option<u32>,
+    /// Lanes the device supports.
     pub max_width: Option<u32>,
     /// Running below its maximum generation or width.
     pub downgraded: bool,
 }
 
+/// Whether a bridge redirects peer-to-peer traffic up to the root complex (ACS P2P redirect).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AcsState {
+    /// P2P request or completion redirect is set.
+    On,
+    /// ACS is absent or no redirect bit is set.
+    Off,
+    /// Config space beyond 256 bytes was not readable (it needs root).
+    Unknown,
+}
+
+impl AcsState {
+    /// `on`, `off` or `unknown`.
+    pub fn name(self) -> &'static str {
+        match self {
+            AcsState::On => "on",
+            AcsState::Off => "off",
+            AcsState::Unknown => "unknown",
+        }
+    }
+}
+
+/// A PCIe bridge or switch port above a GPU.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Bridge {
+    /// Its PCI address (0000:00:01.1).
     pub bus_id: String,
-    /// "on", "off" or "unknown" (config space beyond 256 bytes needs root).
-    pub acs: String,
+    /// ACS P2P redirect.
+    pub acs: AcsState,
     /// ACS control bits set, when readable.
     pub acs_bits: Vec<String>,
 }
 
+/// An NVIDIA display or 3D controller on the PCIe bus.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PciGpu {
+    /// Its PCI address, domain-qualified (0000:01:00.0).
     pub bus_id: String,
+    /// PCI device id, four hex digits.
     pub device_id: String,
     /// -1 when the platform reports none.
     pub numa_node: i32,
+    /// Its PCIe link.
     pub link: Link,
+    /// IOMMU group number, when the IOMMU is on.
     pub iommu_group: Option<u32>,
+    /// The group's translation type as the kernel names it (DMA, DMA-FQ, identity).
     pub iommu_type: Option<String>,
     /// Upstream bridges, nearest first.
     pub bridges: Vec<Bridge>,
@@ -126,9 +162,9 @@ pub fn detect(fs: &Root, unreadable: &mut Vec<String>) -> Vec<PciGpu> {
                 let cfg = fs.read_bytes(&format!("/sys/bus/pci/devices/{b}/config"));
                 let acs = cfg.as_deref().and_then(acs_from_config);
                 let (state, bits) = match acs {
-                    None => ("unknown".to_string(), Vec::new()),
-                    Some(bits) if bits.iter().any(|b| b.contains("Redirect")) => ("on".to_string(), bits),
-                    Some(bits) => ("off".to_string(), bits),
+                    None => (AcsState::Unknown, Vec::new()),
+                    Some(bits) if bits.iter().any(|b| b.contains("Redirect")) => (AcsState::On, bits),
+                    Some(bits) => (AcsState::Off, bits),
                 };
                 bridges.push(Bridge { bus_id: b.to_string(), acs: state, acs_bits: bits });
             }

@@ -4,19 +4,13 @@ use std::io::{self, Write};
 
 use crate::ProbeReport;
 
+/// A GPU-by-GPU matrix laid out as `nvidia-smi topo` prints it.
 fn matrix(w: &mut impl Write, names: &[String], m: &[Vec<String>]) -> io::Result<()> {
     let width = names.iter().map(|n| n.len()).chain(m.iter().flatten().map(|s| s.len())).max().unwrap_or(4).max(4);
-    write!(w, "        ")?;
-    for n in names {
-        write!(w, "{n:>width$} ")?;
-    }
-    writeln!(w)?;
+    let cells = |c: &mut dyn Iterator<Item = &String>| c.map(|s| format!("{s:>width$}")).collect::<Vec<_>>().join(" ");
+    writeln!(w, "{:<8}{}", "", cells(&mut names.iter()))?;
     for (i, row) in m.iter().enumerate() {
-        write!(w, "{:<8}", names.get(i).map(String::as_str).unwrap_or("?"))?;
-        for s in row {
-            write!(w, "{s:>width$} ")?;
-        }
-        writeln!(w)?;
+        writeln!(w, "{:<8}{}", names.get(i).map(String::as_str).unwrap_or("?"), cells(&mut row.iter()))?;
     }
     Ok(())
 }
@@ -28,7 +22,7 @@ fn write_tree(w: &mut impl Write, r: &ProbeReport) -> io::Result<()> {
     let mut top = Node::default();
     for g in &r.pcie {
         let mut path: Vec<String> = vec![g.root.clone().unwrap_or_else(|| "?".into())];
-        path.extend(g.bridges.iter().rev().map(|b| format!("{} (ACS {})", b.bus_id, b.acs)));
+        path.extend(g.bridges.iter().rev().map(|b| format!("{} (ACS {})", b.bus_id, b.acs.name())));
         path.push(format!("{} GPU, NUMA {}", g.bus_id, g.numa_node));
         let mut n = &mut top;
         for p in path {
@@ -45,12 +39,31 @@ fn write_tree(w: &mut impl Write, r: &ProbeReport) -> io::Result<()> {
     walk(w, &top, 0)
 }
 
+/// The terminal report: warnings, then virtualization, host, PCIe, GPUs, findings.
 pub fn write_terminal(r: &ProbeReport, mut w: impl Write) -> io::Result<()> {
+    for warning in &r.warnings {
+        writeln!(w, "warning: {warning}")?;
+    }
+    if !r.warnings.is_empty() {
+        writeln!(w)?;
+    }
+    write_virtualization(&mut w, r)?;
+    write_host(&mut w, r)?;
+    write_pcie(&mut w, r)?;
+    write_gpus(&mut w, r)?;
+    write_findings(&mut w, r)
+}
+
+fn write_virtualization(w: &mut impl Write, r: &ProbeReport) -> io::Result<()> {
     let v = &r.virtualization;
-    writeln!(w, "== virtualization\n  vm: {}   container: {}\n  {}", v.vm, v.container, v.implication)?;
+    writeln!(w, "== virtualization\n  vm: {}   container: {}\n  {}", v.vm.name(), v.container.name(), v.implication)?;
     for e in &v.evidence {
         writeln!(w, "  - {e}")?;
     }
+    Ok(())
+}
+
+fn write_host(w: &mut impl Write, r: &ProbeReport) -> io::Result<()> {
     let h = &r.host;
     writeln!(
         w,
@@ -65,19 +78,18 @@ pub fn write_terminal(r: &ProbeReport, mut w: impl Write) -> io::Result<()> {
         writeln!(w, "  NUMA node {}: cpus {}{}", n.id, n.cpus, n.memory_gb.map(|m| format!(", {m:.0} GB")).unwrap_or_default())?;
     }
     let mut kinds: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
-    for (_, t) in &h.iommu_groups {
-        *kinds.entry(t.as_str()).or_default() += 1;
+    for g in &h.iommu_groups {
+        *kinds.entry(g.kind.as_str()).or_default() += 1;
     }
-    writeln!(
-        w,
-        "  IOMMU groups: {}",
-        if kinds.is_empty() {
-            "none (IOMMU off or not visible)".to_string()
-        } else {
-            kinds.iter().map(|(k, n)| format!("{n} x {k}")).collect::<Vec<_>>().join(", ")
-        }
-    )?;
+    let groups = if kinds.is_empty() {
+        "none (IOMMU off or not visible)".to_string()
+    } else {
+        kinds.iter().map(|(k, n)| format!("{n} x {k}")).collect::<Vec<_>>().join(", ")
+    };
+    writeln!(w, "  IOMMU groups: {groups}")
+}
 
+fn write_pcie(w: &mut impl Write, r: &ProbeReport) -> io::Result<()> {
     writeln!(w, "\n== PCIe (NVIDIA devices)")?;
     if r.pcie.is_empty() {
         writeln!(w, "  none")?;
@@ -86,7 +98,7 @@ pub fn write_terminal(r: &ProbeReport, mut w: impl Write) -> io::Result<()> {
         let l = &g.link;
         writeln!(
             w,
-            "  {}  dev {}  NUMA {}  link Gen{} x{} (max Gen{} x{}){}  IOMMU group {} {}",
+            "  {}  dev {}  NUMA {}  link Gen{} x{} (max Gen{} x{}){}  IOMMU group {}{}",
             g.bus_id,
             g.device_id,
             g.numa_node,
@@ -96,24 +108,25 @@ pub fn write_terminal(r: &ProbeReport, mut w: impl Write) -> io::Result<()> {
             l.max_width.unwrap_or(0),
             if l.downgraded { " DOWNGRADED" } else { "" },
             g.iommu_group.map(|x| x.to_string()).unwrap_or_else(|| "-".into()),
-            g.iommu_type.as_deref().unwrap_or("")
+            g.iommu_type.as_deref().map(|t| format!(" {t}")).unwrap_or_default()
         )?;
         for b in &g.bridges {
-            writeln!(
-                w,
-                "      <- {} ACS {}{}",
-                b.bus_id,
-                b.acs,
-                if b.acs_bits.is_empty() { String::new() } else { format!(" ({})", b.acs_bits.join(", ")) }
-            )?;
+            let bits = if b.acs_bits.is_empty() { String::new() } else { format!(" ({})", b.acs_bits.join(", ")) };
+            writeln!(w, "      <- {} ACS {}{bits}", b.bus_id, b.acs.name())?;
         }
     }
-
     if !r.pcie.is_empty() {
         writeln!(w, "\n  tree (host bridge -> bridges/switches -> GPU):")?;
-        write_tree(&mut w, r)?;
+        write_tree(w, r)?;
     }
+    Ok(())
+}
 
+fn on_off(x: Option<bool>) -> &'static str {
+    x.map_or("?", |p| if p { "on" } else { "off" })
+}
+
+fn write_gpus(w: &mut impl Write, r: &ProbeReport) -> io::Result<()> {
     writeln!(w, "\n== GPUs (NVML)")?;
     match &r.driver.error {
         Some(e) => writeln!(w, "  {e}")?,
@@ -133,9 +146,9 @@ pub fn write_terminal(r: &ProbeReport, mut w: impl Write) -> io::Result<()> {
             g.bus_id,
             g.compute_capability.as_deref().unwrap_or("?").replace('.', ""),
             g.memory_total_mib.unwrap_or(0),
-            g.persistence_mode.map_or("?", |p| if p { "on" } else { "off" }),
-            g.mig_enabled.map_or("?", |p| if p { "on" } else { "off" }),
-            g.ecc_enabled.map_or("?", |p| if p { "on" } else { "off" }),
+            on_off(g.persistence_mode),
+            on_off(g.mig_enabled),
+            on_off(g.ecc_enabled),
             g.power_limit_w.map(|p| format!("{p:.0}")).unwrap_or_else(|| "?".into()),
             g.max_graphics_clock_mhz.unwrap_or(0),
             g.max_memory_clock_mhz.unwrap_or(0),
@@ -144,16 +157,19 @@ pub fn write_terminal(r: &ProbeReport, mut w: impl Write) -> io::Result<()> {
     }
     if !r.topology.matrix.is_empty() {
         writeln!(w, "\n  topology (as nvidia-smi topo -m):")?;
-        matrix(&mut w, &r.topology.gpus, &r.topology.matrix)?;
+        matrix(w, &r.topology.gpus, &r.topology.matrix)?;
         for (cap, m) in &r.p2p {
-            writeln!(w, "\n  P2P {cap} (as nvidia-smi topo -p2p {}):", &cap[..1])?;
-            matrix(&mut w, &r.topology.gpus, m)?;
+            writeln!(w, "\n  P2P {cap} (as nvidia-smi topo -p2p {}):", cap.get(..1).unwrap_or("?"))?;
+            matrix(w, &r.topology.gpus, m)?;
         }
     }
     if !r.uvm_params.is_empty() {
         writeln!(w, "\n  nvidia_uvm: {}", r.uvm_params.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "))?;
     }
+    Ok(())
+}
 
+fn write_findings(w: &mut impl Write, r: &ProbeReport) -> io::Result<()> {
     writeln!(w, "\n== findings")?;
     if r.findings.is_empty() {
         writeln!(w, "  none")?;

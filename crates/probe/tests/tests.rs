@@ -3,6 +3,9 @@
 
 use std::path::PathBuf;
 
+use servetune_probe::findings::FindingId::{self, *};
+use servetune_probe::pcie::AcsState;
+use servetune_probe::virt::{Container, Vm};
 use servetune_probe::{probe_root, ProbeReport};
 
 fn fixture(name: &str) -> ProbeReport {
@@ -10,19 +13,19 @@ fn fixture(name: &str) -> ProbeReport {
     probe_root(&dir, 0).expect("fixture")
 }
 
-fn ids(r: &ProbeReport) -> Vec<String> {
-    r.findings.iter().map(|f| f.id.clone()).collect()
+fn ids(r: &ProbeReport) -> Vec<FindingId> {
+    r.findings.iter().map(|f| f.id).collect()
 }
 
 #[test]
 fn bare_metal_is_identified_with_numa_and_link_findings() {
     let r = fixture("bare-metal-8gpu");
-    assert_eq!((r.virtualization.vm.as_str(), r.virtualization.container.as_str()), ("none", "none"));
+    assert_eq!((r.virtualization.vm, r.virtualization.container), (Vm::None, Container::None));
     assert_eq!(r.gpus.len(), 8);
     assert_eq!(r.pcie.len(), 8);
     assert_eq!(r.host.sockets, 2);
     assert_eq!(r.host.numa_nodes.len(), 2);
-    assert_eq!(ids(&r), vec!["link_downgraded", "gpus_split_numa"]);
+    assert_eq!(ids(&r), vec![LinkDowngraded, GpusSplitNuma]);
     let down = r.pcie.iter().find(|g| g.link.downgraded).expect("one downgraded");
     assert_eq!((down.link.current_gen, down.link.max_gen), (Some(4), Some(5)));
     assert_eq!(r.topology.matrix[0][4], "SYS");
@@ -32,11 +35,11 @@ fn bare_metal_is_identified_with_numa_and_link_findings() {
 #[test]
 fn proxmox_kvm_guest_is_identified_with_p2p_hmm_and_persistence_findings() {
     let r = fixture("proxmox-kvm-8gpu");
-    assert_eq!((r.virtualization.vm.as_str(), r.virtualization.container.as_str()), ("kvm", "none"));
+    assert_eq!((r.virtualization.vm, r.virtualization.container), (Vm::Kvm, Container::None));
     let ev = r.virtualization.evidence.join(" | ");
     assert!(ev.contains("QEMU") && ev.contains("KVMKVMKVM") && ev.contains("hypervisor"), "{ev}");
     assert!(r.virtualization.implication.contains("P2P clique"));
-    assert_eq!(ids(&r), vec!["vm_no_p2p", "hmm_enabled", "persistence_off"]);
+    assert_eq!(ids(&r), vec![VmNoP2p, HmmEnabled, PersistenceOff]);
     let f = &r.findings[0];
     assert!(f.evidence.contains("28 of 28 GPU pairs"), "{}", f.evidence);
     assert!(f.fix.contains("x-nv-gpudirect-clique"));
@@ -45,46 +48,36 @@ fn proxmox_kvm_guest_is_identified_with_p2p_hmm_and_persistence_findings() {
 #[test]
 fn proxmox_lxc_is_identified_with_the_iommu_acs_risk() {
     let r = fixture("proxmox-lxc-8gpu");
-    assert_eq!((r.virtualization.vm.as_str(), r.virtualization.container.as_str()), ("none", "lxc"));
-    assert_eq!(ids(&r), vec!["p2p_iommu_acs", "gpus_split_numa"]);
+    assert_eq!((r.virtualization.vm, r.virtualization.container), (Vm::None, Container::Lxc));
+    assert_eq!(ids(&r), vec![P2pIommuAcs, GpusSplitNuma]);
     assert!(r.findings[0].fix.contains("servetune fabric p2p --verify"));
-    assert!(r.pcie.iter().all(|g| g.bridges.first().is_some_and(|b| b.acs == "on")));
+    assert!(r.pcie.iter().all(|g| g.bridges.first().is_some_and(|b| b.acs == AcsState::On)));
 }
 
 #[test]
 fn docker_is_identified_with_mixed_models_and_mig() {
     let r = fixture("docker");
-    assert_eq!((r.virtualization.vm.as_str(), r.virtualization.container.as_str()), ("none", "docker"));
-    assert_eq!(ids(&r), vec!["mig_enabled", "mixed_gpu_models"]);
+    assert_eq!((r.virtualization.vm, r.virtualization.container), (Vm::None, Container::Docker));
+    assert_eq!(ids(&r), vec![MigEnabled, MixedGpuModels]);
 }
 
 #[test]
 fn no_gpu_machine_reports_no_driver_and_nothing_else() {
     let r = fixture("no-gpu");
-    assert_eq!(r.virtualization.vm, "kvm");
+    assert_eq!(r.virtualization.vm, Vm::Kvm);
     assert!(!r.driver.found);
-    assert_eq!(ids(&r), vec!["no_driver"]);
+    assert_eq!(ids(&r), vec![NoDriver]);
     assert_eq!(r.findings[0].severity, servetune_probe::findings::Severity::Info);
 }
 
 /// Every rule fires on some fixture and stays silent on another.
 #[test]
 fn every_rule_fires_somewhere_and_not_everywhere() {
-    let all: Vec<Vec<String>> =
+    let all: Vec<Vec<FindingId>> =
         ["bare-metal-8gpu", "proxmox-kvm-8gpu", "proxmox-lxc-8gpu", "docker", "no-gpu"].iter().map(|f| ids(&fixture(f))).collect();
-    for rule in [
-        "vm_no_p2p",
-        "p2p_iommu_acs",
-        "link_downgraded",
-        "gpus_split_numa",
-        "hmm_enabled",
-        "persistence_off",
-        "mig_enabled",
-        "mixed_gpu_models",
-        "no_driver",
-    ] {
-        assert!(all.iter().any(|f| f.iter().any(|x| x == rule)), "{rule} never fires");
-        assert!(all.iter().any(|f| !f.iter().any(|x| x == rule)), "{rule} always fires");
+    for rule in [VmNoP2p, P2pIommuAcs, LinkDowngraded, GpusSplitNuma, HmmEnabled, PersistenceOff, MigEnabled, MixedGpuModels, NoDriver] {
+        assert!(all.iter().any(|f| f.contains(&rule)), "{rule:?} never fires");
+        assert!(all.iter().any(|f| !f.contains(&rule)), "{rule:?} always fires");
     }
 }
 
@@ -119,4 +112,40 @@ fn odd_files_do_not_panic_and_are_reported() {
     std::fs::write(r.join("nvml.json"), "{not json").expect("write");
     let e = probe_root(r, 0).expect_err("bad nvml.json");
     assert!(e.contains("nvml.json is not a recorded NVML snapshot"), "{e}");
+}
+
+#[test]
+fn every_fixture_is_a_complete_capture_without_warnings() {
+    for name in ["bare-metal-8gpu", "proxmox-kvm-8gpu", "proxmox-lxc-8gpu", "docker", "no-gpu"] {
+        assert_eq!(fixture(name).warnings, Vec::<String>::new(), "{name}");
+    }
+}
+
+#[test]
+fn an_empty_directory_is_not_a_capture() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let e = probe_root(dir.path(), 0).expect_err("empty dir");
+    assert!(e.contains("not a probe capture") && e.contains("servetune probe --capture"), "{e}");
+}
+
+#[test]
+fn a_partial_capture_is_analysed_with_a_warning_per_missing_part() {
+    let dir = tempfile::tempdir().expect("tmp");
+    std::fs::create_dir_all(dir.path().join("proc")).expect("dir");
+    std::fs::write(dir.path().join("proc/cpuinfo"), "processor : 0\nmodel name : Test CPU\n").expect("write");
+    let r = probe_root(dir.path(), 0).expect("partial capture");
+    assert_eq!(r.host.cpu_model.as_deref(), Some("Test CPU"));
+    assert_eq!(r.warnings.len(), 2, "{:?}", r.warnings);
+    assert!(r.warnings[0].contains("no sys/bus/pci/devices (the PCIe devices)"), "{:?}", r.warnings);
+    assert!(r.warnings[1].contains("no nvml.json (NVML's view of the GPUs)"), "{:?}", r.warnings);
+}
+
+/// The terminal report of each fixture, as a user reads it.
+#[test]
+fn terminal_reports_of_the_fixtures() {
+    for name in ["bare-metal-8gpu", "proxmox-kvm-8gpu", "proxmox-lxc-8gpu", "docker", "no-gpu"] {
+        let mut out = Vec::new();
+        servetune_probe::render::write_terminal(&fixture(name), &mut out).expect("render");
+        insta::assert_snapshot!(name, String::from_utf8_lossy(&out));
+    }
 }
