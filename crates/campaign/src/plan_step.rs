@@ -116,12 +116,13 @@ pub fn with_tuned_moe(mb: &ModelBox, l: Layout) -> Option<Predicted> {
     best(&s, mb)
 }
 
-/// Plans ranked above `l` by the model, best first.
+/// Single-replica plans (TP x PP = all GPUs) ranked above `l` by the model, best first. Replicas
+/// need a data-parallel launch (a router or --dp) that the templates' knobs do not turn.
 pub fn better_plans(mb: &ModelBox, l: Layout) -> Vec<Alternative> {
     let Ok(base) = scenario(mb, l) else { return Vec::new() };
     rank::rank(&base, &slo(mb))
         .into_iter()
-        .filter(|r| r.plan != base.plan && !r.plan.dp_attention && r.gain > 1.0)
+        .filter(|r| r.plan != base.plan && !r.plan.dp_attention && r.plan.dp() == 1 && r.gain > 1.0)
         .map(|r| Alternative {
             layout: Layout { tp: r.plan.tp, pp: r.plan.pp, ep: r.plan.ep, max_running: l.max_running },
             label: r.label,

@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use servetune_stats::MIN_GAIN;
 
 use crate::bench_step::BenchSummary;
 use crate::engine::EngineTemplate;
@@ -19,6 +18,11 @@ use crate::probe_step::{BoxFacts, VM_NO_P2P};
 pub const MIN_STEP_GAIN: f64 = 1.02;
 /// Running requests within this of the concurrency count as "at the cap" only when they stay below it.
 const QUEUE_EPS: f64 = 0.5;
+/// A sweep "plateaus" past the running cap when throughput grew less than this from the first point
+/// at or above the cap to the last, although concurrency at least doubled: below its cap a server
+/// gains far more than that from twice the requests, so the cap, not the GPUs, set the ceiling.
+/// Looser than bench's point-to-point MIN_GAIN because queued requests make each point noisy.
+const PLATEAU_GROWTH: f64 = 0.25;
 
 /// Where a step comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -300,16 +304,15 @@ fn layout_label(l: Layout) -> String {
     s
 }
 
-/// The highest point plateaued (gain under MIN_GAIN over the one before) while requests queued
-/// and fewer ran than were sent: the running cap, not the GPUs, set the ceiling.
+/// The sweep plateaued past the point where requests began to queue behind the running cap.
 fn running_cap(v: &View<'_>, best: &Experiment, r: &BenchSummary, lay: Layout) -> Option<Step> {
     let knob = v.engine.knob("max_running")?;
-    let n = r.points.len();
-    let (prev, last) = (r.points.get(n.checked_sub(2)?)?, r.points.get(n - 1)?);
+    let last = r.points.last()?;
     let running = last.server_max_running?;
-    let plateau = prev.output_tok_s > 0.0 && last.output_tok_s / prev.output_tok_s - 1.0 < MIN_GAIN;
     let capped = last.server_max_queued.unwrap_or(0.0) > 0.0 && running + QUEUE_EPS < f64::from(last.concurrency);
-    if !(plateau && capped) {
+    let prev = r.points.iter().find(|p| f64::from(p.concurrency) + QUEUE_EPS >= running && 2 * p.concurrency <= last.concurrency)?;
+    let growth = if prev.output_tok_s > 0.0 { last.output_tok_s / prev.output_tok_s - 1.0 } else { f64::INFINITY };
+    if !(capped && growth < PLATEAU_GROWTH) {
         return None;
     }
     let new_cap = (running.round() as u32).saturating_mul(2).max(1);
