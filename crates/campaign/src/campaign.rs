@@ -511,7 +511,41 @@ impl Drop for Heartbeat {
     }
 }
 
+/// A server that is up, with what the later phases need.
+struct Up {
+    server: executor::Server,
+    rendered: Rendered,
+    knobs: BTreeMap<String, String>,
+    log_path: PathBuf,
+    bench_path: PathBuf,
+    port: u16,
+}
+
 fn run_experiment(j: &mut Journal, dir: &Path, snap: &Snapshot, id: i64, o: &RunOptions, say: &mut dyn FnMut(&str)) -> Result<Outcome> {
+    let _beat = Heartbeat::start(dir, id);
+    let up = match launch(j, dir, snap, id, o, say)? {
+        Ok(up) => up,
+        Err(ended) => return Ok(ended),
+    };
+    let s = &snap.settings;
+    let fp = fingerprint(j, s, snap, &up.rendered, up.port, &up.log_path)?;
+    let ready = Update { fingerprint: Some(fp), ..Update::default() };
+    j.transition(id, &[ExpState::Launching], ExpState::Ready, &ready, "ready: /health answered and a one-token generation succeeded")?;
+    say("  ready; benchmarking");
+    let bench = Update { bench_path: Some(up.bench_path.display().to_string()), ..Update::default() };
+    j.transition(id, &[ExpState::Ready], ExpState::Benchmarking, &bench, "bench sweep")?;
+    benchmark(j, snap, id, up, o, say)
+}
+
+/// Planned -> launching -> up; `Err(outcome)` when it failed or was interrupted on the way.
+fn launch(
+    j: &mut Journal,
+    dir: &Path,
+    snap: &Snapshot,
+    id: i64,
+    o: &RunOptions,
+    say: &mut dyn FnMut(&str),
+) -> Result<std::result::Result<Up, Outcome>> {
     let s = &snap.settings;
     let e = j.experiment(id)?;
     let port = executor::free_port().map_err(|err| CampaignError::Runtime(format!("cannot find a free port: {err}")))?;
@@ -522,9 +556,9 @@ fn run_experiment(j: &mut Journal, dir: &Path, snap: &Snapshot, id: i64, o: &Run
     let attempt = e.attempt + 1;
     let log_path = dir.join(format!("exp-{id}-a{attempt}.log"));
     let bench_path = dir.join(format!("exp-{id}-a{attempt}.bench.json"));
-    let me = i64::from(std::process::id());
+    let owner = Owner { pid: i64::from(std::process::id()), pgid: None };
     let up = Update {
-        owner: Some(Owner { pid: me, pgid: None }),
+        owner: Some(owner),
         new_attempt: true,
         log_path: Some(log_path.display().to_string()),
         env_fingerprint: Some(snap.env_id),
@@ -532,7 +566,6 @@ fn run_experiment(j: &mut Journal, dir: &Path, snap: &Snapshot, id: i64, o: &Run
     };
     j.transition(id, &[ExpState::Planned], ExpState::Launching, &up, &format!("launch on port {port}: {}", rendered.argv.join(" ")))?;
     say(&format!("experiment {id} (attempt {attempt}): {}", e.title));
-    let _beat = Heartbeat::start(dir, id);
     let spec = LaunchSpec {
         argv: rendered.argv.clone(),
         env: rendered.env.clone(),
@@ -544,48 +577,35 @@ fn run_experiment(j: &mut Journal, dir: &Path, snap: &Snapshot, id: i64, o: &Run
     };
     let mut server = match executor::spawn(&spec) {
         Ok(srv) => srv,
-        Err(f) => return fail(j, id, ExpState::Launching, f, say),
+        Err(f) => return fail(j, id, ExpState::Launching, f, say).map(Err),
     };
     j.set_server_pgid(id, i64::from(server.pgid))?;
     match server.wait_ready(&spec, &o.cancel, &mut || {}) {
-        Err(NotReady::Interrupted) => return interrupted(j, id, ExpState::Launching, server, say),
+        Err(NotReady::Interrupted) => interrupted(j, id, ExpState::Launching, server, say).map(Err),
         Err(NotReady::Failed(f)) => {
             let td = server.teardown(TEARDOWN_GRACE);
             say(&format!("  torn down; port {port} {}", if td.port_free { "is free" } else { "is still taken" }));
-            return fail(j, id, ExpState::Launching, f, say);
+            fail(j, id, ExpState::Launching, f, say).map(Err)
         }
-        Ok(_) => {}
+        Ok(_) => Ok(Ok(Up { server, rendered, knobs, log_path, bench_path, port })),
     }
-    let fp = fingerprint(j, s, snap, &rendered, port, &log_path)?;
-    j.transition(
-        id,
-        &[ExpState::Launching],
-        ExpState::Ready,
-        &Update { fingerprint: Some(fp), ..Update::default() },
-        "ready: /health answered and a one-token generation succeeded",
-    )?;
-    say("  ready; benchmarking");
-    j.transition(
-        id,
-        &[ExpState::Ready],
-        ExpState::Benchmarking,
-        &Update { bench_path: Some(bench_path.display().to_string()), ..Update::default() },
-        "bench sweep",
-    )?;
-    let url = format!("http://127.0.0.1:{port}");
-    let sweep = bench_step::run_sweep(&url, &s.bench, &bench_path, &o.cancel);
+}
+
+/// The bench sweep, teardown, and the experiment's end state.
+fn benchmark(j: &mut Journal, snap: &Snapshot, id: i64, mut up: Up, o: &RunOptions, say: &mut dyn FnMut(&str)) -> Result<Outcome> {
+    let port = up.port;
+    let sweep = bench_step::run_sweep(&format!("http://127.0.0.1:{port}"), &snap.settings.bench, &up.bench_path, &o.cancel);
     if o.cancel.load(Ordering::Relaxed) {
-        return interrupted(j, id, ExpState::Benchmarking, server, say);
+        return interrupted(j, id, ExpState::Benchmarking, up.server, say);
     }
-    let died = server.exited();
-    let crash = died.map(|x| server.failure(Some(x), false));
-    let td = server.teardown(TEARDOWN_GRACE);
+    let crash = up.server.exited().map(|x| up.server.failure(Some(x), false));
+    let td = up.server.teardown(TEARDOWN_GRACE);
     say(&format!(
         "  torn down ({}); port {port} {}",
         if td.killed { "SIGKILL after the grace period" } else { "SIGTERM" },
         if td.port_free { "is free" } else { "is still taken" }
     ));
-    record_log_findings(j, &s.engine, &log_path, id)?;
+    record_log_findings(j, &snap.settings.engine, &up.log_path, id)?;
     if !td.port_free {
         j.add_finding(&NewFinding {
             source: "executor",
@@ -609,12 +629,10 @@ fn run_experiment(j: &mut Journal, dir: &Path, snap: &Snapshot, id: i64, o: &Run
         }
         Err(why) => return fail(j, id, ExpState::Benchmarking, bench_failure(why), say),
     };
-    gap_finding(j, snap, id, &knobs, &summary)?;
+    gap_finding(j, snap, id, &up.knobs, &summary)?;
     let best = summary.best_output_tok_s(true);
-    let line = format!(
-        "experiment {id} done: best {best:.1} output tok/s{}",
-        summary.knee_concurrency.map_or(String::new(), |c| format!(", knee at concurrency {c}"))
-    );
+    let knee = summary.knee_concurrency.map_or(String::new(), |c| format!(", knee at concurrency {c}"));
+    let line = format!("experiment {id} done: best {best:.1} output tok/s{knee}");
     j.transition(id, &[ExpState::Benchmarking], ExpState::Done, &Update { result: Some(summary), ..Update::default() }, &line)?;
     say(&format!("  {line}"));
     Ok(Outcome::Progress { experiment: id, state: ExpState::Done, line })

@@ -1,11 +1,13 @@
 //! The campaign journal: one SQLite file per campaign (WAL, FULL sync), versioned major/minor.
 //! Every state change is its own committed transaction before the caller goes on, so a `kill -9`
 //! at any moment loses nothing already recorded; `events` is an append-only log of those changes.
+//! Writers take the write lock at the start of a transaction (IMMEDIATE): a deferred one that read
+//! first would fail with "database is locked" when the heartbeat thread wrote in between.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 use serde::{Deserialize, Serialize};
 
 use crate::bench_step::BenchSummary;
@@ -358,7 +360,7 @@ impl Journal {
         std::fs::create_dir_all(dir).map_err(|e| CampaignError::Runtime(format!("{}: cannot create it ({e})", dir.display())))?;
         let mut conn = Connection::open(&path)?;
         configure(&conn)?;
-        let tx = conn.transaction()?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         tx.execute_batch(SCHEMA)?;
         tx.execute(
             "INSERT INTO meta(key, value) VALUES ('schema_major', ?1), ('schema_minor', ?2)",
@@ -450,7 +452,7 @@ impl Journal {
         origin: &str,
         env_fp: Option<i64>,
     ) -> Result<Option<i64>> {
-        let tx = self.conn.transaction()?;
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let exists: Option<i64> = tx.query_row("SELECT id FROM experiments WHERE key = ?1", [key], |r| r.get(0)).optional()?;
         if exists.is_some() {
             return Ok(None);
@@ -474,7 +476,7 @@ impl Journal {
     /// Moves experiment `id` from `from` to `to` (refused when it is not in `from`), with the
     /// fields in `set`, its task and an event, in one transaction.
     pub fn transition(&mut self, id: i64, from: &[ExpState], to: ExpState, set: &Update, detail: &str) -> Result<()> {
-        let tx = self.conn.transaction()?;
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let cur: String = tx.query_row("SELECT state FROM experiments WHERE id = ?1", [id], |r| r.get(0))?;
         let cur = ExpState::parse(&cur)?;
         if !from.contains(&cur) {
@@ -588,7 +590,7 @@ impl Journal {
 
     /// Asks a question (and opens its task) unless one with `key` exists; returns its id.
     pub fn ask(&mut self, key: &str, text: &str, how: &str, gain: Option<f64>, evidence: &[String]) -> Result<i64> {
-        let tx = self.conn.transaction()?;
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         if let Some(id) = tx.query_row("SELECT id FROM questions WHERE key = ?1", [key], |r| r.get(0)).optional()? {
             return Ok(id);
         }
@@ -607,7 +609,7 @@ impl Journal {
 
     /// Records the answer to open question `id`.
     pub fn answer(&mut self, id: i64, state: QuestionState, text: Option<&str>) -> Result<()> {
-        let tx = self.conn.transaction()?;
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let cur: Option<String> = tx.query_row("SELECT state FROM questions WHERE id = ?1", [id], |r| r.get(0)).optional()?;
         match cur.as_deref().map(QuestionState::parse).transpose()? {
             None => return Err(CampaignError::Input(format!("there is no question {id}: servetune campaign status lists the open ones"))),

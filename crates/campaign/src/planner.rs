@@ -399,3 +399,146 @@ fn moe_question(v: &View<'_>, lay: Layout) -> Option<Step> {
         evidence: vec![format!("finding {}", f.id)],
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench_step::PointSummary;
+
+    fn point(c: u32, tok: f64, running: f64, queued: f64) -> PointSummary {
+        PointSummary {
+            concurrency: c,
+            completed: 32,
+            failed: 0,
+            output_tok_s: tok,
+            ttft_p50_ms: 10.0,
+            ttft_p99_ms: 20.0,
+            tpot_p50_ms: 5.0,
+            tpot_p90_ms: 6.0,
+            tpot_p99_ms: 7.0,
+            slos_met: None,
+            server_max_running: Some(running),
+            server_max_queued: Some(queued),
+            server_max_kv_usage: Some(0.1),
+        }
+    }
+
+    fn exp(knobs: &[(&str, &str)], points: Vec<PointSummary>) -> Experiment {
+        Experiment {
+            id: 1,
+            key: "k".into(),
+            title: "t".into(),
+            knobs: knobs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            origin: "test".into(),
+            state: ExpState::Done,
+            failure: None,
+            attempt: 1,
+            env_fingerprint: Some(1),
+            fingerprint: None,
+            log_path: None,
+            bench_path: None,
+            result: Some(BenchSummary { points, knee_concurrency: None, knee_evidence: None, partial: false, error_example: None }),
+            owner_pid: None,
+            server_pgid: None,
+            heartbeat_at: None,
+            created_at: 0,
+            updated_at: 0,
+        }
+    }
+
+    fn facts() -> BoxFacts {
+        BoxFacts {
+            vm: "none".into(),
+            container: "lxc".into(),
+            gpu_name: None,
+            gpu_model: Some("rtx-pro-6000-se".into()),
+            gpus: 8,
+            p2p_ok: true,
+            nvlink: false,
+            driver_version: None,
+            cuda_version: None,
+            hash: "h".into(),
+        }
+    }
+
+    fn model() -> ModelBox {
+        ModelBox {
+            model: "qwen3-30b-a3b".into(),
+            quant: "bf16".into(),
+            gpu: "rtx-pro-6000-se".into(),
+            gpus: 8,
+            link: "pcie5-p2p".into(),
+            input_len: 64,
+            output_len: 16,
+            tpot_ms: None,
+            ttft_ms: None,
+            max_concurrency: 32,
+        }
+    }
+
+    fn steps(goal: f64, e: &Experiment, findings: &[FindingRow]) -> Verdict {
+        let g = Goal { text: format!("output_tok_s>={goal}"), output_tok_s: goal, slos: None };
+        let eng = crate::engine::find(&crate::engine::builtins(), "sim").expect("sim");
+        let f = facts();
+        let v = View {
+            goal: &g,
+            engine: &eng,
+            facts: &f,
+            probe_findings: Vec::new(),
+            experiments: vec![e],
+            findings,
+            questions: &[],
+            model: Some(model()),
+            base_knobs: e.knobs.clone(),
+        };
+        plan(&v)
+    }
+
+    const BASE: [(&str, &str); 4] = [("tp", "8"), ("pp", "1"), ("ep", "1"), ("max_running", "4")];
+
+    #[test]
+    fn queued_behind_the_cap_on_a_plateau_raises_the_cap_with_the_models_gain() {
+        let e = exp(&BASE, vec![point(4, 580.0, 4.0, 0.0), point(16, 600.0, 4.0, 12.0), point(32, 620.0, 4.0, 28.0)]);
+        let Verdict::Steps(s) = steps(1e6, &e, &[]) else { panic!("expected steps") };
+        let cap = s.iter().find(|s| s.source == StepSource::RunningCap).expect("a cap step");
+        assert!(matches!(&cap.kind, StepKind::Runnable { knobs } if knobs["max_running"] == "8"), "{cap:?}");
+        assert!(cap.gain.is_some_and(|g| g > MIN_STEP_GAIN), "{cap:?}");
+        assert_eq!(cap.evidence, ["experiment 1"]);
+    }
+
+    #[test]
+    fn no_cap_step_while_throughput_still_grows_or_nothing_queues() {
+        let growing = exp(&BASE, vec![point(4, 300.0, 4.0, 0.0), point(32, 900.0, 4.0, 28.0)]);
+        let unqueued = exp(&BASE, vec![point(4, 580.0, 4.0, 0.0), point(32, 600.0, 32.0, 0.0)]);
+        for e in [growing, unqueued] {
+            if let Verdict::Steps(s) = steps(1e6, &e, &[]) {
+                assert!(s.iter().all(|s| s.source != StepSource::RunningCap), "{s:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn default_moe_config_warning_becomes_a_question_with_the_tuned_kernel_gain() {
+        let e = exp(&BASE, vec![point(4, 580.0, 4.0, 0.0)]);
+        let f = FindingRow {
+            id: 7,
+            source: "log".into(),
+            code: "moe_default_config".into(),
+            severity: "warning".into(),
+            title: "t".into(),
+            evidence: "Using default MoE config. Performance might be sub-optimal!".into(),
+            fix: "tune".into(),
+            experiment: Some(1),
+        };
+        let Verdict::Steps(s) = steps(1e6, &e, &[f]) else { panic!("expected steps") };
+        let q = s.iter().find(|s| s.source == StepSource::LogWarning).expect("a MoE step");
+        assert!(matches!(&q.kind, StepKind::NeedsPerson { key, .. } if key == "moe:h"));
+        assert!(q.gain.is_some_and(|g| g > 1.0) && q.evidence == ["finding 7"], "{q:?}");
+    }
+
+    #[test]
+    fn goal_met_ends_the_campaign() {
+        let e = exp(&BASE, vec![point(4, 580.0, 4.0, 0.0)]);
+        assert_eq!(steps(500.0, &e, &[]), Verdict::GoalMet { experiment: 1, output_tok_s: 580.0 });
+    }
+}

@@ -129,38 +129,8 @@ pub fn build(j: &Journal) -> Result<Report> {
         not_done: count(TaskState::NotDone),
         experiments,
     };
-    let tasks = tasks_rows
-        .iter()
-        .map(|t| {
-            let (record, outcome) = match (t.experiment, t.question) {
-                (Some(id), _) => (
-                    format!("experiment {id}"),
-                    exps.iter().find(|e| e.id == id).map_or(String::new(), |e| match &e.failure {
-                        Some(f) if e.state == ExpState::Failed => format!("failed: {}", f.kind.name()),
-                        _ => e.state.as_str().to_string(),
-                    }),
-                ),
-                (None, Some(q)) => (
-                    format!("question {q}"),
-                    snap.questions
-                        .iter()
-                        .find(|x| x.id == q)
-                        .map_or(String::new(), |x| x.answer.clone().unwrap_or_else(|| x.state.as_str().to_string())),
-                ),
-                _ => (String::new(), String::new()),
-            };
-            TaskLine { id: t.id, state: t.state, title: t.title.clone(), record, outcome }
-        })
-        .collect();
-    let launch_commands = exps
-        .iter()
-        .filter(|e| matches!(e.state, ExpState::Done | ExpState::Ready | ExpState::Benchmarking))
-        .filter_map(|e| {
-            let fp = j.fingerprint(e.fingerprint?).ok()??;
-            let lf: LaunchFingerprint = serde_json::from_value(fp.body).ok()?;
-            Some(LaunchLine { experiment: e.id, command: shell_line(&lf), engine_version: lf.engine_version })
-        })
-        .collect();
+    let tasks = task_lines(&tasks_rows, &snap);
+    let launch_commands = launch_lines(j, exps);
     let warnings = snap
         .findings
         .iter()
@@ -174,27 +144,7 @@ pub fn build(j: &Journal) -> Result<Report> {
         })
         .collect();
     let results = exps.iter().map(result_line).collect();
-    let (next_steps, stop_reason) = match planner::plan(&snap.view()?) {
-        Verdict::Steps(steps) => (
-            steps
-                .iter()
-                .enumerate()
-                .map(|(i, s)| StepLine {
-                    rank: i + 1,
-                    title: s.title.clone(),
-                    needs_person: matches!(s.kind, StepKind::NeedsPerson { .. }),
-                    gain: s.gain,
-                    basis: s.basis.clone(),
-                    evidence: s.evidence.clone(),
-                })
-                .collect(),
-            None,
-        ),
-        Verdict::GoalMet { experiment, output_tok_s } => {
-            (Vec::new(), Some(format!("goal met: experiment {experiment} reached {output_tok_s:.1} output tok/s")))
-        }
-        Verdict::NothingLeft { reason } => (Vec::new(), Some(reason)),
-    };
+    let (next_steps, stop_reason) = next_lines(&snap)?;
     Ok(Report {
         schema: SCHEMA,
         goal: c.goal,
@@ -216,6 +166,68 @@ pub fn build(j: &Journal) -> Result<Report> {
             .map(|q| QuestionLine { id: q.id, text: q.text.clone(), how: q.how.clone() })
             .collect(),
         notes: j.notes()?.into_iter().map(|n| n.text).collect(),
+    })
+}
+
+fn task_lines(tasks_rows: &[crate::journal::TaskRow], snap: &Snapshot) -> Vec<TaskLine> {
+    let exps = &snap.experiments;
+    tasks_rows
+        .iter()
+        .map(|t| {
+            let (record, outcome) = match (t.experiment, t.question) {
+                (Some(id), _) => (
+                    format!("experiment {id}"),
+                    exps.iter().find(|e| e.id == id).map_or(String::new(), |e| match &e.failure {
+                        Some(f) if e.state == ExpState::Failed => format!("failed: {}", f.kind.name()),
+                        _ => e.state.as_str().to_string(),
+                    }),
+                ),
+                (None, Some(q)) => (
+                    format!("question {q}"),
+                    snap.questions
+                        .iter()
+                        .find(|x| x.id == q)
+                        .map_or(String::new(), |x| x.answer.clone().unwrap_or_else(|| x.state.as_str().to_string())),
+                ),
+                _ => (String::new(), String::new()),
+            };
+            TaskLine { id: t.id, state: t.state, title: t.title.clone(), record, outcome }
+        })
+        .collect()
+}
+
+fn launch_lines(j: &Journal, exps: &[crate::journal::Experiment]) -> Vec<LaunchLine> {
+    exps.iter()
+        .filter(|e| matches!(e.state, ExpState::Done | ExpState::Ready | ExpState::Benchmarking))
+        .filter_map(|e| {
+            let fp = j.fingerprint(e.fingerprint?).ok()??;
+            let lf: LaunchFingerprint = serde_json::from_value(fp.body).ok()?;
+            Some(LaunchLine { experiment: e.id, command: shell_line(&lf), engine_version: lf.engine_version })
+        })
+        .collect()
+}
+
+fn next_lines(snap: &Snapshot) -> Result<(Vec<StepLine>, Option<String>)> {
+    Ok(match planner::plan(&snap.view()?) {
+        Verdict::Steps(steps) => (
+            steps
+                .iter()
+                .enumerate()
+                .map(|(i, s)| StepLine {
+                    rank: i + 1,
+                    title: s.title.clone(),
+                    needs_person: matches!(s.kind, StepKind::NeedsPerson { .. }),
+                    gain: s.gain,
+                    basis: s.basis.clone(),
+                    evidence: s.evidence.clone(),
+                })
+                .collect(),
+            None,
+        ),
+        Verdict::GoalMet { experiment, output_tok_s } => {
+            (Vec::new(), Some(format!("goal met: experiment {experiment} reached {output_tok_s:.1} output tok/s")))
+        }
+        Verdict::NothingLeft { reason } => (Vec::new(), Some(reason)),
     })
 }
 

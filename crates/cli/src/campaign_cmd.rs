@@ -39,8 +39,10 @@ enum Sub {
     /// Re-probe the box (after moving it) and record the new environment
     Probe(ProbeArgs),
     /// Print the status: done / in progress / not done, and the next steps
+    #[command(after_help = "Example:\n  servetune campaign status c1")]
     Status(DirArg),
     /// Show the ranked next steps without running them
+    #[command(after_help = "Example:\n  servetune campaign next c1")]
     Next(DirArg),
     /// Run the top runnable step and record it (exit 0), or stop: 3 needs a person, 4 nothing left
     Continue(ContinueArgs),
@@ -51,6 +53,7 @@ enum Sub {
     /// Write the status report as Markdown and/or JSON
     Report(ReportArgs),
     /// Add a free-text note to the journal
+    #[command(after_help = "Example:\n  servetune campaign note c1 \"BIOS: ACS disabled on all root ports\"")]
     Note(NoteArgs),
     /// List the engine templates and their knobs
     Engines(EnginesArgs),

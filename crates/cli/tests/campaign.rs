@@ -407,3 +407,34 @@ fn llama_cpp_server_two_configurations_benchmarked_torn_down_and_fingerprinted()
         assert!(std::net::TcpListener::bind(("127.0.0.1", port)).is_ok(), "port {port} still taken after teardown");
     }
 }
+
+#[test]
+fn ctrl_c_tears_the_server_down_and_records_the_step_as_interrupted() {
+    let d = tempfile::tempdir().expect("tmp");
+    let dir = d.path().join("c");
+    sim_campaign(&dir, "proxmox-lxc-8gpu");
+    let bin = assert_cmd::cargo::cargo_bin("servetune");
+    let child =
+        StdCommand::new(&bin).args(["campaign", "continue", s(&dir)]).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("spawn");
+    let t = Instant::now();
+    let state = |c: &Connection| -> Option<String> { c.query_row("SELECT state FROM experiments WHERE id = 1", [], |r| r.get(0)).ok() };
+    while state(&db(&dir)).as_deref() != Some("benchmarking") {
+        assert!(t.elapsed() < Duration::from_secs(30), "the step never reached benchmarking: {:?}", state(&db(&dir)));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let st = StdCommand::new("kill").args(["-INT", &child.id().to_string()]).status().expect("kill -INT");
+    assert!(st.success());
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stdout));
+    let c = db(&dir);
+    assert_eq!(state(&c).as_deref(), Some("interrupted"));
+    let argv: String = c
+        .query_row("SELECT f.body FROM experiments e JOIN fingerprints f ON f.id = e.fingerprint WHERE e.id = 1", [], |r| r.get(0))
+        .expect("fp");
+    let listen =
+        argv.split("127.0.0.1:").nth(1).and_then(|r| r.split('"').next()).and_then(|p| p.parse::<u16>().ok()).expect("port in argv");
+    assert!(std::net::TcpListener::bind(("127.0.0.1", listen)).is_ok(), "port {listen} still taken");
+    let (code, out, err) = campaign(&["continue", s(&dir)]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("experiment 1 was interrupted: re-queued") && out.contains("experiment 1 done"), "{out}");
+}
