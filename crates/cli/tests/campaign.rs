@@ -438,3 +438,14 @@ fn ctrl_c_tears_the_server_down_and_records_the_step_as_interrupted() {
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("experiment 1 was interrupted: re-queued") && out.contains("experiment 1 done"), "{out}");
 }
+
+#[test]
+fn every_campaign_command_has_help_with_an_example() {
+    for sub in ["init", "probe", "status", "next", "continue", "answer", "add", "report", "note", "engines"] {
+        let out = servetune().args(["campaign", sub, "--help"]).output().expect("run");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{sub}");
+        assert!(text.contains("servetune campaign "), "{sub}: {text}");
+        assert!(text.contains("Example"), "{sub}: {text}");
+    }
+}
