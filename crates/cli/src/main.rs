@@ -94,6 +94,11 @@ fn main() -> ExitCode {
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,
+        // 3 and 4 are campaign outcomes (a question, nothing left), not errors.
+        Err(f) if matches!(f.code, 3 | 4) => {
+            tell!("{}", f.msg);
+            ExitCode::from(f.code)
+        }
         Err(f) => {
             tell!("error: {}", f.msg);
             ExitCode::from(f.code)
