@@ -566,7 +566,7 @@ fn launch(
     };
     j.transition(id, &[ExpState::Planned], ExpState::Launching, &up, &format!("launch on port {port}: {}", rendered.argv.join(" ")))?;
     say(&format!("experiment {id} (attempt {attempt}): {}", e.title));
-    let spec = LaunchSpec {
+    let mut spec = LaunchSpec {
         argv: rendered.argv.clone(),
         env: rendered.env.clone(),
         log_path: log_path.clone(),
@@ -575,20 +575,39 @@ fn launch(
         generate: s.engine.generate.clone(),
         ready_timeout: Duration::from_secs(s.ready_timeout_s.unwrap_or(s.engine.ready_timeout_s)),
     };
-    let mut server = match executor::spawn(&spec) {
-        Ok(srv) => srv,
-        Err(f) => return fail(j, id, ExpState::Launching, f, say).map(Err),
-    };
-    j.set_server_pgid(id, i64::from(server.pgid))?;
-    match server.wait_ready(&spec, &o.cancel, &mut || {}) {
-        Err(NotReady::Interrupted) => interrupted(j, id, ExpState::Launching, server, say).map(Err),
-        Err(NotReady::Failed(f)) => {
-            let td = server.teardown(TEARDOWN_GRACE);
-            say(&format!("  torn down; port {port} {}", if td.port_free { "is free" } else { "is still taken" }));
-            fail(j, id, ExpState::Launching, f, say).map(Err)
+    let mut rendered = rendered;
+    // The port is picked by binding port 0 and releasing it; another process can take it before the
+    // server binds it. That race gets one more try on a new port; a second port_in_use is recorded.
+    for try_no in 0..2 {
+        let mut server = match executor::spawn(&spec) {
+            Ok(srv) => srv,
+            Err(f) => return fail(j, id, ExpState::Launching, f, say).map(Err),
+        };
+        j.set_server_pgid(id, i64::from(server.pgid))?;
+        match server.wait_ready(&spec, &o.cancel, &mut || {}) {
+            Err(NotReady::Interrupted) => return interrupted(j, id, ExpState::Launching, server, say).map(Err),
+            Err(NotReady::Failed(f)) => {
+                let td = server.teardown(TEARDOWN_GRACE);
+                say(&format!("  torn down; port {} {}", spec.port, if td.port_free { "is free" } else { "is still taken" }));
+                if f.kind == FailureKind::PortInUse && try_no == 0 {
+                    let new_port =
+                        executor::free_port().map_err(|err| CampaignError::Runtime(format!("cannot find a free port: {err}")))?;
+                    j.add_event(
+                        "retry",
+                        &format!("experiment {id}: port {} was taken ({}); retrying on port {new_port}", spec.port, f.evidence.join(" | ")),
+                    )?;
+                    say(&format!("  port {} was taken; retrying on port {new_port}", spec.port));
+                    rendered = s.engine.render(&context(s, &snap.env.facts, new_port)?, &knobs)?;
+                    spec.argv = rendered.argv.clone();
+                    spec.port = new_port;
+                    continue;
+                }
+                return fail(j, id, ExpState::Launching, f, say).map(Err);
+            }
+            Ok(_) => return Ok(Ok(Up { server, rendered, knobs, log_path, bench_path, port: spec.port })),
         }
-        Ok(_) => Ok(Ok(Up { server, rendered, knobs, log_path, bench_path, port })),
     }
+    Err(CampaignError::Runtime(format!("experiment {id}: no launch try left")))
 }
 
 /// The bench sweep, teardown, and the experiment's end state.

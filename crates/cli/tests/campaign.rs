@@ -326,6 +326,9 @@ fn fake_servers_failing_each_way_are_classified_with_evidence_and_a_corrective_s
         let ev = f["evidence"].to_string();
         assert!(ev.contains(evidence), "{mode}: evidence {ev}");
         assert!(!f["corrective"].as_str().unwrap_or("").is_empty(), "{mode}");
+        if *mode == "port_in_use" {
+            assert!(out.contains("retrying on port"), "a taken port gets one more try on a new port: {out}");
+        }
     }
     // Nothing succeeded: the next step is a person fixing the cause, with the evidence.
     let (code, out, _) = campaign(&["continue", s(&dir)]);
