@@ -1,5 +1,5 @@
 //! The `servetune` binary: parse arguments, call a library, map the outcome to an exit code
-//! (0 ok, 1 runtime failure, 2 bad usage or input).
+//! (0 ok, 1 runtime failure, 2 bad usage or input; campaign: 3 needs a person, 4 nothing left).
 
 /// Prints a line to stdout, ignoring a closed pipe: a reader that went away must not kill a
 /// server or lose results (println! would panic).
@@ -21,6 +21,7 @@ macro_rules! tell {
 pub(crate) use tell;
 
 mod bench_cmd;
+mod campaign_cmd;
 mod completions;
 mod demo_cmd;
 mod fabric_cmd;
@@ -56,6 +57,8 @@ enum Cmd {
     Plan(Box<plan_cmd::PlanArgs>),
     /// Run a simulated sglang/vLLM-compatible server
     Sim(Box<sim_cmd::SimArgs>),
+    /// Run a tuning campaign: journal, experiments on real servers, next steps, questions
+    Campaign(campaign_cmd::CampaignArgs),
     /// Print a shell completion script (bash, zsh, fish)
     Completions(completions::CompletionsArgs),
     /// Print the man page
@@ -91,12 +94,18 @@ fn main() -> ExitCode {
         Cmd::Plan(a) => plan_cmd::run(*a),
         Cmd::Probe(a) => probe_cmd::run(a),
         Cmd::Fabric(a) => fabric_cmd::run(a),
+        Cmd::Campaign(a) => campaign_cmd::run(a),
         Cmd::Testserver(a) => testserver_cmd::run(a),
         Cmd::Completions(a) => completions::completions(a, Cli::command()),
         Cmd::Man(_) => completions::man(Cli::command()),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,
+        // 3 and 4 are campaign outcomes (a question, nothing left), not errors.
+        Err(f) if matches!(f.code, 3 | 4) => {
+            tell!("{}", f.msg);
+            ExitCode::from(f.code)
+        }
         Err(f) => {
             tell!("error: {}", f.msg);
             ExitCode::from(f.code)

@@ -5,6 +5,7 @@ mod common;
 mod bench_bad_input;
 mod bench_llama;
 mod bench_mock;
+mod campaign;
 mod demo;
 mod fabric;
 mod openai_client;

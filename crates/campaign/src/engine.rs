@@ -1,0 +1,386 @@
+//! Engines: launch templates (argv with placeholders, never a shell string), their knobs with
+//! domains, health and readiness endpoints, version query and log patterns. The built-ins live in
+//! `engines.toml`, parsed by the same code as a user's `--engines FILE`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{CampaignError, Result};
+
+/// Values the campaign fills in, beside the knobs.
+pub const CONTEXT_PLACEHOLDERS: &[&str] =
+    &["model", "host", "port", "servetune", "gpu", "gpus", "link", "quant", "input_len", "output_len"];
+
+/// A knob's allowed values.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Domain {
+    /// An integer in [min, max].
+    Int { min: i64, max: i64 },
+    /// A number in [min, max].
+    Float { min: f64, max: f64 },
+    /// One of these words.
+    Choice(Vec<String>),
+    /// Any text (a path, an interpreter).
+    Text,
+}
+
+impl Domain {
+    /// Checks `v`; the error says what is allowed.
+    fn check(&self, v: &str) -> std::result::Result<(), String> {
+        match self {
+            Domain::Int { min, max } => match v.parse::<i64>() {
+                Ok(n) if n >= *min && n <= *max => Ok(()),
+                _ => Err(format!("an integer from {min} to {max}")),
+            },
+            Domain::Float { min, max } => match v.parse::<f64>() {
+                Ok(x) if x >= *min && x <= *max => Ok(()),
+                _ => Err(format!("a number from {min} to {max}")),
+            },
+            Domain::Choice(c) if c.iter().any(|x| x == v) => Ok(()),
+            Domain::Choice(c) => Err(format!("one of {}", c.join(", "))),
+            Domain::Text => Ok(()),
+        }
+    }
+
+    /// The domain in words.
+    pub fn describe(&self) -> String {
+        match self {
+            Domain::Int { min, max } => format!("int {min}..{max}"),
+            Domain::Float { min, max } => format!("float {min}..{max}"),
+            Domain::Choice(c) => c.join("|"),
+            Domain::Text => "text".into(),
+        }
+    }
+}
+
+/// A setting the planner or a person may turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Knob {
+    pub name: String,
+    #[serde(default)]
+    pub help: String,
+    pub domain: Domain,
+    /// Used when no value is given; may hold context placeholders (`{gpus}`).
+    #[serde(default)]
+    pub default: Option<String>,
+    /// Words appended to argv when the knob has a value (`{value}` is the value).
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// An environment variable set to the value.
+    #[serde(default)]
+    pub env: Option<String>,
+}
+
+/// How to ask the engine its version.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VersionQuery {
+    /// GET `path` on the running server and read the JSON `field`.
+    Http { path: String, field: String },
+    /// Run this argv (placeholders allowed) and take the first line it prints.
+    Command(Vec<String>),
+}
+
+/// What a log line means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogSignal {
+    /// The fused-MoE kernels run with untuned default configs.
+    MoeDefaultConfig,
+    /// A tuned MoE kernel configuration file was loaded (the line names it).
+    MoeConfigLoaded,
+}
+
+/// A log line pattern.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LogPattern {
+    pub contains: String,
+    pub signal: LogSignal,
+}
+
+/// A launch template.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EngineTemplate {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    pub argv: Vec<String>,
+    /// Words after the knobs' args (for flags that swallow the rest, like sim's --from-plan).
+    #[serde(default)]
+    pub tail: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Path that answers 200 once the server is up.
+    pub health: String,
+    /// OpenAI completions path for the one-token readiness generation and the benchmark.
+    pub generate: String,
+    #[serde(default)]
+    pub metrics: Option<String>,
+    #[serde(default)]
+    pub version: Option<VersionQuery>,
+    #[serde(default = "default_ready_timeout")]
+    pub ready_timeout_s: u64,
+    #[serde(default)]
+    pub knobs: Vec<Knob>,
+    #[serde(default)]
+    pub logs: Vec<LogPattern>,
+}
+
+fn default_ready_timeout() -> u64 {
+    600
+}
+
+#[derive(Debug, Deserialize)]
+struct EngineFile {
+    #[serde(default)]
+    engine: Vec<EngineTemplate>,
+}
+
+/// What the campaign fills in.
+#[derive(Debug, Clone, Default)]
+pub struct Context {
+    pub values: BTreeMap<String, String>,
+}
+
+/// A launch command, ready to spawn.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Rendered {
+    pub argv: Vec<String>,
+    /// Variables set for the server (template env and env knobs).
+    pub env: BTreeMap<String, String>,
+    /// Every knob's effective value (given or default).
+    pub knobs: BTreeMap<String, String>,
+}
+
+/// `{name}` placeholders in `s`, or an error naming an unclosed brace.
+fn placeholders(s: &str) -> std::result::Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    let mut rest = s;
+    while let Some(i) = rest.find('{') {
+        let after = &rest[i + 1..];
+        let j = after.find('}').ok_or_else(|| format!("unclosed '{{' in {s:?}"))?;
+        out.push(after[..j].to_string());
+        rest = &after[j + 1..];
+    }
+    Ok(out)
+}
+
+fn fill(s: &str, vals: &BTreeMap<String, String>) -> std::result::Result<String, String> {
+    let mut out = s.to_string();
+    for p in placeholders(s)? {
+        let v = vals.get(&p).ok_or_else(|| format!("{{{p}}} has no value"))?;
+        out = out.replace(&format!("{{{p}}}"), v);
+    }
+    Ok(out)
+}
+
+impl EngineTemplate {
+    /// Checks every placeholder and default; the error names the engine and the fix.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| CampaignError::Input(format!("engine {:?}: {m}", self.name));
+        if self.argv.is_empty() {
+            return Err(bad("argv is empty: give the program and its arguments as a list of words".into()));
+        }
+        let knob_names: Vec<&str> = self.knobs.iter().map(|k| k.name.as_str()).collect();
+        let known = |extra: &[&str]| -> Vec<String> {
+            CONTEXT_PLACEHOLDERS.iter().chain(knob_names.iter()).chain(extra).map(|s| s.to_string()).collect()
+        };
+        let check_words = |what: &str, words: &[String], extra: &[&str]| -> Result<()> {
+            let known = known(extra);
+            for (i, w) in words.iter().enumerate() {
+                for p in placeholders(w).map_err(|e| bad(format!("{what}[{i}]: {e}")))? {
+                    if !known.contains(&p) {
+                        return Err(bad(format!("unknown placeholder {{{p}}} in {what}[{i}] {w:?}; known: {}", known.join(", "))));
+                    }
+                    if let Some(k) = self.knobs.iter().find(|k| k.name == p) {
+                        if k.default.is_none() && what != "knob args" {
+                            return Err(bad(format!("{{{p}}} in {what}[{i}] is a knob without a default: give knob {p} a default, or move it to the knob's args")));
+                        }
+                    }
+                }
+            }
+            Ok(())
+        };
+        check_words("argv", &self.argv, &[])?;
+        check_words("tail", &self.tail, &[])?;
+        let env_vals: Vec<String> = self.env.values().cloned().collect();
+        check_words("env", &env_vals, &[])?;
+        if let Some(VersionQuery::Command(c)) = &self.version {
+            check_words("version", c, &[])?;
+        }
+        for k in &self.knobs {
+            check_words("knob args", &k.args, &["value"])?;
+            if let Some(d) = &k.default {
+                for p in placeholders(d).map_err(|e| bad(format!("knob {}: {e}", k.name)))? {
+                    if !CONTEXT_PLACEHOLDERS.contains(&p.as_str()) {
+                        return Err(bad(format!(
+                            "knob {} default {d:?}: unknown placeholder {{{p}}}; defaults may use {}",
+                            k.name,
+                            CONTEXT_PLACEHOLDERS.join(", ")
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The knob `name`.
+    pub fn knob(&self, name: &str) -> Option<&Knob> {
+        self.knobs.iter().find(|k| k.name == name)
+    }
+
+    /// Checks the knob values a step or a person gives.
+    pub fn check_knobs(&self, given: &BTreeMap<String, String>) -> Result<()> {
+        for (name, v) in given {
+            let k = self.knob(name).ok_or_else(|| {
+                let names: Vec<&str> = self.knobs.iter().map(|k| k.name.as_str()).collect();
+                CampaignError::Input(format!("engine {} has no knob {name:?}; its knobs: {}", self.name, names.join(", ")))
+            })?;
+            k.domain.check(v).map_err(|want| {
+                CampaignError::Input(format!("knob {name}={v} is outside its domain: engine {} takes {want}", self.name))
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Renders argv and env for `given` knob values in `ctx`.
+    pub fn render(&self, ctx: &Context, given: &BTreeMap<String, String>) -> Result<Rendered> {
+        self.validate()?;
+        self.check_knobs(given)?;
+        let bad = |m: String| CampaignError::Input(format!("engine {}: {m}", self.name));
+        let mut knobs = BTreeMap::new();
+        for k in &self.knobs {
+            let v = match (given.get(&k.name), &k.default) {
+                (Some(v), _) => v.clone(),
+                (None, Some(d)) => fill(d, &ctx.values).map_err(|e| bad(format!("knob {} default: {e}", k.name)))?,
+                (None, None) => continue,
+            };
+            k.domain.check(&v).map_err(|want| bad(format!("knob {}={v} is outside its domain: give {want}", k.name)))?;
+            knobs.insert(k.name.clone(), v);
+        }
+        let mut vals = ctx.values.clone();
+        vals.extend(knobs.clone());
+        let words = |ws: &[String], vals: &BTreeMap<String, String>| -> Result<Vec<String>> {
+            ws.iter().map(|w| fill(w, vals).map_err(bad)).collect()
+        };
+        let mut argv = words(&self.argv, &vals)?;
+        let mut env = BTreeMap::new();
+        for (k, v) in &self.env {
+            env.insert(k.clone(), fill(v, &vals).map_err(bad)?);
+        }
+        for k in &self.knobs {
+            let Some(v) = knobs.get(&k.name) else { continue };
+            let mut kv = vals.clone();
+            kv.insert("value".into(), v.clone());
+            argv.extend(words(&k.args, &kv)?);
+            if let Some(var) = &k.env {
+                env.insert(var.clone(), v.clone());
+            }
+        }
+        argv.extend(words(&self.tail, &vals)?);
+        Ok(Rendered { argv, env, knobs })
+    }
+}
+
+/// Parses a TOML file of `[[engine]]` tables and validates each.
+pub fn parse(text: &str, source: &str) -> Result<Vec<EngineTemplate>> {
+    let f: EngineFile = toml::from_str(text).map_err(|e| {
+        CampaignError::Input(format!("{source}: not an engine file ({e}); see servetune campaign engines --help for the format"))
+    })?;
+    for e in &f.engine {
+        e.validate()?;
+    }
+    Ok(f.engine)
+}
+
+/// The built-in templates.
+pub fn builtins() -> Vec<EngineTemplate> {
+    // The file is part of the crate and checked by a test; an error here is a bug of the build.
+    parse(include_str!("engines.toml"), "built-in engines.toml").unwrap_or_default()
+}
+
+/// Built-ins, then the user's file (a user template replaces a built-in of the same name).
+pub fn all(user: Option<&Path>) -> Result<Vec<EngineTemplate>> {
+    let mut out = builtins();
+    if let Some(p) = user {
+        let text =
+            std::fs::read_to_string(p).map_err(|e| CampaignError::Input(format!("--engines {}: cannot read it ({e})", p.display())))?;
+        for t in parse(&text, &format!("--engines {}", p.display()))? {
+            out.retain(|b| b.name != t.name);
+            out.push(t);
+        }
+    }
+    Ok(out)
+}
+
+/// The template `name` among `all`.
+pub fn find(all: &[EngineTemplate], name: &str) -> Result<EngineTemplate> {
+    all.iter().find(|e| e.name == name).cloned().ok_or_else(|| {
+        let names: Vec<&str> = all.iter().map(|e| e.name.as_str()).collect();
+        CampaignError::Input(format!("--engine {name:?} is unknown; known: {} (or add one with --engines FILE)", names.join(", ")))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx() -> Context {
+        let mut values = BTreeMap::new();
+        for (k, v) in [("model", "m.gguf"), ("host", "127.0.0.1"), ("port", "8001"), ("gpus", "8"), ("servetune", "/bin/st")] {
+            values.insert(k.to_string(), v.to_string());
+        }
+        Context { values }
+    }
+
+    #[test]
+    fn builtins_parse_and_cover_the_engines() {
+        let b = parse(include_str!("engines.toml"), "engines.toml").expect("built-ins parse");
+        let names: Vec<&str> = b.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, ["sglang", "vllm", "llama-server", "llama-cpp-python", "sim"]);
+    }
+
+    #[test]
+    fn render_fills_placeholders_defaults_and_knob_args() {
+        let e = find(&builtins(), "sglang").expect("sglang");
+        let r =
+            e.render(&ctx(), &BTreeMap::from([("max_running".into(), "128".into()), ("nccl_algo".into(), "Ring".into())])).expect("render");
+        assert_eq!(
+            r.argv,
+            [
+                "python3",
+                "-m",
+                "sglang.launch_server",
+                "--model-path",
+                "m.gguf",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "8001",
+                "--tp-size",
+                "8",
+                "--enable-metrics",
+                "--max-running-requests",
+                "128"
+            ]
+        );
+        assert_eq!(r.env.get("NCCL_ALGO").map(String::as_str), Some("Ring"));
+        assert_eq!(r.knobs.get("tp").map(String::as_str), Some("8"));
+    }
+
+    #[test]
+    fn unknown_placeholder_and_out_of_domain_are_named() {
+        let text = "[[engine]]\nname = \"x\"\nargv = [\"srv\", \"--p\", \"{prot}\"]\nhealth = \"/h\"\ngenerate = \"/v1/completions\"\n";
+        let e = parse(text, "f.toml").expect_err("unknown placeholder");
+        assert!(matches!(&e, CampaignError::Input(m) if m.contains("{prot}") && m.contains("argv[2]")), "{e}");
+        let sg = find(&builtins(), "sglang").expect("sglang");
+        let e = sg.render(&ctx(), &BTreeMap::from([("mem_fraction".into(), "1.5".into())])).expect_err("domain");
+        assert!(matches!(&e, CampaignError::Input(m) if m.contains("mem_fraction=1.5") && m.contains("0.1 to 0.98")), "{e}");
+        let e = sg.render(&ctx(), &BTreeMap::from([("bogus".into(), "1".into())])).expect_err("knob");
+        assert!(matches!(&e, CampaignError::Input(m) if m.contains("no knob \"bogus\"")), "{e}");
+    }
+}

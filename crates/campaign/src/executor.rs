@@ -1,0 +1,299 @@
+//! The executor: launch a server in its own process group with its output in a log file, wait for
+//! readiness (health answers, then a one-token generation succeeds; an exit while loading is noticed
+//! at once), ask its version, and tear it down (SIGTERM to the group, SIGKILL after a grace period,
+//! then check the port is free).
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::classify::{classify, ExitInfo, Failure, FailureKind};
+use crate::engine::VersionQuery;
+use crate::http;
+
+/// How often readiness is polled.
+const POLL: Duration = Duration::from_millis(100);
+/// Log lines read for classification.
+const TAIL_LINES: usize = 60;
+
+/// What to launch and how to know it is ready.
+#[derive(Debug, Clone)]
+pub struct LaunchSpec {
+    pub argv: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub log_path: PathBuf,
+    pub port: u16,
+    pub health: String,
+    pub generate: String,
+    pub ready_timeout: Duration,
+}
+
+/// A launched server.
+#[derive(Debug)]
+pub struct Server {
+    child: Child,
+    /// Its process group (its own pid).
+    pub pgid: i32,
+    pub port: u16,
+    pub log_path: PathBuf,
+}
+
+/// Why waiting for readiness stopped.
+#[derive(Debug)]
+pub enum NotReady {
+    /// The server failed (classified).
+    Failed(Failure),
+    /// Ctrl-C.
+    Interrupted,
+}
+
+/// How a teardown went.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Teardown {
+    /// SIGKILL was needed after the grace period.
+    pub killed: bool,
+    pub exit: Option<ExitInfo>,
+    /// The port accepted a new listener afterwards.
+    pub port_free: bool,
+    /// Whether GPU memory went back, or why it could not be checked.
+    pub gpu_memory: String,
+}
+
+/// A free localhost port (bound to port 0 and released; the server binds it right after).
+pub fn free_port() -> std::io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Whether 127.0.0.1:`port` can be bound now.
+pub fn port_is_free(port: u16) -> bool {
+    TcpListener::bind(("127.0.0.1", port)).is_ok()
+}
+
+#[expect(unsafe_code, reason = "kill(2) has no safe std wrapper for a process group; the call passes only integers")]
+fn signal_group(pgid: i32, sig: i32) -> bool {
+    // SAFETY: kill with a negative pid signals that process group; no memory is shared.
+    unsafe { libc::kill(-pgid, sig) == 0 }
+}
+
+/// Whether any process of group `pgid` is alive.
+pub fn group_alive(pgid: i32) -> bool {
+    pgid > 1 && signal_group(pgid, 0)
+}
+
+/// Kills what is left of a process group recorded by a dead `continue` (stale step).
+pub fn kill_group(pgid: i32) {
+    if group_alive(pgid) {
+        signal_group(pgid, libc::SIGKILL);
+    }
+}
+
+#[expect(unsafe_code, reason = "prctl(PR_SET_PDEATHSIG) runs between fork and exec; it touches no memory")]
+fn die_with_parent(cmd: &mut Command) {
+    // SAFETY: the closure runs in the forked child before exec and calls only the async-signal-safe
+    // prctl(2); the server then gets SIGKILL when the campaign process dies (kill -9 included).
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
+            Ok(())
+        });
+    }
+}
+
+/// Starts the server; a command that cannot start is a `SpawnFailed` failure.
+pub fn spawn(spec: &LaunchSpec) -> Result<Server, Failure> {
+    let spawn_failed = |detail: String| Failure {
+        kind: FailureKind::SpawnFailed,
+        exit: None,
+        evidence: vec![detail.clone()],
+        corrective: FailureKind::SpawnFailed.corrective().into(),
+        summary: detail,
+    };
+    let log = File::create(&spec.log_path).map_err(|e| spawn_failed(format!("cannot create the log {}: {e}", spec.log_path.display())))?;
+    let log2 = log.try_clone().map_err(|e| spawn_failed(format!("log {}: {e}", spec.log_path.display())))?;
+    let mut cmd = Command::new(&spec.argv[0]);
+    cmd.args(&spec.argv[1..]).envs(&spec.env).stdin(Stdio::null()).stdout(log).stderr(log2).process_group(0);
+    die_with_parent(&mut cmd);
+    let child = cmd.spawn().map_err(|e| spawn_failed(format!("cannot start {:?}: {e}", spec.argv[0])))?;
+    let pgid = child.id() as i32;
+    Ok(Server { child, pgid, port: spec.port, log_path: spec.log_path.clone() })
+}
+
+impl Server {
+    /// How the server ended, if it did.
+    pub fn exited(&mut self) -> Option<ExitInfo> {
+        match self.child.try_wait() {
+            Ok(Some(st)) => Some(ExitInfo { code: st.code(), signal: st.signal() }),
+            _ => None,
+        }
+    }
+
+    /// The classified failure of a server that ended (or that we ended on a timeout).
+    pub fn failure(&self, exit: Option<ExitInfo>, timed_out: bool) -> Failure {
+        classify(exit, timed_out, &log_tail(&self.log_path, TAIL_LINES))
+    }
+
+    /// Waits until /health answers 200 and a one-token generation succeeds. `tick` runs every poll
+    /// (the heartbeat).
+    pub fn wait_ready(&mut self, spec: &LaunchSpec, cancel: &AtomicBool, tick: &mut dyn FnMut()) -> Result<String, NotReady> {
+        let start = Instant::now();
+        let t = Duration::from_secs(2);
+        loop {
+            if cancel.load(Ordering::Relaxed) {
+                return Err(NotReady::Interrupted);
+            }
+            if let Some(exit) = self.exited() {
+                return Err(NotReady::Failed(self.failure(Some(exit), false)));
+            }
+            if start.elapsed() > spec.ready_timeout {
+                return Err(NotReady::Failed(self.failure(None, true)));
+            }
+            tick();
+            if matches!(http::get(self.port, &spec.health, t), Ok(r) if r.status == 200) {
+                let model = served_model(self.port, t);
+                match one_token(self.port, &spec.generate, model.as_deref(), Duration::from_secs(30)) {
+                    Ok(OneToken::Ok) => return Ok(model.unwrap_or_default()),
+                    Ok(OneToken::Invalid(why)) => {
+                        let ended = self.exited();
+                        let mut f = self.failure(ended, false);
+                        f.kind = FailureKind::InvalidOutput;
+                        f.corrective = FailureKind::InvalidOutput.corrective().into();
+                        f.evidence.insert(0, why.clone());
+                        f.summary = why;
+                        return Err(NotReady::Failed(f));
+                    }
+                    Err(_) => {}
+                }
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// SIGTERM to the group, SIGKILL after `grace`, then checks the port.
+    pub fn teardown(mut self, grace: Duration) -> Teardown {
+        signal_group(self.pgid, libc::SIGTERM);
+        let deadline = Instant::now() + grace;
+        let mut exit = None;
+        while Instant::now() < deadline {
+            if exit.is_none() {
+                exit = self.exited();
+            }
+            if exit.is_some() && !group_alive(self.pgid) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let killed = group_alive(self.pgid);
+        if killed {
+            signal_group(self.pgid, libc::SIGKILL);
+        }
+        if exit.is_none() {
+            exit = self.child.wait().ok().map(|st| ExitInfo { code: st.code(), signal: st.signal() });
+        }
+        let free_by = Instant::now() + Duration::from_secs(3);
+        let mut port_free = port_is_free(self.port);
+        while !port_free && Instant::now() < free_by {
+            std::thread::sleep(Duration::from_millis(100));
+            port_free = port_is_free(self.port);
+        }
+        Teardown {
+            killed,
+            exit,
+            port_free,
+            gpu_memory: "not checked: servetune reads GPU memory through NVML, which this campaign does not load between launches; check nvidia-smi before the next launch on a GPU box".into(),
+        }
+    }
+}
+
+/// The model id the server lists at /v1/models, if it answers.
+fn served_model(port: u16, t: Duration) -> Option<String> {
+    let r = http::get(port, "/v1/models", t).ok().filter(|r| r.status == 200)?;
+    let v: serde_json::Value = serde_json::from_str(&r.body).ok()?;
+    v.get("data")?.get(0)?.get("id")?.as_str().map(str::to_string)
+}
+
+enum OneToken {
+    Ok,
+    Invalid(String),
+}
+
+/// One completion of one token: 200 with a text choice is ready; 200 without one is invalid output.
+fn one_token(port: u16, path: &str, model: Option<&str>, t: Duration) -> Result<OneToken, String> {
+    let body = serde_json::json!({"model": model.unwrap_or("default"), "prompt": "Hello", "max_tokens": 1, "temperature": 0.0});
+    let r = http::post_json(port, path, &body.to_string(), t).map_err(|e| e.to_string())?;
+    if r.status != 200 {
+        return Err(format!("HTTP {}", r.status));
+    }
+    let v: serde_json::Value = match serde_json::from_str(&r.body) {
+        Ok(v) => v,
+        Err(e) => return Ok(OneToken::Invalid(format!("the one-token generation answered 200 with a body that is not JSON ({e})"))),
+    };
+    let text = v.get("choices").and_then(|c| c.get(0)).and_then(|c| c.get("text").or_else(|| c.get("message")));
+    match text {
+        Some(_) if r.body.contains("NaN") => Ok(OneToken::Invalid("the one-token generation returned NaN".into())),
+        Some(_) => Ok(OneToken::Ok),
+        None => Ok(OneToken::Invalid(format!("the one-token generation answered 200 without choices[0].text: {}", truncate(&r.body, 200)))),
+    }
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    s.chars().take(n).collect()
+}
+
+/// The last `n` lines of the file at `path` (empty when it cannot be read).
+pub fn log_tail(path: &Path, n: usize) -> Vec<String> {
+    let Ok(f) = File::open(path) else { return Vec::new() };
+    let mut lines: std::collections::VecDeque<String> = std::collections::VecDeque::with_capacity(n);
+    for l in BufReader::new(f).lines().map_while(|l| l.ok()) {
+        if lines.len() == n {
+            lines.pop_front();
+        }
+        lines.push_back(l);
+    }
+    lines.into()
+}
+
+/// The engine's version: from the running server or a command; `None` when it does not say.
+pub fn version(q: &VersionQuery, port: u16, fill: &dyn Fn(&str) -> String) -> Option<String> {
+    match q {
+        VersionQuery::Http { path, field } => {
+            let r = http::get(port, path, Duration::from_secs(5)).ok().filter(|r| r.status == 200)?;
+            let v: serde_json::Value = serde_json::from_str(&r.body).ok()?;
+            v.get(field).map(|x| x.as_str().map_or_else(|| x.to_string(), str::to_string))
+        }
+        VersionQuery::Command(argv) => {
+            let argv: Vec<String> = argv.iter().map(|a| fill(a)).collect();
+            let out = run_bounded(&argv, Duration::from_secs(20))?;
+            out.lines().map(str::trim).find(|l| !l.is_empty()).map(str::to_string)
+        }
+    }
+}
+
+/// Runs `argv` to completion within `limit`, returning stdout then stderr.
+fn run_bounded(argv: &[String], limit: Duration) -> Option<String> {
+    let mut child =
+        Command::new(argv.first()?).args(&argv[1..]).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().ok()?;
+    let start = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if start.elapsed() < limit => std::thread::sleep(Duration::from_millis(50)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    }
+    let out = child.wait_with_output().ok()?;
+    let mut s = String::from_utf8_lossy(&out.stdout).into_owned();
+    s += &String::from_utf8_lossy(&out.stderr);
+    Some(s)
+}

@@ -1,0 +1,49 @@
+//! servetune's campaign: a crash-safe SQLite journal of experiments on real serving engines, an
+//! executor that launches, readies, benchmarks and tears them down, and a planner that proposes the
+//! next experiment with the performance model's expected gain, or stops to ask a person.
+//!
+//! Flow: [`engine`] (launch templates) + [`probe_step`] (the box) -> [`campaign::init`] writes the
+//! [`journal`]; [`campaign::continue_once`] asks [`planner`] for the next step, runs a runnable one
+//! through [`executor`] and [`bench_step`], classifies failures with [`classify`], and records every
+//! state change before it goes on; [`report`] turns the journal into report data and renders it.
+//!
+//! Calls into bench, probe and the model go through [`bench_step`], [`probe_step`] and
+//! [`plan_step`] only, so a change of those crates' APIs is absorbed in one place each.
+
+pub mod bench_step;
+pub mod campaign;
+pub mod classify;
+pub mod engine;
+pub mod executor;
+pub mod goal;
+pub mod http;
+pub mod journal;
+pub mod plan_step;
+pub mod planner;
+pub mod probe_step;
+pub mod report;
+
+/// A campaign error: the user's input (exit 2) or the environment at run time (exit 1).
+#[derive(Debug, thiserror::Error)]
+pub enum CampaignError {
+    /// Bad input: names the input, what is wrong and the fix.
+    #[error("{0}")]
+    Input(String),
+    /// A failure while running (I/O, SQLite, a server).
+    #[error("{0}")]
+    Runtime(String),
+}
+
+impl From<rusqlite::Error> for CampaignError {
+    fn from(e: rusqlite::Error) -> Self {
+        CampaignError::Runtime(format!("journal: {e}"))
+    }
+}
+
+/// Result alias.
+pub type Result<T> = std::result::Result<T, CampaignError>;
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}

@@ -1,0 +1,544 @@
+//! The next-step planner: candidate steps from probe findings, the model's plan ranking, the bench
+//! sweep and server metrics, and log warnings; each with its expected gain (the model's numbers),
+//! its evidence (journal ids), its kind (runnable, or needs a person) and, when runnable, the exact
+//! experiment.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::bench_step::BenchSummary;
+use crate::engine::EngineTemplate;
+use crate::goal::Goal;
+use crate::journal::{ExpState, Experiment, FindingRow, QuestionRow, QuestionState};
+use crate::plan_step::{self, Layout, ModelBox};
+use crate::probe_step::{BoxFacts, VM_NO_P2P};
+
+/// Gains below this factor are not worth a step (the model's own error is larger).
+pub const MIN_STEP_GAIN: f64 = 1.02;
+/// Running requests within this of the concurrency count as "at the cap" only when they stay below it.
+const QUEUE_EPS: f64 = 0.5;
+/// A sweep "plateaus" past the running cap when throughput grew less than this from the first point
+/// at or above the cap to the last, although concurrency at least doubled: below its cap a server
+/// gains far more than that from twice the requests, so the cap, not the GPUs, set the ceiling.
+/// Looser than bench's point-to-point MIN_GAIN because queued requests make each point noisy.
+const PLATEAU_GROWTH: f64 = 0.25;
+
+/// Where a step comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepSource {
+    /// The first measurement in this environment.
+    Baseline,
+    /// A probe finding (e.g. a VM without P2P).
+    ProbeFinding,
+    /// The model ranks another parallelism plan higher.
+    PlanRank,
+    /// The sweep plateaued with requests queued behind the running cap.
+    RunningCap,
+    /// KV usage reached 100%.
+    KvFull,
+    /// A server log warning (e.g. untuned MoE kernels).
+    LogWarning,
+    /// An experiment failed and a person must fix the cause.
+    Failure,
+}
+
+/// What kind of step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepKind {
+    /// The exact experiment: the knobs it sets (on top of the campaign's).
+    Runnable { knobs: BTreeMap<String, String> },
+    /// A person must act; the question and how to answer it.
+    NeedsPerson { key: String, question: String, how: String },
+}
+
+/// A candidate next step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Step {
+    pub title: String,
+    pub source: StepSource,
+    pub kind: StepKind,
+    /// Expected gain over the current best as a factor (1.25 = +25%), from the model.
+    pub gain: Option<f64>,
+    /// The model's numbers: current and predicted output tok/s.
+    pub current_tok_s: Option<f64>,
+    pub predicted_tok_s: Option<f64>,
+    /// Why, in words.
+    pub basis: String,
+    /// Journal records it rests on ("experiment 3", "finding 2").
+    pub evidence: Vec<String>,
+}
+
+/// What the campaign should do next.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum Verdict {
+    /// Run or ask the first of these steps (ranked).
+    Steps(Vec<Step>),
+    /// The goal is met by this experiment.
+    GoalMet { experiment: i64, output_tok_s: f64 },
+    /// No step with a positive expected gain.
+    NothingLeft { reason: String },
+}
+
+/// Everything the planner reads.
+#[derive(Debug, Clone)]
+pub struct View<'a> {
+    pub goal: &'a Goal,
+    pub engine: &'a EngineTemplate,
+    pub facts: &'a BoxFacts,
+    /// The current probe's findings: (journal finding id, code).
+    pub probe_findings: Vec<(i64, String)>,
+    /// Experiments in the current environment.
+    pub experiments: Vec<&'a Experiment>,
+    pub findings: &'a [FindingRow],
+    pub questions: &'a [QuestionRow],
+    /// The model's view of the box, when the model can price this campaign.
+    pub model: Option<ModelBox>,
+    /// The knobs of the baseline (campaign knobs plus template defaults).
+    pub base_knobs: BTreeMap<String, String>,
+}
+
+/// An experiment's layout from its knobs.
+pub fn layout(knobs: &BTreeMap<String, String>, gpus: u32) -> Layout {
+    let n = |k: &str, d: u32| knobs.get(k).and_then(|v| v.parse().ok()).unwrap_or(d);
+    Layout { tp: n("tp", gpus), pp: n("pp", 1), ep: n("ep", 1), max_running: knobs.get("max_running").and_then(|v| v.parse().ok()) }
+}
+
+fn best_done<'a>(v: &View<'a>) -> Option<(&'a Experiment, &'a BenchSummary)> {
+    v.experiments
+        .iter()
+        .filter(|e| e.state == ExpState::Done)
+        .filter_map(|e| e.result.as_ref().map(|r| (*e, r)))
+        .max_by(|a, b| a.1.best_output_tok_s(true).total_cmp(&b.1.best_output_tok_s(true)))
+}
+
+fn question_state(v: &View<'_>, key: &str) -> Option<QuestionState> {
+    v.questions.iter().find(|q| q.key == key).map(|q| q.state)
+}
+
+fn tried(v: &View<'_>, knobs: &BTreeMap<String, String>) -> bool {
+    v.experiments.iter().any(|e| &e.knobs == knobs)
+}
+
+/// The ranked next steps, or why there are none.
+pub fn plan(v: &View<'_>) -> Verdict {
+    let best = best_done(v);
+    if let Some((e, r)) = best {
+        let tok = r.best_output_tok_s(true);
+        if tok >= v.goal.output_tok_s {
+            return Verdict::GoalMet { experiment: e.id, output_tok_s: tok };
+        }
+    }
+    let current = best.map_or(v.base_knobs.clone(), |(e, _)| e.knobs.clone());
+    let lay = layout(&current, v.facts.gpus);
+    let mut asks: Vec<Step> = Vec::new();
+    let mut runs: Vec<Step> = Vec::new();
+    asks.extend(p2p_question(v, lay));
+    asks.extend(failure_question(v));
+    let baseline = (!tried(v, &v.base_knobs)).then(|| Step {
+        title: "baseline: the campaign's launch command as given".into(),
+        source: StepSource::Baseline,
+        kind: StepKind::Runnable { knobs: v.base_knobs.clone() },
+        gain: None,
+        current_tok_s: None,
+        predicted_tok_s: v.model.as_ref().and_then(|m| plan_step::predict(m, lay)).map(|p| p.output_tok_s),
+        basis: "measure the starting point before changing anything".into(),
+        evidence: Vec::new(),
+    });
+    if let Some((e, r)) = best {
+        runs.extend(plan_rank(v, e, lay));
+        runs.extend(running_cap(v, e, r, lay));
+        runs.extend(kv_full(v, e, r));
+        asks.extend(moe_question(v, lay));
+    }
+    let by_gain = |a: &Step, b: &Step| b.gain.unwrap_or(0.0).total_cmp(&a.gain.unwrap_or(0.0));
+    asks.sort_by(by_gain);
+    runs.sort_by(by_gain);
+    let mut steps: Vec<Step> = Vec::new();
+    // A failure blocks everything; otherwise questions worth more than the next runnable step come
+    // first, then the baseline, then the runnable steps by gain.
+    let top_run = runs.first().and_then(|s| s.gain).unwrap_or(MIN_STEP_GAIN);
+    let (first, later): (Vec<Step>, Vec<Step>) =
+        asks.into_iter().partition(|s| s.source == StepSource::Failure || s.gain.is_none_or(|g| g >= top_run) || baseline.is_some());
+    steps.extend(first);
+    steps.extend(baseline);
+    steps.extend(runs);
+    steps.extend(later);
+    if steps.is_empty() {
+        let tok = best.map_or(0.0, |(_, r)| r.best_output_tok_s(true));
+        return Verdict::NothingLeft {
+            reason: format!(
+                "no step with a positive expected gain: {} experiment(s) in this environment, best {tok:.1} output tok/s against the goal {}",
+                v.experiments.len(),
+                v.goal.text
+            ),
+        };
+    }
+    Verdict::Steps(steps)
+}
+
+fn gain_of(cur: Option<f64>, new: Option<f64>) -> Option<f64> {
+    match (cur, new) {
+        (Some(c), Some(n)) if c > 0.0 => Some(n / c),
+        _ => None,
+    }
+}
+
+fn p2p_question(v: &View<'_>, lay: Layout) -> Option<Step> {
+    let (fid, _) = v.probe_findings.iter().find(|(_, code)| code == VM_NO_P2P)?;
+    let key = format!("p2p:{}", v.facts.hash);
+    if question_state(v, &key).is_some_and(|s| s != QuestionState::Open) {
+        return None;
+    }
+    let m = v.model.as_ref();
+    let cur = m.and_then(|m| plan_step::predict(m, lay)).map(|p| p.output_tok_s);
+    let new = m.and_then(|m| plan_step::with_link(m, lay, if v.facts.nvlink { "nvlink" } else { "pcie5-p2p" })).map(|p| p.output_tok_s);
+    let gain = gain_of(cur, new);
+    let gain_words = match (cur, new, gain) {
+        (Some(c), Some(n), Some(g)) => format!("plan predicts {c:.0} -> {n:.0} output tok/s ({:+.0}%)", (g - 1.0) * 100.0),
+        _ => "the model cannot price it for this model/GPU".into(),
+    };
+    Some(Step {
+        title: "get GPU peer-to-peer: move to bare metal or an LXC container, or give the VM a P2P clique".into(),
+        source: StepSource::ProbeFinding,
+        kind: StepKind::NeedsPerson {
+            key,
+            question: format!(
+                "This {} guest has no GPU peer-to-peer, so every all-reduce is staged through host memory. Can you move the GPUs to bare metal or an LXC container (or give the VM a P2P clique)? {gain_words}.",
+                v.facts.vm
+            ),
+            how: "after moving, re-probe with servetune campaign probe DIR, then answer --done; answer --declined to go on without P2P".into(),
+        },
+        gain,
+        current_tok_s: cur,
+        predicted_tok_s: new,
+        basis: gain_words,
+        evidence: vec![format!("finding {fid}")],
+    })
+}
+
+fn failure_question(v: &View<'_>) -> Option<Step> {
+    if v.experiments.iter().any(|e| e.state == ExpState::Done) {
+        return None;
+    }
+    let e = v.experiments.iter().rev().find(|e| e.state == ExpState::Failed)?;
+    let f = e.failure.as_ref()?;
+    let key = format!("fix:{}:{}", e.id, e.attempt);
+    if question_state(v, &key).is_some_and(|s| s != QuestionState::Open) {
+        return None;
+    }
+    Some(Step {
+        title: format!("fix the failed experiment {} ({})", e.id, f.kind.name()),
+        source: StepSource::Failure,
+        kind: StepKind::NeedsPerson {
+            key,
+            question: format!(
+                "Experiment {} ({}) failed: {}. Evidence: {}. Corrective step: {}",
+                e.id,
+                e.title,
+                f.summary,
+                f.evidence.join(" | "),
+                f.corrective
+            ),
+            how: "fix the cause, then answer --done to run it again, or --declined to leave it failed".into(),
+        },
+        gain: None,
+        current_tok_s: None,
+        predicted_tok_s: None,
+        basis: "no experiment has succeeded in this environment".into(),
+        evidence: vec![format!("experiment {}", e.id)],
+    })
+}
+
+fn plan_rank(v: &View<'_>, best: &Experiment, lay: Layout) -> Vec<Step> {
+    let Some(m) = v.model.as_ref() else { return Vec::new() };
+    if v.engine.knob("tp").is_none() {
+        return Vec::new();
+    }
+    let cur = plan_step::predict(m, lay).map(|p| p.output_tok_s);
+    plan_step::better_plans(m, lay)
+        .into_iter()
+        .filter_map(|alt| {
+            let mut knobs = best.knobs.clone();
+            for (k, val) in [("tp", alt.layout.tp), ("pp", alt.layout.pp), ("ep", alt.layout.ep)] {
+                if v.engine.knob(k).is_some() {
+                    knobs.insert(k.into(), val.to_string());
+                } else if val != 1 {
+                    return None;
+                }
+            }
+            if tried(v, &knobs) || v.engine.check_knobs(&knobs).is_err() {
+                return None;
+            }
+            let gain = gain_of(cur, Some(alt.predicted.output_tok_s)).filter(|g| *g >= MIN_STEP_GAIN)?;
+            Some(Step {
+                title: format!("try {} (plan ranks it above {})", alt.label, layout_label(lay)),
+                source: StepSource::PlanRank,
+                kind: StepKind::Runnable { knobs },
+                gain: Some(gain),
+                current_tok_s: cur,
+                predicted_tok_s: Some(alt.predicted.output_tok_s),
+                basis: format!(
+                    "plan --rank predicts {:.0} output tok/s at concurrency {} against {:.0}",
+                    alt.predicted.output_tok_s,
+                    alt.predicted.concurrency,
+                    cur.unwrap_or(0.0)
+                ),
+                evidence: vec![format!("experiment {}", best.id)],
+            })
+        })
+        .take(2)
+        .collect()
+}
+
+fn layout_label(l: Layout) -> String {
+    let mut s = format!("TP{}", l.tp);
+    if l.pp > 1 {
+        s += &format!("+PP{}", l.pp);
+    }
+    if l.ep > 1 {
+        s += &format!("+EP{}", l.ep);
+    }
+    s
+}
+
+/// The sweep plateaued past the point where requests began to queue behind the running cap.
+fn running_cap(v: &View<'_>, best: &Experiment, r: &BenchSummary, lay: Layout) -> Option<Step> {
+    let knob = v.engine.knob("max_running")?;
+    let last = r.points.last()?;
+    let running = last.server_max_running?;
+    let capped = last.server_max_queued.unwrap_or(0.0) > 0.0 && running + QUEUE_EPS < f64::from(last.concurrency);
+    let prev = r.points.iter().find(|p| f64::from(p.concurrency) + QUEUE_EPS >= running && 2 * p.concurrency <= last.concurrency)?;
+    let growth = if prev.output_tok_s > 0.0 { last.output_tok_s / prev.output_tok_s - 1.0 } else { f64::INFINITY };
+    if !(capped && growth < PLATEAU_GROWTH) {
+        return None;
+    }
+    let new_cap = (running.round() as u32).saturating_mul(2).max(1);
+    let mut knobs = best.knobs.clone();
+    knobs.insert(knob.name.clone(), new_cap.to_string());
+    if tried(v, &knobs) || v.engine.check_knobs(&knobs).is_err() {
+        return None;
+    }
+    let m = v.model.as_ref();
+    let conc = last.concurrency;
+    let cur = m.and_then(|m| plan_step::predict_at(m, Layout { max_running: Some(running.round() as u32), ..lay }, conc));
+    let new = m.and_then(|m| plan_step::predict_at(m, Layout { max_running: Some(new_cap), ..lay }, conc));
+    let gain = gain_of(cur, new);
+    if m.is_some() && gain.is_none_or(|g| g < MIN_STEP_GAIN) {
+        return None;
+    }
+    Some(Step {
+        title: format!("raise the running-request cap to {new_cap}"),
+        source: StepSource::RunningCap,
+        kind: StepKind::Runnable { knobs },
+        gain,
+        current_tok_s: cur,
+        predicted_tok_s: new,
+        basis: format!(
+            "at concurrency {conc} throughput grew {:.1}% over concurrency {} while at most {running:.0} requests ran and {:.0} queued",
+            (last.output_tok_s / prev.output_tok_s - 1.0) * 100.0,
+            prev.concurrency,
+            last.server_max_queued.unwrap_or(0.0)
+        ),
+        evidence: vec![format!("experiment {}", best.id)],
+    })
+}
+
+fn kv_full(v: &View<'_>, best: &Experiment, r: &BenchSummary) -> Option<Step> {
+    let knob = v.engine.knob("mem_fraction")?;
+    let full = r.points.iter().find(|p| p.server_max_kv_usage.is_some_and(|k| k >= 0.99))?;
+    let cur: f64 = best.knobs.get(&knob.name).and_then(|x| x.parse().ok()).unwrap_or(0.88);
+    let new = ((cur + 0.04) * 100.0).round() / 100.0;
+    let mut knobs = best.knobs.clone();
+    knobs.insert(knob.name.clone(), format!("{new}"));
+    if tried(v, &knobs) || v.engine.check_knobs(&knobs).is_err() {
+        return None;
+    }
+    Some(Step {
+        title: format!("give the KV cache more memory ({} {cur} -> {new}); an fp8 KV cache is the other way", knob.name),
+        source: StepSource::KvFull,
+        kind: StepKind::Runnable { knobs },
+        gain: None,
+        current_tok_s: None,
+        predicted_tok_s: None,
+        basis: format!("KV usage reached {:.0}% at concurrency {}", full.server_max_kv_usage.unwrap_or(1.0) * 100.0, full.concurrency),
+        evidence: vec![format!("experiment {}", best.id)],
+    })
+}
+
+fn moe_question(v: &View<'_>, lay: Layout) -> Option<Step> {
+    let ids: Vec<i64> = v.experiments.iter().map(|e| e.id).collect();
+    let f = v.findings.iter().find(|f| f.code == "moe_default_config" && f.experiment.is_some_and(|e| ids.contains(&e)))?;
+    let key = format!("moe:{}", v.facts.hash);
+    if question_state(v, &key).is_some_and(|s| s != QuestionState::Open) {
+        return None;
+    }
+    let m = v.model.as_ref()?;
+    let cur = plan_step::predict(m, lay).map(|p| p.output_tok_s);
+    let new = plan_step::with_tuned_moe(m, lay).map(|p| p.output_tok_s);
+    let gain = gain_of(cur, new).filter(|g| *g >= MIN_STEP_GAIN)?;
+    Some(Step {
+        title: "tune the fused-MoE kernels for this model and GPU".into(),
+        source: StepSource::LogWarning,
+        kind: StepKind::NeedsPerson {
+            key,
+            question: format!(
+                "The server runs untuned default MoE kernel configs. Run the engine's fused-MoE tuning for this model on these GPUs and install the config file? Plan predicts {:.0} -> {:.0} output tok/s ({:+.0}%).",
+                cur.unwrap_or(0.0),
+                new.unwrap_or(0.0),
+                (gain - 1.0) * 100.0
+            ),
+            how: "run the tuning (hours of GPU time), put the config where the engine loads it, then answer --done; --declined to skip".into(),
+        },
+        gain: Some(gain),
+        current_tok_s: cur,
+        predicted_tok_s: new,
+        basis: format!("log line: {}", f.evidence),
+        evidence: vec![format!("finding {}", f.id)],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench_step::PointSummary;
+
+    fn point(c: u32, tok: f64, running: f64, queued: f64) -> PointSummary {
+        PointSummary {
+            concurrency: c,
+            completed: 32,
+            failed: 0,
+            output_tok_s: tok,
+            ttft_p50_ms: 10.0,
+            ttft_p99_ms: 20.0,
+            tpot_p50_ms: 5.0,
+            tpot_p90_ms: 6.0,
+            tpot_p99_ms: 7.0,
+            slos_met: None,
+            server_max_running: Some(running),
+            server_max_queued: Some(queued),
+            server_max_kv_usage: Some(0.1),
+        }
+    }
+
+    fn exp(knobs: &[(&str, &str)], points: Vec<PointSummary>) -> Experiment {
+        Experiment {
+            id: 1,
+            key: "k".into(),
+            title: "t".into(),
+            knobs: knobs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            origin: "test".into(),
+            state: ExpState::Done,
+            failure: None,
+            attempt: 1,
+            env_fingerprint: Some(1),
+            fingerprint: None,
+            log_path: None,
+            bench_path: None,
+            result: Some(BenchSummary { points, knee_concurrency: None, knee_evidence: None, partial: false, error_example: None }),
+            owner_pid: None,
+            server_pgid: None,
+            heartbeat_at: None,
+            created_at: 0,
+            updated_at: 0,
+        }
+    }
+
+    fn facts() -> BoxFacts {
+        BoxFacts {
+            vm: "none".into(),
+            container: "lxc".into(),
+            gpu_name: None,
+            gpu_model: Some("rtx-pro-6000-se".into()),
+            gpus: 8,
+            p2p_ok: true,
+            nvlink: false,
+            driver_version: None,
+            cuda_version: None,
+            hash: "h".into(),
+        }
+    }
+
+    fn model() -> ModelBox {
+        ModelBox {
+            model: "qwen3-30b-a3b".into(),
+            quant: "bf16".into(),
+            gpu: "rtx-pro-6000-se".into(),
+            gpus: 8,
+            link: "pcie5-p2p".into(),
+            input_len: 64,
+            output_len: 16,
+            tpot_ms: None,
+            ttft_ms: None,
+            max_concurrency: 32,
+        }
+    }
+
+    fn steps(goal: f64, e: &Experiment, findings: &[FindingRow]) -> Verdict {
+        let g = Goal { text: format!("output_tok_s>={goal}"), output_tok_s: goal, slos: None };
+        let eng = crate::engine::find(&crate::engine::builtins(), "sim").expect("sim");
+        let f = facts();
+        let v = View {
+            goal: &g,
+            engine: &eng,
+            facts: &f,
+            probe_findings: Vec::new(),
+            experiments: vec![e],
+            findings,
+            questions: &[],
+            model: Some(model()),
+            base_knobs: e.knobs.clone(),
+        };
+        plan(&v)
+    }
+
+    const BASE: [(&str, &str); 4] = [("tp", "8"), ("pp", "1"), ("ep", "1"), ("max_running", "4")];
+
+    #[test]
+    fn queued_behind_the_cap_on_a_plateau_raises_the_cap_with_the_models_gain() {
+        let e = exp(&BASE, vec![point(4, 580.0, 4.0, 0.0), point(16, 600.0, 4.0, 12.0), point(32, 620.0, 4.0, 28.0)]);
+        let Verdict::Steps(s) = steps(1e6, &e, &[]) else { panic!("expected steps") };
+        let cap = s.iter().find(|s| s.source == StepSource::RunningCap).expect("a cap step");
+        assert!(matches!(&cap.kind, StepKind::Runnable { knobs } if knobs["max_running"] == "8"), "{cap:?}");
+        assert!(cap.gain.is_some_and(|g| g > MIN_STEP_GAIN), "{cap:?}");
+        assert_eq!(cap.evidence, ["experiment 1"]);
+    }
+
+    #[test]
+    fn no_cap_step_while_throughput_still_grows_or_nothing_queues() {
+        let growing = exp(&BASE, vec![point(4, 300.0, 4.0, 0.0), point(32, 900.0, 4.0, 28.0)]);
+        let unqueued = exp(&BASE, vec![point(4, 580.0, 4.0, 0.0), point(32, 600.0, 32.0, 0.0)]);
+        for e in [growing, unqueued] {
+            if let Verdict::Steps(s) = steps(1e6, &e, &[]) {
+                assert!(s.iter().all(|s| s.source != StepSource::RunningCap), "{s:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn default_moe_config_warning_becomes_a_question_with_the_tuned_kernel_gain() {
+        let e = exp(&BASE, vec![point(4, 580.0, 4.0, 0.0)]);
+        let f = FindingRow {
+            id: 7,
+            source: "log".into(),
+            code: "moe_default_config".into(),
+            severity: "warning".into(),
+            title: "t".into(),
+            evidence: "Using default MoE config. Performance might be sub-optimal!".into(),
+            fix: "tune".into(),
+            experiment: Some(1),
+        };
+        let Verdict::Steps(s) = steps(1e6, &e, &[f]) else { panic!("expected steps") };
+        let q = s.iter().find(|s| s.source == StepSource::LogWarning).expect("a MoE step");
+        assert!(matches!(&q.kind, StepKind::NeedsPerson { key, .. } if key == "moe:h"));
+        assert!(q.gain.is_some_and(|g| g > 1.0) && q.evidence == ["finding 7"], "{q:?}");
+    }
+
+    #[test]
+    fn goal_met_ends_the_campaign() {
+        let e = exp(&BASE, vec![point(4, 580.0, 4.0, 0.0)]);
+        assert_eq!(steps(500.0, &e, &[]), Verdict::GoalMet { experiment: 1, output_tok_s: 580.0 });
+    }
+}

@@ -1,0 +1,135 @@
+//! The one place the campaign calls servetune-probe: probe the live box or a snapshot, and reduce
+//! the report to the facts the campaign plans with (GPU model, count, P2P, versions) plus a hash
+//! that says whether two probes describe the same environment.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use servetune_probe::findings::Severity;
+use servetune_probe::ProbeReport;
+
+use crate::journal::stable_hash;
+use crate::{CampaignError, Result};
+
+/// What the campaign needs from a probe.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BoxFacts {
+    /// none, kvm, ... (probe's words).
+    pub vm: String,
+    /// none, lxc, docker, ...
+    pub container: String,
+    /// The GPU's name as NVML reports it.
+    pub gpu_name: Option<String>,
+    /// The model catalog's name for it, when known.
+    pub gpu_model: Option<String>,
+    pub gpus: u32,
+    /// Every GPU pair can read its peer directly.
+    pub p2p_ok: bool,
+    /// Any NVLink is active.
+    pub nvlink: bool,
+    pub driver_version: Option<String>,
+    pub cuda_version: Option<String>,
+    /// Hash of the identifying facts (not the probe time).
+    pub hash: String,
+}
+
+/// A probe finding, as the campaign records it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProbeFinding {
+    /// The probe's finding id, e.g. `vm_no_p2p`.
+    pub code: String,
+    pub severity: String,
+    pub title: String,
+    pub evidence: String,
+    pub fix: String,
+}
+
+/// A probe's outcome.
+#[derive(Debug, Clone)]
+pub struct Probed {
+    pub report: serde_json::Value,
+    pub facts: BoxFacts,
+    pub findings: Vec<ProbeFinding>,
+}
+
+/// The probe finding id that means "a VM guest without GPU peer-to-peer".
+pub const VM_NO_P2P: &str = "vm_no_p2p";
+
+/// Probes the live box, or the snapshot tree at `root` (a `servetune probe --capture` directory).
+pub fn probe(root: Option<&Path>) -> Result<Probed> {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let r = match root {
+        Some(dir) => servetune_probe::probe_root(dir, now).map_err(|e| CampaignError::Input(e.replace("--root", "--probe-root")))?,
+        None => servetune_probe::probe_live(now),
+    };
+    let facts = facts(&r);
+    let findings = r
+        .findings
+        .iter()
+        .map(|f| ProbeFinding {
+            code: serde_json::to_value(f.id).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
+            severity: match f.severity {
+                Severity::Critical => "critical",
+                Severity::Warning => "warning",
+                Severity::Info => "info",
+            }
+            .into(),
+            title: f.title.clone(),
+            evidence: f.evidence.clone(),
+            fix: f.fix.clone(),
+        })
+        .collect();
+    let report = serde_json::to_value(&r).map_err(|e| CampaignError::Runtime(format!("probe report: {e}")))?;
+    Ok(Probed { report, facts, findings })
+}
+
+/// The model catalog's GPU for an NVML name.
+pub fn catalog_gpu(name: &str) -> Option<&'static str> {
+    let n = name.to_ascii_lowercase();
+    let table: &[(&str, &str)] = &[
+        ("rtx pro 6000", "rtx-pro-6000-se"),
+        ("h200", "h200"),
+        ("h100", "h100-sxm"),
+        ("b200", "b200"),
+        ("a100", "a100"),
+        ("l40s", "l40s"),
+        ("5090", "rtx-5090"),
+        ("4090", "rtx-4090"),
+    ];
+    table.iter().find(|(k, _)| n.contains(k)).map(|(_, v)| *v)
+}
+
+fn facts(r: &ProbeReport) -> BoxFacts {
+    let read = r.p2p.get("read").cloned().unwrap_or_default();
+    let p2p_ok = r.gpus.len() > 1 && read.iter().enumerate().all(|(i, row)| row.iter().enumerate().all(|(j, s)| i == j || s == "OK"));
+    let gpu_name = r.gpus.first().map(|g| g.name.clone());
+    let ident = serde_json::json!({
+        "vm": r.virtualization.vm, "container": r.virtualization.container,
+        "gpus": r.gpus.iter().map(|g| &g.name).collect::<Vec<_>>(),
+        "driver": r.driver.driver_version, "cuda": r.driver.cuda_version,
+        "p2p": r.p2p, "topology": r.topology.matrix, "uvm": r.uvm_params,
+    });
+    BoxFacts {
+        vm: r.virtualization.vm.name().to_string(),
+        container: r.virtualization.container.name().to_string(),
+        gpu_model: gpu_name.as_deref().and_then(catalog_gpu).map(str::to_string),
+        gpu_name,
+        gpus: r.gpus.len() as u32,
+        p2p_ok,
+        nvlink: r.gpus.iter().any(|g| g.nvlinks_active > 0),
+        driver_version: r.driver.driver_version.clone(),
+        cuda_version: r.driver.cuda_version.clone(),
+        hash: stable_hash(&ident.to_string()),
+    }
+}
+
+impl BoxFacts {
+    /// The model catalog's link for this box.
+    pub fn link(&self) -> &'static str {
+        match (self.nvlink, self.p2p_ok) {
+            (true, _) => "nvlink",
+            (false, true) => "pcie5-p2p",
+            (false, false) => "pcie-host-staged",
+        }
+    }
+}

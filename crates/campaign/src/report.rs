@@ -1,0 +1,400 @@
+//! The status report: computed once from the journal into [`Report`] (a documented `Serialize`
+//! struct), then rendered by small exporters (terminal, Markdown) that write to `impl Write`.
+
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+
+use serde::Serialize;
+
+use crate::campaign::{LaunchFingerprint, Snapshot};
+use crate::journal::{ExpState, Journal, TaskState};
+use crate::planner::{self, StepKind, Verdict};
+use crate::probe_step::BoxFacts;
+use crate::Result;
+
+/// The report's schema.
+pub const SCHEMA: &str = "servetune.campaign-report/1";
+
+/// The status report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    /// Always "servetune.campaign-report/1".
+    pub schema: &'static str,
+    pub goal: String,
+    pub model: String,
+    pub engine: String,
+    pub environment: BoxFacts,
+    pub counts: Counts,
+    pub tasks: Vec<TaskLine>,
+    /// Launch commands of experiments that reached ready, copy-pasteable.
+    pub launch_commands: Vec<LaunchLine>,
+    /// Findings (probe, logs, analysis) with their fixes.
+    pub warnings: Vec<WarningLine>,
+    pub results: Vec<ResultLine>,
+    pub analysis: Vec<String>,
+    pub next_steps: Vec<StepLine>,
+    /// Why nothing is left, when that is the case.
+    pub stop_reason: Option<String>,
+    pub open_questions: Vec<QuestionLine>,
+    pub notes: Vec<String>,
+}
+
+/// Task and experiment counts.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Counts {
+    pub done: usize,
+    pub in_progress: usize,
+    pub not_done: usize,
+    /// Experiments by state name.
+    pub experiments: BTreeMap<String, usize>,
+}
+
+/// A task.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TaskLine {
+    pub id: i64,
+    pub state: TaskState,
+    pub title: String,
+    /// "experiment 3" or "question 1".
+    pub record: String,
+    /// The outcome in a few words (done, failed: kind, the answer).
+    pub outcome: String,
+}
+
+/// A working launch command.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LaunchLine {
+    pub experiment: i64,
+    pub command: String,
+    pub engine_version: Option<String>,
+}
+
+/// A warning or finding.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WarningLine {
+    pub finding: i64,
+    pub severity: String,
+    pub title: String,
+    pub evidence: String,
+    pub fix: String,
+}
+
+/// One experiment's result.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ResultLine {
+    pub experiment: i64,
+    pub title: String,
+    pub state: ExpState,
+    pub best_output_tok_s: Option<f64>,
+    pub at_concurrency: Option<u32>,
+    pub tpot_p90_ms: Option<f64>,
+    pub knee_concurrency: Option<u32>,
+    pub failure: Option<String>,
+    pub bench_json: Option<String>,
+}
+
+/// A ranked next step.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StepLine {
+    pub rank: usize,
+    pub title: String,
+    pub needs_person: bool,
+    pub gain: Option<f64>,
+    pub basis: String,
+    pub evidence: Vec<String>,
+}
+
+/// An open question.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct QuestionLine {
+    pub id: i64,
+    pub text: String,
+    pub how: String,
+}
+
+/// Computes the report from the journal.
+pub fn build(j: &Journal) -> Result<Report> {
+    let c = j.campaign()?;
+    let snap = Snapshot::read(j)?;
+    let tasks_rows = j.tasks()?;
+    let exps = &snap.experiments;
+    let mut experiments: BTreeMap<String, usize> = BTreeMap::new();
+    for e in exps {
+        *experiments.entry(e.state.as_str().to_string()).or_default() += 1;
+    }
+    let count = |s: TaskState| tasks_rows.iter().filter(|t| t.state == s).count();
+    let counts = Counts {
+        done: count(TaskState::Done),
+        in_progress: count(TaskState::InProgress),
+        not_done: count(TaskState::NotDone),
+        experiments,
+    };
+    let tasks = task_lines(&tasks_rows, &snap);
+    let launch_commands = launch_lines(j, exps);
+    let warnings = snap
+        .findings
+        .iter()
+        .filter(|f| f.severity != "info" || f.source == "analysis")
+        .map(|f| WarningLine {
+            finding: f.id,
+            severity: f.severity.clone(),
+            title: f.title.clone(),
+            evidence: f.evidence.clone(),
+            fix: f.fix.clone(),
+        })
+        .collect();
+    let results = exps.iter().map(result_line).collect();
+    let (next_steps, stop_reason) = next_lines(&snap)?;
+    Ok(Report {
+        schema: SCHEMA,
+        goal: c.goal,
+        model: c.model,
+        engine: c.engine,
+        environment: snap.env.facts.clone(),
+        counts,
+        tasks,
+        launch_commands,
+        warnings,
+        results,
+        analysis: analysis(&snap),
+        next_steps,
+        stop_reason,
+        open_questions: snap
+            .questions
+            .iter()
+            .filter(|q| q.state == crate::journal::QuestionState::Open)
+            .map(|q| QuestionLine { id: q.id, text: q.text.clone(), how: q.how.clone() })
+            .collect(),
+        notes: j.notes()?.into_iter().map(|n| n.text).collect(),
+    })
+}
+
+fn task_lines(tasks_rows: &[crate::journal::TaskRow], snap: &Snapshot) -> Vec<TaskLine> {
+    let exps = &snap.experiments;
+    tasks_rows
+        .iter()
+        .map(|t| {
+            let (record, outcome) = match (t.experiment, t.question) {
+                (Some(id), _) => (
+                    format!("experiment {id}"),
+                    exps.iter().find(|e| e.id == id).map_or(String::new(), |e| match &e.failure {
+                        Some(f) if e.state == ExpState::Failed => format!("failed: {}", f.kind.name()),
+                        _ => e.state.as_str().to_string(),
+                    }),
+                ),
+                (None, Some(q)) => (
+                    format!("question {q}"),
+                    snap.questions
+                        .iter()
+                        .find(|x| x.id == q)
+                        .map_or(String::new(), |x| x.answer.clone().unwrap_or_else(|| x.state.as_str().to_string())),
+                ),
+                _ => (String::new(), String::new()),
+            };
+            TaskLine { id: t.id, state: t.state, title: t.title.clone(), record, outcome }
+        })
+        .collect()
+}
+
+fn launch_lines(j: &Journal, exps: &[crate::journal::Experiment]) -> Vec<LaunchLine> {
+    exps.iter()
+        .filter(|e| matches!(e.state, ExpState::Done | ExpState::Ready | ExpState::Benchmarking))
+        .filter_map(|e| {
+            let fp = j.fingerprint(e.fingerprint?).ok()??;
+            let lf: LaunchFingerprint = serde_json::from_value(fp.body).ok()?;
+            Some(LaunchLine { experiment: e.id, command: shell_line(&lf), engine_version: lf.engine_version })
+        })
+        .collect()
+}
+
+fn next_lines(snap: &Snapshot) -> Result<(Vec<StepLine>, Option<String>)> {
+    Ok(match planner::plan(&snap.view()?) {
+        Verdict::Steps(steps) => (
+            steps
+                .iter()
+                .enumerate()
+                .map(|(i, s)| StepLine {
+                    rank: i + 1,
+                    title: s.title.clone(),
+                    needs_person: matches!(s.kind, StepKind::NeedsPerson { .. }),
+                    gain: s.gain,
+                    basis: s.basis.clone(),
+                    evidence: s.evidence.clone(),
+                })
+                .collect(),
+            None,
+        ),
+        Verdict::GoalMet { experiment, output_tok_s } => {
+            (Vec::new(), Some(format!("goal met: experiment {experiment} reached {output_tok_s:.1} output tok/s")))
+        }
+        Verdict::NothingLeft { reason } => (Vec::new(), Some(reason)),
+    })
+}
+
+fn result_line(e: &crate::journal::Experiment) -> ResultLine {
+    let best = e
+        .result
+        .as_ref()
+        .and_then(|r| r.points.iter().filter(|p| p.slos_met != Some(false)).max_by(|a, b| a.output_tok_s.total_cmp(&b.output_tok_s)));
+    ResultLine {
+        experiment: e.id,
+        title: e.title.clone(),
+        state: e.state,
+        best_output_tok_s: best.map(|p| p.output_tok_s),
+        at_concurrency: best.map(|p| p.concurrency),
+        tpot_p90_ms: best.map(|p| p.tpot_p90_ms),
+        knee_concurrency: e.result.as_ref().and_then(|r| r.knee_concurrency),
+        failure: e.failure.as_ref().map(|f| format!("{}: {}", f.kind.name(), f.summary)),
+        bench_json: e.bench_path.clone().filter(|_| e.state == ExpState::Done),
+    }
+}
+
+fn analysis(snap: &Snapshot) -> Vec<String> {
+    let mut out = Vec::new();
+    let f = &snap.env.facts;
+    out.push(format!(
+        "environment: {} GPU(s) {}, virtualization {}/{}, GPU peer-to-peer {}",
+        f.gpus,
+        f.gpu_name.as_deref().unwrap_or("unknown"),
+        f.vm,
+        f.container,
+        if f.p2p_ok { "available" } else { "not available" }
+    ));
+    let done: Vec<_> = snap.experiments.iter().filter(|e| e.state == ExpState::Done).collect();
+    if let Some(best) =
+        done.iter().filter_map(|e| e.result.as_ref().map(|r| (e, r.best_output_tok_s(true)))).max_by(|a, b| a.1.total_cmp(&b.1))
+    {
+        out.push(format!(
+            "best so far: experiment {} at {:.1} output tok/s, {:.0}% of the goal ({})",
+            best.0.id,
+            best.1,
+            best.1 / snap.settings.goal.output_tok_s * 100.0,
+            snap.settings.goal.text
+        ));
+    }
+    for g in snap.findings.iter().filter(|x| x.code == "plan_gap") {
+        out.push(format!("{}: {}", g.title, g.evidence));
+    }
+    out
+}
+
+/// A POSIX-shell-quoted command line with its environment in front.
+pub fn shell_line(f: &LaunchFingerprint) -> String {
+    let q = |s: &str| {
+        if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./:=@,+".contains(c)) {
+            s.to_string()
+        } else {
+            format!("'{}'", s.replace('\'', "'\\''"))
+        }
+    };
+    let env = f.env.iter().map(|(k, v)| format!("{k}={}", q(v)));
+    env.chain(f.argv.iter().map(|a| q(a))).collect::<Vec<_>>().join(" ")
+}
+
+fn gain_words(g: Option<f64>) -> String {
+    g.map_or("gain unknown".into(), |g| format!("{:+.0}%", (g - 1.0) * 100.0))
+}
+
+/// The terminal status: counts, then tasks grouped done / in progress / not done.
+pub fn write_terminal(r: &Report, mut w: impl Write) -> io::Result<()> {
+    writeln!(w, "campaign: {} on {} (engine {})", r.goal, r.model, r.engine)?;
+    writeln!(w, "tasks: {} done, {} in progress, {} not done", r.counts.done, r.counts.in_progress, r.counts.not_done)?;
+    for (state, head) in [(TaskState::Done, "Done"), (TaskState::InProgress, "In progress"), (TaskState::NotDone, "Not done")] {
+        writeln!(w, "\n{head}:")?;
+        let lines: Vec<&TaskLine> = r.tasks.iter().filter(|t| t.state == state).collect();
+        if lines.is_empty() {
+            writeln!(w, "  (none)")?;
+        }
+        for t in lines {
+            writeln!(w, "  [{}] {} -> {}", t.record, t.title, t.outcome)?;
+        }
+    }
+    if !r.next_steps.is_empty() {
+        writeln!(w, "\nNext steps:")?;
+        for s in &r.next_steps {
+            writeln!(w, "  {}. {}{} ({})", s.rank, if s.needs_person { "[needs a person] " } else { "" }, s.title, gain_words(s.gain))?;
+        }
+    }
+    if let Some(s) = &r.stop_reason {
+        writeln!(w, "\nNothing left: {s}")?;
+    }
+    Ok(())
+}
+
+/// The Markdown report.
+pub fn write_markdown(r: &Report, mut w: impl Write) -> io::Result<()> {
+    writeln!(w, "# Campaign status: {}\n", r.goal)?;
+    writeln!(
+        w,
+        "Model `{}`, engine `{}`. Tasks: **{} done, {} in progress, {} not done**.\n",
+        r.model, r.engine, r.counts.done, r.counts.in_progress, r.counts.not_done
+    )?;
+    for (state, head) in [(TaskState::Done, "Done"), (TaskState::InProgress, "In progress"), (TaskState::NotDone, "Not done")] {
+        writeln!(w, "## {head}\n")?;
+        let lines: Vec<&TaskLine> = r.tasks.iter().filter(|t| t.state == state).collect();
+        if lines.is_empty() {
+            writeln!(w, "- (none)")?;
+        }
+        for t in lines {
+            writeln!(w, "- {} ({}): {}", t.title, t.record, t.outcome)?;
+        }
+        writeln!(w)?;
+    }
+    writeln!(w, "## Working launch commands\n")?;
+    for l in &r.launch_commands {
+        writeln!(
+            w,
+            "Experiment {} (engine version {}):\n\n```sh\n{}\n```\n",
+            l.experiment,
+            l.engine_version.as_deref().unwrap_or("unknown"),
+            l.command
+        )?;
+    }
+    writeln!(w, "## Warnings and findings\n")?;
+    for f in &r.warnings {
+        writeln!(w, "- **{}** ({}, finding {}): {}. Fix: {}", f.title, f.severity, f.finding, f.evidence, f.fix)?;
+    }
+    writeln!(w, "\n## Results\n\n| experiment | configuration | state | best output tok/s | at concurrency | TPOT p90 ms | knee | failure |\n|---|---|---|---|---|---|---|---|")?;
+    let num = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.1}"));
+    for x in &r.results {
+        writeln!(
+            w,
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            x.experiment,
+            x.title.replace('|', "/"),
+            x.state.as_str(),
+            num(x.best_output_tok_s),
+            x.at_concurrency.map_or("-".into(), |c| c.to_string()),
+            num(x.tpot_p90_ms),
+            x.knee_concurrency.map_or("-".into(), |c| c.to_string()),
+            x.failure.as_deref().unwrap_or("-").replace('|', "/")
+        )?;
+    }
+    writeln!(w, "\n## Analysis\n")?;
+    for a in &r.analysis {
+        writeln!(w, "- {a}")?;
+    }
+    writeln!(w, "\n## Next steps\n")?;
+    for s in &r.next_steps {
+        writeln!(
+            w,
+            "{}. {}{} ({}): {} [evidence: {}]",
+            s.rank,
+            if s.needs_person { "(needs a person) " } else { "" },
+            s.title,
+            gain_words(s.gain),
+            s.basis,
+            s.evidence.join(", ")
+        )?;
+    }
+    if let Some(s) = &r.stop_reason {
+        writeln!(w, "Nothing left: {s}")?;
+    }
+    if !r.open_questions.is_empty() {
+        writeln!(w, "\n## Open questions\n")?;
+        for q in &r.open_questions {
+            writeln!(w, "- Q{}: {} ({})", q.id, q.text, q.how)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,419 @@
+//! `servetune campaign`: flags -> the campaign library; outcomes -> exit codes (0 progress,
+//! 3 needs a person, 4 nothing left, 2 bad input, 1 runtime failure).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use clap::{Args, Subcommand};
+use servetune_campaign::campaign::{self, Answer, InitOptions, Outcome, RunOptions};
+use servetune_campaign::engine;
+use servetune_campaign::journal::Journal;
+use servetune_campaign::planner::{StepKind, Verdict};
+use servetune_campaign::report;
+use servetune_campaign::CampaignError;
+
+use crate::Failure;
+
+/// Exit code: the next step needs a person.
+const EXIT_NEEDS_PERSON: u8 = 3;
+/// Exit code: nothing left (goal met, or no step with a positive expected gain).
+const EXIT_NOTHING_LEFT: u8 = 4;
+
+/// Run a tuning campaign: a crash-safe journal of experiments on real servers, the next step with
+/// its expected gain, and a question when a person is needed.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  servetune campaign init c1 --engine sglang --model /models/GLM-5 --catalog-model glm-5 --quant nvfp4 --goal 'output_tok_s>=1000 at tpot:p90<50ms'\n  servetune campaign continue c1 --until-blocked\n  servetune campaign answer c1 1 --done\n  servetune campaign report c1 --markdown status.md"
+)]
+pub struct CampaignArgs {
+    #[command(subcommand)]
+    cmd: Sub,
+}
+
+#[derive(Debug, Subcommand)]
+enum Sub {
+    /// Probe the box and start a campaign journal in DIR
+    Init(Box<InitArgs>),
+    /// Re-probe the box (after moving it) and record the new environment
+    Probe(ProbeArgs),
+    /// Print the status: done / in progress / not done, and the next steps
+    #[command(after_help = "Example:\n  servetune campaign status c1")]
+    Status(DirArg),
+    /// Show the ranked next steps without running them
+    #[command(after_help = "Example:\n  servetune campaign next c1")]
+    Next(DirArg),
+    /// Run the top runnable step and record it (exit 0), or stop: 3 needs a person, 4 nothing left
+    Continue(ContinueArgs),
+    /// Answer a question: a text, --done or --declined
+    Answer(AnswerArgs),
+    /// Queue an experiment with knob values (runs before the planner's steps)
+    Add(AddArgs),
+    /// Write the status report as Markdown and/or JSON
+    Report(ReportArgs),
+    /// Add a free-text note to the journal
+    #[command(after_help = "Example:\n  servetune campaign note c1 \"BIOS: ACS disabled on all root ports\"")]
+    Note(NoteArgs),
+    /// List the engine templates and their knobs
+    Engines(EnginesArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  servetune campaign init c1 --engine sim --model qwen3-30b-a3b --goal 'output_tok_s>=5000' --probe-root crates/probe/tests/fixtures/proxmox-lxc-8gpu\n  servetune campaign init c2 --engine llama-server --model tiny.gguf --goal 'output_tok_s>=100' --set n_threads=2 --gpu h200 --gpus 1"
+)]
+struct InitArgs {
+    /// Campaign directory (journal, server logs, bench JSON files)
+    dir: PathBuf,
+    /// Engine template (see `servetune campaign engines`)
+    #[arg(long)]
+    engine: String,
+    /// What the template's {model} becomes: a path, a Hugging Face id or a catalog name
+    #[arg(long)]
+    model: String,
+    /// The performance model's catalog name for it, when --model is a path (e.g. glm-5)
+    #[arg(long, value_name = "NAME")]
+    catalog_model: Option<String>,
+    /// Goal: output_tok_s>=N, optionally ' at ' latency objectives (tpot:p90<50ms)
+    #[arg(long)]
+    goal: String,
+    /// Checkpoint format for the model's predictions (bf16, fp8, nvfp4, mxfp4, int4)
+    #[arg(long, default_value = "bf16")]
+    quant: String,
+    /// Knob values every experiment sets, KEY=VALUE (repeatable)
+    #[arg(long = "set", value_name = "KNOB=VALUE")]
+    set: Vec<String>,
+    /// User engine templates (TOML, [[engine]] tables)
+    #[arg(long, value_name = "FILE")]
+    engines: Option<PathBuf>,
+    /// Analyse a probe snapshot (servetune probe --capture DIR) instead of this box
+    #[arg(long, value_name = "DIR")]
+    probe_root: Option<PathBuf>,
+    /// GPU model for predictions when the probe finds none (catalog name, e.g. h200)
+    #[arg(long)]
+    gpu: Option<String>,
+    /// GPU count for predictions and {gpus} when the probe finds none
+    #[arg(long)]
+    gpus: Option<u32>,
+    /// Benchmark concurrencies of every experiment
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1, 8, 32])]
+    concurrency: Vec<u32>,
+    /// Measured requests per concurrency
+    #[arg(long, default_value_t = 32)]
+    requests: u64,
+    #[arg(long, default_value_t = 256)]
+    input_len: u32,
+    #[arg(long, default_value_t = 64)]
+    output_len: u32,
+    /// Per-request time limit
+    #[arg(long, default_value = "120s", value_name = "DURATION")]
+    request_timeout: String,
+    /// Readiness time limit (default: the engine template's)
+    #[arg(long, value_name = "DURATION")]
+    ready_timeout: Option<String>,
+    /// Environment variables whose values are secrets: stripped from fingerprints (repeatable)
+    #[arg(long, value_name = "NAME")]
+    secret_env: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+struct DirArg {
+    /// Campaign directory
+    dir: PathBuf,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Example:\n  servetune campaign probe c1 --probe-root crates/probe/tests/fixtures/proxmox-lxc-8gpu")]
+struct ProbeArgs {
+    dir: PathBuf,
+    /// Analyse a probe snapshot instead of this box
+    #[arg(long, value_name = "DIR")]
+    probe_root: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  servetune campaign continue c1\n  servetune campaign continue c1 --until-blocked")]
+struct ContinueArgs {
+    dir: PathBuf,
+    /// Keep going until a person is needed (3) or nothing is left (4)
+    #[arg(long)]
+    until_blocked: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  servetune campaign answer c1 1 --done\n  servetune campaign answer c1 2 --declined\n  servetune campaign answer c1 3 \"bare metal is not possible until March\""
+)]
+struct AnswerArgs {
+    dir: PathBuf,
+    /// Question number (from status, next or continue)
+    question: i64,
+    /// The answer in words
+    text: Option<String>,
+    /// The person did it
+    #[arg(long, conflicts_with_all = ["declined", "text"])]
+    done: bool,
+    /// The person will not do it
+    #[arg(long, conflicts_with = "text")]
+    declined: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  servetune campaign add c1 --set n_threads=1\n  servetune campaign add c1 --set max_running=256 --force"
+)]
+struct AddArgs {
+    dir: PathBuf,
+    #[arg(long = "set", value_name = "KNOB=VALUE", required = true)]
+    set: Vec<String>,
+    /// Run it even if the same configuration already ran in this environment
+    #[arg(long)]
+    force: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Example:\n  servetune campaign report c1 --markdown status.md --json status.json")]
+struct ReportArgs {
+    dir: PathBuf,
+    #[arg(long, value_name = "FILE")]
+    markdown: Option<PathBuf>,
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct NoteArgs {
+    dir: PathBuf,
+    text: String,
+}
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  servetune campaign engines\n  servetune campaign engines --engines my-engines.toml\n\nA template file holds [[engine]] tables: name, argv (a list of words with {placeholders}), health,\ngenerate, metrics, version = { http = { path, field } } or { command = [...] }, ready_timeout_s,\nknobs = [{ name, help, domain = { int = { min, max } } | { float = {..} } | { choice = [..] } | \"text\",\ndefault, args = [\"--flag\", \"{value}\"], env = \"VAR\" }], logs = [{ contains, signal }]."
+)]
+struct EnginesArgs {
+    #[arg(long, value_name = "FILE")]
+    engines: Option<PathBuf>,
+}
+
+fn lib(e: CampaignError) -> Failure {
+    match e {
+        CampaignError::Input(m) => Failure::usage(m),
+        CampaignError::Runtime(m) => Failure::runtime(m),
+    }
+}
+
+fn knobs(set: &[String]) -> Result<BTreeMap<String, String>, Failure> {
+    set.iter()
+        .map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+                .ok_or_else(|| Failure::usage(format!("--set {kv:?}: write KNOB=VALUE, e.g. --set tp=4")))
+        })
+        .collect()
+}
+
+pub fn run(a: CampaignArgs) -> Result<(), Failure> {
+    match a.cmd {
+        Sub::Init(i) => init(*i),
+        Sub::Probe(p) => {
+            let f = campaign::reprobe(&p.dir, p.probe_root.as_deref()).map_err(lib)?;
+            crate::say!(
+                "environment {}: {} GPU(s), vm {}, container {}, P2P {}",
+                f.hash,
+                f.gpus,
+                f.vm,
+                f.container,
+                if f.p2p_ok { "ok" } else { "not available" }
+            );
+            Ok(())
+        }
+        Sub::Status(d) => {
+            let r = open_report(&d.dir)?;
+            report::write_terminal(&r, std::io::stdout().lock()).map_err(|e| Failure::runtime(format!("stdout: {e}")))
+        }
+        Sub::Next(d) => next(&d.dir),
+        Sub::Continue(c) => continue_cmd(&c),
+        Sub::Answer(a) => answer(a),
+        Sub::Add(a) => {
+            let id = campaign::add(&a.dir, &knobs(&a.set)?, a.force).map_err(lib)?;
+            crate::say!("experiment {id} queued; servetune campaign continue {} runs it", a.dir.display());
+            Ok(())
+        }
+        Sub::Report(r) => write_report(&r),
+        Sub::Note(n) => {
+            let j = Journal::open(&n.dir).map_err(lib)?;
+            let id = j.add_note(&n.text).map_err(lib)?;
+            crate::say!("note {id} added");
+            Ok(())
+        }
+        Sub::Engines(e) => engines(&e),
+    }
+}
+
+fn init(a: InitArgs) -> Result<(), Failure> {
+    let all = engine::all(a.engines.as_deref()).map_err(lib)?;
+    let tmpl = engine::find(&all, &a.engine).map_err(lib)?;
+    let mut s = campaign::settings(&a.goal, tmpl, &a.model, &a.quant, knobs(&a.set)?).map_err(lib)?;
+    if let Some(c) = &a.catalog_model {
+        servetune_model::spec::catalog(c).map_err(|e| Failure::usage(format!("--catalog-model: {e}")))?;
+        s.catalog_model = Some(c.clone());
+    }
+    if let Some(g) = &a.gpu {
+        servetune_model::hw::gpu(g).map_err(|e| Failure::usage(format!("--gpu: {e}")))?;
+    }
+    if a.gpus == Some(0) {
+        return Err(Failure::usage("--gpus 0: give the number of GPUs the server uses"));
+    }
+    if a.concurrency.is_empty() || a.concurrency.contains(&0) || a.requests == 0 || a.input_len == 0 || a.output_len == 0 {
+        return Err(Failure::usage("--concurrency, --requests, --input-len and --output-len must be at least 1"));
+    }
+    let dur = |flag: &str, v: &str| servetune_stats::parse_duration(flag, v).map_err(|e| Failure::usage(e.0));
+    s.gpu = a.gpu.clone();
+    s.gpus = a.gpus;
+    s.bench.concurrency = a.concurrency.clone();
+    s.bench.requests = a.requests;
+    s.bench.input_len = a.input_len;
+    s.bench.output_len = a.output_len;
+    s.bench.timeout_s = dur("--request-timeout", &a.request_timeout)?.as_secs_f64();
+    s.ready_timeout_s = a.ready_timeout.as_deref().map(|r| dur("--ready-timeout", r).map(|d| d.as_secs().max(1))).transpose()?;
+    s.secret_env = a.secret_env.clone();
+    let j = campaign::init(&InitOptions { dir: a.dir.clone(), settings: s, probe_root: a.probe_root.clone() }).map_err(lib)?;
+    crate::say!("campaign started in {} (journal {})", a.dir.display(), j.path().display());
+    crate::say!("next: servetune campaign next {0}   or   servetune campaign continue {0} --until-blocked", a.dir.display());
+    Ok(())
+}
+
+fn open_report(dir: &Path) -> Result<report::Report, Failure> {
+    let j = Journal::open(dir).map_err(lib)?;
+    report::build(&j).map_err(lib)
+}
+
+fn next(dir: &Path) -> Result<(), Failure> {
+    match campaign::next(dir).map_err(lib)? {
+        Verdict::GoalMet { experiment, output_tok_s } => {
+            crate::say!("goal met: experiment {experiment} reached {output_tok_s:.1} output tok/s; nothing to do")
+        }
+        Verdict::NothingLeft { reason } => crate::say!("nothing left: {reason}"),
+        Verdict::Steps(steps) => {
+            for (i, s) in steps.iter().enumerate() {
+                let gain = s.gain.map_or("gain unknown".into(), |g| format!("expected {:+.0}%", (g - 1.0) * 100.0));
+                match &s.kind {
+                    StepKind::Runnable { knobs } => {
+                        let k: Vec<String> = knobs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                        crate::say!("{}. [runnable] {} ({gain})\n   experiment: {}\n   why: {}", i + 1, s.title, k.join(" "), s.basis);
+                    }
+                    StepKind::NeedsPerson { question, .. } => {
+                        crate::say!("{}. [needs a person] {} ({gain})\n   question: {question}", i + 1, s.title)
+                    }
+                }
+                if !s.evidence.is_empty() {
+                    crate::say!("   evidence: {}", s.evidence.join(", "));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Ctrl-C sets the flag; the running step tears its server down and is recorded as interrupted.
+fn cancel_on_ctrl_c() -> Arc<AtomicBool> {
+    let flag = Arc::new(AtomicBool::new(false));
+    let f = Arc::clone(&flag);
+    std::thread::spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+        rt.block_on(async {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                crate::tell!("\nstopping: tearing the server down and recording the step as interrupted");
+                f.store(true, Ordering::Relaxed);
+            }
+        });
+    });
+    flag
+}
+
+fn continue_cmd(c: &ContinueArgs) -> Result<(), Failure> {
+    let opts = RunOptions { cancel: cancel_on_ctrl_c() };
+    loop {
+        let out = campaign::continue_once(&c.dir, &opts, &mut |l| crate::say!("{l}")).map_err(lib)?;
+        match out {
+            Outcome::Progress { .. } if opts.cancel.load(Ordering::Relaxed) => {
+                return Err(Failure { code: 130, msg: "interrupted".into() })
+            }
+            Outcome::Progress { .. } if c.until_blocked => continue,
+            Outcome::Progress { .. } => return Ok(()),
+            Outcome::NeedsPerson { question: q } => {
+                crate::say!("needs a person (question {}): {}", q.id, q.text);
+                crate::say!("  {}", q.how);
+                crate::say!(
+                    "  answer with: servetune campaign answer {0} {1} \"...\"   or   servetune campaign answer {0} {1} --done   or   --declined",
+                    c.dir.display(),
+                    q.id
+                );
+                return Err(Failure { code: EXIT_NEEDS_PERSON, msg: format!("stopped to ask question {}", q.id) });
+            }
+            Outcome::NothingLeft { goal_met, reason } => {
+                crate::say!("{reason}");
+                let why = if goal_met { "goal met" } else { "no step with a positive expected gain" };
+                return Err(Failure { code: EXIT_NOTHING_LEFT, msg: format!("nothing left: {why}") });
+            }
+        }
+    }
+}
+
+fn answer(a: AnswerArgs) -> Result<(), Failure> {
+    let ans = match (a.done, a.declined, a.text) {
+        (true, _, _) => Answer::Done,
+        (_, true, _) => Answer::Declined,
+        (_, _, Some(t)) if !t.trim().is_empty() => Answer::Text(t),
+        _ => return Err(Failure::usage("give an answer: a text in quotes, --done or --declined")),
+    };
+    let q = campaign::answer(&a.dir, a.question, &ans).map_err(lib)?;
+    crate::say!("question {} answered ({}); servetune campaign continue {} goes on", q.id, q.state.as_str(), a.dir.display());
+    Ok(())
+}
+
+fn write_report(r: &ReportArgs) -> Result<(), Failure> {
+    if r.markdown.is_none() && r.json.is_none() {
+        return Err(Failure::usage("give --markdown FILE and/or --json FILE (servetune campaign status prints it in the terminal)"));
+    }
+    let rep = open_report(&r.dir)?;
+    let write = |p: &PathBuf, f: &dyn Fn(&mut Vec<u8>) -> std::io::Result<()>| -> Result<(), Failure> {
+        let mut buf = Vec::new();
+        f(&mut buf).map_err(|e| Failure::runtime(e.to_string()))?;
+        std::fs::write(p, buf).map_err(|e| Failure::runtime(format!("{}: cannot write it ({e})", p.display())))
+    };
+    if let Some(p) = &r.markdown {
+        write(p, &|w| report::write_markdown(&rep, w))?;
+        crate::say!("wrote {}", p.display());
+    }
+    if let Some(p) = &r.json {
+        write(p, &|w| serde_json::to_writer_pretty(w, &rep).map_err(std::io::Error::other))?;
+        crate::say!("wrote {}", p.display());
+    }
+    Ok(())
+}
+
+fn engines(e: &EnginesArgs) -> Result<(), Failure> {
+    for t in engine::all(e.engines.as_deref()).map_err(lib)? {
+        crate::say!("{}: {}", t.name, t.description);
+        crate::say!("  argv: {}", t.argv.join(" "));
+        crate::say!("  health {}, generate {}, ready within {}s", t.health, t.generate, t.ready_timeout_s);
+        for k in &t.knobs {
+            let how = match (&k.env, k.args.is_empty()) {
+                (Some(v), _) => format!("env {v}"),
+                (None, false) => k.args.join(" "),
+                (None, true) => "in argv".into(),
+            };
+            crate::say!(
+                "  knob {:<18} {:<28} {} ({how}){}",
+                k.name,
+                k.domain.describe(),
+                k.help,
+                k.default.as_ref().map_or(String::new(), |d| format!(", default {d}"))
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,454 @@
+//! `servetune campaign` end to end: bad input, the planner on the probe fixtures, a whole campaign
+//! on `servetune sim`, `kill -9` at random points, fake servers that fail each way, and a real
+//! llama.cpp server.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command as StdCommand, Stdio};
+use std::time::{Duration, Instant};
+
+use rusqlite::Connection;
+
+use crate::common::servetune;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn fixture(name: &str) -> PathBuf {
+    repo().join("crates/probe/tests/fixtures").join(name)
+}
+
+/// Runs `servetune campaign ARGS`; returns (exit code, stdout, stderr).
+fn campaign(args: &[&str]) -> (i32, String, String) {
+    let out = servetune().arg("campaign").args(args).output().expect("run");
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+/// A sim campaign on the LXC fixture: a small MoE model, short requests, a low running cap so the
+/// planner has steps to take.
+fn sim_campaign(dir: &Path, fixture_name: &str) {
+    let (code, out, err) = campaign(&[
+        "init",
+        s(dir),
+        "--engine",
+        "sim",
+        "--model",
+        "qwen3-30b-a3b",
+        "--goal",
+        "output_tok_s>=100000",
+        "--probe-root",
+        s(&fixture(fixture_name)),
+        "--concurrency",
+        "4,16,32",
+        "--requests",
+        "32",
+        "--input-len",
+        "64",
+        "--output-len",
+        "16",
+        "--set",
+        "max_running=4",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+}
+
+fn db(dir: &Path) -> Connection {
+    Connection::open_with_flags(dir.join("journal.sqlite"), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).expect("open journal")
+}
+
+fn count(c: &Connection, sql: &str) -> i64 {
+    c.query_row(sql, [], |r| r.get(0)).expect(sql)
+}
+
+#[test]
+fn bad_input_exits_2_naming_the_problem() {
+    let d = tempfile::tempdir().expect("tmp");
+    let dir = d.path().join("c");
+    let lxc = fixture("proxmox-lxc-8gpu");
+    let base = ["init", s(&dir), "--model", "qwen3-30b-a3b", "--probe-root", s(&lxc)];
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        ([&base[..], &["--engine", "nope", "--goal", "output_tok_s>=1"]].concat(), "--engine \"nope\" is unknown"),
+        ([&base[..], &["--engine", "sim", "--goal", "fast please"]].concat(), "--goal \"fast please\""),
+        ([&base[..], &["--engine", "sim", "--goal", "output_tok_s>=1", "--set", "tp=0"]].concat(), "knob tp=0 is outside its domain"),
+        ([&base[..], &["--engine", "sglang", "--goal", "output_tok_s>=1", "--set", "mem_fraction=2"]].concat(), "mem_fraction=2"),
+        (vec!["status", s(&dir)], "holds no campaign"),
+    ];
+    for (args, says) in cases {
+        let (code, out, err) = campaign(&args);
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    let bad = d.path().join("engines.toml");
+    std::fs::write(
+        &bad,
+        "[[engine]]\nname = \"mine\"\nargv = [\"srv\", \"--port\", \"{prot}\"]\nhealth = \"/health\"\ngenerate = \"/v1/completions\"\n",
+    )
+    .expect("write");
+    let (code, _, err) = campaign(&["engines", "--engines", s(&bad)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("unknown placeholder {prot}"), "{err}");
+    let (code, out, _) = campaign(&["engines"]);
+    assert_eq!(code, 0);
+    for e in ["sglang:", "vllm:", "llama-server:", "llama-cpp-python:", "sim:"] {
+        assert!(out.contains(e), "{out}");
+    }
+}
+
+#[test]
+fn journal_refuses_newer_major_and_corrupt_files_without_writing() {
+    let d = tempfile::tempdir().expect("tmp");
+    let dir = d.path().join("c");
+    sim_campaign(&dir, "proxmox-lxc-8gpu");
+    let (code, _, err) = campaign(&["answer", s(&dir), "7", "--done"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("no question 7"), "{err}");
+    {
+        let c = Connection::open(dir.join("journal.sqlite")).expect("open");
+        c.execute("UPDATE meta SET value = '2' WHERE key = 'schema_major'", []).expect("bump");
+    }
+    let (code, _, err) = campaign(&["status", s(&dir)]);
+    assert_eq!(code, 2);
+    assert!(err.contains("newer servetune") && err.contains("schema 2.0"), "{err}");
+    let path = dir.join("journal.sqlite");
+    let mut bytes = std::fs::read(&path).expect("read");
+    for b in bytes.iter_mut().skip(4096).take(3000) {
+        *b = 0xa5;
+    }
+    std::fs::write(&path, &bytes).expect("write");
+    let (code, _, err) = campaign(&["continue", s(&dir)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("corrupt") && err.contains("integrity check"), "{err}");
+    assert_eq!(std::fs::read(&path).expect("read"), bytes, "a corrupt journal must not be written to");
+}
+
+#[test]
+fn kvm_campaign_asks_about_p2p_first_then_lxc_goes_on_to_runnable_steps() {
+    let d = tempfile::tempdir().expect("tmp");
+    let dir = d.path().join("c");
+    sim_campaign(&dir, "proxmox-kvm-8gpu");
+    let (code, out, err) = campaign(&["continue", s(&dir)]);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(out.contains("question 1") && out.contains("peer-to-peer"), "{out}");
+    assert!(out.contains("plan predicts") && out.contains("output tok/s (+"), "the question carries the predicted gain: {out}");
+    assert!(out.contains(&format!("servetune campaign answer {} 1", dir.display())), "{out}");
+    let gain: f64 = db(&dir).query_row("SELECT gain FROM questions WHERE id = 1", [], |r| r.get(0)).expect("gain");
+    assert!(gain > 1.0, "predicted gain {gain}");
+    // Asked again until answered: nothing ran in between.
+    assert_eq!(campaign(&["continue", s(&dir)]).0, 3);
+    assert_eq!(count(&db(&dir), "SELECT COUNT(*) FROM experiments"), 0);
+
+    let (code, out, _) = campaign(&["probe", s(&dir), "--probe-root", s(&fixture("proxmox-lxc-8gpu"))]);
+    assert_eq!(code, 0);
+    assert!(out.contains("container lxc, P2P ok"), "{out}");
+    assert_eq!(campaign(&["answer", s(&dir), "1", "--done"]).0, 0);
+    let (code, _, err) = campaign(&["answer", s(&dir), "1", "--declined"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("already answered"), "{err}");
+    let (code, out, _) = campaign(&["next", s(&dir)]);
+    assert_eq!(code, 0);
+    assert!(out.starts_with("1. [runnable] baseline"), "{out}");
+    assert!(!out.contains("peer-to-peer"), "{out}");
+    let (code, out, err) = campaign(&["continue", s(&dir)]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("experiment 1 done"), "{out}");
+}
+
+#[test]
+fn whole_sim_campaign_stops_by_itself_with_a_report_matching_the_journal() {
+    let d = tempfile::tempdir().expect("tmp");
+    let dir = d.path().join("c");
+    sim_campaign(&dir, "proxmox-lxc-8gpu");
+    let (code, out, err) = campaign(&["continue", s(&dir), "--until-blocked"]);
+    assert!(code == 3 || code == 4, "{code}: {out}{err}");
+    assert!(out.contains("raise the running-request cap"), "the plateau behind the cap is found: {out}");
+    let json = d.path().join("r.json");
+    let md = d.path().join("r.md");
+    assert_eq!(campaign(&["report", s(&dir), "--json", s(&json), "--markdown", s(&md)]).0, 0);
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).expect("json")).expect("parse");
+    let c = db(&dir);
+    assert_eq!(r["schema"], "servetune.campaign-report/1");
+    for (field, state) in [("done", "done"), ("in_progress", "in_progress"), ("not_done", "not_done")] {
+        let n = count(&c, &format!("SELECT COUNT(*) FROM tasks WHERE state = '{state}'"));
+        assert_eq!(r["counts"][field].as_i64(), Some(n), "{field}");
+    }
+    let done = count(&c, "SELECT COUNT(*) FROM experiments WHERE state = 'done'");
+    assert!(done >= 2, "baseline and at least one step: {done}");
+    assert_eq!(r["counts"]["experiments"]["done"].as_i64(), Some(done));
+    assert_eq!(r["results"].as_array().map(Vec::len), Some(count(&c, "SELECT COUNT(*) FROM experiments") as usize));
+    assert_eq!(r["launch_commands"].as_array().map(Vec::len), Some(done as usize));
+    let text = std::fs::read_to_string(&md).expect("md");
+    assert!(text.contains(&format!("**{} done, 0 in progress", r["counts"]["done"])), "{text}");
+    assert!(text.contains("## Working launch commands") && text.contains("sim --listen 127.0.0.1:"), "{text}");
+    // Every experiment's bench JSON sits next to the journal.
+    let mut st = c.prepare("SELECT bench_path FROM experiments WHERE state = 'done'").expect("sql");
+    for p in st.query_map([], |r| r.get::<_, String>(0)).expect("rows") {
+        let p = PathBuf::from(p.expect("path"));
+        assert_eq!(p.parent(), Some(dir.as_path()));
+        assert!(p.is_file(), "{}", p.display());
+    }
+}
+
+/// (events as (id, to_state), experiments as (id, state)).
+type Snap = (Vec<(i64, String)>, Vec<(i64, String)>);
+
+fn snapshot(dir: &Path) -> Snap {
+    let c = db(dir);
+    let ok: String = c.query_row("PRAGMA integrity_check", [], |r| r.get(0)).expect("integrity");
+    assert_eq!(ok, "ok");
+    let rows = |sql: &str| -> Vec<(i64, String)> {
+        let mut st = c.prepare(sql).expect(sql);
+        st.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).expect(sql).collect::<Result<_, _>>().expect(sql)
+    };
+    (rows("SELECT id, to_state FROM events ORDER BY id"), rows("SELECT id, state FROM experiments ORDER BY id"))
+}
+
+#[test]
+fn kill_9_at_random_points_loses_nothing_and_resumes_the_stale_step() {
+    let d = tempfile::tempdir().expect("tmp");
+    let dir = d.path().join("c");
+    sim_campaign(&dir, "proxmox-lxc-8gpu");
+    let bin = assert_cmd::cargo::cargo_bin("servetune");
+    let mut seed: u64 = 0x5eed_1234;
+    let mut prev = snapshot(&dir);
+    let (mut kills, mut killed_mid_step) = (0, 0);
+    let t = Instant::now();
+    while kills < 20 {
+        seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        let after = Duration::from_millis(100 + (seed >> 33) % 1400);
+        let mut child = StdCommand::new(&bin)
+            .args(["campaign", "continue", s(&dir), "--until-blocked"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn");
+        std::thread::sleep(after);
+        if child.try_wait().expect("wait").is_some() {
+            break; // it finished before the kill: the campaign is over
+        }
+        child.kill().expect("kill -9");
+        child.wait().expect("reap");
+        kills += 1;
+        let now = snapshot(&dir);
+        assert!(now.0.len() >= prev.0.len() && now.0[..prev.0.len()] == prev.0[..], "committed events were lost after kill {kills}");
+        for (id, state) in &prev.1 {
+            let still = now.1.iter().find(|(i, _)| i == id).map(|(_, s)| s.as_str());
+            assert!(still.is_some(), "experiment {id} vanished");
+            if matches!(state.as_str(), "done" | "failed" | "skipped") {
+                assert_eq!(still, Some(state.as_str()), "experiment {id} left its final state");
+            }
+        }
+        if now.1.iter().any(|(_, s)| matches!(s.as_str(), "launching" | "ready" | "benchmarking")) {
+            killed_mid_step += 1;
+        }
+        prev = now;
+        assert!(t.elapsed() < Duration::from_secs(150), "kill loop took too long");
+    }
+    assert!(kills >= 20, "only {kills} kills before the campaign ended; the campaign has too little work for the test");
+    assert!(killed_mid_step >= 1, "no kill landed inside a running step");
+    // The next continue resumes the stale step and the campaign ends by itself.
+    let (code, out, err) = campaign(&["continue", s(&dir), "--until-blocked"]);
+    assert!(code == 3 || code == 4, "{code}: {out}{err}");
+    let fin = snapshot(&dir);
+    assert!(fin.0[..prev.0.len()] == prev.0[..]);
+    assert!(fin.1.iter().all(|(_, s)| matches!(s.as_str(), "done" | "failed" | "skipped")), "{:?}", fin.1);
+    let stale = count(&db(&dir), "SELECT COUNT(*) FROM events WHERE detail LIKE 'stale:%'");
+    assert!(stale >= 1, "no stale step was re-queued");
+    eprintln!("kill test: {kills} kills, {killed_mid_step} inside a step, {stale} stale steps resumed, 0 records lost");
+}
+
+fn fake_campaign(dir: &Path, tmp: &Path) {
+    let script = repo().join("crates/campaign/tests/fake_server.py");
+    let engines = tmp.join("engines.toml");
+    std::fs::write(
+        &engines,
+        format!(
+            "[[engine]]\nname = \"fake\"\nargv = [\"python3\", {:?}, \"--port\", \"{{port}}\"]\nhealth = \"/health\"\ngenerate = \"/v1/completions\"\nready_timeout_s = 4\nknobs = [{{ name = \"mode\", domain = {{ choice = [\"oom\", \"never_ready\", \"port_in_use\", \"crash_mid_bench\"] }}, args = [\"--mode\", \"{{value}}\"] }}]\n",
+            s(&script)
+        ),
+    )
+    .expect("engines");
+    let (code, out, err) = campaign(&[
+        "init",
+        s(dir),
+        "--engine",
+        "fake",
+        "--engines",
+        s(&engines),
+        "--model",
+        "fake",
+        "--goal",
+        "output_tok_s>=1",
+        "--probe-root",
+        s(&fixture("no-gpu")),
+        "--concurrency",
+        "2",
+        "--requests",
+        "20",
+        "--input-len",
+        "8",
+        "--output-len",
+        "1",
+        "--request-timeout",
+        "5s",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+}
+
+#[test]
+fn fake_servers_failing_each_way_are_classified_with_evidence_and_a_corrective_step() {
+    let d = tempfile::tempdir().expect("tmp");
+    let dir = d.path().join("c");
+    fake_campaign(&dir, d.path());
+    let cases = [
+        ("oom", "out_of_memory", "CUDA out of memory"),
+        ("never_ready", "timeout", "not ready before the time limit"),
+        ("port_in_use", "port_in_use", "Address already in use"),
+        ("crash_mid_bench", "crash", "signal 9"),
+    ];
+    for (mode, _, _) in cases {
+        assert_eq!(campaign(&["add", s(&dir), "--set", &format!("mode={mode}")]).0, 0);
+    }
+    let (code, _, err) = campaign(&["add", s(&dir), "--set", "mode=oom"]);
+    assert_eq!(code, 2, "the same configuration is not queued twice");
+    assert!(err.contains("--force"), "{err}");
+    for (i, (mode, kind, evidence)) in cases.iter().enumerate() {
+        let (code, out, err) = campaign(&["continue", s(&dir)]);
+        assert_eq!(code, 0, "{mode}: {out}{err}");
+        assert!(out.contains(&format!("failed: {kind}")), "{mode}: {out}");
+        assert!(out.contains("corrective step:"), "{mode}: {out}");
+        let f: String = db(&dir).query_row("SELECT failure FROM experiments WHERE id = ?1", [i as i64 + 1], |r| r.get(0)).expect("failure");
+        let f: serde_json::Value = serde_json::from_str(&f).expect("json");
+        assert_eq!(f["kind"], *kind, "{mode}");
+        let ev = f["evidence"].to_string();
+        assert!(ev.contains(evidence), "{mode}: evidence {ev}");
+        assert!(!f["corrective"].as_str().unwrap_or("").is_empty(), "{mode}");
+        if *mode == "port_in_use" {
+            assert!(out.contains("retrying on port"), "a taken port gets one more try on a new port: {out}");
+        }
+    }
+    // Nothing succeeded: the next step is a person fixing the cause, with the evidence.
+    let (code, out, _) = campaign(&["continue", s(&dir)]);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("failed") && out.contains("Corrective step"), "{out}");
+}
+
+#[test]
+fn llama_cpp_server_two_configurations_benchmarked_torn_down_and_fingerprinted() {
+    if std::env::var_os("SERVETUNE_SKIP_LLAMA").is_some() {
+        eprintln!("SERVETUNE_SKIP_LLAMA is set: skipping the llama.cpp campaign test");
+        return;
+    }
+    let venv = std::env::var_os("SERVETUNE_TEST_VENV").map(PathBuf::from).unwrap_or_else(|| repo().join(".venv-test"));
+    let py = venv.join("bin/python");
+    assert!(py.exists(), "{} is missing: run scripts/setup-test-env (or set SERVETUNE_SKIP_LLAMA=1)", py.display());
+    let d = tempfile::tempdir().expect("tmp");
+    let model = d.path().join("tiny.gguf");
+    assert!(StdCommand::new(&py).arg(repo().join("scripts/make-tiny-gguf.py")).arg(&model).status().expect("gguf").success());
+    let dir = d.path().join("c");
+    let python = format!("python={}", s(&py));
+    let (code, out, err) = campaign(&[
+        "init",
+        s(&dir),
+        "--engine",
+        "llama-cpp-python",
+        "--model",
+        s(&model),
+        "--goal",
+        "output_tok_s>=100000",
+        "--set",
+        &python,
+        "--set",
+        "n_ctx=2048",
+        "--probe-root",
+        s(&fixture("no-gpu")),
+        "--concurrency",
+        "1,2",
+        "--requests",
+        "4",
+        "--input-len",
+        "16",
+        "--output-len",
+        "8",
+        "--secret-env",
+        "SERVETUNE_TEST_SECRET",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    for n in ["1", "2"] {
+        assert_eq!(campaign(&["add", s(&dir), "--set", &format!("n_threads={n}")]).0, 0);
+    }
+    for _ in 0..2 {
+        let out = servetune()
+            .env("SERVETUNE_TEST_SECRET", "hunter2")
+            .env("HF_TOKEN", "hf_x")
+            .args(["campaign", "continue", s(&dir)])
+            .output()
+            .expect("run");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(text.contains("done: best") && text.contains("is free"), "{text}");
+    }
+    let c = db(&dir);
+    let mut st = c.prepare("SELECT e.knobs, e.result, f.body FROM experiments e JOIN fingerprints f ON f.id = e.fingerprint WHERE e.state = 'done' ORDER BY e.id").expect("sql");
+    let rows: Vec<(String, String, String)> =
+        st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).expect("rows").collect::<Result<_, _>>().expect("rows");
+    assert_eq!(rows.len(), 2, "both configurations done");
+    for (i, (knobs, result, fp)) in rows.iter().enumerate() {
+        assert!(knobs.contains(&format!("\"n_threads\":\"{}\"", i + 1)), "{knobs}");
+        let r: serde_json::Value = serde_json::from_str(result).expect("result");
+        assert!(r["points"][0]["output_tok_s"].as_f64().unwrap_or(0.0) > 0.0, "{r}");
+        let fp: serde_json::Value = serde_json::from_str(fp).expect("fingerprint");
+        let argv: Vec<String> = serde_json::from_value(fp["argv"].clone()).expect("argv");
+        assert!(argv.windows(2).any(|w| w[0] == "--n_threads" && w[1] == (i + 1).to_string()), "{argv:?}");
+        assert!(fp["engine_version"].as_str().is_some_and(|v| v.chars().next().is_some_and(|c| c.is_ascii_digit())), "{fp}");
+        assert_eq!(fp["env"]["HF_TOKEN"], "<redacted>");
+        assert!(!fp.to_string().contains("hunter2") && !fp.to_string().contains("hf_x"), "{fp}");
+        let port: u16 = argv.windows(2).find(|w| w[0] == "--port").and_then(|w| w[1].parse().ok()).expect("port");
+        assert!(std::net::TcpListener::bind(("127.0.0.1", port)).is_ok(), "port {port} still taken after teardown");
+    }
+}
+
+#[test]
+fn ctrl_c_tears_the_server_down_and_records_the_step_as_interrupted() {
+    let d = tempfile::tempdir().expect("tmp");
+    let dir = d.path().join("c");
+    sim_campaign(&dir, "proxmox-lxc-8gpu");
+    let bin = assert_cmd::cargo::cargo_bin("servetune");
+    let child =
+        StdCommand::new(&bin).args(["campaign", "continue", s(&dir)]).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("spawn");
+    let t = Instant::now();
+    let state = |c: &Connection| -> Option<String> { c.query_row("SELECT state FROM experiments WHERE id = 1", [], |r| r.get(0)).ok() };
+    while state(&db(&dir)).as_deref() != Some("benchmarking") {
+        assert!(t.elapsed() < Duration::from_secs(30), "the step never reached benchmarking: {:?}", state(&db(&dir)));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let st = StdCommand::new("kill").args(["-INT", &child.id().to_string()]).status().expect("kill -INT");
+    assert!(st.success());
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stdout));
+    let c = db(&dir);
+    assert_eq!(state(&c).as_deref(), Some("interrupted"));
+    let argv: String = c
+        .query_row("SELECT f.body FROM experiments e JOIN fingerprints f ON f.id = e.fingerprint WHERE e.id = 1", [], |r| r.get(0))
+        .expect("fp");
+    let listen =
+        argv.split("127.0.0.1:").nth(1).and_then(|r| r.split('"').next()).and_then(|p| p.parse::<u16>().ok()).expect("port in argv");
+    assert!(std::net::TcpListener::bind(("127.0.0.1", listen)).is_ok(), "port {listen} still taken");
+    let (code, out, err) = campaign(&["continue", s(&dir)]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("experiment 1 was interrupted: re-queued") && out.contains("experiment 1 done"), "{out}");
+}
+
+#[test]
+fn every_campaign_command_has_help_with_an_example() {
+    for sub in ["init", "probe", "status", "next", "continue", "answer", "add", "report", "note", "engines"] {
+        let out = servetune().args(["campaign", sub, "--help"]).output().expect("run");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{sub}");
+        assert!(text.contains("servetune campaign "), "{sub}: {text}");
+        assert!(text.contains("Example"), "{sub}: {text}");
+    }
+}
