@@ -7,7 +7,10 @@ use crate::record::RequestRecord;
 use crate::report::RunReport;
 use crate::runner::BenchReport;
 
-/// The summary table's columns: (header, value).
+/// Percentiles from fewer requests than this are marked with their sample count.
+pub const FEW_SAMPLES: u64 = 100;
+
+/// The summary table's columns: (header, value). Each header is defined once in [`LEGEND`].
 fn columns(r: &RunReport) -> Vec<(&'static str, String)> {
     let l = &r.latency_ms;
     vec![
@@ -18,14 +21,48 @@ fn columns(r: &RunReport) -> Vec<(&'static str, String)> {
         ("out tok/s", format!("{:.1}", r.throughput.output_tokens_per_s)),
         ("total tok/s", format!("{:.1}", r.throughput.total_tokens_per_s)),
         ("TTFT p50", ms(l.ttft.p50)),
-        ("TTFT p99", ms(l.ttft.p99)),
-        ("TTFT p99 uncorr", ms(l.ttft_uncorrected.p99)),
+        ("TTFT p99", tail(l.ttft.p99, l.ttft.count)),
+        ("TTFT p99 uncorr", tail(l.ttft_uncorrected.p99, l.ttft_uncorrected.count)),
         ("TPOT p50", ms(l.tpot.p50)),
         ("ITL p50", ms(l.itl.p50)),
-        ("E2E p99", ms(l.e2e.p99)),
-        ("lag p99", ms(r.schedule_lag_ms.p99)),
-        ("conc", format!("{:.1}", r.concurrency_achieved.mean)),
+        ("E2E p99", tail(l.e2e.p99, l.e2e.count)),
+        ("lag p99", tail(r.schedule_lag_ms.p99, r.schedule_lag_ms.count)),
+        ("mean conc", format!("{:.1}", r.concurrency_achieved.mean)),
     ]
+}
+
+/// What each column of the summary table means, printed once under it.
+pub const LEGEND: &[(&str, &str)] = &[
+    ("load", "c=N: closed loop, N requests kept in flight; rate=R/s: open loop, R arrivals per second"),
+    ("ok / failed", "measured requests that completed / failed (warmup excluded); failures by kind below"),
+    ("req/s, out tok/s, total tok/s", "completed requests, output tokens, and input+output tokens per second over the run"),
+    ("TTFT", "time to first token, from the intended send time (coordinated-omission corrected)"),
+    ("uncorr", "the same latency from the actual send time (hides time spent waiting to be sent)"),
+    ("TPOT", "time per output token after the first, per request"),
+    ("ITL", "gap between consecutive token-carrying chunks"),
+    ("E2E", "end to end, intended send to the response's end"),
+    ("lag", "schedule lag: actual send minus intended send"),
+    ("mean conc", "mean requests in flight over the whole run, ramp-up and drain included (Little's law); the steady-state line's \"in flight\" covers only its window, after the ramp and before the drain"),
+    ("pNN (n=K)", "a percentile from fewer than 100 requests: K samples, so the tail is coarse"),
+];
+
+/// A latency in ms, marked with its sample count when there are too few for a tail percentile.
+fn tail(v: f64, n: u64) -> String {
+    if n > 0 && n < FEW_SAMPLES {
+        format!("{} (n={n})", ms(v))
+    } else {
+        ms(v)
+    }
+}
+
+/// A relative change in percent with its sign; a change that rounds to zero is "0%", never "-0%".
+pub fn signed_pct(fraction: f64) -> String {
+    let p = (fraction * 100.0).round();
+    if p == 0.0 {
+        "0%".into()
+    } else {
+        format!("{p:+.0}%")
+    }
 }
 
 fn ms(v: f64) -> String {
@@ -49,7 +86,10 @@ pub fn text_table(headers: &[&str], rows: &[Vec<String>]) -> String {
         }
     }
     // Numbers align right; the first column and any column holding words align left.
-    let numeric = |c: &str| !c.is_empty() && c.chars().all(|ch| ch.is_ascii_digit() || ".,+-%x".contains(ch));
+    let numeric = |c: &str| {
+        let c = c.split_once(" (n=").map_or(c, |(v, _)| v);
+        !c.is_empty() && c.chars().all(|ch| ch.is_ascii_digit() || ".,+-%x".contains(ch))
+    };
     let left: Vec<bool> = (0..w.len()).map(|i| i == 0 || rows.iter().any(|r| r.get(i).is_some_and(|c| c != "-" && !numeric(c)))).collect();
     let line = |cells: Vec<&str>| -> String {
         let mut s = String::new();
@@ -97,14 +137,15 @@ pub fn write_terminal(rep: &BenchReport, mut w: impl Write) -> io::Result<()> {
     let headers: Vec<&str> = rep.runs.first().map(|r| columns(r).iter().map(|(h, _)| *h).collect()).unwrap_or_default();
     let rows: Vec<Vec<String>> = rep.runs.iter().map(|r| columns(r).into_iter().map(|(_, v)| v).collect()).collect();
     if !headers.is_empty() {
-        writeln!(w, "latencies in ms; TTFT/E2E measured from the intended send time (\"uncorr\": from the actual send)")?;
+        writeln!(w, "latencies in ms")?;
         write!(w, "{}", text_table(&headers, &rows))?;
+        write_legend(&mut w, rep)?;
     }
     for r in &rep.runs {
         let mut lines = Vec::new();
         if let Some(st) = &r.steady_state {
             lines.push(format!(
-                "steady state {:.1}s-{:.1}s: {:.1} out tok/s, {:.1} in flight (target {:.1})",
+                "steady state {:.1}s-{:.1}s: {:.1} out tok/s, {:.1} in flight in this window (target {:.1})",
                 st.start_s, st.end_s, st.output_tokens_per_s, st.mean_in_flight, st.target_in_flight
             ));
         }
@@ -137,12 +178,12 @@ pub fn write_terminal(rep: &BenchReport, mut w: impl Write) -> io::Result<()> {
                 parts.join(", ")
             ));
         }
-        let errs: Vec<String> = r.requests.errors.iter().filter(|(_, n)| **n > 0).map(|(k, n)| format!("{k}={n}")).collect();
+        let errs: Vec<String> = r.requests.errors.iter().filter(|(_, n)| **n > 0).map(|(k, n)| format!("{}={n}", k.name())).collect();
         if !errs.is_empty() {
             lines.push(format!("errors: {}", errs.join(" ")));
             for (k, ex) in &r.requests.error_examples {
                 if let Some(e) = ex.first() {
-                    lines.push(format!("  e.g. {k}: {e}"));
+                    lines.push(format!("  e.g. {}: {e}", k.name()));
                 }
             }
         }
@@ -184,6 +225,15 @@ pub fn write_terminal(rep: &BenchReport, mut w: impl Write) -> io::Result<()> {
     Ok(())
 }
 
+fn write_legend(mut w: impl Write, rep: &BenchReport) -> io::Result<()> {
+    let few = rep.runs.iter().any(|r| r.latency_ms.e2e.count > 0 && r.latency_ms.e2e.count < FEW_SAMPLES);
+    let width = LEGEND.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    for (k, v) in LEGEND.iter().filter(|(k, _)| few || !k.starts_with("pNN")) {
+        writeln!(w, "  {k:<width$}  {v}")?;
+    }
+    Ok(())
+}
+
 /// Markdown: the same table and findings.
 pub fn write_markdown(rep: &BenchReport, mut w: impl Write) -> io::Result<()> {
     let c = &rep.config;
@@ -193,7 +243,7 @@ pub fn write_markdown(rep: &BenchReport, mut w: impl Write) -> io::Result<()> {
     for n in &rep.notes {
         writeln!(w, "- {n}")?;
     }
-    writeln!(w, "\nLatencies in ms, measured from the intended send time (uncorr: from the actual send).\n")?;
+    writeln!(w, "\nLatencies in ms.\n")?;
     if let Some(first) = rep.runs.first() {
         let h: Vec<&str> = columns(first).iter().map(|(h, _)| *h).collect();
         writeln!(w, "| {} |", h.join(" | "))?;
@@ -201,6 +251,10 @@ pub fn write_markdown(rep: &BenchReport, mut w: impl Write) -> io::Result<()> {
         for r in &rep.runs {
             let v: Vec<String> = columns(r).into_iter().map(|(_, v)| v).collect();
             writeln!(w, "| {} |", v.join(" | "))?;
+        }
+        writeln!(w)?;
+        for (k, v) in LEGEND {
+            writeln!(w, "- **{k}**: {v}")?;
         }
     }
     if let Some(s) = &rep.saturation {
@@ -269,13 +323,18 @@ pub fn write_csv(rep: &BenchReport, mut w: impl Write) -> io::Result<()> {
 pub fn write_records(rep: &BenchReport, records: &[Vec<RequestRecord>], mut w: impl Write) -> io::Result<()> {
     for (run, recs) in rep.runs.iter().zip(records) {
         for r in recs {
-            let mut v = serde_json::to_value(r)?;
-            if let Some(o) = v.as_object_mut() {
-                o.insert("run".into(), serde_json::Value::String(run.label.clone()));
-            }
-            serde_json::to_writer(&mut w, &v)?;
-            writeln!(w)?;
+            write_record_line(&run.label, r, &mut w)?;
         }
     }
     Ok(())
+}
+
+/// One `--records` line: the record's fields plus `run`, the label of its load point.
+pub fn write_record_line(run_label: &str, r: &RequestRecord, mut w: impl Write) -> io::Result<()> {
+    let mut v = serde_json::to_value(r)?;
+    if let Some(o) = v.as_object_mut() {
+        o.insert("run".into(), serde_json::Value::String(run_label.to_string()));
+    }
+    serde_json::to_writer(&mut w, &v)?;
+    writeln!(w)
 }

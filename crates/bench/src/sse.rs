@@ -16,8 +16,10 @@ pub struct SseEvent {
 /// Why the stream cannot be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SseError {
+    /// A line longer than the limit.
     #[error("an SSE line is longer than {0} bytes: the response is not an event stream")]
     LineTooLong(usize),
+    /// Bytes that are not UTF-8.
     #[error("an SSE line is not UTF-8")]
     NotUtf8,
 }

@@ -85,7 +85,7 @@ pub struct PlanArgs {
     #[arg(long)]
     pub dp_attention: bool,
     /// Concurrencies to predict
-    #[arg(long, value_delimiter = ',', default_values_t = vec![1, 8, 32, 64, 128, 256])]
+    #[arg(long, value_delimiter = ',', default_value = "1,8,32,64,128,256")]
     pub concurrency: Vec<u32>,
     #[arg(long, default_value_t = 1024)]
     pub input_len: u32,
@@ -237,7 +237,7 @@ fn fabric_link(p: &PathBuf) -> Result<LinkProfile, Failure> {
 fn slo(a: &PlanArgs) -> Result<Slo, Failure> {
     let mut out = Slo { max_concurrency: a.concurrency.iter().copied().max(), ..Slo::default() };
     if let Some(s) = &a.slo {
-        for x in servetune_bench::spec::parse_slos(s).map_err(|e| Failure::usage(e.0))? {
+        for x in servetune_bench::spec::parse_slos("--slo", s).map_err(|e| Failure::usage(e.0))? {
             match x.metric {
                 servetune_bench::spec::SloMetric::Tpot => out.tpot_ms = Some(x.threshold_ms),
                 servetune_bench::spec::SloMetric::Ttft => out.ttft_ms = Some(x.threshold_ms),
