@@ -4,7 +4,7 @@
 use std::io::{self, Write};
 
 use crate::record::RequestRecord;
-use crate::report::RunReport;
+use crate::report::{Goodput, RunReport};
 use crate::runner::BenchReport;
 
 /// Percentiles from fewer requests than this are marked with their sample count.
@@ -142,57 +142,7 @@ pub fn write_terminal(rep: &BenchReport, mut w: impl Write) -> io::Result<()> {
         write_legend(&mut w, rep)?;
     }
     for r in &rep.runs {
-        let mut lines = Vec::new();
-        if let Some(st) = &r.steady_state {
-            lines.push(format!(
-                "steady state {:.1}s-{:.1}s: {:.1} out tok/s, {:.1} in flight in this window (target {:.1})",
-                st.start_s, st.end_s, st.output_tokens_per_s, st.mean_in_flight, st.target_in_flight
-            ));
-        }
-        if let Some(g) = &r.goodput {
-            let parts: Vec<String> = g
-                .slos
-                .iter()
-                .map(|s| {
-                    format!(
-                        "{} p{}={} ms {} {} ms",
-                        s.metric.name(),
-                        s.percentile,
-                        ms(s.value_ms),
-                        if s.met { "<" } else { ">=" },
-                        ms(s.threshold_ms)
-                    )
-                })
-                .collect();
-            lines.push(format!(
-                "goodput {:.2} req/s ({:.1}% of requests meet every SLO); {}: {}",
-                g.requests_per_s,
-                g.fraction * 100.0,
-                if g.all_met {
-                    "SLOs met".to_string()
-                } else if g.slos.iter().all(|s| s.met) {
-                    format!("SLO percentiles met, but {} request(s) failed", r.requests.failed)
-                } else {
-                    "SLOs NOT met".to_string()
-                },
-                parts.join(", ")
-            ));
-        }
-        let errs: Vec<String> = r.requests.errors.iter().filter(|(_, n)| **n > 0).map(|(k, n)| format!("{}={n}", k.name())).collect();
-        if !errs.is_empty() {
-            lines.push(format!("errors: {}", errs.join(" ")));
-            for (k, ex) in &r.requests.error_examples {
-                if let Some(e) = ex.first() {
-                    lines.push(format!("  e.g. {}: {e}", k.name()));
-                }
-            }
-        }
-        if let Some(m) = &r.server_metrics {
-            for s in &m.summary {
-                lines.push(format!("server: {s}"));
-            }
-        }
-        lines.extend(r.notes.iter().cloned());
+        let lines = run_lines(r);
         if !lines.is_empty() {
             writeln!(w, "\n[{}]", r.label)?;
             for l in lines {
@@ -205,24 +155,75 @@ pub fn write_terminal(rep: &BenchReport, mut w: impl Write) -> io::Result<()> {
     } else if rep.runs.len() > 1 {
         writeln!(w, "\nsaturation: none found (throughput still rises at the highest load tried)")?;
     }
-    if let Some(d) = &rep.definitions {
-        writeln!(w, "\nunder {} definitions (ms):", d.tool.name())?;
-        let mut rows = Vec::new();
-        for (run, metrics) in rep.runs.iter().zip(&d.runs) {
-            for m in metrics {
-                rows.push(vec![
-                    run.label.clone(),
-                    m.name.to_string(),
-                    ms(m.summary_ms.mean),
-                    ms(m.summary_ms.p50),
-                    ms(m.summary_ms.p99),
-                    m.definition.to_string(),
-                ]);
+    write_definitions(&mut w, rep)
+}
+
+/// The findings of one run in words: steady state, goodput, errors, server metrics, notes.
+fn run_lines(r: &RunReport) -> Vec<String> {
+    let mut lines = Vec::new();
+    if let Some(st) = &r.steady_state {
+        lines.push(format!(
+            "steady state {:.1}s-{:.1}s: {:.1} out tok/s, {:.1} in flight in this window (target {:.1})",
+            st.start_s, st.end_s, st.output_tokens_per_s, st.mean_in_flight, st.target_in_flight
+        ));
+    }
+    if let Some(g) = &r.goodput {
+        lines.push(goodput_line(g, r.requests.failed));
+    }
+    let errs: Vec<String> = r.requests.errors.iter().filter(|(_, n)| **n > 0).map(|(k, n)| format!("{}={n}", k.name())).collect();
+    if !errs.is_empty() {
+        lines.push(format!("errors: {}", errs.join(" ")));
+        for (k, ex) in &r.requests.error_examples {
+            if let Some(e) = ex.first() {
+                lines.push(format!("  e.g. {}: {e}", k.name()));
             }
         }
-        write!(w, "{}", text_table(&["load", "metric", "mean", "p50", "p99", "definition"], &rows))?;
     }
-    Ok(())
+    if let Some(m) = &r.server_metrics {
+        lines.extend(m.summary.iter().map(|s| format!("server: {s}")));
+    }
+    lines.extend(r.notes.iter().cloned());
+    lines
+}
+
+fn goodput_line(g: &Goodput, failed: u64) -> String {
+    let parts: Vec<String> = g
+        .slos
+        .iter()
+        .map(|s| {
+            let cmp = if s.met { "<" } else { ">=" };
+            format!("{} p{}={} ms {cmp} {} ms", s.metric.name(), s.percentile, ms(s.value_ms), ms(s.threshold_ms))
+        })
+        .collect();
+    let verdict = if g.all_met {
+        "SLOs met".to_string()
+    } else if g.slos.iter().all(|s| s.met) {
+        format!("SLO percentiles met, but {failed} request(s) failed")
+    } else {
+        "SLOs NOT met".to_string()
+    };
+    format!(
+        "goodput {:.2} req/s ({:.1}% of requests meet every SLO); {verdict}: {}",
+        g.requests_per_s,
+        g.fraction * 100.0,
+        parts.join(", ")
+    )
+}
+
+/// `--definitions`: the latencies under another tool's definitions, each defined in its row.
+fn write_definitions(mut w: impl Write, rep: &BenchReport) -> io::Result<()> {
+    let Some(d) = &rep.definitions else {
+        return Ok(());
+    };
+    writeln!(w, "\nunder {} definitions (ms):", d.tool.name())?;
+    let mut rows = Vec::new();
+    for (run, metrics) in rep.runs.iter().zip(&d.runs) {
+        for m in metrics {
+            let s = &m.summary_ms;
+            rows.push(vec![run.label.clone(), m.name.to_string(), ms(s.mean), ms(s.p50), tail(s.p99, s.count), m.definition.to_string()]);
+        }
+    }
+    write!(w, "{}", text_table(&["load", "metric", "mean", "p50", "p99", "definition"], &rows))
 }
 
 fn write_legend(mut w: impl Write, rep: &BenchReport) -> io::Result<()> {

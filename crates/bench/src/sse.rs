@@ -2,7 +2,8 @@
 //!
 //! Handles frames split or merged across reads, `:` comments (keep-alives), `event:`/`id:` fields,
 //! CRLF, CR and LF line ends, and multi-line `data:` (joined with `\n`). It never allocates per byte
-//! and never panics on odd input; a line longer than `max_line` is an error, not unbounded growth.
+//! and never panics on odd input; a line, or an event's data, longer than `max_line` is an error,
+//! not unbounded growth.
 
 /// One dispatched event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,6 +20,9 @@ pub enum SseError {
     /// A line longer than the limit.
     #[error("an SSE line is longer than {0} bytes: the response is not an event stream")]
     LineTooLong(usize),
+    /// An event whose `data:` lines add up to more than the limit (a server that never ends it).
+    #[error("an SSE event's data is longer than {0} bytes: the server never ended the event")]
+    EventTooLong(usize),
     /// Bytes that are not UTF-8.
     #[error("an SSE line is not UTF-8")]
     NotUtf8,
@@ -157,6 +161,9 @@ impl SseParser {
         match field {
             b"data" => {
                 let v = std::str::from_utf8(value).map_err(|_| SseError::NotUtf8)?;
+                if self.data.len() + v.len() >= self.max_line {
+                    return Err(SseError::EventTooLong(self.max_line));
+                }
                 if self.has_data {
                     self.data.push('\n');
                 }

@@ -238,6 +238,24 @@ fn bench_counts_tokens_beyond_max_tokens_as_a_server_error() {
     assert!(ex.contains("20 output tokens for max_tokens=8"), "{ex}");
 }
 
+#[test]
+fn bench_refuses_an_event_that_never_ends() {
+    let s = hostile(|s, _| {
+        if sse_head(s) {
+            let line = format!("data: {}\n", "x".repeat(1000));
+            for _ in 0..5000 {
+                if s.write_all(line.as_bytes()).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    let (code, _, err, v, _) = bench(&s.url, &args(&["--concurrency", "1", "--requests", "1"]), &[]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(v["runs"][0]["requests"]["errors"]["malformed_event"], 1, "{v:#}");
+    assert!(v.to_string().contains("never ended the event"), "{v:#}");
+}
+
 fn num_at(v: &serde_json::Value, path: &str) -> f64 {
     crate::common::num(v, path)
 }
