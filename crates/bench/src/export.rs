@@ -339,3 +339,23 @@ pub fn write_record_line(run_label: &str, r: &RequestRecord, mut w: impl Write) 
     serde_json::to_writer(&mut w, &v)?;
     writeln!(w)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_change_that_rounds_to_zero_is_never_minus_zero() {
+        assert_eq!(signed_pct(-0.001), "0%");
+        assert_eq!(signed_pct(0.0), "0%");
+        assert_eq!(signed_pct(0.124), "+12%");
+        assert_eq!(signed_pct(-0.5), "-50%");
+    }
+
+    #[test]
+    fn a_tail_percentile_from_few_samples_carries_its_count() {
+        assert_eq!(tail(12.34, 4), "12.3 (n=4)");
+        assert_eq!(tail(12.34, 100), "12.3");
+        assert_eq!(tail(0.0, 0), "0.000");
+    }
+}

@@ -199,3 +199,19 @@ impl RequestRecord {
         self.end_ns = now_ns;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_past_max_tokens_plus_slack_are_counted_not_stored() {
+        let mut r = RequestRecord::new(0, false, 0, 1, 8);
+        for i in 0..1000 {
+            r.push_chunk(Chunk { at_ns: i, tokens: 1, content: true });
+        }
+        assert_eq!(r.chunks.len(), 8 + CHUNK_SLACK as usize);
+        assert_eq!(r.chunks_dropped, 1000 - 72);
+        assert_eq!(r.output_tokens_chunks, 1000, "every token is counted");
+    }
+}

@@ -369,6 +369,55 @@ mod tests {
         assert!(LengthDist::parse("--input-len", "0").is_err());
     }
 
+    fn config() -> BenchConfig {
+        BenchConfig {
+            base_url: "http://127.0.0.1:1".into(),
+            api: Api::OpenaiCompletions,
+            model: None,
+            api_key: None,
+            metrics_api_key: None,
+            stream: true,
+            loads: vec![Load::Closed { concurrency: 1 }],
+            stop: Stop { requests: Some(1), duration: None },
+            warmup: 0,
+            ramp_up: Duration::ZERO,
+            prompts: PromptSource::Random { input: LengthDist::Fixed { len: 8 }, prefix_len: 0, prefix_groups: 1 },
+            output: LengthDist::Fixed { len: 8 },
+            seed: 0,
+            ignore_eos: false,
+            eos_token_id: None,
+            limits: Limits::default(),
+            slos: Vec::new(),
+            tokenizer_path: None,
+            metrics_url: None,
+            scrape_interval: Duration::from_secs(1),
+            drain_timeout: Duration::from_secs(1),
+            calibrate: false,
+        }
+    }
+
+    #[test]
+    fn a_scrape_interval_under_100ms_is_refused_not_clamped() {
+        let c = BenchConfig { scrape_interval: Duration::from_millis(10), ..config() };
+        assert!(c.validate().expect_err("refused").0.contains("--scrape-interval"));
+        assert!(config().validate().is_ok());
+    }
+
+    #[test]
+    fn a_zero_time_limit_is_refused_with_its_flag() {
+        let c = BenchConfig { limits: Limits { idle: Duration::ZERO, ..Limits::default() }, ..config() };
+        assert!(c.validate().expect_err("refused").0.contains("--idle-timeout"));
+    }
+
+    #[test]
+    fn an_open_loop_schedule_too_large_to_hold_is_refused() {
+        let open = Load::Open { rate: 1e6, arrival: Arrival::Poisson, max_concurrency: None };
+        let c = BenchConfig { loads: vec![open], stop: Stop { requests: None, duration: Some(Duration::from_secs(3600)) }, ..config() };
+        assert!(c.validate().expect_err("refused").0.contains("schedules about"));
+        let c = BenchConfig { loads: vec![open], stop: Stop { requests: Some(u64::MAX), duration: None }, ..config() };
+        assert!(c.validate().is_err(), "u64::MAX requests plus warmup does not overflow, it is refused");
+    }
+
     #[test]
     fn arrival_parses() {
         assert_eq!(Arrival::parse("gamma:0.5"), Ok(Arrival::Gamma { shape: 0.5 }));

@@ -205,6 +205,21 @@ mod tests {
     }
 
     #[test]
+    fn an_event_whose_data_never_ends_is_an_error_not_growth() {
+        let mut p = SseParser::new(64);
+        let mut n = 0;
+        let mut res = Ok(());
+        for _ in 0..100 {
+            res = p.feed(b"data: 0123456789\n", &mut |_| n += 1);
+            if res.is_err() {
+                break;
+            }
+        }
+        assert_eq!(res, Err(SseError::EventTooLong(64)));
+        assert_eq!(n, 0);
+    }
+
+    #[test]
     fn keepalive_comments_and_event_lines_are_handled() {
         let ev = parse_all(&[b": ping\n\nevent: error\ndata: {\"a\":1}\n\n"]);
         assert_eq!(ev, vec![SseEvent { event: "error".into(), data: "{\"a\":1}".into() }]);
