@@ -40,6 +40,8 @@ pub struct RequestCounts {
     pub token_count_mismatches: u64,
     /// Token chunks past the per-request cap (`max_tokens` + 64), counted but not stored.
     pub chunks_dropped: u64,
+    /// Requests whose task panicked (a bug) and left no record; never silently dropped.
+    pub lost: u64,
     /// Up to three example details per error kind (the API key redacted).
     pub error_examples: BTreeMap<ErrorKind, Vec<String>>,
 }
@@ -296,6 +298,7 @@ impl Tally {
                 stopped_early: 0,
                 token_count_mismatches: 0,
                 chunks_dropped: 0,
+                lost: 0,
                 error_examples: BTreeMap::new(),
             },
             rec: Recorders::default(),

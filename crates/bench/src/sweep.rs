@@ -122,14 +122,21 @@ pub async fn run(p: &Prepared, ctl: &Control, defs: Option<Definitions>) -> Outc
 struct Tracker {
     n: AtomicU64,
     idle: Notify,
+    /// Request tasks that ended without finishing (a panic: a bug): their records are lost, and
+    /// the report says so.
+    panicked: AtomicU64,
 }
 
-struct TrackGuard(Arc<Tracker>);
+/// One tracked request task; dropped without [`TrackGuard::finish`], it counts as lost.
+struct TrackGuard {
+    tracker: Arc<Tracker>,
+    finished: bool,
+}
 
 impl Tracker {
     fn enter(self: &Arc<Self>) -> TrackGuard {
         self.n.fetch_add(1, Ordering::AcqRel);
-        TrackGuard(Arc::clone(self))
+        TrackGuard { tracker: Arc::clone(self), finished: false }
     }
 
     async fn wait_idle(&self) {
@@ -145,10 +152,20 @@ impl Tracker {
     }
 }
 
+impl TrackGuard {
+    /// The task's request finished and left its record.
+    fn finish(mut self) {
+        self.finished = true;
+    }
+}
+
 impl Drop for TrackGuard {
     fn drop(&mut self) {
-        if self.0.n.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.0.idle.notify_waiters();
+        if !self.finished {
+            self.tracker.panicked.fetch_add(1, Ordering::Relaxed);
+        }
+        if self.tracker.n.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.tracker.idle.notify_waiters();
         }
     }
 }
@@ -302,7 +319,13 @@ pub async fn run_point(p: &Prepared, point: &SweepPoint, ctl: &Control, index: (
     records.sort_by_key(|r| r.index);
     let was_interrupted = interrupted.load(Ordering::Relaxed);
     let ctx = RunContext { load, partial: was_interrupted, ignore_eos: cfg.ignore_eos, slos: &cfg.slos, last_intended_ns };
-    let report = report::compute(&records, &ctx, server_metrics);
+    let mut report = report::compute(&records, &ctx, server_metrics);
+    report.requests.lost = sh.tracker.panicked.load(Ordering::Relaxed);
+    if report.requests.lost > 0 {
+        report
+            .notes
+            .push(format!("BUG: {} request task(s) panicked and their records are lost; the counts above miss them", report.requests.lost));
+    }
     PointOutcome { report, records, interrupted: was_interrupted }
 }
 
@@ -376,7 +399,7 @@ async fn closed_loop(sh: &Arc<Shared>, concurrency: u32, stop: Stop, ramp: Durat
             // Closed loop: the slot is free now, so now is the intended time.
             sh2.one(i, since(sh2.t0), None).await;
             drop(permit);
-            drop(guard);
+            guard.finish();
         });
     }
 }
@@ -431,10 +454,31 @@ async fn open_loop(sh: &Arc<Shared>, sched: Vec<u64>, max_concurrency: Option<u3
             let guard = sh2.tracker.enter();
             handle.spawn(async move {
                 sh3.one(i as u64, t, slot.as_deref()).await;
-                drop(guard);
+                guard.finish();
             });
         }
     });
     let _ = pacer.await;
     last
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_request_task_that_panics_is_counted_as_lost_not_forgotten() {
+        let t: Arc<Tracker> = Arc::default();
+        let ok = t.enter();
+        tokio::spawn(async move { ok.finish() });
+        let bad = t.enter();
+        let h = tokio::spawn(async move {
+            let _guard = bad;
+            panic!("a bug in a request task");
+        });
+        assert!(h.await.is_err());
+        t.wait_idle().await;
+        assert_eq!(t.panicked.load(Ordering::Relaxed), 1);
+        assert_eq!(t.n.load(Ordering::Relaxed), 0);
+    }
 }

@@ -525,6 +525,12 @@ pub fn run(a: BenchArgs) -> Result<(), Failure> {
     if !write_errors.is_empty() {
         return Err(Failure::runtime(format!("could not write results: {}", write_errors.join("; "))));
     }
+    let lost: u64 = rep.runs.iter().map(|r| r.requests.lost).sum();
+    if lost > 0 {
+        return Err(Failure::runtime(format!(
+            "{lost} request(s) were lost to a panic in servetune (a bug; please report it); the results written miss them"
+        )));
+    }
     if let Some(sig) = signal {
         return Err(Failure {
             code: sig.exit_code(),
