@@ -377,7 +377,7 @@ impl Outputs {
         let dashes: Vec<&str> = flags.iter().filter(|(_, p)| p.as_deref().is_some_and(|p| p.as_os_str() == "-")).map(|(f, _)| *f).collect();
         if dashes.len() > 1 {
             return Err(Failure::usage(format!(
-                "{} all ask for stdout (-): give at most one of them -, the others a file",
+                "{} each ask for stdout (-): only one output may be -, give the others a file",
                 dashes.join(" and ")
             )));
         }
