@@ -376,8 +376,17 @@ impl HttpClient {
     async fn read_stream(&self, x: &Exec<'_>, mut body: hyper::body::Incoming, rec: &mut RequestRecord) {
         let mut parser = SseParser::default();
         let mut st = StreamState::new(x.api, x.tokenizer.is_some());
+        // A server that queues a request may send the head at once and the first byte of the body
+        // only when it is scheduled: that first wait is bounded by the first-byte limit, later
+        // silences by the idle limit.
+        let mut first = true;
         loop {
-            let frame = match tokio::time::timeout(self.limits.idle, body.frame()).await {
+            let limit = if first { self.limits.first_byte } else { self.limits.idle };
+            let frame = match tokio::time::timeout(limit, body.frame()).await {
+                Err(_) if first => {
+                    let d = format!("no byte of the event stream within --first-byte-timeout {}", secs(limit));
+                    return rec.fail(ErrorKind::NoResponse, d, since(x.t0));
+                }
                 Err(_) => return rec.fail(ErrorKind::Stalled, stalled(self.limits.idle), since(x.t0)),
                 Ok(None) => break,
                 Ok(Some(Err(e))) => {
@@ -388,6 +397,7 @@ impl HttpClient {
             let Ok(data) = frame.into_data() else {
                 continue;
             };
+            first = false;
             let now = since(x.t0);
             let before = rec.output_tokens_chunks;
             if let Err(e) = parser.feed(&data, &mut |ev| st.on_event(&ev.data, now, rec)) {

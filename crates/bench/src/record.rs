@@ -22,7 +22,7 @@ pub enum ErrorKind {
     ErrorPayload,
     /// Still in flight when the drain deadline after a stop passed (or a second signal cut it).
     Cancelled,
-    /// No response head within `--first-byte-timeout`.
+    /// No response head, or no byte of an event stream, within `--first-byte-timeout`.
     NoResponse,
     /// The response went silent for longer than `--idle-timeout`.
     Stalled,

@@ -181,9 +181,10 @@ pub struct Stop {
 pub struct Limits {
     /// TCP connect (`--connect-timeout`).
     pub connect: Duration,
-    /// From sending a request to its response head (`--first-byte-timeout`).
+    /// From sending a request to its response head, and from the head to the first byte of an
+    /// event stream (`--first-byte-timeout`): a queued request may wait this long.
     pub first_byte: Duration,
-    /// The longest gap between two pieces of a response body (`--idle-timeout`).
+    /// The longest gap between two pieces of a response body once it has started (`--idle-timeout`).
     pub idle: Duration,
     /// A whole benchmark request, send to last byte (`--timeout`).
     pub request: Duration,

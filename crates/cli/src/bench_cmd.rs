@@ -143,10 +143,10 @@ pub struct BenchArgs {
     /// Time limit for a TCP connection to open
     #[arg(long, default_value = "10s", value_name = "DURATION")]
     pub connect_timeout: String,
-    /// Time limit from sending a request to its response head
+    /// Time limit from sending a request to its response head, and from the head to the first byte of a stream (a queued request waits this long)
     #[arg(long, default_value = "300s", value_name = "DURATION")]
     pub first_byte_timeout: String,
-    /// Longest silence allowed inside a response (between chunks)
+    /// Longest silence allowed inside a response once it has started (between chunks)
     #[arg(long, default_value = "120s", value_name = "DURATION")]
     pub idle_timeout: String,
     /// Time limit for each start-up request (GET /v1/models, calibration, the /metrics check)

@@ -193,6 +193,18 @@ fn bench_ends_when_a_request_is_never_answered() {
 }
 
 #[test]
+fn bench_ends_when_a_stream_sends_its_head_and_never_a_byte() {
+    let s = hostile(|s, _| {
+        if sse_head(s) {
+            std::thread::sleep(Duration::from_secs(600));
+        }
+    });
+    let (code, _, err, v, _) = bench(&s.url, &args(&["--concurrency", "1", "--requests", "2", "--first-byte-timeout", "300ms"]), &[]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(v["runs"][0]["requests"]["errors"]["no_response"], 2, "{v:#}");
+}
+
+#[test]
 fn bench_ends_when_a_stream_sends_tokens_then_goes_silent() {
     let s = hostile(|s, _| {
         if sse_head(s) && token_event(s) && token_event(s) {
