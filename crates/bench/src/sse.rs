@@ -56,12 +56,13 @@ impl SseParser {
 
     /// Feeds bytes; calls `on_event` for each event completed by them.
     pub fn feed(&mut self, mut bytes: &[u8], on_event: &mut impl FnMut(SseEvent)) -> Result<(), SseError> {
-        if self.skip_lf {
-            if let Some((&b'\n', rest)) = bytes.split_first() {
-                bytes = rest;
-            }
-            if !bytes.is_empty() {
-                self.skip_lf = false;
+        // A CR ended the previous read: an LF opening this one completes that line end. Only the
+        // first byte of a non-empty read can be that LF (clearing the flag after skipping it, not
+        // only when bytes remain, keeps a lone "\n" read from also swallowing the next "\n").
+        if self.skip_lf && !bytes.is_empty() {
+            self.skip_lf = false;
+            if bytes[0] == b'\n' {
+                bytes = &bytes[1..];
             }
         }
         // Fast path: nothing buffered, parse lines straight from the input.
@@ -144,6 +145,11 @@ impl SseParser {
     }
 
     fn line(&mut self, line: &[u8], on_event: &mut impl FnMut(SseEvent)) -> Result<(), SseError> {
+        // The same limit as for an unfinished line, so the verdict never depends on how reads fall
+        // (a long line inside one read was accepted, the same line split across reads was not).
+        if line.len() > self.max_line {
+            return Err(SseError::LineTooLong(self.max_line));
+        }
         if line.is_empty() {
             self.dispatch(on_event);
             return Ok(());

@@ -13,8 +13,10 @@ use servetune_bench::api::Api;
 use servetune_bench::runner::{self, Outcome, Prepared};
 use servetune_bench::spec::{BenchConfig, LengthDist, Limits, Load, PromptSource, Stop};
 use servetune_bench::{export, BenchError, Control, Progress, Stopping, SweepPoint};
-use servetune_model::predict::{Engine, Plan, Point, Scenario};
-use servetune_model::quant::{Dtype, Quant};
+use servetune_model::predict::{Point, Scenario};
+use servetune_model::quant::Dtype;
+use servetune_model::request::LinkSource;
+use servetune_model::{report, ModelSource, ScenarioSpec};
 use servetune_sim::cost::{preset, PRESETS};
 use servetune_sim::{SimConfig, SimError};
 
@@ -40,22 +42,19 @@ pub const SWEEP: [(u32, u64); 6] = [(1, 4), (8, 16), (32, 64), (64, 128), (128, 
 const INPUT_TOKENS: u32 = 256;
 const OUTPUT_TOKENS: u32 = 32;
 
-/// The reference deployment as the performance model sees it (shared/DESIGN.md): GLM-5 NVFP4, TP8 on
+/// The reference deployment as the performance model sees it (the project's starting point): GLM-5 NVFP4, TP8 on
 /// 8 RTX PRO 6000 Blackwell Server Edition, all-reduces staged through host memory (KVM, no P2P).
 pub fn reference_scenario() -> Result<Scenario, Failure> {
-    let e = |e: servetune_model::ModelError| Failure::runtime(e.to_string());
-    Ok(Scenario {
-        model: servetune_model::spec::catalog("glm-5").map_err(e)?,
-        quant: Quant::preset(Dtype::Nvfp4),
-        gpu: servetune_model::hw::gpu("rtx-pro-6000-se").map_err(e)?,
-        link: servetune_model::hw::link("pcie-host-staged").map_err(e)?,
-        plan: Plan { gpus: 8, tp: 8, pp: 1, ep: 1, dp_attention: false },
-        // The simulator mixes prefill chunks into decode steps; the prediction assumes the same.
-        engine: Engine { mixed_prefill: true, ..Engine::default() },
-        input_len: INPUT_TOKENS,
-        output_len: OUTPUT_TOKENS,
-        max_running: Some(64),
-    })
+    let mut spec = ScenarioSpec::new(ModelSource::Catalog("glm-5".into()), "rtx-pro-6000-se");
+    spec.quant.checkpoint = Some(Dtype::Nvfp4);
+    spec.link = LinkSource::Catalog("pcie-host-staged".into());
+    spec.tp = Some(8);
+    // The simulator mixes prefill chunks into decode steps; the prediction assumes the same.
+    spec.mixed_prefill = true;
+    spec.input_len = INPUT_TOKENS;
+    spec.output_len = OUTPUT_TOKENS;
+    spec.max_running = Some(64);
+    spec.build().map_err(|e| Failure::runtime(e.to_string()))
 }
 
 /// Predicted points for the sweep.
@@ -74,7 +73,7 @@ fn versus_rows(rep: &servetune_bench::BenchReport, pred: &[Point]) -> Vec<Vec<St
                 format!("{:.0}", p.output_tokens_per_s),
                 format!("{m:.0}"),
                 if m > 0.0 { export::signed_pct(p.output_tokens_per_s / m - 1.0) } else { "-".into() },
-                p.bottleneck.split_once(", ").map_or(p.bottleneck.clone(), |(_, b)| b.to_string()),
+                report::bottleneck_words(&p.bottleneck),
             ]
         })
         .collect()

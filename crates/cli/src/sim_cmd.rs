@@ -81,18 +81,12 @@ pub struct SimArgs {
     /// Fault: /health and generation answer 503 for this long after start
     #[arg(long, value_name = "DURATION")]
     pub slow_start: Option<String>,
-    /// Time steps with the performance model: every argument after it is a `servetune plan` flag,
-    /// e.g. --from-plan --model glm-5 --quant nvfp4 --gpu rtx-pro-6000-se --gpus 8 --link pcie-host-staged
-    #[arg(long, num_args = 1.., allow_hyphen_values = true, value_name = "PLAN FLAGS")]
-    pub from_plan: Option<Vec<String>>,
-}
-
-/// `servetune plan`'s flags, parsed on their own for `--from-plan`.
-#[derive(Debug, clap::Parser)]
-#[command(name = "servetune sim --from-plan", no_binary_name = true)]
-struct PlanOnly {
-    #[command(flatten)]
-    plan: crate::plan_cmd::PlanArgs,
+    /// Time steps with the performance model, the deployment as KEY=VALUE pairs (keys as plan's
+    /// flags: model, gpu, gpus, link, quant, kv-dtype, tp, pp, ep, dp-attention, input-len,
+    /// output-len, max-running, overlap, cuda-graphs, mixed-prefill, step-overhead-ms), e.g.
+    /// --from-plan model=glm-5,quant=nvfp4,gpu=rtx-pro-6000-se,gpus=8,link=pcie-host-staged
+    #[arg(long, value_name = "KEY=VALUE,...", conflicts_with = "profile")]
+    pub from_plan: Option<String>,
 }
 
 fn input(e: impl std::fmt::Display) -> Failure {
@@ -103,10 +97,8 @@ fn input(e: impl std::fmt::Display) -> Failure {
 pub fn resolve(a: &SimArgs) -> Result<SimConfig, Failure> {
     let mut cost: Option<std::sync::Arc<dyn servetune_sim::StepCost>> = None;
     let mut p: Profile = match (&a.from_plan, &a.profile) {
-        (Some(flags), _) => {
-            use clap::Parser as _;
-            let po = PlanOnly::try_parse_from(flags).map_err(|e| Failure::usage(format!("--from-plan: {e}")))?;
-            let s = crate::plan_cmd::scenario(&po.plan)?;
+        (Some(pairs), _) => {
+            let s = servetune_model::ScenarioSpec::parse_pairs("--from-plan", pairs).and_then(|spec| spec.build()).map_err(input)?;
             s.check_fit().map_err(|e| Failure::usage(format!("--from-plan: {e}")))?;
             let prof = servetune_sim::from_plan::profile(&s);
             cost = Some(std::sync::Arc::new(servetune_sim::from_plan::PlanCost { scenario: s }));

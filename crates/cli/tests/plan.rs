@@ -47,7 +47,7 @@ fn json_has_the_documented_fields() {
     let (code, _, err) = plan(&args);
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&j).expect("json")).expect("parse");
-    assert_eq!(v["schema"], "servetune.plan/1");
+    assert_eq!(v["schema"], "servetune.plan/1.1");
     assert_eq!(v["fits"], true);
     for k in ["weights_gb", "kv_gb", "usable_gb", "capacity_gb"] {
         assert!(v["memory_per_gpu_gb"][k].is_f64(), "{k}");
@@ -59,6 +59,7 @@ fn json_has_the_documented_fields() {
         for k in ["concurrency", "output_tokens_per_s", "tpot_ms", "ttft_ms", "bottleneck"] {
             assert!(!p[k].is_null(), "{k} in {p}");
         }
+        assert!(p["bottleneck"]["kind"].is_string() && p["bottleneck"]["share"].is_f64(), "typed bottleneck: {p}");
         for k in ["weights", "kv", "compute", "communication", "overhead"] {
             assert!(p["step_ms"][k].is_f64(), "step_ms.{k}");
         }
@@ -118,9 +119,29 @@ fn usage_error(args: &[&str], needle: &str) {
 
 #[test]
 fn unknown_model_gpu_and_link_list_the_known_ones() {
-    usage_error(&["--model", "gpt-9", "--gpu", "h200"], "known: glm-5, deepseek-v3");
-    usage_error(&["--model", "glm-5", "--gpu", "v100"], "known: rtx-pro-6000-se");
-    usage_error(&["--model", "glm-5", "--gpu", "h200", "--link", "ethernet"], "known: nvlink, pcie5-p2p");
+    usage_error(&["--model", "gpt-9", "--gpu", "h200"], "[possible values: glm-5, deepseek-v3");
+    usage_error(&["--model", "glm-5", "--gpu", "v100"], "[possible values: rtx-pro-6000-se");
+    usage_error(&["--model", "glm-5", "--gpu", "h200", "--link", "ethernet"], "[possible values: nvlink, pcie5-p2p");
+    usage_error(&["--model", "glm-5", "--gpu", "h2000"], "a similar value exists: 'h200'");
+    usage_error(&["--model", "glm-5", "--gpu", "h200", "--quant", "fp6"], "[possible values: bf16, fp8, nvfp4, mxfp4, int4]");
+}
+
+#[test]
+fn help_lists_catalog_values_and_every_flag_has_a_help_line() {
+    let (code, out, _) = plan(&["--help"]);
+    assert_eq!(code, 0);
+    for v in ["glm-5", "rtx-pro-6000-se", "pcie-host-staged", "nvfp4"] {
+        assert!(out.contains(v), "{v} missing from --help:\n{out}");
+    }
+    // clap puts a flag's help on the line after it (long help) or beside it; a flag with no help
+    // is followed directly by the next flag.
+    let lines: Vec<&str> = out.lines().map(str::trim).collect();
+    for (i, l) in lines.iter().enumerate() {
+        if l.starts_with("--") && !l.contains("  ") {
+            let next = lines.get(i + 1).copied().unwrap_or("");
+            assert!(!next.is_empty() && !next.starts_with("--"), "{l} has no help line:\n{out}");
+        }
+    }
 }
 
 #[test]
@@ -133,7 +154,98 @@ fn impossible_plan_is_refused() {
 
 #[test]
 fn plan_that_does_not_fit_gives_the_numbers() {
-    usage_error(&["--model", "deepseek-v3", "--quant", "bf16", "--gpu", "rtx-4090", "--gpus", "8"], "GB of weights");
+    let (code, out, err) = plan(&["--model", "deepseek-v3", "--quant", "bf16", "--gpu", "rtx-4090", "--gpus", "8"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(out.contains("GB of weights"), "{out}");
+    assert!(!err.contains("GB of weights"), "the numbers are printed once: {err}");
+}
+
+#[test]
+fn quant_defaults_to_the_published_checkpoint_and_a_misfit_says_the_smallest_change_once() {
+    let (code, out, err) = plan(&["--model", "glm-5", "--gpu", "rtx-pro-6000-se", "--gpus", "8", "--link", "pcie-host-staged"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(out.contains("glm-5 (744B total, 41.8B active)  fp8"), "GLM-5's published FP8 checkpoint is the default: {out}");
+    assert_eq!(out.matches("DOES NOT FIT").count() + err.matches("DOES NOT FIT:").count(), 1, "{out}{err}");
+    assert!(out.contains("smallest change that fits: use --quant nvfp4, or 16 GPUs (TP8+PP2)"), "{out}");
+    let (code, out, err) = plan(&["--model", "gpt-oss-120b", "--gpu", "h100-sxm", "--gpus", "1", "--concurrency", "1"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("mxfp4"), "{out}");
+}
+
+#[test]
+fn printed_values_use_the_flags_spelling() {
+    let (code, out, err) = plan(&["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpus", "1", "--concurrency", "1"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("overlap none") && out.contains("cuda-graphs on"), "{out}");
+    assert!(!out.contains("None"), "{out}");
+}
+
+#[test]
+fn json_to_stdout_is_pure_json() {
+    let mut args = REF.to_vec();
+    args.extend_from_slice(&["--json", "-"]);
+    let (code, out, err) = plan(&args);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{out}"));
+    assert_eq!(v["schema"], "servetune.plan/1.1");
+    assert!(err.contains("step time by term"), "the text report goes to stderr: {err}");
+}
+
+fn model_config(dir: &std::path::Path, json: &str) -> String {
+    let p = dir.join("config.json");
+    std::fs::write(&p, json).expect("write");
+    p.to_string_lossy().to_string()
+}
+
+#[test]
+fn impossible_model_configs_are_refused_naming_the_field() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let base = r#""model_type":"mixtral","hidden_size":4096,"num_hidden_layers":32,"vocab_size":32000,"num_key_value_heads":8,"intermediate_size":14336"#;
+    let cases = [
+        (
+            format!(r#"{{{base},"num_attention_heads":32,"num_local_experts":8,"num_experts_per_tok":200}}"#),
+            "\"num_experts_per_tok\" is 200",
+        ),
+        (format!(r#"{{{base},"num_attention_heads":0}}"#), "\"num_attention_heads\" is 0"),
+        (format!(r#"{{{base},"num_attention_heads":32,"num_local_experts":-8,"num_experts_per_tok":2}}"#), "\"num_local_experts\" is -8"),
+        (format!(r#"{{{base},"num_attention_heads":4}}"#), "\"num_key_value_heads\" is 8"),
+    ];
+    for (json, needle) in cases {
+        let p = model_config(dir.path(), &json);
+        usage_error(&["--model-config", &p, "--gpu", "h100-sxm", "--gpus", "1"], needle);
+    }
+}
+
+#[test]
+fn absurd_fabric_and_calibration_values_are_refused() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let f = dir.path().join("fabric.json");
+    let link = |alpha: f64| serde_json::json!({"schema": "servetune.fabric/1", "link": {"name": "measured-host-staged", "alpha_us": alpha, "beta_gbs": 29.0, "mode": "host_staged", "source": "test"}});
+    std::fs::write(&f, link(-5.0).to_string()).expect("write");
+    let fs = f.to_string_lossy().to_string();
+    usage_error(&["--model", "glm-5", "--quant", "nvfp4", "--gpu", "rtx-pro-6000-se", "--fabric", &fs], "alpha_us) -5");
+    let b = dir.path().join("bench.json");
+    std::fs::write(&b, r#"{"schema":"servetune.bench/1","runs":[{"concurrency":8,"throughput":{"output_tokens_per_s":-1e300}}]}"#)
+        .expect("write");
+    let bs = b.to_string_lossy().to_string();
+    usage_error(
+        &["--model", "glm-5", "--quant", "nvfp4", "--gpu", "rtx-pro-6000-se", "--calibrate", &bs],
+        "runs[0].throughput.output_tokens_per_s",
+    );
+    usage_error(&["--model", "glm-5", "--quant", "nvfp4", "--gpu", "rtx-pro-6000-se", "--link-bw=-3"], "beta_gbs");
+}
+
+#[test]
+fn a_measured_host_staged_fabric_link_gets_the_p2p_fix() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let f = dir.path().join("fabric.json");
+    let doc = serde_json::json!({"schema": "servetune.fabric/1", "link": {"name": "measured-host-staged", "alpha_us": 12.5, "beta_gbs": 27.0, "mode": "host_staged", "source": "servetune fabric p2p"}});
+    std::fs::write(&f, doc.to_string()).expect("write");
+    let fs = f.to_string_lossy().to_string();
+    let (code, out, err) = plan(&["--model", "glm-5", "--quant", "nvfp4", "--gpu", "rtx-pro-6000-se", "--fabric", &fs, "--rank"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("link measured-host-staged"), "{out}");
+    assert!(out.contains("enable GPU peer-to-peer (P2P)"), "{out}");
 }
 
 #[test]

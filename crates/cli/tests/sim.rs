@@ -244,18 +244,7 @@ fn sim_from_plan_steps_at_the_predicted_decode_time() {
         "--listen",
         "127.0.0.1:0",
         "--from-plan",
-        "--model",
-        "glm-5",
-        "--quant",
-        "nvfp4",
-        "--gpu",
-        "rtx-pro-6000-se",
-        "--gpus",
-        "8",
-        "--link",
-        "pcie-host-staged",
-        "--tp",
-        "8",
+        "model=glm-5,quant=nvfp4,gpu=rtx-pro-6000-se,gpus=8,link=pcie-host-staged,tp=8",
     ]);
     let (code, v, err) =
         bench_json(&["--url", &p.url, "--concurrency", "1", "--requests", "3", "--input-len", "64", "--output-len", "12", "--ignore-eos"]);

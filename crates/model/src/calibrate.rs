@@ -10,19 +10,39 @@ use crate::predict::{Engine, Scenario};
 /// A measured operating point.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Measured {
+    /// Closed-loop concurrency.
     pub concurrency: u32,
+    /// Measured output tokens/s (finite, > 0).
     pub output_tokens_per_s: f64,
+}
+
+/// One point's prediction after the fit.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Residual {
+    /// Closed-loop concurrency.
+    pub concurrency: u32,
+    /// Measured output tokens/s.
+    pub measured: f64,
+    /// Predicted output tokens/s with the fitted engine.
+    pub predicted: f64,
+    /// (predicted - measured) / measured.
+    pub error: f64,
 }
 
 /// The fit.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Fit {
+    /// Multiplier on `hbm_efficiency` and `moe_efficiency`.
     pub memory_efficiency_scale: f64,
+    /// Fitted host overhead per step, ms.
     pub step_overhead_ms: f64,
+    /// Fitted multiplier on communication time (fitted only with four or more points).
     pub comm_scale: f64,
+    /// The engine with the fitted values.
     pub engine: Engine,
-    /// (concurrency, measured, predicted, relative residual).
-    pub residuals: Vec<(u32, f64, f64, f64)>,
+    /// Each measured point against its prediction.
+    pub residuals: Vec<Residual>,
+    /// Root-mean-square of ln(predicted / measured).
     pub rms_log_error: f64,
 }
 
@@ -42,7 +62,7 @@ fn loss(s: &Scenario, pts: &[Measured], e: Engine) -> f64 {
         / pts.len().max(1) as f64
 }
 
-/// Fits the factors to `pts`. `None` without points.
+/// Fits the factors to `pts` (checked by [`crate::inputs`]: finite, positive). `None` without points.
 pub fn fit(s: &Scenario, pts: &[Measured]) -> Option<Fit> {
     if pts.is_empty() {
         return None;
@@ -86,7 +106,12 @@ pub fn fit(s: &Scenario, pts: &[Measured]) -> Option<Fit> {
         .iter()
         .map(|m| {
             let p = sc.point(m.concurrency).output_tokens_per_s;
-            (m.concurrency, m.output_tokens_per_s, p, (p - m.output_tokens_per_s) / m.output_tokens_per_s)
+            Residual {
+                concurrency: m.concurrency,
+                measured: m.output_tokens_per_s,
+                predicted: p,
+                error: (p - m.output_tokens_per_s) / m.output_tokens_per_s,
+            }
         })
         .collect();
     Some(Fit {
@@ -116,6 +141,6 @@ mod tests {
             .collect();
         let f = fit(&s, &pts).expect("fit");
         assert!(f.rms_log_error < 0.01, "{f:?}");
-        assert!(f.residuals.iter().all(|r| r.3.abs() < 0.02), "{:?}", f.residuals);
+        assert!(f.residuals.iter().all(|r| r.error.abs() < 0.02), "{:?}", f.residuals);
     }
 }

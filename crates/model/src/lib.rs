@@ -1,30 +1,41 @@
 //! servetune's performance model of model x hardware x parallelism x concurrency.
 //!
-//! - [`spec`]: model architectures (catalog and HF `config.json`), parameter counts;
+//! - [`spec`]: model architectures (catalog `config.json` files and `--model-config`), validation,
+//!   parameter counts;
 //! - [`quant`]: bytes per weight and per-component formats;
-//! - [`hw`]: the GPU and link catalog (alpha-beta links, NCCL ring model);
-//! - [`predict`]: memory fit, step-time breakdown, prefill, curves, bottleneck in words;
-//! - [`rank`]: feasible plans ranked under an SLO, and what-if comparisons;
+//! - [`hw`]: the GPU and link catalog (data files), link kinds, the NCCL ring model;
+//! - [`predict`]: memory fit, step-time breakdown, prefill, the bottleneck with its numbers;
+//! - [`rank`]: feasible plans ranked under SLOs, and fixes;
 //! - [`calibrate`]: fitting named efficiency factors to measured throughput;
+//! - [`inputs`]: the bench and fabric JSON documents `plan` reads;
+//! - [`request`]: what `plan` is asked ([`request::PlanRequest`]) and [`request::build_report`];
 //! - [`validate`]: predictions against public measurements;
-//! - [`report`]: the `servetune.plan/1` document and its renderings.
+//! - [`report`]: the `servetune.plan/1.1` document and its renderings.
 //!
 //! No I/O beyond parsing text the caller read (a config.json, a bench or fabric JSON).
 
+#![warn(missing_docs)]
+
 pub mod calibrate;
 pub mod hw;
+pub mod inputs;
 pub mod predict;
 pub mod quant;
 pub mod rank;
 pub mod report;
+pub mod request;
 pub mod spec;
 pub mod validate;
+
+pub use request::{build_report, ModelSource, PlanRequest, ScenarioSpec, WhatIf};
 
 /// Errors: bad input (exit 2) or a plan that does not fit (exit 2, with the numbers).
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
+    /// A value the user gave that cannot be used; the message names it and the fix.
     #[error("{0}")]
     Input(String),
+    /// The weights (or one request's KV) do not fit in GPU memory; the message gives the numbers.
     #[error("{0}")]
     DoesNotFit(String),
 }

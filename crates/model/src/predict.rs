@@ -18,15 +18,18 @@
 use serde::Serialize;
 
 use crate::hw::{GpuSpec, LinkProfile};
-use crate::quant::{Dtype, KvDtype, Quant};
+use crate::quant::{ComputeFormat, Dtype, KvDtype, Quant};
 use crate::spec::{Attention, ModelSpec};
 use crate::ModelError;
 
 /// How the model is split.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Plan {
+    /// GPUs in the deployment.
     pub gpus: u32,
+    /// Tensor parallelism.
     pub tp: u32,
+    /// Pipeline parallelism.
     pub pp: u32,
     /// Expert parallelism within the TP group (1: every expert split over TP ranks).
     pub ep: u32,
@@ -40,6 +43,7 @@ impl Plan {
         (self.gpus / (self.tp * self.pp)).max(1)
     }
 
+    /// The plan as a reader writes it, e.g. `TP4+PP2 x2 replicas`.
     pub fn label(&self) -> String {
         let mut s = format!("TP{}", self.tp);
         if self.pp > 1 {
@@ -57,6 +61,7 @@ impl Plan {
         s
     }
 
+    /// Refuses a plan that does not divide the GPUs or the model, with the fix.
     pub fn check(&self, model: &ModelSpec) -> Result<(), ModelError> {
         if self.tp == 0 || self.pp == 0 || self.ep == 0 {
             return Err(ModelError::Input("--tp, --pp and --ep must be at least 1".into()));
@@ -91,33 +96,56 @@ impl Plan {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Overlap {
+    /// Communication adds to the step.
     None,
+    /// Communication hides under the larger of memory and compute.
     Full,
+}
+
+impl Overlap {
+    /// The name `--overlap` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Overlap::None => "none",
+            Overlap::Full => "full",
+        }
+    }
+
+    /// Parses `none` or `full` given to `flag`.
+    pub fn parse(flag: &str, s: &str) -> Result<Self, ModelError> {
+        match s {
+            "none" => Ok(Overlap::None),
+            "full" => Ok(Overlap::Full),
+            _ => Err(ModelError::Input(format!("{flag}: use none or full"))),
+        }
+    }
 }
 
 /// Engine behaviour the prediction assumes: every default names its source.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Engine {
     /// Host overhead per decode step with CUDA graphs (scheduler, sampling, launch), ms.
-    /// Calibrated against the public measurements in shared/reference/models.md (see VALIDATION.md).
+    /// Set from the DeepSeek-R1 on 8x H200 rows of VALIDATION.md (so those rows are not an independent test).
     pub step_overhead_ms: f64,
+    /// Decode runs as CUDA graphs (no per-kernel launch cost).
     pub cuda_graphs: bool,
     /// Without CUDA graphs: launch latency per kernel, us (CUDA launch ~4 us; an assumption).
     pub launch_us: f64,
     /// Without CUDA graphs: kernels per layer (an assumption: norms, GEMMs, attention, routing, collectives).
     pub kernels_per_layer: f64,
+    /// Whether communication hides behind compute.
     pub overlap: Overlap,
     /// Achieved fraction of peak memory bandwidth streaming dense weights and KV (an assumption,
     /// typical of decode GEMV kernels; fitted by `--calibrate`).
     pub hbm_efficiency: f64,
     /// Achieved fraction of peak bandwidth reading expert weights in fused-MoE kernels at decode batch
-    /// sizes (calibrated against shared/reference/models.md: DeepSeek-R1 on 8x H200).
+    /// sizes (set from the DeepSeek-R1 on 8x H200 rows of VALIDATION.md).
     pub moe_efficiency: f64,
-    /// Achieved fraction of peak tensor TFLOPS (hardware.md: torch BF16 GEMM 417 of 468 on RTX PRO 6000).
+    /// Achieved fraction of peak tensor TFLOPS (a torch BF16 GEMM reached 417 of 468 TFLOPS on the reference RTX PRO 6000).
     pub gemm_efficiency: f64,
     /// Multiplier on modelled communication time (1 = the NCCL alpha-beta model; fitted by `--calibrate`).
     pub comm_scale: f64,
-    /// Busiest EP rank's load over the mean (an assumption; models.md: skewed routing loads the busiest rank more).
+    /// Busiest EP rank's load over the mean (an assumption: skewed routing loads the busiest rank more).
     pub ep_imbalance: f64,
     /// Share of GPU memory the engine may use (sglang's --mem-fraction-static is about 0.88 on large GPUs).
     pub mem_fraction: f64,
@@ -151,13 +179,21 @@ impl Default for Engine {
 /// Everything a prediction needs.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Scenario {
+    /// The model.
     pub model: ModelSpec,
+    /// Its formats.
     pub quant: Quant,
+    /// The GPU.
     pub gpu: GpuSpec,
+    /// The link between GPUs.
     pub link: LinkProfile,
+    /// The parallelism plan.
     pub plan: Plan,
+    /// Engine behaviour.
     pub engine: Engine,
+    /// Prompt tokens per request.
     pub input_len: u32,
+    /// Output tokens per request.
     pub output_len: u32,
     /// The server's running-request limit, if any.
     pub max_running: Option<u32>,
@@ -166,10 +202,15 @@ pub struct Scenario {
 /// Memory per GPU, GB.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Memory {
+    /// The GPU's memory.
     pub capacity_gb: f64,
+    /// What the engine may use (capacity x mem_fraction).
     pub usable_gb: f64,
+    /// Weights on the busiest GPU.
     pub weights_gb: f64,
+    /// Activations and workspace.
     pub workspace_gb: f64,
+    /// Left for the KV cache.
     pub kv_gb: f64,
     /// KV bytes per token on one GPU.
     pub kv_bytes_per_token: f64,
@@ -178,10 +219,15 @@ pub struct Memory {
 /// One step's time, by term, ms.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Default)]
 pub struct StepMs {
+    /// Reading weights.
     pub weights: f64,
+    /// Reading the KV cache.
     pub kv: f64,
+    /// Tensor-core compute.
     pub compute: f64,
+    /// Collectives and pipeline sends.
     pub communication: f64,
+    /// Host overhead.
     pub overhead: f64,
     /// Share of prefill work mixed into each decode step (chunked prefill).
     pub prefill: f64,
@@ -192,27 +238,41 @@ pub struct StepMs {
 /// Details behind the step terms, for the explanation.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Default)]
 pub struct StepDetail {
+    /// All-reduces per stage step.
     pub allreduces: f64,
+    /// One all-reduce, us (before comm_scale).
     pub allreduce_us: f64,
+    /// Distinct experts touched per MoE layer (busiest EP rank with EP).
     pub distinct_experts: f64,
+    /// Weight bytes read per GPU per stage step, GB.
     pub weights_gb_per_gpu: f64,
+    /// KV bytes read per GPU per stage step, GB.
     pub kv_gb_per_gpu: f64,
 }
 
 /// The prediction at one concurrency.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Point {
+    /// Requests offered (closed loop).
     pub concurrency: u32,
     /// Requests actually running (concurrency capped by KV capacity and the running limit).
     pub running: u32,
+    /// Output tokens/s of the whole deployment.
     pub output_tokens_per_s: f64,
+    /// Prompt and output tokens/s.
     pub total_tokens_per_s: f64,
+    /// Time per output token, ms.
     pub tpot_ms: f64,
+    /// Time to first token (prefill, first step, queueing), ms.
     pub ttft_ms: f64,
+    /// Output tokens/s one request sees.
     pub per_user_tokens_per_s: f64,
+    /// The step, by term.
     pub step_ms: StepMs,
+    /// The numbers behind the terms.
     pub detail: StepDetail,
-    pub bottleneck: String,
+    /// The dominant term.
+    pub bottleneck: Bottleneck,
 }
 
 impl Scenario {
@@ -226,7 +286,7 @@ impl Scenario {
         match (self.quant.kv_cache, mla) {
             // vLLM/FlashMLA fp8 layout: fp8 latent + one fp32 scale per 128 + bf16 rope part (656 B
             // for GLM-5/DeepSeek); indexer keys fp8 + fp32 scale per 128. Gives 61.5 KB/token for
-            // GLM-5 against the 62 KB of the vLLM log in models.md.
+            // GLM-5 against the 62 KB a vLLM log of GLM-5 reports.
             (KvDtype::Fp8, true) => main + main / 128.0 * 4.0 + rope * 2.0 + idx + (idx / 128.0).ceil() * 4.0,
             (KvDtype::Fp8, false) => main + idx,
             (KvDtype::Bf16, _) => (main + rope + idx) * 2.0,
@@ -237,7 +297,7 @@ impl Scenario {
     pub fn kv_bytes_per_token_gpu(&self) -> f64 {
         let per_layer = self.kv_bytes_per_token_layer();
         let split = match self.model.attention {
-            // MLA's latent is replicated on every TP rank (models.md).
+            // MLA's latent is replicated on every TP rank (sglang and vLLM keep it whole per rank).
             Attention::Mla { .. } => 1.0,
             Attention::Gqa { kv_heads, .. } => (self.plan.tp.min(kv_heads)) as f64,
         };
@@ -298,7 +358,7 @@ impl Scenario {
         let m = self.memory();
         if m.weights_gb + m.workspace_gb >= m.usable_gb || self.max_concurrency() == 0 {
             return Err(ModelError::DoesNotFit(format!(
-                "{} on {} x {} with {}: {:.1} GB of weights + {:.1} GB workspace per GPU, but only {:.1} GB of {:.1} GB is usable (mem fraction {:.2}); no room for the KV of one {}-token request. Use more GPUs, more TP/PP, or a smaller format",
+                "{} on {} x {} with {}: {:.1} GB of weights + {:.1} GB workspace per GPU, but only {:.1} GB of {:.1} GB is usable (mem fraction {:.2}); no room for the KV of one {}-token request",
                 self.model.name,
                 self.plan.gpus,
                 self.gpu.name,
@@ -316,73 +376,115 @@ impl Scenario {
 
     /// One pipeline stage's decode step for a micro-batch of `x` requests on one replica.
     fn stage(&self, x: f64, mean_ctx: f64) -> (StepMs, StepDetail) {
+        let bw = self.gpu.mem_bw_gbs * 1e9;
+        let e = &self.engine;
+        let w = self.weight_read(x);
+        let kv_b = self.kv_read(x, mean_ctx);
+        let comm = self.communication(x);
+        let step = StepMs {
+            weights: (w.dense / (bw * e.hbm_efficiency) + w.experts / (bw * e.moe_efficiency)) * 1e3,
+            kv: kv_b / (bw * e.hbm_efficiency) * 1e3,
+            compute: self.compute_ms(x, mean_ctx),
+            communication: comm.ms,
+            ..Default::default()
+        };
+        let detail = StepDetail {
+            allreduces: comm.allreduces,
+            allreduce_us: comm.allreduce_us,
+            distinct_experts: w.distinct,
+            weights_gb_per_gpu: (w.dense + w.experts) / 1e9,
+            kv_gb_per_gpu: kv_b / 1e9,
+        };
+        (step, detail)
+    }
+
+    /// Share of layers with experts.
+    fn frac_moe(&self) -> f64 {
+        self.model.moe_layers() as f64 / self.model.layers as f64
+    }
+
+    /// TP ranks attention weights are split over (1 with DP attention).
+    fn attn_split(&self) -> f64 {
+        if self.plan.dp_attention {
+            1.0
+        } else {
+            self.plan.tp as f64
+        }
+    }
+
+    /// Weight bytes one GPU reads per stage step for a micro-batch of `x`.
+    fn weight_read(&self, x: f64) -> WeightRead {
         let m = &self.model;
         let p = m.params();
         let q = &self.quant;
-        let g = &self.gpu;
-        let e = &self.engine;
         let tp = self.plan.tp as f64;
         let ls = self.layers_per_stage();
-        let frac_moe = m.moe_layers() as f64 / m.layers as f64;
-        let frac_dense = 1.0 - frac_moe;
-        let attn_split = if self.plan.dp_attention { 1.0 } else { tp };
-
-        // Weights read per GPU.
-        let attn_b = p.attention / m.layers as f64 * ls * q.attention.bytes() / attn_split;
-        let dense_b =
-            if m.dense_layers > 0 { p.dense_ffn / m.dense_layers as f64 * (frac_dense * ls) * q.dense_ffn.bytes() / tp } else { 0.0 };
-        let moe_layers_stage = frac_moe * ls;
+        let moe_layers_stage = self.frac_moe() * ls;
+        let attn_b = p.attention / m.layers as f64 * ls * q.attention.bytes() / self.attn_split();
+        let dense_b = if m.dense_layers > 0 {
+            p.dense_ffn / m.dense_layers as f64 * ((1.0 - self.frac_moe()) * ls) * q.dense_ffn.bytes() / tp
+        } else {
+            0.0
+        };
         let shared_b = if m.moe_layers() > 0 {
             (p.shared_experts + p.router) / m.moe_layers() as f64 * moe_layers_stage * q.shared_experts.bytes() / tp
         } else {
             0.0
         };
-        let (mut experts_b, mut distinct) = (0.0, 0.0);
+        let lm_b = p.lm_head * q.embeddings.bytes() / tp / self.plan.pp as f64;
+        let (mut experts, mut distinct) = (0.0, 0.0);
         if let Some(moe) = m.moe {
             let (ee, k) = (moe.experts as f64, moe.top_k as f64);
             let expert_bytes = p.per_expert * q.experts.bytes();
             if self.plan.ep > 1 {
                 let per_rank = ee / self.plan.ep as f64;
-                distinct = (per_rank * (1.0 - (1.0 - k / ee).powf(x)) * e.ep_imbalance).min(per_rank);
+                distinct = (per_rank * (1.0 - (1.0 - k / ee).powf(x)) * self.engine.ep_imbalance).min(per_rank);
                 // Experts live whole on their EP rank; ranks in a TP group beyond EP split them.
-                experts_b = distinct * expert_bytes * moe_layers_stage / (tp / self.plan.ep as f64);
+                experts = distinct * expert_bytes * moe_layers_stage / (tp / self.plan.ep as f64);
             } else {
                 distinct = ee * (1.0 - (1.0 - k / ee).powf(x));
-                experts_b = distinct * expert_bytes * moe_layers_stage / tp;
+                experts = distinct * expert_bytes * moe_layers_stage / tp;
             }
         }
-        let lm_b = p.lm_head * q.embeddings.bytes() / tp / self.plan.pp as f64;
-        let dense_weights = attn_b + dense_b + shared_b + lm_b;
+        WeightRead { dense: attn_b + dense_b + shared_b + lm_b, experts, distinct }
+    }
 
-        // KV read per GPU.
+    /// KV-cache bytes one GPU reads per stage step for a micro-batch of `x` at `mean_ctx`.
+    fn kv_read(&self, x: f64, mean_ctx: f64) -> f64 {
+        let m = &self.model;
+        let tp = self.plan.tp as f64;
+        let ls = self.layers_per_stage();
         let per_layer_tok = self.kv_bytes_per_token_layer();
         let reqs_per_gpu = if self.plan.dp_attention { x / tp } else { x };
-        let kv_b = match (m.attention.clone(), m.dsa) {
+        match (&m.attention, m.dsa) {
             (Attention::Mla { .. }, Some(d)) => {
-                let (main, rope, idx) = m.kv_elems_per_token_layer();
+                // DSA reads the top-k latents and every indexer key.
+                let idx = m.kv_elems_per_token_layer().2;
                 let idx_share = if per_layer_tok > 0.0 { (idx + (idx / 128.0).ceil() * 4.0).min(per_layer_tok) } else { 0.0 };
-                let _ = (main, rope);
                 let latent = per_layer_tok - idx_share;
                 (mean_ctx.min(d.topk as f64) * latent + mean_ctx * idx_share) * ls * reqs_per_gpu
             }
             (Attention::Mla { .. }, None) => mean_ctx * per_layer_tok * ls * reqs_per_gpu,
-            (Attention::Gqa { kv_heads, .. }, _) => mean_ctx * per_layer_tok * ls * x / (tp.min(kv_heads as f64)),
-        };
+            (Attention::Gqa { kv_heads, .. }, _) => mean_ctx * per_layer_tok * ls * x / (tp.min(*kv_heads as f64)),
+        }
+    }
 
-        let bw = g.mem_bw_gbs * 1e9;
-        let weights_ms = (dense_weights / (bw * e.hbm_efficiency) + experts_b / (bw * e.moe_efficiency)) * 1e3;
-        let kv_ms = kv_b / (bw * e.hbm_efficiency) * 1e3;
-
-        // Compute per GPU.
-        let eff = e.gemm_efficiency * 1e12;
+    /// GEMM and attention time on one GPU per stage step, ms.
+    fn compute_ms(&self, x: f64, mean_ctx: f64) -> f64 {
+        let m = &self.model;
+        let p = m.params();
+        let q = &self.quant;
+        let g = &self.gpu;
+        let tp = self.plan.tp as f64;
+        let ls = self.layers_per_stage();
+        let moe_layers_stage = self.frac_moe() * ls;
+        let eff = self.engine.gemm_efficiency * 1e12;
         let gemm = |params: f64, dt: Dtype, split: f64| 2.0 * params * x / split / (g.tflops(dt.compute()) * eff);
-        let mut compute_s = gemm(p.attention / m.layers as f64 * ls, q.attention, attn_split)
-            + gemm(if m.dense_layers > 0 { p.dense_ffn / m.dense_layers as f64 * frac_dense * ls } else { 0.0 }, q.dense_ffn, tp)
-            + gemm(
-                if m.moe_layers() > 0 { (p.shared_experts + p.router) / m.moe_layers() as f64 * moe_layers_stage } else { 0.0 },
-                q.shared_experts,
-                tp,
-            )
+        let dense_params = if m.dense_layers > 0 { p.dense_ffn / m.dense_layers as f64 * (1.0 - self.frac_moe()) * ls } else { 0.0 };
+        let shared_params = if m.moe_layers() > 0 { (p.shared_experts + p.router) / m.moe_layers() as f64 * moe_layers_stage } else { 0.0 };
+        let gemm_s = gemm(p.attention / m.layers as f64 * ls, q.attention, self.attn_split())
+            + gemm(dense_params, q.dense_ffn, tp)
+            + gemm(shared_params, q.shared_experts, tp)
             + gemm(m.moe.map_or(0.0, |mo| p.per_expert * mo.top_k as f64) * moe_layers_stage, q.experts, tp)
             + gemm(p.lm_head / self.plan.pp as f64, q.embeddings, tp);
         // Attention scores and values: MLA absorbed, 2*heads*ctx*(2*kv_lora + rope) per token-layer.
@@ -390,45 +492,39 @@ impl Scenario {
             Attention::Mla { heads, kv_lora_rank, qk_rope_head_dim, .. } => {
                 let c = m.dsa.map_or(mean_ctx, |d| mean_ctx.min(d.topk as f64));
                 let idx = m.dsa.map_or(0.0, |d| 2.0 * d.index_heads as f64 * d.index_head_dim as f64 * mean_ctx);
-                (2.0 * heads as f64 / attn_split * c * (2.0 * kv_lora_rank as f64 + qk_rope_head_dim as f64) + idx) * x
+                (2.0 * heads as f64 / self.attn_split() * c * (2.0 * kv_lora_rank as f64 + qk_rope_head_dim as f64) + idx) * x
             }
             Attention::Gqa { heads, head_dim, .. } => 4.0 * heads as f64 / tp * head_dim as f64 * mean_ctx * x,
         } * ls;
-        compute_s += attn_flops / (g.bf16_tflops * eff);
-        let compute_ms = compute_s * 1e3;
+        (gemm_s + attn_flops / (g.bf16_tflops * eff)) * 1e3
+    }
 
-        // Communication.
+    /// Collectives per stage step for a micro-batch of `x`.
+    fn communication(&self, x: f64) -> Comm {
+        let m = &self.model;
+        let tp = self.plan.tp as f64;
+        let ls = self.layers_per_stage();
         let act = x * m.hidden as f64 * 2.0;
-        let mut comm_us = 0.0;
-        let mut allreduces = 0.0;
-        let mut ar_us = 0.0;
+        let mut c = Comm::default();
+        let mut us = 0.0;
         if self.plan.dp_attention {
             // Attention is local; MoE layers dispatch and combine tokens over EP (or TP) ranks; dense layers all-reduce.
             let n = self.plan.ep.max(self.plan.tp);
             let k = m.moe.map_or(1.0, |mo| mo.top_k as f64);
-            comm_us += 2.0 * self.link.alltoall_us(n, act / tp * k) * moe_layers_stage;
-            allreduces = 2.0 * frac_dense * ls;
-            ar_us = self.link.allreduce_us(self.plan.tp, act);
-            comm_us += allreduces * ar_us;
+            us += 2.0 * self.link.alltoall_us(n, act / tp * k) * self.frac_moe() * ls;
+            c.allreduces = 2.0 * (1.0 - self.frac_moe()) * ls;
         } else if self.plan.tp > 1 {
-            allreduces = 2.0 * ls;
-            ar_us = self.link.allreduce_us(self.plan.tp, act);
-            comm_us += allreduces * ar_us;
+            c.allreduces = 2.0 * ls;
+        }
+        if c.allreduces > 0.0 {
+            c.allreduce_us = self.link.allreduce_us(self.plan.tp, act);
+            us += c.allreduces * c.allreduce_us;
         }
         if self.plan.pp > 1 {
-            comm_us += self.link.send_us(act);
+            us += self.link.send_us(act);
         }
-        let communication = comm_us * 1e-3 * e.comm_scale;
-        (
-            StepMs { weights: weights_ms, kv: kv_ms, compute: compute_ms, communication, ..Default::default() },
-            StepDetail {
-                allreduces,
-                allreduce_us: ar_us,
-                distinct_experts: distinct,
-                weights_gb_per_gpu: (dense_weights + experts_b) / 1e9,
-                kv_gb_per_gpu: kv_b / 1e9,
-            },
-        )
+        c.ms = us * 1e-3 * self.engine.comm_scale;
+        c
     }
 
     fn overhead_ms(&self) -> f64 {
@@ -531,7 +627,7 @@ impl Scenario {
         let e2e = tpot * self.output_len as f64;
         let queue_ms = if concurrency > running { (concurrency as f64 / running as f64 - 1.0) * e2e } else { 0.0 };
         let ttft = self.prefill_ms(self.input_len as f64, self.input_len as f64, true) + tpot + queue_ms;
-        let mut pt = Point {
+        Point {
             concurrency,
             running,
             output_tokens_per_s: out,
@@ -541,74 +637,168 @@ impl Scenario {
             per_user_tokens_per_s: 1e3 / tpot,
             step_ms,
             detail,
-            bottleneck: String::new(),
-        };
-        pt.bottleneck = self.explain(&pt);
-        pt
+            bottleneck: self.bottleneck(&step_ms, &detail),
+        }
     }
 
-    /// The dominant term, in words and numbers.
-    pub fn explain(&self, p: &Point) -> String {
-        let s = &p.step_ms;
-        let pct = |v: f64| v / s.total * 100.0;
+    /// The dominant term of a point's step, with its numbers (the renderer puts it in words).
+    pub fn bottleneck(&self, s: &StepMs, d: &StepDetail) -> Bottleneck {
+        let share = |v: f64| if s.total > 0.0 { v / s.total } else { 0.0 };
+        let pp = self.plan.pp as f64;
         let mem = s.weights + s.kv;
-        let mut terms = [
-            ("communication", s.communication),
-            ("weights", if mem >= s.compute { s.weights } else { 0.0 }),
-            ("kv", if mem >= s.compute { s.kv } else { 0.0 }),
-            ("compute", if s.compute > mem { s.compute } else { 0.0 }),
-            ("overhead", s.overhead),
-            ("prefill", s.prefill),
+        let mem_bound = mem >= s.compute;
+        let terms = [
+            (Term::Communication, s.communication),
+            (Term::Weights, if mem_bound { s.weights } else { 0.0 }),
+            (Term::Kv, if mem_bound { s.kv } else { 0.0 }),
+            (Term::Compute, if mem_bound { 0.0 } else { s.compute }),
+            (Term::Overhead, s.overhead),
+            (Term::Prefill, s.prefill),
         ];
-        terms.sort_by(|a, b| b.1.total_cmp(&a.1));
-        let (name, v) = terms[0];
-        let head = format!("at concurrency {}", p.concurrency);
-        let capped = if p.running < p.concurrency { format!(" (only {} run; the rest queue)", p.running) } else { String::new() };
-        let why = match name {
-            "communication" => format!(
-                "TP{} all-reduce over {} is {:.0}% of the {:.1} ms step: {:.0} all-reduces x {:.1} us",
-                self.plan.tp,
-                self.link.name,
-                pct(v),
-                s.total,
-                p.detail.allreduces * self.plan.pp as f64,
-                p.detail.allreduce_us * self.engine.comm_scale
-            ),
-            "weights" => {
-                let experts = if self.model.moe.is_some() {
-                    format!(
-                        " ({:.0} distinct experts per MoE layer{})",
-                        p.detail.distinct_experts,
-                        if self.plan.ep > 1 { " on the busiest EP rank" } else { "" }
-                    )
-                } else {
-                    String::new()
-                };
-                format!(
-                    "weight reads are {:.0}% of the {:.1} ms step: {:.1} GB per GPU per step{experts} at {:.0} GB/s",
-                    pct(v),
-                    s.total,
-                    p.detail.weights_gb_per_gpu * self.plan.pp as f64,
-                    self.gpu.mem_bw_gbs
-                )
-            }
-            "kv" => format!(
-                "KV-cache reads are {:.0}% of the {:.1} ms step: {:.1} GB per GPU per step",
-                pct(v),
-                s.total,
-                p.detail.kv_gb_per_gpu * self.plan.pp as f64
-            ),
-            "compute" => format!("compute is {:.0}% of the {:.1} ms step ({} tensor cores)", pct(v), s.total, self.quant.experts.compute()),
-            "prefill" => format!("prefill mixed into decode is {:.0}% of the {:.1} ms step", pct(v), s.total),
-            _ => format!(
-                "per-step overhead is {:.0}% of the {:.1} ms step ({:.1} ms{})",
-                pct(v),
-                s.total,
-                v,
-                if self.engine.cuda_graphs { "" } else { ", no CUDA graphs" }
-            ),
-        };
-        format!("{head}{capped}, {why}")
+        let (term, v) = terms.into_iter().fold((Term::Overhead, f64::NEG_INFINITY), |a, b| if b.1 > a.1 { b } else { a });
+        let step_ms = s.total;
+        match term {
+            Term::Communication => Bottleneck::Communication {
+                share: share(v),
+                step_ms,
+                tp: self.plan.tp,
+                link: self.link.name.clone(),
+                allreduces: d.allreduces * pp,
+                allreduce_us: d.allreduce_us * self.engine.comm_scale,
+            },
+            Term::Weights => Bottleneck::Weights {
+                share: share(v),
+                step_ms,
+                gb_per_gpu: d.weights_gb_per_gpu * pp,
+                distinct_experts: self.model.moe.map(|_| d.distinct_experts),
+                busiest_ep_rank: self.plan.ep > 1,
+                mem_bw_gbs: self.gpu.mem_bw_gbs,
+            },
+            Term::Kv => Bottleneck::KvCache { share: share(v), step_ms, gb_per_gpu: d.kv_gb_per_gpu * pp },
+            Term::Compute => Bottleneck::Compute { share: share(v), step_ms, format: self.quant.experts.compute() },
+            Term::Prefill => Bottleneck::Prefill { share: share(v), step_ms },
+            Term::Overhead => Bottleneck::Overhead { share: share(v), step_ms, overhead_ms: v, cuda_graphs: self.engine.cuda_graphs },
+        }
+    }
+}
+
+/// The step terms, for picking the largest.
+#[derive(Debug, Clone, Copy)]
+enum Term {
+    Communication,
+    Weights,
+    Kv,
+    Compute,
+    Overhead,
+    Prefill,
+}
+
+/// Weight bytes one GPU reads per stage step.
+#[derive(Debug, Clone, Copy, Default)]
+struct WeightRead {
+    /// Attention, dense FFN, shared experts, router and LM head, bytes.
+    dense: f64,
+    /// Routed experts, bytes.
+    experts: f64,
+    /// Distinct experts touched per MoE layer (on the busiest EP rank with EP).
+    distinct: f64,
+}
+
+/// Collectives of one stage step.
+#[derive(Debug, Clone, Copy, Default)]
+struct Comm {
+    /// Time, ms (comm_scale applied).
+    ms: f64,
+    /// All-reduces per stage step.
+    allreduces: f64,
+    /// One all-reduce, us.
+    allreduce_us: f64,
+}
+
+/// What limits a step, with the numbers behind it. `share` is the term's fraction of the step
+/// and `step_ms` the whole step, ms.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Bottleneck {
+    /// TP all-reduces (or EP all-to-alls).
+    Communication {
+        /// Fraction of the step.
+        share: f64,
+        /// The step, ms.
+        step_ms: f64,
+        /// TP degree.
+        tp: u32,
+        /// The link's name.
+        link: String,
+        /// All-reduces per step (all stages).
+        allreduces: f64,
+        /// One all-reduce, us.
+        allreduce_us: f64,
+    },
+    /// Reading weights from memory.
+    Weights {
+        /// Fraction of the step.
+        share: f64,
+        /// The step, ms.
+        step_ms: f64,
+        /// Weight bytes read per GPU per step, GB.
+        gb_per_gpu: f64,
+        /// Distinct experts per MoE layer (MoE models only).
+        distinct_experts: Option<f64>,
+        /// The experts are counted on the busiest EP rank.
+        busiest_ep_rank: bool,
+        /// Peak memory bandwidth, GB/s.
+        mem_bw_gbs: f64,
+    },
+    /// Reading the KV cache.
+    KvCache {
+        /// Fraction of the step.
+        share: f64,
+        /// The step, ms.
+        step_ms: f64,
+        /// KV bytes read per GPU per step, GB.
+        gb_per_gpu: f64,
+    },
+    /// Tensor-core compute.
+    Compute {
+        /// Fraction of the step.
+        share: f64,
+        /// The step, ms.
+        step_ms: f64,
+        /// The experts' GEMM format.
+        format: ComputeFormat,
+    },
+    /// Host overhead per step.
+    Overhead {
+        /// Fraction of the step.
+        share: f64,
+        /// The step, ms.
+        step_ms: f64,
+        /// The overhead, ms.
+        overhead_ms: f64,
+        /// Whether CUDA graphs are on.
+        cuda_graphs: bool,
+    },
+    /// Prefill mixed into decode steps.
+    Prefill {
+        /// Fraction of the step.
+        share: f64,
+        /// The step, ms.
+        step_ms: f64,
+    },
+}
+
+impl Bottleneck {
+    /// The term's fraction of the step.
+    pub fn share(&self) -> f64 {
+        match self {
+            Bottleneck::Communication { share, .. }
+            | Bottleneck::Weights { share, .. }
+            | Bottleneck::KvCache { share, .. }
+            | Bottleneck::Compute { share, .. }
+            | Bottleneck::Overhead { share, .. }
+            | Bottleneck::Prefill { share, .. } => *share,
+        }
     }
 }
 
@@ -664,11 +854,16 @@ pub(crate) mod tests {
     fn host_staged_tp8_is_communication_bound_at_low_concurrency() {
         let s = scenario("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", "pcie-host-staged", 8, 8);
         let p = s.point(8);
-        assert!(p.bottleneck.contains("all-reduce over pcie-host-staged"), "{}", p.bottleneck);
-        assert!(p.bottleneck.contains("156 all-reduces"), "{}", p.bottleneck);
+        match &p.bottleneck {
+            Bottleneck::Communication { link, allreduces, .. } => {
+                assert_eq!(link, "pcie-host-staged");
+                assert_eq!(*allreduces, 156.0);
+            }
+            other => panic!("{other:?}"),
+        }
         // With P2P the same plan is bound by expert weight reads instead.
         let q = scenario("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", "pcie5-p2p", 8, 8).point(64);
-        assert!(q.bottleneck.contains("weight reads"), "{}", q.bottleneck);
+        assert!(matches!(q.bottleneck, Bottleneck::Weights { distinct_experts: Some(_), .. }), "{:?}", q.bottleneck);
     }
 
     #[test]

@@ -1,13 +1,14 @@
 //! Bytes per weight (scales included) and per-component quantization.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::ModelError;
 
-/// A weight or KV storage format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// A weight storage format (a checkpoint's quantization).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Dtype {
+    /// BF16 (or FP16): two bytes per weight.
     Bf16,
     /// FP8 with one fp32 scale per 128x128 block (DeepSeek-V3's checkpoint format).
     Fp8,
@@ -19,7 +20,34 @@ pub enum Dtype {
     Int4,
 }
 
+/// The tensor-core format a GEMM runs in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ComputeFormat {
+    /// BF16 tensor cores.
+    Bf16,
+    /// FP8 tensor cores.
+    Fp8,
+    /// FP4 tensor cores (Blackwell).
+    Fp4,
+}
+
+impl ComputeFormat {
+    /// The lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ComputeFormat::Bf16 => "bf16",
+            ComputeFormat::Fp8 => "fp8",
+            ComputeFormat::Fp4 => "fp4",
+        }
+    }
+}
+
 impl Dtype {
+    /// Every format, widest first (the order "does not fit" suggestions try them in).
+    pub const ALL: [Dtype; 5] = [Dtype::Bf16, Dtype::Fp8, Dtype::Int4, Dtype::Nvfp4, Dtype::Mxfp4];
+
+    /// Parses a format given to `flag` (`bf16`/`fp16`, `fp8`, `nvfp4`, `mxfp4`, `int4`/`w4a16`).
     pub fn parse(flag: &str, s: &str) -> Result<Self, ModelError> {
         match s {
             "bf16" | "fp16" => Ok(Dtype::Bf16),
@@ -42,15 +70,16 @@ impl Dtype {
         }
     }
 
-    /// The tensor-core format a GEMM on these weights runs in: (name, fp4?, fp8?).
-    pub fn compute(self) -> &'static str {
+    /// The tensor-core format a GEMM on these weights runs in (INT4 weight-only runs in BF16).
+    pub fn compute(self) -> ComputeFormat {
         match self {
-            Dtype::Bf16 | Dtype::Int4 => "bf16",
-            Dtype::Fp8 => "fp8",
-            Dtype::Nvfp4 | Dtype::Mxfp4 => "fp4",
+            Dtype::Bf16 | Dtype::Int4 => ComputeFormat::Bf16,
+            Dtype::Fp8 => ComputeFormat::Fp8,
+            Dtype::Nvfp4 | Dtype::Mxfp4 => ComputeFormat::Fp4,
         }
     }
 
+    /// The name `--quant` takes.
     pub fn name(self) -> &'static str {
         match self {
             Dtype::Bf16 => "bf16",
@@ -65,11 +94,17 @@ impl Dtype {
 /// The format of each weight component.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Quant {
+    /// Attention projections.
     pub attention: Dtype,
+    /// Dense FFN layers.
     pub dense_ffn: Dtype,
+    /// Routed experts.
     pub experts: Dtype,
+    /// Shared experts and the router.
     pub shared_experts: Dtype,
+    /// Embedding table and LM head.
     pub embeddings: Dtype,
+    /// KV cache.
     pub kv_cache: KvDtype,
 }
 
@@ -77,14 +112,27 @@ pub struct Quant {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum KvDtype {
+    /// Two bytes per element.
     Bf16,
+    /// One byte per element (plus the layout's scales).
     Fp8,
+}
+
+impl KvDtype {
+    /// Parses `--kv-dtype` (`bf16`/`fp16` or `fp8`).
+    pub fn parse(flag: &str, s: &str) -> Result<Self, ModelError> {
+        match s {
+            "bf16" | "fp16" => Ok(KvDtype::Bf16),
+            "fp8" => Ok(KvDtype::Fp8),
+            other => Err(ModelError::Input(format!("{flag} {other:?} is unknown; known: bf16, fp8"))),
+        }
+    }
 }
 
 impl Quant {
     /// A checkpoint format by its usual name. 4-bit checkpoints quantize the expert GEMMs and keep
     /// the other weights in bf16 (the GLM-5 NVFP4 checkpoint measured 56 GB per GPU at TP8,
-    /// shared/reference/models.md; this layout gives 55.8 GB). `fp8` quantizes every linear layer;
+    /// measured on the reference deployment; this layout gives 55.8 GB). `fp8` quantizes every linear layer;
     /// embeddings stay bf16 in all of them.
     pub fn preset(q: Dtype) -> Self {
         let four_bit = matches!(q, Dtype::Nvfp4 | Dtype::Mxfp4 | Dtype::Int4);

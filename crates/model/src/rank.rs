@@ -2,38 +2,60 @@
 //! overlap, kernels) ranked by their gain; what-if comparisons.
 
 use serde::Serialize;
+use servetune_stats::{Slo, SloMetric};
 
-use crate::predict::{Overlap, Plan, Scenario};
+use crate::predict::{Bottleneck, Overlap, Plan, Point, Scenario};
 
-/// Latency objectives a plan must meet (the model is deterministic, so percentiles are not modelled:
-/// the predicted mean is compared with the threshold), and the highest concurrency considered.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Default)]
-pub struct Slo {
-    pub tpot_ms: Option<f64>,
-    pub ttft_ms: Option<f64>,
-    /// Concurrencies above this are not considered (the range the user asked about).
-    pub max_concurrency: Option<u32>,
+/// The concurrencies ranking considers (the range the user asked about).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+pub struct ConcurrencyRange {
+    /// Concurrencies above this are not considered (None: up to what the KV cache holds).
+    pub max: Option<u32>,
 }
 
-impl Slo {
-    fn ok(&self, p: &crate::predict::Point) -> bool {
-        self.tpot_ms.is_none_or(|t| p.tpot_ms < t) && self.ttft_ms.is_none_or(|t| p.ttft_ms < t)
-    }
+/// Whether a predicted point meets every objective. The model is deterministic, so the percentile
+/// is not modelled: the predicted value is compared with the threshold. ITL equals TPOT in a
+/// model without jitter; E2E is TTFT plus the remaining tokens at TPOT.
+pub fn meets(s: &Scenario, p: &Point, slos: &[Slo]) -> bool {
+    slos.iter().all(|o| {
+        let v = match o.metric {
+            SloMetric::Ttft => p.ttft_ms,
+            SloMetric::Tpot | SloMetric::Itl => p.tpot_ms,
+            SloMetric::E2e => p.ttft_ms + p.tpot_ms * s.output_len.saturating_sub(1) as f64,
+        };
+        o.met_by(v)
+    })
 }
 
-/// A plan's best operating point under the SLO.
+/// A plan's best operating point under the objectives.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Ranked {
+    /// The plan.
     pub plan: Plan,
+    /// Its label, e.g. `TP4+PP2`.
     pub label: String,
-    /// Concurrency giving the most output under the SLO (0 when none meets it).
+    /// Concurrency giving the most output under the objectives.
     pub concurrency: u32,
+    /// Output tokens/s of the whole deployment there.
     pub output_tokens_per_s: f64,
+    /// The same per GPU.
     pub tokens_per_s_per_gpu: f64,
+    /// Time per output token there, ms.
     pub tpot_ms: f64,
-    /// Over the current plan's best under the same SLO (1.0 = equal).
-    pub gain: f64,
-    pub bottleneck: String,
+    /// Over the current plan's best under the same objectives (1.0 = equal; None when the current
+    /// plan meets no objective, so there is nothing to compare with).
+    pub gain: Option<f64>,
+    /// What limits it there.
+    pub bottleneck: Bottleneck,
+}
+
+/// A scenario's best operating point.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Best {
+    /// The concurrency.
+    pub concurrency: u32,
+    /// The prediction there.
+    pub point: Point,
 }
 
 /// Concurrencies tried: 1, 2, 3, 4, 6, 8, 12, ... (powers of two and 1.5x between) up to `max`,
@@ -48,18 +70,23 @@ fn ladder(max: u32) -> Vec<u32> {
     v
 }
 
-/// The best throughput of `s` under `slo`.
-pub fn best(s: &Scenario, slo: &Slo) -> Option<(u32, crate::predict::Point)> {
+/// The best throughput of `s` under `slos` within `range`; None when it does not fit or no
+/// concurrency meets the objectives.
+pub fn best(s: &Scenario, slos: &[Slo], range: ConcurrencyRange) -> Option<Best> {
     s.check_fit().ok()?;
-    let mut best: Option<(u32, crate::predict::Point)> = None;
-    let cap = slo.max_concurrency.map_or(s.max_concurrency(), |m| m.min(s.max_concurrency()));
+    let mut best: Option<Best> = None;
+    let cap = range.max.map_or(s.max_concurrency(), |m| m.min(s.max_concurrency()));
     for c in ladder(cap) {
         let p = s.point(c);
-        if slo.ok(&p) && best.as_ref().is_none_or(|(_, b)| p.output_tokens_per_s > b.output_tokens_per_s) {
-            best = Some((c, p));
+        if meets(s, &p, slos) && best.as_ref().is_none_or(|b| p.output_tokens_per_s > b.point.output_tokens_per_s) {
+            best = Some(Best { concurrency: c, point: p });
         }
     }
     best
+}
+
+fn best_tput(s: &Scenario, slos: &[Slo], range: ConcurrencyRange) -> f64 {
+    best(s, slos, range).map_or(0.0, |b| b.point.output_tokens_per_s)
 }
 
 fn divisors(n: u32) -> Vec<u32> {
@@ -93,22 +120,22 @@ pub fn enumerate(base: &Scenario) -> Vec<Plan> {
     out
 }
 
-/// Plans ranked by output tok/s under the SLO, best first.
-pub fn rank(base: &Scenario, slo: &Slo) -> Vec<Ranked> {
-    let current = best(base, slo).map_or(0.0, |(_, p)| p.output_tokens_per_s);
+/// Plans ranked by output tok/s under the objectives, best first.
+pub fn rank(base: &Scenario, slos: &[Slo], range: ConcurrencyRange) -> Vec<Ranked> {
+    let current = best_tput(base, slos, range);
     let mut out: Vec<Ranked> = enumerate(base)
         .into_iter()
         .filter_map(|plan| {
             let s = Scenario { plan, ..base.clone() };
-            let (c, p) = best(&s, slo)?;
+            let Best { concurrency, point: p } = best(&s, slos, range)?;
             Some(Ranked {
                 label: plan.label(),
                 plan,
-                concurrency: c,
+                concurrency,
                 output_tokens_per_s: p.output_tokens_per_s,
                 tokens_per_s_per_gpu: p.output_tokens_per_s / plan.gpus as f64,
                 tpot_ms: p.tpot_ms,
-                gain: if current > 0.0 { p.output_tokens_per_s / current } else { f64::INFINITY },
+                gain: (current > 0.0).then(|| p.output_tokens_per_s / current),
                 bottleneck: p.bottleneck,
             })
         })
@@ -120,20 +147,24 @@ pub fn rank(base: &Scenario, slo: &Slo) -> Vec<Ranked> {
 /// A change to the deployment and what it buys.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Fix {
+    /// The change, e.g. "enable GPU peer-to-peer (P2P)".
     pub fix: String,
+    /// How to make it.
     pub how: String,
+    /// Best output tokens/s with it, under the objectives.
     pub output_tokens_per_s: f64,
-    /// Over the current best under the SLO.
-    pub gain: f64,
+    /// Over the current best under the objectives (None when the current plan meets none).
+    pub gain: Option<f64>,
 }
 
 /// Fixes that keep the model and GPUs: a P2P link, communication overlap, tuned MoE kernels, the
 /// best plan. Sorted by gain.
-pub fn fixes(base: &Scenario, slo: &Slo) -> Vec<Fix> {
-    let current = best(base, slo).map_or(0.0, |(_, p)| p.output_tokens_per_s);
+pub fn fixes(base: &Scenario, slos: &[Slo], range: ConcurrencyRange) -> Vec<Fix> {
+    let current = best_tput(base, slos, range);
     let mut cands: Vec<(String, String, Scenario)> = Vec::new();
-    if base.link.name == "pcie-host-staged" {
-        if let Ok(l) = crate::hw::link("pcie5-p2p") {
+    // Any host-staged link, catalog or measured (`--fabric`), gains from P2P.
+    if let Some(name) = crate::hw::p2p_replacement(base.link.kind) {
+        if let Ok(l) = crate::hw::link(name) {
             cands.push((
                 "enable GPU peer-to-peer (P2P)".into(),
                 "bare metal, an LXC container, or a VM with a P2P clique (x-nv-gpudirect-clique): all-reduces stop staging through host memory".into(),
@@ -163,7 +194,7 @@ pub fn fixes(base: &Scenario, slo: &Slo) -> Vec<Fix> {
             Scenario { engine: e, ..base.clone() },
         ));
     }
-    if let Some(r) = rank(base, slo).into_iter().next() {
+    if let Some(r) = rank(base, slos, range).into_iter().next() {
         if r.plan != base.plan {
             cands.push((
                 format!("switch to {}", r.label),
@@ -175,16 +206,16 @@ pub fn fixes(base: &Scenario, slo: &Slo) -> Vec<Fix> {
     let mut out: Vec<Fix> = cands
         .into_iter()
         .filter_map(|(fix, how, s)| {
-            let (_, p) = best(&s, slo)?;
+            let p = best(&s, slos, range)?.point;
             Some(Fix {
                 fix,
                 how,
                 output_tokens_per_s: p.output_tokens_per_s,
-                gain: if current > 0.0 { p.output_tokens_per_s / current } else { f64::INFINITY },
+                gain: (current > 0.0).then(|| p.output_tokens_per_s / current),
             })
         })
         .collect();
-    out.sort_by(|a, b| b.gain.total_cmp(&a.gain));
+    out.sort_by(|a, b| b.output_tokens_per_s.total_cmp(&a.output_tokens_per_s));
     out
 }
 
@@ -206,18 +237,31 @@ mod tests {
     #[test]
     fn p2p_is_the_top_fix_for_the_host_staged_reference() {
         let s = scenario("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", "pcie-host-staged", 8, 8);
-        let f = fixes(&s, &Slo::default());
+        let f = fixes(&s, &[], ConcurrencyRange::default());
         assert!(!f.is_empty());
         let p2p = f.iter().find(|x| x.fix.contains("P2P")).expect("p2p fix");
-        assert!(p2p.gain > 1.2, "{p2p:?}");
+        assert!(p2p.gain.is_some_and(|g| g > 1.2), "{p2p:?}");
+    }
+
+    #[test]
+    fn a_measured_host_staged_link_gets_the_p2p_fix_too() {
+        let mut s = scenario("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", "pcie-host-staged", 8, 8);
+        s.link.name = "measured-host-staged".into();
+        s.link.alpha_us = 12.0;
+        let f = fixes(&s, &[], ConcurrencyRange::default());
+        assert!(f.iter().any(|x| x.fix.contains("P2P")), "{f:?}");
+        let p2p = scenario("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", "pcie5-p2p", 8, 8);
+        assert!(!fixes(&p2p, &[], ConcurrencyRange::default()).iter().any(|x| x.fix.contains("P2P")));
     }
 
     #[test]
     fn a_tight_tpot_slo_lowers_the_best_concurrency() {
         let s = scenario("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", "pcie5-p2p", 8, 8);
-        let (free, _) = best(&s, &Slo::default()).expect("fits");
-        let (tight, p) = best(&s, &Slo { tpot_ms: Some(30.0), ..Slo::default() }).expect("fits");
-        assert!(tight < free, "{tight} vs {free}");
-        assert!(p.tpot_ms < 30.0);
+        let all = ConcurrencyRange::default();
+        let free = best(&s, &[], all).expect("fits");
+        let slo = servetune_stats::parse_slos("--slo", "tpot:p50<30ms").expect("slo");
+        let tight = best(&s, &slo, all).expect("fits");
+        assert!(tight.concurrency < free.concurrency, "{} vs {}", tight.concurrency, free.concurrency);
+        assert!(tight.point.tpot_ms < 30.0);
     }
 }

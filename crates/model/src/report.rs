@@ -1,98 +1,210 @@
-//! The `servetune.plan/1` document and its renderings (terminal with an ASCII curve, Markdown).
+//! The `servetune.plan/1.1` document and its renderings (terminal with an ASCII curve, Markdown).
+//! Decisions arrive typed ([`Bottleneck`], [`SaturationReason`], [`FitSuggestion`]); this is the
+//! only place they become words.
 
 use std::io::{self, Write};
 
 use serde::Serialize;
+use servetune_stats::{knee, LoadPoint, Slo, MIN_GAIN};
 
 use crate::calibrate::Fit;
-use crate::predict::{Memory, Point, Scenario};
-use crate::rank::{Fix, Ranked};
+use crate::predict::{Bottleneck, Memory, Overlap, Point, Scenario};
+use crate::quant::Dtype;
+use crate::rank::{ConcurrencyRange, Fix, Ranked};
 use crate::spec::ParamCounts;
+
+/// Why throughput stops growing.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum SaturationReason {
+    /// The KV cache (or the running-request limit) holds no more requests; more concurrency queues.
+    KvCapacity {
+        /// Requests that run at once.
+        requests: u32,
+        /// Tokens each holds (input + output).
+        tokens_per_request: u32,
+    },
+    /// No higher concurrency adds [`MIN_GAIN`] or more throughput (the one saturation rule,
+    /// `servetune_stats::knee`).
+    Plateau {
+        /// The gain threshold, a fraction.
+        min_gain: f64,
+        /// The highest concurrency looked at.
+        up_to: u32,
+    },
+}
 
 /// Where throughput stops growing.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Saturation {
+    /// The concurrency at the knee.
     pub concurrency: u32,
+    /// Output tokens/s there.
     pub output_tokens_per_s: f64,
-    pub reason: String,
+    /// Why.
+    pub reason: SaturationReason,
 }
 
 /// A what-if comparison.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Versus {
+    /// The change as written (`--vs`).
     pub change: String,
+    /// Predictions with it, at the same concurrencies.
     pub points: Vec<Point>,
+}
+
+/// More GPUs that make a plan fit.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GpuSuggestion {
+    /// GPU count.
+    pub gpus: u32,
+    /// The plan on them, e.g. `TP8+PP2`.
+    pub plan: String,
+}
+
+/// The smallest changes that make a plan fit (either one suffices).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FitSuggestion {
+    /// The widest other published checkpoint format that fits.
+    pub quant: Option<Dtype>,
+    /// The fewest GPUs (a whole multiple) that fit.
+    pub gpus: Option<GpuSuggestion>,
 }
 
 /// `servetune plan --json`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PlanReport {
-    /// Always "servetune.plan/1".
+    /// Always [`SCHEMA`].
     pub schema: &'static str,
+    /// The model's name.
     pub model: String,
+    /// Its parameter counts.
     pub params: ParamCounts,
+    /// Everything the prediction used.
     pub scenario: Scenario,
+    /// Whether the weights and one request's KV fit.
     pub fits: bool,
     /// Why it does not fit, when it does not.
     pub fit_error: Option<String>,
+    /// The smallest change that fits, when it does not.
+    pub fit_suggestion: Option<FitSuggestion>,
+    /// Memory per GPU.
     pub memory_per_gpu_gb: Memory,
+    /// Tokens the deployment's KV cache holds.
     pub max_kv_tokens: u64,
+    /// Requests that run at once.
     pub max_concurrency: u32,
+    /// One prediction per requested concurrency (empty when it does not fit).
     pub points: Vec<Point>,
+    /// Where throughput stops growing, if it does within the points.
     pub saturation: Option<Saturation>,
+    /// Plans ranked under the objectives (`--rank`).
     pub ranked_plans: Vec<Ranked>,
+    /// Fixes ranked by gain (`--rank`).
     pub fixes: Vec<Fix>,
+    /// What-if comparisons (`--vs`).
     pub vs: Vec<Versus>,
+    /// The calibration fit (`--calibrate`).
     pub calibration: Option<Fit>,
-    /// The objectives and concurrency range ranking and fixes were judged under.
-    pub slo: crate::rank::Slo,
+    /// The objectives ranking and fixes were judged under (`--slo`).
+    pub slos: Vec<Slo>,
+    /// The concurrencies ranking considered.
+    pub concurrency_range: ConcurrencyRange,
 }
 
-pub const SCHEMA: &str = "servetune.plan/1";
+/// The document's schema and version.
+pub const SCHEMA: &str = "servetune.plan/1.1";
 
-/// The first concurrency after which doubling buys under 10% more throughput, or where the KV
-/// cache (or the running limit) caps the batch.
+/// Where the curve saturates: the KV cache (or running limit) capping the batch, or the knee of
+/// [`servetune_stats::knee`], whichever comes first.
 pub fn saturation(s: &Scenario, points: &[Point]) -> Option<Saturation> {
     let cap = s.max_concurrency();
-    for w in points.windows(2) {
-        let (a, b) = (&w[0], &w[1]);
-        if b.running <= a.running && a.running == cap {
-            return Some(Saturation {
-                concurrency: a.running,
-                output_tokens_per_s: a.output_tokens_per_s,
-                reason: format!(
-                    "the KV cache (or the running-request limit) holds {cap} requests of {} tokens; more concurrency only queues",
-                    s.input_len + s.output_len
-                ),
-            });
-        }
-        if b.output_tokens_per_s < a.output_tokens_per_s * 1.10 && b.concurrency >= a.concurrency * 2 {
-            return Some(Saturation {
-                concurrency: a.concurrency,
-                output_tokens_per_s: a.output_tokens_per_s,
-                reason: format!(
-                    "from concurrency {} to {} throughput grows only {:.0}%",
-                    a.concurrency,
-                    b.concurrency,
-                    (b.output_tokens_per_s / a.output_tokens_per_s - 1.0) * 100.0
-                ),
-            });
-        }
+    let kv = points.windows(2).position(|w| w[1].running <= w[0].running && w[0].running == cap).map(|i| Saturation {
+        concurrency: points[i].running,
+        output_tokens_per_s: points[i].output_tokens_per_s,
+        reason: SaturationReason::KvCapacity { requests: cap, tokens_per_request: s.input_len + s.output_len },
+    });
+    let curve: Vec<LoadPoint> =
+        points.iter().map(|p| LoadPoint { load: p.concurrency as f64, output_tokens_per_s: p.output_tokens_per_s }).collect();
+    let plateau = knee(&curve).map(|i| Saturation {
+        concurrency: points[i].concurrency,
+        output_tokens_per_s: points[i].output_tokens_per_s,
+        reason: SaturationReason::Plateau { min_gain: MIN_GAIN, up_to: points.iter().map(|p| p.concurrency).max().unwrap_or(0) },
+    });
+    match (kv, plateau) {
+        (Some(a), Some(b)) => Some(if b.concurrency < a.concurrency { b } else { a }),
+        (a, b) => a.or(b),
     }
-    None
 }
 
-fn slo_words(s: &crate::rank::Slo) -> String {
+/// The saturation reason in words.
+pub fn saturation_words(r: &SaturationReason) -> String {
+    match r {
+        SaturationReason::KvCapacity { requests, tokens_per_request } => format!(
+            "the KV cache (or the running-request limit) holds {requests} requests of {tokens_per_request} tokens; more concurrency only queues"
+        ),
+        SaturationReason::Plateau { min_gain, up_to } => {
+            format!("no higher concurrency up to {up_to} adds {:.0}% or more throughput", min_gain * 100.0)
+        }
+    }
+}
+
+/// A bottleneck in words and numbers.
+pub fn bottleneck_words(b: &Bottleneck) -> String {
+    let pct = b.share() * 100.0;
+    match b {
+        Bottleneck::Communication { step_ms, tp, link, allreduces, allreduce_us, .. } => format!(
+            "TP{tp} all-reduce over {link} is {pct:.0}% of the {step_ms:.1} ms step: {allreduces:.0} all-reduces x {allreduce_us:.1} us"
+        ),
+        Bottleneck::Weights { step_ms, gb_per_gpu, distinct_experts, busiest_ep_rank, mem_bw_gbs, .. } => {
+            let experts = distinct_experts.map_or(String::new(), |d| {
+                format!(" ({d:.0} distinct experts per MoE layer{})", if *busiest_ep_rank { " on the busiest EP rank" } else { "" })
+            });
+            format!("weight reads are {pct:.0}% of the {step_ms:.1} ms step: {gb_per_gpu:.1} GB per GPU per step{experts} at {mem_bw_gbs:.0} GB/s")
+        }
+        Bottleneck::KvCache { step_ms, gb_per_gpu, .. } => {
+            format!("KV-cache reads are {pct:.0}% of the {step_ms:.1} ms step: {gb_per_gpu:.1} GB per GPU per step")
+        }
+        Bottleneck::Compute { step_ms, format, .. } => {
+            format!("compute is {pct:.0}% of the {step_ms:.1} ms step ({} tensor cores)", format.name())
+        }
+        Bottleneck::Prefill { step_ms, .. } => format!("prefill mixed into decode is {pct:.0}% of the {step_ms:.1} ms step"),
+        Bottleneck::Overhead { step_ms, overhead_ms, cuda_graphs, .. } => format!(
+            "per-step overhead is {pct:.0}% of the {step_ms:.1} ms step ({overhead_ms:.1} ms{})",
+            if *cuda_graphs { "" } else { ", no CUDA graphs" }
+        ),
+    }
+}
+
+/// A point's bottleneck as a sentence: "at concurrency N (only R run; the rest queue), ...".
+pub fn point_words(p: &Point) -> String {
+    let capped = if p.running < p.concurrency { format!(" (only {} run; the rest queue)", p.running) } else { String::new() };
+    format!("at concurrency {}{capped}, {}", p.concurrency, bottleneck_words(&p.bottleneck))
+}
+
+/// The smallest change that fits, as a command-line hint ("use --quant nvfp4, or 16 GPUs (TP8+PP2)").
+pub fn suggestion_words(f: &FitSuggestion) -> String {
     let mut parts = Vec::new();
-    if let Some(c) = s.max_concurrency {
+    if let Some(q) = f.quant {
+        parts.push(format!("use --quant {}", q.name()));
+    }
+    if let Some(g) = &f.gpus {
+        parts.push(format!("{} GPUs ({})", g.gpus, g.plan));
+    }
+    if parts.is_empty() {
+        "no published format and no more GPUs (up to 8x) fit; use a smaller model".into()
+    } else {
+        parts.join(", or ")
+    }
+}
+
+fn slo_words(slos: &[Slo], range: &ConcurrencyRange) -> String {
+    let mut parts = Vec::new();
+    if let Some(c) = range.max {
         parts.push(format!("concurrency <= {c}"));
     }
-    if let Some(t) = s.tpot_ms {
-        parts.push(format!("TPOT < {t:.0} ms"));
-    }
-    if let Some(t) = s.ttft_ms {
-        parts.push(format!("TTFT < {t:.0} ms"));
-    }
+    parts.extend(slos.iter().map(|s| s.to_string()));
     if parts.is_empty() {
         "no SLO".into()
     } else {
@@ -178,6 +290,25 @@ pub fn ascii_curve(points: &[Point]) -> String {
 
 /// The terminal report. `explain`: the bottleneck at every concurrency (else only at the last).
 pub fn write_terminal(r: &PlanReport, explain: bool, mut w: impl Write) -> io::Result<()> {
+    write_header(r, &mut w)?;
+    write_memory(r, &mut w)?;
+    write_points(r, explain, &mut w)?;
+    if let Some(sat) = &r.saturation {
+        writeln!(
+            w,
+            "\nsaturation: {:.0} tok/s at concurrency {}: {}",
+            sat.output_tokens_per_s,
+            sat.concurrency,
+            saturation_words(&sat.reason)
+        )?;
+    }
+    write_fixes(r, &mut w)?;
+    write_ranked(r, &mut w)?;
+    write_versus(r, &mut w)?;
+    write_calibration(r, &mut w)
+}
+
+fn write_header(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
     let s = &r.scenario;
     let p = &r.params;
     writeln!(
@@ -194,22 +325,32 @@ pub fn write_terminal(r: &PlanReport, explain: bool, mut w: impl Write) -> io::R
     )?;
     writeln!(
         w,
-        "  input {} / output {} tokens; link alpha {:.1} us, beta {:.1} GB/s ({})",
-        s.input_len, s.output_len, s.link.alpha_us, s.link.beta_gbs, s.link.source
+        "  input {} / output {} tokens; link {}: alpha {:.1} us, beta {:.1} GB/s ({})",
+        s.input_len,
+        s.output_len,
+        s.link.kind.describe(),
+        s.link.alpha_us,
+        s.link.beta_gbs,
+        s.link.source
     )?;
     let e = &s.engine;
     writeln!(
         w,
-        "  engine: overhead {:.1} ms/step, CUDA graphs {}, overlap {:?}, memory eff {:.2} (experts {:.2}), GEMM eff {:.2}, comm x{:.2}",
+        "  engine: overhead {:.1} ms/step, cuda-graphs {}, overlap {}, mixed-prefill {}, memory eff {:.2} (experts {:.2}), GEMM eff {:.2}, comm x{:.2}",
         e.step_overhead_ms,
         if e.cuda_graphs { "on" } else { "off" },
-        e.overlap,
+        e.overlap.name(),
+        if e.mixed_prefill { "on" } else { "off" },
         e.hbm_efficiency,
         e.moe_efficiency,
         e.gemm_efficiency,
         e.comm_scale
-    )?;
+    )
+}
+
+fn write_memory(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
     let m = &r.memory_per_gpu_gb;
+    let s = &r.scenario;
     writeln!(
         w,
         "\nmemory per GPU: {:.1} GB weights + {:.1} GB workspace + {:.1} GB KV of {:.1} GB usable ({:.1} GB); KV {:.1} KB/token; {} tokens; {} requests of {} tokens",
@@ -218,49 +359,86 @@ pub fn write_terminal(r: &PlanReport, explain: bool, mut w: impl Write) -> io::R
     if let Some(err) = &r.fit_error {
         writeln!(w, "DOES NOT FIT: {err}")?;
     }
-    if !r.points.is_empty() {
-        writeln!(
-            w,
-            "\nstep time by term (ms); step = max(weights + kv, compute) + comm + overhead + prefill{}",
-            if e.overlap == crate::predict::Overlap::Full { " (comm hidden: max of the three)" } else { "" }
-        )?;
-        let (h, rows) = point_rows(&r.points);
-        write!(w, "{}", table(&h, &rows))?;
-        writeln!(w, "\noutput tok/s over concurrency")?;
-        write!(w, "{}", ascii_curve(&r.points))?;
-        writeln!(w, "\nbottleneck:")?;
-        let shown: Vec<&Point> = if explain { r.points.iter().collect() } else { r.points.last().into_iter().collect() };
-        for p in shown {
-            writeln!(w, "  {}", p.bottleneck)?;
-        }
+    if let Some(f) = &r.fit_suggestion {
+        writeln!(w, "smallest change that fits: {}", suggestion_words(f))?;
     }
-    if let Some(sat) = &r.saturation {
-        writeln!(w, "\nsaturation: {:.0} tok/s at concurrency {}: {}", sat.output_tokens_per_s, sat.concurrency, sat.reason)?;
+    Ok(())
+}
+
+fn write_points(r: &PlanReport, explain: bool, w: &mut impl Write) -> io::Result<()> {
+    if r.points.is_empty() {
+        return Ok(());
     }
-    if !r.fixes.is_empty() {
-        writeln!(w, "\nwhat gains most (best throughput with {}):", slo_words(&r.slo))?;
-        for f in &r.fixes {
-            writeln!(w, "  {:+.0}%  {} -> {:.0} tok/s: {}", (f.gain - 1.0) * 100.0, f.fix, f.output_tokens_per_s, f.how)?;
-        }
+    let full = r.scenario.engine.overlap == Overlap::Full;
+    writeln!(
+        w,
+        "\nstep time by term (ms); step = max(weights + kv, compute) + comm + overhead + prefill{}",
+        if full { " (comm hidden: max of the three)" } else { "" }
+    )?;
+    let (h, rows) = point_rows(&r.points);
+    write!(w, "{}", table(&h, &rows))?;
+    writeln!(w, "conc: requests offered; running: requests the KV cache and running limit admit (the rest queue)")?;
+    writeln!(w, "\noutput tok/s over concurrency")?;
+    write!(w, "{}", ascii_curve(&r.points))?;
+    writeln!(w, "\nbottleneck:")?;
+    let shown: Vec<&Point> = if explain { r.points.iter().collect() } else { r.points.last().into_iter().collect() };
+    for p in shown {
+        writeln!(w, "  {}", point_words(p))?;
     }
-    if !r.ranked_plans.is_empty() {
-        writeln!(w, "\nranked plans on {} GPUs ({}):", s.plan.gpus, slo_words(&r.slo))?;
-        let rows: Vec<Vec<String>> = r
-            .ranked_plans
-            .iter()
-            .map(|x| {
-                vec![
-                    x.label.clone(),
-                    x.concurrency.to_string(),
-                    format!("{:.0}", x.output_tokens_per_s),
-                    format!("{:.1}", x.tokens_per_s_per_gpu),
-                    format!("{:.1}", x.tpot_ms),
-                    format!("{:+.0}%", (x.gain - 1.0) * 100.0),
-                ]
-            })
-            .collect();
-        write!(w, "{}", table(&["plan", "at conc", "out tok/s", "tok/s/GPU", "TPOT ms", "vs current"], &rows))?;
+    Ok(())
+}
+
+fn write_fixes(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
+    if r.fixes.is_empty() {
+        return Ok(());
     }
+    writeln!(w, "\nwhat gains most (best throughput with {}):", slo_words(&r.slos, &r.concurrency_range))?;
+    for f in &r.fixes {
+        writeln!(w, "  {}  {} -> {:.0} tok/s: {}", gain_words(f.gain), f.fix, f.output_tokens_per_s, f.how)?;
+    }
+    Ok(())
+}
+
+/// A gain over the current plan as a signed percentage ("new" when the current plan meets no
+/// objective).
+fn gain_words(gain: Option<f64>) -> String {
+    gain.map_or_else(|| "new".into(), |g| signed_pct(g - 1.0))
+}
+
+/// A fraction as a signed whole percentage; a change that rounds to zero reads "+0%", never "-0%".
+fn signed_pct(frac: f64) -> String {
+    let pct = (frac * 100.0).round();
+    if pct == 0.0 {
+        "+0%".into()
+    } else {
+        format!("{pct:+.0}%")
+    }
+}
+
+fn write_ranked(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
+    if r.ranked_plans.is_empty() {
+        return Ok(());
+    }
+    writeln!(w, "\nranked plans on {} GPUs ({}):", r.scenario.plan.gpus, slo_words(&r.slos, &r.concurrency_range))?;
+    let rows: Vec<Vec<String>> = r
+        .ranked_plans
+        .iter()
+        .map(|x| {
+            vec![
+                x.label.clone(),
+                x.concurrency.to_string(),
+                format!("{:.0}", x.output_tokens_per_s),
+                format!("{:.1}", x.tokens_per_s_per_gpu),
+                format!("{:.1}", x.tpot_ms),
+                gain_words(x.gain),
+            ]
+        })
+        .collect();
+    write!(w, "{}", table(&["plan", "at conc", "out tok/s", "tok/s/GPU", "TPOT ms", "vs current"], &rows))?;
+    writeln!(w, "at conc: the concurrency giving the plan's most output under the objectives; vs current: over the current plan's best")
+}
+
+fn write_versus(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
     for v in &r.vs {
         writeln!(w, "\nwhat if {}:", v.change)?;
         let rows: Vec<Vec<String>> = r
@@ -272,22 +450,28 @@ pub fn write_terminal(r: &PlanReport, explain: bool, mut w: impl Write) -> io::R
                     a.concurrency.to_string(),
                     format!("{:.0}", a.output_tokens_per_s),
                     format!("{:.0}", b.output_tokens_per_s),
-                    format!("{:+.0}%", (b.output_tokens_per_s / a.output_tokens_per_s - 1.0) * 100.0),
+                    signed_pct(b.output_tokens_per_s / a.output_tokens_per_s - 1.0),
                     format!("{:.1}", b.tpot_ms),
                 ]
             })
             .collect();
         write!(w, "{}", table(&["conc", "now tok/s", "then tok/s", "change", "then TPOT ms"], &rows))?;
     }
-    if let Some(f) = &r.calibration {
-        writeln!(
-            w,
-            "\ncalibration: memory efficiency x{:.2}, overhead {:.1} ms/step, comm x{:.2}; rms log error {:.3}",
-            f.memory_efficiency_scale, f.step_overhead_ms, f.comm_scale, f.rms_log_error
-        )?;
-        for (c, m, p, res) in &f.residuals {
-            writeln!(w, "  c={c}: measured {m:.0}, predicted {p:.0} tok/s ({:+.1}%)", res * 100.0)?;
-        }
+    if !r.vs.is_empty() {
+        writeln!(w, "now: the plan as given; then: with the change")?;
+    }
+    Ok(())
+}
+
+fn write_calibration(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
+    let Some(f) = &r.calibration else { return Ok(()) };
+    writeln!(
+        w,
+        "\ncalibration: memory efficiency x{:.2}, overhead {:.1} ms/step, comm x{:.2}; rms log error {:.3}",
+        f.memory_efficiency_scale, f.step_overhead_ms, f.comm_scale, f.rms_log_error
+    )?;
+    for x in &f.residuals {
+        writeln!(w, "  c={}: measured {:.0}, predicted {:.0} tok/s ({:+.1}%)", x.concurrency, x.measured, x.predicted, x.error * 100.0)?;
     }
     Ok(())
 }
@@ -305,6 +489,9 @@ pub fn write_markdown(r: &PlanReport, mut w: impl Write) -> io::Result<()> {
     if let Some(err) = &r.fit_error {
         writeln!(w, "- **does not fit**: {err}")?;
     }
+    if let Some(f) = &r.fit_suggestion {
+        writeln!(w, "- smallest change that fits: {}", suggestion_words(f))?;
+    }
     if !r.points.is_empty() {
         let (h, rows) = point_rows(&r.points);
         writeln!(w, "\n| {} |\n|{}", h.join(" | "), "---|".repeat(h.len()))?;
@@ -313,16 +500,26 @@ pub fn write_markdown(r: &PlanReport, mut w: impl Write) -> io::Result<()> {
         }
         writeln!(w)?;
         for p in &r.points {
-            writeln!(w, "- {}", p.bottleneck)?;
+            writeln!(w, "- {}", point_words(p))?;
         }
     }
     if let Some(sat) = &r.saturation {
-        writeln!(w, "\n**Saturation:** {:.0} tok/s at concurrency {}: {}", sat.output_tokens_per_s, sat.concurrency, sat.reason)?;
+        writeln!(
+            w,
+            "\n**Saturation:** {:.0} tok/s at concurrency {}: {}",
+            sat.output_tokens_per_s,
+            sat.concurrency,
+            saturation_words(&sat.reason)
+        )?;
     }
+    write_markdown_rankings(r, &mut w)
+}
+
+fn write_markdown_rankings(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
     if !r.fixes.is_empty() {
         writeln!(w, "\n## What gains most\n")?;
         for f in &r.fixes {
-            writeln!(w, "- {:+.0}%: {} ({:.0} tok/s): {}", (f.gain - 1.0) * 100.0, f.fix, f.output_tokens_per_s, f.how)?;
+            writeln!(w, "- {}: {} ({:.0} tok/s): {}", gain_words(f.gain), f.fix, f.output_tokens_per_s, f.how)?;
         }
     }
     if !r.ranked_plans.is_empty() {
@@ -330,12 +527,12 @@ pub fn write_markdown(r: &PlanReport, mut w: impl Write) -> io::Result<()> {
         for x in &r.ranked_plans {
             writeln!(
                 w,
-                "| {} | {} | {:.0} | {:.1} | {:+.0}% |",
+                "| {} | {} | {:.0} | {:.1} | {} |",
                 x.label,
                 x.concurrency,
                 x.output_tokens_per_s,
                 x.tokens_per_s_per_gpu,
-                (x.gain - 1.0) * 100.0
+                gain_words(x.gain)
             )?;
         }
     }

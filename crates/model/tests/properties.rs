@@ -80,3 +80,43 @@ proptest! {
         prop_assert!(s2.max_concurrency() <= s1.max_concurrency());
     }
 }
+
+/// A config.json with the given sizes (any of which may be absurd).
+fn config_json(hidden: i64, layers: i64, heads: i64, kv_heads: i64, experts: i64, top_k: i64, ffn: i64) -> String {
+    format!(
+        r#"{{"model_type":"mixtral","hidden_size":{hidden},"num_hidden_layers":{layers},"vocab_size":32000,"num_attention_heads":{heads},
+            "num_key_value_heads":{kv_heads},"intermediate_size":{ffn},"num_local_experts":{experts},"num_experts_per_tok":{top_k}}}"#
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Validation at the boundary: any config either is refused with the file named, or predicts a
+    /// finite, positive throughput (never the "-5.2e57 ms" or "0B model at 18,595 tok/s" of before).
+    #[test]
+    fn any_config_is_refused_or_predicts_finite_positive_throughput(
+        hidden in prop_oneof![Just(0i64), Just(-1), 1i64..16384],
+        layers in prop_oneof![Just(0i64), 1i64..128],
+        heads in prop_oneof![Just(0i64), 1i64..128],
+        kv_heads in prop_oneof![Just(0i64), 1i64..128],
+        experts in prop_oneof![Just(-8i64), 0i64..300],
+        top_k in prop_oneof![Just(0i64), 1i64..400],
+        ffn in prop_oneof![Just(0i64), 1i64..65536],
+    ) {
+        let text = config_json(hidden, layers, heads, kv_heads, experts, top_k, ffn);
+        match servetune_model::spec::from_hf_config(&text, "c.json") {
+            Err(e) => prop_assert!(e.to_string().starts_with("c.json: "), "{e}"),
+            Ok(model) => {
+                let s = Scenario { model, ..scen("mixtral-8x7b", Dtype::Fp8, "h100-sxm", "nvlink", 1, 256, 64) };
+                if s.check_fit().is_ok() {
+                    let p = s.point(4);
+                    prop_assert!(p.output_tokens_per_s.is_finite() && p.output_tokens_per_s > 0.0, "{text}: {p:?}");
+                    prop_assert!(p.step_ms.total.is_finite() && p.step_ms.total > 0.0, "{text}: {p:?}");
+                    let params = s.model.params();
+                    prop_assert!(params.active <= params.total * (1.0 + 1e-9), "{text}: {params:?}");
+                }
+            }
+        }
+    }
+}

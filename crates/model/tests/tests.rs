@@ -1,3 +1,4 @@
 //! Integration tests of servetune-model: properties of the prediction.
 
 mod properties;
+mod snapshots;

@@ -1,0 +1,553 @@
+//! What `servetune plan` is asked, as plain data the CLI (or the demo, or `sim --from-plan`, or a
+//! campaign) fills: a [`ScenarioSpec`] resolves into a [`Scenario`], a [`WhatIf`] changes one, and
+//! [`build_report`] runs the whole plan into a [`PlanReport`].
+
+use servetune_stats::Slo;
+
+use crate::calibrate::{self, Measured};
+use crate::hw::{self, GpuSpec, LinkProfile};
+use crate::predict::{Engine, Overlap, Plan, Scenario};
+use crate::quant::{Dtype, KvDtype, Quant};
+use crate::rank::{self, ConcurrencyRange};
+use crate::report::{self, FitSuggestion, GpuSuggestion, PlanReport, Versus};
+use crate::spec::{self, ModelSpec};
+use crate::ModelError;
+
+/// Where the model comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelSource {
+    /// A catalog name (`--model`).
+    Catalog(String),
+    /// A Hugging Face `config.json` the caller read (`--model-config`).
+    Config {
+        /// The file's text.
+        text: String,
+        /// The file's path, for errors.
+        path: String,
+    },
+}
+
+/// Which link joins the GPUs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LinkSource {
+    /// NVLink when the GPU has it, else PCIe Gen5 P2P.
+    Default,
+    /// A catalog name (`--link`).
+    Catalog(String),
+    /// A measured link (`--fabric`), already validated.
+    Measured(LinkProfile),
+}
+
+/// Weight and KV formats; None fields take the checkpoint's.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct QuantSpec {
+    /// The checkpoint format (`--quant`; None: the model's published format).
+    pub checkpoint: Option<Dtype>,
+    /// Attention weights (`--quant-attention`).
+    pub attention: Option<Dtype>,
+    /// Routed and shared experts (`--quant-experts`).
+    pub experts: Option<Dtype>,
+    /// Dense FFN (`--quant-dense`).
+    pub dense: Option<Dtype>,
+    /// KV cache (`--kv-dtype`).
+    pub kv_cache: Option<KvDtype>,
+}
+
+/// A deployment as the user describes it, before it is resolved and checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScenarioSpec {
+    /// The model.
+    pub model: ModelSource,
+    /// Its formats.
+    pub quant: QuantSpec,
+    /// GPU catalog name.
+    pub gpu: String,
+    /// GPUs in the deployment.
+    pub gpus: u32,
+    /// The link.
+    pub link: LinkSource,
+    /// Measured hop latency replacing the link's, us.
+    pub link_latency_us: Option<f64>,
+    /// Measured bandwidth replacing the link's, GB/s.
+    pub link_bw_gbs: Option<f64>,
+    /// Tensor parallelism (None: all GPUs).
+    pub tp: Option<u32>,
+    /// Pipeline parallelism.
+    pub pp: u32,
+    /// Expert parallelism within the TP group.
+    pub ep: u32,
+    /// Data-parallel attention.
+    pub dp_attention: bool,
+    /// Prompt tokens per request.
+    pub input_len: u32,
+    /// Output tokens per request.
+    pub output_len: u32,
+    /// The server's running-request limit.
+    pub max_running: Option<u32>,
+    /// CUDA graphs for decode.
+    pub cuda_graphs: bool,
+    /// Communication overlap.
+    pub overlap: Overlap,
+    /// Prefill rides inside decode steps.
+    pub mixed_prefill: bool,
+    /// Host overhead per step replacing the default, ms.
+    pub step_overhead_ms: Option<f64>,
+}
+
+impl ScenarioSpec {
+    /// `model` on 8 `gpu`s with the defaults of `servetune plan`'s flags.
+    pub fn new(model: ModelSource, gpu: impl Into<String>) -> Self {
+        Self {
+            model,
+            quant: QuantSpec::default(),
+            gpu: gpu.into(),
+            gpus: 8,
+            link: LinkSource::Default,
+            link_latency_us: None,
+            link_bw_gbs: None,
+            tp: None,
+            pp: 1,
+            ep: 1,
+            dp_attention: false,
+            input_len: 1024,
+            output_len: 1024,
+            max_running: None,
+            cuda_graphs: true,
+            overlap: Overlap::None,
+            mixed_prefill: false,
+            step_overhead_ms: None,
+        }
+    }
+
+    /// Parses `KEY=VALUE[,KEY=VALUE]` given to `flag` (`sim --from-plan`): keys model (catalog),
+    /// gpu, gpus, link, quant, kv-dtype, tp, pp, ep, dp-attention, input-len, output-len,
+    /// max-running, overlap, cuda-graphs, mixed-prefill, step-overhead-ms. `model` and `gpu` are
+    /// required.
+    pub fn parse_pairs(flag: &str, s: &str) -> Result<Self, ModelError> {
+        let pairs = split_pairs(flag, s, "model=glm-5,gpu=rtx-pro-6000-se,gpus=8,link=pcie-host-staged")?;
+        let get = |k: &str| pairs.iter().find(|(key, _)| *key == k).map(|(_, v)| *v);
+        let model = get("model")
+            .ok_or_else(|| ModelError::Input(format!("{flag}: give model=NAME (catalog: {})", spec::catalog_names().join(", "))))?;
+        let gpu =
+            get("gpu").ok_or_else(|| ModelError::Input(format!("{flag}: give gpu=NAME (catalog: {})", hw::gpu_names().join(", "))))?;
+        let mut out = ScenarioSpec::new(ModelSource::Catalog(model.to_string()), gpu);
+        for (k, v) in &pairs {
+            out.set(flag, k, v)?;
+        }
+        Ok(out)
+    }
+
+    fn set(&mut self, flag: &str, k: &str, v: &str) -> Result<(), ModelError> {
+        let what = format!("{flag} {k}={v}");
+        match k {
+            "model" | "gpu" => {}
+            "gpus" => self.gpus = whole(&what, v)?,
+            "link" => self.link = LinkSource::Catalog(v.to_string()),
+            "quant" => self.quant.checkpoint = Some(Dtype::parse(&what, v)?),
+            "kv-dtype" => self.quant.kv_cache = Some(KvDtype::parse(&what, v)?),
+            "tp" => self.tp = Some(whole(&what, v)?),
+            "pp" => self.pp = whole(&what, v)?,
+            "ep" => self.ep = whole(&what, v)?,
+            "dp-attention" => self.dp_attention = boolean(&what, v)?,
+            "input-len" => self.input_len = whole(&what, v)?,
+            "output-len" => self.output_len = whole(&what, v)?,
+            "max-running" => self.max_running = Some(whole(&what, v)?),
+            "overlap" => self.overlap = Overlap::parse(&what, v)?,
+            "cuda-graphs" => self.cuda_graphs = boolean(&what, v)?,
+            "mixed-prefill" => self.mixed_prefill = boolean(&what, v)?,
+            "step-overhead-ms" => {
+                self.step_overhead_ms = Some(v.parse().map_err(|_| ModelError::Input(format!("{what}: not a number of milliseconds")))?)
+            }
+            other => {
+                return Err(ModelError::Input(format!(
+                    "{flag}: unknown key {other:?}; keys: model, gpu, gpus, link, quant, kv-dtype, tp, pp, ep, dp-attention, input-len, output-len, max-running, overlap, cuda-graphs, mixed-prefill, step-overhead-ms"
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    /// The model this spec names, read and validated.
+    pub fn model_spec(&self) -> Result<ModelSpec, ModelError> {
+        match &self.model {
+            ModelSource::Catalog(name) => spec::catalog(name),
+            ModelSource::Config { text, path } => spec::from_hf_config(text, path),
+        }
+    }
+
+    /// The checkpoint formats published for the model, the default first (only the config's own
+    /// format for a `--model-config`).
+    pub fn published_formats(&self, model: &ModelSpec) -> Vec<Dtype> {
+        match &self.model {
+            ModelSource::Catalog(name) => {
+                spec::catalog_entry(name).map(|e| e.checkpoints.iter().map(|c| c.quant).collect()).unwrap_or_default()
+            }
+            ModelSource::Config { .. } => vec![model.checkpoint.unwrap_or(Dtype::Bf16)],
+        }
+    }
+
+    /// Resolves and checks everything: the model, formats, GPU, link, plan and engine.
+    pub fn build(&self) -> Result<Scenario, ModelError> {
+        let model = self.model_spec()?;
+        let quant = self.resolve_quant(&model);
+        let gpu = hw::gpu(&self.gpu)?;
+        let link = self.resolve_link(&gpu)?;
+        if self.gpus == 0 {
+            return Err(ModelError::Input("--gpus 0: give the number of GPUs, 1 or more".into()));
+        }
+        let plan = Plan { gpus: self.gpus, tp: self.tp.unwrap_or(self.gpus), pp: self.pp, ep: self.ep, dp_attention: self.dp_attention };
+        plan.check(&model)?;
+        if self.input_len == 0 || self.output_len == 0 {
+            return Err(ModelError::Input("--input-len and --output-len must be at least 1 token".into()));
+        }
+        if self.max_running == Some(0) {
+            return Err(ModelError::Input("--max-running 0 runs nothing: give 1 or more, or leave it out".into()));
+        }
+        let defaults = Engine::default();
+        let step_overhead_ms = match self.step_overhead_ms {
+            Some(o) if !(o.is_finite() && o >= 0.0) => {
+                return Err(ModelError::Input(format!("--step-overhead-ms {o}: give milliseconds >= 0")))
+            }
+            Some(o) => o,
+            None => defaults.step_overhead_ms,
+        };
+        let engine = Engine {
+            cuda_graphs: self.cuda_graphs,
+            overlap: self.overlap,
+            mixed_prefill: self.mixed_prefill,
+            step_overhead_ms,
+            ..defaults
+        };
+        Ok(Scenario {
+            model,
+            quant,
+            gpu,
+            link,
+            plan,
+            engine,
+            input_len: self.input_len,
+            output_len: self.output_len,
+            max_running: self.max_running,
+        })
+    }
+
+    fn resolve_quant(&self, model: &ModelSpec) -> Quant {
+        let q = &self.quant;
+        let mut quant = Quant::preset(q.checkpoint.or(model.checkpoint).unwrap_or(Dtype::Bf16));
+        if let Some(d) = q.attention {
+            quant.attention = d;
+        }
+        if let Some(d) = q.experts {
+            quant.experts = d;
+            quant.shared_experts = d;
+        }
+        if let Some(d) = q.dense {
+            quant.dense_ffn = d;
+        }
+        if let Some(k) = q.kv_cache {
+            quant.kv_cache = k;
+        }
+        quant
+    }
+
+    fn resolve_link(&self, gpu: &GpuSpec) -> Result<LinkProfile, ModelError> {
+        let mut link = match &self.link {
+            LinkSource::Default => hw::link(hw::default_link(gpu))?,
+            LinkSource::Catalog(name) => hw::link(name)?,
+            LinkSource::Measured(l) => l.clone(),
+        };
+        if let Some(l) = self.link_latency_us {
+            link.alpha_us = l;
+            link.source = format!("measured (--link-latency); {}", link.source);
+        }
+        if let Some(b) = self.link_bw_gbs {
+            link.beta_gbs = b;
+            link.source = format!("measured (--link-bw); {}", link.source);
+        }
+        link.validate("--link-latency/--link-bw")?;
+        Ok(link)
+    }
+}
+
+fn split_pairs<'a>(flag: &str, s: &'a str, example: &str) -> Result<Vec<(&'a str, &'a str)>, ModelError> {
+    s.split(',')
+        .map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.trim(), v.trim()))
+                .filter(|(k, v)| !k.is_empty() && !v.is_empty())
+                .ok_or_else(|| ModelError::Input(format!("{flag} {s:?}: write KEY=VALUE[,KEY=VALUE], e.g. {example}")))
+        })
+        .collect()
+}
+
+fn whole(what: &str, v: &str) -> Result<u32, ModelError> {
+    v.parse().map_err(|_| ModelError::Input(format!("{what}: not a whole number")))
+}
+
+fn boolean(what: &str, v: &str) -> Result<bool, ModelError> {
+    match v {
+        "on" | "true" | "yes" => Ok(true),
+        "off" | "false" | "no" => Ok(false),
+        _ => Err(ModelError::Input(format!("{what}: use on or off"))),
+    }
+}
+
+/// One change of a what-if (`--vs`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change {
+    /// Another GPU.
+    Gpu(GpuSpec),
+    /// Another link.
+    Link(LinkProfile),
+    /// Tensor parallelism.
+    Tp(u32),
+    /// Pipeline parallelism.
+    Pp(u32),
+    /// Expert parallelism.
+    Ep(u32),
+    /// GPU count.
+    Gpus(u32),
+    /// Checkpoint format (its preset layout).
+    Quant(Dtype),
+    /// Communication overlap.
+    Overlap(Overlap),
+}
+
+/// A what-if: `KEY=VALUE[,KEY=VALUE]` with keys gpu, link, tp, pp, ep, gpus, quant, overlap.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WhatIf {
+    /// As the user wrote it.
+    pub text: String,
+    /// The changes, in order.
+    pub changes: Vec<Change>,
+}
+
+impl WhatIf {
+    /// Parses one `--vs` value; catalog names are checked here.
+    pub fn parse(s: &str) -> Result<Self, ModelError> {
+        let pairs = split_pairs("--vs", s, "link=pcie5-p2p or tp=4,pp=2")?;
+        let mut changes = Vec::new();
+        for (k, v) in pairs {
+            let what = format!("--vs {k}={v}");
+            changes.push(match k {
+                "gpu" => Change::Gpu(hw::gpu(v)?),
+                "link" => Change::Link(hw::link(v)?),
+                "tp" => Change::Tp(whole(&what, v)?),
+                "pp" => Change::Pp(whole(&what, v)?),
+                "ep" => Change::Ep(whole(&what, v)?),
+                "gpus" => Change::Gpus(whole(&what, v)?),
+                "quant" => Change::Quant(Dtype::parse(&what, v)?),
+                "overlap" => Change::Overlap(Overlap::parse(&what, v)?),
+                other => {
+                    return Err(ModelError::Input(format!(
+                        "--vs: unknown key {other:?}; keys: gpu, link, tp, pp, ep, gpus, quant, overlap"
+                    )))
+                }
+            });
+        }
+        Ok(WhatIf { text: s.to_string(), changes })
+    }
+
+    /// `base` with the changes made; refuses a plan that no longer holds together or fits.
+    pub fn apply(&self, base: &Scenario) -> Result<Scenario, ModelError> {
+        let mut s = base.clone();
+        for c in &self.changes {
+            match c {
+                Change::Gpu(g) => s.gpu = g.clone(),
+                Change::Link(l) => s.link = l.clone(),
+                Change::Tp(v) => s.plan.tp = *v,
+                Change::Pp(v) => s.plan.pp = *v,
+                Change::Ep(v) => s.plan.ep = *v,
+                Change::Gpus(v) => s.plan.gpus = *v,
+                Change::Quant(d) => s.quant = Quant::preset(*d),
+                Change::Overlap(o) => s.engine.overlap = *o,
+            }
+        }
+        let tag = |e: ModelError| ModelError::Input(format!("--vs {}: {e}", self.text));
+        s.plan.check(&s.model).map_err(tag)?;
+        s.check_fit().map_err(tag)?;
+        Ok(s)
+    }
+}
+
+/// Everything `servetune plan` is asked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanRequest {
+    /// The deployment.
+    pub scenario: ScenarioSpec,
+    /// Concurrencies to predict (each >= 1).
+    pub concurrency: Vec<u32>,
+    /// Objectives ranking and fixes are judged under.
+    pub slos: Vec<Slo>,
+    /// Rank every feasible plan and the fixes.
+    pub rank: bool,
+    /// Ranked plans to keep (>= 1).
+    pub top: usize,
+    /// What-ifs to compare.
+    pub what_ifs: Vec<WhatIf>,
+    /// Measured points to fit the engine to (empty: no calibration).
+    pub calibration: Vec<Measured>,
+}
+
+impl PlanRequest {
+    /// `scenario` at the default concurrencies (1, 8, 32, 64, 128, 256), nothing else asked.
+    pub fn new(scenario: ScenarioSpec) -> Self {
+        Self {
+            scenario,
+            concurrency: vec![1, 8, 32, 64, 128, 256],
+            slos: Vec::new(),
+            rank: false,
+            top: 5,
+            what_ifs: Vec::new(),
+            calibration: Vec::new(),
+        }
+    }
+}
+
+/// Runs a plan: resolves the scenario, calibrates, predicts every concurrency, finds saturation,
+/// ranks plans and fixes, compares what-ifs. A plan that does not fit is a report with `fits:
+/// false` and the smallest change that fits, not an error.
+pub fn build_report(req: &PlanRequest) -> Result<PlanReport, ModelError> {
+    if req.concurrency.is_empty() || req.concurrency.contains(&0) {
+        return Err(ModelError::Input("--concurrency: give one or more concurrencies, each 1 or more".into()));
+    }
+    if req.top == 0 {
+        return Err(ModelError::Input("--top 0 shows no plan: give 1 or more".into()));
+    }
+    let mut s = req.scenario.build()?;
+    let calibration = calibrate::fit(&s, &req.calibration);
+    if let Some(f) = &calibration {
+        s.engine = f.engine;
+    }
+    let range = ConcurrencyRange { max: req.concurrency.iter().copied().max() };
+    let fit_error = s.check_fit().err().map(|e| e.to_string());
+    let fits = fit_error.is_none();
+    let fit_suggestion = if fits { None } else { Some(suggest_fit(&s, &req.scenario.published_formats(&s.model))) };
+    let points: Vec<_> = if fits { req.concurrency.iter().map(|&c| s.point(c)).collect() } else { Vec::new() };
+    let ranked_plans = if req.rank { rank::rank(&s, &req.slos, range).into_iter().take(req.top).collect() } else { Vec::new() };
+    let fixes = if req.rank && fits { rank::fixes(&s, &req.slos, range) } else { Vec::new() };
+    let mut vs = Vec::new();
+    if fits {
+        for w in &req.what_ifs {
+            let t = w.apply(&s)?;
+            vs.push(Versus { change: w.text.clone(), points: req.concurrency.iter().map(|&c| t.point(c)).collect() });
+        }
+    }
+    Ok(PlanReport {
+        schema: report::SCHEMA,
+        model: s.model.name.clone(),
+        params: s.model.params(),
+        fits,
+        fit_error,
+        fit_suggestion,
+        memory_per_gpu_gb: s.memory(),
+        max_kv_tokens: s.max_kv_tokens(),
+        max_concurrency: s.max_concurrency(),
+        saturation: report::saturation(&s, &points),
+        points,
+        ranked_plans,
+        fixes,
+        vs,
+        calibration,
+        slos: req.slos.clone(),
+        concurrency_range: range,
+        scenario: s,
+    })
+}
+
+/// The smallest changes that make `s` fit: the widest other published format that fits, and the
+/// fewest GPUs (a whole multiple, the TP group kept and more pipeline stages) that fit.
+pub fn suggest_fit(s: &Scenario, published: &[Dtype]) -> FitSuggestion {
+    let current = s.quant.experts;
+    let mut formats: Vec<Dtype> = published.iter().copied().filter(|d| *d != current).collect();
+    formats.sort_by(|a, b| b.bytes().total_cmp(&a.bytes()));
+    let quant = formats.into_iter().find(|d| Scenario { quant: Quant::preset(*d), ..s.clone() }.check_fit().is_ok());
+    let gpus = (2..=8u32).find_map(|k| {
+        let plan = Plan { gpus: s.plan.gpus * k, pp: s.plan.pp * k, ..s.plan };
+        let t = Scenario { plan, ..s.clone() };
+        (plan.check(&s.model).is_ok() && t.check_fit().is_ok()).then(|| GpuSuggestion { gpus: plan.gpus, plan: plan.label() })
+    });
+    FitSuggestion { quant, gpus }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn glm_on_rtx(quant: Option<Dtype>) -> ScenarioSpec {
+        let mut s = ScenarioSpec::new(ModelSource::Catalog("glm-5".into()), "rtx-pro-6000-se");
+        s.link = LinkSource::Catalog("pcie-host-staged".into());
+        s.quant.checkpoint = quant;
+        s
+    }
+
+    #[test]
+    fn quant_defaults_to_the_published_checkpoint() {
+        assert_eq!(glm_on_rtx(None).build().expect("glm").quant.experts, Dtype::Fp8);
+        let mut oss = ScenarioSpec::new(ModelSource::Catalog("gpt-oss-120b".into()), "h100-sxm");
+        oss.gpus = 1;
+        assert_eq!(oss.build().expect("oss").quant.experts, Dtype::Mxfp4);
+        assert_eq!(glm_on_rtx(Some(Dtype::Nvfp4)).build().expect("nvfp4").quant.experts, Dtype::Nvfp4);
+    }
+
+    #[test]
+    fn a_plan_that_does_not_fit_suggests_a_published_format_and_more_gpus() {
+        // GLM-5's published FP8 and BF16 checkpoints need more than 8 RTX PRO 6000s hold.
+        for quant in [None, Some(Dtype::Bf16)] {
+            let r = build_report(&PlanRequest::new(glm_on_rtx(quant))).expect("report");
+            assert!(!r.fits);
+            assert!(r.points.is_empty());
+            let sug = r.fit_suggestion.expect("suggestion");
+            assert_eq!(sug.quant, Some(Dtype::Nvfp4), "the widest published format that fits");
+        }
+        let r = build_report(&PlanRequest::new(glm_on_rtx(None))).expect("report");
+        let sug = r.fit_suggestion.expect("suggestion");
+        assert_eq!(sug.gpus, Some(GpuSuggestion { gpus: 16, plan: "TP8+PP2".into() }));
+        assert_eq!(crate::report::suggestion_words(&sug), "use --quant nvfp4, or 16 GPUs (TP8+PP2)");
+        // BF16 (186 GB per GPU at TP8) needs three pipeline stages.
+        let r = build_report(&PlanRequest::new(glm_on_rtx(Some(Dtype::Bf16)))).expect("report");
+        assert_eq!(r.fit_suggestion.and_then(|s| s.gpus).map(|g| g.gpus), Some(24));
+    }
+
+    #[test]
+    fn what_if_parses_typed_changes_and_applies_them() {
+        let w = WhatIf::parse("link=pcie5-p2p,tp=4,pp=2").expect("parse");
+        assert!(matches!(&w.changes[0], Change::Link(l) if l.kind == hw::LinkKind::PcieP2p));
+        assert_eq!(w.changes[1..], [Change::Tp(4), Change::Pp(2)]);
+        let base = glm_on_rtx(Some(Dtype::Nvfp4)).build().expect("base");
+        let t = w.apply(&base).expect("apply");
+        assert_eq!((t.plan.tp, t.plan.pp, t.link.name.as_str()), (4, 2, "pcie5-p2p"));
+        for (bad, needle) in
+            [("tp", "KEY=VALUE"), ("color=red", "unknown key \"color\""), ("tp=x", "not a whole number"), ("gpu=v100", "known:")]
+        {
+            let e = WhatIf::parse(bad).expect_err(bad);
+            assert!(e.to_string().contains(needle), "{bad}: {e}");
+        }
+        let e = WhatIf::parse("tp=3").expect("parse").apply(&base).expect_err("tp 3 of 8");
+        assert!(e.to_string().starts_with("--vs tp=3: "), "{e}");
+    }
+
+    #[test]
+    fn from_plan_pairs_build_the_same_scenario_as_the_fields() {
+        let a = ScenarioSpec::parse_pairs("--from-plan", "model=glm-5,gpu=rtx-pro-6000-se,gpus=8,link=pcie-host-staged,quant=nvfp4,tp=8")
+            .expect("pairs");
+        assert_eq!(a.build().expect("a"), glm_on_rtx(Some(Dtype::Nvfp4)).build().expect("b"));
+        let e = ScenarioSpec::parse_pairs("--from-plan", "gpu=h200").expect_err("model");
+        assert!(e.to_string().contains("give model=NAME"), "{e}");
+        let e = ScenarioSpec::parse_pairs("--from-plan", "model=glm-5,gpu=h200,overlap=maybe").expect_err("overlap");
+        assert!(e.to_string().contains("overlap=maybe"), "{e}");
+    }
+
+    #[test]
+    fn impossible_numbers_are_refused_before_predicting() {
+        let mut s = glm_on_rtx(None);
+        s.link_bw_gbs = Some(-5.0);
+        assert!(s.build().expect_err("bw").to_string().contains("beta_gbs"));
+        let mut s = glm_on_rtx(None);
+        s.step_overhead_ms = Some(f64::NAN);
+        assert!(s.build().expect_err("overhead").to_string().contains("--step-overhead-ms"));
+        let mut r = PlanRequest::new(glm_on_rtx(None));
+        r.top = 0;
+        assert!(build_report(&r).expect_err("top").to_string().contains("--top 0"));
+    }
+}

@@ -1,0 +1,46 @@
+//! Snapshots of the plan renderers (terminal and Markdown) on the reference deployment, so a
+//! change to what a user reads shows up in review.
+
+use servetune_model::quant::Dtype;
+use servetune_model::report::{write_markdown, write_terminal};
+use servetune_model::request::LinkSource;
+use servetune_model::{build_report, ModelSource, PlanRequest, ScenarioSpec, WhatIf};
+
+fn reference(quant: Option<Dtype>) -> PlanRequest {
+    let mut spec = ScenarioSpec::new(ModelSource::Catalog("glm-5".into()), "rtx-pro-6000-se");
+    spec.quant.checkpoint = quant;
+    spec.link = LinkSource::Catalog("pcie-host-staged".into());
+    let mut req = PlanRequest::new(spec);
+    req.concurrency = vec![1, 8, 64, 256];
+    req.rank = true;
+    req.top = 3;
+    req.slos = servetune_stats::parse_slos("--slo", "tpot:p50<200ms").expect("slo");
+    req.what_ifs = vec![WhatIf::parse("link=pcie5-p2p").expect("what-if")];
+    req
+}
+
+fn render(req: &PlanRequest, markdown: bool) -> String {
+    let r = build_report(req).expect("report");
+    let mut out = Vec::new();
+    if markdown {
+        write_markdown(&r, &mut out).expect("render");
+    } else {
+        write_terminal(&r, true, &mut out).expect("render");
+    }
+    String::from_utf8(out).expect("utf-8")
+}
+
+#[test]
+fn terminal_report_of_the_reference_deployment() {
+    insta::assert_snapshot!(render(&reference(Some(Dtype::Nvfp4)), false));
+}
+
+#[test]
+fn markdown_report_of_the_reference_deployment() {
+    insta::assert_snapshot!(render(&reference(Some(Dtype::Nvfp4)), true));
+}
+
+#[test]
+fn terminal_report_of_a_plan_that_does_not_fit() {
+    insta::assert_snapshot!(render(&reference(None), false));
+}
