@@ -43,9 +43,13 @@ impl Api {
 /// What a request asks for, independent of the API's spelling.
 #[derive(Debug, Clone)]
 pub struct RequestBody<'a> {
+    /// The model field, when known.
     pub model: Option<&'a str>,
+    /// The prompt text.
     pub prompt: &'a str,
+    /// Output tokens asked for.
     pub max_tokens: u32,
+    /// Ask for a streamed response.
     pub stream: bool,
     /// Force exactly `max_tokens` output tokens.
     pub ignore_eos: bool,
@@ -81,7 +85,7 @@ pub fn build_body(api: Api, r: &RequestBody<'_>) -> Vec<u8> {
         }
         if r.ignore_eos {
             // vLLM and sglang honour these; other OpenAI-compatible servers ignore unknown fields and
-            // need the EOS logit bias instead (shared/reference/metrics.md, "Length control differs").
+            // need the EOS logit bias instead (their request schemas differ on length control).
             v["ignore_eos"] = Value::Bool(true);
             v["min_tokens"] = json!(r.max_tokens);
             if let Some(eos) = r.eos_token_id {
@@ -108,6 +112,7 @@ pub struct EventInfo {
     pub prompt_tokens: Option<u64>,
     /// `usage.completion_tokens`.
     pub usage_completion_tokens: Option<u64>,
+    /// The finish reason, when this event ends the answer.
     pub finish_reason: Option<String>,
     /// An error payload (`{"error": ...}` or `"object": "error"`).
     pub error: Option<String>,

@@ -1,4 +1,4 @@
-//! The same records under other tools' metric definitions (shared/reference/metrics.md), so a
+//! The same records under other tools' metric definitions, so a
 //! user can check servetune's numbers side by side with the tool they know.
 
 use serde::Serialize;
@@ -10,17 +10,20 @@ use crate::stats::{Recorder, Summary};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Definitions {
-    Servetune,
+    /// sglang's `bench_serving`.
     Sglang,
+    /// vLLM's `benchmark_serving`.
     Vllm,
+    /// NVIDIA AIPerf.
     Aiperf,
+    /// GuideLLM.
     Guidellm,
 }
 
 impl Definitions {
+    /// The name used on the command line.
     pub fn name(self) -> &'static str {
         match self {
-            Definitions::Servetune => "servetune",
             Definitions::Sglang => "sglang",
             Definitions::Vllm => "vllm",
             Definitions::Aiperf => "aiperf",
@@ -32,8 +35,11 @@ impl Definitions {
 /// One metric under a tool's definition.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct DefinedMetric {
+    /// The metric's name in that tool.
     pub name: &'static str,
+    /// How that tool defines it.
     pub definition: &'static str,
+    /// Its summary, ms.
     pub summary_ms: Summary,
 }
 
@@ -53,20 +59,6 @@ pub fn compute(d: Definitions, records: &[RequestRecord]) -> Vec<DefinedMetric> 
     let last = |r: &RequestRecord| r.chunks[r.chunks.len() - 1].at_ns;
     let n = |r: &RequestRecord| r.output_tokens();
     match d {
-        Definitions::Servetune => {
-            add("ttft", "first token-carrying chunk - intended send (coordinated-omission corrected)", &|r, h| {
-                h.record_ns(first(r) - r.intended_ns.min(first(r)))
-            });
-            add("itl", "gap between consecutive token-carrying chunks, pooled", &|r, h| {
-                r.chunks.windows(2).for_each(|w| h.record_ns(w[1].at_ns - w[0].at_ns))
-            });
-            add("tpot", "(last chunk - first chunk) / (output tokens - 1)", &|r, h| {
-                if n(r) >= 2 {
-                    h.record_ms(ms(last(r) - first(r)) / (n(r) - 1) as f64)
-                }
-            });
-            add("e2e", "end of response - intended send", &|r, h| h.record_ns(r.end_ns - r.intended_ns.min(r.end_ns)));
-        }
         Definitions::Sglang | Definitions::Vllm => {
             add("ttft", "first chunk with content - request start (actual send; no correction)", &|r, h| {
                 h.record_ns(first(r) - r.actual_ns.min(first(r)))
@@ -137,8 +129,6 @@ mod tests {
     #[test]
     fn each_tool_definition_gives_its_number() {
         let recs = [r()];
-        let s = compute(Definitions::Servetune, &recs);
-        assert!((get(&s, "ttft") - 50.0).abs() < 0.1);
         let v = compute(Definitions::Vllm, &recs);
         assert!((get(&v, "ttft") - 40.0).abs() < 0.1);
         assert!((get(&v, "tpot") - 10.0).abs() < 0.02);

@@ -4,10 +4,13 @@
 use std::io::{self, Write};
 
 use crate::record::RequestRecord;
-use crate::report::RunReport;
+use crate::report::{Goodput, RunReport};
 use crate::runner::BenchReport;
 
-/// The summary table's columns: (header, value).
+/// Percentiles from fewer requests than this are marked with their sample count.
+pub const FEW_SAMPLES: u64 = 100;
+
+/// The summary table's columns: (header, value). Each header is defined once in [`LEGEND`].
 fn columns(r: &RunReport) -> Vec<(&'static str, String)> {
     let l = &r.latency_ms;
     vec![
@@ -18,14 +21,48 @@ fn columns(r: &RunReport) -> Vec<(&'static str, String)> {
         ("out tok/s", format!("{:.1}", r.throughput.output_tokens_per_s)),
         ("total tok/s", format!("{:.1}", r.throughput.total_tokens_per_s)),
         ("TTFT p50", ms(l.ttft.p50)),
-        ("TTFT p99", ms(l.ttft.p99)),
-        ("TTFT p99 uncorr", ms(l.ttft_uncorrected.p99)),
+        ("TTFT p99", tail(l.ttft.p99, l.ttft.count)),
+        ("TTFT p99 uncorr", tail(l.ttft_uncorrected.p99, l.ttft_uncorrected.count)),
         ("TPOT p50", ms(l.tpot.p50)),
         ("ITL p50", ms(l.itl.p50)),
-        ("E2E p99", ms(l.e2e.p99)),
-        ("lag p99", ms(r.schedule_lag_ms.p99)),
-        ("conc", format!("{:.1}", r.concurrency_achieved.mean)),
+        ("E2E p99", tail(l.e2e.p99, l.e2e.count)),
+        ("lag p99", tail(r.schedule_lag_ms.p99, r.schedule_lag_ms.count)),
+        ("mean conc", format!("{:.1}", r.concurrency_achieved.mean)),
     ]
+}
+
+/// What each column of the summary table means, printed once under it.
+pub const LEGEND: &[(&str, &str)] = &[
+    ("load", "c=N: closed loop, N requests kept in flight; rate=R/s: open loop, R arrivals per second"),
+    ("ok / failed", "measured requests that completed / failed (warmup excluded); failures by kind below"),
+    ("req/s, out tok/s, total tok/s", "completed requests, output tokens, and input+output tokens per second over the run"),
+    ("TTFT", "time to first token, from the intended send time (coordinated-omission corrected)"),
+    ("uncorr", "the same latency from the actual send time (hides time spent waiting to be sent)"),
+    ("TPOT", "time per output token after the first, per request"),
+    ("ITL", "gap between consecutive token-carrying chunks"),
+    ("E2E", "end to end, intended send to the response's end"),
+    ("lag", "schedule lag: actual send minus intended send"),
+    ("mean conc", "mean requests in flight over the whole run, ramp-up and drain included (Little's law); the steady-state line's \"in flight\" covers only its window, after the ramp and before the drain"),
+    ("pNN (n=K)", "a percentile from fewer than 100 requests: K samples, so the tail is coarse"),
+];
+
+/// A latency in ms, marked with its sample count when there are too few for a tail percentile.
+fn tail(v: f64, n: u64) -> String {
+    if n > 0 && n < FEW_SAMPLES {
+        format!("{} (n={n})", ms(v))
+    } else {
+        ms(v)
+    }
+}
+
+/// A relative change in percent with its sign; a change that rounds to zero is "0%", never "-0%".
+pub fn signed_pct(fraction: f64) -> String {
+    let p = (fraction * 100.0).round();
+    if p == 0.0 {
+        "0%".into()
+    } else {
+        format!("{p:+.0}%")
+    }
 }
 
 fn ms(v: f64) -> String {
@@ -49,7 +86,10 @@ pub fn text_table(headers: &[&str], rows: &[Vec<String>]) -> String {
         }
     }
     // Numbers align right; the first column and any column holding words align left.
-    let numeric = |c: &str| !c.is_empty() && c.chars().all(|ch| ch.is_ascii_digit() || ".,+-%x".contains(ch));
+    let numeric = |c: &str| {
+        let c = c.split_once(" (n=").map_or(c, |(v, _)| v);
+        !c.is_empty() && c.chars().all(|ch| ch.is_ascii_digit() || ".,+-%x".contains(ch))
+    };
     let left: Vec<bool> = (0..w.len()).map(|i| i == 0 || rows.iter().any(|r| r.get(i).is_some_and(|c| c != "-" && !numeric(c)))).collect();
     let line = |cells: Vec<&str>| -> String {
         let mut s = String::new();
@@ -97,61 +137,12 @@ pub fn write_terminal(rep: &BenchReport, mut w: impl Write) -> io::Result<()> {
     let headers: Vec<&str> = rep.runs.first().map(|r| columns(r).iter().map(|(h, _)| *h).collect()).unwrap_or_default();
     let rows: Vec<Vec<String>> = rep.runs.iter().map(|r| columns(r).into_iter().map(|(_, v)| v).collect()).collect();
     if !headers.is_empty() {
-        writeln!(w, "latencies in ms; TTFT/E2E measured from the intended send time (\"uncorr\": from the actual send)")?;
+        writeln!(w, "latencies in ms")?;
         write!(w, "{}", text_table(&headers, &rows))?;
+        write_legend(&mut w, rep)?;
     }
     for r in &rep.runs {
-        let mut lines = Vec::new();
-        if let Some(st) = &r.steady_state {
-            lines.push(format!(
-                "steady state {:.1}s-{:.1}s: {:.1} out tok/s, {:.1} in flight (target {:.1})",
-                st.start_s, st.end_s, st.output_tokens_per_s, st.mean_in_flight, st.target_in_flight
-            ));
-        }
-        if let Some(g) = &r.goodput {
-            let parts: Vec<String> = g
-                .slos
-                .iter()
-                .map(|s| {
-                    format!(
-                        "{} p{}={} ms {} {} ms",
-                        s.metric.name(),
-                        s.percentile,
-                        ms(s.value_ms),
-                        if s.met { "<" } else { ">=" },
-                        ms(s.threshold_ms)
-                    )
-                })
-                .collect();
-            lines.push(format!(
-                "goodput {:.2} req/s ({:.1}% of requests meet every SLO); {}: {}",
-                g.requests_per_s,
-                g.fraction * 100.0,
-                if g.all_met {
-                    "SLOs met".to_string()
-                } else if g.slos.iter().all(|s| s.met) {
-                    format!("SLO percentiles met, but {} request(s) failed", r.requests.failed)
-                } else {
-                    "SLOs NOT met".to_string()
-                },
-                parts.join(", ")
-            ));
-        }
-        let errs: Vec<String> = r.requests.errors.iter().filter(|(_, n)| **n > 0).map(|(k, n)| format!("{k}={n}")).collect();
-        if !errs.is_empty() {
-            lines.push(format!("errors: {}", errs.join(" ")));
-            for (k, ex) in &r.requests.error_examples {
-                if let Some(e) = ex.first() {
-                    lines.push(format!("  e.g. {k}: {e}"));
-                }
-            }
-        }
-        if let Some(m) = &r.server_metrics {
-            for s in &m.summary {
-                lines.push(format!("server: {s}"));
-            }
-        }
-        lines.extend(r.notes.iter().cloned());
+        let lines = run_lines(r);
         if !lines.is_empty() {
             writeln!(w, "\n[{}]", r.label)?;
             for l in lines {
@@ -164,22 +155,82 @@ pub fn write_terminal(rep: &BenchReport, mut w: impl Write) -> io::Result<()> {
     } else if rep.runs.len() > 1 {
         writeln!(w, "\nsaturation: none found (throughput still rises at the highest load tried)")?;
     }
-    if let Some(d) = &rep.definitions {
-        writeln!(w, "\nunder {} definitions (ms):", d.tool.name())?;
-        let mut rows = Vec::new();
-        for (run, metrics) in rep.runs.iter().zip(&d.runs) {
-            for m in metrics {
-                rows.push(vec![
-                    run.label.clone(),
-                    m.name.to_string(),
-                    ms(m.summary_ms.mean),
-                    ms(m.summary_ms.p50),
-                    ms(m.summary_ms.p99),
-                    m.definition.to_string(),
-                ]);
+    write_definitions(&mut w, rep)
+}
+
+/// The findings of one run in words: steady state, goodput, errors, server metrics, notes.
+fn run_lines(r: &RunReport) -> Vec<String> {
+    let mut lines = Vec::new();
+    if let Some(st) = &r.steady_state {
+        lines.push(format!(
+            "steady state {:.1}s-{:.1}s: {:.1} out tok/s, {:.1} in flight in this window (target {:.1})",
+            st.start_s, st.end_s, st.output_tokens_per_s, st.mean_in_flight, st.target_in_flight
+        ));
+    }
+    if let Some(g) = &r.goodput {
+        lines.push(goodput_line(g, r.requests.failed));
+    }
+    let errs: Vec<String> = r.requests.errors.iter().filter(|(_, n)| **n > 0).map(|(k, n)| format!("{}={n}", k.name())).collect();
+    if !errs.is_empty() {
+        lines.push(format!("errors: {}", errs.join(" ")));
+        for (k, ex) in &r.requests.error_examples {
+            if let Some(e) = ex.first() {
+                lines.push(format!("  e.g. {}: {e}", k.name()));
             }
         }
-        write!(w, "{}", text_table(&["load", "metric", "mean", "p50", "p99", "definition"], &rows))?;
+    }
+    if let Some(m) = &r.server_metrics {
+        lines.extend(m.summary.iter().map(|s| format!("server: {s}")));
+    }
+    lines.extend(r.notes.iter().cloned());
+    lines
+}
+
+fn goodput_line(g: &Goodput, failed: u64) -> String {
+    let parts: Vec<String> = g
+        .slos
+        .iter()
+        .map(|s| {
+            let cmp = if s.met { "<" } else { ">=" };
+            format!("{} p{}={} ms {cmp} {} ms", s.metric.name(), s.percentile, ms(s.value_ms), ms(s.threshold_ms))
+        })
+        .collect();
+    let verdict = if g.all_met {
+        "SLOs met".to_string()
+    } else if g.slos.iter().all(|s| s.met) {
+        format!("SLO percentiles met, but {failed} request(s) failed")
+    } else {
+        "SLOs NOT met".to_string()
+    };
+    format!(
+        "goodput {:.2} req/s ({:.1}% of requests meet every SLO); {verdict}: {}",
+        g.requests_per_s,
+        g.fraction * 100.0,
+        parts.join(", ")
+    )
+}
+
+/// `--definitions`: the latencies under another tool's definitions, each defined in its row.
+fn write_definitions(mut w: impl Write, rep: &BenchReport) -> io::Result<()> {
+    let Some(d) = &rep.definitions else {
+        return Ok(());
+    };
+    writeln!(w, "\nunder {} definitions (ms):", d.tool.name())?;
+    let mut rows = Vec::new();
+    for (run, metrics) in rep.runs.iter().zip(&d.runs) {
+        for m in metrics {
+            let s = &m.summary_ms;
+            rows.push(vec![run.label.clone(), m.name.to_string(), ms(s.mean), ms(s.p50), tail(s.p99, s.count), m.definition.to_string()]);
+        }
+    }
+    write!(w, "{}", text_table(&["load", "metric", "mean", "p50", "p99", "definition"], &rows))
+}
+
+fn write_legend(mut w: impl Write, rep: &BenchReport) -> io::Result<()> {
+    let few = rep.runs.iter().any(|r| r.latency_ms.e2e.count > 0 && r.latency_ms.e2e.count < FEW_SAMPLES);
+    let width = LEGEND.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    for (k, v) in LEGEND.iter().filter(|(k, _)| few || !k.starts_with("pNN")) {
+        writeln!(w, "  {k:<width$}  {v}")?;
     }
     Ok(())
 }
@@ -193,7 +244,7 @@ pub fn write_markdown(rep: &BenchReport, mut w: impl Write) -> io::Result<()> {
     for n in &rep.notes {
         writeln!(w, "- {n}")?;
     }
-    writeln!(w, "\nLatencies in ms, measured from the intended send time (uncorr: from the actual send).\n")?;
+    writeln!(w, "\nLatencies in ms.\n")?;
     if let Some(first) = rep.runs.first() {
         let h: Vec<&str> = columns(first).iter().map(|(h, _)| *h).collect();
         writeln!(w, "| {} |", h.join(" | "))?;
@@ -201,6 +252,10 @@ pub fn write_markdown(rep: &BenchReport, mut w: impl Write) -> io::Result<()> {
         for r in &rep.runs {
             let v: Vec<String> = columns(r).into_iter().map(|(_, v)| v).collect();
             writeln!(w, "| {} |", v.join(" | "))?;
+        }
+        writeln!(w)?;
+        for (k, v) in LEGEND {
+            writeln!(w, "- **{k}**: {v}")?;
         }
     }
     if let Some(s) = &rep.saturation {
@@ -269,13 +324,38 @@ pub fn write_csv(rep: &BenchReport, mut w: impl Write) -> io::Result<()> {
 pub fn write_records(rep: &BenchReport, records: &[Vec<RequestRecord>], mut w: impl Write) -> io::Result<()> {
     for (run, recs) in rep.runs.iter().zip(records) {
         for r in recs {
-            let mut v = serde_json::to_value(r)?;
-            if let Some(o) = v.as_object_mut() {
-                o.insert("run".into(), serde_json::Value::String(run.label.clone()));
-            }
-            serde_json::to_writer(&mut w, &v)?;
-            writeln!(w)?;
+            write_record_line(&run.label, r, &mut w)?;
         }
     }
     Ok(())
+}
+
+/// One `--records` line: the record's fields plus `run`, the label of its load point.
+pub fn write_record_line(run_label: &str, r: &RequestRecord, mut w: impl Write) -> io::Result<()> {
+    let mut v = serde_json::to_value(r)?;
+    if let Some(o) = v.as_object_mut() {
+        o.insert("run".into(), serde_json::Value::String(run_label.to_string()));
+    }
+    serde_json::to_writer(&mut w, &v)?;
+    writeln!(w)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_change_that_rounds_to_zero_is_never_minus_zero() {
+        assert_eq!(signed_pct(-0.001), "0%");
+        assert_eq!(signed_pct(0.0), "0%");
+        assert_eq!(signed_pct(0.124), "+12%");
+        assert_eq!(signed_pct(-0.5), "-50%");
+    }
+
+    #[test]
+    fn a_tail_percentile_from_few_samples_carries_its_count() {
+        assert_eq!(tail(12.34, 4), "12.3 (n=4)");
+        assert_eq!(tail(12.34, 100), "12.3");
+        assert_eq!(tail(0.0, 0), "0.000");
+    }
 }

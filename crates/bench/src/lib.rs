@@ -1,10 +1,13 @@
 //! servetune's load generator for LLM serving endpoints.
 //!
 //! Flow: [`spec::BenchConfig`] (resolved flags) -> [`runner::prepare`] (reachability, model,
-//! calibration, workload) -> [`runner::run`] (each load point; per-request [`record::RequestRecord`]s)
-//! -> [`report`] (metrics per run) and [`saturation`] (the sweep's knee) -> [`export`] (terminal,
-//! Markdown, JSON, CSV, JSONL). [`testserver`] is an in-process server with known timing for tests
-//! and benchmarks.
+//! calibration, workload) -> [`sweep::run_sweep`] (each load point; per-request
+//! [`record::RequestRecord`]s handed to a [`sweep::SweepObserver`] as they finish) -> [`report`]
+//! (metrics per run) and [`saturation`] (the sweep's knee) -> [`export`] (terminal, Markdown, JSON,
+//! CSV, JSONL). Every network wait is bounded by a [`spec::Limits`] entry. [`testserver`] is an
+//! in-process server with known timing for tests and benchmarks.
+
+#![warn(missing_docs)]
 
 pub mod api;
 pub mod client;
@@ -19,9 +22,12 @@ pub mod scrape;
 pub mod spec;
 pub mod sse;
 pub mod stats;
+pub mod sweep;
+#[expect(missing_docs, reason = "the test server is being replaced by `servetune sim` modes (issue 9); it is not documented twice")]
 pub mod testserver;
 pub mod tokenizer;
 pub mod workload;
 
-pub use runner::{BenchError, BenchReport, Prepared, Progress, SCHEMA};
+pub use runner::{BenchError, BenchReport, Prepared, Progress, SCHEMA, SCHEMA_MINOR};
 pub use spec::{BenchConfig, InputError};
+pub use sweep::{run_sweep, Control, Stopping, SweepObserver, SweepPoint};

@@ -20,12 +20,23 @@ pub enum ErrorKind {
     MalformedEvent,
     /// The server sent an error object.
     ErrorPayload,
-    /// Still in flight when the drain deadline after a stop passed.
+    /// Still in flight when the drain deadline after a stop passed (or a second signal cut it).
     Cancelled,
+    /// No response head, or no byte of an event stream, within `--first-byte-timeout`.
+    NoResponse,
+    /// The response went silent for longer than `--idle-timeout`.
+    Stalled,
+    /// The connection closed (or broke) after the request went out and before a response head.
+    Disconnected,
+    /// The server sent more output tokens than `max_tokens` asked for.
+    TooManyTokens,
+    /// The response ended well but carried no output token (often the wrong `--api`).
+    NoTokens,
 }
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 7] = [
+    /// Every kind, in the order reports list them.
+    pub const ALL: [ErrorKind; 12] = [
         ErrorKind::Connect,
         ErrorKind::Timeout,
         ErrorKind::HttpStatus,
@@ -33,8 +44,14 @@ impl ErrorKind {
         ErrorKind::MalformedEvent,
         ErrorKind::ErrorPayload,
         ErrorKind::Cancelled,
+        ErrorKind::NoResponse,
+        ErrorKind::Stalled,
+        ErrorKind::Disconnected,
+        ErrorKind::TooManyTokens,
+        ErrorKind::NoTokens,
     ];
 
+    /// The snake_case name used in JSON and in the terminal.
     pub fn name(self) -> &'static str {
         match self {
             ErrorKind::Connect => "connect",
@@ -44,6 +61,11 @@ impl ErrorKind {
             ErrorKind::MalformedEvent => "malformed_event",
             ErrorKind::ErrorPayload => "error_payload",
             ErrorKind::Cancelled => "cancelled",
+            ErrorKind::NoResponse => "no_response",
+            ErrorKind::Stalled => "stalled",
+            ErrorKind::Disconnected => "disconnected",
+            ErrorKind::TooManyTokens => "too_many_tokens",
+            ErrorKind::NoTokens => "no_tokens",
         }
     }
 }
@@ -59,9 +81,15 @@ pub struct Chunk {
     pub content: bool,
 }
 
+/// Chunks a record stores beyond its `max_tokens`: an honest server sends at most one chunk per
+/// token, so a record holds at most `max_tokens + CHUNK_SLACK` chunks; later ones are counted in
+/// [`RequestRecord::chunks_dropped`] but not stored, which bounds memory by the work asked for.
+pub const CHUNK_SLACK: u32 = 64;
+
 /// Everything measured about one request. Times are ns since the run's start.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RequestRecord {
+    /// Position in the workload (0-based; warmup first).
     pub index: u64,
     /// Warmup requests are kept in the records but excluded from every statistic.
     pub warmup: bool,
@@ -73,10 +101,14 @@ pub struct RequestRecord {
     pub end_ns: u64,
     /// HTTP status, when a response head arrived.
     pub status: Option<u16>,
+    /// Why it failed; `None` for a success.
     pub error: Option<ErrorKind>,
-    /// Human-readable cause of the error.
+    /// Human-readable cause of the error (server text has the API key redacted).
     pub error_detail: Option<String>,
+    /// Token-carrying arrivals, at most `output_tokens_requested + CHUNK_SLACK` of them.
     pub chunks: Vec<Chunk>,
+    /// Token-carrying arrivals past the cap, counted but not stored.
+    pub chunks_dropped: u64,
     /// Prompt tokens the workload planned.
     pub input_tokens_planned: u32,
     /// Prompt tokens the server reported.
@@ -89,10 +121,12 @@ pub struct RequestRecord {
     pub output_tokens_chunks: u64,
     /// Output tokens by the local tokenizer over the received text, when one is loaded.
     pub output_tokens_tokenizer: Option<u64>,
+    /// The server's finish reason (`length`, `stop`, ...).
     pub finish_reason: Option<String>,
 }
 
 impl RequestRecord {
+    /// A record of a request not yet sent.
     pub fn new(index: u64, warmup: bool, intended_ns: u64, input_tokens_planned: u32, output_tokens_requested: u32) -> Self {
         Self {
             index,
@@ -104,6 +138,7 @@ impl RequestRecord {
             error: None,
             error_detail: None,
             chunks: Vec::new(),
+            chunks_dropped: 0,
             input_tokens_planned,
             input_tokens_server: None,
             output_tokens_requested,
@@ -124,6 +159,7 @@ impl RequestRecord {
         self.input_tokens_server.unwrap_or(self.input_tokens_planned as u64)
     }
 
+    /// Completed without an error.
     pub fn ok(&self) -> bool {
         self.error.is_none()
     }
@@ -143,11 +179,39 @@ impl RequestRecord {
         matches!(self.output_tokens_server, Some(s) if s != self.output_tokens_chunks)
     }
 
+    /// Adds an arrival of `tokens` tokens: stored while under the cap, counted past it.
+    pub fn push_chunk(&mut self, chunk: Chunk) {
+        self.output_tokens_chunks += u64::from(chunk.tokens);
+        let cap = self.output_tokens_requested.saturating_add(CHUNK_SLACK) as usize;
+        if self.chunks.len() < cap {
+            self.chunks.push(chunk);
+        } else {
+            self.chunks_dropped += 1;
+        }
+    }
+
+    /// Marks the request failed with `kind` (the first failure wins) and ends it at `now_ns`.
     pub fn fail(&mut self, kind: ErrorKind, detail: impl Into<String>, now_ns: u64) {
         if self.error.is_none() {
             self.error = Some(kind);
             self.error_detail = Some(detail.into());
         }
         self.end_ns = now_ns;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_past_max_tokens_plus_slack_are_counted_not_stored() {
+        let mut r = RequestRecord::new(0, false, 0, 1, 8);
+        for i in 0..1000 {
+            r.push_chunk(Chunk { at_ns: i, tokens: 1, content: true });
+        }
+        assert_eq!(r.chunks.len(), 8 + CHUNK_SLACK as usize);
+        assert_eq!(r.chunks_dropped, 1000 - 72);
+        assert_eq!(r.output_tokens_chunks, 1000, "every token is counted");
     }
 }

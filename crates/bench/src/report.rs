@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::record::{ErrorKind, RequestRecord};
+use crate::record::{ErrorKind, RequestRecord, CHUNK_SLACK};
 use crate::scrape::ServerMetrics;
 use crate::spec::{Load, Slo, SloMetric};
 use crate::stats::{Recorder, Summary};
@@ -24,99 +24,148 @@ use crate::stats::{Recorder, Summary};
 /// Request counts.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct RequestCounts {
+    /// Measured requests that completed without an error.
     pub completed: u64,
+    /// Measured requests that failed.
     pub failed: u64,
     /// Failed requests by kind (every kind present, zeros included).
-    pub errors: BTreeMap<&'static str, u64>,
+    pub errors: BTreeMap<ErrorKind, u64>,
+    /// Failed requests with an HTTP status other than 200, by that status.
+    pub http_statuses: BTreeMap<u16, u64>,
     /// Warmup requests sent (excluded from every statistic).
     pub warmup: u64,
     /// Completed requests that returned fewer tokens than asked while `--ignore-eos` was set.
     pub stopped_early: u64,
     /// Completed requests whose server-reported token count differs from the chunk count.
     pub token_count_mismatches: u64,
-    /// Up to three example details per error kind.
-    pub error_examples: BTreeMap<&'static str, Vec<String>>,
+    /// Token chunks past the per-request cap (`max_tokens` + 64), counted but not stored.
+    pub chunks_dropped: u64,
+    /// Requests whose task panicked (a bug) and left no record; never silently dropped.
+    pub lost: u64,
+    /// Up to three example details per error kind (the API key redacted).
+    pub error_examples: BTreeMap<ErrorKind, Vec<String>>,
 }
 
 /// Latency summaries in ms.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Latency {
+    /// Time to first token from the intended send (coordinated-omission corrected).
     pub ttft: Summary,
+    /// Time to first token from the actual send.
     pub ttft_uncorrected: Summary,
     /// Time to first content token (excludes reasoning), corrected.
     pub ttfc: Summary,
+    /// Gaps between token-carrying chunks.
     pub itl: Summary,
+    /// Gaps between chunks divided over the tokens each chunk carried (one value per token).
     pub itl_per_token: Summary,
+    /// Time per output token after the first, per request.
     pub tpot: Summary,
+    /// End to end from the intended send.
     pub e2e: Summary,
+    /// End to end from the actual send.
     pub e2e_uncorrected: Summary,
 }
 
+/// Rates over the measurement window.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Throughput {
+    /// Completed requests per second.
     pub requests_per_s: f64,
+    /// Prompt tokens of completed requests per second.
     pub input_tokens_per_s: f64,
+    /// Output tokens of completed requests per second.
     pub output_tokens_per_s: f64,
+    /// Input plus output tokens per second.
     pub total_tokens_per_s: f64,
 }
 
 /// Throughput over the window where in-flight requests stayed near the target.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct SteadyState {
+    /// Window start, s from the run's start.
     pub start_s: f64,
+    /// Window end, s from the run's start.
     pub end_s: f64,
+    /// Requests in flight the load aims at (the concurrency, or rate x mean E2E).
     pub target_in_flight: f64,
+    /// Time-weighted mean in flight inside the window.
     pub mean_in_flight: f64,
+    /// Output tokens per second inside the window.
     pub output_tokens_per_s: f64,
+    /// Requests ending per second inside the window.
     pub requests_per_s: f64,
 }
 
+/// Requests in flight over the whole run (ramp and drain included).
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Concurrency {
     /// Little's law: sum of request durations (actual send to end) over the run duration.
     pub mean: f64,
+    /// The most in flight at once.
     pub max: u64,
 }
 
+/// One SLO judged on a run.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct SloResult {
+    /// The latency bounded.
     pub metric: SloMetric,
+    /// Which percentile.
     pub percentile: f64,
+    /// The bound, ms.
     pub threshold_ms: f64,
+    /// The measured percentile, ms.
     pub value_ms: f64,
+    /// The value is below the bound.
     pub met: bool,
 }
 
+/// Requests meeting every SLO.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Goodput {
     /// Requests meeting every threshold, per second; failed requests never do.
     pub requests_per_s: f64,
     /// Share of measured requests (completed + failed) meeting every threshold.
     pub fraction: f64,
+    /// Each SLO's verdict.
     pub slos: Vec<SloResult>,
+    /// Every SLO met and no request failed.
     pub all_met: bool,
 }
 
 /// One load point's results.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct RunReport {
+    /// The load in words (`c=8`, `rate=2/s`).
     pub label: String,
+    /// The load.
     pub load: Load,
+    /// Closed loop: the concurrency.
     pub concurrency: Option<u32>,
+    /// Open loop: the rate, requests/s.
     pub rate: Option<f64>,
-    /// Stopped early (Ctrl-C): what was measured until then.
+    /// Stopped early (a signal): what was measured until then.
     pub partial: bool,
     /// Measurement window: first measured intended send to last measured end.
     pub duration_s: f64,
+    /// Counts and errors.
     pub requests: RequestCounts,
+    /// Latency summaries.
     pub latency_ms: Latency,
+    /// Actual minus intended send, ms.
     pub schedule_lag_ms: Summary,
+    /// Rates over the window.
     pub throughput: Throughput,
+    /// The steady window, when one was found.
     pub steady_state: Option<SteadyState>,
+    /// In flight over the whole run.
     pub concurrency_achieved: Concurrency,
     /// Requests actually sent per second: (n - 1) / (last actual send - first actual send).
     pub achieved_send_rate_per_s: f64,
+    /// Goodput under `--slo`.
     pub goodput: Option<Goodput>,
+    /// What the server's metrics said.
     pub server_metrics: Option<ServerMetrics>,
     /// Warnings and observations, in words.
     pub notes: Vec<String>,
@@ -125,9 +174,13 @@ pub struct RunReport {
 /// Inputs beside the records.
 #[derive(Debug, Clone)]
 pub struct RunContext<'a> {
+    /// The load point.
     pub load: Load,
+    /// Stopped early.
     pub partial: bool,
+    /// `--ignore-eos` was set.
     pub ignore_eos: bool,
+    /// `--slo`.
     pub slos: &'a [Slo],
     /// Last intended send time of the schedule (ns), for the open-loop steady window.
     pub last_intended_ns: u64,
@@ -148,12 +201,12 @@ fn per_request(r: &RequestRecord) -> PerRequest {
     let ttft_ms = r.first_token_ns().map(|t| ms(t.saturating_sub(r.intended_ns)));
     let out = r.output_tokens();
     let tpot_ms = match (r.chunks.first(), r.chunks.last()) {
-        (Some(f), Some(l)) if out >= 2 && r.chunks.len() >= 2 => Some(ms(l.at_ns - f.at_ns) / (out - 1) as f64),
+        (Some(f), Some(l)) if out >= 2 && r.chunks.len() >= 2 => Some(ms(l.at_ns.saturating_sub(f.at_ns)) / (out - 1) as f64),
         _ => None,
     };
     let itl_mean_ms = (r.chunks.len() >= 2).then(|| {
         let (f, l) = (r.chunks[0].at_ns, r.chunks[r.chunks.len() - 1].at_ns);
-        ms(l - f) / (r.chunks.len() - 1) as f64
+        ms(l.saturating_sub(f)) / (r.chunks.len() - 1) as f64
     });
     PerRequest { ttft_ms, tpot_ms, itl_mean_ms, e2e_ms: ms(r.end_ns.saturating_sub(r.intended_ns)) }
 }
@@ -167,114 +220,170 @@ fn slo_value(p: &PerRequest, m: SloMetric) -> Option<f64> {
     }
 }
 
-/// Builds the report of one load point.
-pub fn compute(records: &[RequestRecord], ctx: &RunContext<'_>, server_metrics: Option<ServerMetrics>) -> RunReport {
-    let measured: Vec<&RequestRecord> = records.iter().filter(|r| !r.warmup).collect();
-    let warmup = records.len() as u64 - measured.len() as u64;
+/// The latency recorders of a run.
+#[derive(Default)]
+struct Recorders {
+    ttft: Recorder,
+    ttft_u: Recorder,
+    ttfc: Recorder,
+    itl: Recorder,
+    itl_tok: Recorder,
+    tpot: Recorder,
+    e2e: Recorder,
+    e2e_u: Recorder,
+}
 
-    let mut errors: BTreeMap<&'static str, u64> = ErrorKind::ALL.iter().map(|k| (k.name(), 0)).collect();
-    let mut error_examples: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
-    let (mut completed, mut failed, mut stopped_early, mut mismatches) = (0u64, 0u64, 0u64, 0u64);
-
-    let mut ttft = Recorder::new();
-    let mut ttft_u = Recorder::new();
-    let mut ttfc = Recorder::new();
-    let mut itl = Recorder::new();
-    let mut itl_tok = Recorder::new();
-    let mut tpot = Recorder::new();
-    let mut e2e = Recorder::new();
-    let mut e2e_u = Recorder::new();
-    let mut lag = Recorder::new();
-    let mut slo_rec: Vec<Recorder> = ctx.slos.iter().map(|_| Recorder::new()).collect();
-
-    let (mut in_tok, mut out_tok) = (0u64, 0u64);
-    let mut good = 0u64;
-    let mut busy_ns: u128 = 0;
-    let mut start = u64::MAX;
-    let mut end = 0u64;
-
-    for r in &measured {
-        start = start.min(r.intended_ns);
-        end = end.max(r.end_ns);
-        lag.record_ns(r.actual_ns.saturating_sub(r.intended_ns));
-        busy_ns += u128::from(r.end_ns.saturating_sub(r.actual_ns));
-        if let Some(k) = r.error {
-            failed += 1;
-            *errors.entry(k.name()).or_default() += 1;
-            let ex = error_examples.entry(k.name()).or_default();
-            if ex.len() < 3 {
-                ex.push(r.error_detail.clone().unwrap_or_default());
-            }
-            continue;
-        }
-        completed += 1;
-        let out = r.output_tokens();
-        in_tok += r.input_tokens();
-        out_tok += out;
-        if ctx.ignore_eos && out < u64::from(r.output_tokens_requested) {
-            stopped_early += 1;
-        }
-        if r.token_count_mismatch() {
-            mismatches += 1;
-        }
-        let p = per_request(r);
+impl Recorders {
+    fn add(&mut self, r: &RequestRecord, p: &PerRequest) {
         if let Some(t) = r.first_token_ns() {
-            ttft.record_ns(t.saturating_sub(r.intended_ns));
-            ttft_u.record_ns(t.saturating_sub(r.actual_ns));
+            self.ttft.record_ns(t.saturating_sub(r.intended_ns));
+            self.ttft_u.record_ns(t.saturating_sub(r.actual_ns));
         }
         if let Some(t) = r.first_content_ns() {
-            ttfc.record_ns(t.saturating_sub(r.intended_ns));
+            self.ttfc.record_ns(t.saturating_sub(r.intended_ns));
         }
-        // Tokens per chunk: scale the chunk counts so they add up to the reconciled output count.
-        let scale = if r.output_tokens_chunks > 0 { out as f64 / r.output_tokens_chunks as f64 } else { 1.0 };
+        // Tokens per chunk: scale the chunk counts so they add up to the reconciled output count;
+        // each of a chunk's k tokens gets an equal share of its gap.
+        let scale = if r.output_tokens_chunks > 0 { r.output_tokens() as f64 / r.output_tokens_chunks as f64 } else { 1.0 };
         for w in r.chunks.windows(2) {
-            let gap = w[1].at_ns - w[0].at_ns;
-            itl.record_ns(gap);
-            let k = (w[1].tokens as f64 * scale).round().max(1.0) as u64;
-            for _ in 0..k.min(64) {
-                itl_tok.record_ns(gap / k);
-            }
+            let gap = w[1].at_ns.saturating_sub(w[0].at_ns);
+            self.itl.record_ns(gap);
+            let k = (f64::from(w[1].tokens) * scale).round().max(1.0) as u64;
+            self.itl_tok.record_ns_n(gap / k, k);
         }
         if let Some(t) = p.tpot_ms {
-            tpot.record_ms(t);
+            self.tpot.record_ms(t);
         }
-        e2e.record_ns(r.end_ns.saturating_sub(r.intended_ns));
-        e2e_u.record_ns(r.end_ns.saturating_sub(r.actual_ns));
+        self.e2e.record_ns(r.end_ns.saturating_sub(r.intended_ns));
+        self.e2e_u.record_ns(r.end_ns.saturating_sub(r.actual_ns));
+    }
+
+    fn summaries(&self) -> Latency {
+        Latency {
+            ttft: self.ttft.summary(),
+            ttft_uncorrected: self.ttft_u.summary(),
+            ttfc: self.ttfc.summary(),
+            itl: self.itl.summary(),
+            itl_per_token: self.itl_tok.summary(),
+            tpot: self.tpot.summary(),
+            e2e: self.e2e.summary(),
+            e2e_uncorrected: self.e2e_u.summary(),
+        }
+    }
+}
+
+/// Everything summed over the measured requests of a run.
+struct Tally {
+    counts: RequestCounts,
+    rec: Recorders,
+    lag: Recorder,
+    slo: Vec<Recorder>,
+    in_tok: u64,
+    out_tok: u64,
+    good: u64,
+    busy_ns: u128,
+    start: u64,
+    end: u64,
+}
+
+impl Tally {
+    fn new(slos: usize, warmup: u64) -> Self {
+        Self {
+            counts: RequestCounts {
+                completed: 0,
+                failed: 0,
+                errors: ErrorKind::ALL.iter().map(|k| (*k, 0)).collect(),
+                http_statuses: BTreeMap::new(),
+                warmup,
+                stopped_early: 0,
+                token_count_mismatches: 0,
+                chunks_dropped: 0,
+                lost: 0,
+                error_examples: BTreeMap::new(),
+            },
+            rec: Recorders::default(),
+            lag: Recorder::new(),
+            slo: (0..slos).map(|_| Recorder::new()).collect(),
+            in_tok: 0,
+            out_tok: 0,
+            good: 0,
+            busy_ns: 0,
+            start: u64::MAX,
+            end: 0,
+        }
+    }
+
+    fn add(&mut self, r: &RequestRecord, ctx: &RunContext<'_>) {
+        self.start = self.start.min(r.intended_ns);
+        self.end = self.end.max(r.end_ns);
+        self.lag.record_ns(r.actual_ns.saturating_sub(r.intended_ns));
+        self.busy_ns += u128::from(r.end_ns.saturating_sub(r.actual_ns));
+        self.counts.chunks_dropped += r.chunks_dropped;
+        match r.error {
+            Some(k) => self.add_failure(k, r),
+            None => self.add_success(r, ctx),
+        }
+    }
+
+    fn add_failure(&mut self, k: ErrorKind, r: &RequestRecord) {
+        let c = &mut self.counts;
+        c.failed += 1;
+        *c.errors.entry(k).or_default() += 1;
+        if let (ErrorKind::HttpStatus, Some(s)) = (k, r.status) {
+            *c.http_statuses.entry(s).or_default() += 1;
+        }
+        let ex = c.error_examples.entry(k).or_default();
+        if ex.len() < 3 {
+            ex.push(r.error_detail.clone().unwrap_or_default());
+        }
+    }
+
+    fn add_success(&mut self, r: &RequestRecord, ctx: &RunContext<'_>) {
+        let c = &mut self.counts;
+        c.completed += 1;
+        let out = r.output_tokens();
+        self.in_tok += r.input_tokens();
+        self.out_tok += out;
+        if ctx.ignore_eos && out < u64::from(r.output_tokens_requested) {
+            c.stopped_early += 1;
+        }
+        if r.token_count_mismatch() {
+            c.token_count_mismatches += 1;
+        }
+        let p = per_request(r);
+        self.rec.add(r, &p);
         let mut all = true;
         for (i, s) in ctx.slos.iter().enumerate() {
             match slo_value(&p, s.metric) {
                 Some(v) => {
-                    slo_rec[i].record_ms(v);
-                    all &= v < s.threshold_ms;
+                    self.slo[i].record_ms(v);
+                    all &= s.met_by(v);
                 }
                 None => all = false,
             }
         }
         if all {
-            good += 1;
+            self.good += 1;
         }
     }
 
-    let duration_ns = if end > start && start != u64::MAX { end - start } else { 0 };
-    let dur_s = duration_ns as f64 / NS;
-    let per_s = |n: u64| if dur_s > 0.0 { n as f64 / dur_s } else { 0.0 };
-    let throughput = Throughput {
-        requests_per_s: per_s(completed),
-        input_tokens_per_s: per_s(in_tok),
-        output_tokens_per_s: per_s(out_tok),
-        total_tokens_per_s: per_s(in_tok + out_tok),
-    };
+    /// The measurement window, ns.
+    fn window_ns(&self) -> u64 {
+        if self.end > self.start && self.start != u64::MAX {
+            self.end - self.start
+        } else {
+            0
+        }
+    }
 
-    let (steady_state, max_in_flight) = steady_state(&measured, ctx);
-    let concurrency_achieved =
-        Concurrency { mean: if duration_ns > 0 { busy_ns as f64 / duration_ns as f64 } else { 0.0 }, max: max_in_flight };
-
-    let total = completed + failed;
-    let goodput = (!ctx.slos.is_empty()).then(|| {
+    fn goodput(&self, ctx: &RunContext<'_>, per_s: impl Fn(u64) -> f64) -> Option<Goodput> {
+        if ctx.slos.is_empty() {
+            return None;
+        }
         let slos: Vec<SloResult> = ctx
             .slos
             .iter()
-            .zip(&slo_rec)
+            .zip(&self.slo)
             .map(|(s, rec)| {
                 let value_ms = rec.percentile_ms(s.percentile);
                 // A metric no request produced cannot be met.
@@ -283,58 +392,39 @@ pub fn compute(records: &[RequestRecord], ctx: &RunContext<'_>, server_metrics: 
                     percentile: s.percentile,
                     threshold_ms: s.threshold_ms,
                     value_ms,
-                    met: !rec.is_empty() && value_ms < s.threshold_ms,
+                    met: !rec.is_empty() && s.met_by(value_ms),
                 }
             })
             .collect();
-        let all_met = slos.iter().all(|s| s.met) && failed == 0;
-        Goodput { requests_per_s: per_s(good), fraction: if total > 0 { good as f64 / total as f64 } else { 0.0 }, slos, all_met }
-    });
+        let total = self.counts.completed + self.counts.failed;
+        let all_met = slos.iter().all(|s| s.met) && self.counts.failed == 0;
+        let fraction = if total > 0 { self.good as f64 / total as f64 } else { 0.0 };
+        Some(Goodput { requests_per_s: per_s(self.good), fraction, slos, all_met })
+    }
+}
 
-    let lag_s = lag.summary();
-    let (first_send, last_send) = measured.iter().fold((u64::MAX, 0), |(a, b), r| (a.min(r.actual_ns), b.max(r.actual_ns)));
-    let achieved_send_rate_per_s = if measured.len() > 1 && last_send > first_send {
-        (measured.len() - 1) as f64 / ((last_send - first_send) as f64 / NS)
-    } else {
-        0.0
+/// Builds the report of one load point: tally the measured records, then derive rates, the
+/// steady window, goodput and notes.
+pub fn compute(records: &[RequestRecord], ctx: &RunContext<'_>, server_metrics: Option<ServerMetrics>) -> RunReport {
+    let measured: Vec<&RequestRecord> = records.iter().filter(|r| !r.warmup).collect();
+    let mut t = Tally::new(ctx.slos.len(), (records.len() - measured.len()) as u64);
+    for r in &measured {
+        t.add(r, ctx);
+    }
+    let duration_ns = t.window_ns();
+    let dur_s = duration_ns as f64 / NS;
+    let per_s = |n: u64| if dur_s > 0.0 { n as f64 / dur_s } else { 0.0 };
+    let throughput = Throughput {
+        requests_per_s: per_s(t.counts.completed),
+        input_tokens_per_s: per_s(t.in_tok),
+        output_tokens_per_s: per_s(t.out_tok),
+        total_tokens_per_s: per_s(t.in_tok + t.out_tok),
     };
-    let mut notes = Vec::new();
-    match ctx.load {
-        Load::Open { max_concurrency: Some(cap), .. } if lag_s.p99 > 1.0 => notes.push(format!(
-            "requests waited for a free slot under --max-concurrency {cap}: send lag p99 {:.1} ms, max {:.1} ms. The corrected TTFT/E2E include this queueing; the uncorrected ones do not.",
-            lag_s.p99, lag_s.max
-        )),
-        Load::Open { .. } if lag_s.p99 > 1.0 => notes.push(format!(
-            "WARNING: the client fell behind its schedule: send lag p99 {:.2} ms, max {:.2} ms. Corrected latencies include the lag; lower the rate or free CPU for the client.",
-            lag_s.p99, lag_s.max
-        )),
-        _ => {}
-    }
-    if stopped_early > 0 {
-        notes.push(format!(
-            "{stopped_early} of {completed} completed requests returned fewer tokens than max_tokens although --ignore-eos was set: this server does not honour ignore_eos/min_tokens; give --eos-token-id (or --tokenizer) so an EOS logit_bias is sent"
-        ));
-    }
-    if mismatches > 0 {
-        notes.push(format!(
-            "{mismatches} of {completed} completed requests: the server's usage.completion_tokens differs from the number of token chunks (several tokens per chunk, e.g. speculative decoding, or a server that miscounts). Output counts use the server's usage."
-        ));
-    }
-    let no_usage = measured.iter().filter(|r| r.ok() && r.output_tokens_server.is_none() && r.output_tokens_tokenizer.is_none()).count();
-    if no_usage > 0 {
-        notes.push(format!(
-            "{no_usage} of {completed} completed requests carried no server token count (usage): their output tokens are the number of token-carrying chunks, which undercounts when a chunk holds several tokens or a token has no text; give --tokenizer for exact counts"
-        ));
-    }
-    if failed > 0 {
-        let worst = errors.iter().filter(|(_, n)| **n > 0).max_by_key(|(_, n)| **n).map(|(k, n)| format!("{k} x{n}")).unwrap_or_default();
-        notes
-            .push(format!("{failed} of {total} requests failed (most: {worst}); they count against goodput and are listed in the records"));
-    }
-    if ctx.partial {
-        notes.push("PARTIAL: the run was stopped before its end; these numbers cover what was measured until then".into());
-    }
-
+    let (steady_state, max_in_flight) = steady_state(&measured, ctx);
+    let mean = if duration_ns > 0 { t.busy_ns as f64 / duration_ns as f64 } else { 0.0 };
+    let goodput = t.goodput(ctx, per_s);
+    let lag = t.lag.summary();
+    let notes = notes(&t, ctx, &lag, &measured);
     let (concurrency, rate) = match ctx.load {
         Load::Closed { concurrency } => (Some(concurrency), None),
         Load::Open { rate, .. } => (None, Some(rate)),
@@ -346,26 +436,81 @@ pub fn compute(records: &[RequestRecord], ctx: &RunContext<'_>, server_metrics: 
         rate,
         partial: ctx.partial,
         duration_s: dur_s,
-        requests: RequestCounts { completed, failed, errors, warmup, stopped_early, token_count_mismatches: mismatches, error_examples },
-        latency_ms: Latency {
-            ttft: ttft.summary(),
-            ttft_uncorrected: ttft_u.summary(),
-            ttfc: ttfc.summary(),
-            itl: itl.summary(),
-            itl_per_token: itl_tok.summary(),
-            tpot: tpot.summary(),
-            e2e: e2e.summary(),
-            e2e_uncorrected: e2e_u.summary(),
-        },
-        schedule_lag_ms: lag_s,
+        latency_ms: t.rec.summaries(),
+        requests: t.counts,
+        schedule_lag_ms: lag,
         throughput,
         steady_state,
-        concurrency_achieved,
-        achieved_send_rate_per_s,
+        concurrency_achieved: Concurrency { mean, max: max_in_flight },
+        achieved_send_rate_per_s: send_rate(&measured),
         goodput,
         server_metrics,
         notes,
     }
+}
+
+fn send_rate(measured: &[&RequestRecord]) -> f64 {
+    let (first, last) = measured.iter().fold((u64::MAX, 0), |(a, b), r| (a.min(r.actual_ns), b.max(r.actual_ns)));
+    if measured.len() > 1 && last > first {
+        (measured.len() - 1) as f64 / ((last - first) as f64 / NS)
+    } else {
+        0.0
+    }
+}
+
+/// Warnings and observations about a run, in words.
+fn notes(t: &Tally, ctx: &RunContext<'_>, lag: &Summary, measured: &[&RequestRecord]) -> Vec<String> {
+    let c = &t.counts;
+    let completed = c.completed;
+    let mut notes = Vec::new();
+    match ctx.load {
+        Load::Open { max_concurrency: Some(cap), .. } if lag.p99 > 1.0 => notes.push(format!(
+            "requests waited for a free slot under --max-concurrency {cap}: send lag p99 {:.1} ms, max {:.1} ms. The corrected TTFT/E2E include this queueing; the uncorrected ones do not.",
+            lag.p99, lag.max
+        )),
+        Load::Open { .. } if lag.p99 > 1.0 => notes.push(format!(
+            "WARNING: the client fell behind its schedule: send lag p99 {:.2} ms, max {:.2} ms. Corrected latencies include the lag; lower the rate or free CPU for the client.",
+            lag.p99, lag.max
+        )),
+        _ => {}
+    }
+    if c.stopped_early > 0 {
+        notes.push(format!(
+            "{} of {completed} completed requests returned fewer tokens than max_tokens although --ignore-eos was set: this server does not honour ignore_eos/min_tokens; give --eos-token-id (or --tokenizer) so an EOS logit_bias is sent",
+            c.stopped_early
+        ));
+    }
+    if c.token_count_mismatches > 0 {
+        notes.push(format!(
+            "{} of {completed} completed requests: the server's usage.completion_tokens differs from the number of token chunks (several tokens per chunk, e.g. speculative decoding, or a server that miscounts). Output counts use the server's usage.",
+            c.token_count_mismatches
+        ));
+    }
+    let no_usage = measured.iter().filter(|r| r.ok() && r.output_tokens_server.is_none() && r.output_tokens_tokenizer.is_none()).count();
+    if no_usage > 0 {
+        notes.push(format!(
+            "{no_usage} of {completed} completed requests carried no server token count (usage): their output tokens are the number of token-carrying chunks, which undercounts when a chunk holds several tokens or a token has no text; give --tokenizer for exact counts"
+        ));
+    }
+    if c.chunks_dropped > 0 {
+        notes.push(format!(
+            "{} token chunks arrived past the per-request cap of max_tokens + {CHUNK_SLACK}: they were counted but not stored (their gaps are not in ITL)",
+            c.chunks_dropped
+        ));
+    }
+    if c.failed > 0 {
+        let total = c.completed + c.failed;
+        let worst = c.errors.iter().filter(|(_, n)| **n > 0).max_by_key(|(_, n)| **n).map(|(k, n)| format!("{} x{n}", k.name()));
+        notes.push(format!(
+            "{} of {total} requests failed (most: {}); they count against goodput and are listed in the records",
+            c.failed,
+            worst.unwrap_or_default()
+        ));
+    }
+    if ctx.partial {
+        notes.push("PARTIAL: the run was stopped before its end; these numbers cover what was measured until then".into());
+    }
+    notes
 }
 
 /// In-flight over time, from measured requests: returns the steady window and the max in flight.
@@ -398,13 +543,13 @@ fn steady_state(measured: &[&RequestRecord], ctx: &RunContext<'_>) -> (Option<St
             let mean_e2e = if measured.is_empty() {
                 0.0
             } else {
-                measured.iter().map(|r| (r.end_ns - r.actual_ns) as f64 / NS).sum::<f64>() / measured.len() as f64
+                measured.iter().map(|r| r.end_ns.saturating_sub(r.actual_ns) as f64 / NS).sum::<f64>() / measured.len() as f64
             };
             let little = rate * mean_e2e;
             let target = max_concurrency.map_or(little, |m| little.min(m as f64));
             // The window opens once the pipeline has filled (one mean E2E after the first send) and
             // closes at the last scheduled send, when draining begins.
-            (target, first.map(|f| (f + (mean_e2e * NS) as u64, ctx.last_intended_ns)))
+            (target, first.map(|f| (f.saturating_add((mean_e2e * NS) as u64), ctx.last_intended_ns)))
         }
     };
     let Some((ws, we)) = window else {
@@ -412,7 +557,7 @@ fn steady_state(measured: &[&RequestRecord], ctx: &RunContext<'_>) -> (Option<St
     };
     let run_start = measured.iter().map(|r| r.intended_ns).min().unwrap_or(0);
     let run_end = measured.iter().map(|r| r.end_ns).max().unwrap_or(0);
-    if we <= ws || (we - ws) * 10 < (run_end - run_start) {
+    if we <= ws || (we - ws).saturating_mul(10) < run_end.saturating_sub(run_start) {
         return (None, max as u64);
     }
     // Time-weighted mean in flight over the window.
@@ -437,8 +582,8 @@ fn steady_state(measured: &[&RequestRecord], ctx: &RunContext<'_>) -> (Option<St
         }
     }
     let st = SteadyState {
-        start_s: (ws - run_start) as f64 / NS,
-        end_s: (we - run_start) as f64 / NS,
+        start_s: ws.saturating_sub(run_start) as f64 / NS,
+        end_s: we.saturating_sub(run_start) as f64 / NS,
         target_in_flight: target,
         mean_in_flight: area / span,
         output_tokens_per_s: tokens as f64 / (span / NS),
@@ -491,8 +636,8 @@ mod tests {
         let c = RunContext { slos: &slos, ..ctx(Load::Closed { concurrency: 2 }) };
         let rep = compute(&[ok, bad], &c, None);
         assert_eq!((rep.requests.completed, rep.requests.failed), (1, 1));
-        assert_eq!(rep.requests.errors["http_status"], 1);
-        assert_eq!(rep.requests.errors["timeout"], 0);
+        assert_eq!(rep.requests.errors[&ErrorKind::HttpStatus], 1);
+        assert_eq!(rep.requests.errors[&ErrorKind::Timeout], 0);
         let g = rep.goodput.expect("goodput");
         assert!((g.fraction - 0.5).abs() < 1e-9);
         assert!(!g.all_met, "a failed request means the SLO set is not met");

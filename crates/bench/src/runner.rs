@@ -1,36 +1,32 @@
-//! Runs a benchmark: preflight (model discovery, calibration, metrics endpoint), then each load
-//! point of the sweep in turn on the same seeded workload.
-//!
-//! Closed loops run one task per slot. Open loops are paced by a dedicated OS thread that sleeps to
-//! each precomputed absolute send time (no relative sleeps, no 1 ms timer-wheel rounding) and then
-//! spawns the request on the runtime; a `--max-concurrency` slot is awaited inside the request, so
-//! the wait shows as schedule lag and in the corrected latencies.
+//! Prepares a benchmark (reachability, model discovery, calibration, metrics endpoint, workload),
+//! each start-up request bounded by `--preflight-timeout`, and assembles the report of a sweep.
+//! The load points themselves run in [`crate::sweep`].
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use serde::Serialize;
-use tokio::sync::{watch, Semaphore};
 
 use crate::api::{build_body, first_model_id, Api, RequestBody};
-use crate::client::{since, Exec, HttpClient};
+use crate::client::{normalize_url, strip_userinfo, HttpClient, SimpleError};
 use crate::definitions::{self, DefinedMetric, Definitions};
-use crate::record::{ErrorKind, RequestRecord};
-use crate::report::{self, RunContext, RunReport};
+use crate::record::RequestRecord;
+use crate::report::RunReport;
 use crate::saturation::{self, Saturation};
-use crate::schedule;
-use crate::scrape::{self, ServerMetrics};
+use crate::scrape;
 use crate::spec::{BenchConfig, InputError, Load, PromptSource};
+use crate::sweep::PointOutcome;
 use crate::tokenizer::Tokenizer;
 use crate::workload::{probe_prompt, Calibration, Workload};
 
 /// A benchmark error: bad input (exit 2) or a runtime failure (exit 1).
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
+    /// The user's input cannot be used (exit 2).
     #[error(transparent)]
     Input(#[from] InputError),
+    /// The environment failed (exit 1).
     #[error("{0}")]
     Runtime(String),
 }
@@ -38,22 +34,28 @@ pub enum BenchError {
 /// Live counters for a progress display.
 #[derive(Debug, Default)]
 pub struct Progress {
+    /// The current load point in words.
     pub label: Mutex<String>,
     /// Requests this point will send (0 when bounded by time only).
     pub planned: AtomicU64,
+    /// Requests finished.
     pub done: AtomicU64,
+    /// Requests failed.
     pub failed: AtomicU64,
+    /// Requests in flight now.
     pub in_flight: AtomicU64,
+    /// Output tokens received.
     pub tokens: AtomicU64,
     /// Nanoseconds since the Unix epoch when the current point started (0 before).
     pub point_started_unix_ns: AtomicU64,
-    /// Index of the current point and how many there are.
+    /// Index of the current point (1-based).
     pub point: AtomicU64,
+    /// How many points the sweep has.
     pub points: AtomicU64,
 }
 
 impl Progress {
-    fn reset(&self, label: String, planned: u64, point: u64, points: u64) {
+    pub(crate) fn reset(&self, label: String, planned: u64, point: u64, points: u64) {
         if let Ok(mut l) = self.label.lock() {
             *l = label;
         }
@@ -61,32 +63,58 @@ impl Progress {
         for c in [&self.done, &self.failed, &self.in_flight, &self.tokens] {
             c.store(0, Ordering::Relaxed);
         }
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+            .unwrap_or(0);
         self.point_started_unix_ns.store(now, Ordering::Relaxed);
         self.point.store(point, Ordering::Relaxed);
         self.points.store(points, Ordering::Relaxed);
     }
 }
 
-/// The configuration as recorded in the report (no secrets).
+/// The configuration as recorded in the report (no secrets, no URL userinfo).
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ConfigEcho {
+    /// The server's base URL.
     pub url: String,
+    /// The API spoken.
     pub api: Api,
+    /// The model asked for.
     pub model: Option<String>,
+    /// Streamed responses.
     pub stream: bool,
+    /// Prompt lengths in words.
     pub input: String,
+    /// Output lengths (`max_tokens`) in words.
     pub output: String,
+    /// Workload and schedule seed.
     pub seed: u64,
+    /// Warmup requests per point.
     pub warmup: u64,
+    /// Measured requests per point, when every point has the same count.
     pub requests: Option<u64>,
+    /// Measured seconds per point.
     pub duration_s: Option<f64>,
+    /// Ramp-up, s.
     pub ramp_up_s: f64,
+    /// `--ignore-eos`.
     pub ignore_eos: bool,
+    /// The EOS id sent in a logit bias.
     pub eos_token_id: Option<u32>,
+    /// Whole-request limit, s (`--timeout`).
     pub timeout_s: f64,
+    /// Connect limit, s.
+    pub connect_timeout_s: f64,
+    /// Send-to-response-head limit, s.
+    pub first_byte_timeout_s: f64,
+    /// Longest silent gap within a response, s.
+    pub idle_timeout_s: f64,
+    /// The tokenizer file.
     pub tokenizer: Option<String>,
+    /// Words-to-tokens calibration.
     pub calibration: Calibration,
+    /// The metrics endpoint scraped.
     pub metrics_url: Option<String>,
     /// Name of the environment variable the API key came from, if one was used.
     pub api_key_env: Option<String>,
@@ -95,136 +123,213 @@ pub struct ConfigEcho {
 /// The whole result, `--json`'s document.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct BenchReport {
-    /// Always "servetune.bench/1".
+    /// Always [`SCHEMA`]: the major version readers gate on.
     pub schema: &'static str,
+    /// [`SCHEMA_MINOR`]: fields added within the major version.
+    pub schema_minor: u32,
+    /// The servetune version that wrote it.
     pub servetune_version: &'static str,
     /// Unix seconds at the start.
     pub started_at: u64,
+    /// The configuration.
     pub config: ConfigEcho,
-    /// True when a stop (Ctrl-C) cut the benchmark short.
+    /// True when a signal cut the benchmark short.
     pub partial: bool,
+    /// One report per load point, in run order.
     pub runs: Vec<RunReport>,
+    /// The knee of the sweep.
     pub saturation: Option<Saturation>,
-    /// The latency metrics under `--definitions`, one list per run (absent for servetune's own).
+    /// The latency metrics under `--definitions`, one list per run.
     pub definitions: Option<DefinitionsReport>,
     /// Preflight observations (model found, calibration, metrics endpoint).
     pub notes: Vec<String>,
 }
 
+/// The runs' latencies under another tool's definitions.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct DefinitionsReport {
+    /// Whose definitions.
     pub tool: Definitions,
+    /// One list per run.
     pub runs: Vec<Vec<DefinedMetric>>,
 }
 
+/// The report's schema (major version).
 pub const SCHEMA: &str = "servetune.bench/1";
+/// The report's minor version: 1 added `schema_minor`, typed error kinds (`no_response`,
+/// `stalled`, `disconnected`, `too_many_tokens`, `no_tokens`), `http_statuses`, `chunks_dropped`,
+/// `failed_scrapes`, a null `style` for unrecognised metrics, and the per-wait timeouts.
+pub const SCHEMA_MINOR: u32 = 1;
 
 /// Everything resolved before the first request.
 #[derive(Debug)]
 pub struct Prepared {
+    /// The configuration.
     pub cfg: BenchConfig,
+    /// The client (keys, limits).
     pub client: HttpClient,
+    /// The model sent in requests.
     pub model: Option<String>,
+    /// The local tokenizer.
     pub tokenizer: Option<Arc<Tokenizer>>,
+    /// The seeded requests.
     pub workload: Arc<Workload>,
+    /// Words-to-tokens calibration.
     pub calibration: Calibration,
+    /// The metrics endpoint to scrape (no userinfo).
     pub metrics_url: Option<String>,
+    /// The EOS id for `--ignore-eos`.
     pub eos_token_id: Option<u32>,
+    /// Preflight observations.
     pub notes: Vec<String>,
+    /// Where the API key came from.
     pub api_key_env: Option<String>,
 }
 
 /// Checks the server, finds the model, calibrates prompt lengths, finds the metrics endpoint and
-/// builds the workload.
+/// builds the workload. Every start-up request is bounded by `--preflight-timeout`.
 pub async fn prepare(cfg: BenchConfig, api_key_env: Option<String>) -> Result<Prepared, BenchError> {
     cfg.validate()?;
-    let client = HttpClient::new(&cfg.base_url, cfg.api_key.as_deref())?;
+    let explicit_metrics = match &cfg.metrics_url {
+        Some(Some(u)) => Some(normalize_url("--metrics-url", u)?),
+        _ => None,
+    };
+    let mut client = HttpClient::new(&cfg.base_url, cfg.api_key.as_deref(), cfg.limits)?;
+    if let (Some(u), Some(k)) = (&explicit_metrics, &cfg.metrics_api_key) {
+        client = client.with_key_for(u, k)?;
+    }
     let tokenizer = match &cfg.tokenizer_path {
         Some(p) => Some(Arc::new(Tokenizer::load(p)?)),
         None => None,
     };
     let mut notes = Vec::new();
+    if strip_userinfo(&cfg.base_url) != cfg.base_url {
+        notes.push("--url carried user:password@: it is not sent and not stored; give a key with --api-key-env".into());
+    }
     // Local input first: a bad file is reported before any network error.
     let dataset = match &cfg.prompts {
         PromptSource::Dataset { path } => Some(crate::workload::load_dataset(path)?),
         PromptSource::Random { .. } => None,
     };
-
-    // Reachability and model discovery in one request.
-    let models = client.simple(http::Method::GET, "/v1/models", Bytes::new()).await.map_err(|e| {
-        InputError(format!("{e}\n  is the server running at --url {}? Start it, or fix the address and port", cfg.base_url))
-    })?;
-    let mut model = cfg.model.clone();
-    if model.is_none() && cfg.api != Api::Sglang {
-        match (models.status, first_model_id(&models.body)) {
-            (200, Some(id)) => {
-                notes.push(format!("model {id:?} found at /v1/models"));
-                model = Some(id);
-            }
-            (s, _) => notes.push(format!(
-                "no model found at /v1/models (HTTP {s}); requests are sent without a model field: give --model if the server needs one"
-            )),
-        }
-    }
-
+    let model = discover_model(&client, &cfg, &mut notes).await?;
     let eos_token_id = cfg.eos_token_id.or_else(|| tokenizer.as_ref().and_then(|t| t.eos_token_id()));
     if cfg.ignore_eos && eos_token_id.is_none() && cfg.api != Api::Sglang {
         notes.push("--ignore-eos without --eos-token-id or --tokenizer: only ignore_eos/min_tokens are sent; servers that ignore them may stop early (reported per run)".into());
     }
-
-    let mut calibration = Calibration::default();
-    if matches!(cfg.prompts, PromptSource::Random { .. }) && tokenizer.is_none() {
-        if cfg.calibrate {
-            match calibrate(&client, &cfg, model.as_deref()).await {
-                Ok(c) => {
-                    notes.push(format!(
-                        "prompt lengths calibrated from the server's prompt_tokens: {:.3} tokens per word + {:.0} tokens of overhead",
-                        c.tokens_per_word, c.overhead_tokens
-                    ));
-                    calibration = c;
-                }
-                Err(why) => notes.push(format!("prompt lengths not calibrated ({why}); one word is taken as one token")),
-            }
-        } else {
-            notes.push("prompt lengths not calibrated (--no-calibrate): one word is taken as one token".into());
-        }
-    }
-
-    let metrics_url = match &cfg.metrics_url {
-        Some(Some(u)) => Some(u.clone()),
-        Some(None) => None,
-        None => {
-            let url = format!("{}/metrics", client.base());
-            match client.simple(http::Method::GET, &url, Bytes::new()).await {
-                Ok(r) if r.status == 200 && scrape::parse(&String::from_utf8_lossy(&r.body)).1 != "unknown" => Some(url),
-                _ => {
-                    notes.push(format!("no sglang/vLLM metrics at {url}; server metrics are not scraped (give --metrics-url)"));
-                    None
-                }
-            }
-        }
+    let calibration = calibrate_if_asked(&client, &cfg, model.as_deref(), tokenizer.is_some(), &mut notes).await;
+    let metrics_url = match explicit_metrics {
+        Some(u) => Some(u),
+        None if cfg.metrics_url.is_some() => None,
+        None => find_metrics(&client, &mut notes).await,
     };
-
-    let count = pool_size(&cfg);
+    let (count, wanted) = pool_size(&cfg);
+    if wanted > count as u64 {
+        notes.push(format!(
+            "the workload holds {count} distinct prompts; a point sending more reuses them in order (prefix caches may then hit)"
+        ));
+    }
     let workload = Workload::build(&cfg.prompts, dataset.as_deref(), &cfg.output, cfg.seed, count, &calibration, tokenizer.as_deref())?;
     Ok(Prepared { cfg, client, model, tokenizer, workload: Arc::new(workload), calibration, metrics_url, eos_token_id, notes, api_key_env })
 }
 
-fn pool_size(cfg: &BenchConfig) -> usize {
+/// Reachability and model discovery in one request: `GET /v1/models`.
+async fn discover_model(client: &HttpClient, cfg: &BenchConfig, notes: &mut Vec<String>) -> Result<Option<String>, BenchError> {
+    let base = client.base();
+    let limit = cfg.limits.preflight;
+    let models = client.simple(http::Method::GET, "/v1/models", Bytes::new(), limit).await.map_err(|e| match e {
+        SimpleError::Connect(m) => {
+            BenchError::Input(InputError(format!("{m}\n  is the server running at --url {base}? Start it, or fix the address and port")))
+        }
+        SimpleError::Timeout(m) => BenchError::Runtime(format!(
+            "{m}\n  the server at --url {base} accepted the connection but did not answer GET /v1/models within --preflight-timeout {:.1}s: is it still loading? Wait for it, or raise --preflight-timeout",
+            limit.as_secs_f64()
+        )),
+        SimpleError::Other(m) => BenchError::Runtime(format!("{m}\n  the server at --url {base} did not answer GET /v1/models")),
+    })?;
+    if matches!(models.status, 401 | 403) {
+        notes.push(format!(
+            "GET /v1/models answered HTTP {}: the server wants a valid key; set the variable named by --api-key-env",
+            models.status
+        ));
+    }
+    if cfg.model.is_some() || cfg.api == Api::Sglang {
+        return Ok(cfg.model.clone());
+    }
+    match (models.status, first_model_id(&models.body)) {
+        (200, Some(id)) => {
+            let id = client.redactor().clean(&id);
+            notes.push(format!("model {id:?} found at /v1/models"));
+            Ok(Some(id))
+        }
+        (s, _) => {
+            notes.push(format!(
+                "no model found at /v1/models (HTTP {s}); requests are sent without a model field: give --model if the server needs one"
+            ));
+            Ok(None)
+        }
+    }
+}
+
+async fn calibrate_if_asked(
+    client: &HttpClient,
+    cfg: &BenchConfig,
+    model: Option<&str>,
+    has_tokenizer: bool,
+    notes: &mut Vec<String>,
+) -> Calibration {
+    if !matches!(cfg.prompts, PromptSource::Random { .. }) || has_tokenizer {
+        return Calibration::default();
+    }
+    if !cfg.calibrate {
+        notes.push("prompt lengths not calibrated (--no-calibrate): one word is taken as one token".into());
+        return Calibration::default();
+    }
+    match calibrate(client, cfg, model).await {
+        Ok(c) => {
+            notes.push(format!(
+                "prompt lengths calibrated from the server's prompt_tokens: {:.3} tokens per word + {:.0} tokens of overhead",
+                c.tokens_per_word, c.overhead_tokens
+            ));
+            c
+        }
+        Err(why) => {
+            notes.push(format!("prompt lengths not calibrated ({}); one word is taken as one token", client.redactor().clean(&why)));
+            Calibration::default()
+        }
+    }
+}
+
+async fn find_metrics(client: &HttpClient, notes: &mut Vec<String>) -> Option<String> {
+    let url = format!("{}/metrics", client.base());
+    let limit = client.limits().preflight;
+    match client.simple(http::Method::GET, &url, Bytes::new(), limit).await {
+        Ok(r) if r.status == 200 && scrape::parse(&String::from_utf8_lossy(&r.body)).1.is_some() => Some(url),
+        _ => {
+            notes.push(format!("no sglang/vLLM metrics at {url}; server metrics are not scraped (give --metrics-url)"));
+            None
+        }
+    }
+}
+
+/// The most distinct prompts a workload holds (each is kept in memory).
+const MAX_POOL: u64 = 200_000;
+
+/// (prompts to build, prompts a point would want).
+fn pool_size(cfg: &BenchConfig) -> (usize, u64) {
     let n = match (cfg.stop.requests, cfg.stop.duration) {
-        (Some(r), _) => r + cfg.warmup,
+        (Some(r), _) => r.saturating_add(cfg.warmup),
         (None, Some(d)) => {
             let max_rate =
                 cfg.loads.iter().filter_map(|l| if let Load::Open { rate, .. } = l { Some(*rate) } else { None }).fold(0.0, f64::max);
             if max_rate > 0.0 {
-                (max_rate * d.as_secs_f64()) as u64 + cfg.warmup
+                ((max_rate * d.as_secs_f64()) as u64).saturating_add(cfg.warmup)
             } else {
                 4096
             }
         }
         (None, None) => 1,
     };
-    n.clamp(1, 200_000) as usize
+    (n.clamp(1, MAX_POOL) as usize, n)
 }
 
 async fn calibrate(client: &HttpClient, cfg: &BenchConfig, model: Option<&str>) -> Result<Calibration, String> {
@@ -235,7 +340,8 @@ async fn calibrate(client: &HttpClient, cfg: &BenchConfig, model: Option<&str>) 
             cfg.api,
             &RequestBody { model, prompt: &prompt, max_tokens: 1, stream: false, ignore_eos: false, eos_token_id: None },
         );
-        let r = client.simple(http::Method::POST, cfg.api.path(), Bytes::from(body)).await?;
+        let r =
+            client.simple(http::Method::POST, cfg.api.path(), Bytes::from(body), cfg.limits.preflight).await.map_err(|e| e.to_string())?;
         if r.status != 200 {
             return Err(format!("HTTP {} from {}", r.status, cfg.api.path()));
         }
@@ -246,293 +352,13 @@ async fn calibrate(client: &HttpClient, cfg: &BenchConfig, model: Option<&str>) 
     Calibration::fit(pts[0].0, pts[0].1, pts[1].0, pts[1].1).ok_or_else(|| format!("implausible prompt token counts {pts:?}"))
 }
 
-/// One load point's report and its records.
-#[derive(Debug)]
-pub struct PointOutcome {
-    pub report: RunReport,
-    pub records: Vec<RequestRecord>,
-    pub interrupted: bool,
-}
-
-struct Shared {
-    client: HttpClient,
-    api: Api,
-    stream: bool,
-    model: Option<String>,
-    ignore_eos: bool,
-    eos: Option<u32>,
-    timeout: Duration,
-    warmup: u64,
-    t0: Instant,
-    workload: Arc<Workload>,
-    tokenizer: Option<Arc<Tokenizer>>,
-    records: Mutex<Vec<RequestRecord>>,
-    progress: Arc<Progress>,
-    /// No more sends.
-    stop: AtomicBool,
-    /// In-flight requests give up (drain deadline passed).
-    abort: watch::Receiver<bool>,
-}
-
-impl Shared {
-    async fn one(&self, index: u64, intended_ns: u64, slot: Option<&Semaphore>) {
-        let _permit = match slot {
-            Some(s) => match s.acquire().await {
-                Ok(p) => Some(p),
-                Err(_) => return,
-            },
-            None => None,
-        };
-        if self.stop.load(Ordering::Relaxed) && slot.is_some() {
-            return; // stopped while waiting for a slot: never sent, not measured
-        }
-        let spec = self.workload.get(index);
-        let mut rec = RequestRecord::new(index, index < self.warmup, intended_ns, spec.input_tokens, spec.output_tokens);
-        let body = build_body(
-            self.api,
-            &RequestBody {
-                model: self.model.as_deref(),
-                prompt: &spec.prompt,
-                max_tokens: spec.output_tokens,
-                stream: self.stream,
-                ignore_eos: self.ignore_eos,
-                eos_token_id: self.eos,
-            },
-        );
-        self.progress.in_flight.fetch_add(1, Ordering::Relaxed);
-        let x = Exec {
-            api: self.api,
-            stream: self.stream,
-            t0: self.t0,
-            tokenizer: self.tokenizer.as_deref(),
-            tokens_counter: &self.progress.tokens,
-        };
-        let deadline = tokio::time::Instant::now() + self.timeout;
-        let mut abort = self.abort.clone();
-        let mut outcome = 0u8;
-        tokio::select! {
-            _ = self.client.execute(&x, Bytes::from(body), &mut rec) => {}
-            _ = tokio::time::sleep_until(deadline) => outcome = 1,
-            _ = abort.wait_for(|a| *a) => outcome = 2,
-        }
-        let now = since(self.t0);
-        match outcome {
-            1 => rec.fail(ErrorKind::Timeout, format!("no complete response within --timeout {:.1}s", self.timeout.as_secs_f64()), now),
-            2 => rec.fail(ErrorKind::Cancelled, "still in flight when the drain deadline after the stop passed", now),
-            _ => {}
-        }
-        self.progress.in_flight.fetch_sub(1, Ordering::Relaxed);
-        if rec.error.is_some() {
-            self.progress.failed.fetch_add(1, Ordering::Relaxed);
-        }
-        self.progress.done.fetch_add(1, Ordering::Relaxed);
-        if let Ok(mut r) = self.records.lock() {
-            r.push(rec);
-        }
-    }
-}
-
-/// Runs one load point. `interrupt` turning true stops sending, drains in-flight requests for
-/// `drain_timeout`, then cancels the rest; the outcome is then marked partial.
-pub async fn run_point(
-    p: &Prepared,
-    load: Load,
-    interrupt: watch::Receiver<bool>,
-    progress: Arc<Progress>,
-    point: (u64, u64),
-) -> PointOutcome {
-    let cfg = &p.cfg;
-    let (abort_tx, abort_rx) = watch::channel(false);
-    let planned = cfg.stop.requests.map(|r| r + cfg.warmup);
-    progress.reset(load.label(), planned.unwrap_or(0), point.0, point.1);
-    let t0 = Instant::now();
-    let sh = Arc::new(Shared {
-        client: p.client.clone(),
-        api: cfg.api,
-        stream: cfg.stream,
-        model: p.model.clone(),
-        ignore_eos: cfg.ignore_eos,
-        eos: p.eos_token_id,
-        timeout: cfg.timeout,
-        warmup: cfg.warmup,
-        t0,
-        workload: Arc::clone(&p.workload),
-        tokenizer: p.tokenizer.clone(),
-        records: Mutex::new(Vec::with_capacity(planned.unwrap_or(1024).min(1 << 20) as usize)),
-        progress: Arc::clone(&progress),
-        stop: AtomicBool::new(false),
-        abort: abort_rx,
-    });
-
-    // Server metrics.
-    let (scrape_stop_tx, scrape_stop_rx) = watch::channel(false);
-    let scraper = p.metrics_url.clone().map(|u| {
-        let c = p.client.clone();
-        tokio::spawn(scrape::scrape_loop(c, u, cfg.scrape_interval, t0, scrape_stop_rx))
-    });
-
-    // Ctrl-C: stop sending, then after the drain deadline cancel what is still in flight.
-    let interrupted = Arc::new(AtomicBool::new(false));
-    let watcher = {
-        let sh = Arc::clone(&sh);
-        let interrupted = Arc::clone(&interrupted);
-        let drain = cfg.drain_timeout;
-        let mut interrupt = interrupt.clone();
-        tokio::spawn(async move {
-            if interrupt.wait_for(|v| *v).await.is_ok() {
-                interrupted.store(true, Ordering::Relaxed);
-                sh.stop.store(true, Ordering::Relaxed);
-                tokio::time::sleep(drain).await;
-                let _ = abort_tx.send(true);
-            }
-        })
-    };
-
-    let mut last_intended_ns = 0;
-    match load {
-        Load::Closed { concurrency } => {
-            let next = Arc::new(AtomicU64::new(0));
-            let measure_start = Arc::new(Mutex::new(None::<Instant>));
-            let mut workers = Vec::with_capacity(concurrency as usize);
-            for k in 0..concurrency {
-                let sh = Arc::clone(&sh);
-                let next = Arc::clone(&next);
-                let measure_start = Arc::clone(&measure_start);
-                let start_at = t0 + cfg.ramp_up.mul_f64(k as f64 / concurrency as f64);
-                let (warmup, duration) = (cfg.warmup, cfg.stop.duration);
-                workers.push(tokio::spawn(async move {
-                    tokio::time::sleep_until(start_at.into()).await;
-                    loop {
-                        if sh.stop.load(Ordering::Relaxed) {
-                            break;
-                        }
-                        if let (Some(d), Ok(ms)) = (duration, measure_start.lock().map(|m| *m)) {
-                            if ms.is_some_and(|s| s.elapsed() >= d) {
-                                break;
-                            }
-                        }
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        if planned.is_some_and(|n| i >= n) {
-                            break;
-                        }
-                        if i == warmup {
-                            if let Ok(mut m) = measure_start.lock() {
-                                *m = Some(Instant::now());
-                            }
-                        }
-                        // Closed loop: the slot is free now, so now is the intended time.
-                        sh.one(i, since(sh.t0), None).await;
-                    }
-                }));
-            }
-            for w in workers {
-                let _ = w.await;
-            }
-        }
-        Load::Open { rate, arrival, max_concurrency } => {
-            // The measured part starts at the warmup's end; without warmup, at 0.
-            let sched = schedule::arrivals(rate, arrival, cfg.ramp_up, cfg.seed, planned, None);
-            let sched = match (cfg.stop.duration, planned) {
-                (Some(d), _) => {
-                    let start = if cfg.warmup > 0 {
-                        let full = schedule::arrivals(rate, arrival, cfg.ramp_up, cfg.seed, Some(cfg.warmup + 1), None);
-                        full.last().copied().unwrap_or(0)
-                    } else {
-                        0
-                    };
-                    let until = start + d.as_nanos() as u64;
-                    if planned.is_some() {
-                        sched.into_iter().take_while(|&t| t <= until).collect()
-                    } else {
-                        schedule::arrivals(rate, arrival, cfg.ramp_up, cfg.seed, None, Some(until))
-                    }
-                }
-                _ => sched,
-            };
-            progress.planned.store(sched.len() as u64, Ordering::Relaxed);
-            last_intended_ns = sched.last().copied().unwrap_or(0);
-            let slot = max_concurrency.map(|m| Arc::new(Semaphore::new(m as usize)));
-            let handle = tokio::runtime::Handle::current();
-            let sh2 = Arc::clone(&sh);
-            let dispatched = tokio::task::spawn_blocking(move || {
-                let mut handles = Vec::with_capacity(sched.len());
-                for (i, &t) in sched.iter().enumerate() {
-                    let target = sh2.t0 + Duration::from_nanos(t);
-                    loop {
-                        if sh2.stop.load(Ordering::Relaxed) {
-                            return handles;
-                        }
-                        let now = Instant::now();
-                        if now >= target {
-                            break;
-                        }
-                        // Sleep in slices of at most 50 ms so a stop is seen promptly.
-                        std::thread::sleep((target - now).min(Duration::from_millis(50)));
-                    }
-                    let sh3 = Arc::clone(&sh2);
-                    let slot = slot.clone();
-                    handles.push(handle.spawn(async move { sh3.one(i as u64, t, slot.as_deref()).await }));
-                }
-                handles
-            })
-            .await
-            .unwrap_or_default();
-            for h in dispatched {
-                let _ = h.await;
-            }
-        }
-    }
-    watcher.abort();
-    let _ = scrape_stop_tx.send(true);
-    let server_metrics = match scraper {
-        Some(h) => match h.await {
-            Ok((samples, style)) => {
-                let target = match load {
-                    Load::Closed { concurrency } => Some(concurrency as f64),
-                    Load::Open { max_concurrency, .. } => max_concurrency.map(f64::from),
-                };
-                p.metrics_url.clone().map(|u| ServerMetrics::new(u, style, samples, target))
-            }
-            Err(_) => None,
-        },
-        None => None,
-    };
-    let mut records = sh.records.lock().map(|mut r| std::mem::take(&mut *r)).unwrap_or_default();
-    records.sort_by_key(|r| r.index);
-    let was_interrupted = interrupted.load(Ordering::Relaxed);
-    let ctx = RunContext { load, partial: was_interrupted, ignore_eos: cfg.ignore_eos, slos: &cfg.slos, last_intended_ns };
-    let report = report::compute(&records, &ctx, server_metrics);
-    PointOutcome { report, records, interrupted: was_interrupted }
-}
-
 /// What a whole benchmark produced.
 #[derive(Debug)]
 pub struct Outcome {
+    /// The report.
     pub report: BenchReport,
-    /// Records per run, in run order.
+    /// Records per run, in run order (each sorted by index).
     pub records: Vec<Vec<RequestRecord>>,
-}
-
-/// Runs every load point of the sweep; stops after an interrupted point.
-pub async fn run(p: &Prepared, interrupt: watch::Receiver<bool>, progress: Arc<Progress>, defs: Option<Definitions>) -> Outcome {
-    let started_at = unix_now();
-    let mut points = Vec::new();
-    let mut partial = false;
-    let n = p.cfg.loads.len() as u64;
-    for (i, load) in p.cfg.loads.iter().enumerate() {
-        if *interrupt.borrow() {
-            partial = true;
-            break;
-        }
-        let out = run_point(p, *load, interrupt.clone(), Arc::clone(&progress), (i as u64 + 1, n)).await;
-        let stop = out.interrupted;
-        points.push(out);
-        if stop {
-            partial = true;
-            break;
-        }
-    }
-    assemble(p, started_at, points, partial, defs)
 }
 
 /// Unix seconds now.
@@ -544,9 +370,24 @@ pub fn unix_now() -> u64 {
 pub fn assemble(p: &Prepared, started_at: u64, points: Vec<PointOutcome>, partial: bool, defs: Option<Definitions>) -> Outcome {
     let (runs, all_records): (Vec<RunReport>, Vec<Vec<RequestRecord>>) = points.into_iter().map(|o| (o.report, o.records)).unzip();
     let saturation = saturation::find(&runs);
-    let definitions = defs
-        .filter(|d| *d != Definitions::Servetune)
-        .map(|tool| DefinitionsReport { tool, runs: all_records.iter().map(|r| definitions::compute(tool, r)).collect() });
+    let definitions =
+        defs.map(|tool| DefinitionsReport { tool, runs: all_records.iter().map(|r| definitions::compute(tool, r)).collect() });
+    let report = BenchReport {
+        schema: SCHEMA,
+        schema_minor: SCHEMA_MINOR,
+        servetune_version: env!("CARGO_PKG_VERSION"),
+        started_at,
+        config: echo(p),
+        partial,
+        runs,
+        saturation,
+        definitions,
+        notes: p.notes.clone(),
+    };
+    Outcome { report, records: all_records }
+}
+
+fn echo(p: &Prepared) -> ConfigEcho {
     let cfg = &p.cfg;
     let input = match &cfg.prompts {
         PromptSource::Random { input, prefix_len, prefix_groups } if *prefix_len > 0 => {
@@ -555,37 +396,29 @@ pub fn assemble(p: &Prepared, started_at: u64, points: Vec<PointOutcome>, partia
         PromptSource::Random { input, .. } => dist_str(input),
         PromptSource::Dataset { path } => format!("dataset {}", path.display()),
     };
-    let report = BenchReport {
-        schema: SCHEMA,
-        servetune_version: env!("CARGO_PKG_VERSION"),
-        started_at,
-        config: ConfigEcho {
-            url: cfg.base_url.clone(),
-            api: cfg.api,
-            model: p.model.clone(),
-            stream: cfg.stream,
-            input,
-            output: dist_str(&cfg.output),
-            seed: cfg.seed,
-            warmup: cfg.warmup,
-            requests: cfg.stop.requests,
-            duration_s: cfg.stop.duration.map(|d| d.as_secs_f64()),
-            ramp_up_s: cfg.ramp_up.as_secs_f64(),
-            ignore_eos: cfg.ignore_eos,
-            eos_token_id: p.eos_token_id,
-            timeout_s: cfg.timeout.as_secs_f64(),
-            tokenizer: cfg.tokenizer_path.as_ref().map(|t| t.display().to_string()),
-            calibration: p.calibration,
-            metrics_url: p.metrics_url.clone(),
-            api_key_env: p.api_key_env.clone(),
-        },
-        partial,
-        runs,
-        saturation,
-        definitions,
-        notes: p.notes.clone(),
-    };
-    Outcome { report, records: all_records }
+    ConfigEcho {
+        url: p.client.base().to_string(),
+        api: cfg.api,
+        model: p.model.clone(),
+        stream: cfg.stream,
+        input,
+        output: dist_str(&cfg.output),
+        seed: cfg.seed,
+        warmup: cfg.warmup,
+        requests: cfg.stop.requests,
+        duration_s: cfg.stop.duration.map(|d| d.as_secs_f64()),
+        ramp_up_s: cfg.ramp_up.as_secs_f64(),
+        ignore_eos: cfg.ignore_eos,
+        eos_token_id: p.eos_token_id,
+        timeout_s: cfg.limits.request.as_secs_f64(),
+        connect_timeout_s: cfg.limits.connect.as_secs_f64(),
+        first_byte_timeout_s: cfg.limits.first_byte.as_secs_f64(),
+        idle_timeout_s: cfg.limits.idle.as_secs_f64(),
+        tokenizer: cfg.tokenizer_path.as_ref().map(|t| t.display().to_string()),
+        calibration: p.calibration,
+        metrics_url: p.metrics_url.clone(),
+        api_key_env: p.api_key_env.clone(),
+    }
 }
 
 fn dist_str(d: &crate::spec::LengthDist) -> String {

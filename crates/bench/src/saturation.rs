@@ -2,6 +2,8 @@
 
 use serde::Serialize;
 
+use servetune_stats::{knee, LoadPoint};
+
 use crate::report::RunReport;
 
 /// The saturation finding of a sweep.
@@ -15,43 +17,31 @@ pub struct Saturation {
     pub at_rate: Option<f64>,
     /// TTFT p99 at the last point over TTFT p99 at the knee.
     pub ttft_p99_growth: f64,
+    /// The finding in words.
     pub evidence: String,
 }
 
-/// Throughput must grow by at least this fraction from one point to the next for the curve to count
-/// as still rising (a doubling of load that buys under 10% more tokens is a plateau).
-const MIN_GAIN: f64 = 0.10;
-
-/// The knee is the first point whose throughput no later point beats by more than [`MIN_GAIN`].
-/// `None` when the sweep has fewer than 2 points or throughput still rises at the last point.
+/// The knee of the sweep by the one saturation rule ([`servetune_stats::knee`], shared with
+/// `plan`), with the evidence: plateau throughput and how TTFT grew beyond it. `None` when the
+/// sweep has fewer than 2 points or throughput still rises at the last point.
 pub fn find(runs: &[RunReport]) -> Option<Saturation> {
-    if runs.len() < 2 {
-        return None;
-    }
-    let mut pts: Vec<&RunReport> = runs.iter().collect();
-    pts.sort_by(|a, b| load_key(a).total_cmp(&load_key(b)));
+    let points: Vec<LoadPoint> =
+        runs.iter().map(|r| LoadPoint { load: load_key(r), output_tokens_per_s: r.throughput.output_tokens_per_s }).collect();
+    let k = &runs[knee(&points)?];
+    let mut beyond: Vec<&RunReport> = runs.iter().filter(|r| load_key(r) >= load_key(k)).collect();
+    beyond.sort_by(|a, b| load_key(a).total_cmp(&load_key(b)));
+    let last = *beyond.last()?;
     let tput = |r: &RunReport| r.throughput.output_tokens_per_s;
-    let knee = (0..pts.len() - 1).find(|&i| pts[i + 1..].iter().all(|r| tput(r) < tput(pts[i]) * (1.0 + MIN_GAIN)))?;
-    let k = pts[knee];
-    let last = pts[pts.len() - 1];
-    let plateau = pts[knee..].iter().map(|r| tput(r)).fold(0.0, f64::max);
+    let plateau = beyond.iter().map(|r| tput(r)).fold(0.0, f64::max);
     let t0 = k.latency_ms.ttft.p99;
     let growth = if t0 > 0.0 { last.latency_ms.ttft.p99 / t0 } else { 0.0 };
-    let at = match (k.concurrency, k.rate) {
-        (Some(c), _) => format!("concurrency {c}"),
-        (_, Some(r)) => format!("rate {r} req/s"),
-        _ => k.label.clone(),
-    };
-    let beyond = match (last.concurrency, last.rate) {
-        (Some(c), _) => format!("concurrency {c}"),
-        (_, Some(r)) => format!("rate {r} req/s"),
-        _ => last.label.clone(),
-    };
+    let spread = beyond.iter().map(|r| (tput(r) / tput(k).max(1e-9) - 1.0).abs() * 100.0).fold(0.0, f64::max);
     let evidence = format!(
-        "throughput plateaus at {plateau:.0} tok/s from {at}; beyond it TTFT p99 grows {growth:.1}x ({:.0} ms to {:.0} ms at {beyond}) while output throughput stays within {:.0}% of {:.0} tok/s",
+        "throughput plateaus at {plateau:.0} tok/s from {}; beyond it TTFT p99 grows {growth:.1}x ({:.0} ms to {:.0} ms at {}) while output throughput stays within {spread:.0}% of {:.0} tok/s",
+        load_words(k),
         t0,
         last.latency_ms.ttft.p99,
-        pts[knee..].iter().map(|r| (tput(r) / tput(k).max(1e-9) - 1.0).abs() * 100.0).fold(0.0, f64::max),
+        load_words(last),
         tput(k)
     );
     Some(Saturation {
@@ -61,6 +51,14 @@ pub fn find(runs: &[RunReport]) -> Option<Saturation> {
         ttft_p99_growth: growth,
         evidence,
     })
+}
+
+fn load_words(r: &RunReport) -> String {
+    match (r.concurrency, r.rate) {
+        (Some(c), _) => format!("concurrency {c}"),
+        (_, Some(x)) => format!("rate {x} req/s"),
+        _ => r.label.clone(),
+    }
 }
 
 fn load_key(r: &RunReport) -> f64 {

@@ -5,12 +5,24 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+/// Whose metric names an exposition uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MetricsStyle {
+    /// `sglang:*` names.
+    Sglang,
+    /// `vllm:*` names.
+    Vllm,
+}
+
 /// One scrape.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Default)]
 pub struct Sample {
     /// Seconds since the run's start.
     pub t_s: f64,
+    /// Requests the server is running.
     pub running: Option<f64>,
+    /// Requests waiting in the server's queue.
     pub queued: Option<f64>,
     /// KV-cache usage as a fraction (0..1).
     pub kv_usage: Option<f64>,
@@ -23,35 +35,53 @@ pub struct Sample {
 /// The series scraped during one run and what they say.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ServerMetrics {
+    /// The scraped URL (no userinfo).
     pub url: String,
-    /// "sglang", "vllm" or "unknown" (by the names seen).
-    pub style: String,
+    /// Whose names were seen; `null` when none was recognised (or nothing was scraped).
+    pub style: Option<MetricsStyle>,
+    /// Every completed scrape, in time order.
     pub samples: Vec<Sample>,
+    /// Scrapes that failed or timed out (`--scrape-timeout`).
+    pub failed_scrapes: u64,
+    /// The most requests running at once, over the samples.
     pub max_running: Option<f64>,
+    /// The longest server queue, over the samples.
     pub max_queued: Option<f64>,
+    /// The highest KV-cache usage (0..1), over the samples.
     pub max_kv_usage: Option<f64>,
+    /// Preemptions between the first and last sample.
     pub preemptions: Option<f64>,
     /// Observations in words.
     pub summary: Vec<String>,
 }
 
+/// The fields of a [`Sample`] a metric name fills.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Field {
+    Running,
+    Queued,
+    Kv,
+    Preemptions,
+    GenThroughput,
+}
+
 /// The recognised names: (field, sglang names, vLLM names).
-const NAMES: &[(&str, &[&str], &[&str])] = &[
-    ("running", &["sglang:num_running_reqs"], &["vllm:num_requests_running"]),
-    ("queued", &["sglang:num_queue_reqs"], &["vllm:num_requests_waiting"]),
-    ("kv", &["sglang:token_usage"], &["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"]),
+const NAMES: &[(Field, &[&str], &[&str])] = &[
+    (Field::Running, &["sglang:num_running_reqs"], &["vllm:num_requests_running"]),
+    (Field::Queued, &["sglang:num_queue_reqs"], &["vllm:num_requests_waiting"]),
+    (Field::Kv, &["sglang:token_usage"], &["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"]),
     (
-        "preempt",
+        Field::Preemptions,
         &["sglang:num_retracted_reqs_total", "sglang:num_retracted_requests_total", "sglang:num_retracted_reqs"],
         &["vllm:num_preemptions_total", "vllm:num_preemptions"],
     ),
-    ("gen", &["sglang:gen_throughput"], &[]),
+    (Field::GenThroughput, &["sglang:gen_throughput"], &[]),
 ];
 
 /// Parses one exposition; returns the sample (without time) and the style detected.
-pub fn parse(text: &str) -> (Sample, &'static str) {
+pub fn parse(text: &str) -> (Sample, Option<MetricsStyle>) {
     let mut s = Sample::default();
-    let mut style = "unknown";
+    let mut style = None;
     for line in text.lines() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
@@ -76,17 +106,17 @@ pub fn parse(text: &str) -> (Sample, &'static str) {
             if !(is_sg || is_vl) {
                 continue;
             }
-            style = if is_sg { "sglang" } else { "vllm" };
+            style = Some(if is_sg { MetricsStyle::Sglang } else { MetricsStyle::Vllm });
             let slot = match *field {
-                "running" => &mut s.running,
-                "queued" => &mut s.queued,
-                "kv" => &mut s.kv_usage,
-                "preempt" => &mut s.preemptions,
-                _ => &mut s.gen_throughput,
+                Field::Running => &mut s.running,
+                Field::Queued => &mut s.queued,
+                Field::Kv => &mut s.kv_usage,
+                Field::Preemptions => &mut s.preemptions,
+                Field::GenThroughput => &mut s.gen_throughput,
             };
             // Several label sets (engines, models) add up; usage fractions take the max.
             *slot = Some(match (*slot, *field) {
-                (Some(old), "kv") => old.max(v),
+                (Some(old), Field::Kv) => old.max(v),
                 (Some(old), _) => old + v,
                 (None, _) => v,
             });
@@ -101,7 +131,8 @@ fn max_of(samples: &[Sample], f: impl Fn(&Sample) -> Option<f64>) -> Option<f64>
 
 impl ServerMetrics {
     /// Summarises `samples` against the client's target concurrency (`None` for an open loop).
-    pub fn new(url: String, style: &str, samples: Vec<Sample>, client_target: Option<f64>) -> Self {
+    pub fn new(url: String, style: Option<MetricsStyle>, scraped: Scraped, client_target: Option<f64>) -> Self {
+        let Scraped { samples, failed } = scraped;
         let max_running = max_of(&samples, |s| s.running);
         let max_queued = max_of(&samples, |s| s.queued);
         let max_kv_usage = max_of(&samples, |s| s.kv_usage);
@@ -110,7 +141,11 @@ impl ServerMetrics {
             _ => None,
         };
         let mut summary = Vec::new();
-        if let (Some(r), Some(q)) = (max_running, max_queued) {
+        if samples.is_empty() {
+            summary.push(format!(
+                "nothing was scraped ({failed} scrape(s) failed or none finished before the run ended): no server-side numbers for this run"
+            ));
+        } else if let (Some(r), Some(q)) = (max_running, max_queued) {
             let below_target = client_target.is_none_or(|t| r + 0.5 < t);
             if q >= 1.0 && below_target {
                 summary.push(format!(
@@ -137,39 +172,48 @@ impl ServerMetrics {
                 summary.push(format!("{p:.0} preemptions during the run: requests were evicted from the KV cache and recomputed"));
             }
         }
-        if samples.is_empty() {
-            summary.push("no sample was scraped".into());
-        }
-        Self { url, style: style.to_string(), samples, max_running, max_queued, max_kv_usage, preemptions, summary }
+        Self { url, style, samples, failed_scrapes: failed, max_running, max_queued, max_kv_usage, preemptions, summary }
     }
 }
 
-/// Scrapes `url` every `interval` until `stop` turns true; returns the samples and the style.
+/// What a scrape loop collected.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Scraped {
+    /// Completed scrapes.
+    pub samples: Vec<Sample>,
+    /// Scrapes that failed, timed out or got a status other than 200.
+    pub failed: u64,
+}
+
+/// Scrapes `url` every `interval` (each scrape bounded by the client's scrape limit) until `stop`
+/// turns true; returns the samples and the style seen.
 pub async fn scrape_loop(
     client: crate::client::HttpClient,
     url: String,
     interval: Duration,
     t0: Instant,
     mut stop: tokio::sync::watch::Receiver<bool>,
-) -> (Vec<Sample>, &'static str) {
-    let mut out = Vec::new();
-    let mut style = "unknown";
+) -> (Scraped, Option<MetricsStyle>) {
+    let mut out = Scraped::default();
+    let mut style = None;
+    let limit = client.limits().scrape;
     let mut next = tokio::time::Instant::now();
     loop {
-        if let Ok(Ok(r)) =
-            tokio::time::timeout(interval.max(Duration::from_millis(200)), client.simple(http::Method::GET, &url, bytes::Bytes::new()))
-                .await
-        {
-            if r.status == 200 {
+        let scrape = client.simple(http::Method::GET, &url, bytes::Bytes::new(), limit);
+        let r = tokio::select! {
+            r = scrape => r,
+            _ = stop.wait_for(|v| *v) => break,
+        };
+        match r {
+            Ok(r) if r.status == 200 => {
                 let (mut s, st) = parse(&String::from_utf8_lossy(&r.body));
                 s.t_s = t0.elapsed().as_secs_f64();
-                if st != "unknown" {
-                    style = st;
-                }
-                out.push(s);
+                style = style.or(st);
+                out.samples.push(s);
             }
+            _ => out.failed += 1,
         }
-        next += interval;
+        next = next.checked_add(interval).unwrap_or(next);
         tokio::select! {
             _ = tokio::time::sleep_until(next) => {}
             _ = stop.wait_for(|v| *v) => break,
@@ -190,7 +234,7 @@ mod tests {
             sglang:num_queue_reqs{model_name=\"a\"} 12.0\nsglang:token_usage{model_name=\"a\"} 0.97\n\
             sglang:gen_throughput{model_name=\"a\"} 480.5\n";
         let (s, style) = parse(text);
-        assert_eq!(style, "sglang");
+        assert_eq!(style, Some(MetricsStyle::Sglang));
         assert_eq!(s.running, Some(64.0));
         assert_eq!(s.queued, Some(12.0));
         assert_eq!(s.kv_usage, Some(0.97));
@@ -200,7 +244,7 @@ mod tests {
     #[test]
     fn vllm_names_are_recognised() {
         let (s, style) = parse("vllm:num_requests_running{model_name=\"m\"} 8\nvllm:num_requests_waiting{model_name=\"m\"} 0\nvllm:kv_cache_usage_perc{model_name=\"m\"} 0.5\nvllm:num_preemptions_total{model_name=\"m\"} 3\n");
-        assert_eq!(style, "vllm");
+        assert_eq!(style, Some(MetricsStyle::Vllm));
         assert_eq!((s.running, s.queued, s.kv_usage, s.preemptions), (Some(8.0), Some(0.0), Some(0.5), Some(3.0)));
     }
 
@@ -210,7 +254,7 @@ mod tests {
             Sample { t_s: 1.0, running: Some(64.0), queued: Some(60.0), ..Default::default() },
             Sample { t_s: 2.0, running: Some(64.0), queued: Some(64.0), ..Default::default() },
         ];
-        let m = ServerMetrics::new("u".into(), "sglang", samples, Some(128.0));
+        let m = ServerMetrics::new("u".into(), Some(MetricsStyle::Sglang), Scraped { samples, failed: 0 }, Some(128.0));
         assert!(m.summary[0].contains("never exceeded 64"), "{:?}", m.summary);
         assert!(m.summary[0].contains("caps concurrency"), "{:?}", m.summary);
     }
@@ -218,8 +262,15 @@ mod tests {
     #[test]
     fn an_uncapped_server_is_not_blamed() {
         let samples = vec![Sample { t_s: 1.0, running: Some(8.0), queued: Some(0.0), ..Default::default() }];
-        let m = ServerMetrics::new("u".into(), "vllm", samples, Some(8.0));
+        let m = ServerMetrics::new("u".into(), Some(MetricsStyle::Vllm), Scraped { samples, failed: 0 }, Some(8.0));
         assert!(!m.summary[0].contains("caps"), "{:?}", m.summary);
+    }
+
+    #[test]
+    fn a_run_with_no_scrape_says_nothing_was_scraped_not_peaked_at_zero() {
+        let m = ServerMetrics::new("u".into(), None, Scraped { samples: vec![], failed: 0 }, Some(8.0));
+        assert!(m.summary.iter().any(|s| s.contains("nothing was scraped")), "{:?}", m.summary);
+        assert!(!m.summary.iter().any(|s| s.contains("peaked")), "{:?}", m.summary);
     }
 
     #[test]

@@ -6,46 +6,35 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::api::Api;
-
-/// A usage or input error; the CLI maps it to exit code 2.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct InputError(pub String);
+pub use servetune_stats::{parse_duration, parse_slos, InputError, Slo, SloMetric};
 
 fn bad(msg: impl Into<String>) -> InputError {
     InputError(msg.into())
-}
-
-/// Parses `500ms`, `2s`, `1.5m`, `1h`, or a bare number of seconds.
-pub fn parse_duration(flag: &str, s: &str) -> Result<Duration, InputError> {
-    let t = s.trim();
-    let (num, mul) = if let Some(n) = t.strip_suffix("ms") {
-        (n, 1e-3)
-    } else if let Some(n) = t.strip_suffix("us") {
-        (n, 1e-6)
-    } else if let Some(n) = t.strip_suffix('s') {
-        (n, 1.0)
-    } else if let Some(n) = t.strip_suffix('m') {
-        (n, 60.0)
-    } else if let Some(n) = t.strip_suffix('h') {
-        (n, 3600.0)
-    } else {
-        (t, 1.0)
-    };
-    let v: f64 = num.trim().parse().map_err(|_| bad(format!("{flag} {s:?} is not a duration: write it like 500ms, 30s, 2m or 1h")))?;
-    if !v.is_finite() || v < 0.0 {
-        return Err(bad(format!("{flag} {s:?} is not a duration: it must be a finite value >= 0")));
-    }
-    Ok(Duration::from_secs_f64(v * mul))
 }
 
 /// How a request's length (input or output tokens) is drawn.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum LengthDist {
-    Fixed { len: u32 },
-    Uniform { lo: u32, hi: u32 },
-    Normal { mean: f64, std: f64 },
+    /// Always `len`.
+    Fixed {
+        /// Tokens.
+        len: u32,
+    },
+    /// Uniform over `lo..=hi`.
+    Uniform {
+        /// Shortest, tokens.
+        lo: u32,
+        /// Longest, tokens.
+        hi: u32,
+    },
+    /// Normal, rounded and at least 1.
+    Normal {
+        /// Mean, tokens.
+        mean: f64,
+        /// Standard deviation, tokens.
+        std: f64,
+    },
 }
 
 impl LengthDist {
@@ -100,10 +89,14 @@ pub enum Arrival {
     /// Equal gaps.
     Constant,
     /// Gamma-distributed gaps with this shape (shape 1 is Poisson; < 1 is burstier).
-    Gamma { shape: f64 },
+    Gamma {
+        /// The gamma shape, > 0.
+        shape: f64,
+    },
 }
 
 impl Arrival {
+    /// Parses `--arrival`: `poisson`, `constant` or `gamma:SHAPE`.
     pub fn parse(s: &str) -> Result<Self, InputError> {
         match s.trim() {
             "poisson" => Ok(Arrival::Poisson),
@@ -128,12 +121,23 @@ impl Arrival {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Load {
     /// Closed loop: this many requests always in flight.
-    Closed { concurrency: u32 },
+    Closed {
+        /// Requests in flight.
+        concurrency: u32,
+    },
     /// Open loop: arrivals at `rate` per second, optionally capped in flight.
-    Open { rate: f64, arrival: Arrival, max_concurrency: Option<u32> },
+    Open {
+        /// Arrivals per second.
+        rate: f64,
+        /// Inter-arrival distribution.
+        arrival: Arrival,
+        /// At most this many in flight.
+        max_concurrency: Option<u32>,
+    },
 }
 
 impl Load {
+    /// The load in words: `c=8`, `rate=2/s`, `rate=2/s cap=4`.
     pub fn label(&self) -> String {
         match self {
             Load::Closed { concurrency } => format!("c={concurrency}"),
@@ -143,118 +147,117 @@ impl Load {
     }
 }
 
-/// Which latency metric an SLO bounds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SloMetric {
-    Ttft,
-    Tpot,
-    Itl,
-    E2e,
-}
-
-impl SloMetric {
-    pub fn name(self) -> &'static str {
-        match self {
-            SloMetric::Ttft => "ttft",
-            SloMetric::Tpot => "tpot",
-            SloMetric::Itl => "itl",
-            SloMetric::E2e => "e2e",
-        }
-    }
-}
-
-/// `metric:pXX<threshold`: the run meets it when that percentile is below the threshold; a request
-/// counts toward goodput when its own value is below every threshold.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Slo {
-    pub metric: SloMetric,
-    pub percentile: f64,
-    pub threshold_ms: f64,
-}
-
-/// Parses `ttft:p99<2s,tpot:p90<50ms,e2e:p99<30s`.
-pub fn parse_slos(s: &str) -> Result<Vec<Slo>, InputError> {
-    let mut out = Vec::new();
-    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let hint = "write METRIC:pNN<TIME, e.g. ttft:p99<2s,tpot:p90<50ms (metrics: ttft, tpot, itl, e2e)";
-        let (metric, rest) = part.split_once(':').ok_or_else(|| bad(format!("--slo {part:?}: {hint}")))?;
-        let metric = match metric.trim() {
-            "ttft" => SloMetric::Ttft,
-            "tpot" => SloMetric::Tpot,
-            "itl" => SloMetric::Itl,
-            "e2e" => SloMetric::E2e,
-            m => return Err(bad(format!("--slo {part:?}: unknown SLO metric {m:?}; known: ttft, tpot, itl, e2e"))),
-        };
-        let (p, t) = rest.split_once('<').ok_or_else(|| bad(format!("--slo {part:?}: {hint}")))?;
-        let p = p.trim();
-        let percentile: f64 = p
-            .strip_prefix('p')
-            .and_then(|x| x.parse().ok())
-            .filter(|x: &f64| *x > 0.0 && *x <= 100.0)
-            .ok_or_else(|| bad(format!("--slo {part:?}: {p:?} is not a percentile like p50, p99 or p99.9")))?;
-        let threshold = parse_duration("--slo", t)?;
-        out.push(Slo { metric, percentile, threshold_ms: threshold.as_secs_f64() * 1e3 });
-    }
-    if out.is_empty() {
-        return Err(bad("--slo is empty: write METRIC:pNN<TIME, e.g. ttft:p99<2s"));
-    }
-    Ok(out)
-}
-
 /// Where prompts come from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum PromptSource {
     /// Random words (or random tokens with a tokenizer), `prefix_len` shared tokens in `prefix_groups` groups.
-    Random { input: LengthDist, prefix_len: u32, prefix_groups: u32 },
+    Random {
+        /// Prompt lengths.
+        input: LengthDist,
+        /// Shared prefix tokens.
+        prefix_len: u32,
+        /// Distinct shared prefixes.
+        prefix_groups: u32,
+    },
     /// Prompts from a JSONL or ShareGPT file.
-    Dataset { path: std::path::PathBuf },
+    Dataset {
+        /// The file.
+        path: std::path::PathBuf,
+    },
 }
 
 /// When a run stops.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Stop {
     /// Measured requests (warmup excluded).
     pub requests: Option<u64>,
     /// Wall time of the measured part.
-    #[serde(with = "secs")]
     pub duration: Option<Duration>,
 }
 
-mod secs {
-    use serde::Serializer;
-    use std::time::Duration;
-    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
-        match d {
-            Some(d) => s.serialize_f64(d.as_secs_f64()),
-            None => s.serialize_none(),
+/// The time limits of every network wait. Each comes from a flag, and each is bounded by
+/// [`servetune_stats::MAX_DURATION`], so adding one to an `Instant` cannot overflow.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    /// TCP connect (`--connect-timeout`).
+    pub connect: Duration,
+    /// From sending a request to its response head, and from the head to the first byte of an
+    /// event stream (`--first-byte-timeout`): a queued request may wait this long.
+    pub first_byte: Duration,
+    /// The longest gap between two pieces of a response body once it has started (`--idle-timeout`).
+    pub idle: Duration,
+    /// A whole benchmark request, send to last byte (`--timeout`).
+    pub request: Duration,
+    /// A whole start-up request: `/v1/models`, calibration, the `/metrics` check (`--preflight-timeout`).
+    pub preflight: Duration,
+    /// One metrics scrape (`--scrape-timeout`).
+    pub scrape: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            connect: Duration::from_secs(10),
+            first_byte: Duration::from_secs(300),
+            idle: Duration::from_secs(120),
+            request: Duration::from_secs(600),
+            preflight: Duration::from_secs(30),
+            scrape: Duration::from_secs(5),
         }
     }
 }
 
+/// The shortest scrape interval accepted: a Prometheus exposition of a busy server takes tens of
+/// milliseconds to render, so faster scraping would measure the scraper.
+pub const MIN_SCRAPE_INTERVAL: Duration = Duration::from_millis(100);
+
+/// The most sends one open-loop point may schedule: the schedule is computed in advance (8 bytes a
+/// send), so `--rate x --duration` beyond this is refused rather than allocated.
+pub const MAX_SCHEDULED: u64 = 20_000_000;
+
 /// Everything a benchmark needs, resolved and checked.
 #[derive(Debug, Clone)]
 pub struct BenchConfig {
+    /// The server's base URL as given (userinfo is stripped before use).
     pub base_url: String,
+    /// The API spoken.
     pub api: Api,
+    /// The model to ask for; found from `/v1/models` when `None`.
     pub model: Option<String>,
-    /// The bearer token's value (read from the environment by the CLI; never serialized).
+    /// The bearer token's value (read from the environment by the CLI; never serialized). Sent only
+    /// to the origin of `base_url`, and to the metrics URL when it shares that origin.
     pub api_key: Option<String>,
+    /// The bearer token for a metrics URL on another origin (`--metrics-api-key-env`).
+    pub metrics_api_key: Option<String>,
+    /// Ask for streamed responses.
     pub stream: bool,
+    /// The load points of the sweep.
     pub loads: Vec<Load>,
+    /// When each point stops.
     pub stop: Stop,
+    /// Requests sent first at each point and excluded from every statistic.
     pub warmup: u64,
+    /// Time over which the load ramps up.
     pub ramp_up: Duration,
+    /// Where prompts come from.
     pub prompts: PromptSource,
+    /// Output lengths (`max_tokens`).
     pub output: LengthDist,
+    /// Seed of the workload and the schedule.
     pub seed: u64,
+    /// Force exactly `max_tokens` output tokens.
     pub ignore_eos: bool,
+    /// EOS id for the logit bias sent with `ignore_eos`.
     pub eos_token_id: Option<u32>,
-    pub timeout: Duration,
+    /// Time limits of every network wait.
+    pub limits: Limits,
+    /// Objectives for goodput.
     pub slos: Vec<Slo>,
+    /// A local `tokenizer.json`.
     pub tokenizer_path: Option<std::path::PathBuf>,
     /// `None`: try `<base>/metrics`; `Some(None)`: off; `Some(Some(url))`: that URL.
     pub metrics_url: Option<Option<String>>,
+    /// Time between scrapes, at least [`MIN_SCRAPE_INTERVAL`].
     pub scrape_interval: Duration,
     /// How long in-flight requests may finish after a stop (Ctrl-C or the duration).
     pub drain_timeout: Duration,
@@ -295,12 +298,59 @@ impl BenchConfig {
         if self.stop.duration == Some(Duration::ZERO) {
             return Err(bad("--duration 0 measures nothing: give a positive duration such as 30s"));
         }
-        if self.timeout.is_zero() {
-            return Err(bad("--timeout 0 fails every request: give a positive duration such as 60s"));
-        }
+        self.validate_limits()?;
+        self.validate_schedule_size()?;
         if let PromptSource::Random { prefix_len, prefix_groups, .. } = self.prompts {
             if prefix_len > 0 && prefix_groups == 0 {
                 return Err(bad("--prefix-groups 0 with --prefix-len > 0: give 1 or more groups"));
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_limits(&self) -> Result<(), InputError> {
+        let l = &self.limits;
+        for (flag, d) in [
+            ("--timeout", l.request),
+            ("--connect-timeout", l.connect),
+            ("--first-byte-timeout", l.first_byte),
+            ("--idle-timeout", l.idle),
+            ("--preflight-timeout", l.preflight),
+            ("--scrape-timeout", l.scrape),
+        ] {
+            if d.is_zero() {
+                return Err(bad(format!("{flag} 0 fails every request: give a positive duration such as 10s")));
+            }
+        }
+        if self.scrape_interval < MIN_SCRAPE_INTERVAL {
+            return Err(bad(format!(
+                "--scrape-interval {:?} is shorter than {} ms: scraping that often measures the scraper; give 100ms or more",
+                self.scrape_interval,
+                MIN_SCRAPE_INTERVAL.as_millis()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Open loops compute their schedule in advance: refuse one too long to hold.
+    fn validate_schedule_size(&self) -> Result<(), InputError> {
+        for l in &self.loads {
+            if let (Load::Open { rate, .. }, Some(d)) = (*l, self.stop.duration) {
+                let sends = rate * d.as_secs_f64() + self.warmup as f64;
+                if sends > MAX_SCHEDULED as f64 {
+                    return Err(bad(format!(
+                        "--rate {rate} for --duration {:?} schedules about {sends:.0} requests, more than the {MAX_SCHEDULED} one load point may hold: shorten --duration or lower --rate",
+                        d
+                    )));
+                }
+            }
+        }
+        if let Some(n) = self.stop.requests {
+            let planned = n.saturating_add(self.warmup);
+            if self.loads.iter().any(|l| matches!(l, Load::Open { .. })) && planned > MAX_SCHEDULED {
+                return Err(bad(format!(
+                    "--requests {n} schedules more than the {MAX_SCHEDULED} sends one open-loop point may hold: give fewer"
+                )));
             }
         }
         Ok(())
@@ -312,15 +362,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn durations_parse_with_units() {
-        assert_eq!(parse_duration("--d", "500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("--d", "2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("--d", "1.5"), Ok(Duration::from_millis(1500)));
-        assert!(parse_duration("--d", "soon").is_err());
-        assert!(parse_duration("--d", "-1s").is_err());
-    }
-
-    #[test]
     fn length_distributions_parse() {
         assert_eq!(LengthDist::parse("--input-len", "128"), Ok(LengthDist::Fixed { len: 128 }));
         assert_eq!(LengthDist::parse("--input-len", "uniform:64..256"), Ok(LengthDist::Uniform { lo: 64, hi: 256 }));
@@ -329,15 +370,53 @@ mod tests {
         assert!(LengthDist::parse("--input-len", "0").is_err());
     }
 
+    fn config() -> BenchConfig {
+        BenchConfig {
+            base_url: "http://127.0.0.1:1".into(),
+            api: Api::OpenaiCompletions,
+            model: None,
+            api_key: None,
+            metrics_api_key: None,
+            stream: true,
+            loads: vec![Load::Closed { concurrency: 1 }],
+            stop: Stop { requests: Some(1), duration: None },
+            warmup: 0,
+            ramp_up: Duration::ZERO,
+            prompts: PromptSource::Random { input: LengthDist::Fixed { len: 8 }, prefix_len: 0, prefix_groups: 1 },
+            output: LengthDist::Fixed { len: 8 },
+            seed: 0,
+            ignore_eos: false,
+            eos_token_id: None,
+            limits: Limits::default(),
+            slos: Vec::new(),
+            tokenizer_path: None,
+            metrics_url: None,
+            scrape_interval: Duration::from_secs(1),
+            drain_timeout: Duration::from_secs(1),
+            calibrate: false,
+        }
+    }
+
     #[test]
-    fn slo_parses_and_unknown_metric_is_named() {
-        let s = parse_slos("ttft:p99<2s,tpot:p90<50ms,e2e:p99.9<30s").expect("parse");
-        assert_eq!(s.len(), 3);
-        assert_eq!(s[0], Slo { metric: SloMetric::Ttft, percentile: 99.0, threshold_ms: 2000.0 });
-        assert!((s[1].threshold_ms - 50.0).abs() < 1e-9);
-        assert_eq!(s[2].percentile, 99.9);
-        let e = parse_slos("latency:p99<1s").expect_err("unknown");
-        assert!(e.0.contains("unknown SLO metric \"latency\""), "{e}");
+    fn a_scrape_interval_under_100ms_is_refused_not_clamped() {
+        let c = BenchConfig { scrape_interval: Duration::from_millis(10), ..config() };
+        assert!(c.validate().expect_err("refused").0.contains("--scrape-interval"));
+        assert!(config().validate().is_ok());
+    }
+
+    #[test]
+    fn a_zero_time_limit_is_refused_with_its_flag() {
+        let c = BenchConfig { limits: Limits { idle: Duration::ZERO, ..Limits::default() }, ..config() };
+        assert!(c.validate().expect_err("refused").0.contains("--idle-timeout"));
+    }
+
+    #[test]
+    fn an_open_loop_schedule_too_large_to_hold_is_refused() {
+        let open = Load::Open { rate: 1e6, arrival: Arrival::Poisson, max_concurrency: None };
+        let c = BenchConfig { loads: vec![open], stop: Stop { requests: None, duration: Some(Duration::from_secs(3600)) }, ..config() };
+        assert!(c.validate().expect_err("refused").0.contains("schedules about"));
+        let c = BenchConfig { loads: vec![open], stop: Stop { requests: Some(u64::MAX), duration: None }, ..config() };
+        assert!(c.validate().is_err(), "u64::MAX requests plus warmup does not overflow, it is refused");
     }
 
     #[test]

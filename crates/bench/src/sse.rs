@@ -2,7 +2,8 @@
 //!
 //! Handles frames split or merged across reads, `:` comments (keep-alives), `event:`/`id:` fields,
 //! CRLF, CR and LF line ends, and multi-line `data:` (joined with `\n`). It never allocates per byte
-//! and never panics on odd input; a line longer than `max_line` is an error, not unbounded growth.
+//! and never panics on odd input; a line, or an event's data, longer than `max_line` is an error,
+//! not unbounded growth.
 
 /// One dispatched event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,8 +17,13 @@ pub struct SseEvent {
 /// Why the stream cannot be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SseError {
+    /// A line longer than the limit.
     #[error("an SSE line is longer than {0} bytes: the response is not an event stream")]
     LineTooLong(usize),
+    /// An event whose `data:` lines add up to more than the limit (a server that never ends it).
+    #[error("an SSE event's data is longer than {0} bytes: the server never ended the event")]
+    EventTooLong(usize),
+    /// Bytes that are not UTF-8.
     #[error("an SSE line is not UTF-8")]
     NotUtf8,
 }
@@ -161,6 +167,9 @@ impl SseParser {
         match field {
             b"data" => {
                 let v = std::str::from_utf8(value).map_err(|_| SseError::NotUtf8)?;
+                if self.data.len() + v.len() >= self.max_line {
+                    return Err(SseError::EventTooLong(self.max_line));
+                }
                 if self.has_data {
                     self.data.push('\n');
                 }
@@ -199,6 +208,21 @@ mod tests {
         }
         p.finish(&mut |e| out.push(e)).expect("finish");
         out
+    }
+
+    #[test]
+    fn an_event_whose_data_never_ends_is_an_error_not_growth() {
+        let mut p = SseParser::new(64);
+        let mut n = 0;
+        let mut res = Ok(());
+        for _ in 0..100 {
+            res = p.feed(b"data: 0123456789\n", &mut |_| n += 1);
+            if res.is_err() {
+                break;
+            }
+        }
+        assert_eq!(res, Err(SseError::EventTooLong(64)));
+        assert_eq!(n, 0);
     }
 
     #[test]

@@ -7,16 +7,26 @@ use serde::Serialize;
 /// Summary of one latency metric, in milliseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Default)]
 pub struct Summary {
+    /// Values recorded: percentiles from fewer than 100 are coarse, and the terminal marks them.
     pub count: u64,
+    /// Mean, ms.
     pub mean: f64,
+    /// Standard deviation, ms.
     pub std: f64,
+    /// Smallest value, ms.
     pub min: f64,
+    /// Median, ms.
     pub p50: f64,
+    /// 90th percentile, ms.
     pub p90: f64,
+    /// 95th percentile, ms.
     pub p95: f64,
+    /// 99th percentile, ms.
     pub p99: f64,
+    /// 99.9th percentile, ms.
     #[serde(rename = "p99.9")]
     pub p999: f64,
+    /// Largest value, ms.
     pub max: f64,
 }
 
@@ -33,6 +43,7 @@ impl Default for Recorder {
 }
 
 impl Recorder {
+    /// An empty recorder.
     pub fn new() -> Self {
         // 1 us .. 1 day, 3 significant digits; auto-resize covers anything longer.
         let mut h = Histogram::new_with_bounds(1, 86_400_000_000, 3).expect("constant bounds 1 us .. 1 day with 3 digits are valid");
@@ -45,6 +56,11 @@ impl Recorder {
         let _ = self.h.record((ns / 1000).max(1));
     }
 
+    /// Records `n` values of `ns` nanoseconds each.
+    pub fn record_ns_n(&mut self, ns: u64, n: u64) {
+        let _ = self.h.record_n((ns / 1000).max(1), n);
+    }
+
     /// Records a duration in milliseconds (fractional).
     pub fn record_ms(&mut self, ms: f64) {
         if ms.is_finite() && ms >= 0.0 {
@@ -52,10 +68,12 @@ impl Recorder {
         }
     }
 
+    /// Values recorded.
     pub fn len(&self) -> u64 {
         self.h.len()
     }
 
+    /// Nothing recorded.
     pub fn is_empty(&self) -> bool {
         self.h.is_empty()
     }
@@ -68,6 +86,7 @@ impl Recorder {
         self.h.value_at_percentile(p) as f64 / 1000.0
     }
 
+    /// Count, mean, spread and percentiles, in ms; all zero when empty.
     pub fn summary(&self) -> Summary {
         if self.h.is_empty() {
             return Summary::default();

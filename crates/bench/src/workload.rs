@@ -65,9 +65,11 @@ impl Calibration {
 /// One request of the workload.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RequestSpec {
+    /// The prompt text.
     pub prompt: String,
     /// Prompt tokens as planned (exact with a tokenizer, else the calibrated estimate).
     pub input_tokens: u32,
+    /// Output tokens asked for (`max_tokens`).
     pub output_tokens: u32,
 }
 

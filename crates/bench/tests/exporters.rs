@@ -4,7 +4,7 @@ use servetune_bench::api::Api;
 use servetune_bench::export;
 use servetune_bench::record::{Chunk, ErrorKind, RequestRecord};
 use servetune_bench::report::{self, RunContext};
-use servetune_bench::runner::{BenchReport, ConfigEcho, SCHEMA};
+use servetune_bench::runner::{BenchReport, ConfigEcho, SCHEMA, SCHEMA_MINOR};
 use servetune_bench::saturation;
 use servetune_bench::spec::{Load, Slo, SloMetric};
 use servetune_bench::workload::Calibration;
@@ -43,6 +43,7 @@ fn sample_report() -> BenchReport {
     let saturation = saturation::find(&runs);
     BenchReport {
         schema: SCHEMA,
+        schema_minor: SCHEMA_MINOR,
         servetune_version: "0.0.0-test",
         started_at: 1_700_000_000,
         config: ConfigEcho {
@@ -60,6 +61,9 @@ fn sample_report() -> BenchReport {
             ignore_eos: true,
             eos_token_id: None,
             timeout_s: 600.0,
+            connect_timeout_s: 10.0,
+            first_byte_timeout_s: 300.0,
+            idle_timeout_s: 120.0,
             tokenizer: None,
             calibration: Calibration::default(),
             metrics_url: None,

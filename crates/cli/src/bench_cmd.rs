@@ -3,14 +3,16 @@
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use clap::{Args, ValueEnum};
 use servetune_bench::api::Api;
 use servetune_bench::definitions::Definitions;
+use servetune_bench::record::{ErrorKind, RequestRecord};
 use servetune_bench::runner::{self, Outcome};
-use servetune_bench::spec::{self, parse_duration, Arrival, BenchConfig, LengthDist, Load, PromptSource, Stop};
-use servetune_bench::{export, BenchError, Progress};
+use servetune_bench::spec::{self, parse_duration, Arrival, BenchConfig, LengthDist, Limits, Load, PromptSource, Stop};
+use servetune_bench::{export, sweep, BenchError, Control, Progress, Stopping, SweepObserver};
+use tokio::sync::watch;
 
 use crate::Failure;
 
@@ -36,7 +38,6 @@ impl From<ApiArg> for Api {
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum DefsArg {
-    Servetune,
     Sglang,
     Vllm,
     Aiperf,
@@ -46,7 +47,6 @@ pub enum DefsArg {
 impl From<DefsArg> for Definitions {
     fn from(d: DefsArg) -> Self {
         match d {
-            DefsArg::Servetune => Definitions::Servetune,
             DefsArg::Sglang => Definitions::Sglang,
             DefsArg::Vllm => Definitions::Vllm,
             DefsArg::Aiperf => Definitions::Aiperf,
@@ -72,9 +72,10 @@ pub struct BenchArgs {
     /// Model name; found from /v1/models when omitted
     #[arg(long)]
     pub model: Option<String>,
-    /// Environment variable holding the API key (sent as a Bearer token, never printed)
-    #[arg(long, default_value = "OPENAI_API_KEY", value_name = "NAME")]
-    pub api_key_env: String,
+    /// Environment variable holding the API key, sent as a Bearer token to --url's origin only and
+    /// never printed; it must be set when given. Without the flag, OPENAI_API_KEY is used when set
+    #[arg(long, value_name = "NAME")]
+    pub api_key_env: Option<String>,
     /// Do not stream: one JSON response per request (TTFT then equals E2E)
     #[arg(long)]
     pub no_stream: bool,
@@ -136,10 +137,22 @@ pub struct BenchArgs {
     /// EOS token id for the logit_bias sent with --ignore-eos
     #[arg(long, value_name = "ID")]
     pub eos_token_id: Option<u32>,
-    /// Per-request time limit
+    /// Whole-request time limit, send to last byte
     #[arg(long, default_value = "600s", value_name = "DURATION")]
     pub timeout: String,
-    /// After a stop (Ctrl-C), how long in-flight requests may finish
+    /// Time limit for a TCP connection to open
+    #[arg(long, default_value = "10s", value_name = "DURATION")]
+    pub connect_timeout: String,
+    /// Time limit from sending a request to its response head, and from the head to the first byte of a stream (a queued request waits this long)
+    #[arg(long, default_value = "300s", value_name = "DURATION")]
+    pub first_byte_timeout: String,
+    /// Longest silence allowed inside a response once it has started (between chunks)
+    #[arg(long, default_value = "120s", value_name = "DURATION")]
+    pub idle_timeout: String,
+    /// Time limit for each start-up request (GET /v1/models, calibration, the /metrics check)
+    #[arg(long, default_value = "30s", value_name = "DURATION")]
+    pub preflight_timeout: String,
+    /// After a stop (SIGINT, SIGTERM, SIGHUP), how long in-flight requests may finish; a second signal ends it at once
     #[arg(long, default_value = "10s", value_name = "DURATION")]
     pub drain_timeout: String,
 
@@ -149,17 +162,23 @@ pub struct BenchArgs {
     /// Prometheus endpoint to scrape during the run ("off" to disable; default: the server's /metrics)
     #[arg(long, value_name = "URL")]
     pub metrics_url: Option<String>,
-    /// Scrape interval
+    /// Environment variable holding a key for a --metrics-url on another origin (the API key goes to --url's origin only)
+    #[arg(long, value_name = "NAME")]
+    pub metrics_api_key_env: Option<String>,
+    /// Scrape interval (100ms or more)
     #[arg(long, default_value = "1s", value_name = "DURATION")]
     pub scrape_interval: String,
+    /// Time limit for each metrics scrape
+    #[arg(long, default_value = "5s", value_name = "DURATION")]
+    pub scrape_timeout: String,
     /// Also print the latencies under another tool's definitions
     #[arg(long, value_enum, value_name = "TOOL")]
     pub definitions: Option<DefsArg>,
 
-    /// Write the report as JSON ("-" for stdout)
+    /// Write the report as JSON ("-" for stdout: stdout then holds only JSON, the text report goes to stderr)
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// Write one JSON line per request
+    /// Write one JSON line per request, each as its request finishes (kept when the run is stopped)
     #[arg(long, value_name = "FILE")]
     pub records: Option<PathBuf>,
     /// Write one CSV row per load point
@@ -168,23 +187,23 @@ pub struct BenchArgs {
     /// Write a Markdown summary
     #[arg(long, value_name = "FILE")]
     pub markdown: Option<PathBuf>,
-    /// No progress line and no summary on stdout
+    /// No progress line and no text report
     #[arg(long, short)]
     pub quiet: bool,
 }
 
 /// Resolves the flags into a checked configuration.
 pub fn resolve(a: &BenchArgs) -> Result<BenchConfig, spec::InputError> {
-    let bad = |m: String| spec::InputError(m);
+    let bad = |m: &str| spec::InputError(m.to_string());
     if !a.concurrency.is_empty() && !a.rate.is_empty() {
-        return Err(bad("--concurrency and --rate contradict each other: --concurrency is a closed loop, --rate an open loop; give one (cap an open loop with --max-concurrency)".into()));
+        return Err(bad("--concurrency and --rate contradict each other: --concurrency is a closed loop, --rate an open loop; give one (cap an open loop with --max-concurrency)"));
     }
     if a.rate.is_empty() {
         if a.max_concurrency.is_some() {
-            return Err(bad("--max-concurrency caps an open loop: use it with --rate (for a closed loop give --concurrency)".into()));
+            return Err(bad("--max-concurrency caps an open loop: use it with --rate (for a closed loop give --concurrency)"));
         }
         if a.arrival != "poisson" {
-            return Err(bad("--arrival shapes an open loop: use it with --rate".into()));
+            return Err(bad("--arrival shapes an open loop: use it with --rate"));
         }
     }
     let arrival = Arrival::parse(&a.arrival)?;
@@ -197,7 +216,7 @@ pub fn resolve(a: &BenchArgs) -> Result<BenchConfig, spec::InputError> {
     let prompts = match &a.dataset {
         Some(path) => {
             if a.prefix_len > 0 {
-                return Err(bad("--prefix-len builds random prompts; it cannot be combined with --dataset".into()));
+                return Err(bad("--prefix-len builds random prompts; it cannot be combined with --dataset"));
             }
             PromptSource::Dataset { path: path.clone() }
         }
@@ -207,18 +226,19 @@ pub fn resolve(a: &BenchArgs) -> Result<BenchConfig, spec::InputError> {
             prefix_groups: a.prefix_groups,
         },
     };
-    let slos = a.slo.as_deref().map(spec::parse_slos).transpose()?.unwrap_or_default();
+    let slos = a.slo.as_deref().map(|s| spec::parse_slos("--slo", s)).transpose()?.unwrap_or_default();
     let metrics_url = match a.metrics_url.as_deref() {
         None => None,
         Some("off") | Some("none") => Some(None),
         Some(u) => Some(Some(u.to_string())),
     };
-    let api_key = std::env::var(&a.api_key_env).ok().filter(|k| !k.is_empty());
+    let (api_key, metrics_api_key) = keys(a)?;
     let cfg = BenchConfig {
         base_url: a.url.clone(),
         api: a.api.into(),
         model: a.model.clone(),
         api_key,
+        metrics_api_key,
         stream: !a.no_stream,
         loads,
         stop: Stop { requests: a.requests, duration },
@@ -229,17 +249,54 @@ pub fn resolve(a: &BenchArgs) -> Result<BenchConfig, spec::InputError> {
         seed: a.seed,
         ignore_eos: a.ignore_eos,
         eos_token_id: a.eos_token_id,
-        timeout: parse_duration("--timeout", &a.timeout)?,
+        limits: limits(a)?,
         slos,
         tokenizer_path: a.tokenizer.clone(),
         metrics_url,
-        scrape_interval: parse_duration("--scrape-interval", &a.scrape_interval)?.max(std::time::Duration::from_millis(100)),
+        scrape_interval: parse_duration("--scrape-interval", &a.scrape_interval)?,
         drain_timeout: parse_duration("--drain-timeout", &a.drain_timeout)?,
         calibrate: !a.no_calibrate,
     };
     cfg.validate()?;
     Ok(cfg)
 }
+
+fn limits(a: &BenchArgs) -> Result<Limits, spec::InputError> {
+    Ok(Limits {
+        connect: parse_duration("--connect-timeout", &a.connect_timeout)?,
+        first_byte: parse_duration("--first-byte-timeout", &a.first_byte_timeout)?,
+        idle: parse_duration("--idle-timeout", &a.idle_timeout)?,
+        request: parse_duration("--timeout", &a.timeout)?,
+        preflight: parse_duration("--preflight-timeout", &a.preflight_timeout)?,
+        scrape: parse_duration("--scrape-timeout", &a.scrape_timeout)?,
+    })
+}
+
+/// The variable named by `flag`, which must be set and non-empty.
+fn required_env(flag: &str, name: &str) -> Result<String, spec::InputError> {
+    match std::env::var(name) {
+        Ok(v) if !v.is_empty() => Ok(v),
+        _ => Err(spec::InputError(format!(
+            "{flag} {name}: the variable {name} is not set (or is empty): export it, or leave {flag} out to send no key"
+        ))),
+    }
+}
+
+/// The API key (`--api-key-env`, else `OPENAI_API_KEY` when set) and the metrics key.
+fn keys(a: &BenchArgs) -> Result<(Option<String>, Option<String>), spec::InputError> {
+    let api = match &a.api_key_env {
+        Some(name) => Some(required_env("--api-key-env", name)?),
+        None => std::env::var(DEFAULT_KEY_ENV).ok().filter(|k| !k.is_empty()),
+    };
+    let metrics = a.metrics_api_key_env.as_deref().map(|n| required_env("--metrics-api-key-env", n)).transpose()?;
+    if metrics.is_some() && !matches!(a.metrics_url.as_deref(), Some(u) if u != "off" && u != "none") {
+        return Err(spec::InputError("--metrics-api-key-env names a key for --metrics-url: give --metrics-url too".into()));
+    }
+    Ok((api, metrics))
+}
+
+/// The variable read for the API key when `--api-key-env` is not given.
+const DEFAULT_KEY_ENV: &str = "OPENAI_API_KEY";
 
 fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
     tokio::runtime::Builder::new_multi_thread()
@@ -248,92 +305,277 @@ fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
         .map_err(|e| Failure::runtime(format!("cannot start the async runtime: {e}")))
 }
 
+/// Where an output goes: stdout (`-`) or a file opened before the first request.
+enum Target {
+    Stdout,
+    File(BufWriter<File>),
+}
+
+impl Target {
+    /// Opens `path` for `flag` now, so an unwritable path is refused before anything is measured.
+    fn open(flag: &str, path: &Path) -> Result<Self, Failure> {
+        if path.as_os_str() == "-" {
+            return Ok(Target::Stdout);
+        }
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| cannot_write(flag, path, &e))?;
+        }
+        let f = File::create(path).map_err(|e| cannot_write(flag, path, &e))?;
+        Ok(Target::File(BufWriter::new(f)))
+    }
+
+    fn write(&mut self, f: &dyn Fn(&mut dyn Write) -> std::io::Result<()>) -> std::io::Result<()> {
+        match self {
+            Target::Stdout => {
+                let mut out = std::io::stdout().lock();
+                f(&mut out)?;
+                out.flush()
+            }
+            Target::File(w) => {
+                f(w)?;
+                w.flush()
+            }
+        }
+    }
+}
+
+fn cannot_write(flag: &str, path: &Path, e: &std::io::Error) -> Failure {
+    Failure::usage(format!("{flag} {}: cannot open it for writing ({e}): give a writable file path", path.display()))
+}
+
+/// `--records`: each finished request is written and flushed at once.
+struct RecordsWriter {
+    out: Mutex<Target>,
+    error: Mutex<Option<String>>,
+}
+
+impl SweepObserver for RecordsWriter {
+    fn record(&self, run_label: &str, rec: &RequestRecord) {
+        let res = match self.out.lock() {
+            Ok(mut t) => t.write(&|w| export::write_record_line(run_label, rec, w)),
+            Err(_) => Ok(()),
+        };
+        if let (Err(e), Ok(mut slot)) = (res, self.error.lock()) {
+            slot.get_or_insert_with(|| e.to_string());
+        }
+    }
+}
+
+/// Every output, opened before the first request.
+struct Outputs {
+    json: Option<Target>,
+    csv: Option<Target>,
+    markdown: Option<Target>,
+    records: Option<Arc<RecordsWriter>>,
+    /// One output is stdout: the text report goes to stderr.
+    stdout_taken: bool,
+}
+
+impl Outputs {
+    fn open(a: &BenchArgs) -> Result<Self, Failure> {
+        let flags = [("--json", &a.json), ("--records", &a.records), ("--csv", &a.csv), ("--markdown", &a.markdown)];
+        let dashes: Vec<&str> = flags.iter().filter(|(_, p)| p.as_deref().is_some_and(|p| p.as_os_str() == "-")).map(|(f, _)| *f).collect();
+        if dashes.len() > 1 {
+            return Err(Failure::usage(format!(
+                "{} each ask for stdout (-): only one output may be -, give the others a file",
+                dashes.join(" and ")
+            )));
+        }
+        let open = |flag: &str, p: &Option<PathBuf>| p.as_deref().map(|p| Target::open(flag, p)).transpose();
+        let records = open("--records", &a.records)?.map(|t| Arc::new(RecordsWriter { out: Mutex::new(t), error: Mutex::new(None) }));
+        Ok(Self {
+            json: open("--json", &a.json)?,
+            csv: open("--csv", &a.csv)?,
+            markdown: open("--markdown", &a.markdown)?,
+            records,
+            stdout_taken: !dashes.is_empty(),
+        })
+    }
+
+    /// Removes the files opened for a run that never started (nothing was measured).
+    fn discard(&mut self, a: &BenchArgs) {
+        for p in [&a.json, &a.records, &a.csv, &a.markdown].into_iter().flatten().filter(|p| p.as_os_str() != "-") {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+
+    /// Writes the report's files; returns the errors met (records included).
+    fn write(&mut self, a: &BenchArgs, rep: &servetune_bench::BenchReport) -> Vec<String> {
+        let mut errors = Vec::new();
+        let mut put = |t: &mut Option<Target>, path: &Option<PathBuf>, f: &dyn Fn(&mut dyn Write) -> std::io::Result<()>| {
+            if let (Some(t), Some(p)) = (t.as_mut(), path) {
+                if let Err(e) = t.write(f) {
+                    errors.push(format!("{}: {e}", p.display()));
+                }
+            }
+        };
+        put(&mut self.json, &a.json, &|w| export::write_json(rep, w));
+        put(&mut self.csv, &a.csv, &|w| export::write_csv(rep, w));
+        put(&mut self.markdown, &a.markdown, &|w| export::write_markdown(rep, w));
+        if let (Some(r), Some(p)) = (&self.records, &a.records) {
+            if let Some(e) = r.error.lock().ok().and_then(|e| e.clone()) {
+                errors.push(format!("{}: {e}", p.display()));
+            }
+        }
+        errors
+    }
+}
+
+/// Signals that stop a run, and the exit code each gives (128 + its number).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StopSignal {
+    Hangup,
+    Interrupt,
+    Terminate,
+}
+
+impl StopSignal {
+    fn exit_code(self) -> u8 {
+        match self {
+            StopSignal::Hangup => 129,
+            StopSignal::Interrupt => 130,
+            StopSignal::Terminate => 143,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            StopSignal::Hangup => "SIGHUP",
+            StopSignal::Interrupt => "SIGINT",
+            StopSignal::Terminate => "SIGTERM",
+        }
+    }
+}
+
+/// Listens for SIGINT, SIGTERM and SIGHUP: the first stops sending and drains, the second cuts
+/// the drain short. The first signal is kept for the exit code.
+/// The first stop signal received, once one has come.
+type FirstSignal = Arc<Mutex<Option<StopSignal>>>;
+
+fn listen_for_signals(drain: std::time::Duration) -> Result<(watch::Receiver<Stopping>, FirstSignal), Failure> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mk = |k: SignalKind| signal(k).map_err(|e| Failure::runtime(format!("cannot listen for signals: {e}")));
+    let (mut int, mut term, mut hup) = (mk(SignalKind::interrupt())?, mk(SignalKind::terminate())?, mk(SignalKind::hangup())?);
+    let (tx, rx) = watch::channel(Stopping::Running);
+    let first = Arc::new(Mutex::new(None));
+    let first2 = Arc::clone(&first);
+    tokio::spawn(async move {
+        loop {
+            let sig = tokio::select! {
+                _ = int.recv() => StopSignal::Interrupt,
+                _ = term.recv() => StopSignal::Terminate,
+                _ = hup.recv() => StopSignal::Hangup,
+            };
+            if *tx.borrow() == Stopping::Running {
+                if let Ok(mut f) = first2.lock() {
+                    *f = Some(sig);
+                }
+                crate::tell!(
+                    "\n{}: stopping; no new requests. In-flight requests get {:.0}s to finish (a second signal ends them now), then results are written, marked partial",
+                    sig.name(),
+                    drain.as_secs_f64()
+                );
+                let _ = tx.send(Stopping::Draining);
+            } else {
+                crate::tell!("\n{}: cancelling the requests still in flight", sig.name());
+                let _ = tx.send(Stopping::Abort);
+                return;
+            }
+        }
+    });
+    Ok((rx, first))
+}
+
+/// `servetune bench`: resolve, open outputs, prepare, run, write, and the exit code.
 pub fn run(a: BenchArgs) -> Result<(), Failure> {
     let cfg = resolve(&a).map_err(|e| Failure::usage(e.0))?;
-    let key_env = cfg.api_key.as_ref().map(|_| a.api_key_env.clone());
+    let key_env = cfg.api_key.as_ref().map(|_| a.api_key_env.clone().unwrap_or_else(|| DEFAULT_KEY_ENV.into()));
+    let mut outputs = Outputs::open(&a)?;
     let rt = runtime()?;
-    let outcome = rt.block_on(async {
+    let ran = rt.block_on(async {
+        let (stopping, signal) = listen_for_signals(cfg.drain_timeout)?;
         let prepared = runner::prepare(cfg, key_env).await.map_err(|e| match e {
             BenchError::Input(i) => Failure::usage(i.0),
             BenchError::Runtime(r) => Failure::runtime(r),
         })?;
-        let (int_tx, int_rx) = tokio::sync::watch::channel(false);
-        let drain = prepared.cfg.drain_timeout;
-        tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                crate::tell!(
-                    "\nstopping: no new requests; in-flight requests get {:.0}s to finish, then results are written (marked partial)",
-                    drain.as_secs_f64()
-                );
-                let _ = int_tx.send(true);
-            }
-        });
         let progress = Arc::new(Progress::default());
-        let bar = crate::progress::spawn(Arc::clone(&progress), !a.quiet);
-        let out = runner::run(&prepared, int_rx, progress, a.definitions.map(Into::into)).await;
+        let observer = outputs.records.clone().map(|r| r as Arc<dyn SweepObserver>);
+        let ctl = Control { stopping, progress: Arc::clone(&progress), observer };
+        let bar = crate::progress::spawn(progress, !a.quiet);
+        let out = sweep::run(&prepared, &ctl, a.definitions.map(Into::into)).await;
         crate::progress::finish(bar);
-        Ok::<Outcome, Failure>(out)
-    })?;
+        let sig = signal.lock().ok().and_then(|s| *s);
+        Ok::<(Outcome, Option<StopSignal>), Failure>((out, sig))
+    });
+    let (outcome, signal) = ran.inspect_err(|_| outputs.discard(&a))?;
     rt.shutdown_timeout(std::time::Duration::from_millis(100));
     let rep = &outcome.report;
-
     let mut write_errors = Vec::new();
     if !a.quiet {
-        let mut out = std::io::stdout().lock();
-        if let Err(e) = export::write_terminal(rep, &mut out) {
-            write_errors.push(format!("stdout: {e}"));
+        let res = if outputs.stdout_taken {
+            export::write_terminal(rep, std::io::stderr().lock())
+        } else {
+            export::write_terminal(rep, std::io::stdout().lock())
+        };
+        if let Err(e) = res {
+            write_errors.push(format!("the text report: {e}"));
         }
     }
-    let mut write = |path: &Option<PathBuf>, f: &dyn Fn(&mut dyn Write) -> std::io::Result<()>| {
-        if let Some(p) = path {
-            if let Err(e) = write_file(p, f) {
-                write_errors.push(format!("{}: {e}", p.display()));
-            }
-        }
-    };
-    write(&a.json, &|w| export::write_json(rep, w));
-    write(&a.records, &|w| export::write_records(rep, &outcome.records, w));
-    write(&a.csv, &|w| export::write_csv(rep, w));
-    write(&a.markdown, &|w| export::write_markdown(rep, w));
+    write_errors.extend(outputs.write(&a, rep));
     if !write_errors.is_empty() {
         return Err(Failure::runtime(format!("could not write results: {}", write_errors.join("; "))));
+    }
+    let lost: u64 = rep.runs.iter().map(|r| r.requests.lost).sum();
+    if lost > 0 {
+        return Err(Failure::runtime(format!(
+            "{lost} request(s) were lost to a panic in servetune (a bug; please report it); the results written miss them"
+        )));
+    }
+    if let Some(sig) = signal {
+        return Err(Failure {
+            code: sig.exit_code(),
+            msg: format!("stopped by {}: the results measured until then were written, marked partial", sig.name()),
+        });
     }
     verdict(rep)
 }
 
-fn write_file(p: &Path, f: &dyn Fn(&mut dyn Write) -> std::io::Result<()>) -> std::io::Result<()> {
-    if p.as_os_str() == "-" {
-        let mut out = std::io::stdout().lock();
-        return f(&mut out);
-    }
-    if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
-    let mut w = BufWriter::new(File::create(p)?);
-    f(&mut w)?;
-    w.flush()
-}
-
 /// Exit status from the results: every request failing is a failure; when they all failed with
-/// 404/405 or could not connect, the input (URL or API) is what is wrong.
+/// 404/405, another 4xx, or could not connect, the input (URL, API, request) is what is wrong.
 fn verdict(rep: &servetune_bench::BenchReport) -> Result<(), Failure> {
     let completed: u64 = rep.runs.iter().map(|r| r.requests.completed).sum();
     let failed: u64 = rep.runs.iter().map(|r| r.requests.failed).sum();
     if completed > 0 || failed == 0 {
         return Ok(());
     }
-    let example = rep.runs.iter().flat_map(|r| r.requests.error_examples.values().flatten()).next().cloned().unwrap_or_default();
-    let all_404 = rep.runs.iter().all(|r| r.requests.errors.get("http_status").copied().unwrap_or(0) == r.requests.failed)
-        && (example.contains("HTTP 404") || example.contains("HTTP 405"));
-    let all_connect = rep.runs.iter().all(|r| r.requests.errors.get("connect").copied().unwrap_or(0) == r.requests.failed);
-    if all_404 {
+    let count = |k: ErrorKind| rep.runs.iter().map(|r| r.requests.errors.get(&k).copied().unwrap_or(0)).sum::<u64>();
+    let statuses = || rep.runs.iter().flat_map(|r| r.requests.http_statuses.keys().copied());
+    let example =
+        |k: ErrorKind| rep.runs.iter().find_map(|r| r.requests.error_examples.get(&k).and_then(|v| v.first())).cloned().unwrap_or_default();
+    let any = rep.runs.iter().flat_map(|r| r.requests.error_examples.values().flatten()).next().cloned().unwrap_or_default();
+    let all_http = count(ErrorKind::HttpStatus) == failed;
+    if all_http && statuses().all(|s| s == 404 || s == 405) {
         Err(Failure::usage(format!(
-            "every request failed: {example}\n  the server does not serve {} there: pick the API it speaks with --api (openai-completions, openai-chat, sglang) or fix the --url path",
+            "every request failed: {}\n  the server does not serve {} there: pick the API it speaks with --api (openai-completions, openai-chat, sglang) or fix the --url path",
+            example(ErrorKind::HttpStatus),
             rep.config.api.path()
         )))
-    } else if all_connect {
-        Err(Failure::usage(format!("every request failed to connect: {example}\n  check --url and that the server is up")))
+    } else if all_http && statuses().all(|s| (400..500).contains(&s)) {
+        Err(Failure::usage(format!(
+            "the server refused every request: {}\n  fix what it names (prompt or output length, --model, the key); the results were written",
+            example(ErrorKind::HttpStatus)
+        )))
+    } else if count(ErrorKind::NoTokens) == failed {
+        Err(Failure::usage(format!(
+            "no request returned an output token: {}\n  check that --api matches the server (openai-completions, openai-chat, sglang)",
+            example(ErrorKind::NoTokens)
+        )))
+    } else if count(ErrorKind::Connect) == failed {
+        Err(Failure::usage(format!(
+            "every request failed to connect: {}\n  check --url and that the server is up",
+            example(ErrorKind::Connect)
+        )))
     } else {
-        Err(Failure::runtime(format!("every request failed ({failed}); e.g. {example}. The results were written")))
+        Err(Failure::runtime(format!("every request failed ({failed}); e.g. {any}. The results were written")))
     }
 }

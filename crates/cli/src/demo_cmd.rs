@@ -11,8 +11,8 @@ use std::time::Duration;
 use clap::Args;
 use servetune_bench::api::Api;
 use servetune_bench::runner::{self, Outcome, Prepared};
-use servetune_bench::spec::{BenchConfig, LengthDist, Load, PromptSource, Stop};
-use servetune_bench::{export, BenchError, Progress};
+use servetune_bench::spec::{BenchConfig, LengthDist, Limits, Load, PromptSource, Stop};
+use servetune_bench::{export, BenchError, Control, Progress, Stopping, SweepPoint};
 use servetune_model::predict::{Point, Scenario};
 use servetune_model::quant::Dtype;
 use servetune_model::request::LinkSource;
@@ -72,7 +72,7 @@ fn versus_rows(rep: &servetune_bench::BenchReport, pred: &[Point]) -> Vec<Vec<St
                 p.concurrency.to_string(),
                 format!("{:.0}", p.output_tokens_per_s),
                 format!("{m:.0}"),
-                if m > 0.0 { format!("{:+.0}%", (p.output_tokens_per_s / m - 1.0) * 100.0) } else { "-".into() },
+                if m > 0.0 { export::signed_pct(p.output_tokens_per_s / m - 1.0) } else { "-".into() },
                 report::bottleneck_words(&p.bottleneck),
             ]
         })
@@ -111,6 +111,7 @@ pub fn run(a: DemoArgs) -> Result<(), Failure> {
             api: Api::OpenaiCompletions,
             model: None,
             api_key: None,
+            metrics_api_key: None,
             stream: true,
             loads: SWEEP.iter().map(|&(c, _)| Load::Closed { concurrency: c }).collect(),
             stop: Stop { requests: SWEEP.iter().map(|&(_, n)| n).max(), duration: None },
@@ -121,7 +122,7 @@ pub fn run(a: DemoArgs) -> Result<(), Failure> {
             seed: 0,
             ignore_eos: true,
             eos_token_id: None,
-            timeout: Duration::from_secs(300),
+            limits: Limits { request: Duration::from_secs(300), ..Limits::default() },
             slos: Vec::new(),
             tokenizer_path: None,
             metrics_url: None,
@@ -129,43 +130,28 @@ pub fn run(a: DemoArgs) -> Result<(), Failure> {
             drain_timeout: Duration::from_secs(10),
             calibrate: true,
         };
-        let mut prepared: Prepared = runner::prepare(cfg, None).await.map_err(|e| match e {
+        let prepared: Prepared = runner::prepare(cfg, None).await.map_err(|e| match e {
             BenchError::Input(i) => Failure::usage(i.0),
             BenchError::Runtime(r) => Failure::runtime(r),
         })?;
-        let (int_tx, int_rx) = tokio::sync::watch::channel(false);
+        let (int_tx, stopping) = tokio::sync::watch::channel(Stopping::Running);
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
                 crate::tell!("\nstopping: in-flight requests get 10s to finish, then results are written (marked partial)");
-                let _ = int_tx.send(true);
+                let _ = int_tx.send(Stopping::Draining);
             }
         });
         let progress = Arc::new(Progress::default());
         let bar = crate::progress::spawn(Arc::clone(&progress), !a.quiet);
-        let started = runner::unix_now();
-        let mut points = Vec::new();
-        let mut partial = false;
-        for (i, &(c, n)) in SWEEP.iter().enumerate() {
-            prepared.cfg.stop.requests = Some(n);
-            let out = runner::run_point(
-                &prepared,
-                Load::Closed { concurrency: c },
-                int_rx.clone(),
-                Arc::clone(&progress),
-                (i as u64 + 1, SWEEP.len() as u64),
-            )
-            .await;
-            let stop = out.interrupted;
-            points.push(out);
-            if stop {
-                partial = true;
-                break;
-            }
-        }
+        let points: Vec<SweepPoint> = SWEEP
+            .iter()
+            .map(|&(c, n)| SweepPoint { load: Load::Closed { concurrency: c }, stop: Stop { requests: Some(n), duration: None } })
+            .collect();
+        let ctl = Control { stopping, progress, observer: None };
+        let out = servetune_bench::run_sweep(&prepared, &points, &ctl, None).await;
         crate::progress::finish(bar);
-        prepared.cfg.stop.requests = None;
         drop(sim);
-        Ok::<Outcome, Failure>(runner::assemble(&prepared, started, points, partial, None))
+        Ok::<Outcome, Failure>(out)
     })?;
     rt.shutdown_timeout(Duration::from_millis(100));
 

@@ -71,3 +71,38 @@ fn missing_dataset_file_is_named() {
         "--dataset /nonexistent/x.jsonl",
     );
 }
+
+#[test]
+fn metrics_key_without_metrics_url_is_refused() {
+    let out = crate::common::servetune()
+        .args(["bench", "--url", "http://127.0.0.1:9", "--concurrency", "1", "--requests", "1", "--metrics-api-key-env", "MK"])
+        .env("MK", "secret")
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("give --metrics-url too"), "{err}");
+}
+
+#[test]
+fn two_outputs_on_stdout_are_refused() {
+    usage_error(
+        &["--url", "http://127.0.0.1:9", "--concurrency", "1", "--requests", "1", "--json", "-", "--records", "-"],
+        "--json and --records each ask for stdout (-)",
+    );
+}
+
+#[test]
+fn a_zero_time_limit_is_refused_with_its_flag() {
+    for flag in ["--timeout", "--connect-timeout", "--first-byte-timeout", "--idle-timeout", "--preflight-timeout", "--scrape-timeout"] {
+        usage_error(&["--url", "http://127.0.0.1:9", "--concurrency", "1", "--requests", "1", flag, "0s"], flag);
+    }
+}
+
+#[test]
+fn help_shows_list_defaults_in_the_comma_syntax_that_parses() {
+    let (code, out, err) = crate::common::run(&["plan", "--help"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("[default: 1,8,32,64,128,256]"), "{out}");
+    assert!(!out.contains("[default: 1 8 32"), "{out}");
+}

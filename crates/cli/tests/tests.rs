@@ -3,6 +3,7 @@
 mod common;
 
 mod bench_bad_input;
+mod bench_hostile;
 mod bench_llama;
 mod bench_mock;
 mod campaign;
