@@ -10,8 +10,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use servetune_bench::api::Api;
 use servetune_bench::runner;
-use servetune_bench::spec::{self, BenchConfig, LengthDist, Load, PromptSource, Stop};
-use servetune_bench::{export, BenchError, BenchReport, Progress};
+use servetune_bench::spec::{BenchConfig, LengthDist, Limits, Load, PromptSource, Stop};
+use servetune_bench::{export, run_sweep as bench_sweep, BenchError, BenchReport, Control, Progress, Stopping, SweepPoint};
 
 /// The sweep every experiment of a campaign runs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -84,15 +84,17 @@ pub fn run_sweep(base_url: &str, plan: &BenchPlan, json_path: &Path, cancel: &Ar
             BenchError::Input(i) => i.0,
             BenchError::Runtime(r) => r,
         })?;
-        let (tx, rx) = tokio::sync::watch::channel(false);
+        let (tx, rx) = tokio::sync::watch::channel(Stopping::Running);
         let flag = Arc::clone(cancel);
         let watcher = tokio::spawn(async move {
             while !flag.load(Ordering::Relaxed) {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            let _ = tx.send(true);
+            let _ = tx.send(Stopping::Draining);
         });
-        let out = runner::run(&prepared, rx, Arc::new(Progress::default()), None).await;
+        let points: Vec<SweepPoint> = prepared.cfg.loads.iter().map(|&load| SweepPoint { load, stop: prepared.cfg.stop }).collect();
+        let ctl = Control { stopping: rx, progress: Arc::new(Progress::default()), observer: None };
+        let out = bench_sweep(&prepared, &points, &ctl, None).await;
         watcher.abort();
         Ok::<BenchReport, String>(out.report)
     })?;
@@ -105,7 +107,7 @@ pub fn run_sweep(base_url: &str, plan: &BenchPlan, json_path: &Path, cancel: &Ar
 
 fn config(base_url: &str, plan: &BenchPlan) -> Result<BenchConfig, String> {
     let slos = match &plan.slos {
-        Some(s) => spec::parse_slos(s).map_err(|e| e.0)?,
+        Some(s) => servetune_stats::parse_slos("--goal", s).map_err(|e| e.0)?,
         None => Vec::new(),
     };
     let cfg = BenchConfig {
@@ -123,7 +125,8 @@ fn config(base_url: &str, plan: &BenchPlan) -> Result<BenchConfig, String> {
         seed: 0,
         ignore_eos: true,
         eos_token_id: None,
-        timeout: Duration::from_secs_f64(plan.timeout_s),
+        metrics_api_key: None,
+        limits: Limits { request: Duration::from_secs_f64(plan.timeout_s), ..Limits::default() },
         slos,
         tokenizer_path: None,
         metrics_url: None,
