@@ -3,8 +3,8 @@
 //! Flow: [`spec::BenchConfig`] (resolved flags) -> [`runner::prepare`] (reachability, model,
 //! calibration, workload) -> [`runner::run`] (each load point; per-request [`record::RequestRecord`]s)
 //! -> [`report`] (metrics per run) and [`saturation`] (the sweep's knee) -> [`export`] (terminal,
-//! Markdown, JSON, CSV, JSONL). [`testserver`] is an in-process server with known timing for tests
-//! and benchmarks.
+//! Markdown, JSON, CSV, JSONL). Tests run it against `servetune-sim` (its exact-timing mode has
+//! known TTFT and ITL).
 
 pub mod api;
 pub mod client;
@@ -19,7 +19,6 @@ pub mod scrape;
 pub mod spec;
 pub mod sse;
 pub mod stats;
-pub mod testserver;
 pub mod tokenizer;
 pub mod workload;
 

@@ -27,7 +27,6 @@ mod plan_cmd;
 mod probe_cmd;
 mod progress;
 mod sim_cmd;
-mod testserver_cmd;
 
 use std::process::ExitCode;
 
@@ -55,9 +54,6 @@ enum Cmd {
     Plan(Box<plan_cmd::PlanArgs>),
     /// Run a simulated sglang/vLLM-compatible server
     Sim(Box<sim_cmd::SimArgs>),
-    /// Serve a test endpoint with exact timing (for benchmarking clients)
-    #[command(hide = true)]
-    Testserver(testserver_cmd::TestServerArgs),
 }
 
 /// An error with its exit code.
@@ -86,7 +82,6 @@ fn main() -> ExitCode {
         Cmd::Plan(a) => plan_cmd::run(*a),
         Cmd::Probe(a) => probe_cmd::run(a),
         Cmd::Fabric(a) => fabric_cmd::run(a),
-        Cmd::Testserver(a) => testserver_cmd::run(a),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,

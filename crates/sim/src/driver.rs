@@ -4,6 +4,7 @@
 //! simulated time; the lateness of every step is measured and published.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -17,30 +18,60 @@ use crate::metrics::Histogram;
 /// What a request's stream receives.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Out {
-    Token { index: u32 },
-    Done { finish: Finish, prompt_tokens: u32, completion_tokens: u32 },
+    /// `count` output tokens, the first of them token number `first` (from 0).
+    Tokens {
+        /// Index of the first token in the chunk.
+        first: u32,
+        /// Tokens in the chunk (at least 1).
+        count: u32,
+    },
+    /// The request finished.
+    Done {
+        /// Why it finished.
+        finish: Finish,
+        /// Prompt length in tokens.
+        prompt_tokens: u32,
+        /// Output tokens generated.
+        completion_tokens: u32,
+    },
+    /// The engine refused the request (it can never fit).
     Refused,
 }
 
 /// A command to the engine thread.
 #[derive(Debug)]
 pub enum Cmd {
-    Submit { req: EngineRequest, sink: UnboundedSender<Out>, arrival: Instant },
+    /// Run a request; its tokens go to `sink`.
+    Submit {
+        /// The request.
+        req: EngineRequest,
+        /// Where its output goes.
+        sink: UnboundedSender<Out>,
+        /// When the server received it (for TTFT and E2E).
+        arrival: Instant,
+    },
+    /// Stop the engine thread.
     Shutdown,
 }
 
 /// Published after every step, read by `/metrics`.
 #[derive(Debug, Clone)]
 pub struct Published {
+    /// The engine's counters and gauges.
     pub stats: EngineStats,
+    /// Time to first token, seconds.
     pub ttft: Histogram,
+    /// Time between tokens, seconds.
     pub itl: Histogram,
+    /// Arrival to finish, seconds.
     pub e2e: Histogram,
-    /// Lateness of token emission against the simulated step end.
+    /// Lateness of token emission against the simulated step end, seconds.
     pub lateness: Histogram,
+    /// The largest lateness seen, seconds.
     pub lateness_max_s: f64,
     /// Output tokens per second over the last second.
     pub gen_throughput: f64,
+    /// Requests finished since start.
     pub requests_finished: u64,
 }
 
@@ -63,7 +94,9 @@ impl Default for Published {
 #[derive(Debug, Clone)]
 pub struct EngineHandle {
     tx: Sender<Cmd>,
+    /// The figures of the last step.
     pub published: Arc<Mutex<Published>>,
+    alive: Arc<AtomicBool>,
 }
 
 impl EngineHandle {
@@ -72,10 +105,17 @@ impl EngineHandle {
         self.tx.send(Cmd::Submit { req, sink, arrival: Instant::now() }).is_ok()
     }
 
+    /// Asks the engine thread to stop.
     pub fn shutdown(&self) {
         let _ = self.tx.send(Cmd::Shutdown);
     }
 
+    /// Whether the engine thread is still running (false once it returned or panicked).
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+
+    /// A copy of the figures of the last step.
     pub fn snapshot(&self) -> Published {
         self.published.lock().map(|p| p.clone()).unwrap_or_default()
     }
@@ -84,8 +124,25 @@ impl EngineHandle {
 /// Stalls injected into the timeline.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Stall {
+    /// Every this many steps...
     pub every: Option<u64>,
+    /// ...one step takes this much longer.
     pub dur: Duration,
+}
+
+/// Clears the engine's liveness flag when the thread ends, by return or by panic.
+struct AliveGuard(Arc<AtomicBool>);
+
+impl Drop for AliveGuard {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+/// `t + d`, or a week past `t` where that overflows the clock (durations are bounded to a week
+/// where the user gives them; this keeps a bad cost from panicking the engine thread).
+pub(crate) fn later(t: Instant, d: Duration) -> Instant {
+    t.checked_add(d).or_else(|| t.checked_add(Duration::from_secs(7 * 24 * 3600))).unwrap_or(t)
 }
 
 struct Live {
@@ -99,8 +156,13 @@ pub fn spawn(engine: Engine, cost: Arc<dyn StepCost>, stall: Stall) -> std::io::
     let (tx, rx) = std::sync::mpsc::channel();
     let published = Arc::new(Mutex::new(Published::default()));
     let pubc = Arc::clone(&published);
-    std::thread::Builder::new().name("sim-engine".into()).spawn(move || run(engine, cost, stall, rx, pubc))?;
-    Ok(EngineHandle { tx, published })
+    let alive = Arc::new(AtomicBool::new(true));
+    let guard = AliveGuard(Arc::clone(&alive));
+    std::thread::Builder::new().name("sim-engine".into()).spawn(move || {
+        let _guard = guard;
+        run(engine, cost, stall, rx, pubc)
+    })?;
+    Ok(EngineHandle { tx, published, alive })
 }
 
 fn run(mut engine: Engine, cost: Arc<dyn StepCost>, stall: Stall, rx: Receiver<Cmd>, published: Arc<Mutex<Published>>) {
@@ -152,15 +214,15 @@ fn run(mut engine: Engine, cost: Arc<dyn StepCost>, stall: Stall, rx: Receiver<C
         let mut dur = engine.cost(cost.as_ref(), &plan);
         step_no += 1;
         if stall.every.is_some_and(|n| step_no.is_multiple_of(n)) {
-            dur += stall.dur;
+            dur = dur.saturating_add(stall.dur);
         }
         let now = Instant::now();
         // Keep the absolute timeline unless the thread fell more than 2 ms behind it (then resync).
         let start = match timeline {
-            Some(t) if t + Duration::from_millis(2) >= now => t,
+            Some(t) if later(t, Duration::from_millis(2)) >= now => t,
             _ => now,
         };
-        let end = start + dur;
+        let end = later(start, dur);
         let now = Instant::now();
         if end > now {
             std::thread::sleep(end - now);
@@ -183,7 +245,7 @@ fn run(mut engine: Engine, cost: Arc<dyn StepCost>, stall: Stall, rx: Receiver<C
                             Some(prev) => local.itl.observe(woke.duration_since(prev).as_secs_f64()),
                         }
                         l.last = Some(woke);
-                        if l.sink.send(Out::Token { index }).is_err() {
+                        if l.sink.send(Out::Tokens { first: index, count: 1 }).is_err() {
                             gone.push(id);
                         }
                     }

@@ -1,26 +1,23 @@
-//! Shared helpers: an in-process test server kept alive on its own runtime, and the binary.
+//! Shared helpers: simulated servers kept alive on their own runtime, and the binary.
 
 use std::time::Duration;
 
 use assert_cmd::Command;
-use servetune_bench::testserver::{self, TestServer, TestServerConfig};
+use servetune_sim::{ExactTiming, Faults, Mode, SimConfig};
 
-/// A test server and the runtime that drives it.
-pub struct Server {
-    pub srv: TestServer,
-    _rt: tokio::runtime::Runtime,
+/// A simulated server in exact-timing mode (every request on its own known schedule, no batching),
+/// with `faults`: the server the load generator's tests measure against.
+pub fn exact(timing: ExactTiming, faults: Faults) -> Sim {
+    let mut cfg = SimConfig::new(flat_profile(1.0, 1024, 1 << 24));
+    cfg.profile.model = "test-model".into();
+    cfg.mode = Mode::Exact(timing);
+    cfg.faults = faults;
+    sim(cfg)
 }
 
-impl Server {
-    pub fn url(&self) -> &str {
-        &self.srv.url
-    }
-}
-
-pub fn server(cfg: TestServerConfig) -> Server {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
-    let srv = rt.block_on(testserver::start(cfg)).expect("start test server");
-    Server { srv, _rt: rt }
+/// Exact timing of `ttft` and `itl` per chunk, one token per chunk, no faults.
+pub fn timed(ttft: Duration, itl: Duration) -> Sim {
+    exact(ExactTiming { ttft, itl, ..Default::default() }, Faults::default())
 }
 
 pub fn ms(n: u64) -> Duration {
@@ -110,7 +107,7 @@ pub fn raw_http(url: &str, method: &str, path: &str, body: &str) -> (u16, String
     (status, body)
 }
 
-/// A `servetune` server process (`sim`, `testserver`) and the URL it printed first. Its stdout is
+/// A `servetune sim` process and the URL it printed first. Its stdout is
 /// drained for its whole life, so a closed pipe is never what stops it.
 pub struct Proc {
     pub child: std::process::Child,
