@@ -42,8 +42,10 @@ pub struct SseBody {
     role_chunk: bool,
     started: bool,
     finished: bool,
-    /// Break the connection at the next poll (after the data already framed went out).
+    /// Break the connection once the data already framed went out.
     break_next: bool,
+    /// `break_next` has yielded once, so the connection flushed what was framed.
+    flushed: bool,
     stall: Option<Pin<Box<Sleep>>>,
     chunks: u32,
     tokens: u32,
@@ -53,7 +55,19 @@ impl SseBody {
     /// A body reading `rx`, written by `writer`, with `faults`; `role_chunk` sends the chat
     /// role chunk first.
     pub fn new(rx: UnboundedReceiver<Out>, writer: ChunkWriter, faults: StreamFaults, role_chunk: bool) -> Self {
-        Self { rx, writer, faults, role_chunk, started: false, finished: false, break_next: false, stall: None, chunks: 0, tokens: 0 }
+        Self {
+            rx,
+            writer,
+            faults,
+            role_chunk,
+            started: false,
+            finished: false,
+            break_next: false,
+            flushed: false,
+            stall: None,
+            chunks: 0,
+            tokens: 0,
+        }
     }
 
     /// Frames one chunk of tokens and applies the faults due after the first chunk.
@@ -123,6 +137,12 @@ impl hyper::body::Body for SseBody {
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
         let this = &mut *self;
         if this.break_next {
+            if !this.flushed {
+                // Yield once: the connection writes out what it holds before it sees the error.
+                this.flushed = true;
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
             this.finished = true;
             this.break_next = false;
             return Poll::Ready(Some(Err(std::io::Error::other("injected truncation (--truncate-rate)"))));

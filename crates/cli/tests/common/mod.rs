@@ -20,6 +20,21 @@ pub fn timed(ttft: Duration, itl: Duration) -> Sim {
     exact(ExactTiming { ttft, itl, ..Default::default() }, Faults::default())
 }
 
+/// This machine's timer wake-up jitter now: the 90th percentile of how late 50 sleeps of 1 ms
+/// wake. Timing tests add a multiple of it to their margins, so a loaded machine's lateness (the
+/// server's and the client's wake-ups) is allowed for and an idle one's bound stays tight.
+pub fn wake_jitter() -> Duration {
+    let mut late: Vec<Duration> = (0..50)
+        .map(|_| {
+            let t = std::time::Instant::now();
+            std::thread::sleep(Duration::from_millis(1));
+            t.elapsed().saturating_sub(Duration::from_millis(1))
+        })
+        .collect();
+    late.sort();
+    late[44]
+}
+
 pub fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
