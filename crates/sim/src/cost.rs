@@ -126,14 +126,14 @@ pub const PRESETS: &[(&str, &str)] = &[
 
 /// A named preset.
 pub fn preset(name: &str) -> Result<Profile, SimError> {
-    // The reference deployment of shared/DESIGN.md: GLM-5 (744B MoE) NVFP4 served by sglang with
-    // TP8 across 8 RTX PRO 6000 Blackwell (96 GB) cards. The KV capacity is the vLLM log figure in
-    // shared/reference/models.md (19.12 GiB held 329,792 fp8 MLA tokens). The cost terms are fitted
-    // to the two throughputs the team measured (DESIGN.md): 485 tok/s at concurrency 64 in the KVM
-    // guest, where every all-reduce is staged through host memory (a large per-step overhead), and
-    // a ~806 tok/s plateau in the LXC container once P2P worked. max-running-requests 64 is the
-    // limit at which both plateaus begin. These are calibration, not derivation: `servetune plan`
-    // derives step costs from the hardware in a later issue.
+    // The reference deployment: GLM-5 (744B MoE) NVFP4 served by sglang with TP8 across 8 RTX PRO
+    // 6000 Blackwell (96 GB) cards. The KV capacity is the figure a vLLM log gave for it (19.12 GiB
+    // held 329,792 fp8 MLA tokens). The cost terms are fitted to the two throughputs the team
+    // measured: 485 tok/s at concurrency 64 in the KVM guest, where every all-reduce is staged
+    // through host memory (a large per-step overhead), and a ~806 tok/s plateau in the LXC
+    // container once P2P worked. max-running-requests 64 is the limit at which both plateaus
+    // begin. These are calibration, not derivation; `--from-plan` derives step costs from the
+    // performance model instead.
     let glm = |name: &str, cost: ParametricCost| Profile {
         name: name.into(),
         model: "glm-5".into(),
