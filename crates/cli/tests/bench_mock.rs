@@ -333,7 +333,13 @@ fn ctrl_c_stops_drains_and_writes_partial_results() {
         .arg(&json)
         .spawn()
         .expect("spawn");
-    std::thread::sleep(ms(2500));
+    // Ready when the run itself has started (past the 2 calibration requests and 4 measured ones
+    // sent): bench listens for Ctrl-C from then on. Then let a few requests complete.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while s.srv.requests() < 2 + 4 + 8 && std::time::Instant::now() < deadline {
+        std::thread::sleep(ms(20));
+    }
+    assert!(s.srv.requests() >= 14, "the run started within two minutes");
     let _ = std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status();
     let status = child.wait().expect("wait");
     assert_eq!(status.code(), Some(0));
