@@ -90,6 +90,8 @@ pub(crate) struct St {
     pub(crate) cfg: SimConfig,
     pub(crate) engine: EngineHandle,
     next_id: AtomicU64,
+    /// Exact mode: requests whose schedule is still running (the `/metrics` running gauge).
+    exact_running: Arc<AtomicU64>,
     started: Instant,
     pub(crate) notices: Notices,
 }
@@ -114,7 +116,14 @@ pub async fn start(cfg: SimConfig, listen: std::net::SocketAddr) -> Result<SimSe
     let (crash_tx, crashed) = watch::channel(false);
     let (notice_tx, notices) = mpsc::channel(256);
     let crash_after = cfg.faults.crash_after;
-    let st = Arc::new(St { cfg, engine, next_id: AtomicU64::new(1), started: Instant::now(), notices: Notices(notice_tx) });
+    let st = Arc::new(St {
+        cfg,
+        engine,
+        next_id: AtomicU64::new(1),
+        exact_running: Arc::default(),
+        started: Instant::now(),
+        notices: Notices(notice_tx),
+    });
     let loop_st = Arc::clone(&st);
     let task = tokio::spawn(async move {
         let crash = async {
@@ -179,7 +188,11 @@ pub(crate) async fn handle(st: Arc<St>, req: Request<Incoming>) -> Response<Body
             &json!({"object": "list", "data": [{"id": cfg.profile.model, "object": "model", "created": 0, "owned_by": "servetune-sim", "max_model_len": cfg.profile.kv_tokens}]}),
         ),
         Endpoint::Metrics => {
-            full(StatusCode::OK, "text/plain; version=0.0.4", metrics::render(&st.engine.snapshot(), cfg.metrics_style, &cfg.profile.model))
+            let mut snap = st.engine.snapshot();
+            if let Mode::Exact(_) = cfg.mode {
+                snap.stats.running = usize::try_from(st.exact_running.load(Ordering::Relaxed)).unwrap_or(usize::MAX);
+            }
+            full(StatusCode::OK, "text/plain; version=0.0.4", metrics::render(&snap, cfg.metrics_style, &cfg.profile.model))
         }
         Endpoint::Generate(api) => generate(st, req, api).await,
     }
@@ -291,7 +304,13 @@ fn source(st: &St, ask: Ask, id: u64) -> Option<UnboundedReceiver<Out>> {
             }
         }
         Mode::Exact(t) => {
-            tokio::spawn(exact_source(t, ask, tokio::time::Instant::now(), tx));
+            let running = Arc::clone(&st.exact_running);
+            let arrival = tokio::time::Instant::now();
+            tokio::spawn(async move {
+                running.fetch_add(1, Ordering::Relaxed);
+                exact_source(t, ask, arrival, tx).await;
+                running.fetch_sub(1, Ordering::Relaxed);
+            });
         }
     }
     Some(rx)

@@ -105,3 +105,23 @@ fn exact_stream_faults_end_streams_as_configured() {
     let out = post(&srv.addr.to_string(), "/v1/completions", body);
     assert!(out.starts_with("HTTP/1.1 200") && out.contains("text/html"), "{out}");
 }
+
+#[test]
+fn exact_metrics_count_the_requests_in_flight() {
+    let timing = ExactTiming { ttft: Duration::from_secs(1), ..Default::default() };
+    let (srv, _rt) = exact_server(timing, Faults::default());
+    let addr = srv.addr.to_string();
+    let client = {
+        let addr = addr.clone();
+        std::thread::spawn(move || post(&addr, "/v1/completions", r#"{"prompt":"a","max_tokens":1}"#))
+    };
+    let running = |m: &str| m.lines().any(|l| l.starts_with("sglang:num_running_reqs") && l.ends_with(" 1"));
+    let deadline = std::time::Instant::now() + Duration::from_millis(900);
+    let mut seen = false;
+    while !seen && std::time::Instant::now() < deadline {
+        seen = running(&crate::get(&addr, "/metrics"));
+    }
+    assert!(seen, "one request in flight during its 1 s schedule");
+    assert!(client.join().expect("client").starts_with("HTTP/1.1 200"));
+    assert!(!running(&crate::get(&addr, "/metrics")), "none once it finished");
+}
