@@ -11,9 +11,10 @@ use crate::common::{bench_json, flat_profile, num, raw_http, sim};
 fn tpot_at_concurrency_one_equals_the_step_time() {
     // Margins: 3% (5% for TTFT) plus two wake-ups (the server's and the client's) of this
     // machine's measured jitter, spread over the 11 intervals TPOT averages.
-    let jitter = crate::common::wake_jitter().as_secs_f64() * 1e3;
+    let probe = crate::common::JitterProbe::start();
     let s = sim(SimConfig::new(flat_profile(40.0, 64, 1 << 20)));
     let (code, v, err) = bench_json(&["--url", s.url(), "--concurrency", "1", "--requests", "4", "--output-len", "12", "--ignore-eos"]);
+    let jitter = probe.p90_ms();
     assert_eq!(code, 0, "{err}");
     let tpot = num(&v, "runs.0.latency_ms.tpot.p50");
     assert!((tpot - 40.0).abs() < 0.03 * 40.0 + 2.0 * jitter / 11.0, "TPOT {tpot} ms vs 40 ms step (jitter {jitter:.3} ms)");

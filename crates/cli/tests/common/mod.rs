@@ -20,19 +20,40 @@ pub fn timed(ttft: Duration, itl: Duration) -> Sim {
     exact(ExactTiming { ttft, itl, ..Default::default() }, Faults::default())
 }
 
-/// This machine's timer wake-up jitter now: the 90th percentile of how late 50 sleeps of 1 ms
-/// wake. Timing tests add a multiple of it to their margins, so a loaded machine's lateness (the
-/// server's and the client's wake-ups) is allowed for and an idle one's bound stays tight.
-pub fn wake_jitter() -> Duration {
-    let mut late: Vec<Duration> = (0..50)
-        .map(|_| {
-            let t = std::time::Instant::now();
-            std::thread::sleep(Duration::from_millis(1));
-            t.elapsed().saturating_sub(Duration::from_millis(1))
-        })
-        .collect();
-    late.sort();
-    late[44]
+/// Measures this machine's timer wake-up jitter while a timing test runs: a thread sleeps 1 ms
+/// at a time and records how late it wakes. Tests add a multiple of the p90 lateness to their
+/// margins, so the lateness a loaded machine imposes on the server's and the client's wake-ups
+/// is allowed for, and an idle machine's bound stays tight.
+pub struct JitterProbe {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<Duration>>,
+}
+
+impl JitterProbe {
+    /// Starts sampling.
+    pub fn start() -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = std::sync::Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            let mut late = Vec::new();
+            // At least 50 samples, then until the test is done.
+            while late.len() < 50 || !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                let t = std::time::Instant::now();
+                std::thread::sleep(Duration::from_millis(1));
+                late.push(t.elapsed().saturating_sub(Duration::from_millis(1)));
+            }
+            late
+        });
+        Self { stop, thread }
+    }
+
+    /// Stops sampling; the p90 lateness of a 1 ms sleep, in ms.
+    pub fn p90_ms(self) -> f64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut late = self.thread.join().expect("jitter probe");
+        late.sort();
+        late[late.len() * 9 / 10].as_secs_f64() * 1e3
+    }
 }
 
 pub fn ms(n: u64) -> Duration {
