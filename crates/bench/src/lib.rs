@@ -4,8 +4,8 @@
 //! calibration, workload) -> [`sweep::run_sweep`] (each load point; per-request
 //! [`record::RequestRecord`]s handed to a [`sweep::SweepObserver`] as they finish) -> [`report`]
 //! (metrics per run) and [`saturation`] (the sweep's knee) -> [`export`] (terminal, Markdown, JSON,
-//! CSV, JSONL). Every network wait is bounded by a [`spec::Limits`] entry. [`testserver`] is an
-//! in-process server with known timing for tests and benchmarks.
+//! CSV, JSONL). Every network wait is bounded by a [`spec::Limits`] entry. Tests run it against
+//! `servetune-sim` (its exact-timing mode has known TTFT and ITL).
 
 #![warn(missing_docs)]
 
@@ -23,8 +23,6 @@ pub mod spec;
 pub mod sse;
 pub mod stats;
 pub mod sweep;
-#[expect(missing_docs, reason = "the test server is being replaced by `servetune sim` modes (issue 9); it is not documented twice")]
-pub mod testserver;
 pub mod tokenizer;
 pub mod workload;
 

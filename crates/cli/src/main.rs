@@ -29,7 +29,6 @@ mod plan_cmd;
 mod probe_cmd;
 mod progress;
 mod sim_cmd;
-mod testserver_cmd;
 
 use std::process::ExitCode;
 
@@ -63,9 +62,6 @@ enum Cmd {
     Completions(completions::CompletionsArgs),
     /// Print the man page
     Man(completions::ManArgs),
-    /// Serve a test endpoint with exact timing (for benchmarking clients)
-    #[command(hide = true)]
-    Testserver(testserver_cmd::TestServerArgs),
 }
 
 /// An error with its exit code.
@@ -95,7 +91,6 @@ fn main() -> ExitCode {
         Cmd::Probe(a) => probe_cmd::run(a),
         Cmd::Fabric(a) => fabric_cmd::run(a),
         Cmd::Campaign(a) => campaign_cmd::run(a),
-        Cmd::Testserver(a) => testserver_cmd::run(a),
         Cmd::Completions(a) => completions::completions(a, Cli::command()),
         Cmd::Man(_) => completions::man(Cli::command()),
     };

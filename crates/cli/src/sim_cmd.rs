@@ -3,13 +3,16 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use std::time::Duration;
+
 use clap::{Args, ValueEnum};
-use servetune_bench::spec::parse_duration;
 use servetune_sim::cost::{preset, Profile, PRESETS};
-use servetune_sim::{Faults, MetricsStyle, SimConfig, SimError};
+use servetune_sim::{ExactTiming, Faults, Limits, MetricsStyle, Mode, SimConfig, SimError};
+use servetune_stats::parse_duration;
 
 use crate::Failure;
 
+/// `--metrics-style`.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum StyleArg {
     Sglang,
@@ -20,7 +23,7 @@ pub enum StyleArg {
 /// with step times from a preset or a profile file. For demos, what-if questions and testing clients.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  servetune sim --preset reference-kvm --listen 127.0.0.1:30000\n  servetune sim --profile my-deploy.toml --metrics-style vllm\n  servetune sim --preset tiny --error-status 503 --error-rate 0.1 --stall-every 200 --stall-for 2s"
+    after_help = "Examples:\n  servetune sim --preset reference-kvm --listen 127.0.0.1:30000\n  servetune sim --profile my-deploy.toml --metrics-style vllm\n  servetune sim --preset tiny --error-status 503 --error-rate 0.1 --stall-every 200 --stall-for 2s\n  servetune sim --exact --ttft 80ms --itl 20ms --tokens-per-chunk 2 --truncate-rate 0.05"
 )]
 pub struct SimArgs {
     /// Address to listen on (port 0 picks a free one)
@@ -36,22 +39,22 @@ pub struct SimArgs {
     #[arg(long)]
     pub list_presets: bool,
     /// Override: maximum running requests
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_running_requests: Option<u32>,
     /// Override: KV-cache capacity in tokens
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(2..=1_000_000_000_000))]
     pub kv_tokens: Option<u64>,
     /// Override: tokens per KV page
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65_536))]
     pub page_size: Option<u32>,
     /// Override: token budget per step (chunked prefill)
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=16_777_216))]
     pub chunked_prefill_size: Option<u32>,
     /// Override: served model name
     #[arg(long)]
     pub model: Option<String>,
     /// Override: mean output length when ignore_eos is off
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=16_777_216))]
     pub eos_mean_tokens: Option<u32>,
     /// Prometheus metric names
     #[arg(long, value_enum, default_value = "sglang")]
@@ -60,9 +63,45 @@ pub struct SimArgs {
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
 
+    /// Exact timing: serve every request on its own fixed schedule (--ttft, --itl), no batching,
+    /// so a client's measurements can be checked against known values
+    #[arg(long)]
+    pub exact: bool,
+    /// Exact timing: time to the first chunk
+    #[arg(long, default_value = "0ms", value_name = "DURATION", requires = "exact")]
+    pub ttft: String,
+    /// Exact timing: time between chunks
+    #[arg(long, default_value = "0ms", value_name = "DURATION", requires = "exact")]
+    pub itl: String,
+    /// Exact timing: output tokens per chunk
+    #[arg(long, default_value_t = 1, value_name = "N", requires = "exact",
+          value_parser = clap::value_parser!(u32).range(1..=servetune_sim::MAX_TOKENS_PER_CHUNK as i64))]
+    pub tokens_per_chunk: u32,
+    /// Exact timing: the first N output tokens of a chat stream are reasoning_content
+    #[arg(long, default_value_t = 0, value_name = "N", requires = "exact")]
+    pub reasoning_tokens: u32,
+    /// Exact timing: no role-only first chunk on chat streams
+    #[arg(long, requires = "exact")]
+    pub no_role_chunk: bool,
+
     /// Fault: fraction of requests failing mid-stream with an error event
     #[arg(long, default_value_t = 0.0, value_name = "F")]
     pub fail_rate: f64,
+    /// Fault: fraction of streams that send an event that is not JSON after the first chunk
+    #[arg(long, default_value_t = 0.0, value_name = "F")]
+    pub malformed_rate: f64,
+    /// Fault: fraction of streams whose connection breaks after the first chunk
+    #[arg(long, default_value_t = 0.0, value_name = "F")]
+    pub truncate_rate: f64,
+    /// Fault: fraction of requests answered 200 with an HTML page instead of an event stream
+    #[arg(long, default_value_t = 0.0, value_name = "F")]
+    pub not_sse_rate: f64,
+    /// Fault: fraction of streams that pause for --stall-for after the first chunk
+    #[arg(long, default_value_t = 0.0, value_name = "F")]
+    pub stall_rate: f64,
+    /// Fault: streams stop after N tokens with finish reason "stop", whatever ignore_eos says
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub early_stop_at: Option<u32>,
     /// Fault: HTTP status to answer (with --error-rate)
     #[arg(long, value_name = "CODE")]
     pub error_status: Option<u16>,
@@ -70,7 +109,7 @@ pub struct SimArgs {
     #[arg(long, value_name = "F")]
     pub error_rate: Option<f64>,
     /// Fault: every N-th engine step stalls
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub stall_every: Option<u64>,
     /// Fault: how long a stall lasts
     #[arg(long, default_value = "1s", value_name = "DURATION")]
@@ -81,6 +120,20 @@ pub struct SimArgs {
     /// Fault: /health and generation answer 503 for this long after start
     #[arg(long, value_name = "DURATION")]
     pub slow_start: Option<String>,
+
+    /// A request's headers must be complete this long after its first byte
+    #[arg(long, default_value = "10s", value_name = "DURATION")]
+    pub header_timeout: String,
+    /// A request's body must arrive this long after its headers (else HTTP 408)
+    #[arg(long, default_value = "30s", value_name = "DURATION")]
+    pub body_timeout: String,
+    /// A connection with no request in progress is closed after this long
+    #[arg(long, default_value = "60s", value_name = "DURATION")]
+    pub idle_timeout: String,
+    /// Connections served at once; more get HTTP 503 and are closed
+    #[arg(long, default_value_t = 10_000, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=servetune_sim::conn::MAX_CONNECTIONS as i64))]
+    pub max_connections: u32,
     /// Time steps with the performance model, the deployment as KEY=VALUE pairs (keys as plan's
     /// flags: model, gpu, gpus, link, quant, kv-dtype, tp, pp, ep, dp-attention, input-len,
     /// output-len, max-running, overlap, cuda-graphs, mixed-prefill, step-overhead-ms), e.g.
@@ -126,22 +179,54 @@ pub fn resolve(a: &SimArgs) -> Result<SimConfig, Failure> {
         p.eos_mean_tokens = v;
     }
     p.validate().map_err(|e| Failure::usage(format!("impossible configuration: {e}")))?;
-    let dur = |flag: &str, v: &Option<String>| v.as_deref().map(|s| parse_duration(flag, s)).transpose().map_err(|e| Failure::usage(e.0));
-    let faults = Faults {
-        fail_rate: a.fail_rate,
-        error_status: a.error_status,
-        error_rate: a.error_rate.unwrap_or(if a.error_status.is_some() { 1.0 } else { 0.0 }),
-        stall_every: a.stall_every,
-        stall_for: parse_duration("--stall-for", &a.stall_for).map_err(|e| Failure::usage(e.0))?,
-        crash_after: dur("--crash-after", &a.crash_after)?,
-        slow_start: dur("--slow-start", &a.slow_start)?,
-    };
+    let faults = faults(a)?;
     faults.validate().map_err(input)?;
     let style = match a.metrics_style {
         StyleArg::Sglang => MetricsStyle::Sglang,
         StyleArg::Vllm => MetricsStyle::Vllm,
     };
-    Ok(SimConfig { profile: p, cost, seed: a.seed, metrics_style: style, faults })
+    let limits = Limits {
+        header_timeout: dur("--header-timeout", &a.header_timeout)?,
+        body_timeout: dur("--body-timeout", &a.body_timeout)?,
+        idle_timeout: dur("--idle-timeout", &a.idle_timeout)?,
+        max_connections: a.max_connections,
+    };
+    let mode = if a.exact {
+        Mode::Exact(ExactTiming {
+            ttft: dur("--ttft", &a.ttft)?,
+            itl: dur("--itl", &a.itl)?,
+            tokens_per_chunk: a.tokens_per_chunk,
+            reasoning_tokens: a.reasoning_tokens,
+            role_chunk: !a.no_role_chunk,
+        })
+    } else {
+        Mode::Engine
+    };
+    let cfg = SimConfig { profile: p, cost, seed: a.seed, metrics_style: style, faults, mode, limits };
+    cfg.validate().map_err(input)?;
+    Ok(cfg)
+}
+
+fn dur(flag: &str, v: &str) -> Result<Duration, Failure> {
+    parse_duration(flag, v).map_err(|e| Failure::usage(e.0))
+}
+
+fn faults(a: &SimArgs) -> Result<Faults, Failure> {
+    let opt = |flag: &str, v: &Option<String>| v.as_deref().map(|s| dur(flag, s)).transpose();
+    Ok(Faults {
+        fail_rate: a.fail_rate,
+        error_status: a.error_status,
+        error_rate: a.error_rate.unwrap_or(if a.error_status.is_some() { 1.0 } else { 0.0 }),
+        malformed_rate: a.malformed_rate,
+        truncate_rate: a.truncate_rate,
+        not_sse_rate: a.not_sse_rate,
+        stall_rate: a.stall_rate,
+        stall_every: a.stall_every,
+        stall_for: dur("--stall-for", &a.stall_for)?,
+        early_stop_at: a.early_stop_at,
+        crash_after: opt("--crash-after", &a.crash_after)?,
+        slow_start: opt("--slow-start", &a.slow_start)?,
+    })
 }
 
 pub fn run(a: SimArgs) -> Result<(), Failure> {
@@ -159,20 +244,33 @@ pub fn run(a: SimArgs) -> Result<(), Failure> {
     rt.block_on(async {
         let p = cfg.profile.clone();
         let crash = cfg.faults.crash_after;
+        let mode = cfg.mode;
         let mut srv = servetune_sim::start(cfg, a.listen).await.map_err(|e| match e {
             SimError::Input(m) => Failure::usage(m),
             SimError::Runtime(m) => Failure::runtime(m),
         })?;
         crate::say!("servetune sim listening on {}", srv.url);
-        crate::say!(
-            "  profile {}: model {}, tp {}, max running {}, KV {} tokens (pages of {}), step = {} ms + {} ms/decode + {} ms/prefill token + {} us/context token",
-            p.name, p.model, p.tp_size, p.max_running_requests, p.kv_tokens, p.page_size, p.cost.overhead_ms, p.cost.per_decode_token_ms, p.cost.per_prefill_token_ms, p.cost.per_context_token_us
-        );
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => Ok(()),
-            _ = srv.crashed() => Err(Failure::runtime(format!(
-                "simulated crash after {:.1}s (--crash-after)", crash.map(|d| d.as_secs_f64()).unwrap_or(0.0)
-            ))),
+        match mode {
+            Mode::Exact(t) => crate::say!(
+                "  exact timing: ttft {} ms, itl {} ms, {} token(s) per chunk (no batching); model {}",
+                t.ttft.as_secs_f64() * 1e3, t.itl.as_secs_f64() * 1e3, t.tokens_per_chunk, p.model
+            ),
+            Mode::Engine => crate::say!(
+                "  profile {}: model {}, tp {}, max running {}, KV {} tokens (pages of {}), step = {} ms + {} ms/decode + {} ms/prefill token + {} us/context token",
+                p.name, p.model, p.tp_size, p.max_running_requests, p.kv_tokens, p.page_size, p.cost.overhead_ms, p.cost.per_decode_token_ms, p.cost.per_prefill_token_ms, p.cost.per_context_token_us
+            ),
+        }
+        let ctrl_c = tokio::signal::ctrl_c();
+        let crashed = srv.crashed();
+        tokio::pin!(ctrl_c, crashed);
+        loop {
+            tokio::select! {
+                _ = &mut ctrl_c => return Ok(()),
+                _ = &mut crashed => return Err(Failure::runtime(format!(
+                    "simulated crash after {:.1}s (--crash-after)", crash.map(|d| d.as_secs_f64()).unwrap_or(0.0)
+                ))),
+                Some(n) = srv.next_notice() => crate::tell!("servetune sim: {n}"),
+            }
         }
     })
 }

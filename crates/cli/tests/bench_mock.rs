@@ -1,23 +1,25 @@
-//! `servetune bench` against the in-process test server, whose timing and faults are known.
+//! `servetune bench` against the simulator in exact-timing mode, whose timing and faults are known.
 
-use servetune_bench::testserver::TestServerConfig;
+use servetune_sim::{ExactTiming, Faults};
 
-use crate::common::{bench_json, ms, num, server, servetune};
+use crate::common::{bench_json, exact, ms, num, servetune, timed};
 
 #[test]
 fn known_ttft_and_itl_are_measured_within_three_percent() {
-    // 40 ms gaps: the server's timer granularity and wake-up jitter on a shared 2-core machine
-    // (a few tenths of a millisecond) stay well inside 3% of them.
-    let s = server(TestServerConfig { ttft: ms(80), itl: ms(40), ..Default::default() });
+    // 3% of 40 ms gaps, plus two wake-ups (the server's and the client's) of the wake-up jitter
+    // measured on this machine during the run.
+    let probe = crate::common::JitterProbe::start();
+    let s = timed(ms(80), ms(40));
     let (code, v, err) =
         bench_json(&["--url", s.url(), "--concurrency", "4", "--requests", "40", "--output-len", "8", "--input-len", "16"]);
+    let jitter = probe.p90_ms();
     assert_eq!(code, 0, "{err}");
     let ttft = num(&v, "runs.0.latency_ms.ttft.p50");
     let itl = num(&v, "runs.0.latency_ms.itl.p50");
     let tpot = num(&v, "runs.0.latency_ms.tpot.p50");
-    assert!((ttft - 80.0).abs() / 80.0 < 0.03, "ttft p50 {ttft}");
-    assert!((itl - 40.0).abs() / 40.0 < 0.03, "itl p50 {itl}");
-    assert!((tpot - 40.0).abs() / 40.0 < 0.03, "tpot p50 {tpot}");
+    assert!((ttft - 80.0).abs() < 0.03 * 80.0 + 2.0 * jitter, "ttft p50 {ttft} (jitter {jitter:.3} ms)");
+    assert!((itl - 40.0).abs() < 0.03 * 40.0 + 2.0 * jitter, "itl p50 {itl} (jitter {jitter:.3} ms)");
+    assert!((tpot - 40.0).abs() < 0.03 * 40.0 + 2.0 * jitter, "tpot p50 {tpot} (jitter {jitter:.3} ms)");
     assert_eq!(num(&v, "runs.0.requests.completed"), 40.0);
     // Closed loop: intended == actual, so corrected and uncorrected agree.
     let unc = num(&v, "runs.0.latency_ms.ttft_uncorrected.p50");
@@ -26,7 +28,7 @@ fn known_ttft_and_itl_are_measured_within_three_percent() {
 
 #[test]
 fn json_contract_has_the_documented_fields() {
-    let s = server(TestServerConfig { itl: ms(1), ..Default::default() });
+    let s = timed(ms(0), ms(1));
     let (code, v, err) = bench_json(&["--url", s.url(), "--concurrency", "1,4,16", "--requests", "32", "--output-len", "8"]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(v["schema"], "servetune.bench/1");
@@ -56,7 +58,7 @@ fn json_contract_has_the_documented_fields() {
 
 #[test]
 fn poisson_run_achieves_its_rate_within_two_percent() {
-    let s = server(TestServerConfig::default());
+    let s = timed(ms(0), ms(0));
     let (code, v, err) = bench_json(&[
         "--url",
         s.url(),
@@ -81,7 +83,7 @@ fn poisson_run_achieves_its_rate_within_two_percent() {
 #[test]
 fn too_small_concurrency_cap_shows_in_corrected_latency_only() {
     // 20 req/s but one slot and 100 ms per request: requests queue for the slot.
-    let s = server(TestServerConfig { ttft: ms(50), itl: ms(10), ..Default::default() });
+    let s = timed(ms(50), ms(10));
     let (code, v, err) = bench_json(&[
         "--url",
         s.url(),
@@ -107,8 +109,8 @@ fn too_small_concurrency_cap_shows_in_corrected_latency_only() {
     assert!(notes.contains("waited for a free slot"), "{notes}");
 }
 
-fn error_kind_of(cfg: TestServerConfig, extra: &[&str]) -> serde_json::Value {
-    let s = server(cfg);
+fn error_kind_of(faults: Faults, extra: &[&str]) -> serde_json::Value {
+    let s = exact(ExactTiming::default(), faults);
     let mut args = vec!["--url", s.url(), "--concurrency", "2", "--requests", "6", "--output-len", "6", "--no-calibrate"];
     args.extend_from_slice(extra);
     let (_code, v, err) = bench_json(&args);
@@ -118,33 +120,33 @@ fn error_kind_of(cfg: TestServerConfig, extra: &[&str]) -> serde_json::Value {
 
 #[test]
 fn http_errors_are_recorded_as_http_status() {
-    let r = error_kind_of(TestServerConfig { fail_rate: 1.0, error_status: 503, ..Default::default() }, &[]);
+    let r = error_kind_of(Faults { error_status: Some(503), error_rate: 1.0, ..Default::default() }, &[]);
     assert_eq!(r["errors"]["http_status"], 6);
     assert!(r["error_examples"]["http_status"][0].as_str().unwrap_or("").contains("HTTP 503"), "{r}");
 }
 
 #[test]
 fn truncated_streams_are_recorded() {
-    let r = error_kind_of(TestServerConfig { truncate_rate: 1.0, ..Default::default() }, &[]);
+    let r = error_kind_of(Faults { truncate_rate: 1.0, ..Default::default() }, &[]);
     assert_eq!(r["errors"]["truncated_stream"], 6, "{r}");
 }
 
 #[test]
 fn malformed_events_are_recorded() {
-    let r = error_kind_of(TestServerConfig { malformed_rate: 1.0, ..Default::default() }, &[]);
+    let r = error_kind_of(Faults { malformed_rate: 1.0, ..Default::default() }, &[]);
     assert_eq!(r["errors"]["malformed_event"], 6, "{r}");
 }
 
 #[test]
 fn error_payload_mid_stream_is_recorded() {
-    let r = error_kind_of(TestServerConfig { error_payload_rate: 1.0, ..Default::default() }, &[]);
+    let r = error_kind_of(Faults { fail_rate: 1.0, ..Default::default() }, &[]);
     assert_eq!(r["errors"]["error_payload"], 6, "{r}");
     assert!(r["error_examples"]["error_payload"][0].as_str().unwrap_or("").contains("injected error"), "{r}");
 }
 
 #[test]
 fn stalled_server_hits_the_timeout_and_keeps_partial_chunks() {
-    let s = server(TestServerConfig { stall: Some(ms(5_000)), stall_rate: 1.0, ..Default::default() });
+    let s = exact(ExactTiming::default(), Faults { stall_for: ms(5_000), stall_rate: 1.0, ..Default::default() });
     let dir = tempfile::tempdir().expect("tmp");
     let rec = dir.path().join("r.jsonl");
     let out = servetune()
@@ -178,14 +180,14 @@ fn stalled_server_hits_the_timeout_and_keeps_partial_chunks() {
 
 #[test]
 fn a_response_that_is_not_sse_is_a_malformed_event() {
-    let r = error_kind_of(TestServerConfig { not_sse: true, ..Default::default() }, &[]);
+    let r = error_kind_of(Faults { not_sse_rate: 1.0, ..Default::default() }, &[]);
     assert_eq!(r["errors"]["malformed_event"], 6, "{r}");
     assert!(r["error_examples"]["malformed_event"][0].as_str().unwrap_or("").contains("not an event stream"), "{r}");
 }
 
 #[test]
 fn wrong_api_path_exits_2_with_a_hint() {
-    let s = server(TestServerConfig::default());
+    let s = timed(ms(0), ms(0));
     let url = format!("{}/wrong", s.url());
     let (code, v, err) = bench_json(&["--url", &url, "--concurrency", "1", "--requests", "2", "--no-calibrate"]);
     assert_eq!(code, 2, "{err}");
@@ -195,19 +197,25 @@ fn wrong_api_path_exits_2_with_a_hint() {
 
 #[test]
 fn chat_reasoning_counts_as_first_token_and_role_chunk_does_not() {
-    let s = server(TestServerConfig { ttft: ms(30), itl: ms(20), reasoning_tokens: 3, ..Default::default() });
+    let probe = crate::common::JitterProbe::start();
+    let s = exact(ExactTiming { ttft: ms(30), itl: ms(20), reasoning_tokens: 3, ..Default::default() }, Faults::default());
     let (code, v, err) =
         bench_json(&["--url", s.url(), "--api", "openai-chat", "--concurrency", "2", "--requests", "6", "--output-len", "6"]);
+    let jitter = probe.p90_ms();
     assert_eq!(code, 0, "{err}");
     let ttft = num(&v, "runs.0.latency_ms.ttft.p50");
     let ttfc = num(&v, "runs.0.latency_ms.ttfc.p50");
-    assert!((ttft - 30.0).abs() < 3.0, "TTFT at the first reasoning token, not the role chunk at 0 ms: {ttft}");
-    assert!((ttfc - 90.0).abs() < 4.0, "first content token after 3 reasoning tokens: {ttfc}");
+    // The role chunk leaves at 0 ms, so 3 ms + two wake-ups of measured jitter tells them apart.
+    assert!(
+        (ttft - 30.0).abs() < 3.0 + 2.0 * jitter,
+        "TTFT at the first reasoning token, not the role chunk at 0 ms: {ttft} (jitter {jitter:.3})"
+    );
+    assert!((ttfc - 90.0).abs() < 4.0 + 2.0 * jitter, "first content token after 3 reasoning tokens: {ttfc} (jitter {jitter:.3})");
 }
 
 #[test]
 fn several_tokens_per_chunk_are_reconciled_from_usage() {
-    let s = server(TestServerConfig { itl: ms(8), tokens_per_chunk: 4, ..Default::default() });
+    let s = exact(ExactTiming { itl: ms(8), tokens_per_chunk: 4, ..Default::default() }, Faults::default());
     let (code, v, err) = bench_json(&["--url", s.url(), "--concurrency", "2", "--requests", "4", "--output-len", "16"]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(v["runs"][0]["requests"]["token_count_mismatches"], 4);
@@ -221,7 +229,7 @@ fn several_tokens_per_chunk_are_reconciled_from_usage() {
 
 #[test]
 fn early_stop_with_ignore_eos_is_reported() {
-    let s = server(TestServerConfig { early_stop_at: Some(3), ..Default::default() });
+    let s = exact(ExactTiming::default(), Faults { early_stop_at: Some(3), ..Default::default() });
     let (code, v, err) = bench_json(&["--url", s.url(), "--concurrency", "1", "--requests", "3", "--output-len", "10", "--ignore-eos"]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(v["runs"][0]["requests"]["stopped_early"], 3);
@@ -230,7 +238,7 @@ fn early_stop_with_ignore_eos_is_reported() {
 
 #[test]
 fn sglang_native_api_counts_tokens_from_meta_info() {
-    let s = server(TestServerConfig { tokens_per_chunk: 2, itl: ms(2), ..Default::default() });
+    let s = exact(ExactTiming { tokens_per_chunk: 2, itl: ms(2), ..Default::default() }, Faults::default());
     let (code, v, err) = bench_json(&["--url", s.url(), "--api", "sglang", "--concurrency", "2", "--requests", "4", "--output-len", "10"]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(v["runs"][0]["requests"]["token_count_mismatches"], 0, "sglang reports exact per-chunk counts");
@@ -240,7 +248,7 @@ fn sglang_native_api_counts_tokens_from_meta_info() {
 
 #[test]
 fn non_streaming_mode_records_one_chunk() {
-    let s = server(TestServerConfig { ttft: ms(20), itl: ms(5), ..Default::default() });
+    let s = timed(ms(20), ms(5));
     let (code, v, err) = bench_json(&["--url", s.url(), "--no-stream", "--concurrency", "2", "--requests", "4", "--output-len", "5"]);
     assert_eq!(code, 0, "{err}");
     let ttft = num(&v, "runs.0.latency_ms.ttft.p50");
@@ -250,7 +258,7 @@ fn non_streaming_mode_records_one_chunk() {
 
 #[test]
 fn slo_goodput_and_definitions_are_reported() {
-    let s = server(TestServerConfig { ttft: ms(20), itl: ms(5), ..Default::default() });
+    let s = timed(ms(20), ms(5));
     let dir = tempfile::tempdir().expect("tmp");
     let out = servetune()
         .args([
@@ -280,7 +288,7 @@ fn slo_goodput_and_definitions_are_reported() {
 
 #[test]
 fn all_output_files_are_written() {
-    let s = server(TestServerConfig { itl: ms(1), ..Default::default() });
+    let s = timed(ms(0), ms(1));
     let dir = tempfile::tempdir().expect("tmp");
     let p = |n: &str| dir.path().join(n);
     let out = servetune()
@@ -310,10 +318,10 @@ fn all_output_files_are_written() {
 
 #[test]
 fn tokenizer_gives_exact_prompt_lengths_end_to_end() {
-    let s = server(TestServerConfig::default());
+    let s = timed(ms(0), ms(0));
     let dir = tempfile::tempdir().expect("tmp");
     let tok = dir.path().join("tokenizer.json");
-    // A word-level vocabulary: the test server counts one token per word, as this tokenizer does.
+    // A word-level vocabulary: the simulator counts one token per word, as this tokenizer does.
     std::fs::write(
         &tok,
         r#"{"version":"1.0","truncation":null,"padding":null,"added_tokens":[{"id":0,"content":"</s>","single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":true}],

@@ -86,7 +86,8 @@ fn check(schema_file: &str, args: &[&str]) -> (Value, Value) {
 
 #[test]
 fn bench_json_matches_its_schema() {
-    let s = crate::common::server(servetune_bench::testserver::TestServerConfig { fail_rate: 0.2, ..Default::default() });
+    let faults = servetune_sim::Faults { error_status: Some(500), error_rate: 0.2, ..Default::default() };
+    let s = crate::common::exact(servetune_sim::ExactTiming::default(), faults);
     check(
         "bench/schema/bench.schema.json",
         &["bench", "-q", "--url", s.url(), "--concurrency", "1,4", "--requests", "10", "--output-len", "4", "--slo", "ttft:p99<1s"],

@@ -19,8 +19,9 @@ pub struct StepBatch {
     pub context_tokens: u64,
 }
 
-/// The duration of one step. The performance model (`servetune plan`) plugs in here later.
+/// The duration of one step: the parametric profile, or the performance model (`--from-plan`).
 pub trait StepCost: Send + Sync + std::fmt::Debug {
+    /// How long a step of batch `b` takes.
     fn step(&self, b: &StepBatch) -> Duration;
 }
 
@@ -63,18 +64,24 @@ impl StepCost for ParametricCost {
             + self.per_decode_token_ms * b.decode_batch as f64
             + self.per_prefill_token_ms * b.prefill_tokens as f64
             + self.per_context_token_us * 1e-3 * b.context_tokens as f64;
-        Duration::from_secs_f64(ms.max(0.0) / 1e3)
+        // A finite but absurd cost term must not panic the engine thread: a step is held to MAX_STEP.
+        Duration::try_from_secs_f64(ms.max(0.0) / 1e3).map_or(MAX_STEP, |d| d.min(MAX_STEP))
     }
 }
+
+/// The longest one step may take (an hour); a larger cost is held to it.
+pub const MAX_STEP: Duration = Duration::from_secs(3600);
 
 /// A deployment to simulate: the engine's limits and its step cost.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Profile {
+    /// The profile's name (a preset's, or the file's).
     pub name: String,
     /// Served model name (for /v1/models and /get_server_info).
     #[serde(default = "default_model")]
     pub model: String,
+    /// Tensor-parallel GPUs (reported by `/get_server_info`).
     #[serde(default = "one")]
     pub tp_size: u32,
     /// sglang `--max-running-requests` / vLLM `--max-num-seqs`.
@@ -90,6 +97,7 @@ pub struct Profile {
     /// Mean output length when `ignore_eos` is off (EOS falls geometrically).
     #[serde(default = "default_eos")]
     pub eos_mean_tokens: u32,
+    /// Step-cost terms.
     pub cost: ParametricCost,
 }
 
@@ -118,14 +126,14 @@ pub const PRESETS: &[(&str, &str)] = &[
 
 /// A named preset.
 pub fn preset(name: &str) -> Result<Profile, SimError> {
-    // The reference deployment of shared/DESIGN.md: GLM-5 (744B MoE) NVFP4 served by sglang with
-    // TP8 across 8 RTX PRO 6000 Blackwell (96 GB) cards. The KV capacity is the vLLM log figure in
-    // shared/reference/models.md (19.12 GiB held 329,792 fp8 MLA tokens). The cost terms are fitted
-    // to the two throughputs the team measured (DESIGN.md): 485 tok/s at concurrency 64 in the KVM
-    // guest, where every all-reduce is staged through host memory (a large per-step overhead), and
-    // a ~806 tok/s plateau in the LXC container once P2P worked. max-running-requests 64 is the
-    // limit at which both plateaus begin. These are calibration, not derivation: `servetune plan`
-    // derives step costs from the hardware in a later issue.
+    // The reference deployment: GLM-5 (744B MoE) NVFP4 served by sglang with TP8 across 8 RTX PRO
+    // 6000 Blackwell (96 GB) cards. The KV capacity is the figure a vLLM log gave for it (19.12 GiB
+    // held 329,792 fp8 MLA tokens). The cost terms are fitted to the two throughputs the team
+    // measured: 485 tok/s at concurrency 64 in the KVM guest, where every all-reduce is staged
+    // through host memory (a large per-step overhead), and a ~806 tok/s plateau in the LXC
+    // container once P2P worked. max-running-requests 64 is the limit at which both plateaus
+    // begin. These are calibration, not derivation; `--from-plan` derives step costs from the
+    // performance model instead.
     let glm = |name: &str, cost: ParametricCost| Profile {
         name: name.into(),
         model: "glm-5".into(),

@@ -21,10 +21,15 @@ use crate::cost::{Profile, StepBatch, StepCost};
 /// A request as the engine sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EngineRequest {
+    /// Unique per server (the arrival number).
     pub id: u64,
+    /// Prompt length in tokens.
     pub prompt_tokens: u32,
+    /// Output limit in tokens.
     pub max_tokens: u32,
+    /// No EOS before this many output tokens.
     pub min_tokens: u32,
+    /// Generate past EOS up to `max_tokens`.
     pub ignore_eos: bool,
 }
 
@@ -38,6 +43,7 @@ pub enum Finish {
 }
 
 impl Finish {
+    /// The OpenAI `finish_reason` string.
     pub fn as_str(self) -> &'static str {
         match self {
             Finish::Length => "length",
@@ -50,9 +56,23 @@ impl Finish {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Emit {
     /// One output token (the `index`-th, from 0).
-    Token { id: u64, index: u32 },
+    Token {
+        /// The request.
+        id: u64,
+        /// The token's position in the output, from 0.
+        index: u32,
+    },
     /// The request is done after its last token.
-    Done { id: u64, finish: Finish, prompt_tokens: u32, completion_tokens: u32 },
+    Done {
+        /// The request.
+        id: u64,
+        /// Why it finished.
+        finish: Finish,
+        /// Prompt length in tokens.
+        prompt_tokens: u32,
+        /// Output tokens generated.
+        completion_tokens: u32,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -88,6 +108,7 @@ enum Action {
 /// The batch of one step, as planned.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StepPlan {
+    /// What the step computes, for its cost.
     pub batch: StepBatch,
     /// Per running request, in order: (id, action). `apply` expects the running set unchanged.
     actions: Vec<(u64, Action)>,
@@ -96,13 +117,21 @@ pub struct StepPlan {
 /// Counters and gauges for metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct EngineStats {
+    /// Requests in the running batch.
     pub running: usize,
+    /// Requests waiting for admission.
     pub queued: usize,
+    /// KV pages in use.
     pub kv_used_pages: u64,
+    /// KV pages in all.
     pub kv_total_pages: u64,
+    /// Requests preempted (KV freed, requeued) since start.
     pub preemptions: u64,
+    /// Prompt tokens prefilled since start.
     pub prompt_tokens: u64,
+    /// Output tokens generated since start.
     pub generation_tokens: u64,
+    /// Steps run since start.
     pub steps: u64,
 }
 
@@ -124,11 +153,13 @@ pub struct Engine {
 pub struct Refused(pub String);
 
 impl Engine {
+    /// An idle engine for `p`; `seed` places EOS.
     pub fn new(p: Profile, seed: u64) -> Self {
         let total_pages = p.kv_tokens / p.page_size as u64;
         Self { waiting: VecDeque::new(), running: Vec::new(), free_pages: total_pages, total_pages, seed, stats: EngineStats::default(), p }
     }
 
+    /// The deployment it simulates.
     pub fn profile(&self) -> &Profile {
         &self.p
     }
@@ -176,10 +207,12 @@ impl Engine {
         self.waiting.retain(|q| q.r.id != id);
     }
 
+    /// Nothing running and nothing waiting.
     pub fn is_idle(&self) -> bool {
         self.running.is_empty() && self.waiting.is_empty()
     }
 
+    /// The counters and gauges now.
     pub fn stats(&self) -> EngineStats {
         EngineStats {
             running: self.running.len(),

@@ -11,6 +11,7 @@ use crate::cost::{ParametricCost, Profile, StepBatch, StepCost};
 /// Step cost from the model: decode at the batch and mean context, plus the prefill chunk.
 #[derive(Debug, Clone)]
 pub struct PlanCost {
+    /// The resolved plan whose step times the engine takes.
     pub scenario: Scenario,
 }
 

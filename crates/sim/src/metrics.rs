@@ -6,11 +6,15 @@ use std::fmt::Write;
 use crate::driver::Published;
 use crate::MetricsStyle;
 
+/// Bucket bounds of time to first token, seconds (sglang's).
 pub const TTFT_BUCKETS: &[f64] =
     &[0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 15.0, 20.0, 25.0, 30.0];
+/// Bucket bounds of inter-token latency, seconds.
 pub const ITL_BUCKETS: &[f64] =
     &[0.002, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5];
+/// Bucket bounds of end-to-end latency, seconds.
 pub const E2E_BUCKETS: &[f64] = &[0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 90.0, 120.0, 180.0, 300.0];
+/// Bucket bounds of token emission lateness against the simulated step end, seconds.
 pub const LATENESS_BUCKETS: &[f64] = &[0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05];
 
 /// A cumulative-bucket histogram in seconds.
@@ -18,15 +22,19 @@ pub const LATENESS_BUCKETS: &[f64] = &[0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.0
 pub struct Histogram {
     bounds: &'static [f64],
     counts: Vec<u64>,
+    /// Sum of observations, seconds.
     pub sum: f64,
+    /// Observations.
     pub count: u64,
 }
 
 impl Histogram {
+    /// An empty histogram over bucket upper bounds `bounds` (seconds, ascending).
     pub fn new(bounds: &'static [f64]) -> Self {
         Self { bounds, counts: vec![0; bounds.len()], sum: 0.0, count: 0 }
     }
 
+    /// Records one value, seconds.
     pub fn observe(&mut self, v: f64) {
         if let Some(i) = self.bounds.iter().position(|b| v <= *b) {
             self.counts[i] += 1;

@@ -8,11 +8,13 @@ use crate::engine::{Emit, Engine, EngineRequest};
 /// What a virtual closed-loop run measured.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct VirtualRun {
+    /// Output tokens per second of virtual time.
     pub output_tokens_per_s: f64,
     /// Mean time between tokens of one request, ms.
     pub tpot_ms: f64,
     /// Mean time to first token, ms.
     pub ttft_ms: f64,
+    /// Virtual seconds the run took.
     pub seconds: f64,
 }
 

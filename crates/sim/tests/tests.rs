@@ -6,6 +6,10 @@ use std::time::{Duration, Instant};
 
 use servetune_sim::{ParametricCost, Profile, SimConfig};
 
+mod exact;
+mod hardening;
+mod props;
+
 fn profile() -> Profile {
     Profile {
         name: "t".into(),
@@ -20,6 +24,17 @@ fn profile() -> Profile {
     }
 }
 
+/// `GET path` on a fresh connection; the whole response.
+fn get(addr: &str, path: &str) -> String {
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").expect("write");
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+/// `POST path` with a JSON body on a fresh connection; the whole response.
 fn post(addr: &str, path: &str, body: &str) -> String {
     let mut s = std::net::TcpStream::connect(addr).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");

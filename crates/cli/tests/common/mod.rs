@@ -1,26 +1,59 @@
-//! Shared helpers: an in-process test server kept alive on its own runtime, and the binary.
+//! Shared helpers: simulated servers kept alive on their own runtime, and the binary.
 
 use std::time::Duration;
 
 use assert_cmd::Command;
-use servetune_bench::testserver::{self, TestServer, TestServerConfig};
+use servetune_sim::{ExactTiming, Faults, Mode, SimConfig};
 
-/// A test server and the runtime that drives it.
-pub struct Server {
-    pub srv: TestServer,
-    _rt: tokio::runtime::Runtime,
+/// A simulated server in exact-timing mode (every request on its own known schedule, no batching),
+/// with `faults`: the server the load generator's tests measure against.
+pub fn exact(timing: ExactTiming, faults: Faults) -> Sim {
+    let mut cfg = SimConfig::new(flat_profile(1.0, 1024, 1 << 24));
+    cfg.profile.model = "test-model".into();
+    cfg.mode = Mode::Exact(timing);
+    cfg.faults = faults;
+    sim(cfg)
 }
 
-impl Server {
-    pub fn url(&self) -> &str {
-        &self.srv.url
+/// Exact timing of `ttft` and `itl` per chunk, one token per chunk, no faults.
+pub fn timed(ttft: Duration, itl: Duration) -> Sim {
+    exact(ExactTiming { ttft, itl, ..Default::default() }, Faults::default())
+}
+
+/// Measures this machine's timer wake-up jitter while a timing test runs: a thread sleeps 1 ms
+/// at a time and records how late it wakes. Tests add a multiple of the p90 lateness to their
+/// margins, so the lateness a loaded machine imposes on the server's and the client's wake-ups
+/// is allowed for, and an idle machine's bound stays tight.
+pub struct JitterProbe {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<Duration>>,
+}
+
+impl JitterProbe {
+    /// Starts sampling.
+    pub fn start() -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = std::sync::Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            let mut late = Vec::new();
+            // At least 50 samples, then until the test is done.
+            while late.len() < 50 || !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                let t = std::time::Instant::now();
+                std::thread::sleep(Duration::from_millis(1));
+                late.push(t.elapsed().saturating_sub(Duration::from_millis(1)));
+            }
+            late
+        });
+        Self { stop, thread }
     }
-}
 
-pub fn server(cfg: TestServerConfig) -> Server {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
-    let srv = rt.block_on(testserver::start(cfg)).expect("start test server");
-    Server { srv, _rt: rt }
+    /// Stops sampling; the p90 lateness of a 1 ms sleep, in ms.
+    pub fn p90_ms(self) -> f64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut late = self.thread.join().expect("jitter probe");
+        late.sort();
+        late[late.len() * 9 / 10].as_secs_f64() * 1e3
+    }
 }
 
 pub fn ms(n: u64) -> Duration {
@@ -110,7 +143,7 @@ pub fn raw_http(url: &str, method: &str, path: &str, body: &str) -> (u16, String
     (status, body)
 }
 
-/// A `servetune` server process (`sim`, `testserver`) and the URL it printed first. Its stdout is
+/// A `servetune sim` process and the URL it printed first. Its stdout is
 /// drained for its whole life, so a closed pipe is never what stops it.
 pub struct Proc {
     pub child: std::process::Child,
