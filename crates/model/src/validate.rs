@@ -490,7 +490,7 @@ pub fn constants() -> Vec<ConstantOrigin> {
         ConstantOrigin { name: "moe_efficiency", value: e.moe_efficiency, set_from: fit },
         ConstantOrigin { name: "hbm_efficiency", value: e.hbm_efficiency, set_from: "assumption (typical decode GEMV); no e2e case" },
         ConstantOrigin {
-            name: "gemm_efficiency",
+            name: "gemm_efficiency (decode steps only)",
             value: e.gemm_efficiency,
             set_from: "a torch BF16 GEMM on the reference RTX PRO 6000 (team measurement); no e2e case",
         },
@@ -503,6 +503,16 @@ pub fn constants() -> Vec<ConstantOrigin> {
             name: "comm::RING_SIMPLE_EFFICIENCY",
             value: crate::comm::RING_SIMPLE_EFFICIENCY,
             set_from: "comm.toml [[nccl_tests]] h100-sxm (nccl-tests issue 212: ring 370 of 450 GB/s)",
+        },
+        ConstantOrigin {
+            name: "predict::prefill_gemm_efficiency (bf16 / fp8 / fp4)",
+            value: crate::predict::prefill_gemm_efficiency(crate::quant::ComputeFormat::Fp8),
+            set_from: "kernels.toml [[gemm]] medians at M >= 2048 (0.728 / 0.523 / 0.434; fp8 shown); no e2e case",
+        },
+        ConstantOrigin {
+            name: "predict::PREFILL_MOE_EFFICIENCY",
+            value: crate::predict::PREFILL_MOE_EFFICIENCY,
+            set_from: "kernels.toml [[moe]] median, balanced routing, >= 4096 tokens; no e2e case",
         },
         ConstantOrigin { name: "ep_imbalance", value: e.ep_imbalance, set_from: "assumption; no e2e case" },
         ConstantOrigin { name: "mem_fraction", value: e.mem_fraction, set_from: "sglang's --mem-fraction-static default; no e2e case" },
