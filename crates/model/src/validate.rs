@@ -484,7 +484,7 @@ pub fn summary(rows: &[Row], set: Set) -> SetSummary {
 /// Where the fitted constants came from (the engine defaults in `predict::Engine`).
 pub fn constants() -> Vec<ConstantOrigin> {
     let e = Engine::default();
-    let fit = "fit: every scored fit case (argmin of the fit median |error| on a 0.25 ms x 0.05 grid)";
+    let fit = "fit: every scored fit case (argmin of the fit median absolute error on a 0.25 ms x 0.05 grid)";
     vec![
         ConstantOrigin { name: "step_overhead_ms", value: e.step_overhead_ms, set_from: fit },
         ConstantOrigin { name: "moe_efficiency", value: e.moe_efficiency, set_from: fit },
@@ -633,7 +633,7 @@ pub fn markdown(v: &Validation) -> String {
     s += &rows_table(v, Set::Fit);
     s += "\n### Constants and where they were set\n\n| constant | value | set from |\n|---|---:|---|\n";
     for c in &v.constants {
-        s += &format!("| {} | {} | {} |\n", c.name, c.value, c.set_from);
+        s += &format!("| {} | {} | {} |\n", c.name, (c.value * 1000.0).round() / 1000.0, c.set_from);
     }
     s
 }
