@@ -695,7 +695,7 @@ mod tests {
     }
 
     /// The defaults minimize the FIT set's median |error| over their grid neighbourhood (the search
-    /// that chose them spanned step_overhead_ms 0.5..6.5 by 0.25 and moe_efficiency 0.30..0.80 by
+    /// that chose them spanned step_overhead_ms 0.5..8.5 by 0.25 and moe_efficiency 0.30..0.80 by
     /// 0.05); the test set plays no part.
     #[test]
     fn the_fitted_defaults_minimize_the_fit_median_among_their_grid_neighbours() {
