@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use clap::builder::PossibleValuesParser;
 use clap::{Args, ValueEnum};
 use servetune_model::inputs::{BenchInput, FabricInput};
-use servetune_model::predict::{Engine, Overlap};
+use servetune_model::predict::Overlap;
 use servetune_model::quant::{Dtype, KvDtype};
 use servetune_model::request::{LinkSource, QuantSpec};
 use servetune_model::{hw, report, spec, validate, ModelError, ModelSource, PlanRequest, ScenarioSpec, WhatIf};
@@ -205,7 +205,7 @@ pub struct PlanArgs {
     /// Fit efficiency factors to a `servetune bench --json` file's measured throughput
     #[arg(long, value_name = "BENCH_JSON")]
     pub calibrate: Option<PathBuf>,
-    /// Print predictions against public measurements (VALIDATION.md) and exit
+    /// Score the model on the public end-to-end cases (crates/model/data/validation/e2e.toml): fit and test sets apart, the test median first (VALIDATION.md), and exit
     #[arg(long)]
     pub validate: bool,
     /// Write the report as JSON (servetune.plan/1.1) to FILE; `-` for stdout (the text report then goes to stderr)
@@ -307,7 +307,7 @@ fn is_stdout(p: &Option<PathBuf>) -> bool {
 }
 
 fn run_validate(a: &PlanArgs) -> Result<(), Failure> {
-    let v = validate::run(Engine::default()).map_err(input)?;
+    let v = validate::run().map_err(input)?;
     let table = validate::markdown(&v);
     if is_stdout(&a.json) {
         crate::tell!("{table}");

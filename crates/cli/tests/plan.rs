@@ -98,11 +98,48 @@ fn calibration_fits_a_bench_json_and_prints_residuals() {
 }
 
 #[test]
-fn validate_prints_the_table_with_median_error() {
+fn validate_reports_the_test_set_first_and_its_median_from_its_rows() {
     let (code, out, err) = plan(&["--validate"]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("| case | source | predicted tok/s | measured tok/s | error |"), "{out}");
-    assert!(out.contains("Median absolute error"), "{out}");
+    assert!(out.starts_with("HEADLINE (test set): median absolute error"), "{out}");
+    let (test, fit) = (out.find("### Test set").expect("test rows"), out.find("### Fit set").expect("fit rows"));
+    assert!(test < fit, "{out}");
+    // The headline median is the median of the test rows' printed errors.
+    let mut errs: Vec<f64> = out[test..fit]
+        .lines()
+        .filter(|l| l.starts_with("| ") && l.ends_with(" |") && !l.starts_with("| case"))
+        .map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            cells[9].trim_end_matches('%').parse::<f64>().expect("error cell").abs()
+        })
+        .collect();
+    assert!(errs.len() >= 20, "{} test rows", errs.len());
+    assert!(errs.iter().all(|e| e.is_finite()));
+    errs.sort_by(f64::total_cmp);
+    let n = errs.len();
+    let median = if n % 2 == 1 { errs[n / 2] } else { (errs[n / 2 - 1] + errs[n / 2]) / 2.0 };
+    let headline: f64 = out["HEADLINE (test set): median absolute error of output tokens/s = ".len()..]
+        .split('%')
+        .next()
+        .and_then(|x| x.parse().ok())
+        .expect("headline number");
+    // Printed errors are rounded to 0.1%.
+    assert!((headline - median).abs() <= 0.1, "headline {headline} vs median of rows {median}");
+    assert!(out.contains(&format!("over {n} held-out cases")), "{out}");
+    assert!(out.contains("| fit |") && out.contains("skipped"), "{out}");
+}
+
+#[test]
+fn validate_json_has_both_sets_and_the_skipped_reasons() {
+    let (code, out, err) = plan(&["--validate", "--json", "-"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("pure JSON on stdout");
+    assert_eq!(v["schema"], "servetune.validation/2");
+    assert_eq!(v["headline_test_median_abs_error"], v["test"]["median_abs_error"]);
+    let rows = v["rows"].as_array().expect("rows");
+    let skipped: u64 = v["skipped"].as_array().expect("skipped").iter().map(|k| k["count"].as_u64().expect("count")).sum();
+    assert_eq!(rows.len() as u64 + skipped, v["total_cases"].as_u64().expect("total"));
+    assert!(rows.iter().filter(|r| r["set"] == "test").all(|r| r["error"].as_f64().is_some_and(f64::is_finite)));
 }
 
 #[test]

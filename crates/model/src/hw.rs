@@ -1,5 +1,5 @@
 //! GPUs and links, read from the data files `data/gpus.json` and `data/links.json` (every value
-//! carries its source there), the link kinds the model branches on, and the NCCL ring cost model.
+//! carries its source there), the link kinds the model branches on (all-reduce costs are in [`crate::comm`]).
 //! Links can be replaced by measured values (`--link-latency`, `--link-bw`, or a `servetune fabric`
 //! JSON, see [`crate::inputs`]).
 
@@ -77,7 +77,8 @@ pub struct LinkProfile {
     /// What the link is.
     #[serde(alias = "mode")]
     pub kind: LinkKind,
-    /// Latency of one transfer (one ring hop), microseconds.
+    /// Latency of one copy between two GPUs, microseconds; feeds the per-step latency of an all-reduce
+    /// ([`crate::comm`]), never a whole all-reduce.
     pub alpha_us: f64,
     /// Bandwidth per direction, GB/s.
     pub beta_gbs: f64,
@@ -224,20 +225,11 @@ pub fn p2p_replacement(kind: LinkKind) -> Option<&'static str> {
     }
 }
 
-/// NCCL's base latency of one Ring/LL collective, microseconds (NCCL `src/graph/tuning.cc`).
+/// NCCL's base latency of one Ring/LL collective, microseconds (comm.toml `[nccl_tuning]`
+/// base_latency_us_ring, NCCL `src/graph/tuning.cc`); the all-to-all and sends use it.
 pub const NCCL_RING_LL_BASE_US: f64 = 6.6;
 
 impl LinkProfile {
-    /// Ring all-reduce of `bytes` over `n` GPUs, microseconds: base + 2(n-1) hops + bytes x
-    /// 2(n-1)/n / beta (NCCL's cost model and nccl-tests' bus-bandwidth factor).
-    pub fn allreduce_us(&self, n: u32, bytes: f64) -> f64 {
-        if n <= 1 {
-            return 0.0;
-        }
-        let n = n as f64;
-        NCCL_RING_LL_BASE_US + 2.0 * (n - 1.0) * self.alpha_us + bytes * 2.0 * (n - 1.0) / n / (self.beta_gbs * 1e3)
-    }
-
     /// Point-to-point send of `bytes`, microseconds.
     pub fn send_us(&self, bytes: f64) -> f64 {
         self.alpha_us + bytes / (self.beta_gbs * 1e3)
@@ -277,13 +269,6 @@ mod tests {
         assert_eq!(l.kind, LinkKind::HostStaged);
         assert!((l.send_us(12_288.0) - 13.7).abs() < 0.2, "{}", l.send_us(12_288.0));
         assert!((l.send_us(786_432.0) - 40.0).abs() < 1.0, "{}", l.send_us(786_432.0));
-    }
-
-    #[test]
-    fn nccl_ring_latency_for_eight_pcie_gpus_is_about_20_us() {
-        // NCCL's model: 8 GPUs over PCIe with LL: 6.6 + 14 x 1.0 = 20.6 us.
-        let l = link("pcie5-p2p").expect("link");
-        assert!((l.allreduce_us(8, 0.0) - 20.6).abs() < 0.01);
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! - [`spec`]: model architectures (catalog `config.json` files and `--model-config`), validation,
 //!   parameter counts;
 //! - [`quant`]: bytes per weight and per-component formats;
-//! - [`hw`]: the GPU and link catalog (data files), link kinds, the NCCL ring model;
+//! - [`hw`]: the GPU and link catalog (data files), link kinds;
+//! - [`comm`]: all-reduce as engines run it (NCCL's cost model per algorithm and protocol, custom
+//!   one-shot/two-shot);
 //! - [`predict`]: memory fit, step-time breakdown, prefill, the bottleneck with its numbers;
 //! - [`rank`]: feasible plans ranked under SLOs, and fixes;
 //! - [`calibrate`]: fitting named efficiency factors to measured throughput;
@@ -17,6 +19,7 @@
 #![warn(missing_docs)]
 
 pub mod calibrate;
+pub mod comm;
 pub mod hw;
 pub mod inputs;
 pub mod predict;

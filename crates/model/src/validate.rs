@@ -1,151 +1,640 @@
-//! Predictions against public measurements of real deployments and the reference deployment the
-//! project started from, with one global set of engine defaults: no case
-//! is tuned on its own. `servetune plan --validate` prints this table; VALIDATION.md holds a copy.
+//! Predictions against the public end-to-end measurements in `data/validation/e2e.toml`, scored
+//! separately on its fit set and its test set (the split is by source and fixed in that file), the
+//! test set's median being the headline. `servetune plan --validate` prints this; VALIDATION.md
+//! holds a copy.
+//!
+//! Every case that is not excluded and that the model can express (a catalog model or a config
+//! under `data/validation/configs/`, a catalog GPU, a stated tp, a known weight format, a modelled
+//! interconnect, a client concurrency below the engine's stated running-request cap, and a measured
+//! output rate or a measured TTFT and TPOT) is scored with `plan`'s defaults plus only what the case
+//! states; every other case is counted with its reason.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use crate::hw::{gpu, link};
-use crate::predict::{Engine, Plan, Scenario};
-use crate::quant::{Dtype, Quant};
-use crate::spec::catalog;
+use crate::hw;
+use crate::predict::{Engine, Scenario};
+use crate::quant::Dtype;
+use crate::request::{LinkSource, ModelSource, ScenarioSpec};
 use crate::ModelError;
 
-/// One measured deployment.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Case {
-    /// What was measured.
-    pub name: String,
-    /// Where it was published.
-    pub source: &'static str,
-    /// Closed-loop concurrency.
-    pub concurrency: u32,
-    /// Measured decode output throughput of the whole deployment, tokens/s.
-    pub measured_output_tokens_per_s: f64,
-    /// The deployment as the model sees it.
-    #[serde(skip)]
-    pub scenario: Scenario,
+const E2E: &str = include_str!("../data/validation/e2e.toml");
+const E2E_PATH: &str = "crates/model/data/validation/e2e.toml";
+
+/// The config.json files under `data/validation/configs/` (their origins: that folder's README.md).
+const CONFIGS: [(&str, &str); 11] = [
+    ("MiniMaxAI--MiniMax-M2.5.json", include_str!("../data/validation/configs/MiniMaxAI--MiniMax-M2.5.json")),
+    ("MiniMaxAI--MiniMax-M2.7.json", include_str!("../data/validation/configs/MiniMaxAI--MiniMax-M2.7.json")),
+    ("Qwen--Qwen3-14B.json", include_str!("../data/validation/configs/Qwen--Qwen3-14B.json")),
+    ("Qwen--Qwen3-32B.json", include_str!("../data/validation/configs/Qwen--Qwen3-32B.json")),
+    ("Qwen--Qwen3.5-397B-A17B.json", include_str!("../data/validation/configs/Qwen--Qwen3.5-397B-A17B.json")),
+    ("moonshotai--Kimi-K2.5.json", include_str!("../data/validation/configs/moonshotai--Kimi-K2.5.json")),
+    ("nvidia--DeepSeek-V3.1-NVFP4.json", include_str!("../data/validation/configs/nvidia--DeepSeek-V3.1-NVFP4.json")),
+    ("nvidia--Kimi-K2.5-NVFP4.json", include_str!("../data/validation/configs/nvidia--Kimi-K2.5-NVFP4.json")),
+    ("zai-org--GLM-5.1-FP8.json", include_str!("../data/validation/configs/zai-org--GLM-5.1-FP8.json")),
+    ("zai-org--GLM-5.2-FP8.json", include_str!("../data/validation/configs/zai-org--GLM-5.2-FP8.json")),
+    ("zai-org--GLM-5.json", include_str!("../data/validation/configs/zai-org--GLM-5.json")),
+];
+
+/// Where a case's model comes from.
+#[derive(Debug, Clone, Copy)]
+enum ModelRef {
+    /// A catalog name.
+    Catalog(&'static str),
+    /// A file under `data/validation/configs/`.
+    Config(&'static str),
 }
 
-/// A case's prediction.
+/// Hugging Face id in e2e.toml -> the model `plan` runs, and why when it is a stand-in (the same
+/// table as `scripts/score-plan-e2e`'s MODELS).
+const MODELS: [(&str, ModelRef, &str); 29] = [
+    ("deepseek-ai/DeepSeek-R1-0528", ModelRef::Catalog("deepseek-v3"), "DeepSeek-V3 architecture"),
+    ("deepseek-ai/DeepSeek-R1", ModelRef::Catalog("deepseek-v3"), "DeepSeek-V3 architecture"),
+    ("deepseek-ai/DeepSeek-V3", ModelRef::Catalog("deepseek-v3"), ""),
+    ("nvidia/DeepSeek-R1-0528-NVFP4-v2", ModelRef::Catalog("deepseek-v3"), "DeepSeek-V3 architecture"),
+    ("nvidia/DeepSeek-R1-NVFP4", ModelRef::Catalog("deepseek-v3"), "DeepSeek-V3 architecture"),
+    ("nvidia/DeepSeek-V3.1-NVFP4", ModelRef::Config("nvidia--DeepSeek-V3.1-NVFP4.json"), ""),
+    ("nvidia/Llama-3.3-70B-Instruct-FP8", ModelRef::Catalog("llama-3.1-70b"), "Llama-3.1-70B architecture"),
+    ("nvidia/Llama-3.3-70B-Instruct-FP4", ModelRef::Catalog("llama-3.1-70b"), "Llama-3.1-70B architecture"),
+    ("meta-llama/Llama-3.1-70B", ModelRef::Catalog("llama-3.1-70b"), ""),
+    ("meta-llama/Llama-3.1-8B-Instruct", ModelRef::Catalog("llama-3.1-8b"), ""),
+    ("nvidia/Llama-3.1-8B-Instruct-FP8", ModelRef::Catalog("llama-3.1-8b"), ""),
+    ("nvidia/Qwen3-235B-A22B-FP4", ModelRef::Catalog("qwen3-235b-a22b"), ""),
+    ("nvidia/Qwen3-235B-A22B-FP8", ModelRef::Catalog("qwen3-235b-a22b"), ""),
+    ("Qwen/Qwen3-235B-A22B-FP8", ModelRef::Catalog("qwen3-235b-a22b"), ""),
+    ("nvidia/Qwen3-30B-A3B-FP4", ModelRef::Catalog("qwen3-30b-a3b"), ""),
+    ("openai/gpt-oss-120b", ModelRef::Catalog("gpt-oss-120b"), ""),
+    ("nvidia/Kimi-K2.5-NVFP4", ModelRef::Config("nvidia--Kimi-K2.5-NVFP4.json"), ""),
+    ("moonshotai/Kimi-K2.5", ModelRef::Config("moonshotai--Kimi-K2.5.json"), ""),
+    ("moonshotai/Kimi-K2.6", ModelRef::Config("moonshotai--Kimi-K2.5.json"), "K2.5's config"),
+    ("Qwen/Qwen3-14B-AWQ", ModelRef::Config("Qwen--Qwen3-14B.json"), "base Qwen3-14B config"),
+    ("Qwen/Qwen3-32B", ModelRef::Config("Qwen--Qwen3-32B.json"), ""),
+    ("nvidia/Qwen3-32B-NVFP4", ModelRef::Config("Qwen--Qwen3-32B.json"), "base Qwen3-32B config"),
+    ("Qwen/Qwen3.5-397B-A17B", ModelRef::Config("Qwen--Qwen3.5-397B-A17B.json"), ""),
+    ("MiniMaxAI/MiniMax-M2.5", ModelRef::Config("MiniMaxAI--MiniMax-M2.5.json"), ""),
+    ("MiniMaxAI/MiniMax-M2.7", ModelRef::Config("MiniMaxAI--MiniMax-M2.7.json"), ""),
+    ("MiniMaxAI/MiniMax-M2", ModelRef::Config("MiniMaxAI--MiniMax-M2.5.json"), "M2.5's config"),
+    ("zhipuai/GLM-5", ModelRef::Config("zai-org--GLM-5.json"), ""),
+    ("zai-org/GLM-5.1-FP8", ModelRef::Config("zai-org--GLM-5.1-FP8.json"), ""),
+    ("zai-org/GLM-5.2-FP8", ModelRef::Config("zai-org--GLM-5.2-FP8.json"), ""),
+];
+
+/// Which half of the data a case belongs to (e2e.toml's `set`, fixed by a hash of its source).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Set {
+    /// Data constants may be chosen from.
+    Fit,
+    /// Held out: never used to choose a constant.
+    Test,
+}
+
+/// The serving engine a case ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineName {
+    /// SGLang.
+    Sglang,
+    /// vLLM.
+    Vllm,
+    /// TensorRT-LLM.
+    Trtllm,
+}
+
+impl EngineName {
+    /// The engine's name as e2e.toml writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineName::Sglang => "sglang",
+            EngineName::Vllm => "vllm",
+            EngineName::Trtllm => "trtllm",
+        }
+    }
+}
+
+/// One `[[case]]` of e2e.toml: the fields scoring reads (the file's schema is in its header).
+#[derive(Debug, Clone, Deserialize)]
+struct E2eCase {
+    id: String,
+    set: Set,
+    source_key: String,
+    engine: EngineName,
+    gpu: String,
+    gpu_count: Option<u32>,
+    interconnect: String,
+    model: String,
+    quantization: String,
+    tp: Option<u32>,
+    pp: Option<u32>,
+    ep: Option<u32>,
+    dp: Option<u32>,
+    dp_attention: Option<bool>,
+    cuda_graphs: Option<bool>,
+    max_concurrency: Option<u32>,
+    input_len: Option<u32>,
+    output_len: Option<u32>,
+    max_running_requests: Option<u32>,
+    output_tok_s: Option<f64>,
+    ttft_ms: Option<f64>,
+    ttft_ms_mean: Option<f64>,
+    tpot_ms: Option<f64>,
+    tpot_ms_mean: Option<f64>,
+    exclude: Option<bool>,
+    exclude_reason: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct E2eFile {
+    case: Vec<E2eCase>,
+}
+
+/// What a row's measured output rate is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Measure {
+    /// The source's output tokens/s.
+    OutputTokS,
+    /// c x output_len / (TTFT + (output_len - 1) x TPOT) from the source's TTFT and TPOT
+    /// (AIConfigurator's silicon rows publish no rate): a derivation, not a measurement.
+    DerivedFromTtftTpot,
+}
+
+/// One scored case.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Row {
-    /// The case's name.
-    pub case: String,
-    /// Where it was published.
-    pub source: &'static str,
-    /// Closed-loop concurrency.
+    /// e2e.toml's id.
+    pub id: String,
+    /// Fit or test.
+    pub set: Set,
+    /// The publication it came from.
+    pub source_key: String,
+    /// GPU as e2e.toml names it.
+    pub gpu: String,
+    /// Engine.
+    pub engine: EngineName,
+    /// Client concurrency.
     pub concurrency: u32,
-    /// Predicted output tokens/s.
-    pub predicted: f64,
-    /// Measured output tokens/s.
+    /// Requests the model runs at once (concurrency capped by its KV capacity).
+    pub running: u32,
+    /// What `measured` is.
+    pub measure: Measure,
+    /// Output tokens/s of the deployment, measured (or derived, see `measure`).
     pub measured: f64,
+    /// Output tokens/s predicted.
+    pub predicted: f64,
     /// (predicted - measured) / measured.
     pub error: f64,
+    /// Measured TPOT, ms, when the source gives it.
+    pub tpot_measured_ms: Option<f64>,
+    /// Predicted TPOT, ms.
+    pub tpot_predicted_ms: f64,
+    /// Stand-ins the scoring used (a sibling model's config), empty when none.
+    pub note: String,
 }
 
-/// The validation table.
+/// Why a case was not scored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SkipReason {
+    /// e2e.toml excludes it: speculative decoding.
+    ExcludedSpeculative,
+    /// e2e.toml excludes it: a decode-only benchmark at a fixed context.
+    ExcludedDecodeOnly,
+    /// e2e.toml excludes it: client concurrency at or above the server's running cap.
+    ExcludedAtRunningCap,
+    /// e2e.toml excludes it: the deployment (parallelism, workers) is unresolved in the source.
+    ExcludedUnresolved,
+    /// e2e.toml excludes it for another reason.
+    ExcludedOther,
+    /// An offline run (all requests queued at once): no client concurrency below the engine's cap.
+    Offline,
+    /// Concurrency at or above the stated running-request cap.
+    AtRunningCap,
+    /// The source states no tp.
+    NoTp,
+    /// The model has no catalog entry or config here.
+    UnknownModel,
+    /// The GPU is not in the catalog.
+    UnknownGpu,
+    /// The weight format is not stated.
+    UnknownQuant,
+    /// The interconnect (xGMI) has no link in the catalog.
+    UnmodelledInterconnect,
+    /// Neither an output rate nor TTFT and TPOT were measured.
+    NoMeasure,
+    /// The model refused the deployment (an architecture it cannot parse, or it does not fit).
+    Refused,
+}
+
+impl SkipReason {
+    /// Words for a reader.
+    pub fn words(self) -> &'static str {
+        match self {
+            SkipReason::ExcludedSpeculative => "excluded in e2e.toml: speculative decoding",
+            SkipReason::ExcludedDecodeOnly => "excluded in e2e.toml: decode-only benchmark at a fixed context",
+            SkipReason::ExcludedAtRunningCap => "excluded in e2e.toml: client concurrency at or above the running cap",
+            SkipReason::ExcludedUnresolved => "excluded in e2e.toml: deployment unresolved in the source",
+            SkipReason::ExcludedOther => "excluded in e2e.toml: other",
+            SkipReason::Offline => "offline run (all requests queued at once, above any engine's running cap)",
+            SkipReason::AtRunningCap => "concurrency at or above the stated running-request cap",
+            SkipReason::NoTp => "tp not stated",
+            SkipReason::UnknownModel => "model not in the catalog nor under data/validation/configs",
+            SkipReason::UnknownGpu => "GPU not in the catalog",
+            SkipReason::UnknownQuant => "weight format not stated",
+            SkipReason::UnmodelledInterconnect => "interconnect without a catalog link (xGMI)",
+            SkipReason::NoMeasure => "no output rate, nor TTFT and TPOT, measured",
+            SkipReason::Refused => "plan refused the deployment",
+        }
+    }
+
+    fn of_exclusion(reason: &str) -> SkipReason {
+        if reason.starts_with("speculative") {
+            SkipReason::ExcludedSpeculative
+        } else if reason.starts_with("decode-only") {
+            SkipReason::ExcludedDecodeOnly
+        } else if reason.contains("running") || reason.starts_with("client concurrency") {
+            SkipReason::ExcludedAtRunningCap
+        } else if reason.contains("unresolved") {
+            SkipReason::ExcludedUnresolved
+        } else {
+            SkipReason::ExcludedOther
+        }
+    }
+}
+
+/// Skipped cases with one reason.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Skipped {
+    /// The reason.
+    pub reason: SkipReason,
+    /// The reason in words.
+    pub words: &'static str,
+    /// How many cases.
+    pub count: usize,
+    /// The first such case's id.
+    pub first_id: String,
+    /// The first such case's detail (its GPU, model, or plan's error).
+    pub first_detail: String,
+}
+
+/// Medians of one set.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct SetSummary {
+    /// Scored cases.
+    pub cases: usize,
+    /// Median |error| over the set's rows (0 when none).
+    pub median_abs_error: f64,
+    /// Median signed error.
+    pub median_error: f64,
+    /// Rows predicted above the measurement.
+    pub over_predicted: usize,
+    /// Rows whose rate was measured (not derived).
+    pub measured_cases: usize,
+    /// Median |error| over those rows.
+    pub measured_median_abs_error: f64,
+    /// Rows with a measured TPOT.
+    pub tpot_cases: usize,
+    /// Median |TPOT error| over those rows.
+    pub tpot_median_abs_error: f64,
+}
+
+/// A constant of the model and the data it was chosen from.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ConstantOrigin {
+    /// The engine field or data entry.
+    pub name: &'static str,
+    /// Its value.
+    pub value: f64,
+    /// The fit cases or the kernel/comm data it was set from, or "assumption".
+    pub set_from: &'static str,
+}
+
+/// The validation report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Validation {
-    /// Always "servetune.validation/1".
+    /// Always "servetune.validation/2".
     pub schema: &'static str,
-    /// One row per case.
+    /// The file scored.
+    pub data: &'static str,
+    /// Cases in it.
+    pub total_cases: usize,
+    /// The headline: median |error| of output tokens/s on the test set.
+    pub headline_test_median_abs_error: f64,
+    /// The fit set's medians.
+    pub fit: SetSummary,
+    /// The test set's medians.
+    pub test: SetSummary,
+    /// One row per scored case, test set first.
     pub rows: Vec<Row>,
-    /// Median of |error| (stats' median).
-    pub median_abs_error: f64,
-    /// The engine defaults every case used.
+    /// Cases not scored, by reason.
+    pub skipped: Vec<Skipped>,
+    /// Where each fitted constant came from.
+    pub constants: Vec<ConstantOrigin>,
+    /// The engine defaults every case started from.
     pub engine: Engine,
 }
 
-/// Every public case is 1k prompt / 1k output tokens.
-fn scenario(model: &str, q: Dtype, g: &str, l: &str, tp: u32, engine: Engine) -> Result<Scenario, ModelError> {
-    Ok(Scenario {
-        model: catalog(model)?,
-        quant: Quant::preset(q),
-        gpu: gpu(g)?,
-        link: link(l)?,
-        plan: Plan { gpus: tp, tp, pp: 1, ep: 1, dp_attention: false },
-        engine,
-        input_len: 1024,
-        output_len: 1024,
-        max_running: None,
+fn model_of(c: &E2eCase) -> Result<(ModelSource, &'static str), (SkipReason, String)> {
+    let (_, r, note) = MODELS.iter().find(|(hf, _, _)| *hf == c.model).ok_or((SkipReason::UnknownModel, c.model.clone()))?;
+    match r {
+        ModelRef::Catalog(name) => Ok((ModelSource::Catalog((*name).to_string()), note)),
+        ModelRef::Config(file) => {
+            let (_, text) = CONFIGS.iter().find(|(f, _)| f == file).ok_or((SkipReason::UnknownModel, (*file).to_string()))?;
+            Ok((ModelSource::Config { text: (*text).to_string(), path: format!("crates/model/data/validation/configs/{file}") }, note))
+        }
+    }
+}
+
+/// e2e.toml's free-text format -> a checkpoint format (first named wins, NVFP4 before FP8).
+fn quant_of(q: &str) -> Option<Dtype> {
+    let q = q.to_lowercase();
+    if q.starts_with("unstated") {
+        return None;
+    }
+    let keys = [
+        ("nvfp4", Dtype::Nvfp4),
+        ("mxfp4", Dtype::Mxfp4),
+        ("awq", Dtype::Int4),
+        ("int4", Dtype::Int4),
+        ("fp8", Dtype::Fp8),
+        ("bf16", Dtype::Bf16),
+        ("fp4", Dtype::Nvfp4),
+    ];
+    keys.iter().find(|(k, _)| q.contains(k)).map(|(_, d)| *d)
+}
+
+/// e2e.toml's interconnect -> a catalog link, None when the catalog has none for it.
+fn link_of(interconnect: &str, gpu: &hw::GpuSpec) -> Option<&'static str> {
+    let pcie = if matches!(gpu.name.as_str(), "rtx-pro-6000-se" | "rtx-5090") { "pcie5-p2p" } else { "pcie4-p2p" };
+    match interconnect {
+        "nvlink" if gpu.nvlink_gbs > 0.0 => Some("nvlink"),
+        "pcie-no-p2p" => Some("pcie-host-staged"),
+        "none" | "pcie-p2p" => Some(pcie),
+        s if s.starts_with("pcie (") => Some(pcie),
+        _ => None,
+    }
+}
+
+/// The scenario and concurrency a case runs at, or why it cannot be scored.
+fn spec_of(c: &E2eCase) -> Result<(ScenarioSpec, u32, &'static str), (SkipReason, String)> {
+    if c.exclude == Some(true) {
+        let why = c.exclude_reason.clone().unwrap_or_default();
+        return Err((SkipReason::of_exclusion(&why), why));
+    }
+    let (model, note) = model_of(c)?;
+    let gpu_name = if c.gpu == "a100-80gb" { "a100" } else { c.gpu.as_str() };
+    let gpu = hw::gpu(gpu_name).map_err(|_| (SkipReason::UnknownGpu, c.gpu.clone()))?;
+    let tp = c.tp.filter(|t| *t > 0).ok_or((SkipReason::NoTp, String::new()))?;
+    let quant = quant_of(&c.quantization).ok_or((SkipReason::UnknownQuant, c.quantization.clone()))?;
+    let link = link_of(&c.interconnect, &gpu).ok_or((SkipReason::UnmodelledInterconnect, c.interconnect.clone()))?;
+    let conc = c.max_concurrency.ok_or((SkipReason::Offline, String::new()))?;
+    if let Some(cap) = c.max_running_requests.filter(|cap| conc >= *cap) {
+        return Err((SkipReason::AtRunningCap, format!("c={conc}, cap {cap}")));
+    }
+    let pp = c.pp.unwrap_or(1).max(1);
+    let mut s = ScenarioSpec::new(model, gpu_name);
+    s.quant.checkpoint = Some(quant);
+    s.gpus = c.gpu_count.filter(|g| *g > 0).unwrap_or(tp * pp);
+    s.link = LinkSource::Catalog(link.to_string());
+    s.tp = Some(tp);
+    s.pp = pp;
+    s.ep = c.ep.unwrap_or(1).max(1);
+    s.dp_attention = c.dp_attention == Some(true) || c.dp.unwrap_or(1) > 1;
+    (s.input_len, s.output_len) = match (c.input_len, c.output_len) {
+        (Some(i), Some(o)) if i > 0 && o > 0 => (i, o),
+        _ => return Err((SkipReason::NoMeasure, "no input/output length".into())),
+    };
+    s.max_running = c.max_running_requests;
+    s.cuda_graphs = c.cuda_graphs != Some(false);
+    // vLLM V1 and TRT-LLM put new prompts' tokens into the running decode steps.
+    s.mixed_prefill = matches!(c.engine, EngineName::Vllm | EngineName::Trtllm);
+    Ok((s, conc, note))
+}
+
+/// The dense 4-bit checkpoints (ModelOpt FP4, AWQ) quantize every linear layer, not only experts.
+fn dense_four_bit(s: &mut ScenarioSpec) -> Result<(), ModelError> {
+    let m = s.model_spec()?;
+    if m.moe.is_none() && matches!(s.quant.checkpoint, Some(Dtype::Nvfp4 | Dtype::Mxfp4 | Dtype::Int4)) {
+        s.quant.attention = s.quant.checkpoint;
+        s.quant.dense = s.quant.checkpoint;
+    }
+    Ok(())
+}
+
+fn measured_of(c: &E2eCase, conc: u32, osl: u32) -> Option<(Measure, f64)> {
+    if let Some(r) = c.output_tok_s.filter(|r| r.is_finite() && *r > 0.0) {
+        return Some((Measure::OutputTokS, r));
+    }
+    let ttft = c.ttft_ms.or(c.ttft_ms_mean)?;
+    let tpot = c.tpot_ms.or(c.tpot_ms_mean)?;
+    let e2e_s = (ttft + (osl as f64 - 1.0) * tpot) / 1e3;
+    (e2e_s > 0.0).then(|| (Measure::DerivedFromTtftTpot, conc as f64 * osl as f64 / e2e_s))
+}
+
+/// Scores one case with `engine`'s fitted constants (the case keeps its own CUDA graphs and
+/// prefill mixing): its row, or why it was skipped.
+fn score(c: &E2eCase, engine: &Engine) -> Result<Row, (SkipReason, String)> {
+    let (mut spec, conc, note) = spec_of(c)?;
+    let (measure, measured) = measured_of(c, conc, spec.output_len).ok_or((SkipReason::NoMeasure, String::new()))?;
+    dense_four_bit(&mut spec).map_err(|e| (SkipReason::Refused, e.to_string()))?;
+    let mut s: Scenario = spec.build().map_err(|e| (SkipReason::Refused, e.to_string()))?;
+    s.engine = Engine { cuda_graphs: s.engine.cuda_graphs, mixed_prefill: s.engine.mixed_prefill, ..*engine };
+    s.check_fit().map_err(|e| (SkipReason::Refused, e.to_string()))?;
+    let p = s.point(conc);
+    Ok(Row {
+        id: c.id.clone(),
+        set: c.set,
+        source_key: c.source_key.clone(),
+        gpu: c.gpu.clone(),
+        engine: c.engine,
+        concurrency: conc,
+        running: p.running,
+        measure,
+        measured,
+        predicted: p.output_tokens_per_s,
+        error: (p.output_tokens_per_s - measured) / measured,
+        tpot_measured_ms: c.tpot_ms.or(c.tpot_ms_mean),
+        tpot_predicted_ms: p.tpot_ms,
+        note: note.to_string(),
     })
 }
 
-/// The public cases, built with `engine`.
-pub fn cases(engine: Engine) -> Result<Vec<Case>, ModelError> {
-    let mut out = Vec::new();
-    // SemiAnalysisAI/InferenceX issue 870: DeepSeek-R1-0528 FP8, 8x H200, TP8, SGLang 0.5.7, 1k/1k;
-    // output tok/s per GPU 74.6 / 111.9 / 151.1 / 223.6 at concurrency 8 / 16 / 32 / 64.
-    for (c, per_gpu) in [(8, 74.6), (16, 111.9), (32, 151.1), (64, 223.6)] {
-        out.push(Case {
-            name: format!("DeepSeek-R1 FP8, 8x H200 NVLink, TP8, c={c}"),
-            source: "SemiAnalysisAI/InferenceX issue 870",
-            concurrency: c,
-            measured_output_tokens_per_s: per_gpu * 8.0,
-            scenario: scenario("deepseek-v3", Dtype::Fp8, "h200", "nvlink", 8, engine)?,
-        });
-    }
-    // A public SGLang figure (its original source was not recorded): GLM-5-FP8, 8x B200, TP8, SGLang, 1k/1k, concurrency 1, no speculative decoding: TPOT 20.3 ms.
-    out.push(Case {
-        name: "GLM-5 FP8, 8x B200 NVLink, TP8, c=1".into(),
-        source: "public SGLang figure, TPOT 20.3 ms (source not recorded)",
-        concurrency: 1,
-        measured_output_tokens_per_s: 1000.0 / 20.3,
-        scenario: scenario("glm-5", Dtype::Fp8, "b200", "nvlink", 8, engine)?,
-    });
-    // The reference deployment (the sim preset reference-kvm models it): GLM-5 NVFP4 with sglang TP8 on 8 RTX PRO 6000 in a KVM guest without P2P:
-    // 485 tok/s at concurrency 64. In an LXC container with P2P it plateaus at ~806 tok/s (quoted
-    // here at concurrency 64, where the KVM figure was measured; the lengths were not published, so
-    // 1k/1k is assumed).
-    out.push(Case {
-        name: "GLM-5 NVFP4, 8x RTX PRO 6000, KVM host-staged, TP8, c=64".into(),
-        source: "reference deployment (team measurement)",
-        concurrency: 64,
-        measured_output_tokens_per_s: 485.0,
-        scenario: scenario("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", "pcie-host-staged", 8, engine)?,
-    });
-    out.push(Case {
-        name: "GLM-5 NVFP4, 8x RTX PRO 6000, LXC P2P, TP8, c=64".into(),
-        source: "reference deployment (team measurement)",
-        concurrency: 64,
-        measured_output_tokens_per_s: 806.0,
-        scenario: scenario("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", "pcie5-p2p", 8, engine)?,
-    });
-    Ok(out)
+fn median(xs: &[f64]) -> f64 {
+    servetune_stats::median(xs).unwrap_or(0.0)
 }
 
-/// Predicts every case with `engine`.
-pub fn run(engine: Engine) -> Result<Validation, ModelError> {
-    let rows: Vec<Row> = cases(engine)?
-        .into_iter()
-        .map(|c| {
-            let p = c.scenario.point(c.concurrency).output_tokens_per_s;
-            Row {
-                case: c.name,
-                source: c.source,
-                concurrency: c.concurrency,
-                predicted: p,
-                measured: c.measured_output_tokens_per_s,
-                error: (p - c.measured_output_tokens_per_s) / c.measured_output_tokens_per_s,
-            }
-        })
-        .collect();
-    let errors: Vec<f64> = rows.iter().map(|r| r.error.abs()).collect();
-    let median_abs_error = servetune_stats::median(&errors).unwrap_or(0.0);
-    Ok(Validation { schema: "servetune.validation/1", rows, median_abs_error, engine })
+/// The medians of the rows of `set`.
+pub fn summary(rows: &[Row], set: Set) -> SetSummary {
+    let rs: Vec<&Row> = rows.iter().filter(|r| r.set == set).collect();
+    let abs: Vec<f64> = rs.iter().map(|r| r.error.abs()).collect();
+    let signed: Vec<f64> = rs.iter().map(|r| r.error).collect();
+    let meas: Vec<f64> = rs.iter().filter(|r| r.measure == Measure::OutputTokS).map(|r| r.error.abs()).collect();
+    let tpot: Vec<f64> = rs.iter().filter_map(|r| r.tpot_measured_ms.map(|m| ((r.tpot_predicted_ms - m) / m).abs())).collect();
+    SetSummary {
+        cases: rs.len(),
+        median_abs_error: median(&abs),
+        median_error: median(&signed),
+        over_predicted: signed.iter().filter(|e| **e > 0.0).count(),
+        measured_cases: meas.len(),
+        measured_median_abs_error: median(&meas),
+        tpot_cases: tpot.len(),
+        tpot_median_abs_error: median(&tpot),
+    }
 }
 
-/// The table as Markdown.
-pub fn markdown(v: &Validation) -> String {
-    let mut s = String::from("| case | source | predicted tok/s | measured tok/s | error |\n|---|---|---:|---:|---:|\n");
-    for r in &v.rows {
-        s += &format!("| {} | {} | {:.0} | {:.0} | {:+.1}% |\n", r.case, r.source, r.predicted, r.measured, r.error * 100.0);
+/// Where the fitted constants came from (the engine defaults in `predict::Engine`).
+pub fn constants() -> Vec<ConstantOrigin> {
+    let e = Engine::default();
+    let fit = "fit: every scored fit case (argmin of the fit median absolute error on a 0.25 ms x 0.05 grid)";
+    vec![
+        ConstantOrigin { name: "step_overhead_ms", value: e.step_overhead_ms, set_from: fit },
+        ConstantOrigin { name: "moe_efficiency", value: e.moe_efficiency, set_from: fit },
+        ConstantOrigin { name: "hbm_efficiency", value: e.hbm_efficiency, set_from: "assumption (typical decode GEMV); no e2e case" },
+        ConstantOrigin {
+            name: "gemm_efficiency (decode steps only)",
+            value: e.gemm_efficiency,
+            set_from: "a torch BF16 GEMM on the reference RTX PRO 6000 (team measurement); no e2e case",
+        },
+        ConstantOrigin {
+            name: "comm::SHM_HOP_SHARE",
+            value: crate::comm::SHM_HOP_SHARE,
+            set_from: "fit: rtx6kpro-kimik25-ctx0k P2P/no-P2P pair (decode-only, so not scored here)",
+        },
+        ConstantOrigin {
+            name: "comm::RING_SIMPLE_EFFICIENCY",
+            value: crate::comm::RING_SIMPLE_EFFICIENCY,
+            set_from: "comm.toml [[nccl_tests]] h100-sxm (nccl-tests issue 212: ring 370 of 450 GB/s)",
+        },
+        ConstantOrigin {
+            name: "predict::prefill_gemm_efficiency (bf16 / fp8 / fp4)",
+            value: crate::predict::prefill_gemm_efficiency(crate::quant::ComputeFormat::Fp8),
+            set_from: "kernels.toml [[gemm]] medians at M >= 2048 (0.728 / 0.523 / 0.434; fp8 shown); no e2e case",
+        },
+        ConstantOrigin {
+            name: "predict::PREFILL_MOE_EFFICIENCY",
+            value: crate::predict::PREFILL_MOE_EFFICIENCY,
+            set_from: "kernels.toml [[moe]] median, balanced routing, >= 4096 tokens; no e2e case",
+        },
+        ConstantOrigin { name: "ep_imbalance", value: e.ep_imbalance, set_from: "assumption; no e2e case" },
+        ConstantOrigin { name: "mem_fraction", value: e.mem_fraction, set_from: "sglang's --mem-fraction-static default; no e2e case" },
+    ]
+}
+
+fn group_skips(skips: Vec<(SkipReason, String, String)>) -> Vec<Skipped> {
+    let mut out: Vec<Skipped> = Vec::new();
+    for (reason, id, detail) in skips {
+        match out.iter_mut().find(|s| s.reason == reason) {
+            Some(s) => s.count += 1,
+            None => out.push(Skipped { reason, words: reason.words(), count: 1, first_id: id, first_detail: detail }),
+        }
     }
-    s += &format!(
-        "\nMedian absolute error: {:.1}% over {} cases (target: under 20% at concurrency 1 to 64).\n",
-        v.median_abs_error * 100.0,
-        v.rows.len()
+    out.sort_by(|a, b| b.count.cmp(&a.count).then(a.reason.cmp(&b.reason)));
+    out
+}
+
+/// Scores every case of e2e.toml with the engine defaults.
+pub fn run() -> Result<Validation, ModelError> {
+    run_with(&Engine::default())
+}
+
+/// Scores every case of e2e.toml with `engine`'s constants (to refit them on the fit set).
+pub fn run_with(engine: &Engine) -> Result<Validation, ModelError> {
+    let file: E2eFile = toml::from_str(E2E).map_err(|e| ModelError::Input(format!("{E2E_PATH}: {e}")))?;
+    let mut rows = Vec::new();
+    let mut skips = Vec::new();
+    for c in &file.case {
+        match score(c, engine) {
+            Ok(r) => rows.push(r),
+            Err((reason, detail)) => skips.push((reason, c.id.clone(), detail)),
+        }
+    }
+    rows.sort_by_key(|r| r.set != Set::Test);
+    let (fit, test) = (summary(&rows, Set::Fit), summary(&rows, Set::Test));
+    Ok(Validation {
+        schema: "servetune.validation/2",
+        data: E2E_PATH,
+        total_cases: file.case.len(),
+        headline_test_median_abs_error: test.median_abs_error,
+        fit,
+        test,
+        rows,
+        skipped: group_skips(skips),
+        constants: constants(),
+        engine: *engine,
+    })
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1}%", x * 100.0)
+}
+
+fn summary_line(name: &str, s: &SetSummary) -> String {
+    format!(
+        "| {name} | {} | {} | {:+.1}% | {} of {} | {} (n={}) | {} (n={}) |\n",
+        s.cases,
+        pct(s.median_abs_error),
+        s.median_error * 100.0,
+        s.over_predicted,
+        s.cases,
+        pct(s.measured_median_abs_error),
+        s.measured_cases,
+        pct(s.tpot_median_abs_error),
+        s.tpot_cases
+    )
+}
+
+fn rows_table(v: &Validation, set: Set) -> String {
+    let mut s = String::from(
+        "| case | source | GPU | engine | c | running | measured tok/s | predicted tok/s | error | TPOT meas / pred ms |\n|---|---|---|---|---:|---:|---:|---:|---:|---|\n",
     );
+    for r in v.rows.iter().filter(|r| r.set == set) {
+        let star = if r.measure == Measure::DerivedFromTtftTpot { "*" } else { "" };
+        let tpot = r.tpot_measured_ms.map_or(format!("- / {:.1}", r.tpot_predicted_ms), |m| format!("{m:.1} / {:.1}", r.tpot_predicted_ms));
+        s += &format!(
+            "| {} | {} | {} | {} | {} | {} | {:.0}{star} | {:.0} | {:+.1}% | {tpot} |\n",
+            r.id,
+            r.source_key,
+            r.gpu,
+            r.engine.name(),
+            r.concurrency,
+            r.running,
+            r.measured,
+            r.predicted,
+            r.error * 100.0
+        );
+    }
+    s
+}
+
+/// The report as Markdown (what `plan --validate` prints and VALIDATION.md holds).
+pub fn markdown(v: &Validation) -> String {
+    let scored = v.rows.len();
+    let mut s = format!(
+        "HEADLINE (test set): median absolute error of output tokens/s = {} over {} held-out cases of {}.\n\n",
+        pct(v.headline_test_median_abs_error),
+        v.test.cases,
+        v.data
+    );
+    s += "| set | cases | median abs error | signed median | over-predicted | measured rate only | TPOT |\n|---|---:|---:|---:|---:|---:|---:|\n";
+    s += &summary_line("test", &v.test);
+    s += &summary_line("fit", &v.fit);
+    s += &format!(
+        "\nScored {scored} of {} cases; skipped {}:\n\n| reason | cases | first case | its detail |\n|---|---:|---|---|\n",
+        v.total_cases,
+        v.total_cases - scored
+    );
+    for k in &v.skipped {
+        let detail: String = k.first_detail.chars().take(90).collect();
+        s += &format!("| {} | {} | {} | {} |\n", k.words, k.count, k.first_id, detail.replace('|', "/"));
+    }
+    s += "\nRates marked * are derived from the source's TTFT and TPOT: c x output_len / (TTFT + (output_len - 1) x TPOT).\n";
+    s += "\n### Test set\n\n";
+    s += &rows_table(v, Set::Test);
+    s += "\n### Fit set\n\n";
+    s += &rows_table(v, Set::Fit);
+    s += "\n### Constants and where they were set\n\n| constant | value | set from |\n|---|---:|---|\n";
+    for c in &v.constants {
+        s += &format!("| {} | {} | {} |\n", c.name, (c.value * 1000.0).round() / 1000.0, c.set_from);
+    }
     s
 }
 
@@ -153,10 +642,83 @@ pub fn markdown(v: &Validation) -> String {
 mod tests {
     use super::*;
 
+    fn validation() -> Validation {
+        run().expect("e2e.toml is part of the crate and parses")
+    }
+
     #[test]
-    fn median_error_is_under_twenty_percent_with_the_defaults() {
-        let v = run(Engine::default()).expect("cases");
-        eprintln!("{}", markdown(&v));
-        assert!(v.median_abs_error < 0.20, "{}", markdown(&v));
+    fn every_case_is_scored_or_skipped_with_a_reason() {
+        let v = validation();
+        let skipped: usize = v.skipped.iter().map(|k| k.count).sum();
+        assert_eq!(v.rows.len() + skipped, v.total_cases);
+        assert!(v.total_cases >= 190, "{}", v.total_cases);
+    }
+
+    #[test]
+    fn each_scored_test_case_has_a_finite_error_and_the_medians_come_from_its_rows() {
+        let v = validation();
+        let test: Vec<&Row> = v.rows.iter().filter(|r| r.set == Set::Test).collect();
+        assert!(test.len() >= 20, "{} test rows", test.len());
+        for r in &test {
+            assert!(r.predicted.is_finite() && r.predicted > 0.0, "{}: {}", r.id, r.predicted);
+            assert!(r.error.is_finite(), "{}: {}", r.id, r.error);
+        }
+        let abs: Vec<f64> = test.iter().map(|r| r.error.abs()).collect();
+        let m = servetune_stats::median(&abs).expect("rows");
+        assert_eq!(v.test.median_abs_error, m);
+        assert_eq!(v.headline_test_median_abs_error, m);
+        assert_eq!(v.test.cases, test.len());
+    }
+
+    #[test]
+    fn no_scored_case_is_at_or_above_its_running_cap_or_excluded() {
+        let file: E2eFile = toml::from_str(E2E).expect("parses");
+        let v = validation();
+        for r in &v.rows {
+            let c = file.case.iter().find(|c| c.id == r.id).expect("row comes from a case");
+            assert_ne!(c.exclude, Some(true), "{}", r.id);
+            assert!(c.max_concurrency.is_some(), "{}: offline runs are not scored", r.id);
+            if let Some(cap) = c.max_running_requests {
+                assert!(r.concurrency < cap, "{}: c={} cap {cap}", r.id, r.concurrency);
+            }
+            assert_eq!(c.set, r.set, "{}", r.id);
+        }
+    }
+
+    #[test]
+    fn the_cases_that_set_the_defaults_are_in_the_fit_set() {
+        let v = validation();
+        let ix: Vec<&Row> = v.rows.iter().filter(|r| r.source_key == "inferencex-issue-870").collect();
+        assert_eq!(ix.len(), 4);
+        assert!(ix.iter().all(|r| r.set == Set::Fit));
+        assert!(v.constants.iter().any(|c| c.name == "step_overhead_ms" && c.set_from.starts_with("fit: ")));
+    }
+
+    /// The defaults minimize the FIT set's median |error| over their grid neighbourhood (the search
+    /// that chose them spanned step_overhead_ms 0.5..8.5 by 0.25 and moe_efficiency 0.30..0.80 by
+    /// 0.05); the test set plays no part.
+    #[test]
+    fn the_fitted_defaults_minimize_the_fit_median_among_their_grid_neighbours() {
+        let d = Engine::default();
+        let at_default = run_with(&d).expect("runs").fit.median_abs_error;
+        for o in -2..=2 {
+            for m in -2..=2 {
+                let e = Engine {
+                    step_overhead_ms: d.step_overhead_ms + 0.25 * o as f64,
+                    moe_efficiency: d.moe_efficiency + 0.05 * m as f64,
+                    ..d
+                };
+                let fit = run_with(&e).expect("runs").fit.median_abs_error;
+                assert!(at_default <= fit + 1e-12, "overhead {} moe {}: fit {fit} < {at_default}", e.step_overhead_ms, e.moe_efficiency);
+            }
+        }
+    }
+
+    #[test]
+    fn free_text_formats_map_to_checkpoints() {
+        assert_eq!(quant_of("nvfp4 (modelopt), fp8 kv cache"), Some(Dtype::Nvfp4));
+        assert_eq!(quant_of("native (INT4 experts) with fp8 kv cache"), Some(Dtype::Int4));
+        assert_eq!(quant_of("fp8 (bf16 kv cache on H200)"), Some(Dtype::Fp8));
+        assert_eq!(quant_of("unstated"), None);
     }
 }

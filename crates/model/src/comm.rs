@@ -1,0 +1,299 @@
+//! All-reduce as the engines run it: NCCL's own cost model per algorithm (ring, tree) and protocol
+//! (LL, LL128, Simple), the cheapest taken as NCCL's tuner does, and the engines' custom one-shot /
+//! two-shot all-reduce for small messages where it is used (P2P, and full NVLink or two GPUs).
+//!
+//! Every constant names its source; the files under `data/validation/` are cited by entry:
+//! `comm.toml [nccl_tuning]` copies NVIDIA/nccl `src/graph/tuning.cc` (NCCL 2.30.7).
+//!
+//! Per transport, a link's measured copy latency and bandwidth (`links.json`, `--link-latency`,
+//! `--link-bw`, or a `servetune fabric` document) feed the per-hop latency and the bus bandwidth,
+//! never a whole all-reduce:
+//! - NVLink / PCIe P2P: hop latency = NCCL's hop latency for the link block plus any measured copy
+//!   latency above NCCL's LL hop (an inter-socket hop, say); bus bandwidth from the link's.
+//! - Host-staged (NCCL's SHM transport): NCCL's model charges SHM the PCI hop latency (tuning.cc
+//!   uses one PCI block for every non-NVLink intra-node path); each step also pays
+//!   [`SHM_HOP_SHARE`] of the measured staged-copy latency.
+
+use serde::Serialize;
+
+use crate::hw::{LinkKind, LinkProfile};
+
+/// NCCL's protocols.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Protocol {
+    /// Low-latency: 8-byte stores with flags, half the bandwidth.
+    Ll,
+    /// LL128: 128-byte lines; NCCL enables it by default only on NVLink-class paths.
+    Ll128,
+    /// Simple: bulk copies with fences.
+    Simple,
+}
+
+/// NCCL's algorithms (one node).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Algorithm {
+    /// Ring: 2(n-1) steps.
+    Ring,
+    /// Tree: 2(n-1) steps within a node, half the bus bandwidth.
+    Tree,
+}
+
+/// How one all-reduce is run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Method {
+    /// NCCL with the algorithm and protocol its tuner picks.
+    Nccl {
+        /// Algorithm.
+        algorithm: Algorithm,
+        /// Protocol.
+        protocol: Protocol,
+    },
+    /// The engine's custom all-reduce: every rank reads every peer's buffer.
+    OneShot,
+    /// The engine's custom all-reduce: reduce-scatter then all-gather through peer buffers.
+    TwoShot,
+}
+
+/// One all-reduce's predicted cost.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct AllReduce {
+    /// Microseconds.
+    pub us: f64,
+    /// How it runs.
+    pub method: Method,
+}
+
+const PROTOCOLS: [Protocol; 3] = [Protocol::Ll, Protocol::Ll128, Protocol::Simple];
+
+/// comm.toml `[nccl_tuning] base_latency_us_ring` / `base_latency_us_tree` (LL, LL128, Simple), us.
+fn base_latency_us(a: Algorithm, p: Protocol) -> f64 {
+    match (a, p) {
+        (Algorithm::Ring, Protocol::Ll) => 6.6,
+        (Algorithm::Tree, Protocol::Ll) => 6.8,
+        (_, Protocol::Ll128) => 14.0,
+        (_, Protocol::Simple) => 8.4,
+    }
+}
+
+/// comm.toml `[nccl_tuning] hw_latency_us_{nvlink,pci}_{ring,tree}` (LL, LL128, Simple), us per step.
+fn hw_latency_us(nvlink: bool, a: Algorithm, p: Protocol) -> f64 {
+    match (nvlink, a, p) {
+        (true, _, Protocol::Ll) => 0.6,
+        (true, Algorithm::Tree, Protocol::Ll128) => 1.25,
+        (true, Algorithm::Ring, Protocol::Ll128) => 1.9,
+        (true, Algorithm::Tree, Protocol::Simple) => 4.0,
+        (true, Algorithm::Ring, Protocol::Simple) => 3.4,
+        (false, _, Protocol::Ll) => 1.0,
+        (false, Algorithm::Tree, Protocol::Ll128) => 1.9,
+        (false, Algorithm::Ring, Protocol::Ll128) => 2.5,
+        (false, Algorithm::Tree, Protocol::Simple) => 4.0,
+        (false, Algorithm::Ring, Protocol::Simple) => 5.7,
+    }
+}
+
+/// Ring Simple bus bandwidth over the link's per-direction bandwidth: 370 / 450 GB/s, the effective
+/// NVLink ring bus bandwidth an NVIDIA maintainer gives for 8x H100 (comm.toml `[[nccl_tests]]`
+/// h100-sxm, nccl-tests issue 212) over NVLink4's 450 GB/s per direction.
+pub const RING_SIMPLE_EFFICIENCY: f64 = 370.0 / 450.0;
+
+/// Share of a measured host-staged copy's latency that one step of NCCL's SHM transport pays on top
+/// of NCCL's PCI hop latency. Chosen from the FIT-set pair rtx6kpro-kimik25-ctx0k (e2e.toml:
+/// Kimi-K2.5, 8x RTX PRO 6000, TP8, c=1, 65 tok/s with P2P and 44 without, so 7.3 ms more per
+/// token over the model's 122 all-reduces per token = 60 us per all-reduce = 14 steps x 0.32 x
+/// 13.3 us, the catalog host-staged copy latency). Not from any test case.
+pub const SHM_HOP_SHARE: f64 = 0.32;
+
+/// Custom all-reduce latency floor under CUDA graphs on NVLink, us: comm.toml
+/// `[[custom_allreduce_measured]]` entry 20 (h200, sglang 0.5.14 sglang_graph, 8 GPUs, 256 B: 2.99 us).
+pub const CUSTOM_FLOOR_NVLINK_US: f64 = 3.0;
+/// The same over PCIe P2P (two GPUs): entry 73 (rtx-pro-6000-se, sglang_graph, 2 GPUs, 256 B: 4.54 us).
+pub const CUSTOM_FLOOR_PCIE_US: f64 = 4.5;
+/// The same without CUDA graphs (the input is first copied into a registered buffer): entry 21
+/// (h200, vllm 0.24.0 vllm_eager, 2 GPUs, 256 B: 20.43 us).
+pub const CUSTOM_FLOOR_EAGER_US: f64 = 20.4;
+/// Custom all-reduce is used below this size (comm.toml `[custom_allreduce_rules.*]`
+/// default_max_size_bytes, sglang and vLLM).
+pub const CUSTOM_MAX_BYTES: f64 = 8_388_608.0;
+
+/// Per-step latency of `link` for algorithm `a` and protocol `p`, us.
+fn hop_us(link: &LinkProfile, a: Algorithm, p: Protocol) -> f64 {
+    let nvlink = link.kind == LinkKind::Nvlink;
+    let nccl = hw_latency_us(nvlink, a, p);
+    match link.kind {
+        // A measured copy latency above NCCL's LL hop (e.g. an inter-socket hop) adds to every step.
+        LinkKind::Nvlink | LinkKind::PcieP2p => nccl + (link.alpha_us - hw_latency_us(nvlink, a, Protocol::Ll)).max(0.0),
+        LinkKind::HostStaged => nccl + SHM_HOP_SHARE * link.alpha_us,
+    }
+}
+
+/// Bus bandwidth of protocol `p` on `link`, GB/s (tuning.cc's per-protocol factors:
+/// LL x0.5, LL128 x0.92, comm.toml `[nccl_tuning]` header).
+fn bus_gbs(link: &LinkProfile, p: Protocol) -> f64 {
+    let simple = link.beta_gbs * RING_SIMPLE_EFFICIENCY;
+    match p {
+        Protocol::Ll => simple * 0.5,
+        Protocol::Ll128 => simple * 0.92,
+        Protocol::Simple => simple,
+    }
+}
+
+/// NCCL's time for one algorithm and protocol: latency + bytes / algbw, us. Ring algbw =
+/// busBw x n / (2(n-1)); tree (one node) algbw = busBw x 0.5 (comm.toml `[nccl_tuning]` header).
+pub fn nccl_us(link: &LinkProfile, n: u32, bytes: f64, a: Algorithm, p: Protocol) -> f64 {
+    if n <= 1 {
+        return 0.0;
+    }
+    let steps = 2.0 * (n as f64 - 1.0);
+    let latency = base_latency_us(a, p) + steps * hop_us(link, a, p);
+    let algbw = match a {
+        Algorithm::Ring => bus_gbs(link, p) * n as f64 / steps,
+        Algorithm::Tree => bus_gbs(link, p) * 0.5,
+    };
+    latency + bytes / (algbw * 1e3)
+}
+
+/// NCCL's choice: the cheapest algorithm and protocol (LL128 only on NVLink, as NCCL enables it).
+pub fn nccl(link: &LinkProfile, n: u32, bytes: f64) -> AllReduce {
+    let mut best = AllReduce { us: f64::INFINITY, method: Method::Nccl { algorithm: Algorithm::Ring, protocol: Protocol::Ll } };
+    for a in [Algorithm::Ring, Algorithm::Tree] {
+        for p in PROTOCOLS {
+            if p == Protocol::Ll128 && link.kind != LinkKind::Nvlink {
+                continue;
+            }
+            let us = nccl_us(link, n, bytes, a, p);
+            if us < best.us {
+                best = AllReduce { us, method: Method::Nccl { algorithm: a, protocol: p } };
+            }
+        }
+    }
+    best
+}
+
+/// Whether sglang and vLLM use their custom all-reduce for `bytes` over `n` GPUs on `link`
+/// (comm.toml `[custom_allreduce_rules.vllm]` and `.sglang`): world size 2/4/6/8, P2P present, and
+/// two GPUs or full NVLink; below 8 MiB.
+pub fn uses_custom(link: &LinkProfile, n: u32, bytes: f64) -> bool {
+    let world = matches!(n, 2 | 4 | 6 | 8);
+    let topology = match link.kind {
+        LinkKind::Nvlink => true,
+        LinkKind::PcieP2p => n == 2,
+        LinkKind::HostStaged => false,
+    };
+    world && topology && bytes < CUSTOM_MAX_BYTES
+}
+
+/// The custom all-reduce: one-shot at 2 GPUs, or below 512 KiB (up to 4 GPUs) / 256 KiB (up to 8);
+/// two-shot above (comm.toml `[custom_allreduce_rules.vllm] kernel_choice`).
+pub fn custom(link: &LinkProfile, n: u32, bytes: f64, cuda_graphs: bool) -> AllReduce {
+    let floor = match (cuda_graphs, link.kind) {
+        (false, _) => CUSTOM_FLOOR_EAGER_US,
+        (true, LinkKind::Nvlink) => CUSTOM_FLOOR_NVLINK_US,
+        (true, _) => CUSTOM_FLOOR_PCIE_US,
+    };
+    let nf = n as f64;
+    let bw = link.beta_gbs * 1e3;
+    let one_shot = n == 2 || bytes < if n <= 4 { 524_288.0 } else { 262_144.0 };
+    if one_shot {
+        AllReduce { us: floor + (nf - 1.0) * bytes / bw, method: Method::OneShot }
+    } else {
+        AllReduce { us: 2.0 * floor + 2.0 * bytes * (nf - 1.0) / nf / bw, method: Method::TwoShot }
+    }
+}
+
+/// One all-reduce of `bytes` over `n` GPUs as the engine runs it: its custom kernel where it would
+/// use it, else NCCL's cheapest.
+pub fn allreduce(link: &LinkProfile, n: u32, bytes: f64, cuda_graphs: bool) -> AllReduce {
+    if n <= 1 {
+        return AllReduce { us: 0.0, method: Method::OneShot };
+    }
+    if uses_custom(link, n, bytes) {
+        custom(link, n, bytes, cuda_graphs)
+    } else {
+        nccl(link, n, bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hw::link;
+
+    fn within(pred: f64, meas: f64, tol: f64) -> bool {
+        ((pred - meas) / meas).abs() <= tol
+    }
+
+    /// Small messages: NCCL's latency model against AIConfigurator's measured NCCL 2.29.2 tables
+    /// (comm.toml `[[nccl_allreduce_measured]]` h200 and rtx-pro-6000-se, 8 GPUs, 256 B .. 16 KB),
+    /// within 30% (NCCL's model is low by 6-25% there: it has no launch cost).
+    #[test]
+    fn nccl_small_message_latency_is_within_30_percent_of_measured_tables() {
+        let nv = link("nvlink").expect("link");
+        let pcie = link("pcie5-p2p").expect("link");
+        for (bytes, meas) in [(256.0, 16.01), (1024.0, 15.98), (4096.0, 16.67), (16384.0, 18.38)] {
+            let p = nccl(&nv, 8, bytes).us;
+            assert!(within(p, meas, 0.30), "8x h200 nvlink {bytes} B: {p:.1} vs {meas}");
+        }
+        for (bytes, meas) in [(256.0, 24.57), (1024.0, 25.53), (4096.0, 26.67), (16384.0, 29.36)] {
+            let p = nccl(&pcie, 8, bytes).us;
+            assert!(within(p, meas, 0.30), "8x rtx-pro-6000 pcie {bytes} B: {p:.1} vs {meas}");
+        }
+    }
+
+    /// Large messages: ring bus bandwidth against nccl-tests (comm.toml `[[nccl_tests]]`): 8x H100
+    /// ring ~370 GB/s (issue 212) and 8x RTX PRO 6000 P2P 37.6-41.1 GB/s (rtx6kpro), within 15%.
+    #[test]
+    fn nccl_large_message_bus_bandwidth_is_within_15_percent_of_nccl_tests() {
+        let bytes = 1_073_741_824.0;
+        let busbw = |l: &LinkProfile| bytes * 2.0 * 7.0 / 8.0 / nccl(l, 8, bytes).us / 1e3;
+        let nv = busbw(&link("nvlink").expect("link"));
+        assert!(within(nv, 370.0, 0.15), "nvlink busbw {nv:.0}");
+        let pcie = busbw(&link("pcie5-p2p").expect("link"));
+        assert!((37.6 * 0.85..=41.1 * 1.15).contains(&pcie), "pcie busbw {pcie:.1}");
+    }
+
+    /// Custom all-reduce against AIConfigurator's measured sglang tables (comm.toml
+    /// `[[custom_allreduce_measured]]` entry 20, h200 8 GPUs, and entry 73, rtx-pro-6000 2 GPUs,
+    /// CUDA graphs, 256 B .. 16 KB), within 30%.
+    #[test]
+    fn custom_allreduce_is_within_30_percent_of_measured_tables() {
+        let nv = link("nvlink").expect("link");
+        for (bytes, meas) in [(256.0, 2.99), (1024.0, 3.33), (4096.0, 3.6), (16384.0, 4.15)] {
+            let p = allreduce(&nv, 8, bytes, true);
+            assert_eq!(p.method, Method::OneShot);
+            assert!(within(p.us, meas, 0.30), "h200 {bytes} B: {:.2} vs {meas}", p.us);
+        }
+        let pcie = link("pcie5-p2p").expect("link");
+        for (bytes, meas) in [(256.0, 4.54), (4096.0, 4.56), (16384.0, 5.37)] {
+            let p = allreduce(&pcie, 2, bytes, true);
+            assert!(within(p.us, meas, 0.30), "rtx-pro 2 GPUs {bytes} B: {:.2} vs {meas}", p.us);
+        }
+    }
+
+    #[test]
+    fn engines_fall_back_to_nccl_beyond_two_pcie_gpus_and_without_p2p() {
+        let pcie = link("pcie5-p2p").expect("link");
+        let staged = link("pcie-host-staged").expect("link");
+        assert!(matches!(allreduce(&pcie, 8, 14_336.0, true).method, Method::Nccl { .. }));
+        assert!(matches!(allreduce(&staged, 2, 14_336.0, true).method, Method::Nccl { .. }));
+        assert!(matches!(allreduce(&link("nvlink").expect("link"), 8, 16e6, true).method, Method::Nccl { .. }));
+        // Ring LL on PCIe with nothing to send: NCCL's 6.6 + 14 x 1.0 us.
+        assert!((nccl_us(&pcie, 8, 0.0, Algorithm::Ring, Protocol::Ll) - 20.6).abs() < 1e-9);
+    }
+
+    /// SHM pays the PCI hop plus a share of the staged copy per step, not a whole copy per step: a
+    /// small all-reduce over 8 host-staged GPUs costs tens of microseconds, not the 14 x 13.3 us of
+    /// one copy per hop; and a measured (fabric) copy latency moves it.
+    #[test]
+    fn host_staged_small_allreduce_is_per_step_not_per_copy() {
+        let staged = link("pcie-host-staged").expect("link");
+        let p2p = link("pcie5-p2p").expect("link");
+        let extra = nccl(&staged, 8, 14_336.0).us - nccl(&p2p, 8, 14_336.0).us;
+        assert!((50.0..70.0).contains(&extra), "{extra}");
+        let mut slower = staged.clone();
+        slower.alpha_us *= 2.0;
+        assert!(nccl(&slower, 8, 14_336.0).us > nccl(&staged, 8, 14_336.0).us + 50.0);
+    }
+}
