@@ -88,6 +88,70 @@ fn map_sim(e: SimError) -> Failure {
     }
 }
 
+/// The bench configuration of the demo's sweep against the simulator at `url`.
+fn bench_config(url: String) -> BenchConfig {
+    BenchConfig {
+        base_url: url,
+        api: Api::OpenaiCompletions,
+        model: None,
+        api_key: None,
+        metrics_api_key: None,
+        stream: true,
+        loads: SWEEP.iter().map(|&(c, _)| Load::Closed { concurrency: c }).collect(),
+        stop: Stop { requests: SWEEP.iter().map(|&(_, n)| n).max(), duration: None },
+        warmup: 0,
+        ramp_up: Duration::ZERO,
+        prompts: PromptSource::Random { input: LengthDist::Fixed { len: INPUT_TOKENS }, prefix_len: 0, prefix_groups: 0 },
+        output: LengthDist::Fixed { len: OUTPUT_TOKENS },
+        seed: 0,
+        ignore_eos: true,
+        eos_token_id: None,
+        limits: Limits { request: Duration::from_secs(300), ..Limits::default() },
+        slos: Vec::new(),
+        tokenizer_path: None,
+        metrics_url: None,
+        scrape_interval: Duration::from_millis(500),
+        drain_timeout: Duration::from_secs(10),
+        calibrate: true,
+    }
+}
+
+/// Starts the simulator in-process and runs the sweep against it; Ctrl-C drains and keeps what
+/// was measured (the outcome is then marked partial).
+async fn sweep_the_simulator(a: &DemoArgs, profile: servetune_sim::cost::Profile, desc: &str) -> Result<Outcome, Failure> {
+    let addr = "127.0.0.1:0".parse().map_err(|_| Failure::runtime("bad address"))?;
+    let sim = servetune_sim::start(SimConfig::new(profile), addr).await.map_err(map_sim)?;
+    crate::say!("servetune demo: a simulated server of the reference deployment ({}: {desc})", a.preset);
+    crate::say!(
+        "  listening on {}; sweeping concurrency {:?}, {INPUT_TOKENS} prompt / {OUTPUT_TOKENS} output tokens",
+        sim.url,
+        SWEEP.iter().map(|(c, _)| *c).collect::<Vec<_>>()
+    );
+    let prepared: Prepared = runner::prepare(bench_config(sim.url.clone()), None).await.map_err(|e| match e {
+        BenchError::Input(i) => Failure::usage(i.0),
+        BenchError::Runtime(r) => Failure::runtime(r),
+    })?;
+    let (int_tx, stopping) = tokio::sync::watch::channel(Stopping::Running);
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            crate::tell!("\nstopping: in-flight requests get 10s to finish, then results are written (marked partial)");
+            let _ = int_tx.send(Stopping::Draining);
+        }
+    });
+    let progress = Arc::new(Progress::default());
+    let bar = crate::progress::spawn(Arc::clone(&progress), !a.quiet);
+    let points: Vec<SweepPoint> = SWEEP
+        .iter()
+        .map(|&(c, n)| SweepPoint { load: Load::Closed { concurrency: c }, stop: Stop { requests: Some(n), duration: None } })
+        .collect();
+    let ctl = Control { stopping, progress, observer: None };
+    let out = servetune_bench::run_sweep(&prepared, &points, &ctl, None).await;
+    crate::progress::finish(bar);
+    drop(sim);
+    Ok(out)
+}
+
+/// Runs the demo. An interrupted sweep still prints and writes what it measured, then exits 130.
 pub fn run(a: DemoArgs) -> Result<(), Failure> {
     let profile = preset(&a.preset).map_err(map_sim)?;
     let desc = PRESETS.iter().find(|(n, _)| *n == a.preset).map(|(_, d)| *d).unwrap_or("");
@@ -95,68 +159,18 @@ pub fn run(a: DemoArgs) -> Result<(), Failure> {
         .enable_all()
         .build()
         .map_err(|e| Failure::runtime(format!("cannot start the runtime: {e}")))?;
-    let outcome = rt.block_on(async {
-        let sim =
-            servetune_sim::start(SimConfig::new(profile.clone()), "127.0.0.1:0".parse().map_err(|_| Failure::runtime("bad address"))?)
-                .await
-                .map_err(map_sim)?;
-        crate::say!("servetune demo: a simulated server of the reference deployment ({}: {desc})", a.preset);
-        crate::say!(
-            "  listening on {}; sweeping concurrency {:?}, {INPUT_TOKENS} prompt / {OUTPUT_TOKENS} output tokens",
-            sim.url,
-            SWEEP.iter().map(|(c, _)| *c).collect::<Vec<_>>()
-        );
-        let cfg = BenchConfig {
-            base_url: sim.url.clone(),
-            api: Api::OpenaiCompletions,
-            model: None,
-            api_key: None,
-            metrics_api_key: None,
-            stream: true,
-            loads: SWEEP.iter().map(|&(c, _)| Load::Closed { concurrency: c }).collect(),
-            stop: Stop { requests: SWEEP.iter().map(|&(_, n)| n).max(), duration: None },
-            warmup: 0,
-            ramp_up: Duration::ZERO,
-            prompts: PromptSource::Random { input: LengthDist::Fixed { len: INPUT_TOKENS }, prefix_len: 0, prefix_groups: 0 },
-            output: LengthDist::Fixed { len: OUTPUT_TOKENS },
-            seed: 0,
-            ignore_eos: true,
-            eos_token_id: None,
-            limits: Limits { request: Duration::from_secs(300), ..Limits::default() },
-            slos: Vec::new(),
-            tokenizer_path: None,
-            metrics_url: None,
-            scrape_interval: Duration::from_millis(500),
-            drain_timeout: Duration::from_secs(10),
-            calibrate: true,
-        };
-        let prepared: Prepared = runner::prepare(cfg, None).await.map_err(|e| match e {
-            BenchError::Input(i) => Failure::usage(i.0),
-            BenchError::Runtime(r) => Failure::runtime(r),
-        })?;
-        let (int_tx, stopping) = tokio::sync::watch::channel(Stopping::Running);
-        tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                crate::tell!("\nstopping: in-flight requests get 10s to finish, then results are written (marked partial)");
-                let _ = int_tx.send(Stopping::Draining);
-            }
-        });
-        let progress = Arc::new(Progress::default());
-        let bar = crate::progress::spawn(Arc::clone(&progress), !a.quiet);
-        let points: Vec<SweepPoint> = SWEEP
-            .iter()
-            .map(|&(c, n)| SweepPoint { load: Load::Closed { concurrency: c }, stop: Stop { requests: Some(n), duration: None } })
-            .collect();
-        let ctl = Control { stopping, progress, observer: None };
-        let out = servetune_bench::run_sweep(&prepared, &points, &ctl, None).await;
-        crate::progress::finish(bar);
-        drop(sim);
-        Ok::<Outcome, Failure>(out)
-    })?;
+    let outcome = rt.block_on(sweep_the_simulator(&a, profile, desc))?;
     rt.shutdown_timeout(Duration::from_millis(100));
-
-    let rep = &outcome.report;
     let pred = predicted()?;
+    print_results(&outcome.report, &pred);
+    write_outputs(&a, desc, &outcome, &pred)?;
+    if outcome.report.partial {
+        return Err(Failure { code: 130, msg: "interrupted: the results above are partial (and marked so in the files)".into() });
+    }
+    Ok(())
+}
+
+fn print_results(rep: &servetune_bench::BenchReport, pred: &[Point]) {
     let mut stdout = std::io::stdout().lock();
     let _ = writeln!(stdout);
     let _ = export::write_terminal(rep, &mut stdout);
@@ -164,8 +178,13 @@ pub fn run(a: DemoArgs) -> Result<(), Failure> {
         stdout,
         "\npredicted by servetune plan (GLM-5 NVFP4, TP8 on 8 x RTX PRO 6000, all-reduce staged through host memory) against measured on the simulator:"
     );
-    let _ = write!(stdout, "{}", export::text_table(&VERSUS_HEADERS, &versus_rows(rep, &pred)));
+    let _ = write!(stdout, "{}", export::text_table(&VERSUS_HEADERS, &versus_rows(rep, pred)));
     let _ = writeln!(stdout);
+}
+
+/// Writes `bench.json`, `demo.md` and `records.jsonl` under `--out`.
+fn write_outputs(a: &DemoArgs, desc: &str, outcome: &Outcome, pred: &[Point]) -> Result<(), Failure> {
+    let rep = &outcome.report;
     std::fs::create_dir_all(&a.out).map_err(|e| Failure::runtime(format!("cannot create {}: {e}", a.out.display())))?;
     let write = |name: &str, f: &dyn Fn(&mut dyn Write) -> std::io::Result<()>| -> Result<PathBuf, Failure> {
         let p = a.out.join(name);
@@ -175,9 +194,9 @@ pub fn run(a: DemoArgs) -> Result<(), Failure> {
         Ok(p)
     };
     let j = write("bench.json", &|w| export::write_json(rep, w))?;
-    let m = write("demo.md", &|w| write_demo_markdown(rep, &pred, &a.preset, desc, w))?;
+    let m = write("demo.md", &|w| write_demo_markdown(rep, pred, &a.preset, desc, w))?;
     let r = write("records.jsonl", &|w| export::write_records(rep, &outcome.records, w))?;
-    let _ = writeln!(stdout, "wrote {}, {} and {}", show(&j), show(&m), show(&r));
+    crate::say!("wrote {}, {} and {}", show(&j), show(&m), show(&r));
     Ok(())
 }
 

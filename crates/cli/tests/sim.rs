@@ -236,8 +236,9 @@ fn bad_fault_flags_are_refused() {
 fn sim_binary_serves_and_prints_its_address() {
     let p = crate::common::Proc::start(&["sim", "--preset", "tiny", "--listen", "127.0.0.1:0", "--crash-after", "3s"]);
     assert_eq!(raw_http(&p.url, "GET", "/health", "").0, 200);
-    let status = p.wait();
+    let (status, err) = p.wait();
     assert_eq!(status.code(), Some(1), "the simulated crash exits 1");
+    assert!(err.contains("simulated crash after 3.0s"), "the crash says what it was: {err}");
 }
 
 #[test]

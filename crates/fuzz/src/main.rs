@@ -29,7 +29,9 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
             }
             "--seed" => a.seed = num("--seed")?,
             "-h" | "--help" => {
-                return Err("usage: servetune-fuzz [sse|model_config|probe_tree ...] [--seconds N (default 10)] [--seed S]".into())
+                return Err(
+                    "usage: servetune-fuzz [sse|model_config|probe_tree|sim_request ...] [--seconds N (default 10)] [--seed S]".into()
+                )
             }
             _ => a.names.push(x),
         }

@@ -16,7 +16,7 @@ pub trait Target {
 
 /// Every target, by name. `probe_fixture` is the snapshot tree the probe target mutates.
 pub fn all_targets(probe_fixture: &Path) -> std::io::Result<Vec<Box<dyn Target>>> {
-    Ok(vec![Box::new(Sse), Box::new(ModelConfig), Box::new(ProbeTree::new(probe_fixture)?)])
+    Ok(vec![Box::new(Sse), Box::new(ModelConfig), Box::new(ProbeTree::new(probe_fixture)?), Box::new(SimRequest)])
 }
 
 /// The SSE parser over server bytes. Oracle: feeding the bytes whole or split at any point gives
@@ -221,6 +221,48 @@ impl Target for ProbeTree {
         std::fs::write(file, saved).map_err(|e| format!("fuzzer: cannot restore {}: {e}", file.display()))?;
         if let Ok(report) = r {
             serde_json::to_string(&report).map_err(|e| format!("the probe report does not serialize: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// The simulator's request parsing: the first line is a path for the router, the rest a body
+/// parsed as each API's request. Oracle: no panic, and a request routed to a generation API
+/// parses (or is refused) the same way twice.
+#[derive(Debug)]
+pub struct SimRequest;
+
+impl Target for SimRequest {
+    fn name(&self) -> &'static str {
+        "sim_request"
+    }
+    fn dictionary(&self) -> &'static [&'static str] {
+        &[
+            "/v1/completions\n",
+            "/v1/chat/completions\n",
+            "/generate\n",
+            "\"prompt\": ",
+            "\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]",
+            "\"max_tokens\": ",
+            "\"min_tokens\": ",
+            "\"ignore_eos\": true",
+            "\"stream\": true",
+            "\"sampling_params\": {",
+            "\"input_ids\": [1, 2, 3]",
+            "\"logit_bias\": {\"2\": -100}",
+        ]
+    }
+    fn check(&mut self, input: &[u8]) -> Result<(), String> {
+        use servetune_sim::wire::{parse_request, Api, Endpoint};
+        let cut = input.iter().position(|b| *b == b'\n').unwrap_or(input.len());
+        let path = String::from_utf8_lossy(&input[..cut]);
+        let body = input.get(cut + 1..).unwrap_or_default();
+        let _ = Endpoint::from_path(&path);
+        for api in Api::ALL {
+            let first = parse_request(api, body).is_ok();
+            if first != parse_request(api, body).is_ok() {
+                return Err(format!("{api:?}: the same body parsed differently twice"));
+            }
         }
         Ok(())
     }

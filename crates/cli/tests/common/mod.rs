@@ -149,16 +149,35 @@ pub struct Proc {
     pub child: std::process::Child,
     pub url: String,
     drain: Option<std::thread::JoinHandle<()>>,
+    stderr: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    stderr_drain: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Proc {
     pub fn start(args: &[&str]) -> Self {
         use std::io::BufRead;
+        // stderr is captured, not inherited: a server's expected complaints (an injected crash, a
+        // refused connection) must not read like failures in a passing test run.
         let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("servetune"))
             .args(args)
             .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("spawn servetune");
+        let mut err = child.stderr.take().expect("stderr");
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = std::sync::Arc::clone(&stderr);
+        let stderr_drain = std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = std::io::Read::read(&mut err, &mut buf) {
+                if n == 0 {
+                    break;
+                }
+                if let Ok(mut v) = sink.lock() {
+                    v.extend_from_slice(&buf[..n]);
+                }
+            }
+        });
         let mut out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
         let mut line = String::new();
         out.read_line(&mut line).expect("first line");
@@ -167,16 +186,17 @@ impl Proc {
         let drain = std::thread::spawn(move || {
             let _ = std::io::copy(&mut out, &mut std::io::sink());
         });
-        Proc { child, url, drain: Some(drain) }
+        Proc { child, url, drain: Some(drain), stderr, stderr_drain: Some(stderr_drain) }
     }
 
-    /// Waits for the process to exit by itself.
-    pub fn wait(mut self) -> std::process::ExitStatus {
+    /// Waits for the process to exit by itself; returns its status and everything it wrote to stderr.
+    pub fn wait(mut self) -> (std::process::ExitStatus, String) {
         let st = self.child.wait().expect("wait");
-        if let Some(d) = self.drain.take() {
+        for d in [self.drain.take(), self.stderr_drain.take()].into_iter().flatten() {
             let _ = d.join();
         }
-        st
+        let err = self.stderr.lock().map(|v| String::from_utf8_lossy(&v).into_owned()).unwrap_or_default();
+        (st, err)
     }
 }
 
