@@ -140,6 +140,10 @@ pub struct SimArgs {
     /// --from-plan model=glm-5,quant=nvfp4,gpu=rtx-pro-6000-se,gpus=8,link=pcie-host-staged
     #[arg(long, value_name = "KEY=VALUE,...", conflicts_with = "profile")]
     pub from_plan: Option<String>,
+    /// With --from-plan: the fraction of memory bandwidth the fused-MoE kernels reach (untuned
+    /// kernels reach less than tuned ones; the model's default when absent), e.g. 0.8
+    #[arg(long, value_name = "F", requires = "from_plan")]
+    pub moe_efficiency: Option<f64>,
 }
 
 fn input(e: impl std::fmt::Display) -> Failure {
@@ -151,7 +155,11 @@ pub fn resolve(a: &SimArgs) -> Result<SimConfig, Failure> {
     let mut cost: Option<std::sync::Arc<dyn servetune_sim::StepCost>> = None;
     let mut p: Profile = match (&a.from_plan, &a.profile) {
         (Some(pairs), _) => {
-            let s = servetune_model::ScenarioSpec::parse_pairs("--from-plan", pairs).and_then(|spec| spec.build()).map_err(input)?;
+            let mut spec = servetune_model::ScenarioSpec::parse_pairs("--from-plan", pairs).map_err(input)?;
+            if let Some(f) = a.moe_efficiency {
+                spec.moe_efficiency = Some(f);
+            }
+            let s = spec.build().map_err(input)?;
             s.check_fit().map_err(|e| Failure::usage(format!("--from-plan: {e}")))?;
             let prof = servetune_sim::from_plan::profile(&s);
             cost = Some(std::sync::Arc::new(servetune_sim::from_plan::PlanCost { scenario: s }));

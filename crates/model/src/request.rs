@@ -92,6 +92,9 @@ pub struct ScenarioSpec {
     pub mixed_prefill: bool,
     /// Host overhead per step replacing the default, ms.
     pub step_overhead_ms: Option<f64>,
+    /// Fraction of memory bandwidth the fused-MoE kernels reach, replacing the default (untuned
+    /// kernels reach less than tuned ones), 0 < f <= 1.
+    pub moe_efficiency: Option<f64>,
 }
 
 impl ScenarioSpec {
@@ -116,12 +119,13 @@ impl ScenarioSpec {
             overlap: Overlap::None,
             mixed_prefill: false,
             step_overhead_ms: None,
+            moe_efficiency: None,
         }
     }
 
     /// Parses `KEY=VALUE[,KEY=VALUE]` given to `flag` (`sim --from-plan`): keys model (catalog),
     /// gpu, gpus, link, quant, kv-dtype, tp, pp, ep, dp-attention, input-len, output-len,
-    /// max-running, overlap, cuda-graphs, mixed-prefill, step-overhead-ms. `model` and `gpu` are
+    /// max-running, overlap, cuda-graphs, mixed-prefill, step-overhead-ms, moe-efficiency. `model` and `gpu` are
     /// required.
     pub fn parse_pairs(flag: &str, s: &str) -> Result<Self, ModelError> {
         let pairs = split_pairs(flag, s, "model=glm-5,gpu=rtx-pro-6000-se,gpus=8,link=pcie-host-staged")?;
@@ -158,9 +162,12 @@ impl ScenarioSpec {
             "step-overhead-ms" => {
                 self.step_overhead_ms = Some(v.parse().map_err(|_| ModelError::Input(format!("{what}: not a number of milliseconds")))?)
             }
+            "moe-efficiency" => {
+                self.moe_efficiency = Some(v.parse().map_err(|_| ModelError::Input(format!("{what}: not a fraction like 0.8")))?)
+            }
             other => {
                 return Err(ModelError::Input(format!(
-                    "{flag}: unknown key {other:?}; keys: model, gpu, gpus, link, quant, kv-dtype, tp, pp, ep, dp-attention, input-len, output-len, max-running, overlap, cuda-graphs, mixed-prefill, step-overhead-ms"
+                    "{flag}: unknown key {other:?}; keys: model, gpu, gpus, link, quant, kv-dtype, tp, pp, ep, dp-attention, input-len, output-len, max-running, overlap, cuda-graphs, mixed-prefill, step-overhead-ms, moe-efficiency"
                 )))
             }
         }
@@ -211,7 +218,17 @@ impl ScenarioSpec {
             Some(o) => o,
             None => defaults.step_overhead_ms,
         };
+        let moe_efficiency = match self.moe_efficiency {
+            Some(f) if !(f.is_finite() && f > 0.0 && f <= 1.0) => {
+                return Err(ModelError::Input(format!(
+                    "moe-efficiency {f}: give the fraction of memory bandwidth the MoE kernels reach, above 0 and at most 1"
+                )))
+            }
+            Some(f) => f,
+            None => defaults.moe_efficiency,
+        };
         let engine = Engine {
+            moe_efficiency,
             cuda_graphs: self.cuda_graphs,
             overlap: self.overlap,
             mixed_prefill: self.mixed_prefill,
@@ -549,5 +566,21 @@ mod tests {
         let mut r = PlanRequest::new(glm_on_rtx(None));
         r.top = 0;
         assert!(build_report(&r).expect_err("top").to_string().contains("--top 0"));
+    }
+
+    #[test]
+    fn moe_efficiency_replaces_the_default_and_tuned_kernels_predict_more() {
+        let pairs = "model=glm-5,gpu=rtx-pro-6000-se,gpus=8,link=pcie-host-staged,quant=nvfp4,tp=8";
+        let untuned = ScenarioSpec::parse_pairs("--from-plan", pairs).expect("pairs").build().expect("untuned");
+        let tuned =
+            ScenarioSpec::parse_pairs("--from-plan", &format!("{pairs},moe-efficiency=0.8")).expect("pairs").build().expect("tuned");
+        assert_eq!(tuned.engine.moe_efficiency, 0.8);
+        assert!(untuned.engine.moe_efficiency < 0.8);
+        assert!(tuned.point(64).output_tokens_per_s > untuned.point(64).output_tokens_per_s);
+        for bad in ["0", "1.5", "NaN"] {
+            let e =
+                ScenarioSpec::parse_pairs("--from-plan", &format!("{pairs},moe-efficiency={bad}")).expect("pairs").build().expect_err(bad);
+            assert!(e.to_string().contains("moe-efficiency"), "{e}");
+        }
     }
 }

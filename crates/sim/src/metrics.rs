@@ -1,5 +1,5 @@
 //! Prometheus text exposition of the simulator's state, in sglang's names (default) or vLLM's.
-//! Names follow the servers' own documentation (shared/reference/metrics.md).
+//! Names follow the servers' own documentation (docs/metrics.md lists them with their sources).
 
 use std::fmt::Write;
 

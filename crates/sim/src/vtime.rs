@@ -80,7 +80,7 @@ mod tests {
 
     #[test]
     fn reference_presets_hit_their_documented_plateaus() {
-        // shared/DESIGN.md: 485 tok/s at concurrency 64 in the KVM guest; ~806 tok/s plateau in LXC.
+        // docs/design.md: 485 tok/s at concurrency 64 in the KVM guest; ~806 tok/s plateau in LXC.
         for (name, want) in [("reference-kvm", 485.0), ("reference-lxc", 806.0)] {
             let p = preset(name).expect("preset");
             let at64 = closed_loop(&p, &p.cost, 64, 256, 64, 256).output_tokens_per_s;
