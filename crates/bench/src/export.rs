@@ -1,6 +1,7 @@
 //! Renders a [`BenchReport`]: a terminal summary, Markdown, JSON, CSV, and per-request JSONL.
 //! Each exporter writes to `impl Write`, so tests render into a `Vec<u8>`.
 
+use comfy_table::CellAlignment;
 use std::io::{self, Write};
 
 use crate::record::RequestRecord;
@@ -77,44 +78,28 @@ fn ms(v: f64) -> String {
 
 /// A plain text table: numeric columns right-aligned, the first and text columns left-aligned.
 pub fn text_table(headers: &[&str], rows: &[Vec<String>]) -> String {
-    let mut w: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
-    for r in rows {
-        for (i, c) in r.iter().enumerate() {
-            if i < w.len() {
-                w[i] = w[i].max(c.chars().count());
-            }
-        }
-    }
     // Numbers align right; the first column and any column holding words align left.
     let numeric = |c: &str| {
         let c = c.split_once(" (n=").map_or(c, |(v, _)| v);
         !c.is_empty() && c.chars().all(|ch| ch.is_ascii_digit() || ".,+-%x".contains(ch))
     };
-    let left: Vec<bool> = (0..w.len()).map(|i| i == 0 || rows.iter().any(|r| r.get(i).is_some_and(|c| c != "-" && !numeric(c)))).collect();
-    let line = |cells: Vec<&str>| -> String {
-        let mut s = String::new();
-        for (i, c) in cells.iter().enumerate() {
-            if i > 0 {
-                s.push_str("  ");
-            }
-            let pad = w[i].saturating_sub(c.chars().count());
-            if left[i] {
-                s.push_str(c);
-                s.push_str(&" ".repeat(pad));
-            } else {
-                s.push_str(&" ".repeat(pad));
-                s.push_str(c);
-            }
-        }
-        s.trim_end().to_string() + "\n"
-    };
-    let mut out = line(headers.to_vec());
-    out.push_str(&line(w.iter().map(|n| "-".repeat(*n)).collect::<Vec<_>>().iter().map(String::as_str).collect()));
-    for r in rows {
-        out.push_str(&line(r.iter().map(String::as_str).collect()));
+    let left: Vec<bool> =
+        (0..headers.len()).map(|i| i == 0 || rows.iter().any(|r| r.get(i).is_some_and(|c| c != "-" && !numeric(c)))).collect();
+    let mut t = comfy_table::Table::new();
+    t.load_style(TABLE_STYLE).set_header(headers.to_vec()).add_rows(rows.to_vec());
+    for (i, c) in t.column_iter_mut().enumerate() {
+        c.set_padding((0, 1));
+        c.set_cell_alignment(if left.get(i).copied().unwrap_or(true) { CellAlignment::Left } else { CellAlignment::Right });
     }
-    out
+    t.lines().map(|l| l.trim_end().to_string() + "\n").collect()
 }
+
+/// Columns separated by two spaces, a dashed line under the header, no borders (the same style as
+/// every servetune table: comfy-table, as fabric and plan draw theirs).
+const TABLE_STYLE: comfy_table::TableStyle = comfy_table::TableStyle::new()
+    .header_lines(comfy_table::ContentLineStyle::none().junction(' '))
+    .header_separator(comfy_table::LineStyle::none().fill('-').junction(' '))
+    .content_lines(comfy_table::ContentLineStyle::none().junction(' '));
 
 /// The terminal summary.
 pub fn write_terminal(rep: &BenchReport, mut w: impl Write) -> io::Result<()> {

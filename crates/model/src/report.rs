@@ -212,29 +212,22 @@ fn slo_words(slos: &[Slo], range: &ConcurrencyRange) -> String {
     }
 }
 
+/// Columns separated by two spaces, a dashed line under the header, no borders (the same style as
+/// every servetune table).
+const TABLE_STYLE: comfy_table::TableStyle = comfy_table::TableStyle::new()
+    .header_lines(comfy_table::ContentLineStyle::none().junction(' '))
+    .header_separator(comfy_table::LineStyle::none().fill('-').junction(' '))
+    .content_lines(comfy_table::ContentLineStyle::none().junction(' '));
+
+/// A table: the first column left-aligned, the others right-aligned.
 fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
-    let mut w: Vec<usize> = headers.iter().map(|h| h.len()).collect();
-    for r in rows {
-        for (i, c) in r.iter().enumerate() {
-            w[i] = w[i].max(c.chars().count());
-        }
+    let mut t = comfy_table::Table::new();
+    t.load_style(TABLE_STYLE).set_header(headers.to_vec()).add_rows(rows.to_vec());
+    for (i, c) in t.column_iter_mut().enumerate() {
+        c.set_padding((0, 1));
+        c.set_cell_alignment(if i == 0 { comfy_table::CellAlignment::Left } else { comfy_table::CellAlignment::Right });
     }
-    let mut out = String::new();
-    let line = |cells: Vec<&str>, out: &mut String| {
-        let s: Vec<String> = cells
-            .iter()
-            .enumerate()
-            .map(|(i, c)| if i == 0 { format!("{c:<width$}", width = w[i]) } else { format!("{c:>width$}", width = w[i]) })
-            .collect();
-        out.push_str(s.join("  ").trim_end());
-        out.push('\n');
-    };
-    line(headers.to_vec(), &mut out);
-    line(w.iter().map(|n| "-".repeat(*n)).collect::<Vec<_>>().iter().map(String::as_str).collect(), &mut out);
-    for r in rows {
-        line(r.iter().map(String::as_str).collect(), &mut out);
-    }
-    out
+    t.lines().map(|l| l.trim_end().to_string() + "\n").collect()
 }
 
 fn point_rows(points: &[Point]) -> (Vec<&'static str>, Vec<Vec<String>>) {
