@@ -1,5 +1,6 @@
 //! The status report: computed once from the journal into [`Report`] (a documented `Serialize`
-//! struct), then rendered by small exporters (terminal, Markdown) that write to `impl Write`.
+//! struct), then rendered by small exporters (terminal, Markdown here; HTML in [`crate::report_html`])
+//! that write to `impl Write`. Every number carries the journal record it comes from.
 
 use std::collections::BTreeMap;
 use std::io::{self, Write};
@@ -13,14 +14,18 @@ use crate::probe_step::BoxFacts;
 use crate::Result;
 
 /// The report's schema.
-pub const SCHEMA: &str = "servetune.campaign-report/1";
+pub const SCHEMA: &str = "servetune.report/1";
 
 /// The status report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Report {
-    /// Always "servetune.campaign-report/1".
+    /// Always "servetune.report/1".
     pub schema: &'static str,
     pub goal: String,
+    /// The goal's output tok/s.
+    pub goal_output_tok_s: f64,
+    /// The best measured result against the goal, and the headline bottleneck in one sentence.
+    pub standing: Standing,
     pub model: String,
     pub engine: String,
     pub environment: BoxFacts,
@@ -31,12 +36,80 @@ pub struct Report {
     /// Findings (probe, logs, analysis) with their fixes.
     pub warnings: Vec<WarningLine>,
     pub results: Vec<ResultLine>,
+    /// Each done experiment's sweep, point by point, with the model's prediction beside it.
+    pub curves: Vec<Curve>,
+    /// The model's step-time breakdown of each done experiment at its best point.
+    pub breakdown: Vec<BreakdownLine>,
+    /// The current environment's GPU peer-to-peer matrix, when the probe read one.
+    pub p2p: Option<P2pMatrix>,
     pub analysis: Vec<String>,
     pub next_steps: Vec<StepLine>,
     /// Why nothing is left, when that is the case.
     pub stop_reason: Option<String>,
     pub open_questions: Vec<QuestionLine>,
     pub notes: Vec<String>,
+}
+
+/// Where the campaign stands.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Standing {
+    /// The best measured point (under the goal's latency objectives), if any experiment is done.
+    pub best: Option<BestPoint>,
+    /// One sentence: best against goal and the dominant step term with its numbers.
+    pub headline: String,
+}
+
+/// The best measured point.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BestPoint {
+    pub experiment: i64,
+    pub output_tok_s: f64,
+    pub concurrency: u32,
+    /// output_tok_s / the goal's output tok/s.
+    pub share_of_goal: f64,
+}
+
+/// One experiment's sweep.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Curve {
+    pub experiment: i64,
+    pub title: String,
+    /// Concurrency at bench's saturation knee.
+    pub knee_concurrency: Option<u32>,
+    pub points: Vec<CurvePoint>,
+}
+
+/// One load point of a sweep (bench's numbers) and the model's prediction for it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CurvePoint {
+    pub concurrency: u32,
+    pub output_tok_s: f64,
+    pub ttft_p50_ms: f64,
+    pub ttft_p99_ms: f64,
+    pub tpot_p50_ms: f64,
+    pub tpot_p90_ms: f64,
+    pub tpot_p99_ms: f64,
+    /// `servetune plan`'s output tok/s for this experiment's layout in its environment.
+    pub predicted_output_tok_s: Option<f64>,
+}
+
+/// The model's step of one experiment at its best measured concurrency.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BreakdownLine {
+    pub experiment: i64,
+    pub title: String,
+    pub step: crate::plan_step::StepAt,
+}
+
+/// A GPU peer-to-peer status matrix from the probe (`nvidia-smi topo -p2p r` words: OK, NS, ...).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct P2pMatrix {
+    /// The probe fingerprint it comes from.
+    pub fingerprint: i64,
+    /// Which capability (read, write, ...).
+    pub capability: String,
+    /// rows[i][j]: GPU i to GPU j.
+    pub rows: Vec<Vec<String>>,
 }
 
 /// Task and experiment counts.
@@ -145,9 +218,13 @@ pub fn build(j: &Journal) -> Result<Report> {
         .collect();
     let results = exps.iter().map(result_line).collect();
     let (next_steps, stop_reason) = next_lines(&snap)?;
+    let (curves, breakdown) = curves(j, &snap);
+    let standing = standing(&snap, &breakdown);
     Ok(Report {
         schema: SCHEMA,
         goal: c.goal,
+        goal_output_tok_s: snap.settings.goal.output_tok_s,
+        standing,
         model: c.model,
         engine: c.engine,
         environment: snap.env.facts.clone(),
@@ -156,6 +233,9 @@ pub fn build(j: &Journal) -> Result<Report> {
         launch_commands,
         warnings,
         results,
+        curves,
+        breakdown,
+        p2p: p2p_matrix(&snap),
         analysis: analysis(&snap),
         next_steps,
         stop_reason,
@@ -167,6 +247,94 @@ pub fn build(j: &Journal) -> Result<Report> {
             .collect(),
         notes: j.notes()?.into_iter().map(|n| n.text).collect(),
     })
+}
+
+/// The model's view of the environment an experiment ran in (its own probe fingerprint).
+fn experiment_box(j: &Journal, snap: &Snapshot, e: &crate::journal::Experiment) -> Option<crate::plan_step::ModelBox> {
+    let facts = match e.env_fingerprint {
+        Some(id) if id != snap.env_id => {
+            let body: crate::campaign::EnvBody = serde_json::from_value(j.fingerprint(id).ok()??.body).ok()?;
+            body.facts
+        }
+        _ => snap.env.facts.clone(),
+    };
+    crate::campaign::model_box(&snap.settings, &facts)
+}
+
+fn curves(j: &Journal, snap: &Snapshot) -> (Vec<Curve>, Vec<BreakdownLine>) {
+    let mut curves = Vec::new();
+    let mut breakdown = Vec::new();
+    for e in snap.experiments.iter().filter(|e| e.state == ExpState::Done) {
+        let Some(r) = &e.result else { continue };
+        let mb = experiment_box(j, snap, e);
+        let lay = mb.as_ref().map(|m| planner::layout(&e.knobs, m.gpus));
+        let predict = |c: u32| mb.as_ref().zip(lay).and_then(|(m, l)| crate::plan_step::predict_at(m, l, c));
+        let points = r
+            .points
+            .iter()
+            .filter(|p| p.completed > 0)
+            .map(|p| CurvePoint {
+                concurrency: p.concurrency,
+                output_tok_s: p.output_tok_s,
+                ttft_p50_ms: p.ttft_p50_ms,
+                ttft_p99_ms: p.ttft_p99_ms,
+                tpot_p50_ms: p.tpot_p50_ms,
+                tpot_p90_ms: p.tpot_p90_ms,
+                tpot_p99_ms: p.tpot_p99_ms,
+                predicted_output_tok_s: predict(p.concurrency),
+            })
+            .collect();
+        curves.push(Curve { experiment: e.id, title: e.title.clone(), knee_concurrency: r.knee_concurrency, points });
+        let best = result_line(e).at_concurrency;
+        if let Some(step) = mb.as_ref().zip(lay).zip(best).and_then(|((m, l), c)| crate::plan_step::step_at(m, l, c)) {
+            breakdown.push(BreakdownLine { experiment: e.id, title: e.title.clone(), step });
+        }
+    }
+    (curves, breakdown)
+}
+
+fn standing(snap: &Snapshot, breakdown: &[BreakdownLine]) -> Standing {
+    let goal = snap.settings.goal.output_tok_s;
+    let best = snap
+        .experiments
+        .iter()
+        .filter(|e| e.state == ExpState::Done)
+        .map(result_line)
+        .filter_map(|r| Some((r.experiment, r.best_output_tok_s?, r.at_concurrency?)))
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(experiment, output_tok_s, concurrency)| BestPoint {
+            experiment,
+            output_tok_s,
+            concurrency,
+            share_of_goal: if goal > 0.0 { output_tok_s / goal } else { 0.0 },
+        });
+    let headline = match &best {
+        None => format!("No experiment has finished yet; the goal is {}.", snap.settings.goal.text),
+        Some(b) => {
+            let why = breakdown
+                .iter()
+                .find(|x| x.experiment == b.experiment)
+                .map_or(" The model cannot price this deployment, so no bottleneck is named.".to_string(), |x| {
+                    format!(" The model's bottleneck there: {}.", x.step.bottleneck)
+                });
+            format!(
+                "Best measured: {:.0} output tok/s at concurrency {} (experiment {}), {:.0}% of the goal ({}).{why}",
+                b.output_tok_s,
+                b.concurrency,
+                b.experiment,
+                b.share_of_goal * 100.0,
+                snap.settings.goal.text
+            )
+        }
+    };
+    Standing { best, headline }
+}
+
+fn p2p_matrix(snap: &Snapshot) -> Option<P2pMatrix> {
+    let p2p = snap.env.report.get("p2p")?.as_object()?;
+    let (capability, m) = p2p.get_key_value("read").or_else(|| p2p.iter().next())?;
+    let rows: Vec<Vec<String>> = serde_json::from_value(m.clone()).ok()?;
+    (!rows.is_empty()).then(|| P2pMatrix { fingerprint: snap.env_id, capability: capability.clone(), rows })
 }
 
 fn task_lines(tasks_rows: &[crate::journal::TaskRow], snap: &Snapshot) -> Vec<TaskLine> {
@@ -291,13 +459,14 @@ pub fn shell_line(f: &LaunchFingerprint) -> String {
     env.chain(f.argv.iter().map(|a| q(a))).collect::<Vec<_>>().join(" ")
 }
 
-fn gain_words(g: Option<f64>) -> String {
+pub(crate) fn gain_words(g: Option<f64>) -> String {
     g.map_or("gain unknown".into(), |g| format!("{:+.0}%", (g - 1.0) * 100.0))
 }
 
 /// The terminal status: counts, then tasks grouped done / in progress / not done.
 pub fn write_terminal(r: &Report, mut w: impl Write) -> io::Result<()> {
     writeln!(w, "campaign: {} on {} (engine {})", r.goal, r.model, r.engine)?;
+    writeln!(w, "{}", r.standing.headline)?;
     writeln!(w, "tasks: {} done, {} in progress, {} not done", r.counts.done, r.counts.in_progress, r.counts.not_done)?;
     for (state, head) in [(TaskState::Done, "Done"), (TaskState::InProgress, "In progress"), (TaskState::NotDone, "Not done")] {
         writeln!(w, "\n{head}:")?;
@@ -321,6 +490,58 @@ pub fn write_terminal(r: &Report, mut w: impl Write) -> io::Result<()> {
     Ok(())
 }
 
+/// The Markdown sweep tables: every measured point beside the model's prediction, and the model's
+/// step by term at each experiment's best point.
+fn write_markdown_sweeps(r: &Report, w: &mut impl Write) -> io::Result<()> {
+    if r.curves.is_empty() {
+        return Ok(());
+    }
+    writeln!(w, "\n### Sweeps (bench, with `servetune plan`'s prediction)\n")?;
+    writeln!(w, "| experiment | concurrency | output tok/s | predicted tok/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | TPOT p90 ms | TPOT p99 ms |")?;
+    writeln!(w, "|---|---|---|---|---|---|---|---|---|")?;
+    for c in &r.curves {
+        for p in &c.points {
+            let knee = if c.knee_concurrency == Some(p.concurrency) { " (knee)" } else { "" };
+            writeln!(
+                w,
+                "| {} | {}{knee} | {:.1} | {} | {:.1} | {:.1} | {:.2} | {:.2} | {:.2} |",
+                c.experiment,
+                p.concurrency,
+                p.output_tok_s,
+                p.predicted_output_tok_s.map_or("-".into(), |v| format!("{v:.1}")),
+                p.ttft_p50_ms,
+                p.ttft_p99_ms,
+                p.tpot_p50_ms,
+                p.tpot_p90_ms,
+                p.tpot_p99_ms
+            )?;
+        }
+    }
+    if !r.breakdown.is_empty() {
+        writeln!(w, "\n### Step time by term (the model, ms)\n")?;
+        writeln!(w, "| experiment | concurrency | weights | KV | compute | communication | overhead | prefill | step | bottleneck |")?;
+        writeln!(w, "|---|---|---|---|---|---|---|---|---|---|")?;
+        for b in &r.breakdown {
+            let s = &b.step;
+            writeln!(
+                w,
+                "| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {} |",
+                b.experiment,
+                s.concurrency,
+                s.weights_ms,
+                s.kv_ms,
+                s.compute_ms,
+                s.communication_ms,
+                s.overhead_ms,
+                s.prefill_ms,
+                s.total_ms,
+                s.bottleneck.replace('|', "/")
+            )?;
+        }
+    }
+    Ok(())
+}
+
 /// The Markdown report.
 pub fn write_markdown(r: &Report, mut w: impl Write) -> io::Result<()> {
     writeln!(w, "# Campaign status: {}\n", r.goal)?;
@@ -329,6 +550,7 @@ pub fn write_markdown(r: &Report, mut w: impl Write) -> io::Result<()> {
         "Model `{}`, engine `{}`. Tasks: **{} done, {} in progress, {} not done**.\n",
         r.model, r.engine, r.counts.done, r.counts.in_progress, r.counts.not_done
     )?;
+    writeln!(w, "{}\n", r.standing.headline)?;
     for (state, head) in [(TaskState::Done, "Done"), (TaskState::InProgress, "In progress"), (TaskState::NotDone, "Not done")] {
         writeln!(w, "## {head}\n")?;
         let lines: Vec<&TaskLine> = r.tasks.iter().filter(|t| t.state == state).collect();
@@ -370,6 +592,7 @@ pub fn write_markdown(r: &Report, mut w: impl Write) -> io::Result<()> {
             x.failure.as_deref().unwrap_or("-").replace('|', "/")
         )?;
     }
+    write_markdown_sweeps(r, &mut w)?;
     writeln!(w, "\n## Analysis\n")?;
     for a in &r.analysis {
         writeln!(w, "- {a}")?;

@@ -11,8 +11,8 @@ use servetune_campaign::campaign::{self, Answer, InitOptions, Outcome, RunOption
 use servetune_campaign::engine;
 use servetune_campaign::journal::Journal;
 use servetune_campaign::planner::{StepKind, Verdict};
-use servetune_campaign::report;
 use servetune_campaign::CampaignError;
+use servetune_campaign::{report, report_html};
 
 use crate::Failure;
 
@@ -50,7 +50,7 @@ enum Sub {
     Answer(AnswerArgs),
     /// Queue an experiment with knob values (runs before the planner's steps)
     Add(AddArgs),
-    /// Write the status report as Markdown and/or JSON
+    /// Write the status report as HTML (charts), Markdown and/or JSON
     Report(ReportArgs),
     /// Add a free-text note to the journal
     #[command(after_help = "Example:\n  servetune campaign note c1 \"BIOS: ACS disabled on all root ports\"")]
@@ -173,11 +173,19 @@ struct AddArgs {
 }
 
 #[derive(Debug, Args)]
-#[command(after_help = "Example:\n  servetune campaign report c1 --markdown status.md --json status.json")]
+#[command(
+    after_help = "Examples:\n  servetune campaign report c1 --html status.html\n  servetune campaign report c1 --markdown status.md --json status.json\n\nThe HTML file is self-contained (inline CSS and SVG charts, no script, no network); the JSON follows\ncrates/campaign/schema/report.schema.json (servetune.report/1)."
+)]
 struct ReportArgs {
+    /// Campaign directory
     dir: PathBuf,
+    /// One self-contained HTML page with charts
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
+    /// Markdown, for a ticket
     #[arg(long, value_name = "FILE")]
     markdown: Option<PathBuf>,
+    /// JSON (servetune.report/1)
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
 }
@@ -375,8 +383,10 @@ fn answer(a: AnswerArgs) -> Result<(), Failure> {
 }
 
 fn write_report(r: &ReportArgs) -> Result<(), Failure> {
-    if r.markdown.is_none() && r.json.is_none() {
-        return Err(Failure::usage("give --markdown FILE and/or --json FILE (servetune campaign status prints it in the terminal)"));
+    if r.html.is_none() && r.markdown.is_none() && r.json.is_none() {
+        return Err(Failure::usage(
+            "give --html FILE, --markdown FILE and/or --json FILE (servetune campaign status prints it in the terminal)",
+        ));
     }
     let rep = open_report(&r.dir)?;
     let write = |p: &PathBuf, f: &dyn Fn(&mut Vec<u8>) -> std::io::Result<()>| -> Result<(), Failure> {
@@ -384,6 +394,10 @@ fn write_report(r: &ReportArgs) -> Result<(), Failure> {
         f(&mut buf).map_err(|e| Failure::runtime(e.to_string()))?;
         std::fs::write(p, buf).map_err(|e| Failure::runtime(format!("{}: cannot write it ({e})", p.display())))
     };
+    if let Some(p) = &r.html {
+        write(p, &|w| report_html::write_html(&rep, w))?;
+        crate::say!("wrote {}", p.display());
+    }
     if let Some(p) = &r.markdown {
         write(p, &|w| report::write_markdown(&rep, w))?;
         crate::say!("wrote {}", p.display());

@@ -170,7 +170,7 @@ fn whole_sim_campaign_stops_by_itself_with_a_report_matching_the_journal() {
     assert_eq!(campaign(&["report", s(&dir), "--json", s(&json), "--markdown", s(&md)]).0, 0);
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).expect("json")).expect("parse");
     let c = db(&dir);
-    assert_eq!(r["schema"], "servetune.campaign-report/1");
+    assert_eq!(r["schema"], "servetune.report/1");
     for (field, state) in [("done", "done"), ("in_progress", "in_progress"), ("not_done", "not_done")] {
         let n = count(&c, &format!("SELECT COUNT(*) FROM tasks WHERE state = '{state}'"));
         assert_eq!(r["counts"][field].as_i64(), Some(n), "{field}");
@@ -447,4 +447,103 @@ fn every_campaign_command_has_help_with_an_example() {
         assert!(text.contains("servetune campaign "), "{sub}: {text}");
         assert!(text.contains("Example"), "{sub}: {text}");
     }
+}
+
+/// A copy of a committed fixture journal (`crates/campaign/tests/fixtures/NAME`) in a temp dir, so
+/// opening it writes nothing into the repository.
+fn fixture_journal(tmp: &Path, name: &str) -> PathBuf {
+    let dir = tmp.join(name);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    std::fs::copy(repo().join("crates/campaign/tests/fixtures").join(name).join("journal.sqlite"), dir.join("journal.sqlite"))
+        .expect("copy fixture journal");
+    dir
+}
+
+#[test]
+fn report_of_a_fixed_journal_snapshots_markdown_and_json() {
+    let d = tempfile::tempdir().expect("tmp");
+    let dir = fixture_journal(d.path(), "report-lxc");
+    let (md, js, html) = (d.path().join("r.md"), d.path().join("r.json"), d.path().join("r.html"));
+    let (code, out, err) = campaign(&["report", s(&dir), "--markdown", s(&md), "--json", s(&js), "--html", s(&html)]);
+    assert_eq!(code, 0, "{out}{err}");
+    let md = std::fs::read_to_string(&md).expect("md");
+    let js: serde_json::Value = serde_json::from_slice(&std::fs::read(&js).expect("json")).expect("parse");
+    insta::assert_snapshot!("report_lxc_markdown", md);
+    insta::assert_json_snapshot!("report_lxc_json", js);
+    // The same report data feeds all three: the headline and each experiment appear in the HTML.
+    let html = std::fs::read_to_string(&html).expect("html");
+    assert!(html.contains(&report_html_escape(js["standing"]["headline"].as_str().expect("headline"))), "headline in the HTML");
+    for e in js["results"].as_array().expect("results") {
+        assert!(html.contains(&format!("experiment {}", e["experiment"])), "experiment {} in the HTML", e["experiment"]);
+    }
+}
+
+fn report_html_escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;").replace('\'', "&#39;")
+}
+
+#[test]
+fn report_numbers_name_their_journal_records() {
+    let d = tempfile::tempdir().expect("tmp");
+    let dir = fixture_journal(d.path(), "report-kvm");
+    let js = d.path().join("r.json");
+    let html = d.path().join("r.html");
+    let (code, out, err) = campaign(&["report", s(&dir), "--json", s(&js), "--html", s(&html)]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&js).expect("json")).expect("parse");
+    let html = std::fs::read_to_string(&html).expect("html");
+    let c = db(&dir);
+    // Every plotted point carries its experiment id in a tooltip, and that experiment is in the journal.
+    for curve in v["curves"].as_array().expect("curves") {
+        let id = curve["experiment"].as_i64().expect("id");
+        assert_eq!(count(&c, &format!("SELECT count(*) FROM experiments WHERE id = {id} AND state = 'done'")), 1);
+        for p in curve["points"].as_array().expect("points") {
+            let tip = format!(
+                "{:.1} output tok/s at concurrency {} (experiment {id})</title>",
+                p["output_tok_s"].as_f64().expect("tok/s"),
+                p["concurrency"]
+            );
+            assert!(html.contains(&tip), "missing tooltip {tip}");
+        }
+    }
+    // Every warning names its finding row.
+    for w in v["warnings"].as_array().expect("warnings") {
+        let id = w["finding"].as_i64().expect("finding id");
+        assert_eq!(count(&c, &format!("SELECT count(*) FROM findings WHERE id = {id}")), 1);
+        assert!(html.contains(&format!("finding {id}</td>")));
+    }
+    // The best point is the highest measured one.
+    let best = v["standing"]["best"]["output_tok_s"].as_f64().expect("best");
+    let max = v["curves"]
+        .as_array()
+        .expect("curves")
+        .iter()
+        .flat_map(|c| c["points"].as_array().expect("pts").iter())
+        .map(|p| p["output_tok_s"].as_f64().unwrap_or(0.0))
+        .fold(0.0, f64::max);
+    assert!(best <= max && best > 0.0, "best {best}, max {max}");
+}
+
+#[test]
+fn report_refuses_missing_corrupt_and_newer_journals_naming_the_file() {
+    let d = tempfile::tempdir().expect("tmp");
+    let out = d.path().join("r.html");
+    let (code, _, err) = campaign(&["report", s(&d.path().join("nowhere")), "--html", s(&out)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("nowhere"), "{err}");
+    let corrupt = d.path().join("corrupt");
+    std::fs::create_dir_all(&corrupt).expect("mkdir");
+    std::fs::write(corrupt.join("journal.sqlite"), b"SQLite format 3\0 but not really a database at all, just text").expect("write");
+    let (code, _, err) = campaign(&["report", s(&corrupt), "--html", s(&out)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("journal.sqlite"), "{err}");
+    let newer = fixture_journal(d.path(), "report-kvm");
+    {
+        let c = Connection::open(newer.join("journal.sqlite")).expect("open");
+        c.execute("UPDATE meta SET value = '9' WHERE key = 'schema_major'", []).expect("bump major");
+    }
+    let (code, _, err) = campaign(&["report", s(&newer), "--html", s(&out)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("newer"), "{err}");
+    assert!(!out.exists(), "nothing written for a refused journal");
 }
