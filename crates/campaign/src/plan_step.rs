@@ -157,6 +157,10 @@ pub struct StepAt {
     pub bottleneck: String,
     /// Its share of the step (0..1).
     pub bottleneck_share: f64,
+    /// Tensor parallelism of the plan (its all-reduces are the communication term).
+    pub tp: u32,
+    /// The fused-MoE kernels' share of memory bandwidth the model assumes, for MoE models.
+    pub moe_efficiency: Option<f64>,
 }
 
 /// The model's step of `l` on `mb` at `concurrency`, when the plan fits.
@@ -177,5 +181,7 @@ pub fn step_at(mb: &ModelBox, l: Layout, concurrency: u32) -> Option<StepAt> {
         predicted_output_tok_s: p.output_tokens_per_s,
         bottleneck: servetune_model::report::bottleneck_words(&p.bottleneck),
         bottleneck_share: p.bottleneck.share(),
+        tp: s.plan.tp,
+        moe_efficiency: s.model.moe.map(|_| s.engine.moe_efficiency),
     })
 }

@@ -220,6 +220,7 @@ pub fn build(j: &Journal) -> Result<Report> {
     let (next_steps, stop_reason) = next_lines(&snap)?;
     let (curves, breakdown) = curves(j, &snap);
     let standing = standing(&snap, &breakdown);
+    let analysis = analysis(&snap).into_iter().chain(plateau_lines(&snap, &breakdown)).collect();
     Ok(Report {
         schema: SCHEMA,
         goal: c.goal,
@@ -236,7 +237,7 @@ pub fn build(j: &Journal) -> Result<Report> {
         curves,
         breakdown,
         p2p: p2p_matrix(&snap),
-        analysis: analysis(&snap),
+        analysis,
         next_steps,
         stop_reason,
         open_questions: snap
@@ -267,7 +268,14 @@ fn curves(j: &Journal, snap: &Snapshot) -> (Vec<Curve>, Vec<BreakdownLine>) {
     for e in snap.experiments.iter().filter(|e| e.state == ExpState::Done) {
         let Some(r) = &e.result else { continue };
         let mb = experiment_box(j, snap, e);
-        let lay = mb.as_ref().map(|m| planner::layout(&e.knobs, m.gpus));
+        // Without a cap knob the model is given the cap the server showed (most requests running).
+        let shown = r.points.iter().filter_map(|p| p.server_max_running).fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
+        let lay = mb.as_ref().map(|m| planner::layout(&e.knobs, m.gpus)).map(|mut l| {
+            if l.max_running.is_none() {
+                l.max_running = shown.filter(|x| *x >= 1.0).map(|x| x.round() as u32);
+            }
+            l
+        });
         let predict = |c: u32| mb.as_ref().zip(lay).and_then(|(m, l)| crate::plan_step::predict_at(m, l, c));
         let points = r
             .points
@@ -442,6 +450,48 @@ fn analysis(snap: &Snapshot) -> Vec<String> {
     }
     for g in snap.findings.iter().filter(|x| x.code == "plan_gap") {
         out.push(format!("{}: {}", g.title, g.evidence));
+    }
+    out
+}
+
+/// The plateau of each done experiment, explained: the running cap from the server's metrics, then
+/// the model's step (expert reads at the MoE kernels' efficiency, the TP all-reduce share).
+fn plateau_lines(snap: &Snapshot, breakdown: &[BreakdownLine]) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in snap.experiments.iter().filter(|e| e.state == ExpState::Done) {
+        let Some(r) = &e.result else { continue };
+        let (Some(knee), Some(last)) = (r.knee_concurrency, r.points.last()) else { continue };
+        let at_knee = r.points.iter().find(|p| p.concurrency == knee).map_or(0.0, |p| p.output_tok_s);
+        let mut line = format!(
+            "experiment {}: throughput plateaus at {:.0} output tok/s from concurrency {knee} ({:.0} at concurrency {})",
+            e.id, at_knee, last.output_tok_s, last.concurrency
+        );
+        if let (Some(run), Some(q)) = (last.server_max_running, last.server_max_queued) {
+            if q > 0.0 {
+                line += &format!(
+                    "; at concurrency {} at most {run:.0} requests ran and {q:.0} queued: the running-request cap holds it",
+                    last.concurrency
+                );
+            }
+        }
+        if let Some(b) = breakdown.iter().find(|b| b.experiment == e.id) {
+            let s = &b.step;
+            let pct = |v: f64| if s.total_ms > 0.0 { v / s.total_ms * 100.0 } else { 0.0 };
+            line += &format!(
+                "; the model's {:.1} ms step at concurrency {}: weight reads {:.1} ms ({:.0}%){}, TP{} all-reduce {:.1} ms ({:.0}%), prefill {:.1} ms, overhead {:.1} ms",
+                s.total_ms,
+                s.concurrency,
+                s.weights_ms,
+                pct(s.weights_ms),
+                s.moe_efficiency.map_or(String::new(), |m| format!(" with MoE kernels at {:.0}% of memory bandwidth", m * 100.0)),
+                s.tp,
+                s.communication_ms,
+                pct(s.communication_ms),
+                s.prefill_ms,
+                s.overhead_ms
+            );
+        }
+        out.push(line);
     }
     out
 }

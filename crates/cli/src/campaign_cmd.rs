@@ -326,7 +326,7 @@ fn next(dir: &Path) -> Result<(), Failure> {
 }
 
 /// Ctrl-C sets the flag; the running step tears its server down and is recorded as interrupted.
-fn cancel_on_ctrl_c() -> Arc<AtomicBool> {
+pub(crate) fn cancel_on_ctrl_c() -> Arc<AtomicBool> {
     let flag = Arc::new(AtomicBool::new(false));
     let f = Arc::clone(&flag);
     std::thread::spawn(move || {
