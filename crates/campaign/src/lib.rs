@@ -22,6 +22,7 @@ pub mod plan_step;
 pub mod planner;
 pub mod probe_step;
 pub mod report;
+pub mod report_compare;
 pub mod report_html;
 pub mod report_svg;
 

@@ -12,7 +12,7 @@ use servetune_campaign::engine;
 use servetune_campaign::journal::Journal;
 use servetune_campaign::planner::{StepKind, Verdict};
 use servetune_campaign::CampaignError;
-use servetune_campaign::{report, report_html};
+use servetune_campaign::{report, report_compare, report_html};
 
 use crate::Failure;
 
@@ -52,6 +52,8 @@ enum Sub {
     Add(AddArgs),
     /// Write the status report as HTML (charts), Markdown and/or JSON
     Report(ReportArgs),
+    /// Before/after: throughput and latency deltas and what changed, between two campaigns
+    Compare(CompareArgs),
     /// Add a free-text note to the journal
     #[command(after_help = "Example:\n  servetune campaign note c1 \"BIOS: ACS disabled on all root ports\"")]
     Note(NoteArgs),
@@ -191,6 +193,32 @@ struct ReportArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  servetune campaign compare kvm-campaign lxc-campaign\n  servetune campaign compare c1 c1 --a-experiment 1 --b-experiment 4 --html compare.html\n\nEach side is the campaign's best done experiment unless picked. Campaigns with different models or\nhardware are compared and the difference is said first; sides with no measured concurrency in\ncommon are refused (exit 2)."
+)]
+struct CompareArgs {
+    /// The "before" campaign directory
+    a: PathBuf,
+    /// The "after" campaign directory (may be the same as A, with --a/--b-experiment)
+    b: PathBuf,
+    /// Experiment of A to compare (default: its best done one)
+    #[arg(long, value_name = "N")]
+    a_experiment: Option<i64>,
+    /// Experiment of B to compare (default: its best done one)
+    #[arg(long, value_name = "N")]
+    b_experiment: Option<i64>,
+    /// Also write Markdown
+    #[arg(long, value_name = "FILE")]
+    markdown: Option<PathBuf>,
+    /// Also write one self-contained HTML page
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
+    /// Also write JSON (servetune.compare/1)
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
 struct NoteArgs {
     dir: PathBuf,
     text: String,
@@ -250,6 +278,7 @@ pub fn run(a: CampaignArgs) -> Result<(), Failure> {
             Ok(())
         }
         Sub::Report(r) => write_report(&r),
+        Sub::Compare(c) => compare(&c),
         Sub::Note(n) => {
             let j = Journal::open(&n.dir).map_err(lib)?;
             let id = j.add_note(&n.text).map_err(lib)?;
@@ -405,6 +434,28 @@ fn write_report(r: &ReportArgs) -> Result<(), Failure> {
     if let Some(p) = &r.json {
         write(p, &|w| serde_json::to_writer_pretty(w, &rep).map_err(std::io::Error::other))?;
         crate::say!("wrote {}", p.display());
+    }
+    Ok(())
+}
+
+fn compare(c: &CompareArgs) -> Result<(), Failure> {
+    let cmp = report_compare::compare(&c.a, c.a_experiment, &c.b, c.b_experiment).map_err(lib)?;
+    report_compare::write_terminal(&cmp, std::io::stdout().lock()).map_err(|e| Failure::runtime(format!("stdout: {e}")))?;
+    let write = |p: &PathBuf, f: &dyn Fn(&mut Vec<u8>) -> std::io::Result<()>| -> Result<(), Failure> {
+        let mut buf = Vec::new();
+        f(&mut buf).map_err(|e| Failure::runtime(e.to_string()))?;
+        std::fs::write(p, buf).map_err(|e| Failure::runtime(format!("{}: cannot write it ({e})", p.display())))?;
+        crate::say!("wrote {}", p.display());
+        Ok(())
+    };
+    if let Some(p) = &c.markdown {
+        write(p, &|w| report_compare::write_markdown(&cmp, w))?;
+    }
+    if let Some(p) = &c.html {
+        write(p, &|w| report_compare::write_html(&cmp, w))?;
+    }
+    if let Some(p) = &c.json {
+        write(p, &|w| serde_json::to_writer_pretty(w, &cmp).map_err(std::io::Error::other))?;
     }
     Ok(())
 }

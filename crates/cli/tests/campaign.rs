@@ -547,3 +547,104 @@ fn report_refuses_missing_corrupt_and_newer_journals_naming_the_file() {
     assert!(err.contains("newer"), "{err}");
     assert!(!out.exists(), "nothing written for a refused journal");
 }
+
+/// The best done experiment's sweep points of a journal: concurrency -> output tok/s.
+fn best_points(dir: &Path) -> (i64, std::collections::BTreeMap<u64, f64>) {
+    let c = db(dir);
+    let mut st = c.prepare("SELECT id, result FROM experiments WHERE state = 'done'").expect("sql");
+    let rows: Vec<(i64, String)> = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).expect("rows").map(|r| r.expect("row")).collect();
+    let parse = |s: &str| -> std::collections::BTreeMap<u64, f64> {
+        let v: serde_json::Value = serde_json::from_str(s).expect("result");
+        v["points"]
+            .as_array()
+            .expect("points")
+            .iter()
+            .map(|p| (p["concurrency"].as_u64().expect("c"), p["output_tok_s"].as_f64().expect("tok/s")))
+            .collect()
+    };
+    rows.iter()
+        .map(|(id, s)| (*id, parse(s)))
+        .max_by(|a, b| a.1.values().fold(0.0, |m: f64, x| m.max(*x)).total_cmp(&b.1.values().fold(0.0, |m: f64, x| m.max(*x))))
+        .expect("a done experiment")
+}
+
+#[test]
+fn compare_kvm_and_lxc_fixtures_gives_the_deltas_and_names_what_changed() {
+    let d = tempfile::tempdir().expect("tmp");
+    let (a, b) = (fixture_journal(d.path(), "report-kvm"), fixture_journal(d.path(), "report-lxc"));
+    let (js, md, html) = (d.path().join("c.json"), d.path().join("c.md"), d.path().join("c.html"));
+    let (code, out, err) = campaign(&["compare", s(&a), s(&b), "--json", s(&js), "--markdown", s(&md), "--html", s(&html)]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!out.contains("NOTE:"), "same model and hardware: no caveat: {out}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&js).expect("json")).expect("parse");
+    assert_eq!(v["schema"], "servetune.compare/1");
+    let ((ea, pa), (eb, pb)) = (best_points(&a), best_points(&b));
+    assert_eq!((v["a"]["experiment"].as_i64(), v["b"]["experiment"].as_i64()), (Some(ea), Some(eb)));
+    let rows = v["throughput"].as_array().expect("throughput");
+    assert_eq!(rows.len(), pa.keys().filter(|c| pb.contains_key(c)).count());
+    for r in rows {
+        let c = r["concurrency"].as_u64().expect("c");
+        let (x, y) = (pa[&c], pb[&c]);
+        assert_eq!(r["a_output_tok_s"].as_f64(), Some(x));
+        assert_eq!(r["b_output_tok_s"].as_f64(), Some(y));
+        assert!((r["change"].as_f64().expect("change") - (y / x - 1.0)).abs() < 1e-12);
+        assert!(out.contains(&format!("{:+.1}%", (y / x - 1.0) * 100.0)), "terminal shows the change: {out}");
+    }
+    assert_eq!(v["latency"].as_array().map(Vec::len), Some(rows.len() * 5), "five percentiles per concurrency");
+    let diffs: Vec<(String, String, String)> = v["differences"]
+        .as_array()
+        .expect("differences")
+        .iter()
+        .map(|d| {
+            (
+                d["field"].as_str().unwrap_or("").to_string(),
+                d["a"].as_str().unwrap_or("-").to_string(),
+                d["b"].as_str().unwrap_or("-").to_string(),
+            )
+        })
+        .collect();
+    for want in [("virtual machine", "kvm", "none"), ("container", "none", "lxc"), ("GPU peer-to-peer", "false", "true")] {
+        assert!(diffs.iter().any(|(f, x, y)| f == want.0 && x == want.1 && y == want.2), "{want:?} in {diffs:?}");
+    }
+    assert!(!diffs.iter().any(|(f, _, _)| f == "model" || f == "GPU"), "{diffs:?}");
+    let md = std::fs::read_to_string(&md).expect("md");
+    assert!(md.contains("| Environment | container | none | lxc |"), "{md}");
+    let html = std::fs::read_to_string(&html).expect("html");
+    assert!(html.contains(r#"class="series""#) && html.contains("<td>container</td>"), "chart and differences in the HTML");
+}
+
+#[test]
+fn compare_of_different_models_says_so_at_the_top() {
+    let d = tempfile::tempdir().expect("tmp");
+    let (a, b) = (fixture_journal(d.path(), "report-lxc"), fixture_journal(d.path(), "report-glm-lxc"));
+    let (code, out, err) = campaign(&["compare", s(&a), s(&b)]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.lines().next().unwrap_or("").starts_with("NOTE: different model: qwen3-30b-a3b in A, glm-5 in B"), "{out}");
+}
+
+#[test]
+fn compare_with_nothing_in_common_exits_2_naming_both_campaigns() {
+    let d = tempfile::tempdir().expect("tmp");
+    let (a, b) = (fixture_journal(d.path(), "report-kvm"), fixture_journal(d.path(), "report-lxc"));
+    {
+        // B measured at other concurrencies only.
+        let c = Connection::open(b.join("journal.sqlite")).expect("open");
+        let rows: Vec<(i64, String)> = {
+            let mut st = c.prepare("SELECT id, result FROM experiments WHERE result IS NOT NULL").expect("sql");
+            st.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).expect("rows").map(|r| r.expect("row")).collect()
+        };
+        for (id, res) in rows {
+            let mut v: serde_json::Value = serde_json::from_str(&res).expect("json");
+            for p in v["points"].as_array_mut().expect("points") {
+                p["concurrency"] = serde_json::json!(p["concurrency"].as_u64().expect("c") + 1000);
+            }
+            c.execute("UPDATE experiments SET result = ?1 WHERE id = ?2", rusqlite::params![v.to_string(), id]).expect("update");
+        }
+    }
+    let (code, out, err) = campaign(&["compare", s(&a), s(&b)]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("no measured concurrency in common") && err.contains(s(&a)) && err.contains(s(&b)), "{err}");
+    let (code, _, err) = campaign(&["compare", s(&a), s(&d.path().join("missing"))]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("missing"), "{err}");
+}
