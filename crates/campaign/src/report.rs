@@ -40,8 +40,9 @@ pub struct Report {
     pub curves: Vec<Curve>,
     /// The model's step-time breakdown of each done experiment at its best point.
     pub breakdown: Vec<BreakdownLine>,
-    /// The current environment's GPU peer-to-peer matrix, when the probe read one.
-    pub p2p: Option<P2pMatrix>,
+    /// The GPU peer-to-peer matrix of each environment the campaign probed (oldest first), where
+    /// the probe read one.
+    pub p2p: Vec<P2pMatrix>,
     pub analysis: Vec<String>,
     pub next_steps: Vec<StepLine>,
     /// Why nothing is left, when that is the case.
@@ -74,6 +75,8 @@ pub struct BestPoint {
 pub struct Curve {
     pub experiment: i64,
     pub title: String,
+    /// Where it ran, in words (e.g. "kvm guest, no P2P").
+    pub environment: String,
     /// Concurrency at bench's saturation knee.
     pub knee_concurrency: Option<u32>,
     pub points: Vec<CurvePoint>,
@@ -106,6 +109,8 @@ pub struct BreakdownLine {
 pub struct P2pMatrix {
     /// The probe fingerprint it comes from.
     pub fingerprint: i64,
+    /// The environment in words (e.g. "kvm guest", "lxc container").
+    pub environment: String,
     /// Which capability (read, write, ...).
     pub capability: String,
     /// rows[i][j]: GPU i to GPU j.
@@ -236,7 +241,7 @@ pub fn build(j: &Journal) -> Result<Report> {
         results,
         curves,
         breakdown,
-        p2p: p2p_matrix(&snap),
+        p2p: p2p_matrices(j)?,
         analysis,
         next_steps,
         stop_reason,
@@ -250,16 +255,13 @@ pub fn build(j: &Journal) -> Result<Report> {
     })
 }
 
-/// The model's view of the environment an experiment ran in (its own probe fingerprint).
-fn experiment_box(j: &Journal, snap: &Snapshot, e: &crate::journal::Experiment) -> Option<crate::plan_step::ModelBox> {
-    let facts = match e.env_fingerprint {
-        Some(id) if id != snap.env_id => {
-            let body: crate::campaign::EnvBody = serde_json::from_value(j.fingerprint(id).ok()??.body).ok()?;
-            body.facts
-        }
-        _ => snap.env.facts.clone(),
-    };
-    crate::campaign::model_box(&snap.settings, &facts)
+/// The facts of the environment an experiment ran in (its own probe fingerprint).
+fn experiment_facts(j: &Journal, snap: &Snapshot, e: &crate::journal::Experiment) -> BoxFacts {
+    e.env_fingerprint
+        .filter(|id| *id != snap.env_id)
+        .and_then(|id| j.fingerprint(id).ok().flatten())
+        .and_then(|f| serde_json::from_value::<crate::campaign::EnvBody>(f.body).ok())
+        .map_or_else(|| snap.env.facts.clone(), |b| b.facts)
 }
 
 fn curves(j: &Journal, snap: &Snapshot) -> (Vec<Curve>, Vec<BreakdownLine>) {
@@ -267,7 +269,8 @@ fn curves(j: &Journal, snap: &Snapshot) -> (Vec<Curve>, Vec<BreakdownLine>) {
     let mut breakdown = Vec::new();
     for e in snap.experiments.iter().filter(|e| e.state == ExpState::Done) {
         let Some(r) = &e.result else { continue };
-        let mb = experiment_box(j, snap, e);
+        let facts = experiment_facts(j, snap, e);
+        let mb = crate::campaign::model_box(&snap.settings, &facts);
         // Without a cap knob the model is given the cap the server showed (most requests running).
         let shown = r.points.iter().filter_map(|p| p.server_max_running).fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
         let lay = mb.as_ref().map(|m| planner::layout(&e.knobs, m.gpus)).map(|mut l| {
@@ -292,7 +295,13 @@ fn curves(j: &Journal, snap: &Snapshot) -> (Vec<Curve>, Vec<BreakdownLine>) {
                 predicted_output_tok_s: predict(p.concurrency),
             })
             .collect();
-        curves.push(Curve { experiment: e.id, title: e.title.clone(), knee_concurrency: r.knee_concurrency, points });
+        curves.push(Curve {
+            experiment: e.id,
+            title: e.title.clone(),
+            environment: environment_words(&facts),
+            knee_concurrency: r.knee_concurrency,
+            points,
+        });
         let best = result_line(e).at_concurrency;
         if let Some(step) = mb.as_ref().zip(lay).zip(best).and_then(|((m, l), c)| crate::plan_step::step_at(m, l, c)) {
             breakdown.push(BreakdownLine { experiment: e.id, title: e.title.clone(), step });
@@ -338,11 +347,33 @@ fn standing(snap: &Snapshot, breakdown: &[BreakdownLine]) -> Standing {
     Standing { best, headline }
 }
 
-fn p2p_matrix(snap: &Snapshot) -> Option<P2pMatrix> {
-    let p2p = snap.env.report.get("p2p")?.as_object()?;
-    let (capability, m) = p2p.get_key_value("read").or_else(|| p2p.iter().next())?;
-    let rows: Vec<Vec<String>> = serde_json::from_value(m.clone()).ok()?;
-    (!rows.is_empty()).then(|| P2pMatrix { fingerprint: snap.env_id, capability: capability.clone(), rows })
+/// The environment in words, from the probe's facts.
+fn environment_words(f: &BoxFacts) -> String {
+    let place = match (f.vm.as_str(), f.container.as_str()) {
+        ("none", "none") => "bare metal".to_string(),
+        (vm, "none") => format!("{vm} guest"),
+        (_, c) => format!("{c} container"),
+    };
+    format!("{place}, {}", if f.p2p_ok { "P2P" } else { "no P2P" })
+}
+
+fn p2p_matrices(j: &Journal) -> Result<Vec<P2pMatrix>> {
+    let probes: Vec<_> = j.fingerprints()?.into_iter().filter(|f| f.kind == "probe").collect();
+    let mut out: Vec<(String, P2pMatrix)> = Vec::new();
+    for f in probes {
+        let Ok(body) = serde_json::from_value::<crate::campaign::EnvBody>(f.body) else { continue };
+        let Some(p2p) = body.report.get("p2p").and_then(|v| v.as_object()) else { continue };
+        let Some((capability, m)) = p2p.get_key_value("read").or_else(|| p2p.iter().next()) else { continue };
+        let Ok(rows) = serde_json::from_value::<Vec<Vec<String>>>(m.clone()) else { continue };
+        if rows.is_empty() {
+            continue;
+        }
+        // One matrix per environment: a re-probe of the same box replaces the earlier one.
+        out.retain(|(hash, _)| *hash != f.hash);
+        let m = P2pMatrix { fingerprint: f.id, environment: environment_words(&body.facts), capability: capability.clone(), rows };
+        out.push((f.hash, m));
+    }
+    Ok(out.into_iter().map(|(_, m)| m).collect())
 }
 
 fn task_lines(tasks_rows: &[crate::journal::TaskRow], snap: &Snapshot) -> Vec<TaskLine> {

@@ -158,9 +158,9 @@ fn results(r: &Report, o: &mut String) {
         o.push_str("<h3>Step time by term (the performance model, at each experiment's best point)</h3>");
         svg::bar_chart(&breakdown_chart(r), o);
     }
-    if let Some(h) = p2p_heatmap(r) {
-        o.push_str("<h3>GPU peer-to-peer matrix</h3>");
-        svg::heatmap(&h, o);
+    for m in &r.p2p {
+        o.push_str(&format!("<h3>GPU peer-to-peer matrix: {}</h3>", esc(&m.environment)));
+        svg::heatmap(&p2p_heatmap(m), o);
     }
     o.push_str("</section>\n");
 }
@@ -182,7 +182,7 @@ fn throughput_chart(r: &Report) -> LineChart {
                 title: format!("{:.1} output tok/s at concurrency {} (experiment {})", p.output_tok_s, p.concurrency, c.experiment),
             })
             .collect();
-        series.push(Series { name: format!("exp {}: {}", c.experiment, short(&c.title)), color: color(i), dash: None, marks });
+        series.push(Series { name: legend_name(c), color: color(i), dash: None, marks });
         if let Some(p) = c.knee_concurrency.and_then(|k| c.points.iter().find(|p| p.concurrency == k)) {
             callouts.push(Callout {
                 x: f64::from(p.concurrency),
@@ -225,7 +225,7 @@ fn latency_chart(r: &Report, which: Latency) -> LineChart {
     let mut series = Vec::new();
     let mut legend = Vec::new();
     for (i, c) in r.curves.iter().enumerate() {
-        legend.push(LegendEntry { name: format!("exp {}: {}", c.experiment, short(&c.title)), color: color(i), dash: None });
+        legend.push(LegendEntry { name: legend_name(c), color: color(i), dash: None });
         for (pct, dash, pick) in pcts {
             let marks = c
                 .points
@@ -321,11 +321,10 @@ fn breakdown_chart(r: &Report) -> BarChart {
     }
 }
 
-fn p2p_heatmap(r: &Report) -> Option<Heatmap> {
-    let m = r.p2p.as_ref()?;
-    Some(Heatmap {
+fn p2p_heatmap(m: &crate::report::P2pMatrix) -> Heatmap {
+    Heatmap {
         name: "p2p".into(),
-        caption: format!("GPU peer-to-peer {} status between each pair of GPUs, from the probe", m.capability),
+        caption: format!("GPU peer-to-peer {} status between each pair of GPUs in the {}, from the probe", m.capability, m.environment),
         x_label: "to GPU".into(),
         y_label: "from GPU".into(),
         labels: (0..m.rows.len()).map(|i| i.to_string()).collect(),
@@ -337,12 +336,17 @@ fn p2p_heatmap(r: &Report) -> Option<Heatmap> {
             ("X".into(), "#dddddd", "self".into()),
         ],
         record: format!("probe fingerprint {}", m.fingerprint),
-    })
+    }
+}
+
+/// "exp 3 [lxc container, P2P]: baseline...": which experiment, where it ran, what it was.
+fn legend_name(c: &crate::report::Curve) -> String {
+    format!("exp {} [{}]: {}", c.experiment, c.environment, short(&c.title))
 }
 
 fn short(s: &str) -> String {
-    if s.chars().count() > 24 {
-        format!("{}…", s.chars().take(23).collect::<String>())
+    if s.chars().count() > 14 {
+        format!("{}…", s.chars().take(13).collect::<String>())
     } else {
         s.to_string()
     }
