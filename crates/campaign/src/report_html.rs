@@ -339,18 +339,12 @@ fn p2p_heatmap(m: &crate::report::P2pMatrix) -> Heatmap {
     }
 }
 
-/// "exp 3 [lxc container, P2P]: baseline...": which experiment, where it ran, what it was.
+/// "exp 3 [lxc container, P2P]": which experiment and where it ran (the results table above the
+/// charts says what each experiment changed).
 fn legend_name(c: &crate::report::Curve) -> String {
-    format!("exp {} [{}]: {}", c.experiment, c.environment, short(&c.title))
+    format!("exp {} [{}]", c.experiment, c.environment)
 }
 
-fn short(s: &str) -> String {
-    if s.chars().count() > 14 {
-        format!("{}…", s.chars().take(13).collect::<String>())
-    } else {
-        s.to_string()
-    }
-}
 
 fn analysis(r: &Report, o: &mut String) {
     o.push_str("<section id=\"analysis\"><h2>Analysis</h2><ul>");
