@@ -345,7 +345,6 @@ fn legend_name(c: &crate::report::Curve) -> String {
     format!("exp {} [{}]", c.experiment, c.environment)
 }
 
-
 fn analysis(r: &Report, o: &mut String) {
     o.push_str("<section id=\"analysis\"><h2>Analysis</h2><ul>");
     for a in &r.analysis {
