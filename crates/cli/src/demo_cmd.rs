@@ -109,7 +109,7 @@ fn fixture(a: &DemoArgs, name: &str) -> Result<PathBuf, Failure> {
             a.fixtures.display()
         )));
     }
-    Ok(p)
+    Ok(p.canonicalize().unwrap_or(p))
 }
 
 /// How a run of `continue` ended, as the CLI's exit code says it.
