@@ -22,6 +22,9 @@ pub mod plan_step;
 pub mod planner;
 pub mod probe_step;
 pub mod report;
+pub mod report_compare;
+pub mod report_html;
+pub mod report_svg;
 
 /// A campaign error: the user's input (exit 2) or the environment at run time (exit 1).
 #[derive(Debug, thiserror::Error)]

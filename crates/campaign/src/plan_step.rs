@@ -137,3 +137,51 @@ pub fn better_plans(mb: &ModelBox, l: Layout) -> Vec<Alternative> {
         })
         .collect()
 }
+
+/// The model's step at one concurrency, by term (ms), with the dominant term in words.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepAt {
+    pub concurrency: u32,
+    /// Requests the model lets run at once (the cap and KV capacity applied).
+    pub running: u32,
+    pub weights_ms: f64,
+    pub kv_ms: f64,
+    pub compute_ms: f64,
+    pub communication_ms: f64,
+    pub overhead_ms: f64,
+    pub prefill_ms: f64,
+    /// The step by the model's overlap rule (not the sum of the terms).
+    pub total_ms: f64,
+    pub predicted_output_tok_s: f64,
+    /// The dominant term with its numbers, as `servetune plan` words it.
+    pub bottleneck: String,
+    /// Its share of the step (0..1).
+    pub bottleneck_share: f64,
+    /// Tensor parallelism of the plan (its all-reduces are the communication term).
+    pub tp: u32,
+    /// The fused-MoE kernels' share of memory bandwidth the model assumes, for MoE models.
+    pub moe_efficiency: Option<f64>,
+}
+
+/// The model's step of `l` on `mb` at `concurrency`, when the plan fits.
+pub fn step_at(mb: &ModelBox, l: Layout, concurrency: u32) -> Option<StepAt> {
+    let s = scenario(mb, l).ok()?;
+    s.check_fit().ok()?;
+    let p = s.point(concurrency);
+    Some(StepAt {
+        concurrency,
+        running: p.running,
+        weights_ms: p.step_ms.weights,
+        kv_ms: p.step_ms.kv,
+        compute_ms: p.step_ms.compute,
+        communication_ms: p.step_ms.communication,
+        overhead_ms: p.step_ms.overhead,
+        prefill_ms: p.step_ms.prefill,
+        total_ms: p.step_ms.total,
+        predicted_output_tok_s: p.output_tokens_per_s,
+        bottleneck: servetune_model::report::bottleneck_words(&p.bottleneck),
+        bottleneck_share: p.bottleneck.share(),
+        tp: s.plan.tp,
+        moe_efficiency: s.model.moe.map(|_| s.engine.moe_efficiency),
+    })
+}

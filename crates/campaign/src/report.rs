@@ -1,5 +1,6 @@
 //! The status report: computed once from the journal into [`Report`] (a documented `Serialize`
-//! struct), then rendered by small exporters (terminal, Markdown) that write to `impl Write`.
+//! struct), then rendered by small exporters (terminal, Markdown here; HTML in [`crate::report_html`])
+//! that write to `impl Write`. Every number carries the journal record it comes from.
 
 use std::collections::BTreeMap;
 use std::io::{self, Write};
@@ -13,14 +14,18 @@ use crate::probe_step::BoxFacts;
 use crate::Result;
 
 /// The report's schema.
-pub const SCHEMA: &str = "servetune.campaign-report/1";
+pub const SCHEMA: &str = "servetune.report/1";
 
 /// The status report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Report {
-    /// Always "servetune.campaign-report/1".
+    /// Always "servetune.report/1".
     pub schema: &'static str,
     pub goal: String,
+    /// The goal's output tok/s.
+    pub goal_output_tok_s: f64,
+    /// The best measured result against the goal, and the headline bottleneck in one sentence.
+    pub standing: Standing,
     pub model: String,
     pub engine: String,
     pub environment: BoxFacts,
@@ -31,12 +36,85 @@ pub struct Report {
     /// Findings (probe, logs, analysis) with their fixes.
     pub warnings: Vec<WarningLine>,
     pub results: Vec<ResultLine>,
+    /// Each done experiment's sweep, point by point, with the model's prediction beside it.
+    pub curves: Vec<Curve>,
+    /// The model's step-time breakdown of each done experiment at its best point.
+    pub breakdown: Vec<BreakdownLine>,
+    /// The GPU peer-to-peer matrix of each environment the campaign probed (oldest first), where
+    /// the probe read one.
+    pub p2p: Vec<P2pMatrix>,
     pub analysis: Vec<String>,
     pub next_steps: Vec<StepLine>,
     /// Why nothing is left, when that is the case.
     pub stop_reason: Option<String>,
     pub open_questions: Vec<QuestionLine>,
     pub notes: Vec<String>,
+}
+
+/// Where the campaign stands.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Standing {
+    /// The best measured point (under the goal's latency objectives), if any experiment is done.
+    pub best: Option<BestPoint>,
+    /// One sentence: best against goal and the dominant step term with its numbers.
+    pub headline: String,
+}
+
+/// The best measured point.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BestPoint {
+    pub experiment: i64,
+    pub output_tok_s: f64,
+    pub concurrency: u32,
+    /// output_tok_s / the goal's output tok/s.
+    pub share_of_goal: f64,
+}
+
+/// One experiment's sweep.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Curve {
+    pub experiment: i64,
+    pub title: String,
+    /// Where it ran, in words (e.g. "kvm guest, no P2P").
+    pub environment: String,
+    /// Concurrency at bench's saturation knee.
+    pub knee_concurrency: Option<u32>,
+    pub points: Vec<CurvePoint>,
+}
+
+/// One load point of a sweep (bench's numbers) and the model's prediction for it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CurvePoint {
+    pub concurrency: u32,
+    pub output_tok_s: f64,
+    pub ttft_p50_ms: f64,
+    pub ttft_p99_ms: f64,
+    pub tpot_p50_ms: f64,
+    pub tpot_p90_ms: f64,
+    pub tpot_p99_ms: f64,
+    /// `servetune plan`'s output tok/s for this experiment's layout in its environment.
+    pub predicted_output_tok_s: Option<f64>,
+}
+
+/// The model's step of one experiment at its best measured concurrency.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BreakdownLine {
+    pub experiment: i64,
+    pub title: String,
+    pub step: crate::plan_step::StepAt,
+}
+
+/// A GPU peer-to-peer status matrix from the probe (`nvidia-smi topo -p2p r` words: OK, NS, ...).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct P2pMatrix {
+    /// The probe fingerprint it comes from.
+    pub fingerprint: i64,
+    /// The environment in words (e.g. "kvm guest", "lxc container").
+    pub environment: String,
+    /// Which capability (read, write, ...).
+    pub capability: String,
+    /// rows[i][j]: GPU i to GPU j.
+    pub rows: Vec<Vec<String>>,
 }
 
 /// Task and experiment counts.
@@ -145,9 +223,14 @@ pub fn build(j: &Journal) -> Result<Report> {
         .collect();
     let results = exps.iter().map(result_line).collect();
     let (next_steps, stop_reason) = next_lines(&snap)?;
+    let (curves, breakdown) = curves(j, &snap);
+    let standing = standing(&snap, &breakdown);
+    let analysis = analysis(&snap).into_iter().chain(plateau_lines(&snap, &breakdown)).collect();
     Ok(Report {
         schema: SCHEMA,
         goal: c.goal,
+        goal_output_tok_s: snap.settings.goal.output_tok_s,
+        standing,
         model: c.model,
         engine: c.engine,
         environment: snap.env.facts.clone(),
@@ -156,7 +239,10 @@ pub fn build(j: &Journal) -> Result<Report> {
         launch_commands,
         warnings,
         results,
-        analysis: analysis(&snap),
+        curves,
+        breakdown,
+        p2p: p2p_matrices(j)?,
+        analysis,
         next_steps,
         stop_reason,
         open_questions: snap
@@ -167,6 +253,127 @@ pub fn build(j: &Journal) -> Result<Report> {
             .collect(),
         notes: j.notes()?.into_iter().map(|n| n.text).collect(),
     })
+}
+
+/// The facts of the environment an experiment ran in (its own probe fingerprint).
+fn experiment_facts(j: &Journal, snap: &Snapshot, e: &crate::journal::Experiment) -> BoxFacts {
+    e.env_fingerprint
+        .filter(|id| *id != snap.env_id)
+        .and_then(|id| j.fingerprint(id).ok().flatten())
+        .and_then(|f| serde_json::from_value::<crate::campaign::EnvBody>(f.body).ok())
+        .map_or_else(|| snap.env.facts.clone(), |b| b.facts)
+}
+
+fn curves(j: &Journal, snap: &Snapshot) -> (Vec<Curve>, Vec<BreakdownLine>) {
+    let mut curves = Vec::new();
+    let mut breakdown = Vec::new();
+    for e in snap.experiments.iter().filter(|e| e.state == ExpState::Done) {
+        let Some(r) = &e.result else { continue };
+        let facts = experiment_facts(j, snap, e);
+        let mb = crate::campaign::model_box(&snap.settings, &facts);
+        // Without a cap knob the model is given the cap the server showed (most requests running).
+        let shown = r.points.iter().filter_map(|p| p.server_max_running).fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
+        let lay = mb.as_ref().map(|m| planner::layout(&e.knobs, m.gpus)).map(|mut l| {
+            if l.max_running.is_none() {
+                l.max_running = shown.filter(|x| *x >= 1.0).map(|x| x.round() as u32);
+            }
+            l
+        });
+        let predict = |c: u32| mb.as_ref().zip(lay).and_then(|(m, l)| crate::plan_step::predict_at(m, l, c));
+        let points = r
+            .points
+            .iter()
+            .filter(|p| p.completed > 0)
+            .map(|p| CurvePoint {
+                concurrency: p.concurrency,
+                output_tok_s: p.output_tok_s,
+                ttft_p50_ms: p.ttft_p50_ms,
+                ttft_p99_ms: p.ttft_p99_ms,
+                tpot_p50_ms: p.tpot_p50_ms,
+                tpot_p90_ms: p.tpot_p90_ms,
+                tpot_p99_ms: p.tpot_p99_ms,
+                predicted_output_tok_s: predict(p.concurrency),
+            })
+            .collect();
+        curves.push(Curve {
+            experiment: e.id,
+            title: e.title.clone(),
+            environment: environment_words(&facts),
+            knee_concurrency: r.knee_concurrency,
+            points,
+        });
+        let best = result_line(e).at_concurrency;
+        if let Some(step) = mb.as_ref().zip(lay).zip(best).and_then(|((m, l), c)| crate::plan_step::step_at(m, l, c)) {
+            breakdown.push(BreakdownLine { experiment: e.id, title: e.title.clone(), step });
+        }
+    }
+    (curves, breakdown)
+}
+
+fn standing(snap: &Snapshot, breakdown: &[BreakdownLine]) -> Standing {
+    let goal = snap.settings.goal.output_tok_s;
+    let best = snap
+        .experiments
+        .iter()
+        .filter(|e| e.state == ExpState::Done)
+        .map(result_line)
+        .filter_map(|r| Some((r.experiment, r.best_output_tok_s?, r.at_concurrency?)))
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(experiment, output_tok_s, concurrency)| BestPoint {
+            experiment,
+            output_tok_s,
+            concurrency,
+            share_of_goal: if goal > 0.0 { output_tok_s / goal } else { 0.0 },
+        });
+    let headline = match &best {
+        None => format!("No experiment has finished yet; the goal is {}.", snap.settings.goal.text),
+        Some(b) => {
+            let why = breakdown
+                .iter()
+                .find(|x| x.experiment == b.experiment)
+                .map_or(" The model cannot price this deployment, so no bottleneck is named.".to_string(), |x| {
+                    format!(" The model's bottleneck there: {}.", x.step.bottleneck)
+                });
+            format!(
+                "Best measured: {:.0} output tok/s at concurrency {} (experiment {}), {:.0}% of the goal ({}).{why}",
+                b.output_tok_s,
+                b.concurrency,
+                b.experiment,
+                b.share_of_goal * 100.0,
+                snap.settings.goal.text
+            )
+        }
+    };
+    Standing { best, headline }
+}
+
+/// The environment in words, from the probe's facts.
+fn environment_words(f: &BoxFacts) -> String {
+    let place = match (f.vm.as_str(), f.container.as_str()) {
+        ("none", "none") => "bare metal".to_string(),
+        (vm, "none") => format!("{vm} guest"),
+        (_, c) => format!("{c} container"),
+    };
+    format!("{place}, {}", if f.p2p_ok { "P2P" } else { "no P2P" })
+}
+
+fn p2p_matrices(j: &Journal) -> Result<Vec<P2pMatrix>> {
+    let probes: Vec<_> = j.fingerprints()?.into_iter().filter(|f| f.kind == "probe").collect();
+    let mut out: Vec<(String, P2pMatrix)> = Vec::new();
+    for f in probes {
+        let Ok(body) = serde_json::from_value::<crate::campaign::EnvBody>(f.body) else { continue };
+        let Some(p2p) = body.report.get("p2p").and_then(|v| v.as_object()) else { continue };
+        let Some((capability, m)) = p2p.get_key_value("read").or_else(|| p2p.iter().next()) else { continue };
+        let Ok(rows) = serde_json::from_value::<Vec<Vec<String>>>(m.clone()) else { continue };
+        if rows.is_empty() {
+            continue;
+        }
+        // One matrix per environment: a re-probe of the same box replaces the earlier one.
+        out.retain(|(hash, _)| *hash != f.hash);
+        let m = P2pMatrix { fingerprint: f.id, environment: environment_words(&body.facts), capability: capability.clone(), rows };
+        out.push((f.hash, m));
+    }
+    Ok(out.into_iter().map(|(_, m)| m).collect())
 }
 
 fn task_lines(tasks_rows: &[crate::journal::TaskRow], snap: &Snapshot) -> Vec<TaskLine> {
@@ -278,6 +485,48 @@ fn analysis(snap: &Snapshot) -> Vec<String> {
     out
 }
 
+/// The plateau of each done experiment, explained: the running cap from the server's metrics, then
+/// the model's step (expert reads at the MoE kernels' efficiency, the TP all-reduce share).
+fn plateau_lines(snap: &Snapshot, breakdown: &[BreakdownLine]) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in snap.experiments.iter().filter(|e| e.state == ExpState::Done) {
+        let Some(r) = &e.result else { continue };
+        let (Some(knee), Some(last)) = (r.knee_concurrency, r.points.last()) else { continue };
+        let at_knee = r.points.iter().find(|p| p.concurrency == knee).map_or(0.0, |p| p.output_tok_s);
+        let mut line = format!(
+            "experiment {}: throughput plateaus at {:.0} output tok/s from concurrency {knee} ({:.0} at concurrency {})",
+            e.id, at_knee, last.output_tok_s, last.concurrency
+        );
+        if let (Some(run), Some(q)) = (last.server_max_running, last.server_max_queued) {
+            if q > 0.0 {
+                line += &format!(
+                    "; at concurrency {} at most {run:.0} requests ran and {q:.0} queued: the running-request cap holds it",
+                    last.concurrency
+                );
+            }
+        }
+        if let Some(b) = breakdown.iter().find(|b| b.experiment == e.id) {
+            let s = &b.step;
+            let pct = |v: f64| if s.total_ms > 0.0 { v / s.total_ms * 100.0 } else { 0.0 };
+            line += &format!(
+                "; the model's {:.1} ms step at concurrency {}: weight reads {:.1} ms ({:.0}%){}, TP{} all-reduce {:.1} ms ({:.0}%), prefill {:.1} ms, overhead {:.1} ms",
+                s.total_ms,
+                s.concurrency,
+                s.weights_ms,
+                pct(s.weights_ms),
+                s.moe_efficiency.map_or(String::new(), |m| format!(" with MoE kernels at {:.0}% of memory bandwidth", m * 100.0)),
+                s.tp,
+                s.communication_ms,
+                pct(s.communication_ms),
+                s.prefill_ms,
+                s.overhead_ms
+            );
+        }
+        out.push(line);
+    }
+    out
+}
+
 /// A POSIX-shell-quoted command line with its environment in front.
 pub fn shell_line(f: &LaunchFingerprint) -> String {
     let q = |s: &str| {
@@ -291,13 +540,14 @@ pub fn shell_line(f: &LaunchFingerprint) -> String {
     env.chain(f.argv.iter().map(|a| q(a))).collect::<Vec<_>>().join(" ")
 }
 
-fn gain_words(g: Option<f64>) -> String {
+pub(crate) fn gain_words(g: Option<f64>) -> String {
     g.map_or("gain unknown".into(), |g| format!("{:+.0}%", (g - 1.0) * 100.0))
 }
 
 /// The terminal status: counts, then tasks grouped done / in progress / not done.
 pub fn write_terminal(r: &Report, mut w: impl Write) -> io::Result<()> {
     writeln!(w, "campaign: {} on {} (engine {})", r.goal, r.model, r.engine)?;
+    writeln!(w, "{}", r.standing.headline)?;
     writeln!(w, "tasks: {} done, {} in progress, {} not done", r.counts.done, r.counts.in_progress, r.counts.not_done)?;
     for (state, head) in [(TaskState::Done, "Done"), (TaskState::InProgress, "In progress"), (TaskState::NotDone, "Not done")] {
         writeln!(w, "\n{head}:")?;
@@ -321,6 +571,58 @@ pub fn write_terminal(r: &Report, mut w: impl Write) -> io::Result<()> {
     Ok(())
 }
 
+/// The Markdown sweep tables: every measured point beside the model's prediction, and the model's
+/// step by term at each experiment's best point.
+fn write_markdown_sweeps(r: &Report, w: &mut impl Write) -> io::Result<()> {
+    if r.curves.is_empty() {
+        return Ok(());
+    }
+    writeln!(w, "\n### Sweeps (bench, with `servetune plan`'s prediction)\n")?;
+    writeln!(w, "| experiment | concurrency | output tok/s | predicted tok/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | TPOT p90 ms | TPOT p99 ms |")?;
+    writeln!(w, "|---|---|---|---|---|---|---|---|---|")?;
+    for c in &r.curves {
+        for p in &c.points {
+            let knee = if c.knee_concurrency == Some(p.concurrency) { " (knee)" } else { "" };
+            writeln!(
+                w,
+                "| {} | {}{knee} | {:.1} | {} | {:.1} | {:.1} | {:.2} | {:.2} | {:.2} |",
+                c.experiment,
+                p.concurrency,
+                p.output_tok_s,
+                p.predicted_output_tok_s.map_or("-".into(), |v| format!("{v:.1}")),
+                p.ttft_p50_ms,
+                p.ttft_p99_ms,
+                p.tpot_p50_ms,
+                p.tpot_p90_ms,
+                p.tpot_p99_ms
+            )?;
+        }
+    }
+    if !r.breakdown.is_empty() {
+        writeln!(w, "\n### Step time by term (the model, ms)\n")?;
+        writeln!(w, "| experiment | concurrency | weights | KV | compute | communication | overhead | prefill | step | bottleneck |")?;
+        writeln!(w, "|---|---|---|---|---|---|---|---|---|---|")?;
+        for b in &r.breakdown {
+            let s = &b.step;
+            writeln!(
+                w,
+                "| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {} |",
+                b.experiment,
+                s.concurrency,
+                s.weights_ms,
+                s.kv_ms,
+                s.compute_ms,
+                s.communication_ms,
+                s.overhead_ms,
+                s.prefill_ms,
+                s.total_ms,
+                s.bottleneck.replace('|', "/")
+            )?;
+        }
+    }
+    Ok(())
+}
+
 /// The Markdown report.
 pub fn write_markdown(r: &Report, mut w: impl Write) -> io::Result<()> {
     writeln!(w, "# Campaign status: {}\n", r.goal)?;
@@ -329,6 +631,7 @@ pub fn write_markdown(r: &Report, mut w: impl Write) -> io::Result<()> {
         "Model `{}`, engine `{}`. Tasks: **{} done, {} in progress, {} not done**.\n",
         r.model, r.engine, r.counts.done, r.counts.in_progress, r.counts.not_done
     )?;
+    writeln!(w, "{}\n", r.standing.headline)?;
     for (state, head) in [(TaskState::Done, "Done"), (TaskState::InProgress, "In progress"), (TaskState::NotDone, "Not done")] {
         writeln!(w, "## {head}\n")?;
         let lines: Vec<&TaskLine> = r.tasks.iter().filter(|t| t.state == state).collect();
@@ -370,6 +673,7 @@ pub fn write_markdown(r: &Report, mut w: impl Write) -> io::Result<()> {
             x.failure.as_deref().unwrap_or("-").replace('|', "/")
         )?;
     }
+    write_markdown_sweeps(r, &mut w)?;
     writeln!(w, "\n## Analysis\n")?;
     for a in &r.analysis {
         writeln!(w, "- {a}")?;

@@ -11,8 +11,8 @@ use servetune_campaign::campaign::{self, Answer, InitOptions, Outcome, RunOption
 use servetune_campaign::engine;
 use servetune_campaign::journal::Journal;
 use servetune_campaign::planner::{StepKind, Verdict};
-use servetune_campaign::report;
 use servetune_campaign::CampaignError;
+use servetune_campaign::{report, report_compare, report_html};
 
 use crate::Failure;
 
@@ -50,8 +50,10 @@ enum Sub {
     Answer(AnswerArgs),
     /// Queue an experiment with knob values (runs before the planner's steps)
     Add(AddArgs),
-    /// Write the status report as Markdown and/or JSON
+    /// Write the status report as HTML (charts), Markdown and/or JSON
     Report(ReportArgs),
+    /// Before/after: throughput and latency deltas and what changed, between two campaigns
+    Compare(CompareArgs),
     /// Add a free-text note to the journal
     #[command(after_help = "Example:\n  servetune campaign note c1 \"BIOS: ACS disabled on all root ports\"")]
     Note(NoteArgs),
@@ -173,11 +175,45 @@ struct AddArgs {
 }
 
 #[derive(Debug, Args)]
-#[command(after_help = "Example:\n  servetune campaign report c1 --markdown status.md --json status.json")]
+#[command(
+    after_help = "Examples:\n  servetune campaign report c1 --html status.html\n  servetune campaign report c1 --markdown status.md --json status.json\n\nThe HTML file is self-contained (inline CSS and SVG charts, no script, no network); the JSON follows\ncrates/campaign/schema/report.schema.json (servetune.report/1)."
+)]
 struct ReportArgs {
+    /// Campaign directory
     dir: PathBuf,
+    /// One self-contained HTML page with charts
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
+    /// Markdown, for a ticket
     #[arg(long, value_name = "FILE")]
     markdown: Option<PathBuf>,
+    /// JSON (servetune.report/1)
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  servetune campaign compare kvm-campaign lxc-campaign\n  servetune campaign compare c1 c1 --a-experiment 1 --b-experiment 4 --html compare.html\n\nEach side is the campaign's best done experiment unless picked. Campaigns with different models or\nhardware are compared and the difference is said first; sides with no measured concurrency in\ncommon are refused (exit 2)."
+)]
+struct CompareArgs {
+    /// The "before" campaign directory
+    a: PathBuf,
+    /// The "after" campaign directory (may be the same as A, with --a/--b-experiment)
+    b: PathBuf,
+    /// Experiment of A to compare (default: its best done one)
+    #[arg(long, value_name = "N")]
+    a_experiment: Option<i64>,
+    /// Experiment of B to compare (default: its best done one)
+    #[arg(long, value_name = "N")]
+    b_experiment: Option<i64>,
+    /// Also write Markdown
+    #[arg(long, value_name = "FILE")]
+    markdown: Option<PathBuf>,
+    /// Also write one self-contained HTML page
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
+    /// Also write JSON (servetune.compare/1)
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
 }
@@ -242,6 +278,7 @@ pub fn run(a: CampaignArgs) -> Result<(), Failure> {
             Ok(())
         }
         Sub::Report(r) => write_report(&r),
+        Sub::Compare(c) => compare(&c),
         Sub::Note(n) => {
             let j = Journal::open(&n.dir).map_err(lib)?;
             let id = j.add_note(&n.text).map_err(lib)?;
@@ -318,7 +355,7 @@ fn next(dir: &Path) -> Result<(), Failure> {
 }
 
 /// Ctrl-C sets the flag; the running step tears its server down and is recorded as interrupted.
-fn cancel_on_ctrl_c() -> Arc<AtomicBool> {
+pub(crate) fn cancel_on_ctrl_c() -> Arc<AtomicBool> {
     let flag = Arc::new(AtomicBool::new(false));
     let f = Arc::clone(&flag);
     std::thread::spawn(move || {
@@ -375,8 +412,10 @@ fn answer(a: AnswerArgs) -> Result<(), Failure> {
 }
 
 fn write_report(r: &ReportArgs) -> Result<(), Failure> {
-    if r.markdown.is_none() && r.json.is_none() {
-        return Err(Failure::usage("give --markdown FILE and/or --json FILE (servetune campaign status prints it in the terminal)"));
+    if r.html.is_none() && r.markdown.is_none() && r.json.is_none() {
+        return Err(Failure::usage(
+            "give --html FILE, --markdown FILE and/or --json FILE (servetune campaign status prints it in the terminal)",
+        ));
     }
     let rep = open_report(&r.dir)?;
     let write = |p: &PathBuf, f: &dyn Fn(&mut Vec<u8>) -> std::io::Result<()>| -> Result<(), Failure> {
@@ -384,6 +423,10 @@ fn write_report(r: &ReportArgs) -> Result<(), Failure> {
         f(&mut buf).map_err(|e| Failure::runtime(e.to_string()))?;
         std::fs::write(p, buf).map_err(|e| Failure::runtime(format!("{}: cannot write it ({e})", p.display())))
     };
+    if let Some(p) = &r.html {
+        write(p, &|w| report_html::write_html(&rep, w))?;
+        crate::say!("wrote {}", p.display());
+    }
     if let Some(p) = &r.markdown {
         write(p, &|w| report::write_markdown(&rep, w))?;
         crate::say!("wrote {}", p.display());
@@ -391,6 +434,28 @@ fn write_report(r: &ReportArgs) -> Result<(), Failure> {
     if let Some(p) = &r.json {
         write(p, &|w| serde_json::to_writer_pretty(w, &rep).map_err(std::io::Error::other))?;
         crate::say!("wrote {}", p.display());
+    }
+    Ok(())
+}
+
+fn compare(c: &CompareArgs) -> Result<(), Failure> {
+    let cmp = report_compare::compare(&c.a, c.a_experiment, &c.b, c.b_experiment).map_err(lib)?;
+    report_compare::write_terminal(&cmp, std::io::stdout().lock()).map_err(|e| Failure::runtime(format!("stdout: {e}")))?;
+    let write = |p: &PathBuf, f: &dyn Fn(&mut Vec<u8>) -> std::io::Result<()>| -> Result<(), Failure> {
+        let mut buf = Vec::new();
+        f(&mut buf).map_err(|e| Failure::runtime(e.to_string()))?;
+        std::fs::write(p, buf).map_err(|e| Failure::runtime(format!("{}: cannot write it ({e})", p.display())))?;
+        crate::say!("wrote {}", p.display());
+        Ok(())
+    };
+    if let Some(p) = &c.markdown {
+        write(p, &|w| report_compare::write_markdown(&cmp, w))?;
+    }
+    if let Some(p) = &c.html {
+        write(p, &|w| report_compare::write_html(&cmp, w))?;
+    }
+    if let Some(p) = &c.json {
+        write(p, &|w| serde_json::to_writer_pretty(w, &cmp).map_err(std::io::Error::other))?;
     }
     Ok(())
 }

@@ -1,235 +1,240 @@
-//! `servetune demo`: the whole story on the built-in simulator of the reference deployment.
-//! Starts the simulator in-process (preset `reference-kvm`), runs a bench concurrency sweep
-//! against it, prints the table, the saturation finding and the server-metrics summary, and writes
-//! JSON and Markdown under `./servetune-demo/`.
+//! `servetune demo`: the reference deployment's tuning campaign told on the simulator, through the
+//! campaign library. A KVM guest without P2P is probed (fixture), the baseline is measured, the
+//! planner asks the P2P question, the demo answers it the way the team did (moved to LXC, re-probed
+//! from the LXC fixture), the campaign goes on by itself until it stops, and the status report is
+//! written as HTML, Markdown and JSON beside the journal.
+//!
+//! The simulated server is the campaign's own executor launching `servetune sim --profile
+//! DIR/profiles/{link}.json`: the probe's link picks the profile, so moving the box to LXC changes
+//! the server the way it did for the team (the `reference-kvm` and `reference-lxc` presets).
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::Ordering;
 
 use clap::Args;
-use servetune_bench::api::Api;
-use servetune_bench::runner::{self, Outcome, Prepared};
-use servetune_bench::spec::{BenchConfig, LengthDist, Limits, Load, PromptSource, Stop};
-use servetune_bench::{export, BenchError, Control, Progress, Stopping, SweepPoint};
-use servetune_model::predict::{Point, Scenario};
-use servetune_model::quant::Dtype;
-use servetune_model::request::LinkSource;
-use servetune_model::{report, ModelSource, ScenarioSpec};
-use servetune_sim::cost::{preset, PRESETS};
-use servetune_sim::{SimConfig, SimError};
+use servetune_campaign::campaign::{self, Answer, InitOptions, Outcome, RunOptions};
+use servetune_campaign::journal::{Journal, QuestionRow};
+use servetune_campaign::{engine, report, report_html, CampaignError};
+use servetune_sim::cost::preset;
 
+use crate::campaign_cmd::cancel_on_ctrl_c;
 use crate::Failure;
 
-/// Run the whole story against a simulated reference deployment (GLM-5 on 8 PCIe GPUs in a KVM guest).
+/// Run the whole story on the simulator: KVM baseline, the P2P question, the move to LXC, the
+/// campaign going on by itself, and the status report (report.html, report.md, the journal).
 #[derive(Debug, Args)]
+#[command(
+    after_help = "Example:\n  servetune demo                 # writes ./servetune-demo/report.html\n  servetune demo --out /tmp/d -q"
+)]
 pub struct DemoArgs {
-    /// Where to write the results
+    /// Where the campaign (journal, server logs, bench JSON) and the report go
     #[arg(long, default_value = "servetune-demo", value_name = "DIR")]
     pub out: PathBuf,
-    /// Simulator preset to run against
-    #[arg(long, default_value = "reference-kvm")]
-    pub preset: String,
-    /// No progress line
+    /// The probe fixtures (proxmox-kvm-8gpu, proxmox-lxc-8gpu); the repository's by default
+    #[arg(long, value_name = "DIR", default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../probe/tests/fixtures"))]
+    pub fixtures: PathBuf,
+    /// No progress lines from the campaign steps
     #[arg(long, short)]
     pub quiet: bool,
 }
 
-/// The sweep: (concurrency, measured requests). Counts are small so the demo ends in about a
-/// minute: two rounds up to the engine's 64-request limit, then 3 and 4 rounds where requests queue.
-pub const SWEEP: [(u32, u64); 6] = [(1, 4), (8, 16), (32, 64), (64, 128), (128, 192), (256, 256)];
-const INPUT_TOKENS: u32 = 256;
+/// The team's goal (DESIGN: "485 tok/s at concurrency 64 and they need 1,000+").
+const GOAL: &str = "output_tok_s>=1000";
+/// Concurrency points: below the engine's 64-request limit, at it, and past it (requests queue),
+/// so the planner sees the running cap. Counts stay small so the story ends in about a minute.
+const CONCURRENCY: [u32; 3] = [32, 64, 128];
+const REQUESTS: u64 = 128;
+const INPUT_TOKENS: u32 = 64;
 const OUTPUT_TOKENS: u32 = 32;
 
-/// The reference deployment as the performance model sees it (the project's starting point): GLM-5 NVFP4, TP8 on
-/// 8 RTX PRO 6000 Blackwell Server Edition, all-reduces staged through host memory (KVM, no P2P).
-pub fn reference_scenario() -> Result<Scenario, Failure> {
-    let mut spec = ScenarioSpec::new(ModelSource::Catalog("glm-5".into()), "rtx-pro-6000-se");
-    spec.quant.checkpoint = Some(Dtype::Nvfp4);
-    spec.link = LinkSource::Catalog("pcie-host-staged".into());
-    spec.tp = Some(8);
-    // The simulator mixes prefill chunks into decode steps; the prediction assumes the same.
-    spec.mixed_prefill = true;
-    spec.input_len = INPUT_TOKENS;
-    spec.output_len = OUTPUT_TOKENS;
-    spec.max_running = Some(64);
-    spec.build().map_err(|e| Failure::runtime(e.to_string()))
-}
-
-/// Predicted points for the sweep.
-fn predicted() -> Result<Vec<Point>, Failure> {
-    let s = reference_scenario()?;
-    Ok(SWEEP.iter().map(|&(c, _)| s.point(c)).collect())
-}
-
-/// Rows of predicted against measured: (concurrency, predicted, measured, bottleneck).
-fn versus_rows(rep: &servetune_bench::BenchReport, pred: &[Point]) -> Vec<Vec<String>> {
-    pred.iter()
-        .map(|p| {
-            let m = rep.runs.iter().find(|r| r.concurrency == Some(p.concurrency)).map_or(0.0, |r| r.throughput.output_tokens_per_s);
-            vec![
-                p.concurrency.to_string(),
-                format!("{:.0}", p.output_tokens_per_s),
-                format!("{m:.0}"),
-                if m > 0.0 { export::signed_pct(p.output_tokens_per_s / m - 1.0) } else { "-".into() },
-                report::bottleneck_words(&p.bottleneck),
-            ]
-        })
-        .collect()
-}
-
-const VERSUS_HEADERS: [&str; 5] = ["conc", "predicted tok/s", "measured tok/s", "predicted vs measured", "predicted bottleneck"];
-
-fn map_sim(e: SimError) -> Failure {
-    match e {
-        SimError::Input(m) => Failure::usage(m),
-        SimError::Runtime(m) => Failure::runtime(m),
-    }
-}
-
-/// The bench configuration of the demo's sweep against the simulator at `url`.
-fn bench_config(url: String) -> BenchConfig {
-    BenchConfig {
-        base_url: url,
-        api: Api::OpenaiCompletions,
-        model: None,
-        api_key: None,
-        metrics_api_key: None,
-        stream: true,
-        loads: SWEEP.iter().map(|&(c, _)| Load::Closed { concurrency: c }).collect(),
-        stop: Stop { requests: SWEEP.iter().map(|&(_, n)| n).max(), duration: None },
-        warmup: 0,
-        ramp_up: Duration::ZERO,
-        prompts: PromptSource::Random { input: LengthDist::Fixed { len: INPUT_TOKENS }, prefix_len: 0, prefix_groups: 0 },
-        output: LengthDist::Fixed { len: OUTPUT_TOKENS },
-        seed: 0,
-        ignore_eos: true,
-        eos_token_id: None,
-        limits: Limits { request: Duration::from_secs(300), ..Limits::default() },
-        slos: Vec::new(),
-        tokenizer_path: None,
-        metrics_url: None,
-        scrape_interval: Duration::from_millis(500),
-        drain_timeout: Duration::from_secs(10),
-        calibrate: true,
-    }
-}
-
-/// Starts the simulator in-process and runs the sweep against it; Ctrl-C drains and keeps what
-/// was measured (the outcome is then marked partial).
-async fn sweep_the_simulator(a: &DemoArgs, profile: servetune_sim::cost::Profile, desc: &str) -> Result<Outcome, Failure> {
-    let addr = "127.0.0.1:0".parse().map_err(|_| Failure::runtime("bad address"))?;
-    let sim = servetune_sim::start(SimConfig::new(profile), addr).await.map_err(map_sim)?;
-    crate::say!("servetune demo: a simulated server of the reference deployment ({}: {desc})", a.preset);
-    crate::say!(
-        "  listening on {}; sweeping concurrency {:?}, {INPUT_TOKENS} prompt / {OUTPUT_TOKENS} output tokens",
-        sim.url,
-        SWEEP.iter().map(|(c, _)| *c).collect::<Vec<_>>()
+/// The demo's engine: the simulator with the profile that the probe's link selects.
+fn template(profiles: &Path) -> Result<engine::EngineTemplate, Failure> {
+    let profile = serde_json::to_string(&format!("{}/{{link}}.json", profiles.display())).map_err(|e| Failure::runtime(e.to_string()))?;
+    let text = format!(
+        r#"[[engine]]
+name = "sim-reference"
+description = "servetune sim with the reference deployment's profile for the probed link (KVM: host-staged, LXC: P2P)"
+argv = ["{{servetune}}", "sim", "--listen", "{{host}}:{{port}}", "--model", "{{model}}", "--profile", {profile}]
+health = "/health"
+generate = "/v1/completions"
+metrics = "/metrics"
+version = {{ command = ["{{servetune}}", "--version"] }}
+ready_timeout_s = 60
+knobs = [
+  {{ name = "max_running", help = "running-request cap", domain = {{ int = {{ min = 1, max = 65536 }} }}, args = ["--max-running-requests", "{{value}}"] }},
+]
+"#
     );
-    let prepared: Prepared = runner::prepare(bench_config(sim.url.clone()), None).await.map_err(|e| match e {
-        BenchError::Input(i) => Failure::usage(i.0),
-        BenchError::Runtime(r) => Failure::runtime(r),
-    })?;
-    let (int_tx, stopping) = tokio::sync::watch::channel(Stopping::Running);
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            crate::tell!("\nstopping: in-flight requests get 10s to finish, then results are written (marked partial)");
-            let _ = int_tx.send(Stopping::Draining);
-        }
-    });
-    let progress = Arc::new(Progress::default());
-    let bar = crate::progress::spawn(Arc::clone(&progress), !a.quiet);
-    let points: Vec<SweepPoint> = SWEEP
-        .iter()
-        .map(|&(c, n)| SweepPoint { load: Load::Closed { concurrency: c }, stop: Stop { requests: Some(n), duration: None } })
-        .collect();
-    let ctl = Control { stopping, progress, observer: None };
-    let out = servetune_bench::run_sweep(&prepared, &points, &ctl, None).await;
-    crate::progress::finish(bar);
-    drop(sim);
-    Ok(out)
+    let mut all = engine::parse(&text, "the demo's engine").map_err(lib)?;
+    all.pop().ok_or_else(|| Failure::runtime("the demo's engine template did not parse"))
 }
 
-/// Runs the demo. An interrupted sweep still prints and writes what it measured, then exits 130.
-pub fn run(a: DemoArgs) -> Result<(), Failure> {
-    let profile = preset(&a.preset).map_err(map_sim)?;
-    let desc = PRESETS.iter().find(|(n, _)| *n == a.preset).map(|(_, d)| *d).unwrap_or("");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Failure::runtime(format!("cannot start the runtime: {e}")))?;
-    let outcome = rt.block_on(sweep_the_simulator(&a, profile, desc))?;
-    rt.shutdown_timeout(Duration::from_millis(100));
-    let pred = predicted()?;
-    print_results(&outcome.report, &pred);
-    write_outputs(&a, desc, &outcome, &pred)?;
-    if outcome.report.partial {
-        return Err(Failure { code: 130, msg: "interrupted: the results above are partial (and marked so in the files)".into() });
+fn lib(e: CampaignError) -> Failure {
+    match e {
+        CampaignError::Input(m) => Failure::usage(m),
+        CampaignError::Runtime(m) => Failure::runtime(m),
     }
+}
+
+/// Removes what an earlier demo wrote in `out` (only the demo's own files), then writes the
+/// simulator profiles: one per link the probe can report.
+fn prepare_dir(out: &Path) -> Result<PathBuf, Failure> {
+    let io = |what: &str, p: &Path, e: std::io::Error| Failure::runtime(format!("cannot {what} {}: {e}", p.display()));
+    std::fs::create_dir_all(out).map_err(|e| io("create", out, e))?;
+    for entry in std::fs::read_dir(out).map_err(|e| io("read", out, e))?.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let ours = name.starts_with("journal.sqlite") || name.starts_with("exp-") || name.starts_with("report.");
+        if ours {
+            std::fs::remove_file(entry.path()).map_err(|e| io("remove", &entry.path(), e))?;
+        }
+    }
+    let profiles = std::path::absolute(out.join("profiles")).map_err(|e| io("resolve", out, e))?;
+    std::fs::create_dir_all(&profiles).map_err(|e| io("create", &profiles, e))?;
+    for (link, name) in [("pcie-host-staged", "reference-kvm"), ("pcie5-p2p", "reference-lxc")] {
+        let p = preset(name).map_err(|e| Failure::runtime(e.to_string()))?;
+        let path = profiles.join(format!("{link}.json"));
+        let body = serde_json::to_vec_pretty(&p).map_err(|e| Failure::runtime(e.to_string()))?;
+        std::fs::write(&path, body).map_err(|e| io("write", &path, e))?;
+    }
+    Ok(profiles)
+}
+
+fn fixture(a: &DemoArgs, name: &str) -> Result<PathBuf, Failure> {
+    let p = a.fixtures.join(name);
+    if !p.is_dir() {
+        return Err(Failure::usage(format!(
+            "--fixtures {}: no {name} probe fixture there; give the repository's crates/probe/tests/fixtures",
+            a.fixtures.display()
+        )));
+    }
+    Ok(p.canonicalize().unwrap_or(p))
+}
+
+/// How a run of `continue` ended, as the CLI's exit code says it.
+enum Stop {
+    Asked(QuestionRow),
+    NothingLeft { goal_met: bool, reason: String },
+}
+
+/// `servetune campaign continue DIR --until-blocked`, through the library.
+fn until_blocked(dir: &Path, opts: &RunOptions, quiet: bool) -> Result<Stop, Failure> {
+    loop {
+        let out = campaign::continue_once(dir, opts, &mut |l| {
+            if !quiet {
+                crate::say!("    {l}");
+            }
+        })
+        .map_err(lib)?;
+        match out {
+            Outcome::Progress { .. } if opts.cancel.load(Ordering::Relaxed) => {
+                return Err(Failure { code: 130, msg: "interrupted: the step was torn down and recorded as interrupted".into() })
+            }
+            // Without -q the step's own lines (above) already end with this one.
+            Outcome::Progress { line, .. } if quiet => crate::say!("  {line}"),
+            Outcome::Progress { .. } => {}
+            Outcome::NeedsPerson { question } => return Ok(Stop::Asked(question)),
+            Outcome::NothingLeft { goal_met, reason } => return Ok(Stop::NothingLeft { goal_met, reason }),
+        }
+    }
+}
+
+fn say_stop(stop: &Stop) -> u8 {
+    match stop {
+        Stop::Asked(q) => {
+            crate::say!("  campaign continue -> exit 3, needs a person (question {}): {}", q.id, q.text);
+            3
+        }
+        Stop::NothingLeft { goal_met, reason } => {
+            crate::say!("  campaign continue -> exit 4, {}: {reason}", if *goal_met { "goal met" } else { "nothing left" });
+            4
+        }
+    }
+}
+
+/// Runs the demo.
+pub fn run(a: DemoArgs) -> Result<(), Failure> {
+    let kvm = fixture(&a, "proxmox-kvm-8gpu")?;
+    let lxc = fixture(&a, "proxmox-lxc-8gpu")?;
+    let profiles = prepare_dir(&a.out)?;
+    let dir = a.out.clone();
+    let opts = RunOptions { cancel: cancel_on_ctrl_c() };
+    crate::say!("servetune demo: GLM-5 NVFP4, TP8 on 8 RTX PRO 6000, tuned by a campaign on the simulator (goal {GOAL})");
+
+    crate::say!("\n1. A campaign starts on the Proxmox KVM guest (probe fixture {}).", kvm.display());
+    start(&dir, &kvm, &profiles)?;
+    let j = Journal::open(&dir).map_err(lib)?;
+    for f in j.findings().map_err(lib)?.iter().filter(|f| f.severity != "info") {
+        crate::say!("  probe finding {} ({}): {}", f.id, f.severity, f.title);
+    }
+    drop(j);
+    crate::say!(
+        "  baseline sweep: concurrency {CONCURRENCY:?}, {REQUESTS} requests each, {INPUT_TOKENS} prompt / {OUTPUT_TOKENS} output tokens"
+    );
+    campaign::add(&dir, &BTreeMap::new(), false).map_err(lib)?;
+
+    crate::say!("\n2. servetune campaign continue --until-blocked");
+    let first = until_blocked(&dir, &opts, a.quiet)?;
+    say_stop(&first);
+    let Stop::Asked(q) = first else {
+        return Err(Failure::runtime("the KVM campaign did not stop at the P2P question; see the journal"));
+    };
+
+    crate::say!("\n3. The answer the team gave: the GPUs moved to an LXC container. Re-probe (fixture {}):", lxc.display());
+    let facts = campaign::reprobe(&dir, Some(&lxc)).map_err(lib)?;
+    crate::say!(
+        "  {} GPU(s), container {}, GPU peer-to-peer {}",
+        facts.gpus,
+        facts.container,
+        if facts.p2p_ok { "available" } else { "not available" }
+    );
+    let q = campaign::answer(&dir, q.id, &Answer::Done).map_err(lib)?;
+    crate::say!("  campaign answer {} --done", q.id);
+
+    crate::say!("\n4. servetune campaign continue --until-blocked (the campaign goes on by itself)");
+    let last = until_blocked(&dir, &opts, a.quiet)?;
+    let code = say_stop(&last);
+    finish(&dir, code)
+}
+
+fn start(dir: &Path, kvm: &Path, profiles: &Path) -> Result<(), Failure> {
+    let mut s = campaign::settings(GOAL, template(profiles)?, "glm-5", "nvfp4", BTreeMap::new()).map_err(lib)?;
+    s.bench.concurrency = CONCURRENCY.to_vec();
+    s.bench.requests = REQUESTS;
+    s.bench.input_len = INPUT_TOKENS;
+    s.bench.output_len = OUTPUT_TOKENS;
+    campaign::init(&InitOptions { dir: dir.to_path_buf(), settings: s, probe_root: Some(kvm.to_path_buf()) }).map_err(lib)?;
     Ok(())
 }
 
-fn print_results(rep: &servetune_bench::BenchReport, pred: &[Point]) {
-    let mut stdout = std::io::stdout().lock();
-    let _ = writeln!(stdout);
-    let _ = export::write_terminal(rep, &mut stdout);
-    let _ = writeln!(
-        stdout,
-        "\npredicted by servetune plan (GLM-5 NVFP4, TP8 on 8 x RTX PRO 6000, all-reduce staged through host memory) against measured on the simulator:"
-    );
-    let _ = write!(stdout, "{}", export::text_table(&VERSUS_HEADERS, &versus_rows(rep, pred)));
-    let _ = writeln!(stdout);
-}
-
-/// Writes `bench.json`, `demo.md` and `records.jsonl` under `--out`.
-fn write_outputs(a: &DemoArgs, desc: &str, outcome: &Outcome, pred: &[Point]) -> Result<(), Failure> {
-    let rep = &outcome.report;
-    std::fs::create_dir_all(&a.out).map_err(|e| Failure::runtime(format!("cannot create {}: {e}", a.out.display())))?;
-    let write = |name: &str, f: &dyn Fn(&mut dyn Write) -> std::io::Result<()>| -> Result<PathBuf, Failure> {
-        let p = a.out.join(name);
-        let mut file =
-            std::io::BufWriter::new(std::fs::File::create(&p).map_err(|e| Failure::runtime(format!("cannot write {}: {e}", p.display())))?);
-        f(&mut file).and_then(|_| file.flush()).map_err(|e| Failure::runtime(format!("cannot write {}: {e}", p.display())))?;
+/// Writes report.html, report.md and report.json, and says where they are.
+fn finish(dir: &Path, code: u8) -> Result<(), Failure> {
+    let j = Journal::open(dir).map_err(lib)?;
+    let r = report::build(&j).map_err(lib)?;
+    crate::say!("\n5. Where it stands (campaign stopped with exit {code}):\n  {}", r.standing.headline);
+    for a in &r.analysis {
+        crate::say!("  - {a}");
+    }
+    let write = |name: &str, f: &dyn Fn(&mut Vec<u8>) -> std::io::Result<()>| -> Result<PathBuf, Failure> {
+        let p = dir.join(name);
+        let mut buf = Vec::new();
+        f(&mut buf).map_err(|e| Failure::runtime(e.to_string()))?;
+        std::fs::write(&p, buf).map_err(|e| Failure::runtime(format!("cannot write {}: {e}", p.display())))?;
         Ok(p)
     };
-    let j = write("bench.json", &|w| export::write_json(rep, w))?;
-    let m = write("demo.md", &|w| write_demo_markdown(rep, pred, &a.preset, desc, w))?;
-    let r = write("records.jsonl", &|w| export::write_records(rep, &outcome.records, w))?;
-    crate::say!("wrote {}, {} and {}", show(&j), show(&m), show(&r));
-    Ok(())
-}
-
-fn show(p: &Path) -> String {
-    p.display().to_string()
-}
-
-/// The demo's Markdown: the scenario, then the bench summary.
-pub fn write_demo_markdown(
-    rep: &servetune_bench::BenchReport,
-    pred: &[Point],
-    preset: &str,
-    desc: &str,
-    mut w: impl Write,
-) -> std::io::Result<()> {
-    writeln!(w, "# servetune demo\n")?;
-    writeln!(w, "A simulated server of the reference deployment (`{preset}`): {desc}.")?;
-    writeln!(w, "The simulator batches continuously, holds at most the engine's running-request limit, and queues the rest.\n")?;
-    writeln!(
-        w,
-        "Sweep: concurrency {}, each with {INPUT_TOKENS} prompt and {OUTPUT_TOKENS} output tokens.\n",
-        SWEEP.iter().map(|(c, _)| c.to_string()).collect::<Vec<_>>().join(", ")
-    )?;
-    let mut body = Vec::new();
-    export::write_markdown(rep, &mut body)?;
-    // Demote the bench report's title under the demo's.
-    let text = String::from_utf8_lossy(&body).replacen("# servetune bench", "## Measured with servetune bench", 1);
-    w.write_all(text.as_bytes())?;
-    writeln!(w, "\n## Predicted by servetune plan\n")?;
-    writeln!(w, "The performance model from hardware facts alone (GLM-5 NVFP4, TP8 on 8 RTX PRO 6000, all-reduces staged through host memory), against the simulator, whose preset reproduces the team's measured 485 tok/s.\n")?;
-    writeln!(w, "| {} |\n|{}", VERSUS_HEADERS.join(" | "), "---|".repeat(VERSUS_HEADERS.len()))?;
-    for r in versus_rows(rep, pred) {
-        writeln!(w, "| {} |", r.join(" | "))?;
-    }
+    let html = write("report.html", &|w| report_html::write_html(&r, w))?;
+    let md = write("report.md", &|w| report::write_markdown(&r, w))?;
+    let js = write("report.json", &|w| serde_json::to_writer_pretty(w, &r).map_err(std::io::Error::other))?;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "\nThe report: {} (open it in a browser), {} and {}; the journal: {}",
+        html.display(),
+        md.display(),
+        js.display(),
+        j.path().display()
+    );
+    let _ = writeln!(out, "Go on by hand: servetune campaign status {0}; servetune campaign next {0}", dir.display());
     Ok(())
 }

@@ -170,7 +170,7 @@ fn whole_sim_campaign_stops_by_itself_with_a_report_matching_the_journal() {
     assert_eq!(campaign(&["report", s(&dir), "--json", s(&json), "--markdown", s(&md)]).0, 0);
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).expect("json")).expect("parse");
     let c = db(&dir);
-    assert_eq!(r["schema"], "servetune.campaign-report/1");
+    assert_eq!(r["schema"], "servetune.report/1");
     for (field, state) in [("done", "done"), ("in_progress", "in_progress"), ("not_done", "not_done")] {
         let n = count(&c, &format!("SELECT COUNT(*) FROM tasks WHERE state = '{state}'"));
         assert_eq!(r["counts"][field].as_i64(), Some(n), "{field}");
@@ -447,4 +447,204 @@ fn every_campaign_command_has_help_with_an_example() {
         assert!(text.contains("servetune campaign "), "{sub}: {text}");
         assert!(text.contains("Example"), "{sub}: {text}");
     }
+}
+
+/// A copy of a committed fixture journal (`crates/campaign/tests/fixtures/NAME`) in a temp dir, so
+/// opening it writes nothing into the repository.
+fn fixture_journal(tmp: &Path, name: &str) -> PathBuf {
+    let dir = tmp.join(name);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    std::fs::copy(repo().join("crates/campaign/tests/fixtures").join(name).join("journal.sqlite"), dir.join("journal.sqlite"))
+        .expect("copy fixture journal");
+    dir
+}
+
+#[test]
+fn report_of_a_fixed_journal_snapshots_markdown_and_json() {
+    let d = tempfile::tempdir().expect("tmp");
+    let dir = fixture_journal(d.path(), "report-lxc");
+    let (md, js, html) = (d.path().join("r.md"), d.path().join("r.json"), d.path().join("r.html"));
+    let (code, out, err) = campaign(&["report", s(&dir), "--markdown", s(&md), "--json", s(&js), "--html", s(&html)]);
+    assert_eq!(code, 0, "{out}{err}");
+    let md = std::fs::read_to_string(&md).expect("md");
+    let js: serde_json::Value = serde_json::from_slice(&std::fs::read(&js).expect("json")).expect("parse");
+    insta::assert_snapshot!("report_lxc_markdown", md);
+    insta::assert_json_snapshot!("report_lxc_json", js);
+    // The same report data feeds all three: the headline and each experiment appear in the HTML.
+    let html = std::fs::read_to_string(&html).expect("html");
+    assert!(html.contains(&report_html_escape(js["standing"]["headline"].as_str().expect("headline"))), "headline in the HTML");
+    for e in js["results"].as_array().expect("results") {
+        assert!(html.contains(&format!("experiment {}", e["experiment"])), "experiment {} in the HTML", e["experiment"]);
+    }
+}
+
+fn report_html_escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;").replace('\'', "&#39;")
+}
+
+#[test]
+fn report_numbers_name_their_journal_records() {
+    let d = tempfile::tempdir().expect("tmp");
+    let dir = fixture_journal(d.path(), "report-kvm");
+    let js = d.path().join("r.json");
+    let html = d.path().join("r.html");
+    let (code, out, err) = campaign(&["report", s(&dir), "--json", s(&js), "--html", s(&html)]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&js).expect("json")).expect("parse");
+    let html = std::fs::read_to_string(&html).expect("html");
+    let c = db(&dir);
+    // Every plotted point carries its experiment id in a tooltip, and that experiment is in the journal.
+    for curve in v["curves"].as_array().expect("curves") {
+        let id = curve["experiment"].as_i64().expect("id");
+        assert_eq!(count(&c, &format!("SELECT count(*) FROM experiments WHERE id = {id} AND state = 'done'")), 1);
+        for p in curve["points"].as_array().expect("points") {
+            let tip = format!(
+                "{:.1} output tok/s at concurrency {} (experiment {id})</title>",
+                p["output_tok_s"].as_f64().expect("tok/s"),
+                p["concurrency"]
+            );
+            assert!(html.contains(&tip), "missing tooltip {tip}");
+        }
+    }
+    // Every warning names its finding row.
+    for w in v["warnings"].as_array().expect("warnings") {
+        let id = w["finding"].as_i64().expect("finding id");
+        assert_eq!(count(&c, &format!("SELECT count(*) FROM findings WHERE id = {id}")), 1);
+        assert!(html.contains(&format!("finding {id}</td>")));
+    }
+    // The best point is the highest measured one.
+    let best = v["standing"]["best"]["output_tok_s"].as_f64().expect("best");
+    let max = v["curves"]
+        .as_array()
+        .expect("curves")
+        .iter()
+        .flat_map(|c| c["points"].as_array().expect("pts").iter())
+        .map(|p| p["output_tok_s"].as_f64().unwrap_or(0.0))
+        .fold(0.0, f64::max);
+    assert!(best <= max && best > 0.0, "best {best}, max {max}");
+}
+
+#[test]
+fn report_refuses_missing_corrupt_and_newer_journals_naming_the_file() {
+    let d = tempfile::tempdir().expect("tmp");
+    let out = d.path().join("r.html");
+    let (code, _, err) = campaign(&["report", s(&d.path().join("nowhere")), "--html", s(&out)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("nowhere"), "{err}");
+    let corrupt = d.path().join("corrupt");
+    std::fs::create_dir_all(&corrupt).expect("mkdir");
+    std::fs::write(corrupt.join("journal.sqlite"), b"SQLite format 3\0 but not really a database at all, just text").expect("write");
+    let (code, _, err) = campaign(&["report", s(&corrupt), "--html", s(&out)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("journal.sqlite"), "{err}");
+    let newer = fixture_journal(d.path(), "report-kvm");
+    {
+        let c = Connection::open(newer.join("journal.sqlite")).expect("open");
+        c.execute("UPDATE meta SET value = '9' WHERE key = 'schema_major'", []).expect("bump major");
+    }
+    let (code, _, err) = campaign(&["report", s(&newer), "--html", s(&out)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("newer"), "{err}");
+    assert!(!out.exists(), "nothing written for a refused journal");
+}
+
+/// The best done experiment's sweep points of a journal: concurrency -> output tok/s.
+fn best_points(dir: &Path) -> (i64, std::collections::BTreeMap<u64, f64>) {
+    let c = db(dir);
+    let mut st = c.prepare("SELECT id, result FROM experiments WHERE state = 'done'").expect("sql");
+    let rows: Vec<(i64, String)> = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).expect("rows").map(|r| r.expect("row")).collect();
+    let parse = |s: &str| -> std::collections::BTreeMap<u64, f64> {
+        let v: serde_json::Value = serde_json::from_str(s).expect("result");
+        v["points"]
+            .as_array()
+            .expect("points")
+            .iter()
+            .map(|p| (p["concurrency"].as_u64().expect("c"), p["output_tok_s"].as_f64().expect("tok/s")))
+            .collect()
+    };
+    rows.iter()
+        .map(|(id, s)| (*id, parse(s)))
+        .max_by(|a, b| a.1.values().fold(0.0, |m: f64, x| m.max(*x)).total_cmp(&b.1.values().fold(0.0, |m: f64, x| m.max(*x))))
+        .expect("a done experiment")
+}
+
+#[test]
+fn compare_kvm_and_lxc_fixtures_gives_the_deltas_and_names_what_changed() {
+    let d = tempfile::tempdir().expect("tmp");
+    let (a, b) = (fixture_journal(d.path(), "report-kvm"), fixture_journal(d.path(), "report-lxc"));
+    let (js, md, html) = (d.path().join("c.json"), d.path().join("c.md"), d.path().join("c.html"));
+    let (code, out, err) = campaign(&["compare", s(&a), s(&b), "--json", s(&js), "--markdown", s(&md), "--html", s(&html)]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!out.contains("NOTE:"), "same model and hardware: no caveat: {out}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&js).expect("json")).expect("parse");
+    assert_eq!(v["schema"], "servetune.compare/1");
+    let ((ea, pa), (eb, pb)) = (best_points(&a), best_points(&b));
+    assert_eq!((v["a"]["experiment"].as_i64(), v["b"]["experiment"].as_i64()), (Some(ea), Some(eb)));
+    let rows = v["throughput"].as_array().expect("throughput");
+    assert_eq!(rows.len(), pa.keys().filter(|c| pb.contains_key(c)).count());
+    for r in rows {
+        let c = r["concurrency"].as_u64().expect("c");
+        let (x, y) = (pa[&c], pb[&c]);
+        assert_eq!(r["a_output_tok_s"].as_f64(), Some(x));
+        assert_eq!(r["b_output_tok_s"].as_f64(), Some(y));
+        assert!((r["change"].as_f64().expect("change") - (y / x - 1.0)).abs() < 1e-12);
+        assert!(out.contains(&format!("{:+.1}%", (y / x - 1.0) * 100.0)), "terminal shows the change: {out}");
+    }
+    assert_eq!(v["latency"].as_array().map(Vec::len), Some(rows.len() * 5), "five percentiles per concurrency");
+    let diffs: Vec<(String, String, String)> = v["differences"]
+        .as_array()
+        .expect("differences")
+        .iter()
+        .map(|d| {
+            (
+                d["field"].as_str().unwrap_or("").to_string(),
+                d["a"].as_str().unwrap_or("-").to_string(),
+                d["b"].as_str().unwrap_or("-").to_string(),
+            )
+        })
+        .collect();
+    for want in [("virtual machine", "kvm", "none"), ("container", "none", "lxc"), ("GPU peer-to-peer", "false", "true")] {
+        assert!(diffs.iter().any(|(f, x, y)| f == want.0 && x == want.1 && y == want.2), "{want:?} in {diffs:?}");
+    }
+    assert!(!diffs.iter().any(|(f, _, _)| f == "model" || f == "GPU"), "{diffs:?}");
+    let md = std::fs::read_to_string(&md).expect("md");
+    assert!(md.contains("| Environment | container | none | lxc |"), "{md}");
+    let html = std::fs::read_to_string(&html).expect("html");
+    assert!(html.contains(r#"class="series""#) && html.contains("<td>container</td>"), "chart and differences in the HTML");
+}
+
+#[test]
+fn compare_of_different_models_says_so_at_the_top() {
+    let d = tempfile::tempdir().expect("tmp");
+    let (a, b) = (fixture_journal(d.path(), "report-lxc"), fixture_journal(d.path(), "report-glm-lxc"));
+    let (code, out, err) = campaign(&["compare", s(&a), s(&b)]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.lines().next().unwrap_or("").starts_with("NOTE: different model: qwen3-30b-a3b in A, glm-5 in B"), "{out}");
+}
+
+#[test]
+fn compare_with_nothing_in_common_exits_2_naming_both_campaigns() {
+    let d = tempfile::tempdir().expect("tmp");
+    let (a, b) = (fixture_journal(d.path(), "report-kvm"), fixture_journal(d.path(), "report-lxc"));
+    {
+        // B measured at other concurrencies only.
+        let c = Connection::open(b.join("journal.sqlite")).expect("open");
+        let rows: Vec<(i64, String)> = {
+            let mut st = c.prepare("SELECT id, result FROM experiments WHERE result IS NOT NULL").expect("sql");
+            st.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).expect("rows").map(|r| r.expect("row")).collect()
+        };
+        for (id, res) in rows {
+            let mut v: serde_json::Value = serde_json::from_str(&res).expect("json");
+            for p in v["points"].as_array_mut().expect("points") {
+                p["concurrency"] = serde_json::json!(p["concurrency"].as_u64().expect("c") + 1000);
+            }
+            c.execute("UPDATE experiments SET result = ?1 WHERE id = ?2", rusqlite::params![v.to_string(), id]).expect("update");
+        }
+    }
+    let (code, out, err) = campaign(&["compare", s(&a), s(&b)]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("no measured concurrency in common") && err.contains(s(&a)) && err.contains(s(&b)), "{err}");
+    let (code, _, err) = campaign(&["compare", s(&a), s(&d.path().join("missing"))]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("missing"), "{err}");
 }

@@ -1,69 +1,102 @@
-//! `servetune demo`, as the README runs it: the sweep, its findings, and what it writes.
+//! `servetune demo`, as the README runs it: the campaign story on the simulator (KVM baseline, the
+//! P2P question, the move to LXC, the campaign going on by itself) and the report it writes.
 
-use crate::common::{num, servetune};
+use std::path::Path;
 
-/// Masks every standalone number (not part of a name such as `p99`, `E2E`, `GLM-5` or a label such
-/// as `c=64`), so the snapshot holds the structure and the words, not the timings.
-fn mask(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = String::with_capacity(s.len());
-    let mut i = 0;
-    while i < b.len() {
-        // A signed number (" -9%", "| +12%") is masked whole, sign included.
-        let signed = (b[i] == b'-' || b[i] == b'+')
-            && i + 1 < b.len()
-            && b[i + 1].is_ascii_digit()
-            && (i == 0 || matches!(b[i - 1], b' ' | b'|' | b'('));
-        if signed {
-            i += 1;
-            while i < b.len() && (b[i].is_ascii_digit() || (b[i] == b'.' && i + 1 < b.len() && b[i + 1].is_ascii_digit())) {
-                i += 1;
-            }
-            out.push('N');
-            continue;
-        }
-        if b[i].is_ascii_digit() {
-            let start = i;
-            while i < b.len() && (b[i].is_ascii_digit() || (b[i] == b'.' && i + 1 < b.len() && b[i + 1].is_ascii_digit())) {
-                i += 1;
-            }
-            let prev = if start > 0 { b[start - 1] } else { b' ' };
-            let keep = prev.is_ascii_alphanumeric() || prev == b'-' || prev == b'=' || prev == b'_';
-            out.push_str(if keep { &s[start..i] } else { "N" });
-        } else {
-            let ch = s[i..].chars().next().unwrap_or(' ');
-            out.push(ch);
-            i += ch.len_utf8();
-        }
-    }
-    out
+use rusqlite::Connection;
+
+use crate::common::servetune;
+
+fn count(c: &Connection, sql: &str) -> i64 {
+    c.query_row(sql, [], |r| r.get(0)).expect(sql)
+}
+
+/// Output tok/s of experiment `id` at `concurrency`, from the journal's bench summary.
+fn measured(c: &Connection, id: i64, concurrency: u64) -> f64 {
+    let result: String = c.query_row("SELECT result FROM experiments WHERE id = ?1", [id], |r| r.get(0)).expect("result");
+    let v: serde_json::Value = serde_json::from_str(&result).expect("result json");
+    v["points"]
+        .as_array()
+        .expect("points")
+        .iter()
+        .find(|p| p["concurrency"] == concurrency)
+        .and_then(|p| p["output_tok_s"].as_f64())
+        .expect("point")
+}
+
+fn env_of(c: &Connection, id: i64) -> String {
+    c.query_row("SELECT f.body FROM experiments e JOIN fingerprints f ON f.id = e.env_fingerprint WHERE e.id = ?1", [id], |r| {
+        r.get::<_, String>(0)
+    })
+    .expect("env fingerprint")
 }
 
 #[test]
-fn demo_runs_the_reference_sweep_and_writes_results() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let out = servetune().args(["demo", "-q", "--out"]).arg(dir.path().join("out")).output().expect("run demo");
+fn demo_tells_the_campaign_story_and_writes_a_report_matching_the_journal() {
+    let d = tempfile::tempdir().expect("tmp");
+    let out_dir = d.path().join("out");
+    let out = servetune().args(["demo", "-q", "--out"]).arg(&out_dir).output().expect("run demo");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("saturation: throughput plateaus at"), "{stdout}");
-    assert!(stdout.contains("caps concurrency at 64"), "the server-metrics summary names the limit: {stdout}");
+    // The story's stops, in order: the P2P question on KVM (exit 3), then 3 or 4 after LXC.
+    let ask = stdout.find("campaign continue -> exit 3, needs a person (question 1)").expect("the P2P question");
+    assert!(stdout[ask..].contains("peer-to-peer") && stdout[ask..].contains("plan predicts"), "{stdout}");
+    let moved = stdout.find("moved to an LXC container").expect("the answer");
+    let last = stdout.rfind("campaign continue -> exit ").expect("the last stop");
+    assert!(ask < moved && moved < last, "{stdout}");
+    let last_code = &stdout[last + "campaign continue -> exit ".len()..][..1];
+    assert!(last_code == "3" || last_code == "4", "{stdout}");
+    assert!(stdout.contains(&format!("{}", out_dir.join("report.html").display())), "says where the report is: {stdout}");
 
-    let v: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.path().join("out/bench.json")).expect("bench.json")).expect("json");
-    let runs = v["runs"].as_array().expect("runs");
-    assert_eq!(runs.iter().map(|r| r["concurrency"].as_u64().unwrap_or(0)).collect::<Vec<_>>(), vec![1, 8, 32, 64, 128, 256]);
-    assert!(runs.iter().all(|r| r["requests"]["failed"] == 0));
-    // The preset's plateau (485 tok/s near concurrency 64) within 10%.
-    let plateau = num(&v, "saturation.plateau_output_tokens_per_s");
-    assert!((plateau - 485.0).abs() / 485.0 < 0.10, "plateau {plateau}");
-    assert_eq!(v["saturation"]["at_concurrency"], 64, "{}", v["saturation"]["evidence"]);
+    for f in ["report.html", "report.md", "report.json", "journal.sqlite"] {
+        assert!(out_dir.join(f).metadata().map(|m| m.len() > 0).unwrap_or(false), "{f} written");
+    }
+    let c = Connection::open_with_flags(out_dir.join("journal.sqlite"), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).expect("journal");
+    // Experiment 1 is the KVM baseline (~485 tok/s at concurrency 64); the LXC baseline is ~806.
+    assert!(env_of(&c, 1).contains("\"vm\":\"kvm\""), "experiment 1 ran in the KVM guest");
+    let kvm = measured(&c, 1, 64);
+    assert!((kvm - 485.0).abs() / 485.0 < 0.10, "KVM baseline {kvm}");
+    let lxc_base: i64 = c
+        .query_row("SELECT id FROM experiments WHERE title LIKE 'baseline%' ORDER BY id DESC LIMIT 1", [], |r| r.get(0))
+        .expect("LXC baseline");
+    assert!(env_of(&c, lxc_base).contains("\"container\":\"lxc\""), "experiment {lxc_base} ran in LXC");
+    let lxc = measured(&c, lxc_base, 64);
+    assert!((lxc - 806.0).abs() / 806.0 < 0.10, "LXC baseline {lxc}");
+    assert_eq!(count(&c, "SELECT count(*) FROM questions WHERE id = 1 AND state = 'done' AND text LIKE '%peer-to-peer%'"), 1);
 
-    let md = std::fs::read_to_string(dir.path().join("out/demo.md")).expect("demo.md");
-    insta::assert_snapshot!(mask(&md));
-    assert!(std::fs::metadata(dir.path().join("out/records.jsonl")).map(|m| m.len() > 0).unwrap_or(false));
+    // The report's counts are the journal's.
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(out_dir.join("report.json")).expect("report.json")).expect("json");
+    for (field, state) in [("done", "done"), ("in_progress", "in_progress"), ("not_done", "not_done")] {
+        assert_eq!(r["counts"][field].as_i64(), Some(count(&c, &format!("SELECT count(*) FROM tasks WHERE state = '{state}'"))), "{field}");
+    }
+    assert_eq!(r["results"].as_array().map(Vec::len), Some(count(&c, "SELECT count(*) FROM experiments") as usize));
+    let done = count(&c, "SELECT count(*) FROM experiments WHERE state = 'done'");
+    assert_eq!(r["counts"]["experiments"]["done"].as_i64(), Some(done));
+    assert_eq!(r["curves"].as_array().map(Vec::len), Some(done as usize), "one throughput line per done experiment");
+    let md = std::fs::read_to_string(out_dir.join("report.md")).expect("report.md");
+    assert!(
+        md.contains(&format!(
+            "**{} done, {} in progress, {} not done**",
+            r["counts"]["done"], r["counts"]["in_progress"], r["counts"]["not_done"]
+        )),
+        "{md}"
+    );
+    // The plateau is explained with evidence: the running cap and the model's step terms.
+    let analysis = r["analysis"].to_string();
+    for words in ["running-request cap", "MoE kernels at", "TP8 all-reduce"] {
+        assert!(analysis.contains(words), "analysis names {words}: {analysis}");
+    }
+    // The journal is a campaign the CLI goes on with: it stops again the same way.
+    let again = servetune().args(["campaign", "continue"]).arg(&out_dir).output().expect("continue");
+    assert_eq!(again.status.code(), Some(last_code.parse::<i32>().expect("code")), "{}", String::from_utf8_lossy(&again.stdout));
 }
 
 #[test]
-fn mask_keeps_names_and_labels() {
-    assert_eq!(mask("c=64 took 12.5 ms, 3 of 4, p99 E2E GLM-5 | -0% | +12%"), "c=64 took N ms, N of N, p99 E2E GLM-5 | N% | N%");
+fn demo_without_the_probe_fixtures_exits_2_naming_the_flag() {
+    let d = tempfile::tempdir().expect("tmp");
+    let out = servetune().args(["demo", "-q", "--out"]).arg(d.path().join("o")).arg("--fixtures").arg(d.path()).output().expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--fixtures") && err.contains("proxmox-kvm-8gpu"), "{err}");
+    assert!(!Path::new(&d.path().join("o/journal.sqlite")).exists());
 }

@@ -115,3 +115,15 @@ fn fabric_json_matches_its_schema() {
     check("fabric/schema/fabric.schema.json", &["fabric", "allreduce", "--backend", "sim", "--max-size", "1M"]);
     check("fabric/schema/fabric.schema.json", &["fabric", "host", "--max-size", "1M"]);
 }
+
+#[test]
+fn campaign_report_json_matches_its_schema() {
+    let d = tempfile::tempdir().expect("tmp");
+    let dir = d.path().join("c");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let fx = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../campaign/tests/fixtures/report-kvm/journal.sqlite");
+    std::fs::copy(fx, dir.join("journal.sqlite")).expect("copy fixture journal");
+    let (doc, _) = check("campaign/schema/report.schema.json", &["campaign", "report", &dir.to_string_lossy()]);
+    assert_eq!(doc["schema"], "servetune.report/1");
+    assert!(!doc["curves"].as_array().expect("curves").is_empty(), "the fixture has measured sweeps");
+}

@@ -12,5 +12,6 @@ mod fabric;
 mod openai_client;
 mod plan;
 mod probe;
+mod report_html;
 mod schemas;
 mod sim;

@@ -1,0 +1,389 @@
+//! The HTML status report: one self-contained file (inline CSS and SVG, no script, no external
+//! fetch) rendered from [`Report`], in the order a reader asks: where do we stand, what is done,
+//! how to launch it, what is wrong, what was measured, and what next.
+
+use std::io::{self, Write};
+
+use crate::journal::TaskState;
+use crate::report::{gain_words, Report};
+use crate::report_svg::{self as svg, esc, BarChart, Callout, Group, Heatmap, LegendEntry, LineChart, Mark, Segment, Series, PALETTE};
+
+const CSS: &str = "body{font:15px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;color:#1b1b1b;max-width:1180px;margin:0 auto;padding:24px}\
+h1{font-size:26px;margin:0 0 4px}h2{font-size:20px;border-bottom:2px solid #0072b2;padding-bottom:3px;margin-top:32px}h3{font-size:16px;margin:20px 0 6px}\
+.headline{font-size:17px;background:#eef5fb;border-left:5px solid #0072b2;padding:10px 14px}\
+.counts{display:flex;gap:12px;margin:8px 0}.count{border:1px solid #ccc;border-radius:6px;padding:6px 14px;text-align:center}.count b{display:block;font-size:24px}\
+table{border-collapse:collapse;width:100%;margin:8px 0}th,td{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}th{background:#f3f3f3}\
+td.n{text-align:right;font-variant-numeric:tabular-nums}pre{background:#f6f6f6;border:1px solid #ddd;padding:8px;white-space:pre-wrap;word-break:break-all;font-size:13px}\
+.sev-warning,.sev-error,.sev-critical{color:#b00020;font-weight:600}.person{color:#8a4b00;font-weight:600}\
+svg.chart{width:100%;max-width:960px;height:auto;display:block;margin:6px 0 18px;font:13px system-ui,sans-serif}svg .label{font-weight:600}\
+.rec{color:#666;font-size:12px}\
+@media print{body{padding:0;font-size:11pt}h2{break-after:avoid}svg.chart,table,pre{break-inside:avoid}.headline{background:none}}";
+
+/// Writes the HTML report.
+pub fn write_html(r: &Report, mut w: impl Write) -> io::Result<()> {
+    let mut o = String::with_capacity(64 * 1024);
+    o.push_str("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">");
+    o.push_str(&format!("<title>servetune campaign report: {}</title><style>{CSS}</style></head><body>\n", esc(&r.goal)));
+    o.push_str(&format!(
+        "<h1>servetune campaign report</h1><p class=\"rec\">Model <code>{}</code>, engine <code>{}</code>, schema {}. Numbers name their journal record (hover a mark in a chart, or see the record column).</p>\n",
+        esc(&r.model),
+        esc(&r.engine),
+        r.schema
+    ));
+    standing(r, &mut o);
+    tasks(r, &mut o);
+    launch(r, &mut o);
+    warnings(r, &mut o);
+    results(r, &mut o);
+    analysis(r, &mut o);
+    o.push_str("</body></html>\n");
+    w.write_all(o.as_bytes())
+}
+
+fn standing(r: &Report, o: &mut String) {
+    let env = &r.environment;
+    o.push_str(&format!(
+        "<section id=\"standing\"><h2>Goal and standing</h2><p>Goal: <b>{}</b>. Box: {} GPU(s) {}, virtualization {}/{}, GPU peer-to-peer {}.</p><p class=\"headline\">{}</p>",
+        esc(&r.goal),
+        env.gpus,
+        esc(env.gpu_name.as_deref().unwrap_or("unknown")),
+        esc(&env.vm),
+        esc(&env.container),
+        if env.p2p_ok { "available" } else { "not available" },
+        esc(&r.standing.headline)
+    ));
+    if let Some(s) = &r.stop_reason {
+        o.push_str(&format!("<p><b>Stopped:</b> {}</p>", esc(s)));
+    }
+    o.push_str("</section>\n");
+}
+
+fn tasks(r: &Report, o: &mut String) {
+    let c = &r.counts;
+    o.push_str(&format!(
+        "<section id=\"tasks\"><h2>Done, in progress, not done</h2><div class=\"counts\"><div class=\"count\"><b>{}</b>done</div><div class=\"count\"><b>{}</b>in progress</div><div class=\"count\"><b>{}</b>not done</div></div>",
+        c.done, c.in_progress, c.not_done
+    ));
+    let exps: Vec<String> = c.experiments.iter().map(|(k, v)| format!("{v} {k}")).collect();
+    o.push_str(&format!("<p>Experiments: {}.</p>", esc(&exps.join(", "))));
+    for (state, head) in [(TaskState::Done, "Done"), (TaskState::InProgress, "In progress"), (TaskState::NotDone, "Not done")] {
+        o.push_str(&format!("<h3>{head}</h3><ul>"));
+        let lines: Vec<_> = r.tasks.iter().filter(|t| t.state == state).collect();
+        if lines.is_empty() {
+            o.push_str("<li>(none)</li>");
+        }
+        for t in lines {
+            o.push_str(&format!(
+                "<li>{}: {} <span class=\"rec\">[{}, task {}]</span></li>",
+                esc(&t.title),
+                esc(&t.outcome),
+                esc(&t.record),
+                t.id
+            ));
+        }
+        o.push_str("</ul>");
+    }
+    o.push_str("</section>\n");
+}
+
+fn launch(r: &Report, o: &mut String) {
+    o.push_str("<section id=\"launch\"><h2>Working launch commands</h2>");
+    if r.launch_commands.is_empty() {
+        o.push_str("<p>No experiment has reached readiness yet.</p>");
+    }
+    for l in &r.launch_commands {
+        o.push_str(&format!(
+            "<h3>Experiment {} <span class=\"rec\">(engine version {})</span></h3><pre>{}</pre>",
+            l.experiment,
+            esc(l.engine_version.as_deref().unwrap_or("unknown")),
+            esc(&l.command)
+        ));
+    }
+    o.push_str("</section>\n");
+}
+
+fn warnings(r: &Report, o: &mut String) {
+    o.push_str("<section id=\"warnings\"><h2>Warnings and findings</h2>");
+    if r.warnings.is_empty() {
+        o.push_str("<p>None.</p>");
+    } else {
+        o.push_str("<table><tr><th>finding</th><th>severity</th><th>evidence</th><th>fix</th><th>record</th></tr>");
+        for f in &r.warnings {
+            o.push_str(&format!(
+                "<tr><td>{}</td><td class=\"sev-{}\">{}</td><td>{}</td><td>{}</td><td class=\"rec\">finding {}</td></tr>",
+                esc(&f.title),
+                esc(&f.severity),
+                esc(&f.severity),
+                esc(&f.evidence),
+                esc(&f.fix),
+                f.finding
+            ));
+        }
+        o.push_str("</table>");
+    }
+    o.push_str("</section>\n");
+}
+
+fn results(r: &Report, o: &mut String) {
+    o.push_str("<section id=\"results\"><h2>Results</h2>");
+    o.push_str("<table><tr><th>experiment</th><th>configuration</th><th>state</th><th>best output tok/s</th><th>at concurrency</th><th>TPOT p90 ms</th><th>knee</th><th>failure</th></tr>");
+    let num = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.1}"));
+    let int = |x: Option<u32>| x.map_or("-".into(), |v| v.to_string());
+    for x in &r.results {
+        o.push_str(&format!(
+            "<tr><td class=\"rec\">experiment {}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
+            x.experiment,
+            esc(&x.title),
+            x.state.as_str(),
+            num(x.best_output_tok_s),
+            int(x.at_concurrency),
+            num(x.tpot_p90_ms),
+            int(x.knee_concurrency),
+            esc(x.failure.as_deref().unwrap_or("-"))
+        ));
+    }
+    o.push_str("</table>");
+    if r.curves.iter().all(|c| c.points.is_empty()) {
+        o.push_str("<p>No measured sweep yet: the charts appear once an experiment is done.</p>");
+    } else {
+        o.push_str("<h3>Output throughput over concurrency</h3>");
+        svg::line_chart(&throughput_chart(r), o);
+        o.push_str("<h3>Latency percentiles over concurrency</h3>");
+        svg::line_chart(&latency_chart(r, Latency::Ttft), o);
+        svg::line_chart(&latency_chart(r, Latency::Tpot), o);
+        o.push_str("<h3>Predicted against measured</h3>");
+        svg::bar_chart(&versus_chart(r), o);
+    }
+    if !r.breakdown.is_empty() {
+        o.push_str("<h3>Step time by term (the performance model, at each experiment's best point)</h3>");
+        svg::bar_chart(&breakdown_chart(r), o);
+    }
+    for m in &r.p2p {
+        o.push_str(&format!("<h3>GPU peer-to-peer matrix: {}</h3>", esc(&m.environment)));
+        svg::heatmap(&p2p_heatmap(m), o);
+    }
+    o.push_str("</section>\n");
+}
+
+fn color(i: usize) -> &'static str {
+    PALETTE[i % PALETTE.len()]
+}
+
+fn throughput_chart(r: &Report) -> LineChart {
+    let mut series = Vec::new();
+    let mut callouts = Vec::new();
+    for (i, c) in r.curves.iter().enumerate() {
+        let marks = c
+            .points
+            .iter()
+            .map(|p| Mark {
+                x: f64::from(p.concurrency),
+                y: p.output_tok_s,
+                title: format!("{:.1} output tok/s at concurrency {} (experiment {})", p.output_tok_s, p.concurrency, c.experiment),
+            })
+            .collect();
+        series.push(Series { name: legend_name(c), color: color(i), dash: None, marks });
+        if let Some(p) = c.knee_concurrency.and_then(|k| c.points.iter().find(|p| p.concurrency == k)) {
+            callouts.push(Callout {
+                x: f64::from(p.concurrency),
+                y: p.output_tok_s,
+                label: format!("knee c={}", p.concurrency),
+                color: color(i),
+                title: format!("saturation knee of experiment {} at concurrency {}", c.experiment, p.concurrency),
+            });
+        }
+    }
+    LineChart {
+        name: "throughput".into(),
+        caption: "Output tokens per second over concurrency, one line per experiment, knee circled".into(),
+        x_label: "concurrency (requests in flight, log scale)".into(),
+        y_label: "output throughput (tok/s)".into(),
+        series,
+        callouts,
+        legend: None,
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Latency {
+    Ttft,
+    Tpot,
+}
+
+fn latency_chart(r: &Report, which: Latency) -> LineChart {
+    type Pick = fn(&crate::report::CurvePoint) -> f64;
+    let pcts: &[(&str, Option<&'static str>, Pick)] = match which {
+        Latency::Ttft => &[("p50", None, |p| p.ttft_p50_ms), ("p99", Some("6 4"), |p| p.ttft_p99_ms)],
+        Latency::Tpot => {
+            &[("p50", None, |p| p.tpot_p50_ms), ("p90", Some("2 3"), |p| p.tpot_p90_ms), ("p99", Some("6 4"), |p| p.tpot_p99_ms)]
+        }
+    };
+    let metric = match which {
+        Latency::Ttft => "TTFT",
+        Latency::Tpot => "TPOT",
+    };
+    let mut series = Vec::new();
+    let mut legend = Vec::new();
+    for (i, c) in r.curves.iter().enumerate() {
+        legend.push(LegendEntry { name: legend_name(c), color: color(i), dash: None });
+        for (pct, dash, pick) in pcts {
+            let marks = c
+                .points
+                .iter()
+                .map(|p| Mark {
+                    x: f64::from(p.concurrency),
+                    y: pick(p),
+                    title: format!("{metric} {pct} {:.1} ms at concurrency {} (experiment {})", pick(p), p.concurrency, c.experiment),
+                })
+                .collect();
+            series.push(Series { name: format!("exp {} {metric} {pct}", c.experiment), color: color(i), dash: *dash, marks });
+        }
+    }
+    legend.extend(pcts.iter().map(|(pct, dash, _)| LegendEntry { name: format!("{metric} {pct}"), color: "#555555", dash: *dash }));
+    LineChart {
+        name: metric.to_lowercase(),
+        caption: format!("{metric} percentiles over concurrency (solid p50, dashed higher percentiles)"),
+        x_label: "concurrency (requests in flight, log scale)".into(),
+        y_label: format!("{metric} (ms)"),
+        series,
+        callouts: Vec::new(),
+        legend: Some(legend),
+    }
+}
+
+fn versus_chart(r: &Report) -> BarChart {
+    let groups = r
+        .curves
+        .iter()
+        .filter_map(|c| {
+            let best = c.points.iter().max_by(|a, b| a.output_tok_s.total_cmp(&b.output_tok_s))?;
+            let mut segments = vec![Segment {
+                series: 0,
+                value: best.output_tok_s,
+                title: format!("measured {:.1} tok/s at concurrency {} (experiment {})", best.output_tok_s, best.concurrency, c.experiment),
+            }];
+            if let Some(p) = best.predicted_output_tok_s {
+                segments.push(Segment {
+                    series: 1,
+                    value: p,
+                    title: format!(
+                        "servetune plan predicts {p:.1} tok/s at concurrency {} (experiment {})",
+                        best.concurrency, c.experiment
+                    ),
+                });
+            }
+            Some(Group { label: format!("exp {} (c={})", c.experiment, best.concurrency), segments })
+        })
+        .collect();
+    BarChart {
+        name: "versus".into(),
+        caption: "Measured output tok/s at each experiment's best point, and the model's prediction for it".into(),
+        x_label: "experiment (best concurrency)".into(),
+        y_label: "output throughput (tok/s)".into(),
+        series: vec!["measured (bench)".into(), "predicted (plan)".into()],
+        groups,
+        stacked: false,
+    }
+}
+
+fn breakdown_chart(r: &Report) -> BarChart {
+    let groups = r
+        .breakdown
+        .iter()
+        .map(|b| {
+            let s = &b.step;
+            let terms = [s.weights_ms, s.kv_ms, s.compute_ms, s.communication_ms, s.overhead_ms, s.prefill_ms];
+            let names = ["weights", "KV cache", "compute", "communication", "overhead", "prefill"];
+            let segments = terms
+                .iter()
+                .zip(names)
+                .enumerate()
+                .map(|(i, (v, n))| Segment {
+                    series: i,
+                    value: *v,
+                    title: format!(
+                        "{n} {v:.2} ms of the {:.2} ms step at concurrency {} (experiment {})",
+                        s.total_ms, s.concurrency, b.experiment
+                    ),
+                })
+                .collect();
+            Group { label: format!("exp {} (c={})", b.experiment, s.concurrency), segments }
+        })
+        .collect();
+    BarChart {
+        name: "breakdown".into(),
+        caption: "The model's decode step by term, stacked (terms overlap, so the step is shorter than the sum)".into(),
+        x_label: "experiment (concurrency)".into(),
+        y_label: "step time per term (ms)".into(),
+        series: ["weights", "KV cache", "compute", "communication", "overhead", "prefill"].iter().map(|s| s.to_string()).collect(),
+        groups,
+        stacked: true,
+    }
+}
+
+fn p2p_heatmap(m: &crate::report::P2pMatrix) -> Heatmap {
+    Heatmap {
+        name: "p2p".into(),
+        caption: format!("GPU peer-to-peer {} status between each pair of GPUs in the {}, from the probe", m.capability, m.environment),
+        x_label: "to GPU".into(),
+        y_label: "from GPU".into(),
+        labels: (0..m.rows.len()).map(|i| i.to_string()).collect(),
+        rows: m.rows.clone(),
+        categories: vec![
+            ("OK".into(), "#009e73", "peer-to-peer works".into()),
+            ("NS".into(), "#d55e00", "not supported".into()),
+            ("CNS".into(), "#e69f00", "chipset not supported".into()),
+            ("X".into(), "#dddddd", "self".into()),
+        ],
+        record: format!("probe fingerprint {}", m.fingerprint),
+    }
+}
+
+/// "exp 3 [lxc container, P2P]": which experiment and where it ran (the results table above the
+/// charts says what each experiment changed).
+fn legend_name(c: &crate::report::Curve) -> String {
+    format!("exp {} [{}]", c.experiment, c.environment)
+}
+
+fn analysis(r: &Report, o: &mut String) {
+    o.push_str("<section id=\"analysis\"><h2>Analysis</h2><ul>");
+    for a in &r.analysis {
+        o.push_str(&format!("<li>{}</li>", esc(a)));
+    }
+    for b in &r.breakdown {
+        o.push_str(&format!(
+            "<li>Experiment {}: {} <span class=\"rec\">[experiment {}, model]</span></li>",
+            b.experiment,
+            esc(&b.step.bottleneck),
+            b.experiment
+        ));
+    }
+    o.push_str("</ul></section>\n<section id=\"next-steps\"><h2>Next steps</h2>");
+    if r.next_steps.is_empty() {
+        o.push_str(&format!("<p>Nothing left: {}</p>", esc(r.stop_reason.as_deref().unwrap_or("no step proposed"))));
+    } else {
+        o.push_str("<ol>");
+        for s in &r.next_steps {
+            o.push_str(&format!(
+                "<li>{}<b>{}</b> ({}): {} <span class=\"rec\">[evidence: {}]</span></li>",
+                if s.needs_person { "<span class=\"person\">needs a person:</span> " } else { "" },
+                esc(&s.title),
+                esc(&gain_words(s.gain)),
+                esc(&s.basis),
+                esc(&s.evidence.join(", "))
+            ));
+        }
+        o.push_str("</ol>");
+    }
+    o.push_str("</section>\n<section id=\"questions\"><h2>Open questions</h2>");
+    if r.open_questions.is_empty() {
+        o.push_str("<p>None.</p>");
+    } else {
+        o.push_str("<ul>");
+        for q in &r.open_questions {
+            o.push_str(&format!("<li><b>Q{}</b>: {} <pre>{}</pre></li>", q.id, esc(&q.text), esc(&q.how)));
+        }
+        o.push_str("</ul>");
+    }
+    o.push_str("</section>\n");
+}

@@ -1,0 +1,464 @@
+//! Inline SVG charts for the HTML report: line charts over concurrency, grouped and stacked bars,
+//! and a heatmap, each with axes (units, ticks), a legend, and a `<title>` on every mark naming
+//! the journal record behind it.
+//!
+//! Hand-written rather than `plotters`: plotters' SVG backend cannot attach a `<title>` child or a
+//! class to a mark, and the report needs both (the tooltip that traces a number to its journal
+//! record, and the classes the DOM test finds axes, series and legends by). The output is plain
+//! text built from the data in one pass, so it is deterministic and small.
+
+use std::fmt::Write;
+
+/// Colour-blind-safe palette (Okabe and Ito), one colour per series.
+pub const PALETTE: [&str; 8] = ["#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#000000", "#f0e442"];
+
+const W: f64 = 960.0;
+const H: f64 = 380.0;
+const LEFT: f64 = 78.0;
+const RIGHT: f64 = 260.0;
+const TOP: f64 = 36.0;
+const BOTTOM: f64 = 56.0;
+
+/// XML-escapes text for element content and attribute values.
+pub fn esc(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&#39;"),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+/// A data mark: its position and its tooltip (the value and the journal record).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mark {
+    pub x: f64,
+    pub y: f64,
+    pub title: String,
+}
+
+/// A line through marks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    pub name: String,
+    pub color: &'static str,
+    /// SVG stroke-dasharray, for a second dimension (a percentile) beside the colour.
+    pub dash: Option<&'static str>,
+    pub marks: Vec<Mark>,
+}
+
+/// A labelled point marked on a chart (the saturation knee).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Callout {
+    pub x: f64,
+    pub y: f64,
+    pub label: String,
+    pub color: &'static str,
+    pub title: String,
+}
+
+/// A legend entry: a swatch (colour, optional dash) and its name.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LegendEntry {
+    pub name: String,
+    pub color: &'static str,
+    pub dash: Option<&'static str>,
+}
+
+/// A line chart over concurrency (log2 x axis).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LineChart {
+    pub name: String,
+    pub caption: String,
+    pub x_label: String,
+    pub y_label: String,
+    pub series: Vec<Series>,
+    pub callouts: Vec<Callout>,
+    /// The legend, when it is not one entry per series (colour for the experiment, dash for the
+    /// percentile).
+    pub legend: Option<Vec<LegendEntry>>,
+}
+
+/// "Nice" tick values covering 0..=max (1, 2 or 5 times a power of ten apart).
+pub fn ticks(max: f64) -> Vec<f64> {
+    let max = if max > 0.0 && max.is_finite() { max } else { 1.0 };
+    let raw = max / 5.0;
+    let mag = 10f64.powf(raw.log10().floor());
+    let step = [1.0, 2.0, 5.0, 10.0].iter().map(|m| m * mag).find(|s| *s >= raw).unwrap_or(10.0 * mag);
+    let n = (max / step).ceil() as usize;
+    (0..=n).map(|i| i as f64 * step).collect()
+}
+
+fn num(v: f64) -> String {
+    if v.abs() >= 100.0 || v == v.trunc() {
+        format!("{v:.0}")
+    } else if v.abs() >= 1.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+fn open_svg(o: &mut String, kind: &str, name: &str, caption: &str) {
+    let _ = write!(
+        o,
+        r#"<svg class="chart" data-chart="{}" data-kind="{kind}" viewBox="0 0 {W} {H}" role="img" aria-label="{}" xmlns="http://www.w3.org/2000/svg"><title>{}</title>"#,
+        esc(name),
+        esc(caption),
+        esc(caption)
+    );
+}
+
+/// The y axis: line, ticks with gridlines, and its label with the unit.
+fn y_axis(o: &mut String, ticks: &[f64], top: f64, label: &str) {
+    let plot_h = H - TOP - BOTTOM;
+    let y = |v: f64| TOP + plot_h * (1.0 - v / top);
+    o.push_str(r#"<g class="axis y">"#);
+    let _ = write!(o, r##"<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{}" stroke="#333"/>"##, H - BOTTOM);
+    for t in ticks {
+        let yy = y(*t);
+        let _ = write!(
+            o,
+            r##"<line class="grid" x1="{LEFT}" y1="{yy:.1}" x2="{:.1}" y2="{yy:.1}" stroke="#ddd"/><text class="tick" x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
+            W - RIGHT,
+            LEFT - 6.0,
+            yy + 4.0,
+            num(*t)
+        );
+    }
+    let _ = write!(
+        o,
+        r#"<text class="label" transform="translate(18 {:.1}) rotate(-90)" text-anchor="middle">{}</text></g>"#,
+        TOP + plot_h / 2.0,
+        esc(label)
+    );
+}
+
+/// The x axis of a line chart: concurrency on a log2 scale, a tick at every measured value.
+fn x_axis_log(o: &mut String, xs: &[f64], x: &dyn Fn(f64) -> f64, label: &str) {
+    o.push_str(r#"<g class="axis x">"#);
+    let _ = write!(o, r##"<line x1="{LEFT}" y1="{0}" x2="{1}" y2="{0}" stroke="#333"/>"##, H - BOTTOM, W - RIGHT);
+    for v in xs {
+        let xx = x(*v);
+        let _ = write!(
+            o,
+            r##"<line x1="{xx:.1}" y1="{0}" x2="{xx:.1}" y2="{1}" stroke="#333"/><text class="tick" x="{xx:.1}" y="{2}" text-anchor="middle">{3}</text>"##,
+            H - BOTTOM,
+            H - BOTTOM + 5.0,
+            H - BOTTOM + 18.0,
+            num(*v)
+        );
+    }
+    let _ = write!(
+        o,
+        r#"<text class="label" x="{:.1}" y="{}" text-anchor="middle">{}</text></g>"#,
+        LEFT + (W - LEFT - RIGHT) / 2.0,
+        H - 12.0,
+        esc(label)
+    );
+}
+
+/// The legend: one swatch and name per entry, right of the plot.
+fn legend(o: &mut String, entries: &[LegendEntry]) {
+    o.push_str(r#"<g class="legend">"#);
+    for (i, LegendEntry { name, color, dash }) in entries.iter().enumerate() {
+        let y = TOP + 8.0 + i as f64 * 20.0;
+        let x = W - RIGHT + 16.0;
+        let dash = dash.map_or(String::new(), |d| format!(r#" stroke-dasharray="{d}""#));
+        let _ = write!(
+            o,
+            r#"<g class="legend-entry"><line x1="{x}" y1="{y}" x2="{:.1}" y2="{y}" stroke="{color}" stroke-width="3"{dash}/><text x="{:.1}" y="{:.1}">{}</text></g>"#,
+            x + 24.0,
+            x + 30.0,
+            y + 4.0,
+            esc(name)
+        );
+    }
+    o.push_str("</g>");
+}
+
+/// Renders a line chart.
+pub fn line_chart(c: &LineChart, o: &mut String) {
+    let mut xs: Vec<f64> = c.series.iter().flat_map(|s| s.marks.iter().map(|m| m.x)).filter(|x| *x > 0.0).collect();
+    xs.sort_by(f64::total_cmp);
+    xs.dedup();
+    let (lo, hi) = (xs.first().copied().unwrap_or(1.0).log2(), xs.last().copied().unwrap_or(2.0).log2());
+    let span = if hi > lo { hi - lo } else { 1.0 };
+    let plot_w = W - LEFT - RIGHT - 20.0;
+    let x = move |v: f64| LEFT + 10.0 + plot_w * (v.max(f64::MIN_POSITIVE).log2() - lo) / span;
+    let ymax = c.series.iter().flat_map(|s| s.marks.iter().map(|m| m.y)).fold(0.0, f64::max) * 1.08;
+    let ts = ticks(ymax);
+    let top = ts.last().copied().unwrap_or(1.0);
+    let y = |v: f64| TOP + (H - TOP - BOTTOM) * (1.0 - v / top);
+    open_svg(o, "line", &c.name, &c.caption);
+    y_axis(o, &ts, top, &c.y_label);
+    x_axis_log(o, &xs, &x, &c.x_label);
+    for s in &c.series {
+        let pts: Vec<String> = s.marks.iter().map(|m| format!("{:.1},{:.1}", x(m.x), y(m.y))).collect();
+        let dash = s.dash.map_or(String::new(), |d| format!(r#" stroke-dasharray="{d}""#));
+        let _ = write!(
+            o,
+            r#"<g class="series" data-series="{}"><polyline points="{}" fill="none" stroke="{}" stroke-width="2.5"{dash}/>"#,
+            esc(&s.name),
+            pts.join(" "),
+            s.color
+        );
+        for m in &s.marks {
+            let _ = write!(
+                o,
+                r#"<circle cx="{:.1}" cy="{:.1}" r="4" fill="{}"><title>{}</title></circle>"#,
+                x(m.x),
+                y(m.y),
+                s.color,
+                esc(&m.title)
+            );
+        }
+        o.push_str("</g>");
+    }
+    for (i, k) in c.callouts.iter().enumerate() {
+        let (cx, cy) = (x(k.x), y(k.y));
+        // Knees at the same concurrency get their labels stacked, not drawn over each other.
+        let above = c.callouts[..i].iter().filter(|p| p.x == k.x).count() as f64;
+        let _ = write!(
+            o,
+            r##"<g class="callout"><circle cx="{cx:.1}" cy="{cy:.1}" r="8" fill="none" stroke="{0}" stroke-width="2"/><text x="{cx:.1}" y="{1:.1}" text-anchor="middle" fill="{0}">{2}</text><title>{3}</title></g>"##,
+            k.color,
+            cy - 13.0 - 14.0 * above,
+            esc(&k.label),
+            esc(&k.title)
+        );
+    }
+    let entries = c
+        .legend
+        .clone()
+        .unwrap_or_else(|| c.series.iter().map(|s| LegendEntry { name: s.name.clone(), color: s.color, dash: s.dash }).collect());
+    legend(o, &entries);
+    o.push_str("</svg>");
+}
+
+/// One bar segment: its series (index into [`BarChart::series`]), value and tooltip.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Segment {
+    pub series: usize,
+    pub value: f64,
+    pub title: String,
+}
+
+/// A group of bars on the x axis (one experiment).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Group {
+    pub label: String,
+    pub segments: Vec<Segment>,
+}
+
+/// Bars: side by side, or stacked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BarChart {
+    pub name: String,
+    pub caption: String,
+    pub x_label: String,
+    pub y_label: String,
+    pub series: Vec<String>,
+    pub groups: Vec<Group>,
+    pub stacked: bool,
+}
+
+/// Renders a bar chart.
+pub fn bar_chart(c: &BarChart, o: &mut String) {
+    let ymax = c
+        .groups
+        .iter()
+        .map(|g| if c.stacked { g.segments.iter().map(|s| s.value).sum() } else { g.segments.iter().map(|s| s.value).fold(0.0, f64::max) })
+        .fold(0.0, f64::max)
+        * 1.08;
+    let ts = ticks(ymax);
+    let top = ts.last().copied().unwrap_or(1.0);
+    let plot_h = H - TOP - BOTTOM;
+    let y = |v: f64| TOP + plot_h * (1.0 - v / top);
+    let slot = (W - LEFT - RIGHT) / c.groups.len().max(1) as f64;
+    open_svg(o, "bar", &c.name, &c.caption);
+    y_axis(o, &ts, top, &c.y_label);
+    o.push_str(r#"<g class="axis x">"#);
+    let _ = write!(o, r##"<line x1="{LEFT}" y1="{0}" x2="{1}" y2="{0}" stroke="#333"/>"##, H - BOTTOM, W - RIGHT);
+    for (i, g) in c.groups.iter().enumerate() {
+        let _ = write!(
+            o,
+            r#"<text class="tick" x="{:.1}" y="{}" text-anchor="middle">{}</text>"#,
+            LEFT + slot * (i as f64 + 0.5),
+            H - BOTTOM + 18.0,
+            esc(&g.label)
+        );
+    }
+    let _ = write!(
+        o,
+        r#"<text class="label" x="{:.1}" y="{}" text-anchor="middle">{}</text></g>"#,
+        LEFT + (W - LEFT - RIGHT) / 2.0,
+        H - 12.0,
+        esc(&c.x_label)
+    );
+    for (si, name) in c.series.iter().enumerate() {
+        let color = PALETTE[si % PALETTE.len()];
+        let _ = write!(o, r#"<g class="series" data-series="{}">"#, esc(name));
+        for (gi, g) in c.groups.iter().enumerate() {
+            let below: f64 = g.segments.iter().take_while(|s| s.series != si).map(|s| s.value).sum();
+            for s in g.segments.iter().filter(|s| s.series == si) {
+                let (bx, bw, base) = if c.stacked {
+                    (LEFT + slot * gi as f64 + slot * 0.2, slot * 0.6, below)
+                } else {
+                    let n = c.series.len().max(1) as f64;
+                    (LEFT + slot * gi as f64 + slot * 0.15 + slot * 0.7 / n * si as f64, slot * 0.7 / n, 0.0)
+                };
+                let _ = write!(
+                    o,
+                    r#"<rect x="{bx:.1}" y="{:.1}" width="{bw:.1}" height="{:.1}" fill="{color}"><title>{}</title></rect>"#,
+                    y(base + s.value),
+                    (y(base) - y(base + s.value)).max(0.0),
+                    esc(&s.title)
+                );
+            }
+        }
+        o.push_str("</g>");
+    }
+    let entries: Vec<LegendEntry> =
+        c.series.iter().enumerate().map(|(i, n)| LegendEntry { name: n.clone(), color: PALETTE[i % PALETTE.len()], dash: None }).collect();
+    legend(o, &entries);
+    o.push_str("</svg>");
+}
+
+/// A square matrix of categorical cells (e.g. P2P status OK / NS), coloured by a legend.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Heatmap {
+    pub name: String,
+    pub caption: String,
+    pub x_label: String,
+    pub y_label: String,
+    /// rows[i][j], with row and column labels.
+    pub labels: Vec<String>,
+    pub rows: Vec<Vec<String>>,
+    /// Each category with its colour and meaning, in legend order.
+    pub categories: Vec<(String, &'static str, String)>,
+    /// Tooltip suffix naming the record.
+    pub record: String,
+}
+
+/// Renders a heatmap.
+pub fn heatmap(c: &Heatmap, o: &mut String) {
+    let n = c.labels.len().max(1) as f64;
+    let cell = ((H - TOP - BOTTOM) / n).min((W - LEFT - RIGHT) / n);
+    open_svg(o, "heatmap", &c.name, &c.caption);
+    o.push_str(r#"<g class="axis y">"#);
+    for (i, l) in c.labels.iter().enumerate() {
+        let _ = write!(
+            o,
+            r#"<text class="tick" x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
+            LEFT - 6.0,
+            TOP + cell * (i as f64 + 0.6),
+            esc(l)
+        );
+    }
+    let _ = write!(
+        o,
+        r#"<text class="label" transform="translate(18 {:.1}) rotate(-90)" text-anchor="middle">{}</text></g>"#,
+        TOP + cell * n / 2.0,
+        esc(&c.y_label)
+    );
+    o.push_str(r#"<g class="axis x">"#);
+    for (j, l) in c.labels.iter().enumerate() {
+        let _ = write!(
+            o,
+            r#"<text class="tick" x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
+            LEFT + cell * (j as f64 + 0.5),
+            TOP + cell * n + 16.0,
+            esc(l)
+        );
+    }
+    let _ = write!(
+        o,
+        r#"<text class="label" x="{:.1}" y="{:.1}" text-anchor="middle">{}</text></g>"#,
+        LEFT + cell * n / 2.0,
+        TOP + cell * n + 36.0,
+        esc(&c.x_label)
+    );
+    o.push_str(r#"<g class="series" data-series="cells">"#);
+    for (i, row) in c.rows.iter().enumerate() {
+        for (j, v) in row.iter().enumerate() {
+            let color = c.categories.iter().find(|(k, _, _)| k == v).map_or("#bbbbbb", |(_, col, _)| col);
+            let _ = write!(
+                o,
+                r##"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{color}" stroke="#fff"><title>GPU{} to GPU{}: {} ({})</title></rect><text x="{:.1}" y="{:.1}" text-anchor="middle" class="cell">{}</text>"##,
+                LEFT + cell * j as f64,
+                TOP + cell * i as f64,
+                cell,
+                cell,
+                esc(c.labels.get(i).map_or("", String::as_str)),
+                esc(c.labels.get(j).map_or("", String::as_str)),
+                esc(v),
+                esc(&c.record),
+                LEFT + cell * (j as f64 + 0.5),
+                TOP + cell * (i as f64 + 0.6),
+                esc(v)
+            );
+        }
+    }
+    o.push_str(r#"</g><g class="legend">"#);
+    for (i, (k, color, meaning)) in c.categories.iter().enumerate() {
+        let (x, y) = (LEFT + cell * n + 30.0, TOP + 8.0 + i as f64 * 22.0);
+        let _ = write!(
+            o,
+            r#"<g class="legend-entry"><rect x="{x:.1}" y="{:.1}" width="16" height="16" fill="{color}"/><text x="{:.1}" y="{:.1}">{} = {}</text></g>"#,
+            y - 8.0,
+            x + 22.0,
+            y + 4.0,
+            esc(k),
+            esc(meaning)
+        );
+    }
+    o.push_str("</g></svg>");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticks_are_round_and_cover_the_maximum() {
+        assert_eq!(ticks(880.0), vec![0.0, 200.0, 400.0, 600.0, 800.0, 1000.0]);
+        assert_eq!(ticks(4.2), vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+        assert_eq!(ticks(0.0).len(), 6, "an empty chart still gets a 0..1 axis");
+    }
+
+    #[test]
+    fn marks_carry_their_record_and_text_is_escaped() {
+        let c = LineChart {
+            name: "t".into(),
+            caption: "a <b> & c".into(),
+            x_label: "concurrency".into(),
+            y_label: "output tok/s".into(),
+            series: vec![Series {
+                name: "exp 1".into(),
+                color: PALETTE[0],
+                dash: None,
+                marks: vec![
+                    Mark { x: 1.0, y: 10.0, title: "experiment 1, c=1".into() },
+                    Mark { x: 8.0, y: 50.0, title: "experiment 1, c=8".into() },
+                ],
+            }],
+            callouts: vec![],
+            legend: None,
+        };
+        let mut o = String::new();
+        line_chart(&c, &mut o);
+        assert!(o.contains("<title>experiment 1, c=8</title>"), "{o}");
+        assert!(o.contains("a &lt;b&gt; &amp; c"));
+        assert!(!o.contains("<b>"));
+        for class in [r#"class="axis x""#, r#"class="axis y""#, r#"class="series""#, r#"class="legend""#] {
+            assert!(o.contains(class), "{class}");
+        }
+    }
+}
