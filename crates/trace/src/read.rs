@@ -1,0 +1,291 @@
+//! Streams a PyTorch profiler (Kineto) Chrome-trace JSON, plain or gzipped, one `traceEvents`
+//! entry at a time: the whole document is never held, so memory follows the kernels kept, not
+//! the file size.
+
+use std::fmt;
+use std::fs::File;
+use std::io::{BufReader, Read};
+use std::path::Path;
+
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+
+use crate::TraceError;
+
+/// What an event is, from its `cat` field (only the kinds the analysis uses are told apart).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EventCat {
+    /// A GPU kernel (`cat` "kernel").
+    Kernel,
+    /// A GPU copy (`cat` "gpu_memcpy").
+    Memcpy,
+    /// A GPU memset (`cat` "gpu_memset").
+    Memset,
+    /// A CUDA/HIP runtime call on the host (`cat` "cuda_runtime"), e.g. `cudaGraphLaunch`.
+    Runtime,
+    /// A `record_function` range on the host (`cat` "user_annotation").
+    UserAnnotation,
+    /// A `record_function` range as it ran on the GPU (`cat` "gpu_user_annotation").
+    GpuUserAnnotation,
+    /// Anything else (cpu_op, python_function, flow events, ...).
+    #[default]
+    Other,
+}
+
+impl<'de> Deserialize<'de> for EventCat {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = EventCat;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an event category string")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<EventCat, E> {
+                Ok(match s {
+                    "kernel" | "Kernel" => EventCat::Kernel,
+                    "gpu_memcpy" | "Memcpy" => EventCat::Memcpy,
+                    "gpu_memset" | "Memset" => EventCat::Memset,
+                    "cuda_runtime" | "Runtime" | "cuda_driver" => EventCat::Runtime,
+                    "user_annotation" => EventCat::UserAnnotation,
+                    "gpu_user_annotation" => EventCat::GpuUserAnnotation,
+                    _ => EventCat::Other,
+                })
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// A number or a string id (`pid`/`tid` are either), reduced to an integer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Id(pub i64);
+
+impl<'de> Deserialize<'de> for Id {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Id;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a number or string id")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Id, E> {
+                Ok(Id(v))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Id, E> {
+                Ok(Id(i64::try_from(v).unwrap_or(i64::MAX)))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Id, E> {
+                Ok(Id(v as i64))
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Id, E> {
+                // A named thread ("stream 7", "7"): the digits it carries, or a stable hash.
+                let digits: String = s.chars().filter(char::is_ascii_digit).collect();
+                Ok(Id(digits.parse().unwrap_or_else(|_| s.bytes().fold(0i64, |h, b| h.wrapping_mul(31).wrapping_add(b as i64)))))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The `args` of an event, only the fields used.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+pub struct EventArgs {
+    /// Links a kernel to the runtime call that launched it.
+    #[serde(default)]
+    pub correlation: Option<i64>,
+    /// The CUDA stream a kernel ran on.
+    #[serde(default)]
+    pub stream: Option<Id>,
+    /// The GPU a kernel ran on.
+    #[serde(default)]
+    pub device: Option<Id>,
+}
+
+/// One `traceEvents` entry, the fields used.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct RawEvent {
+    /// Phase: "X" for a complete event with a duration.
+    #[serde(default)]
+    pub ph: Option<Phase>,
+    /// Category.
+    #[serde(default)]
+    pub cat: EventCat,
+    /// Kernel or range name.
+    #[serde(default)]
+    pub name: String,
+    /// Start, us.
+    #[serde(default)]
+    pub ts: Option<f64>,
+    /// Duration, us.
+    #[serde(default)]
+    pub dur: Option<f64>,
+    /// Process (GPU index for device events).
+    #[serde(default)]
+    pub pid: Id,
+    /// Thread (stream for device events).
+    #[serde(default)]
+    pub tid: Id,
+    /// Extra fields.
+    #[serde(default)]
+    pub args: EventArgs,
+}
+
+/// The Chrome-trace phase letter, the one the analysis uses told apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// "X": a complete event (start and duration).
+    Complete,
+    /// Any other phase (metadata, flow, instant, counter).
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Phase {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Phase;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a phase letter")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Phase, E> {
+                Ok(if s == "X" { Phase::Complete } else { Phase::Other })
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// Counts of what the document held.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReadStats {
+    /// `traceEvents` entries seen.
+    pub events: u64,
+    /// Whether the top level had a `traceEvents` array (or was itself the array).
+    pub had_events: bool,
+}
+
+/// Calls `sink` with every event of the trace at `path`, in file order.
+pub fn for_each_event(path: &Path, sink: &mut dyn FnMut(RawEvent)) -> Result<ReadStats, TraceError> {
+    let file = File::open(path).map_err(|e| TraceError::Open { path: path.display().to_string(), source: e })?;
+    let mut buf = BufReader::with_capacity(1 << 20, file);
+    let mut magic = [0u8; 2];
+    let gz = {
+        use std::io::BufRead;
+        let head = buf.fill_buf().map_err(|e| TraceError::Open { path: path.display().to_string(), source: e })?;
+        if head.len() >= 2 {
+            magic.copy_from_slice(&head[..2]);
+        }
+        magic == [0x1f, 0x8b]
+    };
+    let reader: Box<dyn Read> =
+        if gz { Box::new(BufReader::with_capacity(1 << 20, flate2::read::MultiGzDecoder::new(buf))) } else { Box::new(buf) };
+    read_events(reader, sink).map_err(|e| classify_error(path, gz, &e))
+}
+
+/// Streams events out of any reader (exposed for tests).
+pub fn read_events(reader: impl Read, sink: &mut dyn FnMut(RawEvent)) -> Result<ReadStats, serde_json::Error> {
+    let mut de = serde_json::Deserializer::from_reader(reader);
+    let mut stats = ReadStats::default();
+    TopSeed { sink, stats: &mut stats }.deserialize(&mut de)?;
+    de.end()?;
+    Ok(stats)
+}
+
+fn classify_error(path: &Path, gz: bool, e: &serde_json::Error) -> TraceError {
+    let path = path.display().to_string();
+    if e.is_io() {
+        let what = if gz { "the gzip stream is truncated or corrupt" } else { "the file could not be read" };
+        TraceError::Truncated { path, reason: format!("{what} ({e})") }
+    } else if e.is_eof() {
+        TraceError::Truncated { path, reason: format!("the JSON ends early ({e})") }
+    } else {
+        TraceError::NotATrace { path, reason: format!("not Chrome-trace JSON: {e}") }
+    }
+}
+
+struct TopSeed<'a> {
+    sink: &'a mut dyn FnMut(RawEvent),
+    stats: &'a mut ReadStats,
+}
+
+impl<'de> DeserializeSeed<'de> for TopSeed<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for TopSeed<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object with a traceEvents array, or an array of events")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<(), A::Error> {
+        self.stats.had_events = true;
+        EventsSeed { sink: self.sink, stats: self.stats }.visit_seq(seq)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key::<String>()? {
+            if key == "traceEvents" {
+                self.stats.had_events = true;
+                map.next_value_seed(EventsSeed { sink: &mut *self.sink, stats: &mut *self.stats })?;
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+struct EventsSeed<'a> {
+    sink: &'a mut dyn FnMut(RawEvent),
+    stats: &'a mut ReadStats,
+}
+
+impl<'de> DeserializeSeed<'de> for EventsSeed<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for EventsSeed<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an array of trace events")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(ev) = seq.next_element::<RawEvent>()? {
+            self.stats.events += 1;
+            (self.sink)(ev);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streams_events_from_an_object_and_skips_other_keys() {
+        let doc = br#"{"schemaVersion":1,"deviceProperties":[{"id":0}],"traceEvents":[
+            {"ph":"X","cat":"kernel","name":"k1","pid":0,"tid":7,"ts":10.5,"dur":2,"args":{"correlation":5,"stream":7,"device":0,"grid":[1,1,1]}},
+            {"ph":"M","name":"process_name","pid":0,"tid":0,"args":{"name":"GPU 0"}}
+        ],"traceName":"x"}"#;
+        let mut seen = Vec::new();
+        let stats = read_events(&doc[..], &mut |e| seen.push(e)).expect("reads");
+        assert_eq!(stats.events, 2);
+        assert_eq!(seen[0].cat, EventCat::Kernel);
+        assert_eq!(seen[0].args.correlation, Some(5));
+        assert_eq!(seen[0].ts, Some(10.5));
+        assert_eq!(seen[1].ph, Some(Phase::Other));
+    }
+
+    #[test]
+    fn a_truncated_document_is_an_eof_error() {
+        let doc = br#"{"traceEvents":[{"ph":"X","cat":"kernel","name":"k1","ts":1,"dur":2},"#;
+        let err = read_events(&doc[..], &mut |_| {}).expect_err("truncated");
+        assert!(err.is_eof(), "{err}");
+    }
+}

@@ -1,0 +1,3 @@
+//! Integration tests of servetune-trace: real traces nobody here wrote.
+
+mod real;
