@@ -14,3 +14,4 @@ mod plan;
 mod probe;
 mod schemas;
 mod sim;
+mod trace;

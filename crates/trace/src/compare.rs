@@ -48,9 +48,9 @@ impl Term {
     pub fn words(self) -> &'static str {
         match self {
             Term::Communication => "the all-reduce (communication)",
-            Term::Matmul => "the GEMMs (weights and compute)",
+            Term::Matmul => "GEMM work (weights and compute)",
             Term::Attention => "attention (KV reads)",
-            Term::OtherKernels => "the other kernels (norms, element-wise, copies)",
+            Term::OtherKernels => "norm, element-wise and copy work",
             Term::HostOverhead => "host overhead (GPU idle)",
         }
     }
@@ -87,7 +87,8 @@ pub struct Comparison {
 }
 
 fn measured(p: &PhaseSummary, term: Term) -> f64 {
-    let sum = |f: &dyn Fn(Category) -> bool| p.categories.iter().filter(|c| f(c.category)).map(|c| c.ms).sum::<f64>();
+    // + 0.0: an empty f64 sum is -0.0, which would print as "-0".
+    let sum = |f: &dyn Fn(Category) -> bool| p.categories.iter().filter(|c| f(c.category)).map(|c| c.ms).sum::<f64>() + 0.0;
     match term {
         Term::Communication => sum(&|c| c.is_communication()),
         Term::Matmul => sum(&|c| matches!(c, Category::DenseGemm | Category::MoeGemm | Category::MoeRouting)),
