@@ -77,9 +77,15 @@ pub fn segment(t: &Timeline, gap_us: f64) -> (Segmentation, Vec<(Window, PhaseSo
     let (seg, windows, source) = if !t.marks.is_empty() {
         let mut w: Vec<Window> = Vec::new();
         for m in &t.marks {
-            // Nested ranges (a layer inside a step) belong to the step already taken.
-            if w.last().is_none_or(|p| m.start >= p.end) {
-                w.push(Window { start: m.start, end: m.end, phase: m.phase });
+            // A range inside the previous one (a layer inside a step) belongs to it; one that
+            // overlaps its end by the trace's rounding starts where it ends.
+            match w.last() {
+                Some(p) if m.end <= p.end => {}
+                Some(p) => {
+                    let start = m.start.max(p.end);
+                    w.push(Window { start, end: m.end, phase: m.phase });
+                }
+                None => w.push(Window { start: m.start, end: m.end, phase: m.phase }),
             }
         }
         (Segmentation::StepAnnotations, w, PhaseSource::Annotation)
