@@ -142,3 +142,73 @@ fn from_plan_json(path: &Path, concurrency: Option<u32>) -> Result<Predicted, Fa
         step_ms: f("total")? - f("prefill")?,
     })
 }
+
+/// How long the profile endpoints may take to answer (sglang's stop writes the trace first).
+const PROFILE_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// `bench --profile N`: asks the server to record `steps` engine steps into `dir` (POST
+/// /start_profile, sglang's shape). An error says why, for a warning: the run goes on without.
+pub async fn start_profile(client: &servetune_bench::client::HttpClient, steps: u64, dir: &Path) -> Result<(), String> {
+    let body = serde_json::json!({"output_dir": dir.display().to_string(), "num_steps": steps});
+    let r = client
+        .simple(http::Method::POST, "/start_profile", bytes::Bytes::from(body.to_string()), PROFILE_LIMIT)
+        .await
+        .map_err(|e| format!("POST /start_profile failed: {e}"))?;
+    if r.status != 200 {
+        return Err(format!("POST /start_profile answered {}: {}", r.status, String::from_utf8_lossy(&r.body).trim()));
+    }
+    Ok(())
+}
+
+/// Stops the server's profiler; returns the trace it wrote: the path the answer names (the
+/// simulator's), else the newest `*.trace.json*` in `dir` when this machine can read it (sglang's).
+pub async fn stop_profile(client: &servetune_bench::client::HttpClient, dir: &Path) -> Result<PathBuf, String> {
+    let r = client
+        .simple(http::Method::POST, "/stop_profile", bytes::Bytes::new(), PROFILE_LIMIT)
+        .await
+        .map_err(|e| format!("POST /stop_profile failed: {e}"))?;
+    let text = String::from_utf8_lossy(&r.body).trim().to_string();
+    if r.status != 200 {
+        return Err(format!("POST /stop_profile answered {}: {text}", r.status));
+    }
+    let named = serde_json::from_str::<serde_json::Value>(&text).ok().and_then(|v| v["trace_path"].as_str().map(PathBuf::from));
+    if let Some(p) = named {
+        return Ok(p);
+    }
+    newest_trace(dir).ok_or_else(|| {
+        format!(
+            "the server stopped profiling ({text}) but no *.trace.json* is readable under {} here: look there on the server's machine",
+            dir.display()
+        )
+    })
+}
+
+fn newest_trace(dir: &Path) -> Option<PathBuf> {
+    std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().contains(".trace.json"))
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .max()
+        .map(|(_, p)| p)
+}
+
+/// Prints where the trace is and, when it is readable here, its analysis (to stderr when stdout
+/// carries a machine-readable document).
+pub fn report_captured(path: &Path, stdout_taken: bool) {
+    if stdout_taken {
+        crate::tell!("profile: the server wrote {} (analyse it with `servetune trace {}`)", path.display(), path.display());
+        return;
+    }
+    crate::say!("\nprofile: the server wrote {}", path.display());
+    if !path.is_file() {
+        crate::say!("  (not readable from this machine: copy it here and run `servetune trace {}`)", path.display());
+        return;
+    }
+    match analyze(path, 1.0) {
+        Ok(r) => {
+            let _ = emit(&r, None);
+        }
+        Err(f) => crate::tell!("warning: the captured trace could not be analysed: {}", f.msg),
+    }
+}

@@ -80,3 +80,96 @@ fn bad_traces_exit_2_with_the_reason() {
         assert!(err.contains(reason) && err.contains(&*file.to_string_lossy()), "{}: {err}", file.display());
     }
 }
+
+fn from_plan_sim(pairs: &str) -> crate::common::Sim {
+    let scenario = servetune_model::ScenarioSpec::parse_pairs("test", pairs).and_then(|s| s.build()).expect("plan");
+    let mut cfg = servetune_sim::SimConfig::new(servetune_sim::from_plan::profile(&scenario));
+    cfg.cost = Some(std::sync::Arc::new(servetune_sim::from_plan::PlanCost { scenario }));
+    crate::common::sim(cfg)
+}
+
+#[test]
+fn bench_profile_captures_a_sim_trace_attributed_as_the_sim_split_it() {
+    let s = from_plan_sim("model=llama-3.1-70b,gpu=h100-sxm,gpus=4");
+    let (code, out, err) = run(&[
+        "bench",
+        "-q",
+        "--url",
+        s.url(),
+        "--concurrency",
+        "8",
+        "--requests",
+        "24",
+        "--input-len",
+        "256",
+        "--output-len",
+        "24",
+        "--profile",
+        "30",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let path = out.lines().find_map(|l| l.strip_prefix("profile: the server wrote ")).expect("the trace's path").trim().to_string();
+    assert!(out.contains("steps found by StepAnnotations") && out.contains("AllReduce      Ring/Ll"), "{out}");
+    let trace: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).expect("trace")).expect("json");
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(trace["servetune_sim"]["steps"], 30);
+    let sim = &trace["servetune_sim"]["split_ms"];
+    let dir = tempfile::tempdir().expect("tmp");
+    let copy = dir.path().join("t.json");
+    std::fs::write(&copy, serde_json::to_vec(&trace).expect("json")).expect("write");
+    let (code, doc, err) = run(&["trace", &copy.to_string_lossy(), "--json", "-"]);
+    assert_eq!(code, 0, "{err}");
+    let doc: serde_json::Value = serde_json::from_str(&doc).expect("json");
+    // Totals over both phases: mean per step times steps.
+    let total = |f: &dyn Fn(&serde_json::Value) -> f64| -> f64 {
+        doc["phases"].as_array().expect("phases").iter().map(|p| f(p) * p["steps"].as_f64().expect("steps")).sum()
+    };
+    let cat = |name: &'static str| {
+        move |p: &serde_json::Value| {
+            p["categories"].as_array().expect("cats").iter().find(|c| c["category"] == name).map_or(0.0, |c| c["ms"].as_f64().expect("ms"))
+        }
+    };
+    for (measured, key) in [
+        (total(&cat("dense_gemm")), "matmul_ms"),
+        (total(&cat("attention")), "attention_ms"),
+        (total(&cat("nccl")), "communication_ms"),
+        (total(&|p| p["idle_ms"].as_f64().expect("idle")), "overhead_ms"),
+    ] {
+        let truth = sim[key].as_f64().expect("sim split");
+        assert!((measured - truth).abs() <= 0.02 * truth, "{key}: measured {measured} against the sim's {truth}");
+    }
+}
+
+#[test]
+fn a_sim_trace_against_its_own_plan_matches_within_a_few_points() {
+    let s = from_plan_sim("model=llama-3.1-70b,gpu=h100-sxm,gpus=4");
+    let (code, out, err) = run(&[
+        "bench",
+        "-q",
+        "--url",
+        s.url(),
+        "--concurrency",
+        "16",
+        "--requests",
+        "48",
+        "--input-len",
+        "256",
+        "--output-len",
+        "32",
+        "--profile",
+        "40",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let path = out.lines().find_map(|l| l.strip_prefix("profile: the server wrote ")).expect("the trace's path").trim().to_string();
+    let (code, doc, err) =
+        run(&["trace", &path, "--vs-plan", "model=llama-3.1-70b,gpu=h100-sxm,gpus=4", "--concurrency", "16", "--json", "-"]);
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(code, 0, "{err}");
+    let doc: serde_json::Value = serde_json::from_str(&doc).expect("json");
+    for row in doc["comparison"]["rows"].as_array().expect("rows") {
+        let (p, m) = (row["predicted_pct"].as_f64().expect("pct"), row["measured_pct"].as_f64().expect("pct"));
+        // Decode steps run at the batch the bench holds (16, less as requests finish), so the split
+        // follows the plan's at 16 closely but not exactly.
+        assert!((p - m).abs() < 5.0, "{}: predicted {p}% measured {m}%", row["term"]);
+    }
+}

@@ -61,7 +61,7 @@ pub struct StepRecord {
     pub start_us: f64,
     /// The step's split.
     pub split: Split,
-    /// Whether the step prefilled prompt tokens (and decoded none).
+    /// Whether the step prefilled prompt tokens (alone, or mixed with decodes: an "extend" step).
     pub prefill: bool,
 }
 
@@ -156,7 +156,7 @@ impl Recorder {
             return;
         }
         let start_us = start.saturating_duration_since(r.t0).as_secs_f64() * 1e6;
-        r.steps.push(StepRecord { start_us, split: split(), prefill: batch.prefill_tokens > 0 && batch.decode_batch == 0 });
+        r.steps.push(StepRecord { start_us, split: split(), prefill: batch.prefill_tokens > 0 });
         r.remaining = r.remaining.map(|n| n - 1);
     }
 
