@@ -214,3 +214,77 @@ pub fn split(t: &Timeline, windows: &[(Window, PhaseSource)]) -> (Vec<StepStat>,
     outside += (t.kernels.len() - ki) as u64;
     (out, outside)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Kernel, StepMark};
+
+    /// A timeline of kernels given as (start, end, name index, correlation).
+    fn timeline(names: &[&str], ks: &[(f64, f64, u32, i64)]) -> Timeline {
+        let mut t = Timeline {
+            names: names.iter().map(|s| s.to_string()).collect(),
+            categories: names.iter().map(|n| crate::classify(n)).collect(),
+            ..Timeline::default()
+        };
+        t.kernels = ks.iter().map(|&(start, end, name, correlation)| Kernel { start, end, name, stream: 7, correlation }).collect();
+        t
+    }
+
+    #[test]
+    fn idle_gaps_cut_steps_and_a_long_step_is_prefill() {
+        let t = timeline(&["nvjet_gemm"], &[(0.0, 100.0, 0, 1), (150.0, 200.0, 0, 2), (2000.0, 2100.0, 0, 3), (4000.0, 5000.0, 0, 4)]);
+        let (seg, w) = segment(&t, 1000.0);
+        assert_eq!(seg, Segmentation::IdleGaps);
+        let phases: Vec<_> = w.iter().map(|(w, _)| w.phase).collect();
+        assert_eq!(phases, [Some(Phase::Decode), Some(Phase::Decode), Some(Phase::Prefill)]);
+        let (stats, outside) = split(&t, &w);
+        assert_eq!(outside, 0);
+        // Step 1 spans 0..200 with 150 us busy: the 50 us between kernels is idle.
+        assert!((stats[0].ms - 0.2).abs() < 1e-12 && (stats[0].busy_ms - 0.15).abs() < 1e-12);
+    }
+
+    #[test]
+    fn graph_launches_make_decode_steps_and_eager_kernels_prefill() {
+        let mut t = timeline(
+            &["nvjet_gemm", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "flash_fwd_kernel"],
+            &[(0.0, 50.0, 0, 10), (50.0, 60.0, 1, 10), (65.0, 70.0, 0, -1), (500.0, 550.0, 0, 11), (5000.0, 9000.0, 2, 99)],
+        );
+        t.graph_launches = vec![10, 11];
+        let (seg, w) = segment(&t, 100.0);
+        assert_eq!(seg, Segmentation::CudaGraphs);
+        let got: Vec<_> = w.iter().map(|(w, s)| (w.start, w.end, w.phase, *s)).collect();
+        assert_eq!(
+            got,
+            [
+                (0.0, 70.0, Some(Phase::Decode), PhaseSource::CudaGraph),
+                (500.0, 550.0, Some(Phase::Decode), PhaseSource::CudaGraph),
+                (5000.0, 9000.0, Some(Phase::Prefill), PhaseSource::CudaGraph),
+            ]
+        );
+        let (stats, _) = split(&t, &w);
+        assert_eq!(stats[0].nccl_calls, 1);
+        assert!((stats[0].category_ms[Category::Nccl.index()] - 0.01).abs() < 1e-12);
+    }
+
+    #[test]
+    fn overlapping_streams_are_counted_once_and_reported() {
+        let mut t = timeline(&["nvjet_gemm", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"], &[(0.0, 100.0, 0, 1), (50.0, 150.0, 1, 2)]);
+        t.marks = vec![StepMark { start: 0.0, end: 200.0, phase: Some(Phase::Decode) }];
+        let (seg, w) = segment(&t, 1000.0);
+        assert_eq!(seg, Segmentation::StepAnnotations);
+        let (stats, _) = split(&t, &w);
+        let s = &stats[0];
+        assert!((s.busy_ms - 0.15).abs() < 1e-12, "{}", s.busy_ms);
+        assert!((s.kernel_ms - s.busy_ms - 0.05).abs() < 1e-12, "overlap {}", s.kernel_ms - s.busy_ms);
+        assert!((s.ms - s.busy_ms - 0.05).abs() < 1e-12, "idle {}", s.ms - s.busy_ms);
+    }
+
+    #[test]
+    fn step_annotation_names_give_the_phase() {
+        assert_eq!(step_phase("decode_step"), Some(Some(Phase::Decode)));
+        assert_eq!(step_phase("ForwardMode.EXTEND"), Some(Some(Phase::Prefill)));
+        assert_eq!(step_phase("execute_model"), Some(None));
+        assert_eq!(step_phase("aten::mm"), None);
+    }
+}

@@ -13,7 +13,7 @@ fn steps(cost: &PlanCost) -> Vec<StepRecord> {
     let mut out = Vec::new();
     let mut t = 1000.0;
     for i in 0..200u32 {
-        let b = if i % 20 == 0 {
+        let b = if i.is_multiple_of(20) {
             StepBatch { prefill_tokens: 2048, decode_batch: 0, context_tokens: 2048 }
         } else {
             StepBatch { prefill_tokens: 0, decode_batch: 16, context_tokens: 16 * 1500 }
