@@ -7,6 +7,7 @@ pub mod compare;
 pub mod read;
 pub mod render;
 pub mod report;
+pub mod scan;
 pub mod steps;
 
 use std::collections::HashMap;
@@ -119,12 +120,12 @@ impl Timeline {
         Ok(t)
     }
 
-    fn add(&mut self, index: &mut HashMap<String, u32>, e: RawEvent) {
+    fn add(&mut self, index: &mut HashMap<String, u32>, e: RawEvent<'_>) {
         let complete = e.ph.is_none_or(|p| p == Ph::Complete);
         let (Some(ts), dur) = (e.ts, e.dur.unwrap_or(0.0)) else { return };
         match e.cat {
             EventCat::Kernel | EventCat::Memcpy | EventCat::Memset if complete && dur >= 0.0 => {
-                let name = self.intern(index, e.name, e.cat);
+                let name = self.intern(index, &e.name, e.cat);
                 let device = e.args.device.unwrap_or(e.pid).0;
                 let stream = e.args.stream.unwrap_or(e.tid).0;
                 self.kernels.push(Kernel {
@@ -151,18 +152,18 @@ impl Timeline {
         }
     }
 
-    fn intern(&mut self, index: &mut HashMap<String, u32>, name: String, cat: EventCat) -> u32 {
-        if let Some(i) = index.get(&name) {
+    fn intern(&mut self, index: &mut HashMap<String, u32>, name: &str, cat: EventCat) -> u32 {
+        if let Some(i) = index.get(name) {
             return *i;
         }
         let i = self.names.len() as u32;
         let category = match cat {
             EventCat::Memcpy | EventCat::Memset => Category::MemcpyMemset,
-            _ => classify(&name),
+            _ => classify(name),
         };
         self.categories.push(category);
-        self.names.push(name.clone());
-        index.insert(name, i);
+        self.names.push(name.to_string());
+        index.insert(name.to_string(), i);
         i
     }
 

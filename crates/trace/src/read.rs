@@ -1,15 +1,17 @@
 //! Streams a PyTorch profiler (Kineto) Chrome-trace JSON, plain or gzipped, one `traceEvents`
-//! entry at a time: the whole document is never held, so memory follows the kernels kept, not
-//! the file size.
+//! entry at a time (by [`crate::scan`]): the whole document is never held, so memory follows the
+//! kernels kept, not the file size.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::fs::File;
 use std::io::{BufReader, Read};
 use std::path::Path;
 
-use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 
+use crate::scan::{scan, ScanError};
 use crate::TraceError;
 
 /// What an event is, from its `cat` field (only the kinds the analysis uses are told apart).
@@ -101,9 +103,9 @@ pub struct EventArgs {
     pub device: Option<Id>,
 }
 
-/// One `traceEvents` entry, the fields used.
+/// One `traceEvents` entry, the fields used (the name borrowed from the read buffer).
 #[derive(Debug, Clone, Default, Deserialize)]
-pub struct RawEvent {
+pub struct RawEvent<'a> {
     /// Phase: "X" for a complete event with a duration.
     #[serde(default)]
     pub ph: Option<Phase>,
@@ -111,8 +113,8 @@ pub struct RawEvent {
     #[serde(default)]
     pub cat: EventCat,
     /// Kernel or range name.
-    #[serde(default)]
-    pub name: String,
+    #[serde(default, borrow)]
+    pub name: Cow<'a, str>,
     /// Start, us.
     #[serde(default)]
     pub ts: Option<f64>,
@@ -165,101 +167,38 @@ pub struct ReadStats {
 }
 
 /// Calls `sink` with every event of the trace at `path`, in file order.
-pub fn for_each_event(path: &Path, sink: &mut dyn FnMut(RawEvent)) -> Result<ReadStats, TraceError> {
+pub fn for_each_event(path: &Path, sink: &mut dyn FnMut(RawEvent<'_>)) -> Result<ReadStats, TraceError> {
     let file = File::open(path).map_err(|e| TraceError::Open { path: path.display().to_string(), source: e })?;
-    let mut buf = BufReader::with_capacity(1 << 20, file);
-    let mut magic = [0u8; 2];
+    let mut buf = BufReader::with_capacity(1 << 16, file);
     let gz = {
         use std::io::BufRead;
         let head = buf.fill_buf().map_err(|e| TraceError::Open { path: path.display().to_string(), source: e })?;
-        if head.len() >= 2 {
-            magic.copy_from_slice(&head[..2]);
-        }
-        magic == [0x1f, 0x8b]
+        head.starts_with(&[0x1f, 0x8b])
     };
-    let reader: Box<dyn Read> =
-        if gz { Box::new(BufReader::with_capacity(1 << 20, flate2::read::MultiGzDecoder::new(buf))) } else { Box::new(buf) };
-    read_events(reader, sink).map_err(|e| classify_error(path, gz, &e))
+    let reader: Box<dyn Read> = if gz { Box::new(flate2::read::MultiGzDecoder::new(buf)) } else { Box::new(buf) };
+    read_events(reader, sink).map_err(|e| classify_error(path, gz, e))
 }
 
 /// Streams events out of any reader (exposed for tests).
-pub fn read_events(reader: impl Read, sink: &mut dyn FnMut(RawEvent)) -> Result<ReadStats, serde_json::Error> {
-    let mut de = serde_json::Deserializer::from_reader(reader);
-    let mut stats = ReadStats::default();
-    TopSeed { sink, stats: &mut stats }.deserialize(&mut de)?;
-    de.end()?;
-    Ok(stats)
+pub fn read_events(reader: impl Read, sink: &mut dyn FnMut(RawEvent<'_>)) -> Result<ReadStats, ScanError> {
+    let found = scan(reader, &mut |bytes| {
+        let ev: RawEvent<'_> =
+            serde_json::from_slice(bytes).map_err(|e| ScanError::Syntax(format!("a traceEvents entry is not an event object: {e}")))?;
+        sink(ev);
+        Ok(())
+    })?;
+    Ok(ReadStats { events: found.events, had_events: found.had_events })
 }
 
-fn classify_error(path: &Path, gz: bool, e: &serde_json::Error) -> TraceError {
+fn classify_error(path: &Path, gz: bool, e: ScanError) -> TraceError {
     let path = path.display().to_string();
-    if e.is_io() {
-        let what = if gz { "the gzip stream is truncated or corrupt" } else { "the file could not be read" };
-        TraceError::Truncated { path, reason: format!("{what} ({e})") }
-    } else if e.is_eof() {
-        TraceError::Truncated { path, reason: format!("the JSON ends early ({e})") }
-    } else {
-        TraceError::NotATrace { path, reason: format!("not Chrome-trace JSON: {e}") }
-    }
-}
-
-struct TopSeed<'a> {
-    sink: &'a mut dyn FnMut(RawEvent),
-    stats: &'a mut ReadStats,
-}
-
-impl<'de> DeserializeSeed<'de> for TopSeed<'_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for TopSeed<'_> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a JSON object with a traceEvents array, or an array of events")
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<(), A::Error> {
-        self.stats.had_events = true;
-        EventsSeed { sink: self.sink, stats: self.stats }.visit_seq(seq)
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        while let Some(key) = map.next_key::<String>()? {
-            if key == "traceEvents" {
-                self.stats.had_events = true;
-                map.next_value_seed(EventsSeed { sink: &mut *self.sink, stats: &mut *self.stats })?;
-            } else {
-                map.next_value::<IgnoredAny>()?;
-            }
+    match e {
+        ScanError::Io(e) => {
+            let what = if gz { "the gzip stream is truncated or corrupt" } else { "the file could not be read" };
+            TraceError::Truncated { path, reason: format!("{what} ({e})") }
         }
-        Ok(())
-    }
-}
-
-struct EventsSeed<'a> {
-    sink: &'a mut dyn FnMut(RawEvent),
-    stats: &'a mut ReadStats,
-}
-
-impl<'de> DeserializeSeed<'de> for EventsSeed<'_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_seq(self)
-    }
-}
-
-impl<'de> Visitor<'de> for EventsSeed<'_> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("an array of trace events")
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        while let Some(ev) = seq.next_element::<RawEvent>()? {
-            self.stats.events += 1;
-            (self.sink)(ev);
-        }
-        Ok(())
+        ScanError::Eof => TraceError::Truncated { path, reason: "the JSON ends before its last value closes".into() },
+        ScanError::Syntax(what) => TraceError::NotATrace { path, reason: format!("not Chrome-trace JSON: {what}") },
     }
 }
 
@@ -274,18 +213,16 @@ mod tests {
             {"ph":"M","name":"process_name","pid":0,"tid":0,"args":{"name":"GPU 0"}}
         ],"traceName":"x"}"#;
         let mut seen = Vec::new();
-        let stats = read_events(&doc[..], &mut |e| seen.push(e)).expect("reads");
+        let stats = read_events(&doc[..], &mut |e| seen.push((e.cat, e.args.correlation, e.ts, e.ph, e.name.into_owned()))).expect("reads");
         assert_eq!(stats.events, 2);
-        assert_eq!(seen[0].cat, EventCat::Kernel);
-        assert_eq!(seen[0].args.correlation, Some(5));
-        assert_eq!(seen[0].ts, Some(10.5));
-        assert_eq!(seen[1].ph, Some(Phase::Other));
+        assert_eq!(seen[0], (EventCat::Kernel, Some(5), Some(10.5), Some(Phase::Complete), "k1".to_string()));
+        assert_eq!(seen[1].3, Some(Phase::Other));
     }
 
     #[test]
     fn a_truncated_document_is_an_eof_error() {
         let doc = br#"{"traceEvents":[{"ph":"X","cat":"kernel","name":"k1","ts":1,"dur":2},"#;
         let err = read_events(&doc[..], &mut |_| {}).expect_err("truncated");
-        assert!(err.is_eof(), "{err}");
+        assert!(matches!(err, ScanError::Eof), "{err:?}");
     }
 }
