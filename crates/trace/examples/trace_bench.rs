@@ -28,7 +28,7 @@ fn main() -> Result<(), String> {
     }
 }
 
-/// Writes about `mb` MB: the bytes of one step (drawn once, at a late timestamp), times the steps.
+/// Writes about `mb` MB of steps.
 fn write(path: &str, mb: f64) -> Result<(), String> {
     let scenario = servetune_model::ScenarioSpec::parse_pairs("bench", "model=llama-3.1-70b,gpu=h100-sxm,gpus=4")
         .and_then(|s| s.build())
@@ -41,10 +41,16 @@ fn write(path: &str, mb: f64) -> Result<(), String> {
             StepBatch { prefill_tokens: 0, decode_batch: 32, context_tokens: 32 * 1500 }
         }
     };
-    let one = cost.split(&step(1)).fitted(cost.step(&step(1)));
+    // One cycle of 20 steps (a prefill and 19 decodes), drawn at a late timestamp, sizes a step.
+    let cycle: Vec<StepRecord> = (0..20)
+        .map(|i| {
+            let b = step(i);
+            StepRecord { start_us: 2e9, split: cost.split(&b).fitted(cost.step(&b)), prefill: b.prefill_tokens > 0 }
+        })
+        .collect();
     let mut probe = Vec::new();
-    write_events(&mut probe, &[StepRecord { start_us: 1e9, split: one, prefill: false }], 4).map_err(|e| e.to_string())?;
-    let n = ((mb * 1e6) / probe.len() as f64).ceil() as u64;
+    write_events(&mut probe, &cycle, 4).map_err(|e| e.to_string())?;
+    let n = ((mb * 1e6) / (probe.len() as f64 / 20.0)).ceil() as u64;
     let mut t = 1e6;
     let steps: Vec<StepRecord> = (0..n)
         .map(|i| {

@@ -120,7 +120,7 @@ pub fn compare(r: &TraceReport, predicted: Predicted) -> Option<Comparison> {
     })
     .collect();
     let worst = rows.iter().max_by(|a, b| (a.measured_pct - a.predicted_pct).abs().total_cmp(&(b.measured_pct - b.predicted_pct).abs()))?;
-    let summary = format!(
+    let mut summary = format!(
         "{} takes {:.0}% measured against {:.0}% predicted ({:.2} ms against {:.2} ms per decode step)",
         capitalized(worst.term.words()),
         worst.measured_pct,
@@ -128,8 +128,16 @@ pub fn compare(r: &TraceReport, predicted: Predicted) -> Option<Comparison> {
         worst.measured_ms,
         worst.predicted_ms
     );
+    if (worst.measured_pct - worst.predicted_pct).abs() < AGREE_POINTS {
+        summary =
+            format!("the split agrees with the prediction within {AGREE_POINTS:.0} points of the step; closest to a mismatch: {summary}");
+    }
     Some(Comparison { measured_step_ms: p.mean_ms, largest_mismatch: worst.term, summary, rows, predicted })
 }
+
+/// Shares closer than this (percentage points of the step) are called agreeing: a trace's
+/// step-to-step variation alone moves a term's share by about a point.
+pub const AGREE_POINTS: f64 = 2.0;
 
 fn share(ms: f64, step: f64) -> f64 {
     if step > 0.0 {
