@@ -58,49 +58,12 @@ impl<'de> Deserialize<'de> for EventCat {
     }
 }
 
-/// A number or a string id (`pid`/`tid` are either), reduced to an integer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Id(pub i64);
-
-impl<'de> Deserialize<'de> for Id {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = Id;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a number or string id")
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Id, E> {
-                Ok(Id(v))
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Id, E> {
-                Ok(Id(i64::try_from(v).unwrap_or(i64::MAX)))
-            }
-            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Id, E> {
-                Ok(Id(v as i64))
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<Id, E> {
-                // A named thread ("stream 7", "7"): the digits it carries, or a stable hash.
-                let digits: String = s.chars().filter(char::is_ascii_digit).collect();
-                Ok(Id(digits.parse().unwrap_or_else(|_| s.bytes().fold(0i64, |h, b| h.wrapping_mul(31).wrapping_add(b as i64)))))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
 /// The `args` of an event, only the fields used.
 #[derive(Debug, Clone, Copy, Default, Deserialize)]
 pub struct EventArgs {
     /// Links a kernel to the runtime call that launched it.
     #[serde(default)]
     pub correlation: Option<i64>,
-    /// The CUDA stream a kernel ran on.
-    #[serde(default)]
-    pub stream: Option<Id>,
-    /// The GPU a kernel ran on.
-    #[serde(default)]
-    pub device: Option<Id>,
 }
 
 /// One `traceEvents` entry, the fields used (the name borrowed from the read buffer).
@@ -121,12 +84,6 @@ pub struct RawEvent<'a> {
     /// Duration, us.
     #[serde(default)]
     pub dur: Option<f64>,
-    /// Process (GPU index for device events).
-    #[serde(default)]
-    pub pid: Id,
-    /// Thread (stream for device events).
-    #[serde(default)]
-    pub tid: Id,
     /// Extra fields.
     #[serde(default)]
     pub args: EventArgs,

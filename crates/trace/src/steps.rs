@@ -227,7 +227,7 @@ mod tests {
             categories: names.iter().map(|n| crate::classify(n)).collect(),
             ..Timeline::default()
         };
-        t.kernels = ks.iter().map(|&(start, end, name, correlation)| Kernel { start, end, name, stream: 7, correlation }).collect();
+        t.kernels = ks.iter().map(|&(start, end, name, correlation)| Kernel { start, end, correlation, name }).collect();
         t
     }
 
