@@ -173,3 +173,28 @@ fn a_sim_trace_against_its_own_plan_matches_within_a_few_points() {
         assert!((p - m).abs() < 5.0, "{}: predicted {p}% measured {m}%", row["term"]);
     }
 }
+
+#[test]
+fn vs_plan_json_gives_the_same_comparison_as_vs_plan() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let plan = dir.path().join("plan.json");
+    let plan_s = plan.to_string_lossy().to_string();
+    let (code, _, err) =
+        run(&["plan", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--gpus", "4", "--concurrency", "8,16", "--json", &plan_s]);
+    assert_eq!(code, 0, "{err}");
+    let f = hta("sampled_rank-0.json.gz");
+    let f = f.to_string_lossy();
+    let rows = |args: &[&str]| {
+        let (code, out, err) = run(&[&["trace", &f, "--json", "-"], args].concat());
+        assert_eq!(code, 0, "{err}");
+        let doc: serde_json::Value = serde_json::from_str(&out).expect("json");
+        doc["comparison"]["rows"].clone()
+    };
+    let from_json = rows(&["--vs-plan-json", &plan_s, "--concurrency", "16"]);
+    assert!(from_json.as_array().is_some_and(|r| r.len() == 5), "{from_json}");
+    assert_eq!(from_json, rows(&["--vs-plan", "model=llama-3.1-70b,gpu=h100-sxm,gpus=4", "--concurrency", "16"]));
+    // Two points and no --concurrency: which one is ambiguous.
+    let (code, _, err) = run(&["trace", &f, "--vs-plan-json", &plan_s]);
+    assert_eq!(code, 2);
+    assert!(err.contains("2 points: pick one with --concurrency"), "{err}");
+}
