@@ -18,8 +18,8 @@ fn trace_prints_the_split_nccl_calls_and_unknown_kernels() {
     let f = hta("nccl_data.json.gz");
     let (code, out, err) = run(&["trace", &f.to_string_lossy()]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("AllReduce      Ring/Ll: 15 calls"), "{out}");
-    assert!(out.contains("Broadcast      Ring/Ll: 6 calls"), "{out}");
+    assert!(out.contains("AllReduce      RING/LL: 15 calls"), "{out}");
+    assert!(out.contains("Broadcast      RING/LL: 6 calls"), "{out}");
     assert!(out.contains("kernels no rule knew (category other)") && out.contains("nchwToNhwcKernel"), "{out}");
     assert!(out.contains("idle (host overhead)") && out.contains("median"), "{out}");
 }
@@ -109,7 +109,7 @@ fn bench_profile_captures_a_sim_trace_attributed_as_the_sim_split_it() {
     ]);
     assert_eq!(code, 0, "{err}");
     let path = out.lines().find_map(|l| l.strip_prefix("profile: the server wrote ")).expect("the trace's path").trim().to_string();
-    assert!(out.contains("steps found by StepAnnotations") && out.contains("AllReduce      Ring/Ll"), "{out}");
+    assert!(out.contains("steps found by the engine's step annotations") && out.contains("AllReduce      RING/LL"), "{out}");
     let trace: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).expect("trace")).expect("json");
     let _ = std::fs::remove_file(&path);
     assert_eq!(trace["servetune_sim"]["steps"], 30);

@@ -124,6 +124,21 @@ pub enum NcclAlgo {
     Unknown,
 }
 
+impl NcclAlgo {
+    /// The name as NCCL writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            NcclAlgo::Ring => "RING",
+            NcclAlgo::Tree => "TREE",
+            NcclAlgo::Nvls => "NVLS",
+            NcclAlgo::NvlsTree => "NVLSTREE",
+            NcclAlgo::Collnet => "COLLNET",
+            NcclAlgo::Pat => "PAT",
+            NcclAlgo::Unknown => "?",
+        }
+    }
+}
+
 /// NCCL's wire protocol, from a kernel name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -136,6 +151,18 @@ pub enum NcclProto {
     Simple,
     /// Not in the name.
     Unknown,
+}
+
+impl NcclProto {
+    /// The name as NCCL writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            NcclProto::Ll => "LL",
+            NcclProto::Ll128 => "LL128",
+            NcclProto::Simple => "SIMPLE",
+            NcclProto::Unknown => "?",
+        }
+    }
 }
 
 /// What an NCCL kernel name says.

@@ -3,6 +3,30 @@
 use std::io::{self, Write};
 
 use crate::report::TraceReport;
+use crate::steps::{Phase, PhaseSource, Segmentation};
+
+fn segmentation(s: Segmentation) -> &'static str {
+    match s {
+        Segmentation::StepAnnotations => "the engine's step annotations",
+        Segmentation::CudaGraphs => "CUDA graph launches",
+        Segmentation::IdleGaps => "idle gaps",
+    }
+}
+
+fn phase(p: Phase) -> &'static str {
+    match p {
+        Phase::Prefill => "prefill",
+        Phase::Decode => "decode",
+    }
+}
+
+fn source(s: PhaseSource) -> &'static str {
+    match s {
+        PhaseSource::Annotation => "annotation name",
+        PhaseSource::CudaGraph => "graph-launched or eager",
+        PhaseSource::Duration => "duration against the median",
+    }
+}
 
 fn short(name: &str, n: usize) -> String {
     if name.chars().count() <= n {
@@ -20,13 +44,18 @@ pub fn terminal(r: &TraceReport, w: &mut impl Write) -> io::Result<()> {
         "  {} events, {} on the GPU: {:.2} ms of kernels, {:.2} ms busy (overlap counted once) over {:.2} ms",
         r.events, r.gpu_events, r.kernel_ms, r.busy_ms, r.span_ms
     )?;
-    writeln!(w, "  steps found by {:?} ({} GPU events outside steps)", r.segmentation, r.events_outside_steps)?;
+    writeln!(w, "  steps found by {} ({} GPU events outside steps)", segmentation(r.segmentation), r.events_outside_steps)?;
     for p in &r.phases {
         writeln!(w)?;
         writeln!(
             w,
-            "{:?}: {} steps (phase by {:?}), median {:.3} ms, p90 {:.3} ms, mean {:.3} ms",
-            p.phase, p.steps, p.phase_source, p.median_ms, p.p90_ms, p.mean_ms
+            "{}: {} steps (phase by {}), median {:.3} ms, p90 {:.3} ms, mean {:.3} ms",
+            phase(p.phase),
+            p.steps,
+            source(p.phase_source),
+            p.median_ms,
+            p.p90_ms,
+            p.mean_ms
         )?;
         for c in &p.categories {
             writeln!(w, "  {:<22} {:>9.3} ms {:>6.1}%", c.category.name(), c.ms, c.pct)?;
@@ -48,8 +77,13 @@ pub fn terminal(r: &TraceReport, w: &mut impl Write) -> io::Result<()> {
         for n in &r.nccl {
             writeln!(
                 w,
-                "  {:<14} {:?}/{:?}: {} calls, mean {:.1} us, {:.3} ms",
-                n.collective, n.algorithm, n.protocol, n.count, n.mean_us, n.total_ms
+                "  {:<14} {}/{}: {} calls, mean {:.1} us, {:.3} ms",
+                n.collective,
+                n.algorithm.name(),
+                n.protocol.name(),
+                n.count,
+                n.mean_us,
+                n.total_ms
             )?;
         }
     }

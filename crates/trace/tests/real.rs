@@ -105,3 +105,12 @@ fn a_trace_without_gpu_events_is_refused() {
     let err = analyze(&data("rank_non_gpu.json.gz"), 1.0).expect_err("no GPU events");
     assert!(matches!(err, TraceError::NoGpuEvents { .. }), "{err}");
 }
+
+#[test]
+fn terminal_view_of_the_a100_trace() {
+    let mut r = analyze(&data("nccl_data.json.gz"), 1.0).expect("analyses");
+    r.file = "nccl_data.json.gz".into();
+    let mut out = Vec::new();
+    servetune_trace::render::terminal(&r, &mut out).expect("renders");
+    insta::assert_snapshot!(String::from_utf8(out).expect("utf8"));
+}
