@@ -510,9 +510,9 @@ pub fn run(a: BenchArgs) -> Result<(), Failure> {
                 crate::trace_cmd::start_profile(&prepared.client, n, &profile_dir)
                     .await
                     .map_err(|e| crate::tell!("warning: --profile: {e}; the run goes on without a trace"))
-                    .is_ok()
+                    .ok()
             }
-            None => false,
+            None => None,
         };
         let progress = Arc::new(Progress::default());
         let observer = outputs.records.clone().map(|r| r as Arc<dyn SweepObserver>);
@@ -521,11 +521,11 @@ pub fn run(a: BenchArgs) -> Result<(), Failure> {
         let out = sweep::run(&prepared, &ctl, a.definitions.map(Into::into)).await;
         crate::progress::finish(bar);
         let trace = match profiling {
-            true => crate::trace_cmd::stop_profile(&prepared.client, &profile_dir)
+            Some(since) => crate::trace_cmd::stop_profile(&prepared.client, &profile_dir, since)
                 .await
                 .map_err(|e| crate::tell!("warning: --profile: {e}"))
                 .ok(),
-            false => None,
+            None => None,
         };
         let sig = signal.lock().ok().and_then(|s| *s);
         Ok::<(Outcome, Option<StopSignal>, Option<PathBuf>), Failure>((out, sig, trace))

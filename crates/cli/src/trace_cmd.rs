@@ -3,6 +3,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 use clap::Args;
 use servetune_trace::{Predicted, TraceError, TraceReport};
@@ -147,8 +148,10 @@ fn from_plan_json(path: &Path, concurrency: Option<u32>) -> Result<Predicted, Fa
 const PROFILE_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// `bench --profile N`: asks the server to record `steps` engine steps into `dir` (POST
-/// /start_profile, sglang's shape). An error says why, for a warning: the run goes on without.
-pub async fn start_profile(client: &servetune_bench::client::HttpClient, steps: u64, dir: &Path) -> Result<(), String> {
+/// /start_profile, sglang's shape); returns when it asked, to tell its trace from older ones.
+/// An error says why, for a warning: the run goes on without.
+pub async fn start_profile(client: &servetune_bench::client::HttpClient, steps: u64, dir: &Path) -> Result<SystemTime, String> {
+    let asked = SystemTime::now();
     let body = serde_json::json!({"output_dir": dir.display().to_string(), "num_steps": steps});
     let r = client
         .simple(http::Method::POST, "/start_profile", bytes::Bytes::from(body.to_string()), PROFILE_LIMIT)
@@ -157,25 +160,28 @@ pub async fn start_profile(client: &servetune_bench::client::HttpClient, steps: 
     if r.status != 200 {
         return Err(format!("POST /start_profile answered {}: {}", r.status, String::from_utf8_lossy(&r.body).trim()));
     }
-    Ok(())
+    Ok(asked)
 }
 
 /// Stops the server's profiler; returns the trace it wrote: the path the answer names (the
-/// simulator's), else the newest `*.trace.json*` in `dir` when this machine can read it (sglang's).
-pub async fn stop_profile(client: &servetune_bench::client::HttpClient, dir: &Path) -> Result<PathBuf, String> {
+/// simulator's), else the newest `*.trace.json*` written in `dir` since `since`, when this machine
+/// can read it (sglang's).
+pub async fn stop_profile(client: &servetune_bench::client::HttpClient, dir: &Path, since: SystemTime) -> Result<PathBuf, String> {
     let r = client
         .simple(http::Method::POST, "/stop_profile", bytes::Bytes::new(), PROFILE_LIMIT)
         .await
         .map_err(|e| format!("POST /stop_profile failed: {e}"))?;
     let text = String::from_utf8_lossy(&r.body).trim().to_string();
     if r.status != 200 {
-        return Err(format!("POST /stop_profile answered {}: {text}", r.status));
+        // sglang stops by itself after num_steps and then refuses /stop_profile; the trace is
+        // written all the same.
+        return newest_trace(dir, since).ok_or_else(|| format!("POST /stop_profile answered {}: {text}", r.status));
     }
     let named = serde_json::from_str::<serde_json::Value>(&text).ok().and_then(|v| v["trace_path"].as_str().map(PathBuf::from));
     if let Some(p) = named {
         return Ok(p);
     }
-    newest_trace(dir).ok_or_else(|| {
+    newest_trace(dir, since).ok_or_else(|| {
         format!(
             "the server stopped profiling ({text}) but no *.trace.json* is readable under {} here: look there on the server's machine",
             dir.display()
@@ -183,12 +189,13 @@ pub async fn stop_profile(client: &servetune_bench::client::HttpClient, dir: &Pa
     })
 }
 
-fn newest_trace(dir: &Path) -> Option<PathBuf> {
+fn newest_trace(dir: &Path, since: SystemTime) -> Option<PathBuf> {
     std::fs::read_dir(dir)
         .ok()?
         .filter_map(Result::ok)
         .filter(|e| e.file_name().to_string_lossy().contains(".trace.json"))
         .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .filter(|(t, _)| *t >= since)
         .max()
         .map(|(_, p)| p)
 }
