@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::classify::{parse_nccl, NcclAlgo, NcclProto};
 use crate::compare::Comparison;
 use crate::steps::{segment, split, Phase, PhaseSource, Segmentation, StepStat};
-use crate::{union_len, Category, Timeline, TraceError};
+use crate::{union_sorted, Category, Timeline, TraceError};
 
 /// The schema name and major version of the JSON document.
 pub const SCHEMA: &str = "servetune.trace/1";
@@ -153,7 +153,6 @@ pub fn report(t: &Timeline, file: &str, gap_ms: f64) -> TraceReport {
     let (top, other, nccl) = kernel_tables(t);
     let start = t.kernels.iter().map(|k| k.start).fold(f64::INFINITY, f64::min);
     let end = t.kernels.iter().map(|k| k.end).fold(f64::NEG_INFINITY, f64::max);
-    let mut all: Vec<(f64, f64)> = t.kernels.iter().map(|k| (k.start, k.end)).collect();
     TraceReport {
         schema: SCHEMA,
         schema_minor: SCHEMA_MINOR,
@@ -161,7 +160,7 @@ pub fn report(t: &Timeline, file: &str, gap_ms: f64) -> TraceReport {
         events: t.events,
         gpu_events: t.kernels.len() as u64,
         kernel_ms: t.kernels.iter().map(|k| k.end - k.start).sum::<f64>() / 1e3,
-        busy_ms: union_len(&mut all) / 1e3,
+        busy_ms: union_sorted(t.kernels.iter().map(|k| (k.start, k.end))) / 1e3,
         span_ms: (end - start).max(0.0) / 1e3,
         segmentation,
         gap_ms,
