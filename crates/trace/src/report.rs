@@ -152,15 +152,15 @@ pub fn report(t: &Timeline, file: &str, gap_ms: f64) -> TraceReport {
     }
     let (top, other, nccl) = kernel_tables(t);
     let start = t.kernels.iter().map(|k| k.start).fold(f64::INFINITY, f64::min);
-    let end = t.kernels.iter().map(|k| k.end).fold(f64::NEG_INFINITY, f64::max);
+    let end = t.kernels.iter().map(|k| k.end()).fold(f64::NEG_INFINITY, f64::max);
     TraceReport {
         schema: SCHEMA,
         schema_minor: SCHEMA_MINOR,
         file: file.to_string(),
         events: t.events,
         gpu_events: t.kernels.len() as u64,
-        kernel_ms: t.kernels.iter().map(|k| k.end - k.start).sum::<f64>() / 1e3,
-        busy_ms: union_sorted(t.kernels.iter().map(|k| (k.start, k.end))) / 1e3,
+        kernel_ms: t.kernels.iter().map(|k| k.dur as f64).sum::<f64>() / 1e3,
+        busy_ms: union_sorted(t.kernels.iter().map(|k| (k.start, k.end()))) / 1e3,
         span_ms: (end - start).max(0.0) / 1e3,
         segmentation,
         gap_ms,
@@ -218,7 +218,7 @@ fn kernel_tables(t: &Timeline) -> (Vec<KernelRow>, Vec<KernelRow>, Vec<NcclRow>)
     for k in &t.kernels {
         let e = &mut per_name[k.name as usize];
         e.0 += 1;
-        e.1 += k.end - k.start;
+        e.1 += k.dur as f64;
     }
     let total_us: f64 = per_name.iter().map(|p| p.1).sum();
     let mut rows: Vec<KernelRow> = per_name

@@ -92,7 +92,7 @@ pub fn segment(t: &Timeline, gap_us: f64) -> (Segmentation, Vec<(Window, PhaseSo
     } else if !t.graph_launches.is_empty() {
         (Segmentation::CudaGraphs, graph_windows(t, gap_us), PhaseSource::CudaGraph)
     } else {
-        (Segmentation::IdleGaps, gap_windows(t.kernels.iter().map(|k| (k.start, k.end)), gap_us, None), PhaseSource::Duration)
+        (Segmentation::IdleGaps, gap_windows(t.kernels.iter().map(|k| (k.start, k.end())), gap_us, None), PhaseSource::Duration)
     };
     let mut durs: Vec<f64> = windows.iter().map(|w| w.end - w.start).collect();
     durs.sort_by(f64::total_cmp);
@@ -128,9 +128,9 @@ fn graph_windows(t: &Timeline, gap_us: f64) -> Vec<Window> {
     let launches: HashSet<i64> = t.graph_launches.iter().copied().collect();
     let mut graphs: HashMap<i64, Window> = HashMap::new();
     for k in t.kernels.iter().filter(|k| launches.contains(&k.correlation)) {
-        let w = graphs.entry(k.correlation).or_insert(Window { start: k.start, end: k.end, phase: Some(Phase::Decode) });
+        let w = graphs.entry(k.correlation).or_insert(Window { start: k.start, end: k.end(), phase: Some(Phase::Decode) });
         w.start = w.start.min(k.start);
-        w.end = w.end.max(k.end);
+        w.end = w.end.max(k.end());
     }
     let mut windows: Vec<Window> = graphs.into_values().collect();
     windows.sort_by(|a, b| a.start.total_cmp(&b.start));
@@ -141,8 +141,8 @@ fn graph_windows(t: &Timeline, gap_us: f64) -> Vec<Window> {
             gi += 1;
         }
         match windows.get_mut(gi) {
-            Some(w) if w.start <= k.start && k.start <= w.end + gap_us => w.end = w.end.max(k.end),
-            _ => eager.push((k.start, k.end)),
+            Some(w) if w.start <= k.start && k.start <= w.end + gap_us => w.end = w.end.max(k.end()),
+            _ => eager.push((k.start, k.end())),
         }
     }
     windows.extend(gap_windows(eager.into_iter(), gap_us, Some(Phase::Prefill)));
@@ -186,7 +186,7 @@ pub fn split(t: &Timeline, windows: &[(Window, PhaseSource)]) -> (Vec<StepStat>,
         let (mut kernel_us, mut nccl_calls, mut nccl_us) = (0.0, 0u32, 0.0);
         while ki < t.kernels.len() && t.kernels[ki].start < w.end.max(w.start + f64::MIN_POSITIVE) {
             let k = &t.kernels[ki];
-            let iv = (k.start, k.end.min(w.end));
+            let iv = (k.start, k.end().min(w.end));
             let cat = t.category(k);
             per_cat[cat.index()].push(iv);
             all.push(iv);
@@ -227,7 +227,8 @@ mod tests {
             categories: names.iter().map(|n| crate::classify(n)).collect(),
             ..Timeline::default()
         };
-        t.kernels = ks.iter().map(|&(start, end, name, correlation)| Kernel { start, end, correlation, name }).collect();
+        t.kernels =
+            ks.iter().map(|&(start, end, name, correlation)| Kernel { start, dur: (end - start) as f32, correlation, name }).collect();
         t
     }
 
