@@ -63,6 +63,11 @@ impl From<DefsArg> for Definitions {
     after_help = "Examples:\n  servetune bench --url http://127.0.0.1:30000 --concurrency 1,8,64,256 --requests 200 --input-len 1024 --output-len 256 --json out.json\n  servetune bench --url http://127.0.0.1:8000 --rate 2,4,8 --arrival poisson --duration 60s --slo ttft:p99<2s,tpot:p90<50ms"
 )]
 pub struct BenchArgs {
+    /// Record N engine steps with the server's profiler during the run (POST /start_profile with
+    /// num_steps N, /stop_profile after; sglang and the simulator), then say where the trace is
+    /// and analyse it when this machine can read it
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub profile: Option<u64>,
     /// Base URL of the server, e.g. http://127.0.0.1:30000
     #[arg(long)]
     pub url: String,
@@ -498,16 +503,34 @@ pub fn run(a: BenchArgs) -> Result<(), Failure> {
             BenchError::Input(i) => Failure::usage(i.0),
             BenchError::Runtime(r) => Failure::runtime(r),
         })?;
+        let profile_dir = std::env::temp_dir().join("servetune-profile");
+        let profiling = match a.profile {
+            Some(n) => {
+                let _ = std::fs::create_dir_all(&profile_dir);
+                crate::trace_cmd::start_profile(&prepared.client, n, &profile_dir)
+                    .await
+                    .map_err(|e| crate::tell!("warning: --profile: {e}; the run goes on without a trace"))
+                    .ok()
+            }
+            None => None,
+        };
         let progress = Arc::new(Progress::default());
         let observer = outputs.records.clone().map(|r| r as Arc<dyn SweepObserver>);
         let ctl = Control { stopping, progress: Arc::clone(&progress), observer };
         let bar = crate::progress::spawn(progress, !a.quiet);
         let out = sweep::run(&prepared, &ctl, a.definitions.map(Into::into)).await;
         crate::progress::finish(bar);
+        let trace = match profiling {
+            Some(since) => crate::trace_cmd::stop_profile(&prepared.client, &profile_dir, since)
+                .await
+                .map_err(|e| crate::tell!("warning: --profile: {e}"))
+                .ok(),
+            None => None,
+        };
         let sig = signal.lock().ok().and_then(|s| *s);
-        Ok::<(Outcome, Option<StopSignal>), Failure>((out, sig))
+        Ok::<(Outcome, Option<StopSignal>, Option<PathBuf>), Failure>((out, sig, trace))
     });
-    let (outcome, signal) = ran.inspect_err(|_| outputs.discard(&a))?;
+    let (outcome, signal, trace) = ran.inspect_err(|_| outputs.discard(&a))?;
     rt.shutdown_timeout(std::time::Duration::from_millis(100));
     let rep = &outcome.report;
     let mut write_errors = Vec::new();
@@ -522,6 +545,9 @@ pub fn run(a: BenchArgs) -> Result<(), Failure> {
         }
     }
     write_errors.extend(outputs.write(&a, rep));
+    if let Some(t) = &trace {
+        crate::trace_cmd::report_captured(t, outputs.stdout_taken);
+    }
     if !write_errors.is_empty() {
         return Err(Failure::runtime(format!("could not write results: {}", write_errors.join("; "))));
     }

@@ -29,6 +29,7 @@ mod plan_cmd;
 mod probe_cmd;
 mod progress;
 mod sim_cmd;
+mod trace_cmd;
 
 use std::process::ExitCode;
 
@@ -56,6 +57,8 @@ enum Cmd {
     Plan(Box<plan_cmd::PlanArgs>),
     /// Run a simulated sglang/vLLM-compatible server
     Sim(Box<sim_cmd::SimArgs>),
+    /// Split a profiler trace's steps by kernel category, against the model's prediction
+    Trace(Box<trace_cmd::TraceArgs>),
     /// Run a tuning campaign: journal, experiments on real servers, next steps, questions
     Campaign(campaign_cmd::CampaignArgs),
     /// Print a shell completion script (bash, zsh, fish)
@@ -91,6 +94,7 @@ fn main() -> ExitCode {
         Cmd::Probe(a) => probe_cmd::run(a),
         Cmd::Fabric(a) => fabric_cmd::run(a),
         Cmd::Campaign(a) => campaign_cmd::run(a),
+        Cmd::Trace(a) => trace_cmd::run(*a),
         Cmd::Completions(a) => completions::completions(a, Cli::command()),
         Cmd::Man(_) => completions::man(Cli::command()),
     };

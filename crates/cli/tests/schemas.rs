@@ -62,7 +62,7 @@ fn validate(schema: &Value, root: &Value, v: &Value, path: &str, errs: &mut Vec<
 }
 
 /// Validates the document `args` writes; returns it and the schema.
-fn check(schema_file: &str, args: &[&str]) -> (Value, Value) {
+pub(crate) fn check(schema_file: &str, args: &[&str]) -> (Value, Value) {
     let schema: Value = serde_json::from_str(
         &std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(schema_file)).expect("schema"),
     )

@@ -15,3 +15,4 @@ mod probe;
 mod report_html;
 mod schemas;
 mod sim;
+mod trace;

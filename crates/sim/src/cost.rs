@@ -23,6 +23,11 @@ pub struct StepBatch {
 pub trait StepCost: Send + Sync + std::fmt::Debug {
     /// How long a step of batch `b` takes.
     fn step(&self, b: &StepBatch) -> Duration;
+
+    /// Where the step's time goes, for `/start_profile` traces (all GEMM unless the cost knows).
+    fn split(&self, b: &StepBatch) -> crate::profile::Split {
+        crate::profile::Split { matmul_ms: self.step(b).as_secs_f64() * 1e3, ..Default::default() }
+    }
 }
 
 /// `overhead + decode * per_decode + prefill * per_prefill + context * per_context`.
@@ -66,6 +71,15 @@ impl StepCost for ParametricCost {
             + self.per_context_token_us * 1e-3 * b.context_tokens as f64;
         // A finite but absurd cost term must not panic the engine thread: a step is held to MAX_STEP.
         Duration::try_from_secs_f64(ms.max(0.0) / 1e3).map_or(MAX_STEP, |d| d.min(MAX_STEP))
+    }
+
+    fn split(&self, b: &StepBatch) -> crate::profile::Split {
+        crate::profile::Split {
+            matmul_ms: self.per_decode_token_ms * b.decode_batch as f64 + self.per_prefill_token_ms * b.prefill_tokens as f64,
+            attention_ms: self.per_context_token_us * 1e-3 * b.context_tokens as f64,
+            communication_ms: 0.0,
+            overhead_ms: self.overhead_ms,
+        }
     }
 }
 

@@ -14,6 +14,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::cost::StepCost;
 use crate::engine::{Emit, Engine, EngineRequest, EngineStats, Finish};
 use crate::metrics::Histogram;
+use crate::profile::Recorder;
 
 /// What a request's stream receives.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -152,7 +153,7 @@ struct Live {
 }
 
 /// Starts the engine thread.
-pub fn spawn(engine: Engine, cost: Arc<dyn StepCost>, stall: Stall) -> std::io::Result<EngineHandle> {
+pub fn spawn(engine: Engine, cost: Arc<dyn StepCost>, stall: Stall, recorder: Recorder) -> std::io::Result<EngineHandle> {
     let (tx, rx) = std::sync::mpsc::channel();
     let published = Arc::new(Mutex::new(Published::default()));
     let pubc = Arc::clone(&published);
@@ -160,12 +161,12 @@ pub fn spawn(engine: Engine, cost: Arc<dyn StepCost>, stall: Stall) -> std::io::
     let guard = AliveGuard(Arc::clone(&alive));
     std::thread::Builder::new().name("sim-engine".into()).spawn(move || {
         let _guard = guard;
-        run(engine, cost, stall, rx, pubc)
+        run(engine, cost, stall, rx, pubc, recorder)
     })?;
     Ok(EngineHandle { tx, published, alive })
 }
 
-fn run(engine: Engine, cost: Arc<dyn StepCost>, stall: Stall, rx: Receiver<Cmd>, published: Arc<Mutex<Published>>) {
+fn run(engine: Engine, cost: Arc<dyn StepCost>, stall: Stall, rx: Receiver<Cmd>, published: Arc<Mutex<Published>>, recorder: Recorder) {
     let mut t = Thread {
         engine,
         cost,
@@ -177,6 +178,7 @@ fn run(engine: Engine, cost: Arc<dyn StepCost>, stall: Stall, rx: Receiver<Cmd>,
         timeline: None,
         window: VecDeque::new(),
         step_no: 0,
+        recorder,
     };
     loop {
         if t.engine.is_idle() {
@@ -221,6 +223,8 @@ struct Thread {
     /// (step end, tokens) over the last second, for the generation throughput.
     window: VecDeque<(Instant, u64)>,
     step_no: u64,
+    /// `/start_profile`'s recording.
+    recorder: Recorder,
 }
 
 impl Thread {
@@ -254,6 +258,7 @@ impl Thread {
             _ => now,
         };
         let end = later(start, dur);
+        self.recorder.record(start, &plan.batch, || self.cost.split(&plan.batch).fitted(dur));
         let now = Instant::now();
         if end > now {
             std::thread::sleep(end - now);

@@ -33,6 +33,10 @@ impl StepCost for PlanCost {
         }
         Duration::from_secs_f64(ms.max(0.01) / 1e3)
     }
+
+    fn split(&self, b: &StepBatch) -> crate::profile::Split {
+        crate::profile::plan_split(&self.scenario, b, self.step(b))
+    }
 }
 
 /// The engine limits of the predicted deployment; the parametric terms are a two-point summary of

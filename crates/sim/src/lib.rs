@@ -21,6 +21,7 @@ pub mod driver;
 pub mod engine;
 pub mod from_plan;
 pub mod metrics;
+pub mod profile;
 pub mod server;
 pub mod stream;
 pub mod vtime;

@@ -1,6 +1,7 @@
 //! The simulator's HTTP surface: OpenAI completions and chat (streaming or not, with usage),
 //! sglang's `/generate`, `/health`, `/health_generate`, `/get_server_info`, `/v1/models` and
-//! Prometheus `/metrics`; OpenAI-style error bodies; the request-level faults. The shapes are in
+//! Prometheus `/metrics`; sglang's `/start_profile` and `/stop_profile` (traces by
+//! [`crate::profile`]); OpenAI-style error bodies; the request-level faults. The shapes are in
 //! [`crate::wire`], the streaming body in [`crate::stream`], the connections in [`crate::conn`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,6 +22,7 @@ use crate::conn::{self, Notice, Notices};
 use crate::cost::Profile;
 use crate::driver::{self, EngineHandle, Out, Published, Stall};
 use crate::engine::{Engine, EngineRequest, Finish};
+use crate::profile::{ProfileError, Recorder, StartProfile};
 use crate::stream::{exact_source, SseBody, StreamFaults};
 use crate::wire::{self, chance, Ask, ChunkWriter, Endpoint};
 use crate::{metrics, Mode, SimConfig, SimError};
@@ -89,6 +91,7 @@ impl Drop for SimServer {
 pub(crate) struct St {
     pub(crate) cfg: SimConfig,
     pub(crate) engine: EngineHandle,
+    recorder: Recorder,
     next_id: AtomicU64,
     /// Exact mode: requests whose schedule is still running (the `/metrics` running gauge).
     exact_running: Arc<AtomicU64>,
@@ -107,7 +110,8 @@ pub async fn start(cfg: SimConfig, listen: std::net::SocketAddr) -> Result<SimSe
     cfg.validate()?;
     let cost = cfg.cost.clone().unwrap_or_else(|| Arc::new(cfg.profile.cost));
     let stall = Stall { every: cfg.faults.stall_every, dur: cfg.faults.stall_for };
-    let engine = driver::spawn(Engine::new(cfg.profile.clone(), cfg.seed), cost, stall)
+    let recorder = Recorder::default();
+    let engine = driver::spawn(Engine::new(cfg.profile.clone(), cfg.seed), cost, stall, recorder.clone())
         .map_err(|e| SimError::Runtime(format!("cannot start the engine thread: {e}")))?;
     let listener = TcpListener::bind(listen)
         .await
@@ -119,6 +123,7 @@ pub async fn start(cfg: SimConfig, listen: std::net::SocketAddr) -> Result<SimSe
     let st = Arc::new(St {
         cfg,
         engine,
+        recorder,
         next_id: AtomicU64::new(1),
         exact_running: Arc::default(),
         started: Instant::now(),
@@ -165,6 +170,9 @@ fn openai_error(status: StatusCode, message: &str, param: Option<&str>) -> Respo
 /// Routes one request.
 pub(crate) async fn handle(st: Arc<St>, req: Request<Incoming>) -> Response<Body> {
     let path = req.uri().path().to_string();
+    if path == "/start_profile" || path == "/stop_profile" {
+        return profile(st, req, path == "/start_profile").await;
+    }
     let Some(ep) = Endpoint::from_path(&path) else {
         return openai_error(StatusCode::NOT_FOUND, &format!("no route {path}"), None);
     };
@@ -195,6 +203,46 @@ pub(crate) async fn handle(st: Arc<St>, req: Request<Incoming>) -> Response<Body
             full(StatusCode::OK, "text/plain; version=0.0.4", metrics::render(&snap, cfg.metrics_style, &cfg.profile.model))
         }
         Endpoint::Generate(api) => generate(st, req, api).await,
+    }
+}
+
+/// `/start_profile` (optional JSON `{"output_dir", "num_steps"}`) and `/stop_profile`, which
+/// writes the trace and answers where (sglang answers GET and POST on both).
+async fn profile(st: Arc<St>, req: Request<Incoming>, start: bool) -> Response<Body> {
+    if !matches!(req.method().as_str(), "POST" | "GET") {
+        return openai_error(StatusCode::METHOD_NOT_ALLOWED, &format!("method {} is not allowed here: use POST", req.method()), None);
+    }
+    let limit = st.cfg.limits.body_timeout;
+    let body = match tokio::time::timeout(limit, Limited::new(req.into_body(), 1 << 16).collect()).await {
+        Ok(Ok(b)) => b.to_bytes(),
+        Ok(Err(e)) => return openai_error(StatusCode::BAD_REQUEST, &format!("cannot read the request body: {e}"), None),
+        Err(_) => return openai_error(StatusCode::REQUEST_TIMEOUT, "the request body did not arrive in time", None),
+    };
+    let refused = |e: ProfileError| openai_error(StatusCode::BAD_REQUEST, &e.to_string(), None);
+    if start {
+        let ask: StartProfile = if body.iter().all(u8::is_ascii_whitespace) {
+            StartProfile::default()
+        } else {
+            match serde_json::from_slice(&body) {
+                Ok(a) => a,
+                Err(e) => {
+                    let msg = format!("the body is not {{\"output_dir\": DIR, \"num_steps\": N}}: {e}");
+                    return openai_error(StatusCode::BAD_REQUEST, &msg, None);
+                }
+            }
+        };
+        return match st.recorder.start(ask) {
+            Ok(()) => full(StatusCode::OK, "text/plain", "Start profiling.\n"),
+            Err(e) => refused(e),
+        };
+    }
+    let recorder = st.recorder.clone();
+    let tp = st.cfg.profile.tp_size;
+    match tokio::task::spawn_blocking(move || recorder.stop(tp)).await {
+        Ok(Ok(w)) => json_resp(StatusCode::OK, &serde_json::to_value(&w).unwrap_or_default()),
+        Ok(Err(e @ ProfileError::Write { .. })) => openai_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string(), None),
+        Ok(Err(e)) => refused(e),
+        Err(e) => openai_error(StatusCode::INTERNAL_SERVER_ERROR, &format!("writing the trace failed: {e}"), None),
     }
 }
 

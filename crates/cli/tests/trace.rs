@@ -1,0 +1,200 @@
+//! `servetune trace`: real traces, bad input, the JSON schema, the comparison with the model.
+
+use std::path::PathBuf;
+
+use crate::common::servetune;
+
+fn hta(name: &str) -> PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../trace/tests/data/hta").join(name)
+}
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let o = servetune().args(args).output().expect("run");
+    (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stdout).into(), String::from_utf8_lossy(&o.stderr).into())
+}
+
+#[test]
+fn trace_prints_the_split_nccl_calls_and_unknown_kernels() {
+    let f = hta("nccl_data.json.gz");
+    let (code, out, err) = run(&["trace", &f.to_string_lossy()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("AllReduce      RING/LL: 15 calls"), "{out}");
+    assert!(out.contains("Broadcast      RING/LL: 6 calls"), "{out}");
+    assert!(out.contains("kernels no rule knew (category other)") && out.contains("nchwToNhwcKernel"), "{out}");
+    assert!(out.contains("idle (host overhead)") && out.contains("median"), "{out}");
+}
+
+#[test]
+fn trace_json_matches_its_schema_with_and_without_a_comparison() {
+    let f = hta("sampled_rank-0.json.gz");
+    let f = f.to_string_lossy();
+    let (doc, _) = crate::schemas::check("trace/schema/trace.schema.json", &["trace", &f]);
+    assert!(doc["comparison"].is_null());
+    let (doc, _) = crate::schemas::check(
+        "trace/schema/trace.schema.json",
+        &["trace", &f, "--vs-plan", "model=llama-3.1-70b,gpu=h100-sxm,gpus=4", "--concurrency", "16"],
+    );
+    assert_eq!(doc["comparison"]["rows"].as_array().map(Vec::len), Some(5));
+}
+
+#[test]
+fn vs_plan_names_the_largest_mismatch_in_words() {
+    let f = hta("sampled_rank-0.json.gz");
+    let (code, out, err) =
+        run(&["trace", &f.to_string_lossy(), "--vs-plan", "model=llama-3.1-70b,gpu=h100-sxm,gpus=4", "--concurrency", "16"]);
+    assert_eq!(code, 0, "{err}");
+    let line = out.lines().find(|l| l.contains("largest mismatch:")).expect("a mismatch line");
+    assert!(line.contains("% measured against") && line.contains("% predicted"), "{line}");
+}
+
+#[test]
+fn vs_plan_without_a_concurrency_is_refused() {
+    let f = hta("sampled_rank-0.json.gz");
+    let (code, _, err) = run(&["trace", &f.to_string_lossy(), "--vs-plan", "model=llama-3.1-70b,gpu=h100-sxm,gpus=4"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--concurrency"), "{err}");
+}
+
+#[test]
+fn bad_traces_exit_2_with_the_reason() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let not_json = dir.path().join("notes.json");
+    std::fs::write(&not_json, "these are notes, not a trace\n").expect("write");
+    let whole = std::fs::read(hta("sampled_rank-0.json.gz")).expect("read");
+    let cut = dir.path().join("cut.json.gz");
+    std::fs::write(&cut, &whole[..whole.len() / 2]).expect("write");
+    let no_events = dir.path().join("empty.json");
+    std::fs::write(&no_events, r#"{"schemaVersion": 1, "traceEvents": []}"#).expect("write");
+    let other_json = dir.path().join("other.json");
+    std::fs::write(&other_json, r#"{"hello": "world"}"#).expect("write");
+    for (file, reason) in [
+        (not_json, "not Chrome-trace JSON"),
+        (cut, "gzip stream is truncated"),
+        (hta("rank_non_gpu.json.gz"), "no GPU events"),
+        (no_events, "no GPU events"),
+        (other_json, "without a traceEvents array"),
+        (dir.path().join("missing.json"), "cannot open"),
+    ] {
+        let (code, _, err) = run(&["trace", &file.to_string_lossy()]);
+        assert_eq!(code, 2, "{}: {err}", file.display());
+        assert!(err.contains(reason) && err.contains(&*file.to_string_lossy()), "{}: {err}", file.display());
+    }
+}
+
+fn from_plan_sim(pairs: &str) -> crate::common::Sim {
+    let scenario = servetune_model::ScenarioSpec::parse_pairs("test", pairs).and_then(|s| s.build()).expect("plan");
+    let mut cfg = servetune_sim::SimConfig::new(servetune_sim::from_plan::profile(&scenario));
+    cfg.cost = Some(std::sync::Arc::new(servetune_sim::from_plan::PlanCost { scenario }));
+    crate::common::sim(cfg)
+}
+
+#[test]
+fn bench_profile_captures_a_sim_trace_attributed_as_the_sim_split_it() {
+    let s = from_plan_sim("model=llama-3.1-70b,gpu=h100-sxm,gpus=4");
+    let (code, out, err) = run(&[
+        "bench",
+        "-q",
+        "--url",
+        s.url(),
+        "--concurrency",
+        "8",
+        "--requests",
+        "24",
+        "--input-len",
+        "256",
+        "--output-len",
+        "24",
+        "--profile",
+        "30",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let path = out.lines().find_map(|l| l.strip_prefix("profile: the server wrote ")).expect("the trace's path").trim().to_string();
+    assert!(out.contains("steps found by the engine's step annotations") && out.contains("AllReduce      RING/LL"), "{out}");
+    let trace: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).expect("trace")).expect("json");
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(trace["servetune_sim"]["steps"], 30);
+    let sim = &trace["servetune_sim"]["split_ms"];
+    let dir = tempfile::tempdir().expect("tmp");
+    let copy = dir.path().join("t.json");
+    std::fs::write(&copy, serde_json::to_vec(&trace).expect("json")).expect("write");
+    let (code, doc, err) = run(&["trace", &copy.to_string_lossy(), "--json", "-"]);
+    assert_eq!(code, 0, "{err}");
+    let doc: serde_json::Value = serde_json::from_str(&doc).expect("json");
+    // Totals over both phases: mean per step times steps.
+    let total = |f: &dyn Fn(&serde_json::Value) -> f64| -> f64 {
+        doc["phases"].as_array().expect("phases").iter().map(|p| f(p) * p["steps"].as_f64().expect("steps")).sum()
+    };
+    let cat = |name: &'static str| {
+        move |p: &serde_json::Value| {
+            p["categories"].as_array().expect("cats").iter().find(|c| c["category"] == name).map_or(0.0, |c| c["ms"].as_f64().expect("ms"))
+        }
+    };
+    for (measured, key) in [
+        (total(&cat("dense_gemm")), "matmul_ms"),
+        (total(&cat("attention")), "attention_ms"),
+        (total(&cat("nccl")), "communication_ms"),
+        (total(&|p| p["idle_ms"].as_f64().expect("idle")), "overhead_ms"),
+    ] {
+        let truth = sim[key].as_f64().expect("sim split");
+        assert!((measured - truth).abs() <= 0.02 * truth, "{key}: measured {measured} against the sim's {truth}");
+    }
+}
+
+#[test]
+fn a_sim_trace_against_its_own_plan_matches_within_a_few_points() {
+    let s = from_plan_sim("model=llama-3.1-70b,gpu=h100-sxm,gpus=4");
+    let (code, out, err) = run(&[
+        "bench",
+        "-q",
+        "--url",
+        s.url(),
+        "--concurrency",
+        "16",
+        "--requests",
+        "48",
+        "--input-len",
+        "256",
+        "--output-len",
+        "32",
+        "--profile",
+        "40",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let path = out.lines().find_map(|l| l.strip_prefix("profile: the server wrote ")).expect("the trace's path").trim().to_string();
+    let (code, doc, err) =
+        run(&["trace", &path, "--vs-plan", "model=llama-3.1-70b,gpu=h100-sxm,gpus=4", "--concurrency", "16", "--json", "-"]);
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(code, 0, "{err}");
+    let doc: serde_json::Value = serde_json::from_str(&doc).expect("json");
+    for row in doc["comparison"]["rows"].as_array().expect("rows") {
+        let (p, m) = (row["predicted_pct"].as_f64().expect("pct"), row["measured_pct"].as_f64().expect("pct"));
+        // Decode steps run at the batch the bench holds (16, less as requests finish), so the split
+        // follows the plan's at 16 closely but not exactly.
+        assert!((p - m).abs() < 5.0, "{}: predicted {p}% measured {m}%", row["term"]);
+    }
+}
+
+#[test]
+fn vs_plan_json_gives_the_same_comparison_as_vs_plan() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let plan = dir.path().join("plan.json");
+    let plan_s = plan.to_string_lossy().to_string();
+    let (code, _, err) =
+        run(&["plan", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--gpus", "4", "--concurrency", "8,16", "--json", &plan_s]);
+    assert_eq!(code, 0, "{err}");
+    let f = hta("sampled_rank-0.json.gz");
+    let f = f.to_string_lossy();
+    let rows = |args: &[&str]| {
+        let (code, out, err) = run(&[&["trace", &f, "--json", "-"], args].concat());
+        assert_eq!(code, 0, "{err}");
+        let doc: serde_json::Value = serde_json::from_str(&out).expect("json");
+        doc["comparison"]["rows"].clone()
+    };
+    let from_json = rows(&["--vs-plan-json", &plan_s, "--concurrency", "16"]);
+    assert!(from_json.as_array().is_some_and(|r| r.len() == 5), "{from_json}");
+    assert_eq!(from_json, rows(&["--vs-plan", "model=llama-3.1-70b,gpu=h100-sxm,gpus=4", "--concurrency", "16"]));
+    // Two points and no --concurrency: which one is ambiguous.
+    let (code, _, err) = run(&["trace", &f, "--vs-plan-json", &plan_s]);
+    assert_eq!(code, 2);
+    assert!(err.contains("2 points: pick one with --concurrency"), "{err}");
+}

@@ -1,0 +1,185 @@
+//! Streams a PyTorch profiler (Kineto) Chrome-trace JSON, plain or gzipped, one `traceEvents`
+//! entry at a time (by [`crate::scan`]): the whole document is never held, so memory follows the
+//! kernels kept, not the file size.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::fs::File;
+use std::io::{BufReader, Read};
+use std::path::Path;
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::Deserialize;
+
+use crate::scan::{scan, ScanError};
+use crate::TraceError;
+
+/// What an event is, from its `cat` field (only the kinds the analysis uses are told apart).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EventCat {
+    /// A GPU kernel (`cat` "kernel").
+    Kernel,
+    /// A GPU copy (`cat` "gpu_memcpy").
+    Memcpy,
+    /// A GPU memset (`cat` "gpu_memset").
+    Memset,
+    /// A CUDA/HIP runtime call on the host (`cat` "cuda_runtime"), e.g. `cudaGraphLaunch`.
+    Runtime,
+    /// A `record_function` range on the host (`cat` "user_annotation").
+    UserAnnotation,
+    /// A `record_function` range as it ran on the GPU (`cat` "gpu_user_annotation").
+    GpuUserAnnotation,
+    /// Anything else (cpu_op, python_function, flow events, ...).
+    #[default]
+    Other,
+}
+
+impl<'de> Deserialize<'de> for EventCat {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = EventCat;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an event category string")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<EventCat, E> {
+                Ok(match s {
+                    "kernel" | "Kernel" => EventCat::Kernel,
+                    "gpu_memcpy" | "Memcpy" => EventCat::Memcpy,
+                    "gpu_memset" | "Memset" => EventCat::Memset,
+                    "cuda_runtime" | "Runtime" | "cuda_driver" => EventCat::Runtime,
+                    "user_annotation" => EventCat::UserAnnotation,
+                    "gpu_user_annotation" => EventCat::GpuUserAnnotation,
+                    _ => EventCat::Other,
+                })
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// The `args` of an event, only the fields used.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+pub struct EventArgs {
+    /// Links a kernel to the runtime call that launched it.
+    #[serde(default)]
+    pub correlation: Option<i64>,
+}
+
+/// One `traceEvents` entry, the fields used (the name borrowed from the read buffer).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct RawEvent<'a> {
+    /// Phase: "X" for a complete event with a duration.
+    #[serde(default)]
+    pub ph: Option<Phase>,
+    /// Category.
+    #[serde(default)]
+    pub cat: EventCat,
+    /// Kernel or range name.
+    #[serde(default, borrow)]
+    pub name: Cow<'a, str>,
+    /// Start, us.
+    #[serde(default)]
+    pub ts: Option<f64>,
+    /// Duration, us.
+    #[serde(default)]
+    pub dur: Option<f64>,
+    /// Extra fields.
+    #[serde(default)]
+    pub args: EventArgs,
+}
+
+/// The Chrome-trace phase letter, the one the analysis uses told apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// "X": a complete event (start and duration).
+    Complete,
+    /// Any other phase (metadata, flow, instant, counter).
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Phase {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Phase;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a phase letter")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Phase, E> {
+                Ok(if s == "X" { Phase::Complete } else { Phase::Other })
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// Counts of what the document held.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReadStats {
+    /// `traceEvents` entries seen.
+    pub events: u64,
+    /// Whether the top level had a `traceEvents` array (or was itself the array).
+    pub had_events: bool,
+}
+
+/// Calls `sink` with every event of the trace at `path`, in file order.
+pub fn for_each_event(path: &Path, sink: &mut dyn FnMut(RawEvent<'_>)) -> Result<ReadStats, TraceError> {
+    let file = File::open(path).map_err(|e| TraceError::Open { path: path.display().to_string(), source: e })?;
+    let mut buf = BufReader::with_capacity(1 << 16, file);
+    let gz = {
+        use std::io::BufRead;
+        let head = buf.fill_buf().map_err(|e| TraceError::Open { path: path.display().to_string(), source: e })?;
+        head.starts_with(&[0x1f, 0x8b])
+    };
+    let reader: Box<dyn Read> = if gz { Box::new(flate2::read::MultiGzDecoder::new(buf)) } else { Box::new(buf) };
+    read_events(reader, sink).map_err(|e| classify_error(path, gz, e))
+}
+
+/// Streams events out of any reader (exposed for tests).
+pub fn read_events(reader: impl Read, sink: &mut dyn FnMut(RawEvent<'_>)) -> Result<ReadStats, ScanError> {
+    let found = scan(reader, &mut |bytes| {
+        let ev: RawEvent<'_> =
+            serde_json::from_slice(bytes).map_err(|e| ScanError::Syntax(format!("a traceEvents entry is not an event object: {e}")))?;
+        sink(ev);
+        Ok(())
+    })?;
+    Ok(ReadStats { events: found.events, had_events: found.had_events })
+}
+
+fn classify_error(path: &Path, gz: bool, e: ScanError) -> TraceError {
+    let path = path.display().to_string();
+    match e {
+        ScanError::Io(e) => {
+            let what = if gz { "the gzip stream is truncated or corrupt" } else { "the file could not be read" };
+            TraceError::Truncated { path, reason: format!("{what} ({e})") }
+        }
+        ScanError::Eof => TraceError::Truncated { path, reason: "the JSON ends before its last value closes".into() },
+        ScanError::Syntax(what) => TraceError::NotATrace { path, reason: format!("not Chrome-trace JSON: {what}") },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streams_events_from_an_object_and_skips_other_keys() {
+        let doc = br#"{"schemaVersion":1,"deviceProperties":[{"id":0}],"traceEvents":[
+            {"ph":"X","cat":"kernel","name":"k1","pid":0,"tid":7,"ts":10.5,"dur":2,"args":{"correlation":5,"stream":7,"device":0,"grid":[1,1,1]}},
+            {"ph":"M","name":"process_name","pid":0,"tid":0,"args":{"name":"GPU 0"}}
+        ],"traceName":"x"}"#;
+        let mut seen = Vec::new();
+        let stats = read_events(&doc[..], &mut |e| seen.push((e.cat, e.args.correlation, e.ts, e.ph, e.name.into_owned()))).expect("reads");
+        assert_eq!(stats.events, 2);
+        assert_eq!(seen[0], (EventCat::Kernel, Some(5), Some(10.5), Some(Phase::Complete), "k1".to_string()));
+        assert_eq!(seen[1].3, Some(Phase::Other));
+    }
+
+    #[test]
+    fn a_truncated_document_is_an_eof_error() {
+        let doc = br#"{"traceEvents":[{"ph":"X","cat":"kernel","name":"k1","ts":1,"dur":2},"#;
+        let err = read_events(&doc[..], &mut |_| {}).expect_err("truncated");
+        assert!(matches!(err, ScanError::Eof), "{err:?}");
+    }
+}

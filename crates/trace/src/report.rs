@@ -1,0 +1,262 @@
+//! The analysis as one typed, serializable result (`servetune.trace/1`): steps by phase, the
+//! split by category, top kernels, NCCL calls and the kernels no rule knew.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::classify::{parse_nccl, NcclAlgo, NcclProto};
+use crate::compare::Comparison;
+use crate::steps::{segment, split, Phase, PhaseSource, Segmentation, StepStat};
+use crate::{union_sorted, Category, Timeline, TraceError};
+
+/// The schema name and major version of the JSON document.
+pub const SCHEMA: &str = "servetune.trace/1";
+/// Minor version: additions that old readers may ignore.
+pub const SCHEMA_MINOR: u32 = 0;
+/// How many kernels the top list holds.
+pub const TOP_KERNELS: usize = 15;
+
+/// Everything `servetune trace` found in one trace.
+#[derive(Debug, Clone, Serialize)]
+pub struct TraceReport {
+    /// Always [`SCHEMA`].
+    pub schema: &'static str,
+    /// [`SCHEMA_MINOR`].
+    pub schema_minor: u32,
+    /// The trace file.
+    pub file: String,
+    /// Events in the file.
+    pub events: u64,
+    /// GPU kernels, copies and memsets.
+    pub gpu_events: u64,
+    /// Summed GPU event durations, ms (concurrent kernels counted each).
+    pub kernel_ms: f64,
+    /// Union of GPU event intervals, ms (concurrent kernels counted once).
+    pub busy_ms: f64,
+    /// From the first GPU event's start to the last one's end, ms.
+    pub span_ms: f64,
+    /// How the steps were found.
+    pub segmentation: Segmentation,
+    /// The idle gap that ends a step when gaps cut the trace, ms.
+    pub gap_ms: f64,
+    /// GPU events that fell in no step.
+    pub events_outside_steps: u64,
+    /// Steps by phase (prefill first), phases without steps left out.
+    pub phases: Vec<PhaseSummary>,
+    /// Kernels by total time.
+    pub top_kernels: Vec<KernelRow>,
+    /// NCCL kernels by collective, algorithm and protocol.
+    pub nccl: Vec<NcclRow>,
+    /// Kernels no rule matched (category "other"), by total time: never dropped.
+    pub other_kernels: Vec<KernelRow>,
+    /// The model's prediction beside the decode split, with `--vs-plan`.
+    pub comparison: Option<Comparison>,
+}
+
+/// The steps of one phase.
+#[derive(Debug, Clone, Serialize)]
+pub struct PhaseSummary {
+    /// Prefill or decode.
+    pub phase: Phase,
+    /// How the phase was decided (of the first step; all steps of a trace use one rule).
+    pub phase_source: PhaseSource,
+    /// Steps.
+    pub steps: usize,
+    /// Median step, ms.
+    pub median_ms: f64,
+    /// 90th-percentile step, ms.
+    pub p90_ms: f64,
+    /// Mean step, ms.
+    pub mean_ms: f64,
+    /// Time per step by category (union of the category's kernels), with its share of the step.
+    pub categories: Vec<CategoryShare>,
+    /// GPU idle inside the step (between kernels): host overhead, ms per step.
+    pub idle_ms: f64,
+    /// Idle as a share of the step, %.
+    pub idle_pct: f64,
+    /// Kernel time that ran concurrently with other kernels (counted once above), ms per step.
+    pub overlap_ms: f64,
+    /// NCCL kernels per step.
+    pub nccl_calls_per_step: f64,
+    /// Mean NCCL kernel duration, us (0 without NCCL kernels).
+    pub nccl_mean_us: f64,
+}
+
+/// One category's time in a step.
+#[derive(Debug, Clone, Serialize)]
+pub struct CategoryShare {
+    /// The category.
+    pub category: Category,
+    /// Mean per step, ms.
+    pub ms: f64,
+    /// Share of the step, %.
+    pub pct: f64,
+}
+
+/// One kernel name's total.
+#[derive(Debug, Clone, Serialize)]
+pub struct KernelRow {
+    /// Kernel name as the trace gives it.
+    pub name: String,
+    /// Its category.
+    pub category: Category,
+    /// Launches.
+    pub count: u64,
+    /// Summed duration, ms.
+    pub total_ms: f64,
+    /// Mean duration, us.
+    pub mean_us: f64,
+    /// Share of summed kernel time, %.
+    pub pct: f64,
+}
+
+/// NCCL kernels of one collective/algorithm/protocol.
+#[derive(Debug, Clone, Serialize)]
+pub struct NcclRow {
+    /// AllReduce, AllGather, Broadcast, SendRecv, ...
+    pub collective: String,
+    /// Algorithm from the kernel name.
+    pub algorithm: NcclAlgo,
+    /// Protocol from the kernel name.
+    pub protocol: NcclProto,
+    /// Kernels.
+    pub count: u64,
+    /// Mean duration, us.
+    pub mean_us: f64,
+    /// Summed duration, ms.
+    pub total_ms: f64,
+}
+
+/// Reads and analyses the trace at `path`, cutting steps at idle gaps over `gap_ms`.
+pub fn analyze(path: &Path, gap_ms: f64) -> Result<TraceReport, TraceError> {
+    if !(gap_ms.is_finite() && gap_ms > 0.0) {
+        return Err(TraceError::Input(format!("--gap-ms {gap_ms}: give the idle gap that ends a step, in ms > 0 (e.g. 1)")));
+    }
+    let t = Timeline::read(path)?;
+    Ok(report(&t, &path.display().to_string(), gap_ms))
+}
+
+/// The report of a timeline already read.
+pub fn report(t: &Timeline, file: &str, gap_ms: f64) -> TraceReport {
+    let (segmentation, windows) = segment(t, gap_ms * 1e3);
+    let (stats, outside) = split(t, &windows);
+    let mut phases = Vec::new();
+    for phase in [Phase::Prefill, Phase::Decode] {
+        let steps: Vec<&StepStat> = stats.iter().filter(|s| s.phase == phase).collect();
+        let source = windows.iter().find(|(w, _)| w.phase == Some(phase)).map(|(_, s)| *s);
+        if let (false, Some(source)) = (steps.is_empty(), source) {
+            phases.push(summarize(phase, source, &steps));
+        }
+    }
+    let (top, other, nccl) = kernel_tables(t);
+    let start = t.kernels.iter().map(|k| k.start).fold(f64::INFINITY, f64::min);
+    let end = t.kernels.iter().map(|k| k.end()).fold(f64::NEG_INFINITY, f64::max);
+    TraceReport {
+        schema: SCHEMA,
+        schema_minor: SCHEMA_MINOR,
+        file: file.to_string(),
+        events: t.events,
+        gpu_events: t.kernels.len() as u64,
+        kernel_ms: t.kernels.iter().map(|k| k.dur as f64).sum::<f64>() / 1e3,
+        busy_ms: union_sorted(t.kernels.iter().map(|k| (k.start, k.end()))) / 1e3,
+        span_ms: (end - start).max(0.0) / 1e3,
+        segmentation,
+        gap_ms,
+        events_outside_steps: outside,
+        phases,
+        top_kernels: top,
+        nccl,
+        other_kernels: other,
+        comparison: None,
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    // Nearest rank: the value at or below which p of the steps fall.
+    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len().max(1));
+    sorted.get(rank - 1).copied().unwrap_or(0.0)
+}
+
+fn summarize(phase: Phase, source: PhaseSource, steps: &[&StepStat]) -> PhaseSummary {
+    let n = steps.len() as f64;
+    let mut durs: Vec<f64> = steps.iter().map(|s| s.ms).collect();
+    durs.sort_by(f64::total_cmp);
+    let total: f64 = durs.iter().sum();
+    let pct = |ms: f64| if total > 0.0 { 100.0 * ms / total } else { 0.0 };
+    let categories = Category::ALL
+        .iter()
+        .map(|c| {
+            let sum: f64 = steps.iter().map(|s| s.category_ms[c.index()]).sum();
+            CategoryShare { category: *c, ms: sum / n, pct: pct(sum) }
+        })
+        .filter(|c| c.ms > 0.0)
+        .collect();
+    let idle: f64 = steps.iter().map(|s| (s.ms - s.busy_ms).max(0.0)).sum();
+    let overlap: f64 = steps.iter().map(|s| s.kernel_ms - s.busy_ms).sum();
+    let calls: u32 = steps.iter().map(|s| s.nccl_calls).sum();
+    let nccl_ms: f64 = steps.iter().map(|s| s.nccl_ms).sum();
+    PhaseSummary {
+        phase,
+        phase_source: source,
+        steps: steps.len(),
+        median_ms: percentile(&durs, 0.5),
+        p90_ms: percentile(&durs, 0.9),
+        mean_ms: total / n,
+        categories,
+        idle_ms: idle / n,
+        idle_pct: pct(idle),
+        overlap_ms: overlap / n,
+        nccl_calls_per_step: calls as f64 / n,
+        nccl_mean_us: if calls > 0 { nccl_ms * 1e3 / calls as f64 } else { 0.0 },
+    }
+}
+
+fn kernel_tables(t: &Timeline) -> (Vec<KernelRow>, Vec<KernelRow>, Vec<NcclRow>) {
+    let mut per_name = vec![(0u64, 0.0f64); t.names.len()];
+    for k in &t.kernels {
+        let e = &mut per_name[k.name as usize];
+        e.0 += 1;
+        e.1 += k.dur as f64;
+    }
+    let total_us: f64 = per_name.iter().map(|p| p.1).sum();
+    let mut rows: Vec<KernelRow> = per_name
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.0 > 0)
+        .map(|(i, p)| KernelRow {
+            name: t.names[i].clone(),
+            category: t.categories[i],
+            count: p.0,
+            total_ms: p.1 / 1e3,
+            mean_us: p.1 / p.0 as f64,
+            pct: if total_us > 0.0 { 100.0 * p.1 / total_us } else { 0.0 },
+        })
+        .collect();
+    rows.sort_by(|a, b| b.total_ms.total_cmp(&a.total_ms).then_with(|| a.name.cmp(&b.name)));
+    let other: Vec<KernelRow> = rows.iter().filter(|r| r.category == Category::Other).cloned().collect();
+    let mut nccl: BTreeMap<(String, NcclAlgo, NcclProto), (u64, f64)> = BTreeMap::new();
+    for r in rows.iter().filter(|r| r.category == Category::Nccl) {
+        let key = match parse_nccl(&r.name) {
+            Some(k) => (k.collective, k.algorithm, k.protocol),
+            None => (r.name.split('(').next().unwrap_or(&r.name).to_string(), NcclAlgo::Unknown, NcclProto::Unknown),
+        };
+        let e = nccl.entry(key).or_default();
+        e.0 += r.count;
+        e.1 += r.total_ms;
+    }
+    let nccl = nccl
+        .into_iter()
+        .map(|((collective, algorithm, protocol), (count, ms))| NcclRow {
+            collective,
+            algorithm,
+            protocol,
+            count,
+            mean_us: ms * 1e3 / count as f64,
+            total_ms: ms,
+        })
+        .collect();
+    rows.truncate(TOP_KERNELS);
+    (rows, other, nccl)
+}
