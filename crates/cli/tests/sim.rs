@@ -55,7 +55,9 @@ fn vllm_metric_style_is_scraped_too() {
     let cfg = SimConfig { metrics_style: MetricsStyle::Vllm, ..SimConfig::new(flat_profile(5.0, 4, 1 << 20)) };
     let s = sim(cfg);
     let (code, v, err) =
-        bench_json(&["--url", s.url(), "--concurrency", "8", "--requests", "16", "--output-len", "40", "--scrape-interval", "200ms"]);
+        // Requests of 100 steps of 5 ms keep 4 running for about 2 s: ten scrapes, so at least one
+        // lands while the cap is full even on a loaded machine.
+        bench_json(&["--url", s.url(), "--concurrency", "8", "--requests", "16", "--output-len", "100", "--ignore-eos", "--scrape-interval", "200ms"]);
     assert_eq!(code, 0, "{err}");
     let m = &v["runs"][0]["server_metrics"];
     assert_eq!(m["style"], "vllm");
