@@ -347,6 +347,13 @@ fn check(path: &Path) -> Result<()> {
 }
 
 impl Journal {
+    /// Every row `sql` selects (no parameters), mapped by `row`.
+    fn all<T>(&self, sql: &str, row: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>) -> Result<Vec<T>> {
+        let mut st = self.conn.prepare(sql)?;
+        let rows = st.query_map([], row)?.collect::<std::result::Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+
     /// Creates the journal in `dir` (which must not hold one).
     pub fn create(dir: &Path, c: &CampaignRow) -> Result<Self> {
         let path = path_in(dir);
@@ -438,9 +445,7 @@ impl Journal {
 
     /// Every fingerprint, oldest first.
     pub fn fingerprints(&self) -> Result<Vec<FingerprintRow>> {
-        let mut st = self.conn.prepare("SELECT id, kind, hash, body, created_at FROM fingerprints ORDER BY id")?;
-        let rows = st.query_map([], fp_row)?.collect::<std::result::Result<Vec<_>, _>>()?;
-        Ok(rows)
+        self.all("SELECT id, kind, hash, body, created_at FROM fingerprints ORDER BY id", fp_row)
     }
 
     /// Plans an experiment and its task in one transaction. `Ok(None)` when its key exists already.
@@ -536,8 +541,7 @@ impl Journal {
 
     /// Every experiment, oldest first.
     pub fn experiments(&self) -> Result<Vec<Experiment>> {
-        let mut st = self.conn.prepare(EXP_SELECT)?;
-        let rows = st.query_map([], exp_row)?.collect::<std::result::Result<Vec<_>, _>>()?;
+        let rows = self.all(EXP_SELECT, exp_row)?;
         rows.into_iter().map(|r| r.decode()).collect()
     }
 
@@ -570,22 +574,18 @@ impl Journal {
 
     /// Every finding, oldest first.
     pub fn findings(&self) -> Result<Vec<FindingRow>> {
-        let mut st = self.conn.prepare("SELECT id, source, code, severity, title, evidence, fix, experiment FROM findings ORDER BY id")?;
-        let rows = st
-            .query_map([], |r| {
-                Ok(FindingRow {
-                    id: r.get(0)?,
-                    source: r.get(1)?,
-                    code: r.get(2)?,
-                    severity: r.get(3)?,
-                    title: r.get(4)?,
-                    evidence: r.get(5)?,
-                    fix: r.get(6)?,
-                    experiment: r.get(7)?,
-                })
-            })?
-            .collect::<std::result::Result<Vec<_>, _>>()?;
-        Ok(rows)
+        self.all("SELECT id, source, code, severity, title, evidence, fix, experiment FROM findings ORDER BY id", |r| {
+            Ok(FindingRow {
+                id: r.get(0)?,
+                source: r.get(1)?,
+                code: r.get(2)?,
+                severity: r.get(3)?,
+                title: r.get(4)?,
+                evidence: r.get(5)?,
+                fix: r.get(6)?,
+                experiment: r.get(7)?,
+            })
+        })
     }
 
     /// Asks a question (and opens its task) unless one with `key` exists; returns its id.
@@ -695,29 +695,21 @@ impl Journal {
 
     /// Every note, oldest first.
     pub fn notes(&self) -> Result<Vec<NoteRow>> {
-        let mut st = self.conn.prepare("SELECT id, at, text FROM notes ORDER BY id")?;
-        let rows = st
-            .query_map([], |r| Ok(NoteRow { id: r.get(0)?, at: r.get(1)?, text: r.get(2)? }))?
-            .collect::<std::result::Result<Vec<_>, _>>()?;
-        Ok(rows)
+        self.all("SELECT id, at, text FROM notes ORDER BY id", |r| Ok(NoteRow { id: r.get(0)?, at: r.get(1)?, text: r.get(2)? }))
     }
 
     /// Every event, oldest first.
     pub fn events(&self) -> Result<Vec<EventRow>> {
-        let mut st = self.conn.prepare("SELECT id, at, experiment, from_state, to_state, detail FROM events ORDER BY id")?;
-        let rows = st
-            .query_map([], |r| {
-                Ok(EventRow {
-                    id: r.get(0)?,
-                    at: r.get(1)?,
-                    experiment: r.get(2)?,
-                    from_state: r.get(3)?,
-                    to_state: r.get(4)?,
-                    detail: r.get(5)?,
-                })
-            })?
-            .collect::<std::result::Result<Vec<_>, _>>()?;
-        Ok(rows)
+        self.all("SELECT id, at, experiment, from_state, to_state, detail FROM events ORDER BY id", |r| {
+            Ok(EventRow {
+                id: r.get(0)?,
+                at: r.get(1)?,
+                experiment: r.get(2)?,
+                from_state: r.get(3)?,
+                to_state: r.get(4)?,
+                detail: r.get(5)?,
+            })
+        })
     }
 
     /// Records an event that is not an experiment's state change (e.g. a re-probe).
