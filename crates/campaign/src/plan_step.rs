@@ -4,10 +4,11 @@
 
 use serde::{Deserialize, Serialize};
 use servetune_model::hw;
-use servetune_model::predict::{Engine, Plan, Scenario};
-use servetune_model::quant::{Dtype, Quant};
+use servetune_model::predict::Scenario;
+use servetune_model::quant::Dtype;
 use servetune_model::rank::{self, ConcurrencyRange};
-use servetune_model::spec;
+use servetune_model::request::LinkSource;
+use servetune_model::{ModelSource, ScenarioSpec};
 use servetune_stats::{Slo, SloMetric};
 
 /// What the model needs to know about the campaign.
@@ -57,25 +58,20 @@ pub fn check(mb: &ModelBox) -> Result<(), String> {
     scenario(mb, Layout { tp: mb.gpus, pp: 1, ep: 1, max_running: None }).map(|_| ())
 }
 
-/// The scenario of `mb` under `l`.
+/// The scenario of `mb` under `l`, built and validated by the model's own `ScenarioSpec` (the
+/// campaign holds no second copy of plan logic).
 pub fn scenario(mb: &ModelBox, l: Layout) -> Result<Scenario, String> {
-    let model = spec::catalog(&mb.model).map_err(|e| e.to_string())?;
-    let quant = Quant::preset(Dtype::parse("--quant", &mb.quant).map_err(|e| e.to_string())?);
-    let gpu = hw::gpu(&mb.gpu).map_err(|e| e.to_string())?;
-    let link = hw::link(&mb.link).map_err(|e| e.to_string())?;
-    let plan = Plan { gpus: mb.gpus, tp: l.tp, pp: l.pp, ep: l.ep, dp_attention: false };
-    plan.check(&model).map_err(|e| e.to_string())?;
-    Ok(Scenario {
-        model,
-        quant,
-        gpu,
-        link,
-        plan,
-        engine: Engine::default(),
-        input_len: mb.input_len,
-        output_len: mb.output_len,
-        max_running: l.max_running,
-    })
+    let mut spec = ScenarioSpec::new(ModelSource::Catalog(mb.model.clone()), mb.gpu.clone());
+    spec.quant.checkpoint = Some(Dtype::parse("--quant", &mb.quant).map_err(|e| e.to_string())?);
+    spec.link = LinkSource::Catalog(mb.link.clone());
+    spec.gpus = mb.gpus;
+    spec.tp = Some(l.tp);
+    spec.pp = l.pp;
+    spec.ep = l.ep;
+    spec.input_len = mb.input_len;
+    spec.output_len = mb.output_len;
+    spec.max_running = l.max_running;
+    spec.build().map_err(|e| e.to_string())
 }
 
 /// The goal's latency bounds as objectives the model judges (its prediction is deterministic, so
