@@ -12,10 +12,12 @@ use serde::{Deserialize, Serialize};
 use servetune_stats::SloMetric;
 
 use crate::bench_step::{self, BenchPlan};
-use crate::classify::{Failure, FailureKind};
+use crate::classify::{ExitInfo, Failure, FailureKind};
 use crate::engine::{Context, EngineTemplate, LogSignal, Rendered};
-use crate::executor::{self, LaunchSpec, NotReady};
+use crate::executor::{self, Handle, LaunchSpec, Launched, NotReady};
+use crate::executor_slurm::{self, SlurmServer, SlurmSettings};
 use crate::goal::{self, Goal};
+use crate::http::Endpoint;
 use crate::journal::{self, CampaignRow, ExpState, Experiment, Journal, NewFinding, Owner, QuestionRow, QuestionState, Update};
 use crate::plan_step::{self, ModelBox};
 use crate::planner::{self, Step, StepKind, Verdict, View};
@@ -44,6 +46,20 @@ pub struct Settings {
     /// Environment variables whose values are secrets (stripped from fingerprints).
     pub secret_env: Vec<String>,
     pub ready_timeout_s: Option<u64>,
+    /// Where experiments run: this machine, or a Slurm cluster.
+    #[serde(default)]
+    pub executor: Executor,
+}
+
+/// Where experiments run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Executor {
+    /// A process group on this machine.
+    #[default]
+    Local,
+    /// A batch job per experiment on a Slurm cluster.
+    Slurm(SlurmSettings),
 }
 
 /// `campaign init`'s inputs.
@@ -89,14 +105,31 @@ pub fn settings(goal_text: &str, engine: EngineTemplate, model: &str, quant: &st
         knobs,
         secret_env: Vec::new(),
         ready_timeout_s: None,
+        executor: Executor::Local,
     })
 }
 
 /// Probes, checks the engine renders, and writes the journal.
 pub fn init(o: &InitOptions) -> Result<Journal> {
     let probed = probe_step::probe(o.probe_root.as_deref())?;
-    let s = &o.settings;
+    let mut settings = o.settings.clone();
     let env = env_body(&probed, o.probe_root.as_deref());
+    if let Executor::Slurm(cfg) = &settings.executor {
+        if cfg.nodes > 1 && settings.engine.multi_node.is_empty() {
+            return Err(CampaignError::Input(format!(
+                "--nodes {}: engine {} has no multi_node words, so it cannot span nodes; use sglang or sim, or give a template with multi_node (see servetune campaign engines --help){}",
+                cfg.nodes,
+                settings.engine.name,
+                if settings.engine.name == "vllm" { "; vLLM across nodes runs on a Ray cluster started beforehand" } else { "" }
+            )));
+        }
+        let knobs = effective_knobs(&settings, &env.facts, &BTreeMap::new())?;
+        let n = |k: &str| knobs.get(k).and_then(|v| v.parse::<u32>().ok()).unwrap_or(1);
+        let mut c = cfg.clone();
+        executor_slurm::check(&mut c, n("tp") * n("pp"), &o.dir)?;
+        settings.executor = Executor::Slurm(c);
+    }
+    let s = &settings;
     // Render once now so a template or knob problem is reported before anything is written.
     let ctx = context(s, &env.facts, 0)?;
     s.engine.render(&ctx, &s.knobs)?;
@@ -211,8 +244,25 @@ pub fn context(s: &Settings, f: &BoxFacts, port: u16) -> Result<Context> {
     let exe = std::env::current_exe().map_err(|e| CampaignError::Runtime(format!("cannot find the servetune binary: {e}")))?;
     let mut v = BTreeMap::new();
     v.insert("model".into(), s.model.clone());
-    v.insert("host".into(), "127.0.0.1".into());
+    // Multi-node values: fixed on this machine, filled in on each node inside a Slurm job.
+    match &s.executor {
+        Executor::Local => {
+            v.insert("host".into(), "127.0.0.1".into());
+            v.insert("node_rank".into(), "0".into());
+            v.insert("nnodes".into(), "1".into());
+            v.insert("head".into(), "127.0.0.1".into());
+        }
+        Executor::Slurm(c) => {
+            use servetune_slurm::RuntimeValue as R;
+            v.insert("host".into(), R::NodeAddr.marker());
+            v.insert("node_rank".into(), R::NodeRank.marker());
+            v.insert("nnodes".into(), if c.nodes > 1 { R::Nnodes.marker() } else { "1".into() });
+            v.insert("head".into(), R::Head.marker());
+        }
+    }
     v.insert("port".into(), port.to_string());
+    // The multi-node rendezvous port (sglang --dist-init-addr, vLLM --master-port): the next one.
+    v.insert("dist_port".into(), port.saturating_add(1).to_string());
     v.insert("servetune".into(), exe.display().to_string());
     v.insert("gpu".into(), gpu_name(s, f).unwrap_or_else(|| "unknown".into()));
     v.insert("gpus".into(), gpu_count(s, f).max(1).to_string());
@@ -303,6 +353,10 @@ pub fn recover(j: &mut Journal) -> Result<Vec<String>> {
                 age as f64 / 1000.0
             )));
         }
+        if let Some(line) = reattach(j, &e, owner_alive, age)? {
+            said.push(line);
+            continue;
+        }
         if let Some(g) = e.server_pgid {
             executor::kill_group(g as i32);
         }
@@ -317,6 +371,33 @@ pub fn recover(j: &mut Journal) -> Result<Vec<String>> {
         said.push(format!("experiment {}: {why}", e.id));
     }
     Ok(said)
+}
+
+/// A stale step whose Slurm job still runs is taken over (same attempt, new owner) instead of being
+/// submitted again; `continue_once` then follows it from readiness on. A job that ended while
+/// nobody watched is cancelled if needed and the step re-queued as usual.
+fn reattach(j: &mut Journal, e: &Experiment, owner_alive: bool, age: i64) -> Result<Option<String>> {
+    let (Some(job), Some(port), Some(log)) = (e.slurm_job, e.server_port, e.log_path.as_deref()) else { return Ok(None) };
+    let settings = load_settings(j)?;
+    let nodes = match &settings.executor {
+        Executor::Slurm(c) => c.nodes.max(1) as usize,
+        Executor::Local => 1,
+    };
+    let mut srv = SlurmServer::attach(job, port, Path::new(log), nodes);
+    let state = srv.state().map_or_else(|| "unknown".to_string(), |s| format!("{} (from {})", s.state.name(), s.source));
+    if !srv.is_live() {
+        j.add_event("slurm", &format!("experiment {}: Slurm job {job} is {state}; not re-attached", e.id))?;
+        return Ok(None);
+    }
+    let why = format!(
+        "re-attached to Slurm job {job} ({state}): owner pid {} {} (last heartbeat {:.1}s ago); not submitted again",
+        e.owner_pid.unwrap_or(0),
+        if owner_alive { "stopped beating" } else { "is gone" },
+        age as f64 / 1000.0
+    );
+    let owner = Owner { pid: i64::from(std::process::id()), pgid: None };
+    j.transition(e.id, &[e.state], ExpState::Launching, &Update { owner: Some(owner), ..Update::default() }, &why)?;
+    Ok(Some(format!("experiment {}: {why}", e.id)))
 }
 
 #[expect(unsafe_code, reason = "kill(pid, 0) only asks whether a process exists; no memory is shared")]
@@ -388,6 +469,10 @@ pub fn continue_once(dir: &Path, o: &RunOptions, say: &mut dyn FnMut(&str)) -> R
         say(&line);
     }
     let snap = Snapshot::read(&j)?;
+    let me = i64::from(std::process::id());
+    if let Some(e) = snap.experiments.iter().find(|e| e.state == ExpState::Launching && e.owner_pid == Some(me) && e.slurm_job.is_some()) {
+        return resume_experiment(&mut j, dir, &snap, e.id, o, say);
+    }
     if let Some(e) = snap.experiments.iter().find(|e| e.state == ExpState::Planned) {
         return run_experiment(&mut j, dir, &snap, e.id, o, say);
     }
@@ -465,11 +550,17 @@ pub struct LaunchFingerprint {
     pub moe_configs: Vec<String>,
     /// The probe fingerprint of the environment.
     pub environment: i64,
+    /// The Slurm job, when the experiment ran as one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm_job: Option<u64>,
+    /// One line per node of a Slurm job (name, address, rank, kernel), as each node wrote it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<String>,
 }
 
-fn log_signals(e: &EngineTemplate, log: &Path) -> Vec<(LogSignal, String)> {
-    executor::log_tail(log, 5000)
-        .into_iter()
+fn log_signals(e: &EngineTemplate, logs: &[PathBuf]) -> Vec<(LogSignal, String)> {
+    logs.iter()
+        .flat_map(|log| executor::log_tail(log, 5000))
         .filter_map(|l| e.logs.iter().find(|p| l.contains(&p.contains)).map(|p| (p.signal, l.clone())))
         .collect()
 }
@@ -513,10 +604,12 @@ impl Drop for Heartbeat {
 
 /// A server that is up, with what the later phases need.
 struct Up {
-    server: executor::Server,
+    server: Box<dyn Launched>,
+    endpoint: Endpoint,
     rendered: Rendered,
     knobs: BTreeMap<String, String>,
-    log_path: PathBuf,
+    /// Every log of the server (one per node on Slurm), the main one first.
+    logs: Vec<PathBuf>,
     bench_path: PathBuf,
     port: u16,
 }
@@ -527,14 +620,67 @@ fn run_experiment(j: &mut Journal, dir: &Path, snap: &Snapshot, id: i64, o: &Run
         Ok(up) => up,
         Err(ended) => return Ok(ended),
     };
+    ready_then_benchmark(j, snap, id, up, o, say)
+}
+
+/// Launching -> ready (fingerprinted) -> benchmarking -> done or failed.
+fn ready_then_benchmark(j: &mut Journal, snap: &Snapshot, id: i64, up: Up, o: &RunOptions, say: &mut dyn FnMut(&str)) -> Result<Outcome> {
     let s = &snap.settings;
-    let fp = fingerprint(j, s, snap, &up.rendered, up.port, &up.log_path)?;
+    let fp = fingerprint(j, s, snap, &up)?;
     let ready = Update { fingerprint: Some(fp), ..Update::default() };
     j.transition(id, &[ExpState::Launching], ExpState::Ready, &ready, "ready: /health answered and a one-token generation succeeded")?;
     say("  ready; benchmarking");
     let bench = Update { bench_path: Some(up.bench_path.display().to_string()), ..Update::default() };
     j.transition(id, &[ExpState::Ready], ExpState::Benchmarking, &bench, "bench sweep")?;
     benchmark(j, snap, id, up, o, say)
+}
+
+/// A re-attached Slurm job: readiness (at once if it serves), then the benchmark as usual.
+fn resume_experiment(j: &mut Journal, dir: &Path, snap: &Snapshot, id: i64, o: &RunOptions, say: &mut dyn FnMut(&str)) -> Result<Outcome> {
+    let _beat = Heartbeat::start(dir, id);
+    let s = &snap.settings;
+    let e = j.experiment(id)?;
+    let (Some(job), Some(port), Some(log)) = (e.slurm_job, e.server_port, e.log_path.clone()) else {
+        return Err(CampaignError::Runtime(format!("experiment {id}: no Slurm job to re-attach to")));
+    };
+    let nodes = match &s.executor {
+        Executor::Slurm(c) => c.nodes.max(1) as usize,
+        Executor::Local => 1,
+    };
+    say(&format!("experiment {id} (attempt {}): following Slurm job {job} again", e.attempt));
+    let mut server: Box<dyn Launched> = Box::new(SlurmServer::attach(job, port, Path::new(&log), nodes));
+    let ctx = context(s, &snap.env.facts, port)?;
+    let mut knobs = s.knobs.clone();
+    knobs.extend(e.knobs.clone());
+    let rendered = s.engine.render(&ctx, &knobs)?;
+    let spec = LaunchSpec {
+        argv: rendered.argv.clone(),
+        env: rendered.env.clone(),
+        log_path: PathBuf::from(&log),
+        port,
+        health: s.engine.health.clone(),
+        generate: s.engine.generate.clone(),
+        ready_timeout: Duration::from_secs(s.ready_timeout_s.unwrap_or(s.engine.ready_timeout_s)),
+    };
+    let beat = &mut |waiting: Option<String>| {
+        if let Some(w) = waiting {
+            say_every(&w, say);
+        }
+    };
+    match executor::wait_ready(server.as_mut(), &spec, queue_timeout(s), &o.cancel, beat) {
+        Err(NotReady::Interrupted) => interrupted(j, id, ExpState::Launching, server, say),
+        Err(NotReady::Failed(f)) => {
+            server.teardown(TEARDOWN_GRACE);
+            fail(j, id, ExpState::Launching, f, say)
+        }
+        Ok(_) => {
+            let endpoint = server.endpoint().unwrap_or_else(|| Endpoint::local(port));
+            let logs = server.logs();
+            let bench_path = dir.join(format!("exp-{id}-a{}.bench.json", e.attempt));
+            let up = Up { server, endpoint, rendered, knobs, logs, bench_path, port };
+            ready_then_benchmark(j, snap, id, up, o, say)
+        }
+    }
 }
 
 /// Planned -> launching -> up; `Err(outcome)` when it failed or was interrupted on the way.
@@ -564,7 +710,7 @@ fn launch(
         env_fingerprint: Some(snap.env_id),
         ..Update::default()
     };
-    j.transition(id, &[ExpState::Planned], ExpState::Launching, &up, &format!("launch on port {port}: {}", rendered.argv.join(" ")))?;
+    j.transition(id, &[ExpState::Planned], ExpState::Launching, &up, &format!("launch on port {port}: {}", shown(&rendered.argv)))?;
     say(&format!("experiment {id} (attempt {attempt}): {}", e.title));
     let mut spec = LaunchSpec {
         argv: rendered.argv.clone(),
@@ -579,12 +725,17 @@ fn launch(
     // The port is picked by binding port 0 and releasing it; another process can take it before the
     // server binds it. That race gets one more try on a new port; a second port_in_use is recorded.
     for try_no in 0..2 {
-        let mut server = match executor::spawn(&spec) {
+        let mut server = match start_server(j, s, id, &spec, attempt) {
             Ok(srv) => srv,
             Err(f) => return fail(j, id, ExpState::Launching, f, say).map(Err),
         };
-        j.set_server_pgid(id, i64::from(server.pgid))?;
-        match server.wait_ready(&spec, &o.cancel, &mut || {}) {
+        let queue_timeout = queue_timeout(s);
+        let beat = &mut |waiting: Option<String>| {
+            if let Some(w) = waiting {
+                say_every(&w, say);
+            }
+        };
+        match executor::wait_ready(server.as_mut(), &spec, queue_timeout, &o.cancel, beat) {
             Err(NotReady::Interrupted) => return interrupted(j, id, ExpState::Launching, server, say).map(Err),
             Err(NotReady::Failed(f)) => {
                 let td = server.teardown(TEARDOWN_GRACE);
@@ -604,27 +755,97 @@ fn launch(
                 }
                 return fail(j, id, ExpState::Launching, f, say).map(Err);
             }
-            Ok(_) => return Ok(Ok(Up { server, rendered, knobs, log_path, bench_path, port: spec.port })),
+            Ok(_) => {
+                let endpoint = server.endpoint().unwrap_or_else(|| Endpoint::local(spec.port));
+                let logs = server.logs();
+                return Ok(Ok(Up { server, endpoint, rendered, knobs, logs, bench_path, port: spec.port }));
+            }
         }
     }
     Err(CampaignError::Runtime(format!("experiment {id}: no launch try left")))
 }
 
+/// A launch command for people: values filled in on each node shown as `{node_rank}` and the like.
+fn shown(argv: &[String]) -> String {
+    argv.iter().map(|w| servetune_slurm::display_word(w)).collect::<Vec<_>>().join(" ")
+}
+
+/// Starts the server on the campaign's executor and journals how to find it again.
+fn start_server(j: &Journal, s: &Settings, id: i64, spec: &LaunchSpec, attempt: i64) -> std::result::Result<Box<dyn Launched>, Failure> {
+    let journal_err = |e: CampaignError| Failure {
+        kind: FailureKind::SpawnFailed,
+        exit: None,
+        evidence: vec![e.to_string()],
+        corrective: FailureKind::SpawnFailed.corrective().into(),
+        summary: e.to_string(),
+    };
+    match &s.executor {
+        Executor::Local => {
+            let srv = executor::spawn(spec)?;
+            j.set_server_pgid(id, i64::from(srv.pgid)).map_err(journal_err)?;
+            Ok(Box::new(srv))
+        }
+        Executor::Slurm(cfg) => {
+            let srv = executor_slurm::submit(cfg, spec, &format!("servetune-exp-{id}-a{attempt}"))?;
+            j.set_slurm_job(id, srv.job, spec.port).map_err(journal_err)?;
+            j.add_event("slurm", &format!("experiment {id}: submitted Slurm job {} ({} node(s))", srv.job, cfg.nodes.max(1)))
+                .map_err(journal_err)?;
+            Ok(Box::new(srv))
+        }
+    }
+}
+
+fn queue_timeout(s: &Settings) -> Duration {
+    match &s.executor {
+        Executor::Local => Duration::from_secs(60),
+        Executor::Slurm(c) => Duration::from_secs(c.queue_timeout_s),
+    }
+}
+
+/// How the server ended, if it does within `limit`.
+fn ended_within(srv: &mut dyn Launched, limit: Duration) -> Option<ExitInfo> {
+    let until = std::time::Instant::now() + limit;
+    loop {
+        if let Some(x) = srv.exited() {
+            return Some(x);
+        }
+        if std::time::Instant::now() >= until {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Says a waiting line when it changes (a queued job's reason), not every poll.
+fn say_every(line: &str, say: &mut dyn FnMut(&str)) {
+    thread_local!(static LAST: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) });
+    LAST.with(|l| {
+        if *l.borrow() != line {
+            say(&format!("  {line}"));
+            *l.borrow_mut() = line.to_string();
+        }
+    });
+}
+
 /// The bench sweep, teardown, and the experiment's end state.
 fn benchmark(j: &mut Journal, snap: &Snapshot, id: i64, mut up: Up, o: &RunOptions, say: &mut dyn FnMut(&str)) -> Result<Outcome> {
     let port = up.port;
-    let sweep = bench_step::run_sweep(&format!("http://127.0.0.1:{port}"), &snap.settings.bench, &up.bench_path, &o.cancel);
+    let sweep = bench_step::run_sweep(&up.endpoint.url(), &snap.settings.bench, &up.bench_path, &o.cancel);
     if o.cancel.load(Ordering::Relaxed) {
         return interrupted(j, id, ExpState::Benchmarking, up.server, say);
     }
-    let crash = up.server.exited().map(|x| up.server.failure(Some(x), false));
+    // A server that went away makes every request fail; give its end a moment to show (a Slurm job
+    // passes through COMPLETING) so the failure is the server's, not the benchmark's.
+    let some_failed = sweep.as_ref().map_or(true, |sm| sm.points.iter().any(|p| p.failed > 0));
+    let crash = ended_within(up.server.as_mut(), if some_failed { Duration::from_secs(15) } else { Duration::ZERO })
+        .map(|x| up.server.failure(Some(x), false));
     let td = up.server.teardown(TEARDOWN_GRACE);
     say(&format!(
         "  torn down ({}); port {port} {}",
         if td.killed { "SIGKILL after the grace period" } else { "SIGTERM" },
         if td.port_free { "is free" } else { "is still taken" }
     ));
-    record_log_findings(j, &snap.settings.engine, &up.log_path, id)?;
+    record_log_findings(j, &snap.settings.engine, &up.logs, id)?;
     if !td.port_free {
         j.add_finding(&NewFinding {
             source: "executor",
@@ -674,8 +895,8 @@ fn fail(j: &mut Journal, id: i64, from: ExpState, f: Failure, say: &mut dyn FnMu
     Ok(Outcome::Progress { experiment: id, state: ExpState::Failed, line })
 }
 
-fn interrupted(j: &mut Journal, id: i64, from: ExpState, server: executor::Server, say: &mut dyn FnMut(&str)) -> Result<Outcome> {
-    let port = server.port;
+fn interrupted(j: &mut Journal, id: i64, from: ExpState, mut server: Box<dyn Launched>, say: &mut dyn FnMut(&str)) -> Result<Outcome> {
+    let port = server.endpoint().map_or(0, |e| e.port);
     let td = server.teardown(TEARDOWN_GRACE);
     let line = format!("experiment {id} interrupted; server torn down, port {port} {}", if td.port_free { "free" } else { "still taken" });
     j.transition(id, &[from], ExpState::Interrupted, &Update::default(), &line)?;
@@ -683,11 +904,13 @@ fn interrupted(j: &mut Journal, id: i64, from: ExpState, server: executor::Serve
     Ok(Outcome::Progress { experiment: id, state: ExpState::Interrupted, line })
 }
 
-fn fingerprint(j: &Journal, s: &Settings, snap: &Snapshot, r: &Rendered, port: u16, log: &Path) -> Result<i64> {
+fn fingerprint(j: &Journal, s: &Settings, snap: &Snapshot, up: &Up) -> Result<i64> {
+    let r = &up.rendered;
     let mut env: BTreeMap<String, String> = std::env::vars().filter(|(k, _)| ENV_PREFIXES.iter().any(|p| k.starts_with(p))).collect();
     env.extend(r.env.clone());
     let (env, argv) = strip_secrets(&env, &r.argv, &s.secret_env);
-    let ctx = context(s, &snap.env.facts, port)?;
+    let argv: Vec<String> = argv.iter().map(|w| servetune_slurm::display_word(w)).collect();
+    let ctx = context(s, &snap.env.facts, up.port)?;
     let fill = |w: &str| -> String {
         let mut out = w.to_string();
         for (k, v) in ctx.values.iter().chain(r.knobs.iter()) {
@@ -695,9 +918,13 @@ fn fingerprint(j: &Journal, s: &Settings, snap: &Snapshot, r: &Rendered, port: u
         }
         out
     };
-    let engine_version = s.engine.version.as_ref().and_then(|q| executor::version(q, port, &fill));
+    let engine_version = s.engine.version.as_ref().and_then(|q| executor::version(q, &up.endpoint, &fill));
     let moe_configs =
-        log_signals(&s.engine, log).into_iter().filter(|(sig, _)| *sig == LogSignal::MoeConfigLoaded).map(|(_, l)| l).collect();
+        log_signals(&s.engine, &up.logs).into_iter().filter(|(sig, _)| *sig == LogSignal::MoeConfigLoaded).map(|(_, l)| l).collect();
+    let (slurm_job, nodes) = match up.server.handle() {
+        Handle::SlurmJob(job) => (Some(job), executor_slurm::JobFiles::of(&up.logs[0]).node_lines()),
+        Handle::ProcessGroup(_) => (None, Vec::new()),
+    };
     let f = &snap.env.facts;
     let lf = LaunchFingerprint {
         engine: s.engine.name.clone(),
@@ -709,14 +936,16 @@ fn fingerprint(j: &Journal, s: &Settings, snap: &Snapshot, r: &Rendered, port: u
         nccl_version: std::env::var("NCCL_VERSION").ok(),
         moe_configs,
         environment: snap.env_id,
+        slurm_job,
+        nodes,
     };
     let body = serde_json::to_value(&lf).map_err(|e| CampaignError::Runtime(e.to_string()))?;
     let hash = journal::stable_hash(&body.to_string());
     j.add_fingerprint("experiment", &hash, &body)
 }
 
-fn record_log_findings(j: &Journal, e: &EngineTemplate, log: &Path, id: i64) -> Result<()> {
-    if let Some((_, line)) = log_signals(e, log).into_iter().find(|(s, _)| *s == LogSignal::MoeDefaultConfig) {
+fn record_log_findings(j: &Journal, e: &EngineTemplate, logs: &[PathBuf], id: i64) -> Result<()> {
+    if let Some((_, line)) = log_signals(e, logs).into_iter().find(|(s, _)| *s == LogSignal::MoeDefaultConfig) {
         j.add_finding(&NewFinding {
             source: "log",
             code: "moe_default_config",

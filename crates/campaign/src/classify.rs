@@ -29,6 +29,14 @@ pub enum FailureKind {
     BenchFailed,
     /// The launch command could not be started at all.
     SpawnFailed,
+    /// Slurm ended the job at its time limit (TIMEOUT).
+    JobTimeLimit,
+    /// A node of the Slurm job failed (NODE_FAIL, BOOT_FAIL).
+    NodeFail,
+    /// A higher-priority job preempted it (PREEMPTED).
+    Preempted,
+    /// Someone else cancelled the Slurm job (CANCELLED without servetune asking).
+    Cancelled,
 }
 
 impl FailureKind {
@@ -46,6 +54,10 @@ impl FailureKind {
             FailureKind::Exited => "exited",
             FailureKind::BenchFailed => "bench_failed",
             FailureKind::SpawnFailed => "spawn_failed",
+            FailureKind::JobTimeLimit => "job_time_limit",
+            FailureKind::NodeFail => "node_fail",
+            FailureKind::Preempted => "preempted",
+            FailureKind::Cancelled => "cancelled",
         }
     }
 
@@ -63,6 +75,10 @@ impl FailureKind {
             FailureKind::Exited => "the server exited with an error: read the evidence lines and the log, fix the flag or file it names, and rerun the step",
             FailureKind::BenchFailed => "every benchmark request failed while the server stayed up: check the API path and model name the engine serves, and the log for request errors",
             FailureKind::SpawnFailed => "the launch command could not be started: install the engine, or give the right executable in the engine template",
+            FailureKind::JobTimeLimit => "Slurm ended the job at its time limit: give the campaign a longer --slurm-time (within the partition's MaxTime, see sinfo), or benchmark fewer points",
+            FailureKind::NodeFail => "a node of the job failed: check it with sinfo -R and scontrol show node, exclude it (--slurm-arg=--exclude=NODE), and run the step again",
+            FailureKind::Preempted => "a higher-priority job preempted this one: run the step again, or use a partition or QOS that is not preemptible",
+            FailureKind::Cancelled => "the job was cancelled outside servetune (scancel, or an administrator): ask why, then run the step again",
         }
     }
 }

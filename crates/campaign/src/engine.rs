@@ -10,8 +10,22 @@ use serde::{Deserialize, Serialize};
 use crate::{CampaignError, Result};
 
 /// Values the campaign fills in, beside the knobs.
-pub const CONTEXT_PLACEHOLDERS: &[&str] =
-    &["model", "host", "port", "servetune", "gpu", "gpus", "link", "quant", "input_len", "output_len"];
+pub const CONTEXT_PLACEHOLDERS: &[&str] = &[
+    "model",
+    "host",
+    "port",
+    "servetune",
+    "gpu",
+    "gpus",
+    "link",
+    "quant",
+    "input_len",
+    "output_len",
+    "node_rank",
+    "nnodes",
+    "head",
+    "dist_port",
+];
 
 /// A knob's allowed values.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -111,6 +125,11 @@ pub struct EngineTemplate {
     /// Words after the knobs' args (for flags that swallow the rest, like sim's --from-plan).
     #[serde(default)]
     pub tail: Vec<String>,
+    /// Words added when an experiment spans several nodes (Slurm executor, --nodes > 1), e.g.
+    /// sglang's `--nnodes {nnodes} --node-rank {node_rank} --dist-init-addr {head}:{dist_port}`.
+    /// A template without them cannot run on several nodes.
+    #[serde(default)]
+    pub multi_node: Vec<String>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     /// Path that answers 200 once the server is up.
@@ -206,6 +225,7 @@ impl EngineTemplate {
         };
         check_words("argv", &self.argv, &[])?;
         check_words("tail", &self.tail, &[])?;
+        check_words("multi_node", &self.multi_node, &[])?;
         let env_vals: Vec<String> = self.env.values().cloned().collect();
         check_words("env", &env_vals, &[])?;
         if let Some(VersionQuery::Command(c)) = &self.version {
@@ -280,6 +300,10 @@ impl EngineTemplate {
             if let Some(var) = &k.env {
                 env.insert(var.clone(), v.clone());
             }
+        }
+        // Several nodes: the context's node count is then the job's, not "1".
+        if ctx.values.get("nnodes").is_some_and(|n| n != "1") {
+            argv.extend(words(&self.multi_node, &vals)?);
         }
         argv.extend(words(&self.tail, &vals)?);
         Ok(Rendered { argv, env, knobs })

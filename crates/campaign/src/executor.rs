@@ -1,7 +1,11 @@
-//! The executor: launch a server in its own process group with its output in a log file, wait for
-//! readiness (health answers, then a one-token generation succeeds; an exit while loading is noticed
-//! at once), ask its version, and tear it down (SIGTERM to the group, SIGKILL after a grace period,
-//! then check the port is free).
+//! The executor: launch a server, wait for readiness (health answers, then a one-token generation
+//! succeeds; an exit while loading is noticed at once), ask its version, and tear it down.
+//!
+//! Two backends implement [`Launched`]: [`Server`] here (a process group on this machine with its
+//! output in a log file; SIGTERM to the group, SIGKILL after a grace period, then the port is
+//! checked) and [`crate::executor_slurm::SlurmServer`] (a batch job on a Slurm cluster, torn down
+//! with scancel). Readiness, the version query and the benchmark only see the trait and the
+//! [`Endpoint`].
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -17,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::classify::{classify, ExitInfo, Failure, FailureKind};
 use crate::engine::VersionQuery;
-use crate::http;
+use crate::http::{self, Endpoint};
 
 /// How often readiness is polled.
 const POLL: Duration = Duration::from_millis(100);
@@ -36,7 +40,36 @@ pub struct LaunchSpec {
     pub ready_timeout: Duration,
 }
 
-/// A launched server.
+/// How a launched server is found again (journaled, so a later `continue` can clean up or re-attach).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handle {
+    /// A process group on this machine.
+    ProcessGroup(i32),
+    /// A Slurm job.
+    SlurmJob(u64),
+}
+
+/// A launched server, whichever backend started it.
+pub trait Launched {
+    /// Where it listens, once known (a queued Slurm job has no node yet).
+    fn endpoint(&mut self) -> Option<Endpoint>;
+    /// How to find it again.
+    fn handle(&self) -> Handle;
+    /// Its log files (one per node for a multi-node job), the main one first.
+    fn logs(&self) -> Vec<PathBuf>;
+    /// How it ended, if it did (polls).
+    fn exited(&mut self) -> Option<ExitInfo>;
+    /// The classified failure of a server that ended (or that we ended on a timeout).
+    fn failure(&self, exit: Option<ExitInfo>, timed_out: bool) -> Failure;
+    /// Why it is not up yet, in words (a queued job's reason), for the heartbeat line.
+    fn waiting_for(&self) -> Option<String> {
+        None
+    }
+    /// Stops it and reports how that went.
+    fn teardown(self: Box<Self>, grace: Duration) -> Teardown;
+}
+
+/// A launched server on this machine.
 #[derive(Debug)]
 pub struct Server {
     child: Child,
@@ -126,58 +159,32 @@ pub fn spawn(spec: &LaunchSpec) -> Result<Server, Failure> {
     Ok(Server { child, pgid, port: spec.port, log_path: spec.log_path.clone() })
 }
 
-impl Server {
-    /// How the server ended, if it did.
-    pub fn exited(&mut self) -> Option<ExitInfo> {
+impl Launched for Server {
+    fn endpoint(&mut self) -> Option<Endpoint> {
+        Some(Endpoint::local(self.port))
+    }
+
+    fn handle(&self) -> Handle {
+        Handle::ProcessGroup(self.pgid)
+    }
+
+    fn logs(&self) -> Vec<PathBuf> {
+        vec![self.log_path.clone()]
+    }
+
+    fn exited(&mut self) -> Option<ExitInfo> {
         match self.child.try_wait() {
             Ok(Some(st)) => Some(ExitInfo { code: st.code(), signal: st.signal() }),
             _ => None,
         }
     }
 
-    /// The classified failure of a server that ended (or that we ended on a timeout).
-    pub fn failure(&self, exit: Option<ExitInfo>, timed_out: bool) -> Failure {
+    fn failure(&self, exit: Option<ExitInfo>, timed_out: bool) -> Failure {
         classify(exit, timed_out, &log_tail(&self.log_path, TAIL_LINES))
     }
 
-    /// Waits until /health answers 200 and a one-token generation succeeds. `tick` runs every poll
-    /// (the heartbeat).
-    pub fn wait_ready(&mut self, spec: &LaunchSpec, cancel: &AtomicBool, tick: &mut dyn FnMut()) -> Result<String, NotReady> {
-        let start = Instant::now();
-        let t = Duration::from_secs(2);
-        loop {
-            if cancel.load(Ordering::Relaxed) {
-                return Err(NotReady::Interrupted);
-            }
-            if let Some(exit) = self.exited() {
-                return Err(NotReady::Failed(self.failure(Some(exit), false)));
-            }
-            if start.elapsed() > spec.ready_timeout {
-                return Err(NotReady::Failed(self.failure(None, true)));
-            }
-            tick();
-            if matches!(http::get(self.port, &spec.health, t), Ok(r) if r.status == 200) {
-                let model = served_model(self.port, t);
-                match one_token(self.port, &spec.generate, model.as_deref(), Duration::from_secs(30)) {
-                    Ok(OneToken::Ok) => return Ok(model.unwrap_or_default()),
-                    Ok(OneToken::Invalid(why)) => {
-                        let ended = self.exited();
-                        let mut f = self.failure(ended, false);
-                        f.kind = FailureKind::InvalidOutput;
-                        f.corrective = FailureKind::InvalidOutput.corrective().into();
-                        f.evidence.insert(0, why.clone());
-                        f.summary = why;
-                        return Err(NotReady::Failed(f));
-                    }
-                    Err(_) => {}
-                }
-            }
-            std::thread::sleep(POLL);
-        }
-    }
-
     /// SIGTERM to the group, SIGKILL after `grace`, then checks the port.
-    pub fn teardown(mut self, grace: Duration) -> Teardown {
+    fn teardown(mut self: Box<Self>, grace: Duration) -> Teardown {
         signal_group(self.pgid, libc::SIGTERM);
         let deadline = Instant::now() + grace;
         let mut exit = None;
@@ -203,18 +210,85 @@ impl Server {
             std::thread::sleep(Duration::from_millis(100));
             port_free = port_is_free(self.port);
         }
-        Teardown {
-            killed,
-            exit,
-            port_free,
-            gpu_memory: "not checked: servetune reads GPU memory through NVML, which this campaign does not load between launches; check nvidia-smi before the next launch on a GPU box".into(),
+        Teardown { killed, exit, port_free, gpu_memory: GPU_MEMORY_NOT_CHECKED.into() }
+    }
+}
+
+/// What a teardown says of GPU memory: servetune does not hold NVML open between launches.
+pub const GPU_MEMORY_NOT_CHECKED: &str = "not checked: servetune reads GPU memory through NVML, which this campaign does not load between launches; check nvidia-smi before the next launch on a GPU box";
+
+/// Waits until `srv` answers /health with 200 and a one-token generation succeeds; returns the
+/// model id it serves. `tick` runs every poll (the heartbeat). The ready timeout counts from the
+/// moment the server has an endpoint (a Slurm job's queue time is bounded by `queue_timeout`).
+pub fn wait_ready(
+    srv: &mut dyn Launched,
+    spec: &LaunchSpec,
+    queue_timeout: Duration,
+    cancel: &AtomicBool,
+    tick: &mut dyn FnMut(Option<String>),
+) -> Result<String, NotReady> {
+    let submitted = Instant::now();
+    let mut started: Option<Instant> = None;
+    let t = Duration::from_secs(2);
+    loop {
+        if cancel.load(Ordering::Relaxed) {
+            return Err(NotReady::Interrupted);
         }
+        if let Some(exit) = srv.exited() {
+            return Err(NotReady::Failed(srv.failure(Some(exit), false)));
+        }
+        let ep = srv.endpoint();
+        if ep.is_some() && started.is_none() {
+            started = Some(Instant::now());
+        }
+        let timed_out = match started {
+            Some(at) => at.elapsed() > spec.ready_timeout,
+            None => submitted.elapsed() > queue_timeout,
+        };
+        if timed_out {
+            let mut f = srv.failure(None, true);
+            if started.is_none() {
+                let why =
+                    format!("still queued after {:?} ({})", queue_timeout, srv.waiting_for().unwrap_or_else(|| "no reason given".into()));
+                f.evidence.insert(0, why.clone());
+                f.summary = why;
+            }
+            return Err(NotReady::Failed(f));
+        }
+        tick(srv.waiting_for());
+        if let Some(ep) = ep {
+            if let Some(ready) = probe_ready(srv, &ep, spec, t) {
+                return ready;
+            }
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// One readiness check: `None` while not ready yet.
+fn probe_ready(srv: &mut dyn Launched, ep: &Endpoint, spec: &LaunchSpec, t: Duration) -> Option<Result<String, NotReady>> {
+    if !matches!(http::get(ep, &spec.health, t), Ok(r) if r.status == 200) {
+        return None;
+    }
+    let model = served_model(ep, t);
+    match one_token(ep, &spec.generate, model.as_deref(), Duration::from_secs(30)) {
+        Ok(OneToken::Ok) => Some(Ok(model.unwrap_or_default())),
+        Ok(OneToken::Invalid(why)) => {
+            let ended = srv.exited();
+            let mut f = srv.failure(ended, false);
+            f.kind = FailureKind::InvalidOutput;
+            f.corrective = FailureKind::InvalidOutput.corrective().into();
+            f.evidence.insert(0, why.clone());
+            f.summary = why;
+            Some(Err(NotReady::Failed(f)))
+        }
+        Err(_) => None,
     }
 }
 
 /// The model id the server lists at /v1/models, if it answers.
-fn served_model(port: u16, t: Duration) -> Option<String> {
-    let r = http::get(port, "/v1/models", t).ok().filter(|r| r.status == 200)?;
+fn served_model(ep: &Endpoint, t: Duration) -> Option<String> {
+    let r = http::get(ep, "/v1/models", t).ok().filter(|r| r.status == 200)?;
     let v: serde_json::Value = serde_json::from_str(&r.body).ok()?;
     v.get("data")?.get(0)?.get("id")?.as_str().map(str::to_string)
 }
@@ -225,9 +299,9 @@ enum OneToken {
 }
 
 /// One completion of one token: 200 with a text choice is ready; 200 without one is invalid output.
-fn one_token(port: u16, path: &str, model: Option<&str>, t: Duration) -> Result<OneToken, String> {
+fn one_token(ep: &Endpoint, path: &str, model: Option<&str>, t: Duration) -> Result<OneToken, String> {
     let body = serde_json::json!({"model": model.unwrap_or("default"), "prompt": "Hello", "max_tokens": 1, "temperature": 0.0});
-    let r = http::post_json(port, path, &body.to_string(), t).map_err(|e| e.to_string())?;
+    let r = http::post_json(ep, path, &body.to_string(), t).map_err(|e| e.to_string())?;
     if r.status != 200 {
         return Err(format!("HTTP {}", r.status));
     }
@@ -261,10 +335,10 @@ pub fn log_tail(path: &Path, n: usize) -> Vec<String> {
 }
 
 /// The engine's version: from the running server or a command; `None` when it does not say.
-pub fn version(q: &VersionQuery, port: u16, fill: &dyn Fn(&str) -> String) -> Option<String> {
+pub fn version(q: &VersionQuery, ep: &Endpoint, fill: &dyn Fn(&str) -> String) -> Option<String> {
     match q {
         VersionQuery::Http { path, field } => {
-            let r = http::get(port, path, Duration::from_secs(5)).ok().filter(|r| r.status == 200)?;
+            let r = http::get(ep, path, Duration::from_secs(5)).ok().filter(|r| r.status == 200)?;
             let v: serde_json::Value = serde_json::from_str(&r.body).ok()?;
             v.get(field).map(|x| x.as_str().map_or_else(|| x.to_string(), str::to_string))
         }

@@ -1,9 +1,34 @@
 //! A small blocking HTTP/1.1 client for the executor's health, readiness and version requests to
-//! the local server it launched (one request per connection; the benchmark uses bench's client).
+//! the server it launched, on this machine or on a Slurm job's head node (one request per
+//! connection; the benchmark uses bench's client).
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
+
+/// Where a launched server listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// A name or address (127.0.0.1 for the local executor, the head node's address for Slurm).
+    pub host: String,
+    pub port: u16,
+}
+
+impl Endpoint {
+    /// This machine's loopback.
+    pub fn local(port: u16) -> Self {
+        Self { host: "127.0.0.1".into(), port }
+    }
+
+    /// The base URL (`http://host:port`), IPv6 literals bracketed.
+    pub fn url(&self) -> String {
+        if self.host.contains(':') {
+            format!("http://[{}]:{}", self.host, self.port)
+        } else {
+            format!("http://{}:{}", self.host, self.port)
+        }
+    }
+}
 
 /// A response: status and body.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,23 +48,27 @@ pub enum HttpError {
     Malformed(String),
 }
 
-/// GET `path` from 127.0.0.1:`port`.
-pub fn get(port: u16, path: &str, timeout: Duration) -> Result<Response, HttpError> {
-    request(port, "GET", path, None, timeout)
+/// GET `path` from `ep`.
+pub fn get(ep: &Endpoint, path: &str, timeout: Duration) -> Result<Response, HttpError> {
+    request(ep, "GET", path, None, timeout)
 }
 
-/// POST a JSON `body` to `path` on 127.0.0.1:`port`.
-pub fn post_json(port: u16, path: &str, body: &str, timeout: Duration) -> Result<Response, HttpError> {
-    request(port, "POST", path, Some(body), timeout)
+/// POST a JSON `body` to `path` on `ep`.
+pub fn post_json(ep: &Endpoint, path: &str, body: &str, timeout: Duration) -> Result<Response, HttpError> {
+    request(ep, "POST", path, Some(body), timeout)
 }
 
-fn request(port: u16, method: &str, path: &str, body: Option<&str>, timeout: Duration) -> Result<Response, HttpError> {
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+fn request(ep: &Endpoint, method: &str, path: &str, body: Option<&str>, timeout: Duration) -> Result<Response, HttpError> {
+    let addr = (ep.host.as_str(), ep.port)
+        .to_socket_addrs()
+        .map_err(|e| HttpError::Connect(format!("{}: {e}", ep.host)))?
+        .next()
+        .ok_or_else(|| HttpError::Connect(format!("{} has no address", ep.host)))?;
     let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| HttpError::Connect(e.to_string()))?;
     let io = |e: std::io::Error| HttpError::Io(e.to_string());
     s.set_read_timeout(Some(timeout)).map_err(io)?;
     s.set_write_timeout(Some(timeout)).map_err(io)?;
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\nAccept: application/json\r\n");
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {}:{}\r\nConnection: close\r\nAccept: application/json\r\n", ep.host, ep.port);
     if let Some(b) = body {
         req += &format!("Content-Type: application/json\r\nContent-Length: {}\r\n", b.len());
     }

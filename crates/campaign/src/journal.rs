@@ -19,7 +19,7 @@ pub const FILE_NAME: &str = "journal.sqlite";
 /// Schema major version: a binary refuses a journal with a higher one.
 pub const SCHEMA_MAJOR: i64 = 1;
 /// Schema minor version: additions an older binary of the same major can ignore.
-pub const SCHEMA_MINOR: i64 = 0;
+pub const SCHEMA_MINOR: i64 = 1;
 /// A running step whose heartbeat is older than this, or whose owner process is gone, is stale.
 pub const STALE_AFTER_MS: i64 = 15_000;
 
@@ -32,7 +32,8 @@ CREATE TABLE fingerprints(id INTEGER PRIMARY KEY, kind TEXT NOT NULL, hash TEXT 
 CREATE TABLE experiments(id INTEGER PRIMARY KEY, key TEXT NOT NULL UNIQUE, title TEXT NOT NULL,
   knobs TEXT NOT NULL, origin TEXT NOT NULL, state TEXT NOT NULL, failure TEXT, attempt INTEGER NOT NULL DEFAULT 0,
   env_fingerprint INTEGER, fingerprint INTEGER, log_path TEXT, bench_path TEXT, result TEXT, owner_pid INTEGER,
-  server_pgid INTEGER, heartbeat_at INTEGER, created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL);
+  server_pgid INTEGER, heartbeat_at INTEGER, created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL,
+  slurm_job INTEGER, server_port INTEGER);
 CREATE TABLE events(id INTEGER PRIMARY KEY, at INTEGER NOT NULL, experiment INTEGER, from_state TEXT,
   to_state TEXT NOT NULL, detail TEXT NOT NULL);
 CREATE TABLE findings(id INTEGER PRIMARY KEY, source TEXT NOT NULL, code TEXT NOT NULL, severity TEXT NOT NULL,
@@ -228,6 +229,10 @@ pub struct Experiment {
     pub heartbeat_at: Option<i64>,
     pub created_at: i64,
     pub updated_at: i64,
+    /// The Slurm job of the current attempt (Slurm executor).
+    pub slurm_job: Option<u64>,
+    /// The port the current attempt's server listens on (Slurm executor).
+    pub server_port: Option<u16>,
 }
 
 /// A finding from the probe, a server log or the analysis.
@@ -346,6 +351,26 @@ fn check(path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Brings a journal of an older minor version up to this one (additions only, in one transaction).
+/// 1.0 -> 1.1: experiments.slurm_job and server_port (the Slurm executor's job and the server's port).
+fn migrate(conn: &mut Connection) -> Result<()> {
+    let minor: i64 = conn
+        .query_row("SELECT value FROM meta WHERE key = 'schema_minor'", [], |r| r.get::<_, String>(0))
+        .optional()?
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    if minor >= SCHEMA_MINOR {
+        return Ok(());
+    }
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    if minor < 1 {
+        tx.execute_batch("ALTER TABLE experiments ADD COLUMN slurm_job INTEGER; ALTER TABLE experiments ADD COLUMN server_port INTEGER;")?;
+    }
+    tx.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_minor', ?1)", [SCHEMA_MINOR.to_string()])?;
+    tx.commit()?;
+    Ok(())
+}
+
 impl Journal {
     /// Every row `sql` selects (no parameters), mapped by `row`.
     fn all<T>(&self, sql: &str, row: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>) -> Result<Vec<T>> {
@@ -396,8 +421,9 @@ impl Journal {
             )));
         }
         check(&path)?;
-        let conn = Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
+        let mut conn = Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
         configure(&conn)?;
+        migrate(&mut conn)?;
         Ok(Self { conn, path })
     }
 
@@ -536,6 +562,16 @@ impl Journal {
     /// Sets the server's process group of a launching experiment (so a stale step can be cleaned up).
     pub fn set_server_pgid(&self, id: i64, pgid: i64) -> Result<()> {
         self.conn.execute("UPDATE experiments SET server_pgid = ?2, heartbeat_at = ?3 WHERE id = ?1", params![id, pgid, now_ms()])?;
+        Ok(())
+    }
+
+    /// Records the Slurm job of a launching experiment and the port its server listens on, so a
+    /// later `continue` can re-attach to it or cancel it.
+    pub fn set_slurm_job(&self, id: i64, job: u64, port: u16) -> Result<()> {
+        self.conn.execute(
+            "UPDATE experiments SET slurm_job = ?2, server_port = ?3, server_pgid = NULL, heartbeat_at = ?4 WHERE id = ?1",
+            params![id, job as i64, i64::from(port), now_ms()],
+        )?;
         Ok(())
     }
 
@@ -753,8 +789,8 @@ pub struct Update {
     pub new_attempt: bool,
 }
 
-const EXP_SELECT_BASE: &str = "SELECT id, key, title, knobs, origin, state, failure, attempt, env_fingerprint, fingerprint, log_path, bench_path, result, owner_pid, server_pgid, heartbeat_at, created_at, updated_at FROM experiments";
-const EXP_SELECT: &str = "SELECT id, key, title, knobs, origin, state, failure, attempt, env_fingerprint, fingerprint, log_path, bench_path, result, owner_pid, server_pgid, heartbeat_at, created_at, updated_at FROM experiments ORDER BY id";
+const EXP_SELECT_BASE: &str = "SELECT id, key, title, knobs, origin, state, failure, attempt, env_fingerprint, fingerprint, log_path, bench_path, result, owner_pid, server_pgid, heartbeat_at, created_at, updated_at, slurm_job, server_port FROM experiments";
+const EXP_SELECT: &str = "SELECT id, key, title, knobs, origin, state, failure, attempt, env_fingerprint, fingerprint, log_path, bench_path, result, owner_pid, server_pgid, heartbeat_at, created_at, updated_at, slurm_job, server_port FROM experiments ORDER BY id";
 
 /// An experiment row before its JSON columns are decoded.
 struct RawExperiment {
@@ -776,6 +812,8 @@ struct RawExperiment {
     heartbeat_at: Option<i64>,
     created_at: i64,
     updated_at: i64,
+    slurm_job: Option<i64>,
+    server_port: Option<i64>,
 }
 
 fn exp_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawExperiment> {
@@ -798,6 +836,8 @@ fn exp_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawExperiment> {
         heartbeat_at: r.get(15)?,
         created_at: r.get(16)?,
         updated_at: r.get(17)?,
+        slurm_job: r.get(18)?,
+        server_port: r.get(19)?,
     })
 }
 
@@ -824,6 +864,8 @@ impl RawExperiment {
             heartbeat_at: self.heartbeat_at,
             created_at: self.created_at,
             updated_at: self.updated_at,
+            slurm_job: self.slurm_job.map(|j| j as u64),
+            server_port: self.server_port.and_then(|p| u16::try_from(p).ok()),
         })
     }
 }

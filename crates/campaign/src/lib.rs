@@ -15,6 +15,7 @@ pub mod campaign;
 pub mod classify;
 pub mod engine;
 pub mod executor;
+pub mod executor_slurm;
 pub mod goal;
 pub mod http;
 pub mod journal;

@@ -117,6 +117,39 @@ struct InitArgs {
     /// Environment variables whose values are secrets: stripped from fingerprints (repeatable)
     #[arg(long, value_name = "NAME")]
     secret_env: Vec<String>,
+    /// Where experiments run: local (a process group here) or slurm (one batch job per experiment)
+    #[arg(long, value_enum, default_value = "local")]
+    executor: ExecutorArg,
+    /// --executor slurm: the partition (default: the cluster's default partition)
+    #[arg(long, value_name = "NAME", help_heading = "Slurm")]
+    partition: Option<String>,
+    /// --executor slurm: the account to charge
+    #[arg(long, value_name = "NAME", help_heading = "Slurm")]
+    account: Option<String>,
+    /// --executor slurm: nodes per experiment (multi-node templates get {nnodes}, {node_rank}, {head})
+    #[arg(long, default_value_t = 1, help_heading = "Slurm")]
+    nodes: u32,
+    /// --executor slurm: GPUs per node to ask for (default: the partition's gres, none on CPU nodes)
+    #[arg(long, value_name = "N", help_heading = "Slurm")]
+    gpus_per_node: Option<u32>,
+    /// --executor slurm: each job's time limit in Slurm's syntax (2:00:00)
+    #[arg(long, value_name = "TIME", help_heading = "Slurm")]
+    slurm_time: Option<String>,
+    /// --executor slurm: one more sbatch argument, a whole --flag=value word (repeatable)
+    #[arg(long = "slurm-arg", value_name = "--FLAG=VALUE", allow_hyphen_values = true, help_heading = "Slurm")]
+    slurm_args: Vec<String>,
+    /// --executor slurm: how long a job may wait in the queue before the experiment fails
+    #[arg(long, default_value = "1h", value_name = "DURATION", help_heading = "Slurm")]
+    queue_timeout: String,
+}
+
+/// Where experiments run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ExecutorArg {
+    /// A process group on this machine
+    Local,
+    /// A Slurm batch job per experiment (sbatch, squeue, scancel)
+    Slurm,
 }
 
 #[derive(Debug, Args)]
@@ -289,6 +322,53 @@ pub fn run(a: CampaignArgs) -> Result<(), Failure> {
     }
 }
 
+/// The executor from the Slurm flags; Slurm flags without `--executor slurm` are refused.
+fn executor(a: &InitArgs) -> Result<campaign::Executor, Failure> {
+    let slurm_flags = a.partition.is_some()
+        || a.account.is_some()
+        || a.nodes != 1
+        || a.gpus_per_node.is_some()
+        || a.slurm_time.is_some()
+        || !a.slurm_args.is_empty();
+    if a.executor == ExecutorArg::Local {
+        if slurm_flags {
+            return Err(Failure::usage(
+                "--partition, --account, --nodes, --gpus-per-node, --slurm-time and --slurm-arg need --executor slurm",
+            ));
+        }
+        return Ok(campaign::Executor::Local);
+    }
+    if a.nodes == 0 {
+        return Err(Failure::usage("--nodes 0: give the number of nodes each experiment runs on (1 or more)"));
+    }
+    let word = |flag: &str, v: &Option<String>| -> Result<(), Failure> {
+        match v {
+            Some(x) if x.is_empty() || x.contains(char::is_whitespace) => {
+                Err(Failure::usage(format!("{flag} {x:?}: a Slurm name has no spaces")))
+            }
+            _ => Ok(()),
+        }
+    };
+    word("--partition", &a.partition)?;
+    word("--account", &a.account)?;
+    word("--slurm-time", &a.slurm_time)?;
+    if let Some(bad) = a.slurm_args.iter().find(|x| !x.starts_with("--") || !x.contains('=')) {
+        return Err(Failure::usage(format!(
+            "--slurm-arg {bad:?}: give one whole sbatch option as --flag=value (e.g. --slurm-arg=--exclusive=user)"
+        )));
+    }
+    let queue = servetune_stats::parse_duration("--queue-timeout", &a.queue_timeout).map_err(|e| Failure::usage(e.0))?;
+    Ok(campaign::Executor::Slurm(servetune_campaign::executor_slurm::SlurmSettings {
+        partition: a.partition.clone(),
+        account: a.account.clone(),
+        nodes: a.nodes,
+        gpus_per_node: a.gpus_per_node.unwrap_or(0),
+        time: a.slurm_time.clone(),
+        args: a.slurm_args.clone(),
+        queue_timeout_s: queue.as_secs().max(1),
+    }))
+}
+
 fn init(a: InitArgs) -> Result<(), Failure> {
     let all = engine::all(a.engines.as_deref()).map_err(lib)?;
     let tmpl = engine::find(&all, &a.engine).map_err(lib)?;
@@ -316,6 +396,7 @@ fn init(a: InitArgs) -> Result<(), Failure> {
     s.bench.timeout_s = dur("--request-timeout", &a.request_timeout)?.as_secs_f64();
     s.ready_timeout_s = a.ready_timeout.as_deref().map(|r| dur("--ready-timeout", r).map(|d| d.as_secs().max(1))).transpose()?;
     s.secret_env = a.secret_env.clone();
+    s.executor = executor(&a)?;
     let j = campaign::init(&InitOptions { dir: a.dir.clone(), settings: s, probe_root: a.probe_root.clone() }).map_err(lib)?;
     crate::say!("campaign started in {} (journal {})", a.dir.display(), j.path().display());
     crate::say!("next: servetune campaign next {0}   or   servetune campaign continue {0} --until-blocked", a.dir.display());

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use servetune_sim::cost::{preset, Profile, PRESETS};
+use servetune_sim::rendezvous::NodePlace;
 use servetune_sim::{ExactTiming, Faults, Limits, MetricsStyle, Mode, SimConfig, SimError};
 use servetune_stats::parse_duration;
 
@@ -29,6 +30,18 @@ pub struct SimArgs {
     /// Address to listen on (port 0 picks a free one)
     #[arg(long, default_value = "127.0.0.1:30000")]
     pub listen: SocketAddr,
+    /// Multi-node: nodes in the deployment; node 0 serves once the others joined it (sglang's --nnodes)
+    #[arg(long, default_value_t = 1, help_heading = "Multi-node")]
+    pub nnodes: u32,
+    /// Multi-node: this node's rank; ranks above 0 join the head and serve nothing themselves
+    #[arg(long, default_value_t = 0, help_heading = "Multi-node")]
+    pub node_rank: u32,
+    /// Multi-node: the head's rendezvous address HOST:PORT
+    #[arg(long, value_name = "HOST:PORT", help_heading = "Multi-node")]
+    pub dist_init_addr: Option<String>,
+    /// Multi-node: how long the head waits for the others, and a follower for the head
+    #[arg(long, default_value = "300s", value_name = "DURATION", help_heading = "Multi-node")]
+    pub join_timeout: String,
     /// Built-in deployment profile (see --list-presets)
     #[arg(long, default_value = "reference-kvm", conflicts_with = "profile")]
     pub preset: String,
@@ -237,6 +250,13 @@ fn faults(a: &SimArgs) -> Result<Faults, Failure> {
     })
 }
 
+fn sim_failure(e: SimError) -> Failure {
+    match e {
+        SimError::Input(m) => Failure::usage(m),
+        SimError::Runtime(m) => Failure::runtime(m),
+    }
+}
+
 pub fn run(a: SimArgs) -> Result<(), Failure> {
     if a.list_presets {
         for (name, desc) in PRESETS {
@@ -244,7 +264,18 @@ pub fn run(a: SimArgs) -> Result<(), Failure> {
         }
         return Ok(());
     }
+    let place = NodePlace::new(a.nnodes, a.node_rank, a.dist_init_addr.as_deref()).map_err(sim_failure)?;
+    let join_timeout = servetune_stats::parse_duration("--join-timeout", &a.join_timeout).map_err(|e| Failure::usage(e.0))?;
     let cfg = resolve(&a)?;
+    // Followers join the head and serve nothing; the head serves once all have joined.
+    let _followers = match &place {
+        Some(p) if p.rank > 0 => return p.follow(join_timeout, &mut |l| crate::tell!("servetune sim: {l}")).map_err(sim_failure),
+        Some(p) => {
+            crate::tell!("servetune sim: node 0 of {}: waiting for the others at {}", p.nnodes, p.addr);
+            p.head_wait(join_timeout, &mut |l| crate::tell!("servetune sim: {l}")).map_err(sim_failure)?
+        }
+        None => Vec::new(),
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -253,10 +284,7 @@ pub fn run(a: SimArgs) -> Result<(), Failure> {
         let p = cfg.profile.clone();
         let crash = cfg.faults.crash_after;
         let mode = cfg.mode;
-        let mut srv = servetune_sim::start(cfg, a.listen).await.map_err(|e| match e {
-            SimError::Input(m) => Failure::usage(m),
-            SimError::Runtime(m) => Failure::runtime(m),
-        })?;
+        let mut srv = servetune_sim::start(cfg, a.listen).await.map_err(sim_failure)?;
         crate::say!("servetune sim listening on {}", srv.url);
         match mode {
             Mode::Exact(t) => crate::say!(

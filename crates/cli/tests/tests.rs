@@ -15,4 +15,5 @@ mod probe;
 mod report_html;
 mod schemas;
 mod sim;
+mod slurm;
 mod trace;

@@ -22,6 +22,7 @@ pub mod engine;
 pub mod from_plan;
 pub mod metrics;
 pub mod profile;
+pub mod rendezvous;
 pub mod server;
 pub mod stream;
 pub mod vtime;

@@ -205,6 +205,17 @@ impl Slurm {
         Ok(parts)
     }
 
+    /// A node's address (`NodeAddr` in `scontrol show node`), which is what the controller and other
+    /// nodes reach it by; the name itself when Slurm lists none.
+    pub fn node_addr(&self, node: &str) -> Result<String> {
+        let out = self.run("scontrol", &["show".into(), "node".into(), "-o".into(), node.to_string()])?;
+        if !out.status.success() {
+            return Err(SlurmError::Command(format!("scontrol show node {node}: {}", text(&out.stderr))));
+        }
+        let body = String::from_utf8_lossy(&out.stdout);
+        Ok(body.split_whitespace().find_map(|w| w.strip_prefix("NodeAddr=")).unwrap_or(node).to_string())
+    }
+
     /// Runs an `srun` step to its end within `limit`.
     pub fn srun(&self, args: &[String], limit: Duration) -> Result<SrunOutput> {
         let out = self.run_for("srun", args, limit)?;

@@ -18,7 +18,7 @@ mod task;
 
 pub use cmd::{Partition, Slurm, SrunOutput};
 pub use hostlist::expand as expand_hostlist;
-pub use script::{quote_word, BatchScript, RuntimeValue};
+pub use script::{display_word, quote_word, BatchScript, RuntimeValue};
 pub use state::{parse_sacct, parse_scontrol, parse_squeue_json, JobInfo, JobState};
 pub use task::TaskEnv;
 

@@ -15,8 +15,10 @@ pub enum RuntimeValue {
     NodeRank,
     /// Nodes in the job.
     Nnodes,
-    /// The head node's name (the first of the job's nodes).
+    /// The head node's address (NodeAddr of the first of the job's nodes): where rank 0 listens.
     Head,
+    /// This node's own address (its NodeAddr): what a server on it binds.
+    NodeAddr,
     /// The job id.
     JobId,
 }
@@ -25,13 +27,14 @@ const MARK: char = '\u{1}';
 
 impl RuntimeValue {
     /// Every runtime value.
-    pub const ALL: [RuntimeValue; 4] = [Self::NodeRank, Self::Nnodes, Self::Head, Self::JobId];
+    pub const ALL: [RuntimeValue; 5] = [Self::NodeRank, Self::Nnodes, Self::Head, Self::NodeAddr, Self::JobId];
 
     fn key(self) -> &'static str {
         match self {
             Self::NodeRank => "node_rank",
             Self::Nnodes => "nnodes",
             Self::Head => "head",
+            Self::NodeAddr => "node_addr",
             Self::JobId => "job_id",
         }
     }
@@ -41,6 +44,7 @@ impl RuntimeValue {
             Self::NodeRank => "SERVETUNE_NODE_RANK",
             Self::Nnodes => "SERVETUNE_NNODES",
             Self::Head => "SERVETUNE_HEAD",
+            Self::NodeAddr => "SERVETUNE_NODE_ADDR",
             Self::JobId => "SLURM_JOB_ID",
         }
     }
@@ -55,6 +59,11 @@ impl RuntimeValue {
     pub fn placeholder(self) -> &'static str {
         self.key()
     }
+}
+
+/// A rendered word for people (events, fingerprints): runtime markers as `{node_rank}`.
+pub fn display_word(w: &str) -> String {
+    RuntimeValue::ALL.iter().fold(w.to_string(), |acc, v| acc.replace(&v.marker(), &format!("{{{}}}", v.placeholder())))
 }
 
 /// One word for a shell: single-quoted, with runtime markers as double-quoted expansions.
@@ -116,10 +125,16 @@ impl BatchScript {
         let mut s = String::from("#!/bin/bash\n# Written by servetune: one node's part of an experiment. Every word is quoted.\nset -u\n");
         s.push_str("SERVETUNE_NODE_RANK=\"${SLURM_NODEID:?not inside a Slurm step}\"\n");
         s.push_str("SERVETUNE_NNODES=\"${SLURM_JOB_NUM_NODES:-${SLURM_NNODES:-1}}\"\n");
-        s.push_str("SERVETUNE_HEAD=\"$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" 2>/dev/null | head -n 1)\"\n");
-        s.push_str("SERVETUNE_HEAD=\"${SERVETUNE_HEAD:-$(hostname)}\"\n");
+        // A node's address is its NodeAddr (how the controller reaches it), else its host name.
+        s.push_str("addr_of() { scontrol show node \"$1\" -o 2>/dev/null | tr ' ' '\\n' | sed -n 's/^NodeAddr=//p' | head -n 1; }\n");
+        s.push_str("SERVETUNE_NODE=\"${SLURMD_NODENAME:-$(hostname)}\"\n");
+        s.push_str("SERVETUNE_NODE_ADDR=\"$(addr_of \"$SERVETUNE_NODE\")\"\n");
+        s.push_str("SERVETUNE_NODE_ADDR=\"${SERVETUNE_NODE_ADDR:-$(hostname)}\"\n");
+        s.push_str("first=\"$(scontrol show hostnames \"${SLURM_JOB_NODELIST:-}\" 2>/dev/null | head -n 1)\"\n");
+        s.push_str("SERVETUNE_HEAD=\"$(addr_of \"${first:-$SERVETUNE_NODE}\")\"\n");
+        s.push_str("SERVETUNE_HEAD=\"${SERVETUNE_HEAD:-$SERVETUNE_NODE_ADDR}\"\n");
         s.push_str(&format!(
-            "printf 'node=%s host=%s rank=%s nnodes=%s head=%s kernel=%s\\n' \"${{SLURMD_NODENAME:-$(hostname)}}\" \"$(hostname)\" \"$SERVETUNE_NODE_RANK\" \"$SERVETUNE_NNODES\" \"$SERVETUNE_HEAD\" \"$(uname -r)\" >> {}\n",
+            "printf 'node=%s host=%s addr=%s rank=%s nnodes=%s head=%s kernel=%s\\n' \"$SERVETUNE_NODE\" \"$(hostname)\" \"$SERVETUNE_NODE_ADDR\" \"$SERVETUNE_NODE_RANK\" \"$SERVETUNE_NNODES\" \"$SERVETUNE_HEAD\" \"$(uname -r)\" >> {}\n",
             quote_word(&self.nodes_file)
         ));
         for (k, v) in &self.env {
@@ -179,6 +194,7 @@ mod tests {
         let w = format!("{}:5000", RuntimeValue::Head.marker());
         assert_eq!(quote_word(&w), "\"${SERVETUNE_HEAD}\"':5000'");
         assert_eq!(quote_word(&RuntimeValue::NodeRank.marker()), "\"${SERVETUNE_NODE_RANK}\"");
+        assert_eq!(display_word(&w), "{head}:5000");
     }
 
     #[test]

@@ -155,7 +155,13 @@ fn exit_of(v: Option<&Value>) -> (Option<i32>, Option<i32>) {
             let sig = o.get("signal").and_then(|s| s.get("id").or(Some(s))).and_then(number).filter(|n| *n > 0).map(|n| n as i32);
             (code, sig)
         }
-        Some(other) => (number(other).map(|n| n as i32), None),
+        // 22.05 prints the raw wait status: 36608 is exit 143, 9 is SIGKILL.
+        Some(other) => match number(other) {
+            Some(n) if n > 255 => (Some((n >> 8) as i32 & 0xff), None),
+            Some(n) if n & 0x7f != 0 && n < 128 => (None, Some((n & 0x7f) as i32)),
+            Some(n) => (Some(n as i32), None),
+            None => (None, None),
+        },
     }
 }
 
@@ -221,9 +227,12 @@ mod tests {
         let body = r#"{"meta":{"Slurm":{"release":"22.05.8"}},"errors":[],"jobs":[
           {"job_id":1,"job_state":"COMPLETED","exit_code":0,"nodes":"n[1-2]","state_reason":"None"},
           {"job_id":2,"job_state":"RUNNING","exit_code":0,"nodes":"n[1-2]","state_reason":"None"},
-          {"job_id":3,"job_state":"PENDING","exit_code":0,"nodes":"","state_reason":"Resources"}]}"#;
+          {"job_id":3,"job_state":"PENDING","exit_code":0,"nodes":"","state_reason":"Resources"},
+          {"job_id":4,"job_state":"CANCELLED","exit_code":36608,"nodes":"n1","state_reason":"None"}]}"#;
         let j = parse_squeue_json(body).expect("parse");
-        assert_eq!(j.len(), 3);
+        assert_eq!(j.len(), 4);
+        // 22.05's exit_code is the raw wait status: 36608 = exit 143 (the batch script's SIGTERM trap).
+        assert_eq!((j[3].state.clone(), j[3].exit_code), (JobState::Cancelled, Some(143)));
         assert_eq!((j[0].state.clone(), j[0].exit_code), (JobState::Completed, Some(0)));
         assert_eq!((j[1].state.clone(), j[1].exit_code, j[1].nodes.as_deref()), (JobState::Running, None, Some("n[1-2]")));
         assert_eq!((j[2].state.clone(), j[2].nodes.clone(), j[2].reason.as_deref()), (JobState::Pending, None, Some("Resources")));
