@@ -925,7 +925,30 @@ mod tests {
         j.conn.execute("UPDATE meta SET value = '9' WHERE key = 'schema_major'", []).expect("bump");
         drop(j);
         let e = Journal::open(d.path()).expect_err("newer");
-        assert!(matches!(&e, CampaignError::Input(m) if m.contains("schema 9.0") && m.contains("newer servetune")), "{e}");
+        assert!(
+            matches!(&e, CampaignError::Input(m) if m.contains(&format!("schema 9.{SCHEMA_MINOR}")) && m.contains("newer servetune")),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_1_0_journal_is_migrated_to_this_minor_on_open_and_keeps_its_rows() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let mut j = Journal::create(d.path(), &row()).expect("create");
+        let id = j.plan_experiment("k", "t", &BTreeMap::new(), "o", None).expect("plan").expect("new");
+        j.transition(id, &[ExpState::Planned], ExpState::Launching, &Update::default(), "go").expect("launch");
+        // Make it what a 1.0 binary wrote: no Slurm columns, minor 0.
+        j.conn
+            .execute_batch("ALTER TABLE experiments DROP COLUMN slurm_job; ALTER TABLE experiments DROP COLUMN server_port; UPDATE meta SET value = '0' WHERE key = 'schema_minor';")
+            .expect("downgrade");
+        drop(j);
+        let j = Journal::open(d.path()).expect("open migrates");
+        let e = j.experiment(id).expect("row survives");
+        assert_eq!((e.state, e.slurm_job, e.server_port), (ExpState::Launching, None, None));
+        j.set_slurm_job(id, 42, 8000).expect("new column");
+        assert_eq!(j.experiment(id).expect("exp").slurm_job, Some(42));
+        let minor: String = j.conn.query_row("SELECT value FROM meta WHERE key = 'schema_minor'", [], |r| r.get(0)).expect("minor");
+        assert_eq!(minor, SCHEMA_MINOR.to_string());
     }
 
     #[test]

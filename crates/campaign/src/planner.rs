@@ -443,6 +443,8 @@ mod tests {
             heartbeat_at: None,
             created_at: 0,
             updated_at: 0,
+            slurm_job: None,
+            server_port: None,
         }
     }
 

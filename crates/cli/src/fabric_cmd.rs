@@ -69,6 +69,18 @@ pub enum FabricCmd {
         /// Compare a setting with the defaults, e.g. NCCL_P2P_DISABLE=1 or NCCL_ALGO=Tree (repeatable)
         #[arg(long, value_name = "KEY=VALUE")]
         env: Vec<String>,
+        /// Across the nodes of a Slurm allocation: srun starts one rank per GPU (ranks from Slurm)
+        #[arg(long, help_heading = "Slurm")]
+        slurm: bool,
+        /// --slurm: nodes
+        #[arg(long, default_value_t = 2, requires = "slurm", help_heading = "Slurm")]
+        nodes: u32,
+        /// --slurm: ranks (GPUs) per node (with --backend sim: simulated GPUs per node)
+        #[arg(long, default_value_t = 8, requires = "slurm", help_heading = "Slurm")]
+        gpus_per_node: u32,
+        /// --slurm: the partition
+        #[arg(long, requires = "slurm", help_heading = "Slurm")]
+        partition: Option<String>,
     },
     /// Host memory copies per NUMA-node pair; with GPUs, pinned and pageable H2D/D2H
     Host {
@@ -84,18 +96,24 @@ pub enum FabricCmd {
     /// One all-reduce rank (started by `fabric allreduce`)
     #[command(hide = true)]
     AllreduceWorker {
-        #[arg(long)]
-        rank: usize,
-        #[arg(long)]
-        nranks: usize,
-        #[arg(long)]
-        device: usize,
-        #[arg(long)]
-        id: String,
+        #[arg(long, required_unless_present = "slurm_rendezvous")]
+        rank: Option<usize>,
+        #[arg(long, required_unless_present = "slurm_rendezvous")]
+        nranks: Option<usize>,
+        #[arg(long, required_unless_present = "slurm_rendezvous")]
+        device: Option<usize>,
+        #[arg(long, required_unless_present = "slurm_rendezvous")]
+        id: Option<String>,
         #[arg(long, value_delimiter = ',')]
         sizes: Vec<u64>,
         #[arg(long)]
         iters: u32,
+        /// Inside an srun step: ranks from SLURM_*, the id handed over in this shared directory
+        #[arg(long, value_name = "DIR")]
+        slurm_rendezvous: Option<PathBuf>,
+        /// With --slurm-rendezvous: simulate the timings on this link
+        #[arg(long)]
+        sim_link: Option<String>,
     },
 }
 
@@ -162,6 +180,44 @@ fn fabric(c: &Common) -> Result<Box<dyn Fabric>, Failure> {
     })
 }
 
+/// `fabric allreduce --slurm`: one rank per GPU across `nodes`, NCCL (or the sim) in an srun step.
+fn slurm_allreduce(
+    common: &Common,
+    nodes: u32,
+    gpus_per_node: u32,
+    partition: Option<String>,
+    sizes: &[u64],
+    iters: u32,
+    envs: &[Vec<servetune_fabric::EnvSetting>],
+) -> Result<(), Failure> {
+    if nodes == 0 || gpus_per_node == 0 {
+        return Err(Failure::usage("--nodes and --gpus-per-node must be at least 1"));
+    }
+    if !common.gpus.is_empty() {
+        return Err(Failure::usage("--gpus picks GPUs of one machine; with --slurm the ranks are --nodes x --gpus-per-node"));
+    }
+    let exe = std::env::current_exe().map_err(|e| Failure::runtime(format!("cannot find my own executable: {e}")))?;
+    let dir = std::env::current_dir()
+        .map_err(|e| Failure::runtime(format!("no current directory: {e}")))?
+        .join(format!(".servetune-allreduce-slurm-{}", std::process::id()));
+    let mut ar = servetune_fabric::slurm::SlurmAllReduce {
+        nodes,
+        gpus_per_node,
+        partition: partition.clone(),
+        worker_cmd: vec![exe.display().to_string(), "fabric".into(), "allreduce-worker".into()],
+        sim_link: (common.backend == Backend::Sim).then(|| common.sim_link.clone()),
+        dir: dir.clone(),
+        request_gpus: common.backend == Backend::Cuda
+            && servetune_fabric::slurm::SlurmAllReduce::partition_has_gpus(partition.as_deref()).map_err(fail)?,
+    };
+    crate::tell!("all-reduce over {nodes} node(s) x {gpus_per_node} rank(s) with srun ...");
+    let ranks: Vec<usize> = (0..(nodes * gpus_per_node) as usize).collect();
+    let runs = measure::allreduce(&mut ar, &ranks, sizes, iters, envs);
+    let _ = std::fs::remove_dir_all(&dir);
+    let name = ar.name();
+    output(&report::allreduce_report(name, &runs.map_err(fail)?), &common.json, &common.markdown)
+}
+
 pub fn run(a: FabricArgs) -> Result<(), Failure> {
     match a.cmd {
         FabricCmd::P2p { common, iters, verify } => {
@@ -171,11 +227,14 @@ pub fn run(a: FabricArgs) -> Result<(), Failure> {
             let r = measure::p2p(f.as_mut(), &o, &mut progress("p2p")).map_err(fail)?;
             output(&report::p2p_report(r), &common.json, &common.markdown)
         }
-        FabricCmd::Allreduce { common, iters, env } => {
+        FabricCmd::Allreduce { common, iters, env, slurm, nodes, gpus_per_node, partition } => {
             let sz = size_range(&common.min_size, &common.max_size, 8, 128 << 20)?;
             let mut envs = vec![Vec::new()];
             for e in &env {
                 envs.push(vec![measure::parse_env(e).map_err(fail)?]);
+            }
+            if slurm {
+                return slurm_allreduce(&common, nodes, gpus_per_node, partition, &sz, iters, &envs);
             }
             let (mut ar, n): (Box<dyn AllReduce>, usize) = match common.backend {
                 Backend::Sim => {
@@ -210,8 +269,13 @@ pub fn run(a: FabricArgs) -> Result<(), Failure> {
             }
             output(&report::host_report(pairs, gpu, notes), &json, &markdown)
         }
-        FabricCmd::AllreduceWorker { rank, nranks, device, id, sizes, iters } => {
-            let out = servetune_fabric::nccl::worker(rank, nranks, device, &id, &sizes, iters).map_err(fail)?;
+        FabricCmd::AllreduceWorker { rank, nranks, device, id, sizes, iters, slurm_rendezvous, sim_link } => {
+            let out = match (&slurm_rendezvous, rank, nranks, device, id) {
+                (Some(dir), ..) => servetune_fabric::slurm::worker(dir, &sizes, iters, sim_link.as_deref()),
+                (None, Some(r), Some(n), Some(d), Some(id)) => servetune_fabric::nccl::worker(r, n, d, &id, &sizes, iters),
+                _ => return Err(Failure::usage("allreduce-worker needs --rank, --nranks, --device and --id, or --slurm-rendezvous DIR")),
+            }
+            .map_err(fail)?;
             crate::say!("{}", serde_json::to_string(&out).unwrap_or_default());
             Ok(())
         }

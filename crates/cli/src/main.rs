@@ -27,6 +27,7 @@ mod demo_cmd;
 mod fabric_cmd;
 mod plan_cmd;
 mod probe_cmd;
+mod probe_slurm;
 mod progress;
 mod sim_cmd;
 mod trace_cmd;

@@ -12,7 +12,7 @@ use crate::Failure;
 /// Runs unprivileged; a machine without an NVIDIA driver is a normal outcome.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  servetune probe\n  servetune probe --json probe.json\n  servetune probe --capture box-snapshot/   # attach to a bug report\n  servetune probe --root box-snapshot/      # analyse a snapshot offline"
+    after_help = "Examples:\n  servetune probe\n  servetune probe --json probe.json\n  servetune probe --capture box-snapshot/   # attach to a bug report\n  servetune probe --root box-snapshot/      # analyse a snapshot offline\n  servetune probe --slurm --nodes 4 --partition gpu --json cluster.json   # every node, merged"
 )]
 pub struct ProbeArgs {
     /// Write the report as JSON ("-" for stdout)
@@ -27,10 +27,32 @@ pub struct ProbeArgs {
     /// No terminal report
     #[arg(long, short)]
     pub quiet: bool,
+    /// Probe every node of a Slurm allocation with srun (one task per node) and merge the reports:
+    /// per-node findings and what differs between nodes
+    #[arg(long, conflicts_with_all = ["root", "capture"], help_heading = "Slurm")]
+    pub slurm: bool,
+    /// --slurm: nodes to probe (default: the allocation's inside salloc/sbatch, else the partition's)
+    #[arg(long, requires = "slurm", help_heading = "Slurm")]
+    pub nodes: Option<u32>,
+    /// --slurm: the partition
+    #[arg(long, requires = "slurm", help_heading = "Slurm")]
+    pub partition: Option<String>,
+    /// One node's part of --slurm (started by srun): prints {node, report} as JSON
+    #[arg(long, hide = true)]
+    pub as_slurm_task: bool,
 }
 
 pub fn run(a: ProbeArgs) -> Result<(), Failure> {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    if a.as_slurm_task {
+        let node = std::env::var("SLURMD_NODENAME").unwrap_or_else(|_| std::env::var("HOSTNAME").unwrap_or_else(|_| "unknown".into()));
+        let nr = servetune_probe::cluster::NodeReport { node, report: servetune_probe::probe_live(now) };
+        crate::say!("{}", serde_json::to_string(&nr).map_err(|e| Failure::runtime(e.to_string()))?);
+        return Ok(());
+    }
+    if a.slurm {
+        return crate::probe_slurm::run(&a);
+    }
     let report = match (&a.root, &a.capture) {
         (Some(dir), _) => servetune_probe::probe_root(dir, now).map_err(Failure::usage)?,
         (None, Some(dir)) => {

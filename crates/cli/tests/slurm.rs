@@ -312,3 +312,68 @@ fn slurm_bad_input_exits_2_naming_the_problem() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("need --executor slurm"));
 }
+
+#[test]
+fn probe_slurm_runs_on_every_node_through_srun_and_merges_the_reports() {
+    let d = tempfile::tempdir().expect("tmp");
+    let json = d.path().join("cluster.json");
+    let out = servetune()
+        .env("SLURM_CONF", conf())
+        .current_dir(d.path())
+        .args(["probe", "--slurm", "--nodes", "2", "--json", s(&json)])
+        .output()
+        .expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("== cluster: 2 node(s) probed") && text.contains("nothing: every node reports the same"), "{text}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parse");
+    assert_eq!(v["schema"], "servetune.probe-cluster/1");
+    let mut nodes: Vec<&str> = v["reports"].as_array().expect("reports").iter().filter_map(|r| r["node"].as_str()).collect();
+    nodes.sort();
+    assert_eq!(nodes, ["n1", "n2"]);
+    // The nodes' scratch files are gone.
+    assert_eq!(std::fs::read_dir(d.path()).expect("dir").count(), 1);
+}
+
+#[test]
+fn fabric_allreduce_slurm_starts_one_rank_per_gpu_across_nodes_and_hands_over_the_id() {
+    let d = tempfile::tempdir().expect("tmp");
+    let json = d.path().join("ar.json");
+    let args = [
+        "fabric",
+        "allreduce",
+        "--slurm",
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "2",
+        "--backend",
+        "sim",
+        "--sim-link",
+        "pcie5-p2p",
+        "--max-size",
+        "1M",
+        "--json",
+        s(&json),
+    ];
+    let out = servetune().env("SLURM_CONF", conf()).current_dir(d.path()).args(args).output().expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("all-reduce, 4 ranks"), "{text}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parse");
+    assert!(v.to_string().contains("sim (slurm)"), "{v}");
+    // The CUDA backend on nodes without a driver: every rank says so, and the command does too.
+    let out = servetune()
+        .env("SLURM_CONF", conf())
+        .current_dir(d.path())
+        .args(["fabric", "allreduce", "--slurm", "--nodes", "2", "--gpus-per-node", "1"])
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("no NVIDIA driver found") && err.contains("each of the 2 ranks on 2 node(s)"), "{err}");
+    let out =
+        servetune().env("SLURM_CONF", conf()).args(["fabric", "allreduce", "--slurm", "--partition", "nosuch"]).output().expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--partition nosuch is not a partition"));
+}

@@ -16,6 +16,7 @@ pub mod measure;
 pub mod nccl;
 pub mod report;
 pub mod sim;
+pub mod slurm;
 
 use serde::{Deserialize, Serialize};
 

@@ -7,6 +7,7 @@
 
 #![warn(missing_docs)]
 
+pub mod cluster;
 pub mod findings;
 pub mod fs;
 pub mod gpu;
