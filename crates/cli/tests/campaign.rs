@@ -112,7 +112,7 @@ fn journal_refuses_newer_major_and_corrupt_files_without_writing() {
     }
     let (code, _, err) = campaign(&["status", s(&dir)]);
     assert_eq!(code, 2);
-    assert!(err.contains("newer servetune") && err.contains("schema 2.0"), "{err}");
+    assert!(err.contains("newer servetune") && err.contains("schema 2."), "{err}");
     let path = dir.join("journal.sqlite");
     let mut bytes = std::fs::read(&path).expect("read");
     for b in bytes.iter_mut().skip(4096).take(3000) {
