@@ -6,7 +6,9 @@ use std::io::{self, Write};
 
 use crate::journal::TaskState;
 use crate::report::{gain_words, Report};
-use crate::report_svg::{self as svg, esc, BarChart, Callout, Group, Heatmap, LegendEntry, LineChart, Mark, Segment, Series, PALETTE};
+use crate::report_svg::{
+    self as svg, esc, BarChart, Callout, Group, Heatmap, LegendEntry, LineChart, Mark, Segment, Series, ValueHeatmap, PALETTE,
+};
 
 const CSS: &str = "body{font:15px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;color:#1b1b1b;max-width:1180px;margin:0 auto;padding:24px}\
 h1{font-size:26px;margin:0 0 4px}h2{font-size:20px;border-bottom:2px solid #0072b2;padding-bottom:3px;margin-top:32px}h3{font-size:16px;margin:20px 0 6px}\
@@ -15,7 +17,7 @@ h1{font-size:26px;margin:0 0 4px}h2{font-size:20px;border-bottom:2px solid #0072
 table{border-collapse:collapse;width:100%;margin:8px 0}th,td{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}th{background:#f3f3f3}\
 td.n{text-align:right;font-variant-numeric:tabular-nums}pre{background:#f6f6f6;border:1px solid #ddd;padding:8px;white-space:pre-wrap;word-break:break-all;font-size:13px}\
 .sev-warning,.sev-error,.sev-critical{color:#b00020;font-weight:600}.person{color:#8a4b00;font-weight:600}\
-svg.chart{width:100%;max-width:960px;height:auto;display:block;margin:6px 0 18px;font:13px system-ui,sans-serif}svg .label{font-weight:600}\
+svg.chart{width:100%;max-width:960px;height:auto;display:block;margin:6px 0 18px;font:13px system-ui,sans-serif}svg .label{font-weight:600}svg .cell{font-size:11px}\
 .rec{color:#666;font-size:12px}\
 @media print{body{padding:0;font-size:11pt}h2{break-after:avoid}svg.chart,table,pre{break-inside:avoid}.headline{background:none}}";
 
@@ -161,6 +163,19 @@ fn results(r: &Report, o: &mut String) {
     for m in &r.p2p {
         o.push_str(&format!("<h3>GPU peer-to-peer matrix: {}</h3>", esc(&m.environment)));
         svg::heatmap(&p2p_heatmap(m), o);
+    }
+    for f in &r.fabric {
+        let m = &f.matrices;
+        o.push_str(&format!(
+            "<h3>Measured GPU-to-GPU bandwidth and latency: {}</h3><p class=\"rec\">servetune fabric p2p ({} backend), recorded from {} [fabric record {}]{}</p>",
+            esc(&f.environment),
+            esc(&m.backend),
+            esc(&f.source),
+            f.record,
+            esc(&m.link.as_ref().map_or(String::new(), |l| format!("; the link servetune plan --fabric takes: {l}")))
+        ));
+        svg::value_heatmap(&fabric_heatmap(f, &m.bandwidth, "fabric-bandwidth", "higher is better"), o);
+        svg::value_heatmap(&fabric_heatmap(f, &m.latency, "fabric-latency", "lower is better"), o);
     }
     o.push_str("</section>\n");
 }
@@ -336,6 +351,20 @@ fn p2p_heatmap(m: &crate::report::P2pMatrix) -> Heatmap {
             ("X".into(), "#dddddd", "self".into()),
         ],
         record: format!("probe fingerprint {}", m.fingerprint),
+    }
+}
+
+fn fabric_heatmap(f: &crate::report::FabricLine, m: &crate::fabric_step::Measured, name: &str, better: &str) -> ValueHeatmap {
+    ValueHeatmap {
+        name: name.into(),
+        caption: format!("{} in {}, {} ({better}), measured by servetune fabric p2p", m.title, m.unit, f.environment),
+        x_label: "to GPU".into(),
+        y_label: "from GPU".into(),
+        labels: f.matrices.gpus.iter().map(|g| g.to_string()).collect(),
+        values: m.values.clone(),
+        unit: m.unit.clone(),
+        what: m.title.replace(" Matrix", "").to_string(),
+        record: format!("fabric record {}, environment fingerprint {}", f.record, f.fingerprint),
     }
 }
 
