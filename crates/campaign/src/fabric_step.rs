@@ -75,8 +75,7 @@ pub fn parse(text: &str, source: &str) -> Result<(serde_json::Value, PairMatrice
         latency: measured(lat),
         link: doc.link.as_ref().map(|l| format!("{}: alpha {:.2} us, beta {:.2} GB/s", l.name, l.alpha_us, l.beta_gbs)),
     };
-    let value: serde_json::Value =
-        serde_json::from_str(text).map_err(|e| CampaignError::Input(format!("{source}: not JSON ({e})")))?;
+    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| CampaignError::Input(format!("{source}: not JSON ({e})")))?;
     Ok((value, pairs))
 }
 
@@ -99,9 +98,8 @@ pub fn record(dir: &Path, file: &Path) -> Result<Recorded> {
     let (env_id, env) = current_env(&j)?;
     let id = j.add_fabric(env_id, &source, &body)?;
     let n = matrices.gpus.len();
-    let note = (n != env.facts.gpus as usize).then(|| {
-        format!("{source} measured {n} GPU(s); the probe of this environment found {} (a --gpus subset is fine)", env.facts.gpus)
-    });
+    let note = (n != env.facts.gpus as usize)
+        .then(|| format!("{source} measured {n} GPU(s); the probe of this environment found {} (a --gpus subset is fine)", env.facts.gpus));
     Ok(Recorded { id, facts: env.facts, matrices, note })
 }
 
@@ -130,7 +128,8 @@ mod tests {
 
     #[test]
     fn not_json_and_other_schemas_are_input_errors_naming_the_file() {
-        for (text, says) in [("{not json", "f.json: not a servetune fabric JSON"), (r#"{"schema":"servetune.probe/1.1"}"#, "f.json: field \"schema\"")]
+        for (text, says) in
+            [("{not json", "f.json: not a servetune fabric JSON"), (r#"{"schema":"servetune.probe/1.1"}"#, "f.json: field \"schema\"")]
         {
             let e = parse(text, "f.json").expect_err(says);
             assert!(matches!(&e, CampaignError::Input(m) if m.contains(says)), "{e}");

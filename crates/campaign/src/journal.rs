@@ -772,7 +772,8 @@ impl Journal {
 
     /// Every fabric record, oldest first (none in a journal older than minor 1).
     pub fn fabrics(&self) -> Result<Vec<FabricRow>> {
-        let has: i64 = self.conn.query_row("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'fabrics'", [], |r| r.get(0))?;
+        let has: i64 =
+            self.conn.query_row("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'fabrics'", [], |r| r.get(0))?;
         if has == 0 {
             return Ok(Vec::new());
         }
@@ -958,7 +959,10 @@ mod tests {
         j.conn.execute("UPDATE meta SET value = '9' WHERE key = 'schema_major'", []).expect("bump");
         drop(j);
         let e = Journal::open(d.path()).expect_err("newer");
-        assert!(matches!(&e, CampaignError::Input(m) if m.contains(&format!("schema 9.{SCHEMA_MINOR}")) && m.contains("newer servetune")), "{e}");
+        assert!(
+            matches!(&e, CampaignError::Input(m) if m.contains(&format!("schema 9.{SCHEMA_MINOR}")) && m.contains("newer servetune")),
+            "{e}"
+        );
     }
 
     #[test]

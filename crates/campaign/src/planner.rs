@@ -160,12 +160,20 @@ pub fn plan(v: &View<'_>) -> Verdict {
     // finding), whatever the gains, since knob results measured on a box that is about to change
     // do not carry over; then questions worth more than the next runnable step; then the
     // baseline, then the runnable steps by gain.
-    asks.sort_by_key(|s| if s.source == StepSource::Failure { 0 } else if fixes_the_box(v, s) { 1 } else { 2 });
+    asks.sort_by_key(|s| {
+        if s.source == StepSource::Failure {
+            0
+        } else if fixes_the_box(v, s) {
+            1
+        } else {
+            2
+        }
+    });
     let mut steps: Vec<Step> = Vec::new();
     let top_run = runs.first().and_then(|s| s.gain).unwrap_or(MIN_STEP_GAIN);
-    let (first, later): (Vec<Step>, Vec<Step>) = asks.into_iter().partition(|s| {
-        s.source == StepSource::Failure || fixes_the_box(v, s) || s.gain.is_none_or(|g| g >= top_run) || baseline.is_some()
-    });
+    let (first, later): (Vec<Step>, Vec<Step>) = asks
+        .into_iter()
+        .partition(|s| s.source == StepSource::Failure || fixes_the_box(v, s) || s.gain.is_none_or(|g| g >= top_run) || baseline.is_some());
     steps.extend(first);
     steps.extend(baseline);
     steps.extend(runs);
@@ -502,7 +510,14 @@ mod tests {
         steps_in(&facts(), model(), Vec::new(), goal, e, findings)
     }
 
-    fn steps_in(f: &BoxFacts, m: ModelBox, probe_findings: Vec<(i64, String)>, goal: f64, e: &Experiment, findings: &[FindingRow]) -> Verdict {
+    fn steps_in(
+        f: &BoxFacts,
+        m: ModelBox,
+        probe_findings: Vec<(i64, String)>,
+        goal: f64,
+        e: &Experiment,
+        findings: &[FindingRow],
+    ) -> Verdict {
         let g = Goal { text: format!("output_tok_s>={goal}"), output_tok_s: goal, slos: None };
         let eng = crate::engine::find(&crate::engine::builtins(), "sim").expect("sim");
         let v = View {

@@ -18,7 +18,7 @@ table{border-collapse:collapse;width:100%;margin:8px 0}th,td{border:1px solid #c
 td.n{text-align:right;font-variant-numeric:tabular-nums}pre{background:#f6f6f6;border:1px solid #ddd;padding:8px;white-space:pre-wrap;word-break:break-all;font-size:13px}\
 .sev-warning,.sev-error,.sev-critical{color:#b00020;font-weight:600}.person{color:#8a4b00;font-weight:600}\
 svg.chart{width:100%;max-width:960px;height:auto;display:block;margin:6px 0 18px;font:13px system-ui,sans-serif}svg .label{font-weight:600}svg .cell{font-size:11px}\
-.rec{color:#666;font-size:12px}\
+.rec{color:#666;font-size:12px}.chart-title{font-weight:600;margin:10px 0 0}\
 @media print{body{padding:0;font-size:11pt}h2{break-after:avoid}svg.chart,table,pre{break-inside:avoid}.headline{background:none}}";
 
 /// Writes the HTML report.
@@ -174,8 +174,17 @@ fn results(r: &Report, o: &mut String) {
             f.record,
             esc(&m.link.as_ref().map_or(String::new(), |l| format!("; the link servetune plan --fabric takes: {l}")))
         ));
-        svg::value_heatmap(&fabric_heatmap(f, &m.bandwidth, "fabric-bandwidth", "higher is better"), o);
-        svg::value_heatmap(&fabric_heatmap(f, &m.latency, "fabric-latency", "lower is better"), o);
+        for (x, name, higher) in [(&m.bandwidth, "fabric-bandwidth", true), (&m.latency, "fabric-latency", false)] {
+            // One colour scale per quantity across the environments, so colours compare.
+            let scale: Vec<f64> = r
+                .fabric
+                .iter()
+                .flat_map(|g| svg::pair_values(if higher { &g.matrices.bandwidth.values } else { &g.matrices.latency.values }))
+                .collect();
+            let h = fabric_heatmap(f, x, name, higher, scale);
+            o.push_str(&format!("<p class=\"chart-title\">{}</p>", esc(&h.caption)));
+            svg::value_heatmap(&h, o);
+        }
     }
     o.push_str("</section>\n");
 }
@@ -354,10 +363,22 @@ fn p2p_heatmap(m: &crate::report::P2pMatrix) -> Heatmap {
     }
 }
 
-fn fabric_heatmap(f: &crate::report::FabricLine, m: &crate::fabric_step::Measured, name: &str, better: &str) -> ValueHeatmap {
+fn fabric_heatmap(
+    f: &crate::report::FabricLine,
+    m: &crate::fabric_step::Measured,
+    name: &str,
+    higher: bool,
+    scale: Vec<f64>,
+) -> ValueHeatmap {
+    let better = if higher { "higher is better" } else { "lower is better" };
     ValueHeatmap {
         name: name.into(),
-        caption: format!("{} in {}, {} ({better}), measured by servetune fabric p2p", m.title, m.unit, f.environment),
+        caption: format!(
+            "{} in {} from each GPU (row) to each GPU (column), {}: {better}, brighter is better, one scale for every environment",
+            m.title.replace(" Matrix", ""),
+            m.unit,
+            f.environment
+        ),
         x_label: "to GPU".into(),
         y_label: "from GPU".into(),
         labels: f.matrices.gpus.iter().map(|g| g.to_string()).collect(),
@@ -365,6 +386,8 @@ fn fabric_heatmap(f: &crate::report::FabricLine, m: &crate::fabric_step::Measure
         unit: m.unit.clone(),
         what: m.title.replace(" Matrix", "").to_string(),
         record: format!("fabric record {}, environment fingerprint {}", f.record, f.fingerprint),
+        scale,
+        higher_is_better: higher,
     }
 }
 

@@ -424,7 +424,8 @@ pub fn heatmap(c: &Heatmap, o: &mut String) {
 
 /// Sequential colour steps (viridis at 0, 1/4, 1/2, 3/4, 1: perceptually even and readable by
 /// colour-blind readers), dark for the low end; with the text colour that reads on each.
-const STEPS: [(&str, &str); 5] = [("#440154", "#ffffff"), ("#3b528b", "#ffffff"), ("#21918c", "#ffffff"), ("#5ec962", "#000000"), ("#fde725", "#000000")];
+const STEPS: [(&str, &str); 5] =
+    [("#440154", "#ffffff"), ("#3b528b", "#ffffff"), ("#21918c", "#ffffff"), ("#5ec962", "#000000"), ("#fde725", "#000000")];
 /// The colour of a GPU's copy to itself (a local copy, not a link).
 const SELF_COLOR: &str = "#d9d9d9";
 
@@ -446,12 +447,20 @@ pub struct ValueHeatmap {
     pub what: String,
     /// Tooltip suffix naming the record.
     pub record: String,
+    /// The values the colour scale spans: these cells' pairs and those of the heatmaps drawn
+    /// beside it (another environment), so the same colour means the same value in each.
+    pub scale: Vec<f64>,
+    /// Larger values are better (bandwidth); the bright end of the scale is the better one.
+    pub higher_is_better: bool,
 }
 
-/// The scale's steps: `(low, high)` bounds of each, over the values off the diagonal.
-fn value_steps(values: &[Vec<Option<f64>>]) -> Vec<(f64, f64)> {
-    let pairs: Vec<f64> =
-        values.iter().enumerate().flat_map(|(i, r)| r.iter().enumerate().filter(move |(j, _)| *j != i).filter_map(|(_, v)| *v)).collect();
+/// The values of `values` off the diagonal (GPU pairs, not a GPU's copy to itself).
+pub fn pair_values(values: &[Vec<Option<f64>>]) -> Vec<f64> {
+    values.iter().enumerate().flat_map(|(i, r)| r.iter().enumerate().filter(move |(j, _)| *j != i).filter_map(|(_, v)| *v)).collect()
+}
+
+/// The scale's steps over `pairs`: `(low, high)` bounds of each, low values first.
+fn value_steps(pairs: &[f64]) -> Vec<(f64, f64)> {
     let lo = pairs.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = pairs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     if pairs.is_empty() {
@@ -468,12 +477,16 @@ fn step_of(steps: &[(f64, f64)], v: f64) -> usize {
     steps.iter().position(|(_, hi)| v <= *hi).unwrap_or(steps.len().saturating_sub(1))
 }
 
-/// The colour and text colour of step `k` of `n` (one step takes the middle colour).
-fn step_color(k: usize, n: usize) -> (&'static str, &'static str) {
+/// The colour and text colour of step `k` (low values first) of `n`: bright is better (one step
+/// takes the middle colour).
+fn step_color(k: usize, n: usize, higher_is_better: bool) -> (&'static str, &'static str) {
+    let last = STEPS.len() - 1;
     if n <= 1 {
         STEPS[STEPS.len() / 2]
+    } else if higher_is_better {
+        STEPS[k.min(last)]
     } else {
-        STEPS[k.min(STEPS.len() - 1)]
+        STEPS[last - k.min(last)]
     }
 }
 
@@ -482,7 +495,13 @@ fn matrix_axes(o: &mut String, labels: &[String], cell: f64, x_label: &str, y_la
     let n = labels.len().max(1) as f64;
     o.push_str(r#"<g class="axis y">"#);
     for (i, l) in labels.iter().enumerate() {
-        let _ = write!(o, r#"<text class="tick" x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#, LEFT - 6.0, TOP + cell * (i as f64 + 0.6), esc(l));
+        let _ = write!(
+            o,
+            r#"<text class="tick" x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
+            LEFT - 6.0,
+            TOP + cell * (i as f64 + 0.6),
+            esc(l)
+        );
     }
     let _ = write!(
         o,
@@ -491,16 +510,28 @@ fn matrix_axes(o: &mut String, labels: &[String], cell: f64, x_label: &str, y_la
         esc(y_label)
     );
     for (j, l) in labels.iter().enumerate() {
-        let _ = write!(o, r#"<text class="tick" x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#, LEFT + cell * (j as f64 + 0.5), TOP + cell * n + 16.0, esc(l));
+        let _ = write!(
+            o,
+            r#"<text class="tick" x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
+            LEFT + cell * (j as f64 + 0.5),
+            TOP + cell * n + 16.0,
+            esc(l)
+        );
     }
-    let _ = write!(o, r#"<text class="label" x="{:.1}" y="{:.1}" text-anchor="middle">{}</text></g>"#, LEFT + cell * n / 2.0, TOP + cell * n + 36.0, esc(x_label));
+    let _ = write!(
+        o,
+        r#"<text class="label" x="{:.1}" y="{:.1}" text-anchor="middle">{}</text></g>"#,
+        LEFT + cell * n / 2.0,
+        TOP + cell * n + 36.0,
+        esc(x_label)
+    );
 }
 
 /// Renders a heatmap of measured values, with a legend of the scale's steps in the unit.
 pub fn value_heatmap(c: &ValueHeatmap, o: &mut String) {
     let n = c.labels.len().max(1) as f64;
     let cell = ((H - TOP - BOTTOM) / n).min((W - LEFT - RIGHT) / n);
-    let steps = value_steps(&c.values);
+    let steps = value_steps(&c.scale);
     open_svg(o, "heatmap", &c.name, &c.caption);
     matrix_axes(o, &c.labels, cell, &c.x_label, &c.y_label);
     o.push_str(r#"<g class="series" data-series="cells">"#);
@@ -508,8 +539,13 @@ pub fn value_heatmap(c: &ValueHeatmap, o: &mut String) {
     for (i, row) in c.values.iter().enumerate() {
         for (j, v) in row.iter().enumerate() {
             let Some(v) = *v else { continue };
-            let (fill, ink) = if i == j { (SELF_COLOR, "#000000") } else { step_color(step_of(&steps, v), steps.len()) };
-            let whose = if i == j { format!("GPU{} to itself (a local copy, not a link)", label(i)) } else { format!("GPU{} to GPU{}", label(i), label(j)) };
+            let (fill, ink) =
+                if i == j { (SELF_COLOR, "#000000") } else { step_color(step_of(&steps, v), steps.len(), c.higher_is_better) };
+            let whose = if i == j {
+                format!("GPU{} to itself (a local copy, not a link)", label(i))
+            } else {
+                format!("GPU{} to GPU{}", label(i), label(j))
+            };
             let _ = write!(
                 o,
                 r##"<rect x="{:.1}" y="{:.1}" width="{cell:.1}" height="{cell:.1}" fill="{fill}" stroke="#fff"><title>{}: {} {} {} ({})</title></rect><text x="{:.1}" y="{:.1}" text-anchor="middle" class="cell" fill="{ink}">{}</text>"##,
@@ -532,8 +568,12 @@ pub fn value_heatmap(c: &ValueHeatmap, o: &mut String) {
         .iter()
         .enumerate()
         .map(|(k, (lo, hi))| {
-            let text = if steps.len() == 1 { format!("{} {} (every pair)", words(*lo), c.unit) } else { format!("{} to {} {}", words(*lo), words(*hi), c.unit) };
-            (step_color(k, steps.len()).0, text)
+            let text = if steps.len() == 1 {
+                format!("{} {} (every pair)", words(*lo), c.unit)
+            } else {
+                format!("{} to {} {}", words(*lo), words(*hi), c.unit)
+            };
+            (step_color(k, steps.len(), c.higher_is_better).0, text)
         })
         .collect();
     entries.push((SELF_COLOR, "same GPU (local copy)".into()));
@@ -564,21 +604,30 @@ mod tests {
 
     #[test]
     fn value_heatmap_steps_span_the_pairs_and_cells_name_their_record() {
-        let values = vec![vec![Some(1483.0), Some(29.4), Some(53.8)], vec![Some(29.4), Some(1483.0), None], vec![Some(53.8), Some(40.0), Some(1483.0)]];
-        let steps = value_steps(&values);
+        let values = vec![
+            vec![Some(1483.0), Some(29.4), Some(53.8)],
+            vec![Some(29.4), Some(1483.0), None],
+            vec![Some(53.8), Some(40.0), Some(1483.0)],
+        ];
+        let values = &values;
+        let steps = value_steps(&pair_values(values));
         assert_eq!(steps.len(), STEPS.len());
         assert_eq!((steps[0].0, steps[STEPS.len() - 1].1), (29.4, 53.8), "the diagonal (local copies) is left out of the scale");
-        assert_eq!(value_steps(&[vec![Some(1.0), Some(29.4)], vec![Some(29.4), Some(1.0)]]), vec![(29.4, 29.4)]);
+        assert_eq!(value_steps(&pair_values(&[vec![Some(1.0), Some(29.4)], vec![Some(29.4), Some(1.0)]])), vec![(29.4, 29.4)]);
+        assert_eq!(step_color(0, 5, true), STEPS[0]);
+        assert_eq!(step_color(0, 5, false), STEPS[4], "a low latency is the bright, better end");
         let c = ValueHeatmap {
             name: "fabric-bandwidth".into(),
             caption: "bandwidth".into(),
             x_label: "to GPU".into(),
             y_label: "from GPU".into(),
             labels: vec!["0".into(), "1".into(), "2".into()],
-            values,
+            values: values.clone(),
             unit: "GB/s".into(),
             what: "unidirectional bandwidth".into(),
             record: "fabric record 4".into(),
+            scale: pair_values(values),
+            higher_is_better: true,
         };
         let mut o = String::new();
         value_heatmap(&c, &mut o);

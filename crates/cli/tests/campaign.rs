@@ -539,7 +539,8 @@ fn a_recorded_fabric_document_is_drawn_per_pair_and_names_its_record() {
     let d = tempfile::tempdir().expect("tmp");
     // A journal written before the fabrics table existed (schema 1.0) takes the record.
     let dir = fixture_journal(d.path(), "report-kvm");
-    let minor = |dir: &Path| -> String { db(dir).query_row("SELECT value FROM meta WHERE key = 'schema_minor'", [], |r| r.get(0)).expect("minor") };
+    let minor =
+        |dir: &Path| -> String { db(dir).query_row("SELECT value FROM meta WHERE key = 'schema_minor'", [], |r| r.get(0)).expect("minor") };
     assert_eq!(minor(&dir), "0");
     let f = d.path().join("p2p.json");
     sim_fabric(&f, "pcie-host-staged");
@@ -549,7 +550,8 @@ fn a_recorded_fabric_document_is_drawn_per_pair_and_names_its_record() {
     assert_eq!(minor(&dir), "1");
     // The same document again is the same record.
     assert!(campaign(&["fabric", s(&dir), s(&f)]).1.contains("fabric record 1:"));
-    let env: i64 = db(&dir).query_row("SELECT id FROM fingerprints WHERE kind = 'probe' ORDER BY id DESC LIMIT 1", [], |r| r.get(0)).expect("env");
+    let env: i64 =
+        db(&dir).query_row("SELECT id FROM fingerprints WHERE kind = 'probe' ORDER BY id DESC LIMIT 1", [], |r| r.get(0)).expect("env");
     assert_eq!(count(&db(&dir), &format!("SELECT COUNT(*) FROM fabrics WHERE env_fingerprint = {env}")), 1);
 
     let (js, md, html) = (d.path().join("r.json"), d.path().join("r.md"), d.path().join("r.html"));
@@ -592,7 +594,8 @@ fn bad_fabric_documents_exit_2_naming_the_file() {
         p
     };
     let allreduce = d.path().join("ar.json");
-    let out = servetune().args(["fabric", "allreduce", "--backend", "sim", "--max-size", "1M", "--json"]).arg(&allreduce).output().expect("ar");
+    let out =
+        servetune().args(["fabric", "allreduce", "--backend", "sim", "--max-size", "1M", "--json"]).arg(&allreduce).output().expect("ar");
     assert_eq!(out.status.code(), Some(0));
     let cases = [
         (d.path().join("missing.json"), "cannot read it"),

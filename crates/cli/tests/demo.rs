@@ -68,7 +68,13 @@ fn demo_tells_the_campaign_story_and_writes_a_report_matching_the_journal() {
     assert!((lxc - 806.0).abs() / 806.0 < 0.10, "LXC baseline {lxc}");
     assert_eq!(count(&c, "SELECT count(*) FROM questions WHERE id = 1 AND state = 'done' AND text LIKE '%peer-to-peer%'"), 1);
     // The P2P question was the KVM box's top step: nothing but the baseline ran there before it.
-    assert_eq!(count(&c, "SELECT count(*) FROM experiments e JOIN fingerprints f ON f.id = e.env_fingerprint WHERE f.body LIKE '%\"vm\":\"kvm\"%'"), 1);
+    assert_eq!(
+        count(
+            &c,
+            "SELECT count(*) FROM experiments e JOIN fingerprints f ON f.id = e.env_fingerprint WHERE f.body LIKE '%\"vm\":\"kvm\"%'"
+        ),
+        1
+    );
     // The untuned fused-MoE kernels are found in the server's log and become a question (tuning
     // them needs the real GPU).
     assert!(count(&c, "SELECT count(*) FROM findings WHERE source = 'log' AND code = 'moe_default_config' AND evidence LIKE '%Using default MoE kernel config%'") >= 1);
