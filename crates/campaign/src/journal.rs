@@ -18,8 +18,13 @@ use crate::{now_ms, CampaignError, Result};
 pub const FILE_NAME: &str = "journal.sqlite";
 /// Schema major version: a binary refuses a journal with a higher one.
 pub const SCHEMA_MAJOR: i64 = 1;
-/// Schema minor version: additions an older binary of the same major can ignore.
-pub const SCHEMA_MINOR: i64 = 1;
+/// Schema minor version: additions an older binary of the same major can ignore. 1 added the
+/// `fabrics` table (interconnect measurements, `campaign fabric`); 2 added experiments.slurm_job and
+/// server_port (the Slurm executor).
+pub const SCHEMA_MINOR: i64 = 2;
+/// The minor version that added the `fabrics` table; a journal of an older minor gets the table
+/// when its first fabric document is recorded (or when it is opened), and reads as having none until then.
+const FABRICS_MINOR: i64 = 1;
 /// A running step whose heartbeat is older than this, or whose owner process is gone, is stale.
 pub const STALE_AFTER_MS: i64 = 15_000;
 
@@ -44,6 +49,13 @@ CREATE TABLE questions(id INTEGER PRIMARY KEY, key TEXT NOT NULL UNIQUE, text TE
   gain REAL, evidence TEXT NOT NULL, state TEXT NOT NULL, answer TEXT, created_at INTEGER NOT NULL,
   answered_at INTEGER);
 CREATE TABLE notes(id INTEGER PRIMARY KEY, at INTEGER NOT NULL, text TEXT NOT NULL);
+";
+
+/// Minor 1: one `servetune fabric p2p --json` document per row, measured in the environment of
+/// probe fingerprint `env_fingerprint`; `source` is the file it was read from.
+const FABRICS_TABLE: &str = "
+CREATE TABLE IF NOT EXISTS fabrics(id INTEGER PRIMARY KEY, env_fingerprint INTEGER NOT NULL REFERENCES fingerprints(id),
+  source TEXT NOT NULL, body TEXT NOT NULL, created_at INTEGER NOT NULL);
 ";
 
 /// An experiment's state.
@@ -293,6 +305,19 @@ pub struct NoteRow {
     pub text: String,
 }
 
+/// An interconnect measurement (`servetune fabric p2p --json`) recorded for an environment.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FabricRow {
+    pub id: i64,
+    /// The probe fingerprint of the environment it was measured in.
+    pub env_fingerprint: i64,
+    /// The file it was read from.
+    pub source: String,
+    /// The whole fabric document.
+    pub body: serde_json::Value,
+    pub created_at: i64,
+}
+
 /// An open journal.
 #[derive(Debug)]
 pub struct Journal {
@@ -351,8 +376,8 @@ fn check(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Brings a journal of an older minor version up to this one (additions only, in one transaction).
-/// 1.0 -> 1.1: experiments.slurm_job and server_port (the Slurm executor's job and the server's port).
+/// Brings a journal of an older minor version up to this one (additions only, in one transaction):
+/// the `fabrics` table (1.1) and experiments.slurm_job / server_port (1.2), each added when missing.
 fn migrate(conn: &mut Connection) -> Result<()> {
     let minor: i64 = conn
         .query_row("SELECT value FROM meta WHERE key = 'schema_minor'", [], |r| r.get::<_, String>(0))
@@ -363,7 +388,9 @@ fn migrate(conn: &mut Connection) -> Result<()> {
         return Ok(());
     }
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    if minor < 1 {
+    tx.execute_batch(FABRICS_TABLE)?;
+    let has_job: i64 = tx.query_row("SELECT COUNT(*) FROM pragma_table_info('experiments') WHERE name = 'slurm_job'", [], |r| r.get(0))?;
+    if has_job == 0 {
         tx.execute_batch("ALTER TABLE experiments ADD COLUMN slurm_job INTEGER; ALTER TABLE experiments ADD COLUMN server_port INTEGER;")?;
     }
     tx.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_minor', ?1)", [SCHEMA_MINOR.to_string()])?;
@@ -394,6 +421,7 @@ impl Journal {
         configure(&conn)?;
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         tx.execute_batch(SCHEMA)?;
+        tx.execute_batch(FABRICS_TABLE)?;
         tx.execute(
             "INSERT INTO meta(key, value) VALUES ('schema_major', ?1), ('schema_minor', ?2)",
             params![SCHEMA_MAJOR.to_string(), SCHEMA_MINOR.to_string()],
@@ -748,6 +776,57 @@ impl Journal {
         })
     }
 
+    /// Records a fabric document measured in the environment of probe fingerprint `env_fp`;
+    /// returns its id (the same document for the same environment is recorded once). A journal
+    /// of an older minor version gets the `fabrics` table here.
+    pub fn add_fabric(&mut self, env_fp: i64, source: &str, body: &serde_json::Value) -> Result<i64> {
+        let text = body.to_string();
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        tx.execute_batch(FABRICS_TABLE)?;
+        tx.execute(
+            "INSERT INTO meta(key, value) VALUES ('schema_minor', ?1)
+               ON CONFLICT(key) DO UPDATE SET value = excluded.value WHERE CAST(meta.value AS INTEGER) < ?2",
+            params![FABRICS_MINOR.to_string(), FABRICS_MINOR],
+        )?;
+        let known: Option<i64> = tx
+            .query_row("SELECT id FROM fabrics WHERE env_fingerprint = ?1 AND body = ?2", params![env_fp, text], |r| r.get(0))
+            .optional()?;
+        if let Some(id) = known {
+            tx.commit()?;
+            return Ok(id);
+        }
+        let now = now_ms();
+        tx.execute(
+            "INSERT INTO fabrics(env_fingerprint, source, body, created_at) VALUES (?1, ?2, ?3, ?4)",
+            params![env_fp, source, text, now],
+        )?;
+        let id = tx.last_insert_rowid();
+        tx.execute(
+            "INSERT INTO events(at, to_state, detail) VALUES (?1, 'fabric', ?2)",
+            params![now, format!("fabric record {id}: {source} for environment fingerprint {env_fp}")],
+        )?;
+        tx.commit()?;
+        Ok(id)
+    }
+
+    /// Every fabric record, oldest first (none in a journal older than minor 1).
+    pub fn fabrics(&self) -> Result<Vec<FabricRow>> {
+        let has: i64 =
+            self.conn.query_row("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'fabrics'", [], |r| r.get(0))?;
+        if has == 0 {
+            return Ok(Vec::new());
+        }
+        let rows = self.all("SELECT id, env_fingerprint, source, body, created_at FROM fabrics ORDER BY id", |r| {
+            Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?, r.get::<_, String>(3)?, r.get::<_, i64>(4)?))
+        })?;
+        rows.into_iter()
+            .map(|(id, env_fingerprint, source, body, created_at)| {
+                let body = serde_json::from_str(&body).map_err(|e| CampaignError::Runtime(format!("journal: fabric record {id}: {e}")))?;
+                Ok(FabricRow { id, env_fingerprint, source, body, created_at })
+            })
+            .collect()
+    }
+
     /// Records an event that is not an experiment's state change (e.g. a re-probe).
     pub fn add_event(&self, to_state: &str, detail: &str) -> Result<()> {
         self.conn.execute("INSERT INTO events(at, to_state, detail) VALUES (?1, ?2, ?3)", params![now_ms(), to_state, detail])?;
@@ -965,6 +1044,24 @@ mod tests {
         let e = Journal::open(d.path()).expect_err("corrupt");
         assert!(matches!(&e, CampaignError::Input(m) if m.contains("corrupt") && m.contains("integrity check")), "{e}");
         assert_eq!(std::fs::read(&p).expect("read"), bytes);
+    }
+
+    #[test]
+    fn a_journal_older_than_the_fabrics_table_reads_none_and_gets_it_with_its_first_record() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let mut j = Journal::create(d.path(), &row()).expect("create");
+        j.conn.execute_batch("DROP TABLE fabrics; UPDATE meta SET value = '0' WHERE key = 'schema_minor';").expect("make it 1.0");
+        let env = j.add_fingerprint("probe", "h", &serde_json::json!({"vm": "kvm"})).expect("probe");
+        assert_eq!(j.fabrics().expect("none"), Vec::new());
+        let doc = serde_json::json!({"schema": "servetune.fabric/1.1", "kind": "p2p"});
+        let id = j.add_fabric(env, "p2p.json", &doc).expect("record");
+        assert_eq!(j.add_fabric(env, "again.json", &doc).expect("same"), id, "the same document for the same box is one record");
+        drop(j);
+        let j = Journal::open(d.path()).expect("reopen");
+        let rows = j.fabrics().expect("rows");
+        assert_eq!((rows.len(), rows[0].env_fingerprint, rows[0].body.clone()), (1, env, doc));
+        let minor: String = j.conn.query_row("SELECT value FROM meta WHERE key = 'schema_minor'", [], |r| r.get(0)).expect("minor");
+        assert_eq!(minor, SCHEMA_MINOR.to_string());
     }
 
     #[test]

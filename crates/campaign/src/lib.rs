@@ -8,7 +8,8 @@
 //! state change before it goes on; [`report`] turns the journal into report data and renders it.
 //!
 //! Calls into bench, probe and the model go through [`bench_step`], [`probe_step`] and
-//! [`plan_step`] only, so a change of those crates' APIs is absorbed in one place each.
+//! [`plan_step`] only (and a fabric document's typed reading through [`fabric_step`]), so a change
+//! of those crates' APIs is absorbed in one place each.
 
 pub mod bench_step;
 pub mod campaign;
@@ -16,6 +17,7 @@ pub mod classify;
 pub mod engine;
 pub mod executor;
 pub mod executor_slurm;
+pub mod fabric_step;
 pub mod goal;
 pub mod http;
 pub mod journal;

@@ -156,12 +156,24 @@ pub fn plan(v: &View<'_>) -> Verdict {
     let by_gain = |a: &Step, b: &Step| b.gain.unwrap_or(0.0).total_cmp(&a.gain.unwrap_or(0.0));
     asks.sort_by(by_gain);
     runs.sort_by(by_gain);
+    // A failure blocks everything; then a step that fixes the box itself (a critical environment
+    // finding), whatever the gains, since knob results measured on a box that is about to change
+    // do not carry over; then questions worth more than the next runnable step; then the
+    // baseline, then the runnable steps by gain.
+    asks.sort_by_key(|s| {
+        if s.source == StepSource::Failure {
+            0
+        } else if fixes_the_box(v, s) {
+            1
+        } else {
+            2
+        }
+    });
     let mut steps: Vec<Step> = Vec::new();
-    // A failure blocks everything; otherwise questions worth more than the next runnable step come
-    // first, then the baseline, then the runnable steps by gain.
     let top_run = runs.first().and_then(|s| s.gain).unwrap_or(MIN_STEP_GAIN);
-    let (first, later): (Vec<Step>, Vec<Step>) =
-        asks.into_iter().partition(|s| s.source == StepSource::Failure || s.gain.is_none_or(|g| g >= top_run) || baseline.is_some());
+    let (first, later): (Vec<Step>, Vec<Step>) = asks
+        .into_iter()
+        .partition(|s| s.source == StepSource::Failure || fixes_the_box(v, s) || s.gain.is_none_or(|g| g >= top_run) || baseline.is_some());
     steps.extend(first);
     steps.extend(baseline);
     steps.extend(runs);
@@ -177,6 +189,15 @@ pub fn plan(v: &View<'_>) -> Verdict {
         };
     }
     Verdict::Steps(steps)
+}
+
+/// Whether `s` changes the environment itself to resolve a critical probe finding of the current
+/// box (the box is wrong, e.g. a VM guest without GPU peer-to-peer).
+fn fixes_the_box(v: &View<'_>, s: &Step) -> bool {
+    s.source == StepSource::ProbeFinding
+        && v.probe_findings.iter().any(|(id, _)| {
+            s.evidence.contains(&format!("finding {id}")) && v.findings.iter().any(|f| f.id == *id && f.severity == "critical")
+        })
 }
 
 fn gain_of(cur: Option<f64>, new: Option<f64>) -> Option<f64> {
@@ -200,6 +221,15 @@ fn p2p_question(v: &View<'_>, lay: Layout) -> Option<Step> {
         (Some(c), Some(n), Some(g)) => format!("plan predicts {c:.0} -> {n:.0} output tok/s ({:+.0}%)", (g - 1.0) * 100.0),
         _ => "the model cannot price it for this model/GPU".into(),
     };
+    let critical = v.findings.iter().any(|f| f.id == *fid && f.severity == "critical");
+    let basis = if critical {
+        format!(
+            "{gain_words}; asked before any knob tuning: a critical probe finding says the box itself is wrong ({} guest without GPU peer-to-peer), and knob results measured on a box that is about to change do not carry over",
+            v.facts.vm
+        )
+    } else {
+        gain_words.clone()
+    };
     Some(Step {
         title: "get GPU peer-to-peer: move to bare metal or an LXC container, or give the VM a P2P clique".into(),
         source: StepSource::ProbeFinding,
@@ -214,7 +244,7 @@ fn p2p_question(v: &View<'_>, lay: Layout) -> Option<Step> {
         gain,
         current_tok_s: cur,
         predicted_tok_s: new,
-        basis: gain_words,
+        basis,
         evidence: vec![format!("finding {fid}")],
     })
 }
@@ -479,21 +509,73 @@ mod tests {
     }
 
     fn steps(goal: f64, e: &Experiment, findings: &[FindingRow]) -> Verdict {
+        steps_in(&facts(), model(), Vec::new(), goal, e, findings)
+    }
+
+    fn steps_in(
+        f: &BoxFacts,
+        m: ModelBox,
+        probe_findings: Vec<(i64, String)>,
+        goal: f64,
+        e: &Experiment,
+        findings: &[FindingRow],
+    ) -> Verdict {
         let g = Goal { text: format!("output_tok_s>={goal}"), output_tok_s: goal, slos: None };
         let eng = crate::engine::find(&crate::engine::builtins(), "sim").expect("sim");
-        let f = facts();
         let v = View {
             goal: &g,
             engine: &eng,
-            facts: &f,
-            probe_findings: Vec::new(),
+            facts: f,
+            probe_findings,
             experiments: vec![e],
             findings,
             questions: &[],
-            model: Some(model()),
+            model: Some(m),
             base_knobs: e.knobs.clone(),
         };
         plan(&v)
+    }
+
+    /// A KVM guest without P2P whose baseline plateaued behind the running cap, with the probe's
+    /// P2P finding at `severity`: the ranked steps.
+    fn kvm_steps(severity: &str) -> Vec<Step> {
+        let f = BoxFacts { vm: "kvm".into(), container: "none".into(), p2p_ok: false, hash: "kvm".into(), ..facts() };
+        let m = ModelBox { link: "pcie-host-staged".into(), ..model() };
+        let finding = FindingRow {
+            id: 3,
+            source: "probe".into(),
+            code: VM_NO_P2P.into(),
+            severity: severity.into(),
+            title: "kvm guest without GPU peer-to-peer".into(),
+            evidence: "P2P read is not OK on 28 of 28 GPU pairs".into(),
+            fix: "move".into(),
+            experiment: None,
+        };
+        let e = exp(&BASE, vec![point(4, 580.0, 4.0, 0.0), point(16, 600.0, 4.0, 12.0), point(32, 620.0, 4.0, 28.0)]);
+        let Verdict::Steps(s) = steps_in(&f, m, vec![(3, VM_NO_P2P.into())], 1e6, &e, &[finding]) else { panic!("expected steps") };
+        s
+    }
+
+    #[test]
+    fn a_critical_finding_about_the_box_is_asked_before_knob_tuning_with_a_larger_gain() {
+        let s = kvm_steps("critical");
+        let p2p = &s[0];
+        assert_eq!(p2p.source, StepSource::ProbeFinding, "{s:?}");
+        assert!(matches!(&p2p.kind, StepKind::NeedsPerson { key, .. } if key == "p2p:kvm"), "{p2p:?}");
+        // The rule is what puts it first: a runnable knob step (the running cap, another plan) promises more.
+        let best_run = s.iter().filter(|s| matches!(s.kind, StepKind::Runnable { .. })).filter_map(|s| s.gain).fold(0.0, f64::max);
+        assert!(s.iter().any(|s| s.source == StepSource::RunningCap), "{s:?}");
+        assert!(best_run > p2p.gain.unwrap_or(0.0), "runnable {best_run} vs p2p {:?}", p2p.gain);
+        assert!(p2p.basis.contains("asked before any knob tuning") && p2p.basis.contains("do not carry over"), "{}", p2p.basis);
+    }
+
+    #[test]
+    fn without_a_critical_finding_the_box_question_ranks_by_its_gain() {
+        let s = kvm_steps("warning");
+        assert!(matches!(s[0].kind, StepKind::Runnable { .. }), "{s:?}");
+        let p2p = s.iter().find(|s| s.source == StepSource::ProbeFinding).expect("still proposed");
+        assert!(s[0].gain > p2p.gain, "{s:?}");
+        assert!(!p2p.basis.contains("before any knob tuning"), "{}", p2p.basis);
     }
 
     const BASE: [(&str, &str); 4] = [("tp", "8"), ("pp", "1"), ("ep", "1"), ("max_running", "4")];

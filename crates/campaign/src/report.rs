@@ -15,12 +15,17 @@ use crate::Result;
 
 /// The report's schema.
 pub const SCHEMA: &str = "servetune.report/1";
+/// Additions within the major version a reader of `servetune.report/1` may ignore: 1 added
+/// `schema_minor` and `fabric` (measured per-pair bandwidth and latency).
+pub const SCHEMA_MINOR: u32 = 1;
 
 /// The status report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Report {
     /// Always "servetune.report/1".
     pub schema: &'static str,
+    /// [`SCHEMA_MINOR`].
+    pub schema_minor: u32,
     pub goal: String,
     /// The goal's output tok/s.
     pub goal_output_tok_s: f64,
@@ -43,6 +48,9 @@ pub struct Report {
     /// The GPU peer-to-peer matrix of each environment the campaign probed (oldest first), where
     /// the probe read one.
     pub p2p: Vec<P2pMatrix>,
+    /// Measured GPU-to-GPU bandwidth and latency of each environment with a recorded fabric
+    /// document (`campaign fabric`), oldest environment first.
+    pub fabric: Vec<FabricLine>,
     pub analysis: Vec<String>,
     pub next_steps: Vec<StepLine>,
     /// Why nothing is left, when that is the case.
@@ -115,6 +123,22 @@ pub struct P2pMatrix {
     pub capability: String,
     /// rows[i][j]: GPU i to GPU j.
     pub rows: Vec<Vec<String>>,
+}
+
+/// Per-pair bandwidth (GB/s) and small-message latency (us) of one environment, from the newest
+/// fabric document recorded for it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FabricLine {
+    /// The journal's fabric record.
+    pub record: i64,
+    /// The probe fingerprint of the environment it was measured in.
+    pub fingerprint: i64,
+    /// The environment in words (e.g. "kvm guest, no P2P").
+    pub environment: String,
+    /// The file it was recorded from.
+    pub source: String,
+    #[serde(flatten)]
+    pub matrices: crate::fabric_step::PairMatrices,
 }
 
 /// Task and experiment counts.
@@ -228,6 +252,7 @@ pub fn build(j: &Journal) -> Result<Report> {
     let analysis = analysis(&snap).into_iter().chain(plateau_lines(&snap, &breakdown)).collect();
     Ok(Report {
         schema: SCHEMA,
+        schema_minor: SCHEMA_MINOR,
         goal: c.goal,
         goal_output_tok_s: snap.settings.goal.output_tok_s,
         standing,
@@ -242,6 +267,7 @@ pub fn build(j: &Journal) -> Result<Report> {
         curves,
         breakdown,
         p2p: p2p_matrices(j)?,
+        fabric: fabric_lines(j)?,
         analysis,
         next_steps,
         stop_reason,
@@ -374,6 +400,22 @@ fn p2p_matrices(j: &Journal) -> Result<Vec<P2pMatrix>> {
         out.push((f.hash, m));
     }
     Ok(out.into_iter().map(|(_, m)| m).collect())
+}
+
+fn fabric_lines(j: &Journal) -> Result<Vec<FabricLine>> {
+    let mut out: Vec<(String, FabricLine)> = Vec::new();
+    for f in j.fabrics()? {
+        let env = j.fingerprint(f.env_fingerprint)?.and_then(|fp| {
+            let hash = fp.hash.clone();
+            serde_json::from_value::<crate::campaign::EnvBody>(fp.body).ok().map(|b| (hash, environment_words(&b.facts)))
+        });
+        let (hash, environment) = env.unwrap_or_else(|| (format!("fingerprint {}", f.env_fingerprint), "unknown environment".into()));
+        let matrices = crate::fabric_step::matrices_of(&f.body, f.id)?;
+        // One per environment: a newer document of the same box replaces the earlier one.
+        out.retain(|(h, _)| *h != hash);
+        out.push((hash, FabricLine { record: f.id, fingerprint: f.env_fingerprint, environment, source: f.source, matrices }));
+    }
+    Ok(out.into_iter().map(|(_, l)| l).collect())
 }
 
 fn task_lines(tasks_rows: &[crate::journal::TaskRow], snap: &Snapshot) -> Vec<TaskLine> {
@@ -623,6 +665,42 @@ fn write_markdown_sweeps(r: &Report, w: &mut impl Write) -> io::Result<()> {
     Ok(())
 }
 
+/// A measured value as the report prints it: 3 significant digits or more.
+pub(crate) fn measured_words(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else if v >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+/// The Markdown tables of each environment's measured bandwidth and latency.
+fn write_markdown_fabric(r: &Report, w: &mut impl Write) -> io::Result<()> {
+    for f in &r.fabric {
+        let m = &f.matrices;
+        writeln!(w, "\n### GPU-to-GPU bandwidth and latency: {} (fabric record {})\n", f.environment, f.record)?;
+        writeln!(
+            w,
+            "Measured by `servetune fabric p2p` ({} backend), recorded from `{}`{}.",
+            m.backend,
+            f.source,
+            m.link.as_ref().map_or(String::new(), |l| format!("; the link `servetune plan --fabric` takes: {l}"))
+        )?;
+        for x in [&m.bandwidth, &m.latency] {
+            writeln!(w, "\n{} ({}), row: from GPU, column: to GPU\n", x.title, x.unit)?;
+            let head: Vec<String> = m.gpus.iter().map(|g| format!("GPU{g}")).collect();
+            writeln!(w, "| from \\ to | {} |\n|---|{}", head.join(" | "), "---|".repeat(head.len()))?;
+            for (g, row) in m.gpus.iter().zip(&x.values) {
+                let cells: Vec<String> = row.iter().map(|v| v.map_or("-".into(), measured_words)).collect();
+                writeln!(w, "| GPU{g} | {} |", cells.join(" | "))?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The Markdown report.
 pub fn write_markdown(r: &Report, mut w: impl Write) -> io::Result<()> {
     writeln!(w, "# Campaign status: {}\n", r.goal)?;
@@ -674,6 +752,7 @@ pub fn write_markdown(r: &Report, mut w: impl Write) -> io::Result<()> {
         )?;
     }
     write_markdown_sweeps(r, &mut w)?;
+    write_markdown_fabric(r, &mut w)?;
     writeln!(w, "\n## Analysis\n")?;
     for a in &r.analysis {
         writeln!(w, "- {a}")?;

@@ -6,7 +6,9 @@ use std::io::{self, Write};
 
 use crate::journal::TaskState;
 use crate::report::{gain_words, Report};
-use crate::report_svg::{self as svg, esc, BarChart, Callout, Group, Heatmap, LegendEntry, LineChart, Mark, Segment, Series, PALETTE};
+use crate::report_svg::{
+    self as svg, esc, BarChart, Callout, Group, Heatmap, LegendEntry, LineChart, Mark, Segment, Series, ValueHeatmap, PALETTE,
+};
 
 const CSS: &str = "body{font:15px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;color:#1b1b1b;max-width:1180px;margin:0 auto;padding:24px}\
 h1{font-size:26px;margin:0 0 4px}h2{font-size:20px;border-bottom:2px solid #0072b2;padding-bottom:3px;margin-top:32px}h3{font-size:16px;margin:20px 0 6px}\
@@ -15,8 +17,8 @@ h1{font-size:26px;margin:0 0 4px}h2{font-size:20px;border-bottom:2px solid #0072
 table{border-collapse:collapse;width:100%;margin:8px 0}th,td{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}th{background:#f3f3f3}\
 td.n{text-align:right;font-variant-numeric:tabular-nums}pre{background:#f6f6f6;border:1px solid #ddd;padding:8px;white-space:pre-wrap;word-break:break-all;font-size:13px}\
 .sev-warning,.sev-error,.sev-critical{color:#b00020;font-weight:600}.person{color:#8a4b00;font-weight:600}\
-svg.chart{width:100%;max-width:960px;height:auto;display:block;margin:6px 0 18px;font:13px system-ui,sans-serif}svg .label{font-weight:600}\
-.rec{color:#666;font-size:12px}\
+svg.chart{width:100%;max-width:960px;height:auto;display:block;margin:6px 0 18px;font:13px system-ui,sans-serif}svg .label{font-weight:600}svg .cell{font-size:11px}\
+.rec{color:#666;font-size:12px}.chart-title{font-weight:600;margin:10px 0 0}\
 @media print{body{padding:0;font-size:11pt}h2{break-after:avoid}svg.chart,table,pre{break-inside:avoid}.headline{background:none}}";
 
 /// Writes the HTML report.
@@ -161,6 +163,28 @@ fn results(r: &Report, o: &mut String) {
     for m in &r.p2p {
         o.push_str(&format!("<h3>GPU peer-to-peer matrix: {}</h3>", esc(&m.environment)));
         svg::heatmap(&p2p_heatmap(m), o);
+    }
+    for f in &r.fabric {
+        let m = &f.matrices;
+        o.push_str(&format!(
+            "<h3>Measured GPU-to-GPU bandwidth and latency: {}</h3><p class=\"rec\">servetune fabric p2p ({} backend), recorded from {} [fabric record {}]{}</p>",
+            esc(&f.environment),
+            esc(&m.backend),
+            esc(&f.source),
+            f.record,
+            esc(&m.link.as_ref().map_or(String::new(), |l| format!("; the link servetune plan --fabric takes: {l}")))
+        ));
+        for (x, name, higher) in [(&m.bandwidth, "fabric-bandwidth", true), (&m.latency, "fabric-latency", false)] {
+            // One colour scale per quantity across the environments, so colours compare.
+            let scale: Vec<f64> = r
+                .fabric
+                .iter()
+                .flat_map(|g| svg::pair_values(if higher { &g.matrices.bandwidth.values } else { &g.matrices.latency.values }))
+                .collect();
+            let h = fabric_heatmap(f, x, name, higher, scale);
+            o.push_str(&format!("<p class=\"chart-title\">{}</p>", esc(&h.caption)));
+            svg::value_heatmap(&h, o);
+        }
     }
     o.push_str("</section>\n");
 }
@@ -336,6 +360,34 @@ fn p2p_heatmap(m: &crate::report::P2pMatrix) -> Heatmap {
             ("X".into(), "#dddddd", "self".into()),
         ],
         record: format!("probe fingerprint {}", m.fingerprint),
+    }
+}
+
+fn fabric_heatmap(
+    f: &crate::report::FabricLine,
+    m: &crate::fabric_step::Measured,
+    name: &str,
+    higher: bool,
+    scale: Vec<f64>,
+) -> ValueHeatmap {
+    let better = if higher { "higher is better" } else { "lower is better" };
+    ValueHeatmap {
+        name: name.into(),
+        caption: format!(
+            "{} in {} from each GPU (row) to each GPU (column), {}: {better}, brighter is better, one scale for every environment",
+            m.title.replace(" Matrix", ""),
+            m.unit,
+            f.environment
+        ),
+        x_label: "to GPU".into(),
+        y_label: "from GPU".into(),
+        labels: f.matrices.gpus.iter().map(|g| g.to_string()).collect(),
+        values: m.values.clone(),
+        unit: m.unit.clone(),
+        what: m.title.replace(" Matrix", "").to_string(),
+        record: format!("fabric record {}, environment fingerprint {}", f.record, f.fingerprint),
+        scale,
+        higher_is_better: higher,
     }
 }
 

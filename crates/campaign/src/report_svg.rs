@@ -422,6 +422,175 @@ pub fn heatmap(c: &Heatmap, o: &mut String) {
     o.push_str("</g></svg>");
 }
 
+/// Sequential colour steps (viridis at 0, 1/4, 1/2, 3/4, 1: perceptually even and readable by
+/// colour-blind readers), dark for the low end; with the text colour that reads on each.
+const STEPS: [(&str, &str); 5] =
+    [("#440154", "#ffffff"), ("#3b528b", "#ffffff"), ("#21918c", "#ffffff"), ("#5ec962", "#000000"), ("#fde725", "#000000")];
+/// The colour of a GPU's copy to itself (a local copy, not a link).
+const SELF_COLOR: &str = "#d9d9d9";
+
+/// A square matrix of measured values (bandwidth in GB/s, latency in us) between GPUs, each cell
+/// coloured by its step of a sequential scale over the GPU-to-GPU pairs and labelled with its value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValueHeatmap {
+    pub name: String,
+    pub caption: String,
+    pub x_label: String,
+    pub y_label: String,
+    /// Row and column labels (GPU indices).
+    pub labels: Vec<String>,
+    /// values[i][j]: from GPU i to GPU j; `None` where not measured.
+    pub values: Vec<Vec<Option<f64>>>,
+    /// `GB/s` or `us`.
+    pub unit: String,
+    /// What a value is, for the tooltip (e.g. "unidirectional bandwidth at 256 MiB").
+    pub what: String,
+    /// Tooltip suffix naming the record.
+    pub record: String,
+    /// The values the colour scale spans: these cells' pairs and those of the heatmaps drawn
+    /// beside it (another environment), so the same colour means the same value in each.
+    pub scale: Vec<f64>,
+    /// Larger values are better (bandwidth); the bright end of the scale is the better one.
+    pub higher_is_better: bool,
+}
+
+/// The values of `values` off the diagonal (GPU pairs, not a GPU's copy to itself).
+pub fn pair_values(values: &[Vec<Option<f64>>]) -> Vec<f64> {
+    values.iter().enumerate().flat_map(|(i, r)| r.iter().enumerate().filter(move |(j, _)| *j != i).filter_map(|(_, v)| *v)).collect()
+}
+
+/// The scale's steps over `pairs`: `(low, high)` bounds of each, low values first.
+fn value_steps(pairs: &[f64]) -> Vec<(f64, f64)> {
+    let lo = pairs.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = pairs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if pairs.is_empty() {
+        return Vec::new();
+    }
+    if hi - lo <= hi.abs() * 1e-9 {
+        return vec![(lo, hi)];
+    }
+    let w = (hi - lo) / STEPS.len() as f64;
+    (0..STEPS.len()).map(|k| (lo + w * k as f64, if k + 1 == STEPS.len() { hi } else { lo + w * (k + 1) as f64 })).collect()
+}
+
+fn step_of(steps: &[(f64, f64)], v: f64) -> usize {
+    steps.iter().position(|(_, hi)| v <= *hi).unwrap_or(steps.len().saturating_sub(1))
+}
+
+/// The colour and text colour of step `k` (low values first) of `n`: bright is better (one step
+/// takes the middle colour).
+fn step_color(k: usize, n: usize, higher_is_better: bool) -> (&'static str, &'static str) {
+    let last = STEPS.len() - 1;
+    if n <= 1 {
+        STEPS[STEPS.len() / 2]
+    } else if higher_is_better {
+        STEPS[k.min(last)]
+    } else {
+        STEPS[last - k.min(last)]
+    }
+}
+
+/// The heatmap's axes: GPU labels down the left and along the bottom, with the axis names.
+fn matrix_axes(o: &mut String, labels: &[String], cell: f64, x_label: &str, y_label: &str) {
+    let n = labels.len().max(1) as f64;
+    o.push_str(r#"<g class="axis y">"#);
+    for (i, l) in labels.iter().enumerate() {
+        let _ = write!(
+            o,
+            r#"<text class="tick" x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
+            LEFT - 6.0,
+            TOP + cell * (i as f64 + 0.6),
+            esc(l)
+        );
+    }
+    let _ = write!(
+        o,
+        r#"<text class="label" transform="translate(18 {:.1}) rotate(-90)" text-anchor="middle">{}</text></g><g class="axis x">"#,
+        TOP + cell * n / 2.0,
+        esc(y_label)
+    );
+    for (j, l) in labels.iter().enumerate() {
+        let _ = write!(
+            o,
+            r#"<text class="tick" x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
+            LEFT + cell * (j as f64 + 0.5),
+            TOP + cell * n + 16.0,
+            esc(l)
+        );
+    }
+    let _ = write!(
+        o,
+        r#"<text class="label" x="{:.1}" y="{:.1}" text-anchor="middle">{}</text></g>"#,
+        LEFT + cell * n / 2.0,
+        TOP + cell * n + 36.0,
+        esc(x_label)
+    );
+}
+
+/// Renders a heatmap of measured values, with a legend of the scale's steps in the unit.
+pub fn value_heatmap(c: &ValueHeatmap, o: &mut String) {
+    let n = c.labels.len().max(1) as f64;
+    let cell = ((H - TOP - BOTTOM) / n).min((W - LEFT - RIGHT) / n);
+    let steps = value_steps(&c.scale);
+    open_svg(o, "heatmap", &c.name, &c.caption);
+    matrix_axes(o, &c.labels, cell, &c.x_label, &c.y_label);
+    o.push_str(r#"<g class="series" data-series="cells">"#);
+    let label = |i: usize| c.labels.get(i).map_or("", String::as_str);
+    for (i, row) in c.values.iter().enumerate() {
+        for (j, v) in row.iter().enumerate() {
+            let Some(v) = *v else { continue };
+            let (fill, ink) =
+                if i == j { (SELF_COLOR, "#000000") } else { step_color(step_of(&steps, v), steps.len(), c.higher_is_better) };
+            let whose = if i == j {
+                format!("GPU{} to itself (a local copy, not a link)", label(i))
+            } else {
+                format!("GPU{} to GPU{}", label(i), label(j))
+            };
+            let _ = write!(
+                o,
+                r##"<rect x="{:.1}" y="{:.1}" width="{cell:.1}" height="{cell:.1}" fill="{fill}" stroke="#fff"><title>{}: {} {} {} ({})</title></rect><text x="{:.1}" y="{:.1}" text-anchor="middle" class="cell" fill="{ink}">{}</text>"##,
+                LEFT + cell * j as f64,
+                TOP + cell * i as f64,
+                esc(&whose),
+                esc(&c.what),
+                esc(&crate::report::measured_words(v)),
+                esc(&c.unit),
+                esc(&c.record),
+                LEFT + cell * (j as f64 + 0.5),
+                TOP + cell * (i as f64 + 0.6),
+                esc(&crate::report::measured_words(v))
+            );
+        }
+    }
+    o.push_str(r#"</g><g class="legend">"#);
+    let words = crate::report::measured_words;
+    let mut entries: Vec<(&str, String)> = steps
+        .iter()
+        .enumerate()
+        .map(|(k, (lo, hi))| {
+            let text = if steps.len() == 1 {
+                format!("{} {} (every pair)", words(*lo), c.unit)
+            } else {
+                format!("{} to {} {}", words(*lo), words(*hi), c.unit)
+            };
+            (step_color(k, steps.len(), c.higher_is_better).0, text)
+        })
+        .collect();
+    entries.push((SELF_COLOR, "same GPU (local copy)".into()));
+    for (i, (color, text)) in entries.iter().enumerate() {
+        let (x, y) = (LEFT + cell * n + 30.0, TOP + 8.0 + i as f64 * 22.0);
+        let _ = write!(
+            o,
+            r#"<g class="legend-entry"><rect x="{x:.1}" y="{:.1}" width="16" height="16" fill="{color}"/><text x="{:.1}" y="{:.1}">{}</text></g>"#,
+            y - 8.0,
+            x + 22.0,
+            y + 4.0,
+            esc(text)
+        );
+    }
+    o.push_str("</g></svg>");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -431,6 +600,40 @@ mod tests {
         assert_eq!(ticks(880.0), vec![0.0, 200.0, 400.0, 600.0, 800.0, 1000.0]);
         assert_eq!(ticks(4.2), vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
         assert_eq!(ticks(0.0).len(), 6, "an empty chart still gets a 0..1 axis");
+    }
+
+    #[test]
+    fn value_heatmap_steps_span_the_pairs_and_cells_name_their_record() {
+        let values = vec![
+            vec![Some(1483.0), Some(29.4), Some(53.8)],
+            vec![Some(29.4), Some(1483.0), None],
+            vec![Some(53.8), Some(40.0), Some(1483.0)],
+        ];
+        let values = &values;
+        let steps = value_steps(&pair_values(values));
+        assert_eq!(steps.len(), STEPS.len());
+        assert_eq!((steps[0].0, steps[STEPS.len() - 1].1), (29.4, 53.8), "the diagonal (local copies) is left out of the scale");
+        assert_eq!(value_steps(&pair_values(&[vec![Some(1.0), Some(29.4)], vec![Some(29.4), Some(1.0)]])), vec![(29.4, 29.4)]);
+        assert_eq!(step_color(0, 5, true), STEPS[0]);
+        assert_eq!(step_color(0, 5, false), STEPS[4], "a low latency is the bright, better end");
+        let c = ValueHeatmap {
+            name: "fabric-bandwidth".into(),
+            caption: "bandwidth".into(),
+            x_label: "to GPU".into(),
+            y_label: "from GPU".into(),
+            labels: vec!["0".into(), "1".into(), "2".into()],
+            values: values.clone(),
+            unit: "GB/s".into(),
+            what: "unidirectional bandwidth".into(),
+            record: "fabric record 4".into(),
+            scale: pair_values(values),
+            higher_is_better: true,
+        };
+        let mut o = String::new();
+        value_heatmap(&c, &mut o);
+        assert!(o.contains("<title>GPU0 to GPU2: unidirectional bandwidth 53.8 GB/s (fabric record 4)</title>"), "{o}");
+        assert!(o.contains("29.4 to 34.3 GB/s") && o.contains("same GPU (local copy)"), "{o}");
+        assert_eq!(o.matches("<rect").count(), 8 + STEPS.len() + 1, "8 measured cells (one is not measured) and the legend's swatches");
     }
 
     #[test]

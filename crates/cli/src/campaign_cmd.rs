@@ -38,6 +38,8 @@ enum Sub {
     Init(Box<InitArgs>),
     /// Re-probe the box (after moving it) and record the new environment
     Probe(ProbeArgs),
+    /// Record a `servetune fabric p2p --json` document for the current environment (the report draws its matrices)
+    Fabric(FabricArgs),
     /// Print the status: done / in progress / not done, and the next steps
     #[command(after_help = "Example:\n  servetune campaign status c1")]
     Status(DirArg),
@@ -165,6 +167,17 @@ struct ProbeArgs {
     /// Analyse a probe snapshot instead of this box
     #[arg(long, value_name = "DIR")]
     probe_root: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  servetune fabric p2p --json p2p.json && servetune campaign fabric c1 p2p.json\n  servetune fabric p2p --backend sim --sim-link pcie5-p2p --json sim.json && servetune campaign fabric c1 sim.json\n\nThe document (servetune.fabric/1, kind p2p) is stored in the journal against the environment of the\nnewest probe; `campaign report` draws its per-pair bandwidth (GB/s) and small-message latency (us)\nas heatmaps. Re-probe first (campaign probe) when the box has moved."
+)]
+struct FabricArgs {
+    /// Campaign directory
+    dir: PathBuf,
+    /// The JSON `servetune fabric p2p --json FILE` wrote
+    file: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -296,6 +309,24 @@ pub fn run(a: CampaignArgs) -> Result<(), Failure> {
                 f.container,
                 if f.p2p_ok { "ok" } else { "not available" }
             );
+            Ok(())
+        }
+        Sub::Fabric(f) => {
+            let r = servetune_campaign::fabric_step::record(&f.dir, &f.file).map_err(lib)?;
+            let m = &r.matrices;
+            crate::say!(
+                "fabric record {}: {} GPU(s) measured ({} backend) for environment {} (vm {}, container {}); {}",
+                r.id,
+                m.gpus.len(),
+                m.backend,
+                r.facts.hash,
+                r.facts.vm,
+                r.facts.container,
+                m.link.as_deref().map_or("no link fitted".to_string(), |l| format!("link {l}"))
+            );
+            if let Some(n) = &r.note {
+                crate::tell!("note: {n}");
+            }
             Ok(())
         }
         Sub::Status(d) => {

@@ -7,6 +7,10 @@
 //! The simulated server is the campaign's own executor launching `servetune sim --profile
 //! DIR/profiles/{link}.json`: the probe's link picks the profile, so moving the box to LXC changes
 //! the server the way it did for the team (the `reference-kvm` and `reference-lxc` presets).
+//!
+//! Each probed environment's interconnect is measured the way `servetune fabric p2p --backend sim
+//! --sim-link LINK --json FILE` measures it (the same sweep, fit and document, in process) over
+//! the link its probe reports, and recorded with `campaign fabric`, so the report draws it.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -16,7 +20,9 @@ use std::sync::atomic::Ordering;
 use clap::Args;
 use servetune_campaign::campaign::{self, Answer, InitOptions, Outcome, RunOptions};
 use servetune_campaign::journal::{Journal, QuestionRow};
-use servetune_campaign::{engine, report, report_html, CampaignError};
+use servetune_campaign::{engine, fabric_step, report, report_html, CampaignError};
+use servetune_fabric::measure::{self, P2pOptions};
+use servetune_fabric::sim::SimFabric;
 use servetune_sim::cost::preset;
 
 use crate::campaign_cmd::cancel_on_ctrl_c;
@@ -65,6 +71,10 @@ ready_timeout_s = 60
 knobs = [
   {{ name = "max_running", help = "running-request cap", domain = {{ int = {{ min = 1, max = 65536 }} }}, args = ["--max-running-requests", "{{value}}"] }},
 ]
+logs = [
+  {{ contains = "Using default MoE kernel config", signal = "moe_default_config" }},
+  {{ contains = "Using MoE kernel config from", signal = "moe_config_loaded" }},
+]
 "#
     );
     let mut all = engine::parse(&text, "the demo's engine").map_err(lib)?;
@@ -85,7 +95,7 @@ fn prepare_dir(out: &Path) -> Result<PathBuf, Failure> {
     std::fs::create_dir_all(out).map_err(|e| io("create", out, e))?;
     for entry in std::fs::read_dir(out).map_err(|e| io("read", out, e))?.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let ours = name.starts_with("journal.sqlite") || name.starts_with("exp-") || name.starts_with("report.");
+        let ours = ["journal.sqlite", "exp-", "report.", "fabric-"].iter().any(|p| name.starts_with(p));
         if ours {
             std::fs::remove_file(entry.path()).map_err(|e| io("remove", &entry.path(), e))?;
         }
@@ -169,6 +179,7 @@ pub fn run(a: DemoArgs) -> Result<(), Failure> {
         crate::say!("  probe finding {} ({}): {}", f.id, f.severity, f.title);
     }
     drop(j);
+    fabric(&dir, "kvm")?;
     crate::say!(
         "  baseline sweep: concurrency {CONCURRENCY:?}, {REQUESTS} requests each, {INPUT_TOKENS} prompt / {OUTPUT_TOKENS} output tokens"
     );
@@ -189,6 +200,7 @@ pub fn run(a: DemoArgs) -> Result<(), Failure> {
         facts.container,
         if facts.p2p_ok { "available" } else { "not available" }
     );
+    fabric(&dir, "lxc")?;
     let q = campaign::answer(&dir, q.id, &Answer::Done).map_err(lib)?;
     crate::say!("  campaign answer {} --done", q.id);
 
@@ -196,6 +208,34 @@ pub fn run(a: DemoArgs) -> Result<(), Failure> {
     let last = until_blocked(&dir, &opts, a.quiet)?;
     let code = say_stop(&last);
     finish(&dir, code)
+}
+
+/// Measures the current environment's GPU-to-GPU copies on the simulated fabric of its probed link
+/// (as `servetune fabric p2p --backend sim --sim-link LINK --json DIR/fabric-NAME.json` does), and
+/// records the document in the journal.
+fn fabric(dir: &Path, name: &str) -> Result<(), Failure> {
+    let j = Journal::open(dir).map_err(lib)?;
+    let (_, env) = campaign::current_env(&j).map_err(lib)?;
+    drop(j);
+    let link = env.facts.link();
+    let fail = |e: servetune_fabric::FabricError| Failure::runtime(format!("the simulated fabric sweep: {e}"));
+    let mut f = SimFabric::new(env.facts.gpus.max(1) as usize, link).map_err(fail)?;
+    let sizes = servetune_fabric::sizes(4, 256 << 20).map_err(fail)?;
+    let r = measure::p2p(&mut f, &P2pOptions { gpus: Vec::new(), sizes, iters: 100, verify: false }, &mut |_, _| {}).map_err(fail)?;
+    let doc = servetune_fabric::report::p2p_report(r);
+    let path = dir.join(format!("fabric-{name}.json"));
+    let text = serde_json::to_string_pretty(&doc).map_err(|e| Failure::runtime(e.to_string()))?;
+    std::fs::write(&path, text + "\n").map_err(|e| Failure::runtime(format!("cannot write {}: {e}", path.display())))?;
+    let rec = fabric_step::record(dir, &path).map_err(lib)?;
+    let at = |m: &fabric_step::Measured| m.values.first().and_then(|r| r.get(1).copied().flatten()).unwrap_or(0.0);
+    crate::say!(
+        "  servetune fabric p2p --backend sim --sim-link {link} --json {}; campaign fabric: record {} (GPU0 to GPU1 {:.1} GB/s, {:.1} us)",
+        path.display(),
+        rec.id,
+        at(&rec.matrices.bandwidth),
+        at(&rec.matrices.latency)
+    );
+    Ok(())
 }
 
 fn start(dir: &Path, kvm: &Path, profiles: &Path) -> Result<(), Failure> {

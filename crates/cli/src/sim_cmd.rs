@@ -296,6 +296,10 @@ pub fn run(a: SimArgs) -> Result<(), Failure> {
                 p.name, p.model, p.tp_size, p.max_running_requests, p.kv_tokens, p.page_size, p.cost.overhead_ms, p.cost.per_decode_token_ms, p.cost.per_prefill_token_ms, p.cost.per_context_token_us
             ),
         }
+        // What sglang logs at start-up when the fused-MoE kernels have no tuned config.
+        if let (Mode::Engine, Some(w)) = (mode, p.moe_config_warning()) {
+            crate::tell!("servetune sim: WARNING {w}");
+        }
         let ctrl_c = tokio::signal::ctrl_c();
         let crashed = srv.crashed();
         tokio::pin!(ctrl_c, crashed);

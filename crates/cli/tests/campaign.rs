@@ -112,7 +112,7 @@ fn journal_refuses_newer_major_and_corrupt_files_without_writing() {
     }
     let (code, _, err) = campaign(&["status", s(&dir)]);
     assert_eq!(code, 2);
-    assert!(err.contains("newer servetune") && err.contains("schema 2."), "{err}");
+    assert!(err.contains("newer servetune") && err.contains(&format!("schema 2.{}", servetune_campaign::journal::SCHEMA_MINOR)), "{err}");
     let path = dir.join("journal.sqlite");
     let mut bytes = std::fs::read(&path).expect("read");
     for b in bytes.iter_mut().skip(4096).take(3000) {
@@ -440,7 +440,7 @@ fn ctrl_c_tears_the_server_down_and_records_the_step_as_interrupted() {
 
 #[test]
 fn every_campaign_command_has_help_with_an_example() {
-    for sub in ["init", "probe", "status", "next", "continue", "answer", "add", "report", "note", "engines"] {
+    for sub in ["init", "probe", "fabric", "status", "next", "continue", "answer", "add", "report", "note", "engines"] {
         let out = servetune().args(["campaign", sub, "--help"]).output().expect("run");
         let text = String::from_utf8_lossy(&out.stdout);
         assert_eq!(out.status.code(), Some(0), "{sub}");
@@ -522,6 +522,93 @@ fn report_numbers_name_their_journal_records() {
         .map(|p| p["output_tok_s"].as_f64().unwrap_or(0.0))
         .fold(0.0, f64::max);
     assert!(best <= max && best > 0.0, "best {best}, max {max}");
+}
+
+/// `servetune fabric p2p --backend sim --sim-link LINK --json FILE` over 8 simulated GPUs.
+fn sim_fabric(file: &Path, link: &str) {
+    let out = servetune()
+        .args(["fabric", "p2p", "--backend", "sim", "--sim-link", link, "--max-size", "4M", "--json"])
+        .arg(file)
+        .output()
+        .expect("fabric");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn a_recorded_fabric_document_is_drawn_per_pair_and_names_its_record() {
+    let d = tempfile::tempdir().expect("tmp");
+    // A journal written before the fabrics table existed (schema 1.0) takes the record.
+    let dir = fixture_journal(d.path(), "report-kvm");
+    let minor =
+        |dir: &Path| -> String { db(dir).query_row("SELECT value FROM meta WHERE key = 'schema_minor'", [], |r| r.get(0)).expect("minor") };
+    assert_eq!(minor(&dir), "0");
+    let f = d.path().join("p2p.json");
+    sim_fabric(&f, "pcie-host-staged");
+    let (code, out, err) = campaign(&["fabric", s(&dir), s(&f)]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("fabric record 1: 8 GPU(s) measured (sim backend)") && out.contains("vm kvm"), "{out}");
+    assert_eq!(minor(&dir), "1");
+    // The same document again is the same record.
+    assert!(campaign(&["fabric", s(&dir), s(&f)]).1.contains("fabric record 1:"));
+    let env: i64 =
+        db(&dir).query_row("SELECT id FROM fingerprints WHERE kind = 'probe' ORDER BY id DESC LIMIT 1", [], |r| r.get(0)).expect("env");
+    assert_eq!(count(&db(&dir), &format!("SELECT COUNT(*) FROM fabrics WHERE env_fingerprint = {env}")), 1);
+
+    let (js, md, html) = (d.path().join("r.json"), d.path().join("r.md"), d.path().join("r.html"));
+    assert_eq!(campaign(&["report", s(&dir), "--json", s(&js), "--markdown", s(&md), "--html", s(&html)]).0, 0);
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&js).expect("json")).expect("parse");
+    assert_eq!(v["schema_minor"], 1);
+    let fabric = &v["fabric"][0];
+    assert_eq!((fabric["record"].as_i64(), fabric["fingerprint"].as_i64()), (Some(1), Some(env)));
+    assert_eq!(fabric["environment"], "kvm guest, no P2P");
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&f).expect("doc")).expect("doc json");
+    let bw = fabric["bandwidth"]["values"][0][1].as_f64().expect("GPU0 to GPU1");
+    let want = doc["matrices"]
+        .as_array()
+        .expect("matrices")
+        .iter()
+        .find(|m| m["title"].as_str().is_some_and(|t| t.starts_with("Unidirectional P2P=Enabled")))
+        .and_then(|m| m["values"][0][1].as_f64())
+        .expect("the document's GPU0 to GPU1");
+    assert_eq!(bw, want, "the report draws the recorded document's numbers");
+    // Host-staged copies of 4 MiB over the catalog's link: 13.3 us + 4 MiB / 29.4 GB/s.
+    let bytes = 4.0 * 1024.0 * 1024.0;
+    let staged = bytes / (13.3e-6 + bytes / 29.4e9) / 1e9;
+    assert!((bw - staged).abs() / staged < 0.01, "{bw} GB/s against {staged:.2}");
+    assert_eq!(fabric["latency"]["unit"], "us");
+    let md = std::fs::read_to_string(&md).expect("md");
+    assert!(md.contains("### GPU-to-GPU bandwidth and latency: kvm guest, no P2P (fabric record 1)"), "{md}");
+    assert!(md.contains("| from \\ to | GPU0 | GPU1 |"), "{md}");
+    let html = std::fs::read_to_string(&html).expect("html");
+    assert!(html.contains(r#"data-chart="fabric-bandwidth""#) && html.contains(r#"data-chart="fabric-latency""#));
+    assert!(html.contains(&format!("GPU0 to GPU1: Unidirectional P2P=Enabled Bandwidth (4 MiB) {bw:.1} GB/s (fabric record 1, environment fingerprint {env})</title>")), "cell tooltips name the record");
+}
+
+#[test]
+fn bad_fabric_documents_exit_2_naming_the_file() {
+    let d = tempfile::tempdir().expect("tmp");
+    let dir = fixture_journal(d.path(), "report-kvm");
+    let write = |name: &str, body: &str| {
+        let p = d.path().join(name);
+        std::fs::write(&p, body).expect("write");
+        p
+    };
+    let allreduce = d.path().join("ar.json");
+    let out =
+        servetune().args(["fabric", "allreduce", "--backend", "sim", "--max-size", "1M", "--json"]).arg(&allreduce).output().expect("ar");
+    assert_eq!(out.status.code(), Some(0));
+    let cases = [
+        (d.path().join("missing.json"), "cannot read it"),
+        (write("text.json", "not json at all"), "not a servetune fabric JSON"),
+        (write("probe.json", r#"{"schema":"servetune.probe/1.1"}"#), "field \"schema\""),
+        (allreduce, "field \"kind\" is \"allreduce\""),
+    ];
+    for (file, says) in cases {
+        let (code, out, err) = campaign(&["fabric", s(&dir), s(&file)]);
+        assert_eq!(code, 2, "{}: {out}{err}", file.display());
+        assert!(err.contains(&file.display().to_string()) && err.contains(says), "{}: {err}", file.display());
+    }
+    assert_eq!(count(&db(&dir), "SELECT COUNT(*) FROM sqlite_master WHERE name = 'fabrics'"), 0, "nothing recorded");
 }
 
 #[test]

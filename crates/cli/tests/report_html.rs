@@ -11,8 +11,9 @@ use crate::common::servetune;
 
 /// The section ids the report promises, in order.
 const SECTIONS: [&str; 8] = ["standing", "tasks", "launch", "warnings", "results", "analysis", "next-steps", "questions"];
-/// The charts of a campaign with done experiments in a probed box with a P2P matrix.
-const CHARTS: [&str; 6] = ["throughput", "ttft", "tpot", "versus", "breakdown", "p2p"];
+/// The charts of a campaign with done experiments in a probed box with a P2P matrix and a recorded
+/// fabric document.
+const CHARTS: [&str; 8] = ["throughput", "ttft", "tpot", "versus", "breakdown", "p2p", "fabric-bandwidth", "fabric-latency"];
 
 fn chromium() -> PathBuf {
     let found = std::env::var_os("PATH")
@@ -51,12 +52,22 @@ fn run_chromium(profile: &Path, args: &[String]) -> Output {
     out
 }
 
-/// The report of the committed KVM fixture journal, as HTML in `tmp`.
+/// The report of the committed KVM fixture journal with a simulated fabric document of its
+/// host-staged link recorded (`campaign fabric`), as HTML in `tmp`.
 fn report(tmp: &Path) -> PathBuf {
     let dir = tmp.join("c");
     std::fs::create_dir_all(&dir).expect("mkdir");
     let fx = Path::new(env!("CARGO_MANIFEST_DIR")).join("../campaign/tests/fixtures/report-kvm/journal.sqlite");
     std::fs::copy(fx, dir.join("journal.sqlite")).expect("copy fixture");
+    let fabric = tmp.join("p2p.json");
+    let out = servetune()
+        .args(["fabric", "p2p", "--backend", "sim", "--sim-link", "pcie-host-staged", "--max-size", "4M", "--json"])
+        .arg(&fabric)
+        .output()
+        .expect("fabric");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = servetune().args(["campaign", "fabric"]).arg(&dir).arg(&fabric).output().expect("campaign fabric");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let html = tmp.join("report.html");
     let out = servetune().args(["campaign", "report"]).arg(&dir).arg("--html").arg(&html).output().expect("report");
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
@@ -133,6 +144,12 @@ fn html_report_dom_has_every_section_and_each_chart_has_axes_a_series_and_a_lege
         let series = svg.split(r#"class="series""#).nth(1).unwrap_or("");
         assert!(series.contains("<polyline") || series.contains("<rect"), "chart {name} has a series with marks");
         assert!(series.contains("<title>"), "chart {name}'s marks carry their record");
+        if name.starts_with("fabric-") {
+            let unit = if name == "fabric-bandwidth" { " GB/s" } else { " us" };
+            let legend = svg.split(r#"class="legend""#).nth(1).unwrap_or("");
+            assert!(legend.contains(unit), "chart {name}'s colour scale names its unit: {legend}");
+            assert!(series.contains("(fabric record 1, environment fingerprint"), "chart {name}'s cells name their fabric record");
+        }
         if !svg.contains(r#"data-kind="heatmap""#) {
             let y_label = svg.split(r#"class="axis y""#).nth(1).and_then(|s| s.split(r#"class="label""#).nth(1)).unwrap_or("");
             let y_label = y_label.split("</text>").next().unwrap_or("");

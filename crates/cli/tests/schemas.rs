@@ -123,7 +123,15 @@ fn campaign_report_json_matches_its_schema() {
     std::fs::create_dir_all(&dir).expect("mkdir");
     let fx = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../campaign/tests/fixtures/report-kvm/journal.sqlite");
     std::fs::copy(fx, dir.join("journal.sqlite")).expect("copy fixture journal");
+    let fabric = d.path().join("p2p.json");
+    let ok = |args: &[&str]| {
+        let out = servetune().args(args).output().expect("run");
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    ok(&["fabric", "p2p", "--backend", "sim", "--max-size", "1M", "--json", &fabric.to_string_lossy()]);
+    ok(&["campaign", "fabric", &dir.to_string_lossy(), &fabric.to_string_lossy()]);
     let (doc, _) = check("campaign/schema/report.schema.json", &["campaign", "report", &dir.to_string_lossy()]);
     assert_eq!(doc["schema"], "servetune.report/1");
     assert!(!doc["curves"].as_array().expect("curves").is_empty(), "the fixture has measured sweeps");
+    assert!(!doc["fabric"].as_array().expect("fabric").is_empty(), "the recorded fabric document is in the report");
 }

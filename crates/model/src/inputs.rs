@@ -1,6 +1,7 @@
 //! The files `plan` reads besides a `config.json`, as typed documents: a `servetune bench` JSON
-//! (`--calibrate`) and a `servetune fabric` JSON (`--fabric`). Only the fields the model needs are
-//! read; every error names the file and the field. The caller reads the file; this parses its text.
+//! (`--calibrate`) and a `servetune fabric` JSON (`--fabric`, and the per-pair matrices a campaign
+//! report draws). Only the fields the readers need are read; every error names the file and the
+//! field. The caller reads the file; this parses its text.
 
 use serde::Deserialize;
 
@@ -79,6 +80,37 @@ pub struct FabricInput {
     /// is read as the link's kind.
     #[serde(default)]
     pub link: Option<LinkProfile>,
+    /// Which measurement: `p2p`, `allreduce` or `host`.
+    #[serde(default)]
+    pub kind: Option<String>,
+    /// `cuda`, `nccl`, `sim` or `host`.
+    #[serde(default)]
+    pub backend: Option<String>,
+    /// p2pBandwidthLatencyTest's matrices (kind `p2p`).
+    #[serde(default)]
+    pub matrices: Vec<FabricMatrix>,
+    /// The raw sweep (kind `p2p`); only the swept GPUs are read.
+    #[serde(default)]
+    pub p2p: Option<FabricSweep>,
+}
+
+/// A GPU-by-GPU matrix of a fabric document.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct FabricMatrix {
+    /// p2pBandwidthLatencyTest's title with the size it was read at, e.g. "Unidirectional
+    /// P2P=Enabled Bandwidth Matrix (256 MiB)".
+    pub title: String,
+    /// `GB/s` or `us`.
+    pub unit: String,
+    /// `values[i][j]`: from the i-th to the j-th swept GPU; `None` where not measured.
+    pub values: Vec<Vec<Option<f64>>>,
+}
+
+/// The part of a fabric document's raw sweep the readers use.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct FabricSweep {
+    /// The swept GPUs: the matrices' rows and columns, in order.
+    pub gpus: Vec<usize>,
 }
 
 impl FabricInput {
@@ -91,6 +123,35 @@ impl FabricInput {
             return Err(ModelError::Input(format!("{source}: field \"schema\" is {:?}, not servetune.fabric/1", f.schema)));
         }
         Ok(f)
+    }
+
+    /// The per-pair matrices checked: a `p2p` document with at least one bandwidth (GB/s) and one
+    /// latency (us) matrix, each square over the swept GPUs, every value finite and not negative.
+    pub fn checked_matrices(&self, source: &str) -> Result<&[FabricMatrix], ModelError> {
+        let bad = |m: String| ModelError::Input(format!("{source}: {m}"));
+        if let Some(k) = self.kind.as_deref().filter(|k| *k != "p2p") {
+            return Err(bad(format!(
+                "field \"kind\" is {k:?}: it holds no per-pair matrices; record the document servetune fabric p2p --json FILE writes"
+            )));
+        }
+        let n = self.p2p.as_ref().map(|p| p.gpus.len());
+        for (i, m) in self.matrices.iter().enumerate() {
+            let size = n.unwrap_or(m.values.len());
+            if m.values.len() != size || m.values.iter().any(|r| r.len() != size) {
+                return Err(bad(format!("field \"matrices[{i}].values\" is not {size} x {size} (one row and column per swept GPU)")));
+            }
+            if let Some(v) = m.values.iter().flatten().flatten().find(|v| !v.is_finite() || **v < 0.0) {
+                return Err(bad(format!("field \"matrices[{i}].values\" holds {v}: bandwidths and latencies are finite and not negative")));
+            }
+        }
+        for unit in ["GB/s", "us"] {
+            if !self.matrices.iter().any(|m| m.unit == unit) {
+                return Err(bad(format!(
+                    "field \"matrices\" has no {unit} matrix: write the document with servetune fabric p2p --json FILE"
+                )));
+            }
+        }
+        Ok(&self.matrices)
     }
 
     /// The measured link as the model's link, validated (finite, positive alpha and beta).
@@ -135,6 +196,31 @@ mod tests {
         assert!(e.to_string().contains("beta_gbs"), "{e}");
         let e = FabricInput::parse(r#"{"schema":"servetune.probe/1"}"#, "p.json").expect_err("schema");
         assert!(e.to_string().contains("p.json: field \"schema\""), "{e}");
+    }
+
+    #[test]
+    fn per_pair_matrices_are_checked_naming_the_file_and_field() {
+        let doc = |kind: &str, values: &str| {
+            format!(
+                r#"{{"schema":"servetune.fabric/1.1","kind":"{kind}","p2p":{{"gpus":[0,1]}},"matrices":[
+                {{"title":"Unidirectional P2P=Enabled Bandwidth Matrix (256 MiB)","unit":"GB/s","values":{values}}},
+                {{"title":"P2P=Enabled Latency Matrix (4 B)","unit":"us","values":[[2.0,13.3],[13.3,2.0]]}}]}}"#
+            )
+        };
+        let ok = FabricInput::parse(&doc("p2p", "[[1483.4,29.4],[29.4,null]]"), "f.json").expect("parse");
+        assert_eq!(ok.checked_matrices("f.json").expect("matrices").len(), 2);
+        let cases = [
+            (doc("allreduce", "[[1.0,2.0],[2.0,1.0]]"), "f.json: field \"kind\" is \"allreduce\""),
+            (doc("p2p", "[[1.0,2.0]]"), "field \"matrices[0].values\" is not 2 x 2"),
+            (doc("p2p", "[[1.0,-2.0],[2.0,1.0]]"), "holds -2"),
+        ];
+        for (text, says) in cases {
+            let e = FabricInput::parse(&text, "f.json").expect("parse").checked_matrices("f.json").expect_err(says);
+            assert!(e.to_string().contains(says), "{e}");
+        }
+        let no_latency = r#"{"schema":"servetune.fabric/1.1","kind":"p2p","matrices":[{"title":"b","unit":"GB/s","values":[[1.0]]}]}"#;
+        let e = FabricInput::parse(no_latency, "f.json").expect("parse").checked_matrices("f.json").expect_err("no latency");
+        assert!(e.to_string().contains("no us matrix"), "{e}");
     }
 
     #[test]

@@ -113,6 +113,32 @@ pub struct Profile {
     pub eos_mean_tokens: u32,
     /// Step-cost terms.
     pub cost: ParametricCost,
+    /// For a MoE model: the fraction of memory bandwidth its fused-MoE kernels reach. Below
+    /// [`TUNED_MOE_EFFICIENCY`] the server logs the warning sglang prints when no tuned kernel
+    /// config exists (see [`Profile::moe_config_warning`]); absent for dense models.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe_efficiency: Option<f64>,
+}
+
+/// The fused-MoE efficiency of tuned kernels: what `servetune plan`'s "tuned MoE kernels" fix
+/// assumes (crates/model/src/rank.rs) against the untuned default of its engine model.
+pub const TUNED_MOE_EFFICIENCY: f64 = 0.8;
+
+impl Profile {
+    /// The log line of an engine running untuned fused-MoE kernels: sglang's own warning when no
+    /// tuned config file exists (python/sglang/srt/layers/moe/fused_moe_triton/fused_moe_triton_config.py,
+    /// `get_moe_configs`: "Using default MoE kernel config. Performance might be sub-optimal! Config
+    /// file not found at %s, you can create them with ..."), with the simulated efficiency where
+    /// sglang names the file it looked for.
+    pub fn moe_config_warning(&self) -> Option<String> {
+        let e = self.moe_efficiency.filter(|e| *e < TUNED_MOE_EFFICIENCY)?;
+        Some(format!(
+            "Using default MoE kernel config. Performance might be sub-optimal! Config file not found at (simulated: no tuned config for {}; its fused-MoE kernels read experts at {:.0}% of memory bandwidth, tuned ones at {:.0}%), you can create them with https://github.com/sgl-project/sglang/tree/main/benchmark/kernels/fused_moe_triton",
+            self.model,
+            e * 100.0,
+            TUNED_MOE_EFFICIENCY * 100.0
+        ))
+    }
 }
 
 fn default_model() -> String {
@@ -147,7 +173,9 @@ pub fn preset(name: &str) -> Result<Profile, SimError> {
     // through host memory (a large per-step overhead), and a ~806 tok/s plateau in the LXC
     // container once P2P worked. max-running-requests 64 is the limit at which both plateaus
     // begin. These are calibration, not derivation; `--from-plan` derives step costs from the
-    // performance model instead.
+    // performance model instead. The fused-MoE kernels are untuned for GLM-5's 256 experts (one of
+    // the plateau's suspects in docs/design.md), at the model's default efficiency for them
+    // (crates/model/src/predict.rs, `Engine::default`), so the server logs sglang's warning.
     let glm = |name: &str, cost: ParametricCost| Profile {
         name: name.into(),
         model: "glm-5".into(),
@@ -158,6 +186,7 @@ pub fn preset(name: &str) -> Result<Profile, SimError> {
         chunked_prefill_size: 8192,
         eos_mean_tokens: 512,
         cost,
+        moe_efficiency: Some(servetune_model::predict::Engine::default().moe_efficiency),
     };
     match name {
         "reference-kvm" => Ok(glm(
@@ -178,6 +207,7 @@ pub fn preset(name: &str) -> Result<Profile, SimError> {
             chunked_prefill_size: 8192,
             eos_mean_tokens: 64,
             cost: ParametricCost { overhead_ms: 2.0, per_decode_token_ms: 0.01, per_prefill_token_ms: 0.0005, per_context_token_us: 0.0 },
+            moe_efficiency: None,
         }),
         other => Err(SimError::Input(format!(
             "--preset {other:?} does not exist; presets: {}",
@@ -231,6 +261,17 @@ mod tests {
         let c = ParametricCost { overhead_ms: 10.0, per_decode_token_ms: 1.0, per_prefill_token_ms: 0.01, per_context_token_us: 0.5 };
         let d = c.step(&StepBatch { prefill_tokens: 100, decode_batch: 4, context_tokens: 2000 });
         assert!((d.as_secs_f64() * 1e3 - (10.0 + 4.0 + 1.0 + 1.0)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn untuned_moe_kernels_log_sglangs_default_config_warning_and_tuned_ones_do_not() {
+        let mut p = preset("reference-lxc").expect("preset");
+        let line = p.moe_config_warning().expect("untuned");
+        assert!(line.starts_with("Using default MoE kernel config. Performance might be sub-optimal! Config file not found at"), "{line}");
+        assert!(line.contains("55%"), "{line}");
+        p.moe_efficiency = Some(TUNED_MOE_EFFICIENCY);
+        assert_eq!(p.moe_config_warning(), None);
+        assert_eq!(preset("tiny").expect("tiny").moe_config_warning(), None, "a dense profile says nothing");
     }
 
     #[test]

@@ -359,6 +359,7 @@ mod tests {
             chunked_prefill_size: 256,
             eos_mean_tokens: 32,
             cost: ParametricCost { overhead_ms: 1.0, per_decode_token_ms: 0.1, per_prefill_token_ms: 0.001, per_context_token_us: 0.0 },
+            moe_efficiency: None,
         }
     }
 

@@ -68,5 +68,6 @@ pub fn profile(s: &Scenario) -> Profile {
             per_prefill_token_ms: 0.0,
             per_context_token_us: 0.0,
         },
+        moe_efficiency: s.model.moe.as_ref().map(|_| s.engine.moe_efficiency),
     }
 }

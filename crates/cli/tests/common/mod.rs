@@ -125,6 +125,7 @@ pub fn flat_profile(step_ms: f64, max_running: u32, kv_tokens: u64) -> servetune
             per_prefill_token_ms: 0.0,
             per_context_token_us: 0.0,
         },
+        moe_efficiency: None,
     }
 }
 

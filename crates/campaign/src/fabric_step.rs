@@ -1,0 +1,138 @@
+//! Interconnect measurements in the campaign: a `servetune fabric p2p --json` document
+//! (`servetune.fabric/1`) read through the model's typed reader, checked, recorded in the journal
+//! against the current environment, and its per-pair matrices picked for the report.
+
+use std::path::Path;
+
+use serde::Serialize;
+use servetune_model::inputs::{FabricInput, FabricMatrix};
+
+use crate::campaign::current_env;
+use crate::journal::Journal;
+use crate::probe_step::BoxFacts;
+use crate::{CampaignError, Result};
+
+/// The document's per-pair bandwidth and small-message latency, as the report draws them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PairMatrices {
+    /// `cuda` or `sim`.
+    pub backend: String,
+    /// The swept GPUs: the rows and columns, in order.
+    pub gpus: Vec<usize>,
+    /// Bandwidth at the largest size (GB/s).
+    pub bandwidth: Measured,
+    /// Latency at the smallest size (us).
+    pub latency: Measured,
+    /// The link `servetune plan --fabric` takes from the document, in words.
+    pub link: Option<String>,
+}
+
+/// One matrix of a fabric document.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Measured {
+    /// p2pBandwidthLatencyTest's title with the size it was read at.
+    pub title: String,
+    /// `GB/s` or `us`.
+    pub unit: String,
+    /// `values[i][j]`: from the i-th to the j-th swept GPU; `null` where not measured.
+    pub values: Vec<Vec<Option<f64>>>,
+}
+
+/// What `campaign fabric` recorded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Recorded {
+    /// The fabric record's id.
+    pub id: i64,
+    /// The environment it was recorded for.
+    pub facts: BoxFacts,
+    pub matrices: PairMatrices,
+    /// Said when the document's GPU count differs from the probe's.
+    pub note: Option<String>,
+}
+
+/// Parses and checks a fabric document's text; `source` names the file in errors.
+pub fn parse(text: &str, source: &str) -> Result<(serde_json::Value, PairMatrices)> {
+    let input = |e: servetune_model::ModelError| CampaignError::Input(e.to_string());
+    let doc = FabricInput::parse(text, source).map_err(input)?;
+    let matrices = doc.checked_matrices(source).map_err(input)?;
+    // An engine asks for peer access: the P2P=Enabled matrices are what it gets (on a box without
+    // P2P they hold the host-staged numbers, which is the finding, measured).
+    let pick = |unit: &str, kind: &str| -> Option<&FabricMatrix> {
+        let of_unit = || matrices.iter().filter(move |m| m.unit == unit);
+        of_unit()
+            .find(|m| m.title.contains("P2P=Enabled") && m.title.contains(kind) && !m.title.starts_with("Bidirectional"))
+            .or_else(|| of_unit().next())
+    };
+    let measured = |m: &FabricMatrix| Measured { title: m.title.clone(), unit: m.unit.clone(), values: m.values.clone() };
+    let (Some(bw), Some(lat)) = (pick("GB/s", "Bandwidth"), pick("us", "Latency")) else {
+        return Err(CampaignError::Input(format!("{source}: no bandwidth and latency matrices in it")));
+    };
+    let n = bw.values.len();
+    let pairs = PairMatrices {
+        backend: doc.backend.clone().unwrap_or_else(|| "unknown".into()),
+        gpus: doc.p2p.as_ref().map_or_else(|| (0..n).collect(), |p| p.gpus.clone()),
+        bandwidth: measured(bw),
+        latency: measured(lat),
+        link: doc.link.as_ref().map(|l| format!("{}: alpha {:.2} us, beta {:.2} GB/s", l.name, l.alpha_us, l.beta_gbs)),
+    };
+    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| CampaignError::Input(format!("{source}: not JSON ({e})")))?;
+    Ok((value, pairs))
+}
+
+/// The matrices of a recorded document (the journal's copy was checked when it was recorded).
+pub fn matrices_of(body: &serde_json::Value, record: i64) -> Result<PairMatrices> {
+    parse(&body.to_string(), &format!("fabric record {record}"))
+        .map(|(_, m)| m)
+        .map_err(|e| CampaignError::Runtime(format!("journal: {e}")))
+}
+
+/// `servetune campaign fabric DIR FILE`: reads `file`, checks it and records it against the
+/// current environment (the newest probe).
+pub fn record(dir: &Path, file: &Path) -> Result<Recorded> {
+    let mut j = Journal::open(dir)?;
+    let source = file.display().to_string();
+    let text = std::fs::read_to_string(file).map_err(|e| {
+        CampaignError::Input(format!("{source}: cannot read it ({e}); give the file servetune fabric p2p --json FILE wrote"))
+    })?;
+    let (body, matrices) = parse(&text, &source)?;
+    let (env_id, env) = current_env(&j)?;
+    let id = j.add_fabric(env_id, &source, &body)?;
+    let n = matrices.gpus.len();
+    let note = (n != env.facts.gpus as usize)
+        .then(|| format!("{source} measured {n} GPU(s); the probe of this environment found {} (a --gpus subset is fine)", env.facts.gpus));
+    Ok(Recorded { id, facts: env.facts, matrices, note })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DOC: &str = r#"{"schema":"servetune.fabric/1.1","kind":"p2p","backend":"sim","p2p":{"gpus":[0,1]},
+        "link":{"name":"measured-p2p","alpha_us":0.5,"beta_gbs":53.8,"mode":"p2p","source":"sim"},
+        "matrices":[
+          {"title":"Unidirectional P2P=Disabled Bandwidth Matrix (256 MiB)","unit":"GB/s","values":[[1483.0,29.4],[29.4,1483.0]]},
+          {"title":"Unidirectional P2P=Enabled Bandwidth Matrix (256 MiB)","unit":"GB/s","values":[[1483.0,53.8],[53.8,1483.0]]},
+          {"title":"Bidirectional P2P=Enabled Bandwidth Matrix (256 MiB)","unit":"GB/s","values":[[1483.0,107.6],[107.6,1483.0]]},
+          {"title":"P2P=Disabled Latency Matrix (4 B)","unit":"us","values":[[2.0,13.3],[13.3,2.0]]},
+          {"title":"P2P=Enabled Latency Matrix (4 B)","unit":"us","values":[[2.0,0.5],[0.5,2.0]]}]}"#;
+
+    #[test]
+    fn the_p2p_enabled_unidirectional_matrices_are_drawn() {
+        let (_, m) = parse(DOC, "f.json").expect("parse");
+        assert_eq!(m.bandwidth.title, "Unidirectional P2P=Enabled Bandwidth Matrix (256 MiB)");
+        assert_eq!(m.bandwidth.values[0][1], Some(53.8));
+        assert_eq!(m.latency.title, "P2P=Enabled Latency Matrix (4 B)");
+        assert_eq!((m.gpus, m.backend.as_str()), (vec![0, 1], "sim"));
+        assert!(m.link.is_some_and(|l| l.contains("beta 53.80 GB/s")));
+    }
+
+    #[test]
+    fn not_json_and_other_schemas_are_input_errors_naming_the_file() {
+        for (text, says) in
+            [("{not json", "f.json: not a servetune fabric JSON"), (r#"{"schema":"servetune.probe/1.1"}"#, "f.json: field \"schema\"")]
+        {
+            let e = parse(text, "f.json").expect_err(says);
+            assert!(matches!(&e, CampaignError::Input(m) if m.contains(says)), "{e}");
+        }
+    }
+}
