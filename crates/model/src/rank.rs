@@ -94,9 +94,14 @@ fn divisors(n: u32) -> Vec<u32> {
 }
 
 /// Every plan over `base.plan.gpus` GPUs: TP and PP dividing it, EP off or across TP for MoE, DP
-/// attention for MLA MoE models; replicas fill the rest.
+/// attention for MLA MoE models; replicas fill the rest. On several nodes, only plans whose TP
+/// groups and replicas divide a node or are whole nodes (so TP within a node with PP or EP across
+/// nodes, or TP across whole nodes).
 pub fn enumerate(base: &Scenario) -> Vec<Plan> {
     let g = base.plan.gpus;
+    let placed = |p: &Plan| {
+        base.cluster.as_ref().is_none_or(|c| c.check_group(p.tp, "--tp").is_ok() && c.check_group(p.tp * p.pp, "tp x pp").is_ok())
+    };
     let mut out = Vec::new();
     for tp in divisors(g) {
         for pp in divisors(g / tp) {
@@ -110,7 +115,7 @@ pub fn enumerate(base: &Scenario) -> Vec<Plan> {
                     };
                 for &dp_attention in dpa {
                     let p = Plan { gpus: g, tp, pp, ep, dp_attention };
-                    if p.check(&base.model).is_ok() {
+                    if p.check(&base.model).is_ok() && placed(&p) {
                         out.push(p);
                     }
                 }
@@ -263,5 +268,23 @@ mod tests {
         let tight = best(&s, &slo, all).expect("fits");
         assert!(tight.concurrency < free.concurrency, "{} vs {}", tight.concurrency, free.concurrency);
         assert!(tight.point.tpot_ms < 30.0);
+    }
+
+    /// Over two 8-GPU nodes on 100 GbE, every ranked plan is placed on the nodes and the best keeps
+    /// TP within a node (PP or EP across nodes); on InfiniBand XDR a TP16 plan gains ground.
+    #[test]
+    fn multi_node_ranking_keeps_tp_within_a_node_on_a_slow_network() {
+        let mut s = scenario("deepseek-v3", Dtype::Fp8, "h100-sxm", "nvlink", 16, 8);
+        s.plan.pp = 2;
+        let eth = crate::predict::tests::on_nodes(s.clone(), "eth-100g", 8);
+        let ranked = rank(&eth, &[], ConcurrencyRange { max: Some(256) });
+        assert!(!ranked.is_empty());
+        assert!(ranked.iter().all(|r| r.plan.tp <= 8 || r.plan.tp % 8 == 0), "{ranked:?}");
+        assert!(ranked[0].plan.tp <= 8, "best on 100GbE: {}", ranked[0].label);
+        assert!(ranked.iter().any(|r| r.plan.tp == 16), "TP16 across both nodes is ranked too");
+        let tp16 =
+            |r: &[Ranked]| r.iter().find(|x| x.plan.tp == 16 && x.plan.ep == 1 && !x.plan.dp_attention).map(|x| x.output_tokens_per_s);
+        let xdr = rank(&crate::predict::tests::on_nodes(s, "ib-xdr", 8), &[], ConcurrencyRange { max: Some(256) });
+        assert!(tp16(&xdr) > tp16(&ranked), "a faster network helps the plan that crosses it");
     }
 }
