@@ -155,6 +155,12 @@ pub struct PlanArgs {
     /// NICs on each node (default: one per GPU, as on rail-optimized InfiniBand and RoCE clusters)
     #[arg(long, value_name = "N")]
     pub nics_per_node: Option<u32>,
+    /// Measured network latency (one NET step), microseconds, replacing --net's
+    #[arg(long, value_name = "US")]
+    pub net_latency: Option<f64>,
+    /// Measured network bandwidth per NIC, GB/s, replacing --net's
+    #[arg(long, value_name = "GBS")]
+    pub net_bw: Option<f64>,
     /// GPU-to-GPU link within a node (default: nvlink when the GPU has it, else pcie5-p2p)
     #[arg(long, value_parser = links())]
     pub link: Option<String>,
@@ -269,6 +275,8 @@ pub fn scenario_spec(a: &PlanArgs) -> Result<ScenarioSpec, Failure> {
         gpus_per_node: a.gpus_per_node,
         nics_per_node: a.nics_per_node,
         net: a.net.clone(),
+        net_latency_us: a.net_latency,
+        net_bw_gbs: a.net_bw,
         link,
         link_latency_us: a.link_latency,
         link_bw_gbs: a.link_bw,

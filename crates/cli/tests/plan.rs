@@ -333,6 +333,11 @@ fn bad_node_flags_exit_2_naming_the_flag() {
     usage_error(&with(&["--gpus", "8", "--net", "ib-ndr"]), "say how the GPUs split into nodes with --nodes or --gpus-per-node");
     usage_error(&with(&["--gpus", "16", "--gpus-per-node", "0", "--net", "ib-ndr"]), "--gpus-per-node 0");
     usage_error(
+        &with(&["--gpus", "16", "--gpus-per-node", "8", "--net", "ib-ndr", "--net-bw=-2"]),
+        "--net-latency/--net-bw: link bandwidth",
+    );
+    usage_error(&with(&["--gpus", "8", "--net-bw", "20"]), "describe a network between nodes");
+    usage_error(
         &with(&["--gpus", "16", "--gpus-per-node", "8", "--net", "infiniband"]),
         "[possible values: ib-ndr, ib-xdr, roce-200, roce-400, eth-100g]",
     );
@@ -350,4 +355,10 @@ fn a_single_node_plan_is_unchanged_by_node_flags() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(plain, one);
     assert!(!plain.contains("nodes:"), "{plain}");
+    // The JSON of a single-node plan has none of the multi-node fields.
+    let mut args = REF.to_vec();
+    args.extend_from_slice(&["--rank", "--json", "-"]);
+    let (code, json, err) = plan(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(json.contains("\"scenario\"") && !json.contains("\"cluster\"") && !json.contains("\"across\""), "{json}");
 }

@@ -72,6 +72,10 @@ pub struct ScenarioSpec {
     pub nics_per_node: Option<u32>,
     /// The network between nodes, a catalog name (`--net`); needed when there are 2 or more nodes.
     pub net: Option<String>,
+    /// Measured network latency replacing the catalog's (`--net-latency`), us.
+    pub net_latency_us: Option<f64>,
+    /// Measured bandwidth per NIC replacing the catalog's (`--net-bw`), GB/s.
+    pub net_bw_gbs: Option<f64>,
     /// The link.
     pub link: LinkSource,
     /// Measured hop latency replacing the link's, us.
@@ -117,6 +121,8 @@ impl ScenarioSpec {
             gpus_per_node: None,
             nics_per_node: None,
             net: None,
+            net_latency_us: None,
+            net_bw_gbs: None,
             link: LinkSource::Default,
             link_latency_us: None,
             link_bw_gbs: None,
@@ -294,11 +300,13 @@ impl ScenarioSpec {
     /// The nodes and network (None on one node: a single-node plan is unchanged).
     fn resolve_cluster(&self) -> Result<Option<Cluster>, ModelError> {
         let Some(gpus_per_node) = self.gpus_per_node()? else {
-            return match (&self.net, self.nics_per_node) {
-                (None, None) => Ok(None),
-                _ => Err(ModelError::Input(
-                    "--net and --nics-per-node describe a network between nodes: say how the GPUs split into nodes with --nodes or --gpus-per-node".into(),
-                )),
+            let network = self.net.is_some() || self.nics_per_node.is_some() || self.net_latency_us.is_some() || self.net_bw_gbs.is_some();
+            return if network {
+                Err(ModelError::Input(
+                    "--net, --nics-per-node, --net-latency and --net-bw describe a network between nodes: say how the GPUs split into nodes with --nodes or --gpus-per-node".into(),
+                ))
+            } else {
+                Ok(None)
             };
         };
         let nodes = self.gpus / gpus_per_node;
@@ -311,7 +319,16 @@ impl ScenarioSpec {
                 hw::net_names().join(", ")
             ))
         })?;
-        let net = hw::net(name)?;
+        let mut net = hw::net(name)?;
+        if let Some(l) = self.net_latency_us {
+            net.alpha_us = l;
+            net.source = format!("measured (--net-latency); {}", net.source);
+        }
+        if let Some(b) = self.net_bw_gbs {
+            net.beta_gbs = b;
+            net.source = format!("measured (--net-bw); {}", net.source);
+        }
+        net.validate("--net-latency/--net-bw")?;
         let nics_per_node = self.nics_per_node.unwrap_or(gpus_per_node);
         if nics_per_node == 0 {
             return Err(ModelError::Input("--nics-per-node 0: give the NICs on each node, 1 or more".into()));
@@ -579,7 +596,8 @@ pub fn suggest_fit(s: &Scenario, published: &[Dtype]) -> FitSuggestion {
         if let Some(c) = &mut t.cluster {
             c.nodes *= k;
         }
-        (plan.check(&s.model).is_ok() && t.check_fit().is_ok()).then(|| GpuSuggestion { gpus: plan.gpus, plan: plan.label() })
+        (plan.check(&s.model).is_ok() && t.check_placement().is_ok() && t.check_fit().is_ok())
+            .then(|| GpuSuggestion { gpus: plan.gpus, plan: plan.label() })
     });
     FitSuggestion { quant, gpus }
 }
@@ -696,6 +714,8 @@ mod tests {
         s.pp = 2;
         let c = s.build().expect("2 x 8").cluster.expect("cluster");
         assert_eq!((c.nodes, c.gpus_per_node, c.nics_per_node, c.net.name.as_str()), (2, 8, 8, "ib-ndr"));
+        let pairs = "model=deepseek-v3,gpu=h100-sxm,gpus=16,gpus-per-node=8,net=ib-ndr,tp=8,pp=2";
+        assert_eq!(ScenarioSpec::parse_pairs("--from-plan", pairs).expect("pairs").build().expect("pairs"), s.build().expect("spec"));
         let mut by_nodes = s.clone();
         by_nodes.gpus_per_node = None;
         by_nodes.nodes = Some(2);
@@ -723,6 +743,14 @@ mod tests {
             let e = t.build().map(|_| ()).expect_err(needle);
             assert!(e.to_string().contains(needle), "{needle}: {e}");
         }
+        let mut measured = s.clone();
+        measured.net_bw_gbs = Some(20.0);
+        measured.net_latency_us = Some(5.0);
+        let net = measured.build().expect("measured").cluster.expect("cluster").net;
+        assert_eq!((net.alpha_us, net.beta_gbs), (5.0, 20.0));
+        assert!(net.source.starts_with("measured (--net-bw); measured (--net-latency)"), "{}", net.source);
+        measured.net_bw_gbs = Some(-1.0);
+        assert!(measured.build().expect_err("negative").to_string().contains("--net-latency/--net-bw: link bandwidth (beta_gbs) -1"));
         let mut one = deepseek_on_h100(8);
         one.net = Some("ib-ndr".into());
         assert!(one.build().expect_err("net on one node").to_string().contains("--nodes or --gpus-per-node"));
