@@ -177,6 +177,21 @@ pub fn fixes(base: &Scenario, slos: &[Slo], range: ConcurrencyRange) -> Vec<Fix>
             ));
         }
     }
+    if let Some((c, net)) = base.cluster.as_ref().filter(|_| base.across_nodes().is_some()).zip(faster_net(base)) {
+        let how = format!(
+            "{} ({}, {:.1} GB/s per NIC) instead of {} ({:.1} GB/s): the collectives that cross nodes go faster",
+            net.name,
+            net.kind.describe(),
+            net.beta_gbs,
+            c.net.name,
+            c.net.beta_gbs
+        );
+        let mut s = base.clone();
+        if let Some(sc) = &mut s.cluster {
+            sc.net = net.clone();
+        }
+        cands.push((format!("a faster network between the nodes: {}", net.name), how, s));
+    }
     if base.engine.overlap == Overlap::None && base.plan.tp > 1 {
         let mut e = base.engine;
         e.overlap = Overlap::Full;
@@ -222,6 +237,16 @@ pub fn fixes(base: &Scenario, slos: &[Slo], range: ConcurrencyRange) -> Vec<Fix>
         .collect();
     out.sort_by(|a, b| b.output_tokens_per_s.total_cmp(&a.output_tokens_per_s));
     out
+}
+
+/// The catalog network one step faster than `base`'s: the least bandwidth per NIC above its own.
+fn faster_net(base: &Scenario) -> Option<crate::hw::LinkProfile> {
+    let now = base.cluster.as_ref()?.net.beta_gbs;
+    crate::hw::net_names()
+        .into_iter()
+        .filter_map(|n| crate::hw::net(n).ok())
+        .filter(|l| l.beta_gbs > now)
+        .min_by(|a, b| a.beta_gbs.total_cmp(&b.beta_gbs))
 }
 
 #[cfg(test)]
@@ -286,5 +311,15 @@ mod tests {
             |r: &[Ranked]| r.iter().find(|x| x.plan.tp == 16 && x.plan.ep == 1 && !x.plan.dp_attention).map(|x| x.output_tokens_per_s);
         let xdr = rank(&crate::predict::tests::on_nodes(s, "ib-xdr", 8), &[], ConcurrencyRange { max: Some(256) });
         assert!(tp16(&xdr) > tp16(&ranked), "a faster network helps the plan that crosses it");
+        let mut tp16_eth = eth.clone();
+        tp16_eth.plan = Plan { tp: 16, pp: 1, ..tp16_eth.plan };
+        let f = fixes(&tp16_eth, &[], ConcurrencyRange { max: Some(64) });
+        let net = f.iter().find(|x| x.fix.contains("faster network")).expect("a network fix for TP16 over 100GbE");
+        assert!(net.fix.ends_with("roce-200") && net.gain.is_some_and(|g| g > 1.05), "{net:?}");
+        // Nothing crosses nodes when the groups fit in one: no network fix.
+        let mut within = eth.clone();
+        within.plan = Plan { gpus: 16, tp: 8, pp: 1, ep: 1, dp_attention: false };
+        assert!(within.across_nodes().is_none());
+        assert!(!fixes(&within, &[], ConcurrencyRange { max: Some(64) }).iter().any(|x| x.fix.contains("network")));
     }
 }
