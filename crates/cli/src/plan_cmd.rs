@@ -101,6 +101,10 @@ fn links() -> PossibleValuesParser {
     PossibleValuesParser::new(hw::link_names())
 }
 
+fn nets() -> PossibleValuesParser {
+    PossibleValuesParser::new(hw::net_names())
+}
+
 fn what_if(s: &str) -> Result<WhatIf, String> {
     WhatIf::parse(s).map_err(|e| e.to_string())
 }
@@ -109,7 +113,7 @@ fn what_if(s: &str) -> Result<WhatIf, String> {
 /// time goes, and rank plans and fixes.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  servetune plan --model glm-5 --quant nvfp4 --gpu rtx-pro-6000-se --gpus 8 --link pcie-host-staged --tp 8 --explain --rank\n  servetune plan --model deepseek-v3 --gpu h200 --gpus 8 --vs link=pcie5-p2p --vs tp=4,pp=2\n  servetune plan --validate"
+    after_help = "Examples:\n  servetune plan --model glm-5 --quant nvfp4 --gpu rtx-pro-6000-se --gpus 8 --link pcie-host-staged --tp 8 --explain --rank\n  servetune plan --model deepseek-v3 --gpu h200 --gpus 8 --vs link=pcie5-p2p --vs tp=4,pp=2\n  servetune plan --model deepseek-v3 --gpu h100-sxm --gpus 16 --gpus-per-node 8 --net ib-ndr --tp 8 --pp 2 --rank\n  servetune plan --validate"
 )]
 pub struct PlanArgs {
     /// Catalog model (its published config.json under crates/model/data/models/)
@@ -136,10 +140,28 @@ pub struct PlanArgs {
     /// GPU model
     #[arg(long, value_parser = gpus(), required_unless_present = "validate")]
     pub gpu: Option<String>,
-    /// Number of GPUs
-    #[arg(long, default_value_t = 8)]
-    pub gpus: u32,
-    /// GPU-to-GPU link (default: nvlink when the GPU has it, else pcie5-p2p)
+    /// Number of GPUs (default: --nodes x --gpus-per-node, else 8)
+    #[arg(long)]
+    pub gpus: Option<u32>,
+    /// Nodes the GPUs are on (--gpus must split evenly over them)
+    #[arg(long, value_name = "N")]
+    pub nodes: Option<u32>,
+    /// GPUs on each node (--gpus must be a multiple of it)
+    #[arg(long, value_name = "N")]
+    pub gpus_per_node: Option<u32>,
+    /// Network between the nodes (needed with 2 or more nodes); its bandwidth is per NIC
+    #[arg(long, value_parser = nets())]
+    pub net: Option<String>,
+    /// NICs on each node (default: one per GPU, as on rail-optimized InfiniBand and RoCE clusters)
+    #[arg(long, value_name = "N")]
+    pub nics_per_node: Option<u32>,
+    /// Measured network latency (one NET step), microseconds, replacing --net's
+    #[arg(long, value_name = "US")]
+    pub net_latency: Option<f64>,
+    /// Measured network bandwidth per NIC, GB/s, replacing --net's
+    #[arg(long, value_name = "GBS")]
+    pub net_bw: Option<f64>,
+    /// GPU-to-GPU link within a node (default: nvlink when the GPU has it, else pcie5-p2p)
     #[arg(long, value_parser = links())]
     pub link: Option<String>,
     /// Measured link latency (one hop), microseconds
@@ -199,7 +221,7 @@ pub struct PlanArgs {
     /// Objectives for ranking, e.g. tpot:p50<50ms,ttft:p99<2s (ttft, tpot, itl, e2e; the model predicts one value, so the percentile is not modelled)
     #[arg(long)]
     pub slo: Option<String>,
-    /// What-if: KEY=VALUE[,KEY=VALUE] with keys gpu, link, tp, pp, ep, gpus, quant, overlap (repeatable)
+    /// What-if: KEY=VALUE[,KEY=VALUE] with keys gpu, link, net, tp, pp, ep, gpus, quant, overlap (repeatable)
     #[arg(long, value_name = "CHANGE", value_parser = what_if)]
     pub vs: Vec<WhatIf>,
     /// Fit efficiency factors to a `servetune bench --json` file's measured throughput
@@ -208,7 +230,7 @@ pub struct PlanArgs {
     /// Score the model on the public end-to-end cases (crates/model/data/validation/e2e.toml): fit and test sets apart, the test median first (VALIDATION.md), and exit
     #[arg(long)]
     pub validate: bool,
-    /// Write the report as JSON (servetune.plan/1.1) to FILE; `-` for stdout (the text report then goes to stderr)
+    /// Write the report as JSON (servetune.plan/1.2) to FILE; `-` for stdout (the text report then goes to stderr)
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
     /// Write the report as Markdown to FILE; `-` for stdout (the text report then goes to stderr)
@@ -248,7 +270,13 @@ pub fn scenario_spec(a: &PlanArgs) -> Result<ScenarioSpec, Failure> {
             dense: a.quant_dense.map(Dtype::from),
             kv_cache: a.kv_dtype.map(KvDtype::from),
         },
-        gpus: a.gpus,
+        gpus: gpu_count(a)?,
+        nodes: a.nodes,
+        gpus_per_node: a.gpus_per_node,
+        nics_per_node: a.nics_per_node,
+        net: a.net.clone(),
+        net_latency_us: a.net_latency,
+        net_bw_gbs: a.net_bw,
         link,
         link_latency_us: a.link_latency,
         link_bw_gbs: a.link_bw,
@@ -265,6 +293,20 @@ pub fn scenario_spec(a: &PlanArgs) -> Result<ScenarioSpec, Failure> {
         step_overhead_ms: a.step_overhead_ms,
         ..ScenarioSpec::new(model, gpu)
     })
+}
+
+/// `--gpus`, or the GPUs `--nodes` x `--gpus-per-node` make, or 8.
+fn gpu_count(a: &PlanArgs) -> Result<u32, Failure> {
+    match (a.gpus, a.nodes, a.gpus_per_node) {
+        (Some(g), _, _) => Ok(g),
+        (None, Some(n), Some(g)) => n
+            .checked_mul(g)
+            .ok_or_else(|| Failure::usage(format!("--nodes {n} x --gpus-per-node {g} is too many GPUs: give smaller numbers"))),
+        (None, Some(n), None) => {
+            Err(Failure::usage(format!("--nodes {n}: give --gpus or --gpus-per-node too, so the GPUs per node are known")))
+        }
+        (None, None, _) => Ok(8),
+    }
 }
 
 /// The whole request the flags describe.

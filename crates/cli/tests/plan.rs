@@ -47,7 +47,7 @@ fn json_has_the_documented_fields() {
     let (code, _, err) = plan(&args);
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&j).expect("json")).expect("parse");
-    assert_eq!(v["schema"], "servetune.plan/1.1");
+    assert_eq!(v["schema"], "servetune.plan/1.2");
     assert_eq!(v["fits"], true);
     for k in ["weights_gb", "kv_gb", "usable_gb", "capacity_gb"] {
         assert!(v["memory_per_gpu_gb"][k].is_f64(), "{k}");
@@ -224,7 +224,7 @@ fn json_to_stdout_is_pure_json() {
     let (code, out, err) = plan(&args);
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{out}"));
-    assert_eq!(v["schema"], "servetune.plan/1.1");
+    assert_eq!(v["schema"], "servetune.plan/1.2");
     assert!(err.contains("step time by term"), "the text report goes to stderr: {err}");
 }
 
@@ -296,4 +296,69 @@ fn model_config_json_is_read_and_bad_ones_name_the_field() {
     assert!(out.contains("(8B total"), "{out}");
     std::fs::write(&p, r#"{"model_type":"falcon_mamba","hidden_size":4096}"#).expect("write");
     usage_error(&["--model-config", &ps, "--gpu", "h100-sxm"], "\"model_type\"");
+}
+
+const MULTI: [&str; 10] = ["--model", "deepseek-v3", "--gpu", "h100-sxm", "--gpus", "16", "--gpus-per-node", "8", "--net", "eth-100g"];
+
+#[test]
+fn multi_node_plan_names_the_nodes_and_ranks_tp_within_a_node_first() {
+    let mut args = MULTI.to_vec();
+    args.extend_from_slice(&["--tp", "16", "--rank", "--explain", "--concurrency", "1,8,64"]);
+    let (code, out, err) = plan(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("nodes: 2 x 8 GPUs, 8 NICs per node; net eth-100g (Ethernet (TCP sockets))"), "{out}");
+    assert!(out.contains("TP16 all-reduce over nvlink within and eth-100g across 2 nodes"), "{out}");
+    assert!(out.contains("ranked plans on 16 GPUs (2 nodes x 8, net eth-100g)"), "{out}");
+    assert!(out.contains("bound by"), "{out}");
+    let best = out.lines().find(|l| l.starts_with("best ")).expect("the best plan's bottleneck");
+    assert!(!best.starts_with("best TP16"), "TP within a node wins on 100GbE: {best}");
+    // --nodes gives the same plan as --gpus-per-node.
+    let by_nodes = ["--model", "deepseek-v3", "--gpu", "h100-sxm", "--nodes", "2", "--gpus-per-node", "8", "--net", "eth-100g"];
+    let mut args2 = by_nodes.to_vec();
+    args2.extend_from_slice(&["--tp", "16", "--rank", "--explain", "--concurrency", "1,8,64"]);
+    let (code, out2, err) = plan(&args2);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, out2);
+}
+
+#[test]
+fn bad_node_flags_exit_2_naming_the_flag() {
+    let base = ["--model", "deepseek-v3", "--gpu", "h100-sxm"];
+    let with = |extra: &[&'static str]| base.iter().copied().chain(extra.iter().copied()).collect::<Vec<_>>();
+    usage_error(&with(&["--gpus", "12", "--gpus-per-node", "8", "--net", "ib-ndr"]), "--gpus 12 is not a multiple of --gpus-per-node 8");
+    usage_error(&with(&["--gpus", "16", "--nodes", "3", "--gpus-per-node", "8"]), "--gpus 16 is not --nodes 3 x --gpus-per-node 8 = 24");
+    usage_error(&with(&["--gpus", "16", "--nodes", "3"]), "--gpus 16 does not split evenly over --nodes 3");
+    usage_error(&with(&["--nodes", "2"]), "--nodes 2: give --gpus or --gpus-per-node too");
+    usage_error(&with(&["--gpus", "16", "--gpus-per-node", "8"]), "needs --net");
+    usage_error(&with(&["--gpus", "8", "--net", "ib-ndr"]), "say how the GPUs split into nodes with --nodes or --gpus-per-node");
+    usage_error(&with(&["--gpus", "16", "--gpus-per-node", "0", "--net", "ib-ndr"]), "--gpus-per-node 0");
+    usage_error(
+        &with(&["--gpus", "16", "--gpus-per-node", "8", "--net", "ib-ndr", "--net-bw=-2"]),
+        "--net-latency/--net-bw: link bandwidth",
+    );
+    usage_error(&with(&["--gpus", "8", "--net-bw", "20"]), "describe a network between nodes");
+    usage_error(
+        &with(&["--gpus", "16", "--gpus-per-node", "8", "--net", "infiniband"]),
+        "[possible values: ib-ndr, ib-xdr, roce-200, roce-400, eth-100g]",
+    );
+    usage_error(&with(&["--gpus", "16", "--gpus-per-node", "8", "--link", "ib-ndr"]), "[possible values: nvlink, pcie5-p2p");
+    usage_error(&with(&["--gpus", "24", "--gpus-per-node", "8", "--net", "ib-ndr", "--tp", "12"]), "--tp 12 does not fit the nodes");
+}
+
+#[test]
+fn a_single_node_plan_is_unchanged_by_node_flags() {
+    let (code, plain, err) = plan(&REF);
+    assert_eq!(code, 0, "{err}");
+    let mut args = REF.to_vec();
+    args.extend_from_slice(&["--gpus-per-node", "8"]);
+    let (code, one, err) = plan(&args);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(plain, one);
+    assert!(!plain.contains("nodes:"), "{plain}");
+    // The JSON of a single-node plan has none of the multi-node fields.
+    let mut args = REF.to_vec();
+    args.extend_from_slice(&["--rank", "--json", "-"]);
+    let (code, json, err) = plan(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(json.contains("\"scenario\"") && !json.contains("\"cluster\"") && !json.contains("\"across\""), "{json}");
 }

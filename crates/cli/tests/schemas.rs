@@ -103,6 +103,34 @@ fn plan_json_matches_its_schema() {
 }
 
 #[test]
+fn multi_node_plan_json_matches_its_schema_and_carries_the_nodes_and_network() {
+    let (doc, _) = check(
+        "model/schema/plan.schema.json",
+        &[
+            "plan",
+            "--model",
+            "deepseek-v3",
+            "--gpu",
+            "h100-sxm",
+            "--gpus",
+            "16",
+            "--gpus-per-node",
+            "8",
+            "--net",
+            "eth-100g",
+            "--tp",
+            "16",
+            "--rank",
+        ],
+    );
+    let c = &doc["scenario"]["cluster"];
+    assert_eq!((c["nodes"].as_u64(), c["gpus_per_node"].as_u64(), c["net"]["name"].as_str()), (Some(2), Some(8), Some("eth-100g")));
+    assert_eq!(c["net"]["kind"], "ethernet");
+    let across = &doc["points"][0]["bottleneck"]["across"];
+    assert_eq!((across["net"].as_str(), across["tp_nodes"].as_u64()), (Some("eth-100g"), Some(2)), "{}", doc["points"][0]);
+}
+
+#[test]
 fn probe_json_matches_its_schema() {
     let fx = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../probe/tests/fixtures/proxmox-lxc-8gpu");
     check("probe/schema/probe.schema.json", &["probe", "-q", "--root", &fx.to_string_lossy()]);

@@ -266,6 +266,7 @@ fn sim_from_plan_steps_at_the_predicted_decode_time() {
         input_len: 1024,
         output_len: 1024,
         max_running: None,
+        cluster: None,
     };
     let want = s.decode_step_ms(1.0, 70.0);
     let tpot = num(&v, "runs.0.latency_ms.tpot.p50");

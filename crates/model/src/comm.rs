@@ -13,6 +13,14 @@
 //! - Host-staged (NCCL's SHM transport): NCCL's model charges SHM the PCI hop latency (tuning.cc
 //!   uses one PCI block for every non-NVLink intra-node path); each step also pays
 //!   [`SHM_HOP_SHARE`] of the measured staged-copy latency.
+//!
+//! Across nodes ([`allreduce_across`]) NCCL runs hierarchically and so does its cost model
+//! (tuning.cc, `nNodes > 1`): a ring all-reduce takes 2(n-1) steps of which 2(nodes-1) cross the
+//! network at NCCL's NET hop latency; a tree chains the ranks of a node and builds a binary tree
+//! over the nodes (2 x ((ranks per node - 1) intra hops + log2(nodes) NET hops)). Bandwidth is
+//! the lesser of the node link's and the NICs' the group has on each node. The engines' custom
+//! all-reduce is single-node only (vLLM's `custom_all_reduce.py` and sglang's disable it when a
+//! group spans nodes), so every cross-node all-reduce is NCCL's.
 
 use serde::Serialize;
 
@@ -94,6 +102,17 @@ fn hw_latency_us(nvlink: bool, a: Algorithm, p: Protocol) -> f64 {
     }
 }
 
+/// comm.toml `[nccl_tuning] hw_latency_us_net_{tree,ring}` (LL, LL128, Simple), us per NET step.
+fn net_hw_latency_us(a: Algorithm, p: Protocol) -> f64 {
+    match (a, p) {
+        (Algorithm::Tree, Protocol::Ll) => 5.0,
+        (Algorithm::Tree, Protocol::Ll128) => 8.5,
+        (Algorithm::Ring, Protocol::Ll) => 2.7,
+        (Algorithm::Ring, Protocol::Ll128) => 4.0,
+        (_, Protocol::Simple) => 14.0,
+    }
+}
+
 /// Ring Simple bus bandwidth over the link's per-direction bandwidth: 370 / 450 GB/s, the effective
 /// NVLink ring bus bandwidth an NVIDIA maintainer gives for 8x H100 (comm.toml `[[nccl_tests]]`
 /// h100-sxm, nccl-tests issue 212) over NVLink4's 450 GB/s per direction.
@@ -124,7 +143,9 @@ fn hop_us(link: &LinkProfile, a: Algorithm, p: Protocol) -> f64 {
     let nccl = hw_latency_us(nvlink, a, p);
     match link.kind {
         // A measured copy latency above NCCL's LL hop (e.g. an inter-socket hop) adds to every step.
-        LinkKind::Nvlink | LinkKind::PcieP2p => nccl + (link.alpha_us - hw_latency_us(nvlink, a, Protocol::Ll)).max(0.0),
+        LinkKind::Nvlink | LinkKind::PcieP2p | LinkKind::Infiniband | LinkKind::Roce | LinkKind::Ethernet => {
+            nccl + (link.alpha_us - hw_latency_us(nvlink, a, Protocol::Ll)).max(0.0)
+        }
         LinkKind::HostStaged => nccl + SHM_HOP_SHARE * link.alpha_us,
     }
 }
@@ -180,7 +201,7 @@ pub fn uses_custom(link: &LinkProfile, n: u32, bytes: f64) -> bool {
     let topology = match link.kind {
         LinkKind::Nvlink => true,
         LinkKind::PcieP2p => n == 2,
-        LinkKind::HostStaged => false,
+        LinkKind::HostStaged | LinkKind::Infiniband | LinkKind::Roce | LinkKind::Ethernet => false,
     };
     world && topology && bytes < CUSTOM_MAX_BYTES
 }
@@ -214,6 +235,102 @@ pub fn allreduce(link: &LinkProfile, n: u32, bytes: f64, cuda_graphs: bool) -> A
     } else {
         nccl(link, n, bytes)
     }
+}
+
+/// A group of ranks laid over several nodes: `per_node` ranks on each of `nodes` nodes, joined
+/// within a node by `intra` and between nodes by `net`.
+#[derive(Debug, Clone, Copy)]
+pub struct Hierarchy<'a> {
+    /// The link between the GPUs of one node.
+    pub intra: &'a LinkProfile,
+    /// The network between the nodes.
+    pub net: &'a LinkProfile,
+    /// Nodes the group spans (2 or more).
+    pub nodes: u32,
+    /// Ranks of the group on each node.
+    pub per_node: u32,
+    /// Network bandwidth each rank has (its NIC, or its share of one), GB/s.
+    pub net_gbs_per_gpu: f64,
+}
+
+impl Hierarchy<'_> {
+    /// Ranks in the group.
+    pub fn ranks(&self) -> u32 {
+        self.nodes * self.per_node
+    }
+
+    /// Bus bandwidth the network gives the group for protocol `p`, GB/s: the NICs of its ranks on
+    /// one node carry everything that leaves the node (the ring crosses each node boundary once per
+    /// channel), at the protocol's share (LL half, LL128 0.92, as on the node link).
+    fn net_bus_gbs(&self, p: Protocol) -> f64 {
+        let bw = self.per_node as f64 * self.net_gbs_per_gpu;
+        match p {
+            Protocol::Ll => bw * 0.5,
+            Protocol::Ll128 => bw * 0.92,
+            Protocol::Simple => bw,
+        }
+    }
+
+    /// Per-step latency across the network: NCCL's NET hop, plus a measured or catalog latency
+    /// above NCCL's Ring/LL NET hop (TCP sockets).
+    fn net_hop_us(&self, a: Algorithm, p: Protocol) -> f64 {
+        net_hw_latency_us(a, p) + (self.net.alpha_us - net_hw_latency_us(Algorithm::Ring, Protocol::Ll)).max(0.0)
+    }
+}
+
+/// NCCL's time for one algorithm and protocol of an all-reduce across nodes, us (tuning.cc with
+/// `nNodes > 1`; see the module notes).
+pub fn nccl_across_us(h: &Hierarchy, bytes: f64, a: Algorithm, p: Protocol) -> f64 {
+    let n = h.ranks() as f64;
+    let (nodes, per_node) = (h.nodes as f64, h.per_node as f64);
+    let intra_bus = if h.per_node > 1 { bus_gbs(h.intra, p) } else { f64::INFINITY };
+    let net_bus = h.net_bus_gbs(p);
+    match a {
+        Algorithm::Ring => {
+            let steps = 2.0 * (n - 1.0);
+            let inter = 2.0 * (nodes - 1.0);
+            let latency = base_latency_us(a, p) + (steps - inter) * hop_us(h.intra, a, p) + inter * h.net_hop_us(a, p);
+            latency + bytes / (intra_bus.min(net_bus) * n / steps * 1e3)
+        }
+        Algorithm::Tree => {
+            let depth = h.nodes.max(2).ilog2() as f64;
+            let latency = base_latency_us(a, p) + 2.0 * ((per_node - 1.0) * hop_us(h.intra, a, p) + depth * h.net_hop_us(a, p));
+            // Up and down the tree each node's NICs carry the whole buffer once per direction, so the
+            // network side of a tree runs at the NICs' bandwidth, the node's chain at half its bus.
+            latency + bytes / ((intra_bus * 0.5).min(net_bus) * 1e3)
+        }
+    }
+}
+
+/// One all-reduce of `bytes` across nodes: NCCL's cheapest algorithm and protocol (LL128 only
+/// when the node link is NVLink, as NCCL enables it).
+pub fn allreduce_across(h: &Hierarchy, bytes: f64) -> AllReduce {
+    let mut best = AllReduce { us: f64::INFINITY, method: Method::Nccl { algorithm: Algorithm::Ring, protocol: Protocol::Ll } };
+    for a in [Algorithm::Ring, Algorithm::Tree] {
+        for p in PROTOCOLS {
+            if p == Protocol::Ll128 && h.intra.kind != LinkKind::Nvlink {
+                continue;
+            }
+            let us = nccl_across_us(h, bytes, a, p);
+            if us < best.us {
+                best = AllReduce { us, method: Method::Nccl { algorithm: a, protocol: p } };
+            }
+        }
+    }
+    best
+}
+
+/// All-to-all of `bytes` per rank across nodes, us: (n-1)/n of the data leaves each rank, the part
+/// for ranks on its own node over the node link and the rest over its NIC, both at once; one
+/// latency per peer (as [`LinkProfile::alltoall_us`]).
+pub fn alltoall_across_us(h: &Hierarchy, bytes: f64) -> f64 {
+    let n = h.ranks() as f64;
+    let local = h.per_node as f64 - 1.0;
+    let remote = n - h.per_node as f64;
+    let latency = crate::hw::NCCL_RING_LL_BASE_US + local * h.intra.alpha_us + remote * h.net.alpha_us;
+    let intra_us = bytes * local / n / (h.intra.beta_gbs * 1e3);
+    let net_us = bytes * remote / n / (h.net_gbs_per_gpu * 1e3);
+    latency + intra_us.max(net_us)
 }
 
 #[cfg(test)]
@@ -295,5 +412,68 @@ mod tests {
         let mut slower = staged.clone();
         slower.alpha_us *= 2.0;
         assert!(nccl(&slower, 8, 14_336.0).us > nccl(&staged, 8, 14_336.0).us + 50.0);
+    }
+
+    fn across<'a>(intra: &'a LinkProfile, net: &'a LinkProfile, nodes: u32, per_node: u32, nics: u32) -> Hierarchy<'a> {
+        Hierarchy { intra, net, nodes, per_node, net_gbs_per_gpu: net.beta_gbs * (nics as f64 / per_node as f64).min(1.0) }
+    }
+
+    /// Small messages across 2 nodes of 8 NVLink GPUs follow tuning.cc's multi-node latency: ring
+    /// 6.6 + 28 x 0.6 (NVLink) + 2 x 2.7 (NET) = 28.8 us; tree 6.8 + 2 x (7 x 0.6 + 1 x 5.0) =
+    /// 25.2 us, so NCCL's tuner picks the tree; and never the custom all-reduce.
+    #[test]
+    fn small_allreduce_across_nodes_follows_nccls_multi_node_latency() {
+        let (nv, ib) = (link("nvlink").expect("link"), crate::hw::net("ib-ndr").expect("net"));
+        let h = across(&nv, &ib, 2, 8, 8);
+        assert!((nccl_across_us(&h, 0.0, Algorithm::Ring, Protocol::Ll) - 28.8).abs() < 1e-9);
+        assert!((nccl_across_us(&h, 0.0, Algorithm::Tree, Protocol::Ll) - 25.2).abs() < 1e-9);
+        let a = allreduce_across(&h, 256.0);
+        assert_eq!(a.method, Method::Nccl { algorithm: Algorithm::Tree, protocol: Protocol::Ll });
+        // Against one node of 8 (the custom all-reduce, ~3 us), crossing nodes costs several times more.
+        assert!(a.us > 5.0 * allreduce(&nv, 8, 256.0, true).us, "{a:?}");
+        // TCP sockets pay their latency above NCCL's NET hop on every network step.
+        let eth = crate::hw::net("eth-100g").expect("net");
+        let slow = allreduce_across(&across(&nv, &eth, 2, 8, 8), 256.0).us;
+        assert!(slow > a.us + 2.0 * (eth.alpha_us - ib.alpha_us) - 1e-9, "{slow} vs {}", a.us);
+    }
+
+    /// Large messages: ring bus bandwidth across 2 nodes against nccl-tests figures. 8 NDR NICs per
+    /// node: 46-48 GB/s per NIC (nccl-tests issue 290) x 8, capped by the 370 GB/s NVLink ring;
+    /// one 100 Gb/s TCP NIC per node: 4-6 GB/s (nccl issue 450).
+    #[test]
+    fn ring_bus_bandwidth_across_nodes_matches_published_multi_node_figures() {
+        let bytes = 1_073_741_824.0;
+        let nv = link("nvlink").expect("link");
+        let busbw = |h: &Hierarchy| {
+            let n = h.ranks() as f64;
+            bytes * 2.0 * (n - 1.0) / n / nccl_across_us(h, bytes, Algorithm::Ring, Protocol::Simple) / 1e3
+        };
+        let ib = crate::hw::net("ib-ndr").expect("net");
+        let b = busbw(&across(&nv, &ib, 2, 8, 8));
+        assert!((8.0 * 46.0 * 0.95..=8.0 * 48.0).contains(&b), "ib-ndr busbw {b:.0}");
+        let eth = crate::hw::net("eth-100g").expect("net");
+        let b = busbw(&across(&nv, &eth, 4, 8, 1));
+        assert!((4.0..=6.0).contains(&b), "eth-100g busbw {b:.1}");
+    }
+
+    #[test]
+    fn more_network_bandwidth_or_less_latency_is_never_slower() {
+        let nv = link("nvlink").expect("link");
+        for name in crate::hw::net_names() {
+            let net = crate::hw::net(name).expect("net");
+            let mut faster = net.clone();
+            faster.beta_gbs *= 2.0;
+            let mut nearer = net.clone();
+            nearer.alpha_us /= 2.0;
+            for bytes in [256.0, 65_536.0, 1e6, 1e8] {
+                for (nodes, per_node) in [(2, 8), (4, 8), (2, 1)] {
+                    let base = allreduce_across(&across(&nv, &net, nodes, per_node, 8), bytes).us;
+                    assert!(allreduce_across(&across(&nv, &faster, nodes, per_node, 8), bytes).us <= base, "{name} {bytes}");
+                    assert!(allreduce_across(&across(&nv, &nearer, nodes, per_node, 8), bytes).us <= base, "{name} {bytes}");
+                    let a2a = alltoall_across_us(&across(&nv, &net, nodes, per_node, 8), bytes);
+                    assert!(alltoall_across_us(&across(&nv, &faster, nodes, per_node, 8), bytes) <= a2a, "{name} {bytes}");
+                }
+            }
+        }
     }
 }

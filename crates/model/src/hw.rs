@@ -54,6 +54,12 @@ pub enum LinkKind {
     PcieP2p,
     /// PCIe without peer access: every copy is staged through host memory.
     HostStaged,
+    /// InfiniBand between nodes (NCCL's NET/IB transport, GPUDirect RDMA).
+    Infiniband,
+    /// RDMA over Converged Ethernet between nodes (NCCL's NET/IB transport over RoCEv2).
+    Roce,
+    /// Plain Ethernet between nodes: NCCL's NET/Socket transport over TCP.
+    Ethernet,
 }
 
 impl LinkKind {
@@ -63,7 +69,15 @@ impl LinkKind {
             LinkKind::Nvlink => "NVLink",
             LinkKind::PcieP2p => "PCIe peer-to-peer",
             LinkKind::HostStaged => "PCIe staged through host memory",
+            LinkKind::Infiniband => "InfiniBand",
+            LinkKind::Roce => "RoCE",
+            LinkKind::Ethernet => "Ethernet (TCP sockets)",
         }
+    }
+
+    /// Whether the link joins nodes (`--net`) rather than the GPUs of one node (`--link`).
+    pub fn is_network(self) -> bool {
+        matches!(self, LinkKind::Infiniband | LinkKind::Roce | LinkKind::Ethernet)
     }
 }
 
@@ -161,9 +175,14 @@ pub fn gpu_names() -> Vec<&'static str> {
     gpu_file().gpus.iter().map(|g| g.name.as_str()).collect()
 }
 
-/// Link catalog names, in the data file's order.
+/// Link catalog names within a node (`--link`), in the data file's order.
 pub fn link_names() -> Vec<&'static str> {
-    link_file().links.iter().map(|l| l.name.as_str()).collect()
+    link_file().links.iter().filter(|l| !l.kind.is_network()).map(|l| l.name.as_str()).collect()
+}
+
+/// Network catalog names between nodes (`--net`), in the data file's order.
+pub fn net_names() -> Vec<&'static str> {
+    link_file().links.iter().filter(|l| l.kind.is_network()).map(|l| l.name.as_str()).collect()
 }
 
 /// The GPU catalog entry `name`.
@@ -192,20 +211,77 @@ pub fn gpu(name: &str) -> Result<GpuSpec, ModelError> {
     })
 }
 
-/// The link catalog entry `name`. Hop latencies follow NCCL's own cost model for Ring/LL
-/// (`src/graph/tuning.cc`): 0.6 us per NVLink hop, 1.0 us per PCIe hop.
+/// The link catalog entry `name` within a node (`--link`). Hop latencies follow NCCL's own cost
+/// model for Ring/LL (`src/graph/tuning.cc`): 0.6 us per NVLink hop, 1.0 us per PCIe hop.
 pub fn link(name: &str) -> Result<LinkProfile, ModelError> {
-    let l = link_file()
-        .links
-        .iter()
-        .find(|l| l.name == name)
-        .ok_or_else(|| ModelError::Input(format!("--link {name:?} is unknown; known: {}", link_names().join(", "))))?;
+    let l = entry(name).filter(|l| !l.kind.is_network()).ok_or_else(|| {
+        let hint = if net_names().contains(&name) { " (it is a network between nodes: give it to --net)" } else { "" };
+        ModelError::Input(format!("--link {name:?} is unknown{hint}; known: {}", link_names().join(", ")))
+    })?;
+    Ok(profile(l))
+}
+
+/// The network catalog entry `name` between nodes (`--net`): InfiniBand, RoCE or Ethernet, its
+/// bandwidth per NIC and NCCL's NET hop latency (or more, for TCP sockets).
+pub fn net(name: &str) -> Result<LinkProfile, ModelError> {
+    let l = entry(name).filter(|l| l.kind.is_network()).ok_or_else(|| {
+        let hint = if link_names().contains(&name) { " (it is a link within a node: give it to --link)" } else { "" };
+        ModelError::Input(format!("--net {name:?} is unknown{hint}; known: {}", net_names().join(", ")))
+    })?;
+    Ok(profile(l))
+}
+
+fn entry(name: &str) -> Option<&'static LinkEntry> {
+    link_file().links.iter().find(|l| l.name == name)
+}
+
+fn profile(l: &LinkEntry) -> LinkProfile {
     let source = if l.alpha_us.source == l.beta_gbs.source {
         l.alpha_us.source.clone()
     } else {
         format!("alpha: {}; beta: {}", l.alpha_us.source, l.beta_gbs.source)
     };
-    Ok(LinkProfile { name: l.name.clone(), kind: l.kind, alpha_us: l.alpha_us.value, beta_gbs: l.beta_gbs.value, source })
+    LinkProfile { name: l.name.clone(), kind: l.kind, alpha_us: l.alpha_us.value, beta_gbs: l.beta_gbs.value, source }
+}
+
+/// The machines a multi-node deployment spans: `nodes` nodes of `gpus_per_node` GPUs, each node
+/// with `nics_per_node` NICs on the network `net`. Ranks are placed as the engines place them:
+/// consecutive ranks (a TP group first, then pipeline stages, then replicas) fill a node before
+/// the next.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Cluster {
+    /// Nodes (2 or more; one node is no cluster).
+    pub nodes: u32,
+    /// GPUs on each node.
+    pub gpus_per_node: u32,
+    /// NICs on each node (one per GPU on rail-optimized InfiniBand and RoCE clusters).
+    pub nics_per_node: u32,
+    /// The network between the nodes; `beta_gbs` is one NIC's bandwidth.
+    pub net: LinkProfile,
+}
+
+impl Cluster {
+    /// Network bandwidth one GPU has, GB/s: its own NIC's, or its share when GPUs share NICs.
+    pub fn net_gbs_per_gpu(&self) -> f64 {
+        self.net.beta_gbs * (self.nics_per_node as f64 / self.gpus_per_node as f64).min(1.0)
+    }
+
+    /// Nodes a group of `n` consecutive ranks spans (1 when it fits in one node).
+    pub fn span(&self, n: u32) -> u32 {
+        n.div_ceil(self.gpus_per_node.max(1)).max(1)
+    }
+
+    /// Refuses a group of `n` consecutive ranks (`what`, e.g. `--tp 6`) that would straddle a node
+    /// boundary: it must divide the GPUs of a node or be a whole number of nodes.
+    pub fn check_group(&self, n: u32, what: &str) -> Result<(), ModelError> {
+        let g = self.gpus_per_node;
+        if (n <= g && g.is_multiple_of(n)) || (n > g && n.is_multiple_of(g)) {
+            return Ok(());
+        }
+        Err(ModelError::Input(format!(
+            "{what} does not fit the nodes: a group of {n} GPUs would straddle nodes of {g} (--gpus-per-node); use a size that divides {g} or is a multiple of it"
+        )))
+    }
 }
 
 /// The link a GPU gets when none is named: NVLink when it has it, else PCIe Gen5 P2P.
@@ -221,7 +297,7 @@ pub fn default_link(gpu: &GpuSpec) -> &'static str {
 pub fn p2p_replacement(kind: LinkKind) -> Option<&'static str> {
     match kind {
         LinkKind::HostStaged => Some("pcie5-p2p"),
-        LinkKind::Nvlink | LinkKind::PcieP2p => None,
+        LinkKind::Nvlink | LinkKind::PcieP2p | LinkKind::Infiniband | LinkKind::Roce | LinkKind::Ethernet => None,
     }
 }
 
@@ -261,6 +337,24 @@ mod tests {
         for n in link_names() {
             link(n).expect("link").validate(n).expect("valid");
         }
+    }
+
+    #[test]
+    fn networks_are_a_catalog_of_their_own_with_sources() {
+        let nets = net_names();
+        assert_eq!(nets, ["ib-ndr", "ib-xdr", "roce-200", "roce-400", "eth-100g"]);
+        for n in &nets {
+            let l = net(n).expect("net");
+            l.validate(n).expect("valid");
+            assert!(l.kind.is_network() && !link_names().contains(n), "{n}");
+            assert!(l.source.contains("alpha: ") && l.source.contains("beta: "), "{n}: {}", l.source);
+        }
+        // NDR is 400 Gb/s (50 GB/s) on the wire, XDR twice that; what NCCL reaches stays below.
+        let (ndr, xdr) = (net("ib-ndr").expect("ndr"), net("ib-xdr").expect("xdr"));
+        assert!(ndr.beta_gbs < 50.0 && xdr.beta_gbs < 100.0 && xdr.beta_gbs > ndr.beta_gbs);
+        assert!(net("eth-100g").expect("eth").alpha_us > ndr.alpha_us, "TCP sockets are slower to start than RDMA");
+        assert!(link("ib-ndr").expect_err("a network is not a node link").to_string().contains("give it to --net"));
+        assert!(net("nvlink").expect_err("a node link is not a network").to_string().contains("give it to --link"));
     }
 
     #[test]

@@ -162,6 +162,12 @@ impl FabricInput {
             ))
         })?;
         let p = LinkProfile { source: format!("{} ({source})", l.source), ..l.clone() };
+        if p.kind.is_network() {
+            return Err(ModelError::Input(format!(
+                "{source} field \"link\": its mode is {}, a network between nodes; --fabric takes the link between the GPUs of one node (a fabric p2p run); give a network with --net and --net-latency/--net-bw",
+                p.kind.describe()
+            )));
+        }
         p.validate(&format!("{source} field \"link\""))?;
         Ok(p)
     }
@@ -178,6 +184,13 @@ mod tests {
     }
 
     use crate::hw::LinkKind;
+
+    #[test]
+    fn a_network_is_not_taken_as_the_link_within_a_node() {
+        let f = FabricInput::parse(&fabric(3.0, 40.0, "infiniband"), "f.json").expect("parse");
+        let e = f.link_profile("f.json").expect_err("a network");
+        assert!(e.to_string().contains("a network between nodes") && e.to_string().contains("--net"), "{e}");
+    }
 
     #[test]
     fn a_measured_host_staged_link_keeps_its_kind() {

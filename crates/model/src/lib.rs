@@ -3,7 +3,7 @@
 //! - [`spec`]: model architectures (catalog `config.json` files and `--model-config`), validation,
 //!   parameter counts;
 //! - [`quant`]: bytes per weight and per-component formats;
-//! - [`hw`]: the GPU and link catalog (data files), link kinds;
+//! - [`hw`]: the GPU, link and network catalog (data files), link kinds, multi-node clusters;
 //! - [`comm`]: all-reduce as engines run it (NCCL's cost model per algorithm and protocol, custom
 //!   one-shot/two-shot);
 //! - [`predict`]: memory fit, step-time breakdown, prefill, the bottleneck with its numbers;
@@ -12,7 +12,7 @@
 //! - [`inputs`]: the bench and fabric JSON documents `plan` reads;
 //! - [`request`]: what `plan` is asked ([`request::PlanRequest`]) and [`request::build_report`];
 //! - [`validate`]: predictions against public measurements;
-//! - [`report`]: the `servetune.plan/1.1` document and its renderings.
+//! - [`report`]: the `servetune.plan/1.2` document and its renderings.
 //!
 //! No I/O beyond parsing text the caller read (a config.json, a bench or fabric JSON).
 

@@ -18,7 +18,7 @@
 use serde::Serialize;
 
 use crate::comm;
-use crate::hw::{GpuSpec, LinkProfile};
+use crate::hw::{Cluster, GpuSpec, LinkProfile};
 use crate::quant::{ComputeFormat, Dtype, KvDtype, Quant};
 use crate::spec::{Attention, ModelSpec};
 use crate::ModelError;
@@ -220,6 +220,20 @@ pub struct Scenario {
     pub output_len: u32,
     /// The server's running-request limit, if any.
     pub max_running: Option<u32>,
+    /// The nodes and network of a multi-node deployment (None: one node, `link` joins every GPU).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<Cluster>,
+}
+
+/// Which collectives of a multi-node plan cross the network.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Across {
+    /// The network's name.
+    pub net: String,
+    /// Nodes one TP group spans (1: TP stays within a node).
+    pub tp_nodes: u32,
+    /// Pipeline stages send to a stage on another node.
+    pub pp: bool,
 }
 
 /// Memory per GPU, GB.
@@ -534,20 +548,95 @@ impl Scenario {
             // Attention is local; MoE layers dispatch and combine tokens over EP (or TP) ranks; dense layers all-reduce.
             let n = self.plan.ep.max(self.plan.tp);
             let k = m.moe.map_or(1.0, |mo| mo.top_k as f64);
-            us += 2.0 * self.link.alltoall_us(n, act / tp * k) * self.frac_moe() * ls;
+            let bytes = act / tp * k;
+            let a2a = self.across(n).map_or_else(|| self.link.alltoall_us(n, bytes), |h| comm::alltoall_across_us(&h, bytes));
+            us += 2.0 * a2a * self.frac_moe() * ls;
             c.allreduces = 2.0 * (1.0 - self.frac_moe()) * ls;
         } else if self.plan.tp > 1 {
             c.allreduces = 2.0 * ls;
         }
         if c.allreduces > 0.0 {
-            c.allreduce_us = comm::allreduce(&self.link, self.plan.tp, act, self.engine.cuda_graphs).us;
+            c.allreduce_us = self.tp_allreduce(act).us;
             us += c.allreduces * c.allreduce_us;
         }
         if self.plan.pp > 1 {
-            us += self.link.send_us(act);
+            us += self.pp_send_us(act);
         }
         c.ms = us * 1e-3 * self.engine.comm_scale;
         c
+    }
+
+    /// A group of `n` consecutive ranks laid over the nodes, when it spans more than one.
+    fn across(&self, n: u32) -> Option<comm::Hierarchy<'_>> {
+        let c = self.cluster.as_ref()?;
+        let nodes = c.span(n);
+        (nodes > 1).then(|| comm::Hierarchy {
+            intra: &self.link,
+            net: &c.net,
+            nodes,
+            per_node: n / nodes,
+            net_gbs_per_gpu: c.net_gbs_per_gpu(),
+        })
+    }
+
+    /// One TP all-reduce of `bytes` as the engine runs it: within a node ([`comm::allreduce`]) or,
+    /// when the TP group spans nodes, NCCL's hierarchical one ([`comm::allreduce_across`]).
+    pub fn tp_allreduce(&self, bytes: f64) -> comm::AllReduce {
+        match self.across(self.plan.tp) {
+            Some(h) => comm::allreduce_across(&h, bytes),
+            None => comm::allreduce(&self.link, self.plan.tp, bytes, self.engine.cuda_graphs),
+        }
+    }
+
+    /// Bus bandwidth of the TP group's all-reduce for extra bytes, GB/s: the node link, or the
+    /// lesser of it and the group's NICs on a node when the group spans nodes.
+    fn tp_bus_gbs(&self) -> f64 {
+        match self.across(self.plan.tp) {
+            Some(h) if h.per_node > 1 => self.link.beta_gbs.min(h.per_node as f64 * h.net_gbs_per_gpu),
+            Some(h) => h.net_gbs_per_gpu,
+            None => self.link.beta_gbs,
+        }
+    }
+
+    /// Whether some stage boundary of a replica falls between nodes: the replica (tp x pp ranks,
+    /// placed node-aligned) is larger than a node.
+    fn pp_crosses_nodes(&self) -> bool {
+        self.cluster.as_ref().is_some_and(|c| self.plan.pp > 1 && self.plan.tp * self.plan.pp > c.gpus_per_node)
+    }
+
+    /// One stage's send of `bytes` to the next, us. When a boundary crosses nodes the send goes over
+    /// the network; the slowest stage paces the pipeline, so every stage is charged that send.
+    fn pp_send_us(&self, bytes: f64) -> f64 {
+        match &self.cluster {
+            Some(c) if self.pp_crosses_nodes() => c.net.alpha_us + bytes / (c.net_gbs_per_gpu() * 1e3),
+            _ => self.link.send_us(bytes),
+        }
+    }
+
+    /// Which collectives cross the network (None on one node, or when every group fits in one).
+    pub fn across_nodes(&self) -> Option<Across> {
+        let c = self.cluster.as_ref()?;
+        let group = if self.plan.dp_attention { self.plan.ep.max(self.plan.tp) } else { self.plan.tp };
+        let tp_nodes = c.span(group);
+        let pp = self.pp_crosses_nodes();
+        (tp_nodes > 1 || pp).then(|| Across { net: c.net.name.clone(), tp_nodes, pp })
+    }
+
+    /// Refuses a plan whose groups straddle node boundaries, and a cluster that does not hold the
+    /// plan's GPUs: a TP group and a replica (tp x pp) must each divide a node or be whole nodes.
+    pub fn check_placement(&self) -> Result<(), ModelError> {
+        let Some(c) = &self.cluster else { return Ok(()) };
+        if c.nodes * c.gpus_per_node != self.plan.gpus {
+            return Err(ModelError::Input(format!(
+                "--gpus {} is not --nodes {} x --gpus-per-node {} = {}",
+                self.plan.gpus,
+                c.nodes,
+                c.gpus_per_node,
+                c.nodes * c.gpus_per_node
+            )));
+        }
+        c.check_group(self.plan.tp, &format!("--tp {}", self.plan.tp))?;
+        c.check_group(self.plan.tp * self.plan.pp, &format!("the replica (tp x pp = {} x {})", self.plan.tp, self.plan.pp))
     }
 
     fn overhead_ms(&self) -> f64 {
@@ -600,11 +689,11 @@ impl Scenario {
         let comm_us = if self.plan.tp <= 1 {
             0.0
         } else if standalone {
-            2.0 * m.layers as f64 * comm::allreduce(&self.link, self.plan.tp, bytes, self.engine.cuda_graphs).us
+            2.0 * m.layers as f64 * self.tp_allreduce(bytes).us
         } else {
             // Riding in a decode step's all-reduces: only the extra bytes cost time.
             let n = self.plan.tp as f64;
-            2.0 * m.layers as f64 * bytes * 2.0 * (n - 1.0) / n / (self.link.beta_gbs * 1e3)
+            2.0 * m.layers as f64 * bytes * 2.0 * (n - 1.0) / n / (self.tp_bus_gbs() * 1e3)
         };
         (gemm_s.max(read_s) + attn_s) * 1e3 + comm_us * 1e-3 * e.comm_scale
     }
@@ -697,6 +786,7 @@ impl Scenario {
                 link: self.link.name.clone(),
                 allreduces: d.allreduces * pp,
                 allreduce_us: d.allreduce_us * self.engine.comm_scale,
+                across: self.across_nodes(),
             },
             Term::Weights => Bottleneck::Weights {
                 share: share(v),
@@ -766,6 +856,9 @@ pub enum Bottleneck {
         allreduces: f64,
         /// One all-reduce, us.
         allreduce_us: f64,
+        /// Collectives that cross the network of a multi-node plan (absent on one node).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        across: Option<Across>,
     },
     /// Reading weights from memory.
     Weights {
@@ -852,6 +945,7 @@ pub(crate) mod tests {
             input_len: 1024,
             output_len: 1024,
             max_running: None,
+            cluster: None,
         }
     }
 
@@ -957,5 +1051,87 @@ pub(crate) mod tests {
         let s = scenario("deepseek-v3", Dtype::Bf16, "rtx-4090", "pcie4-p2p", 8, 8);
         let e = s.check_fit().expect_err("does not fit");
         assert!(e.to_string().contains("GB of weights"), "{e}");
+    }
+
+    pub fn on_nodes(mut s: Scenario, net: &str, gpus_per_node: u32) -> Scenario {
+        let net = crate::hw::net(net).expect("net");
+        s.cluster = Some(Cluster { nodes: s.plan.gpus / gpus_per_node, gpus_per_node, nics_per_node: gpus_per_node, net });
+        s.check_placement().expect("placed");
+        s
+    }
+
+    fn deepseek_16(net: &str, tp: u32, pp: u32) -> Scenario {
+        let mut s = scenario("deepseek-v3", Dtype::Fp8, "h100-sxm", "nvlink", 16, tp);
+        s.plan.pp = pp;
+        on_nodes(s, net, 8)
+    }
+
+    /// Over 100 GbE, TP16 pays two NCCL all-reduces per layer across the network (socket latency
+    /// on every NET step), while TP8+PP2 keeps its all-reduces on NVLink and sends one activation
+    /// per stage: TP16 is slower per step at every concurrency.
+    #[test]
+    fn tp16_across_two_nodes_is_slower_per_step_than_tp8_pp2_on_100gbe() {
+        let tp16 = deepseek_16("eth-100g", 16, 1);
+        let tp8pp2 = deepseek_16("eth-100g", 8, 2);
+        for c in [1, 8, 32, 64] {
+            let (a, b) = (tp16.point(c), tp8pp2.point(c));
+            assert!(a.step_ms.total > b.step_ms.total, "c={c}: TP16 {:.1} ms vs TP8+PP2 {:.1} ms", a.step_ms.total, b.step_ms.total);
+            assert!(a.step_ms.communication > b.step_ms.communication, "c={c}");
+        }
+        match &tp16.point(8).bottleneck {
+            Bottleneck::Communication { across: Some(a), .. } => assert_eq!((a.net.as_str(), a.tp_nodes, a.pp), ("eth-100g", 2, false)),
+            other => panic!("TP16 over 100GbE should be communication-bound: {other:?}"),
+        }
+        assert_eq!(tp8pp2.across_nodes(), Some(Across { net: "eth-100g".into(), tp_nodes: 1, pp: true }));
+    }
+
+    #[test]
+    fn more_network_bandwidth_is_never_slower() {
+        for (tp, pp, dpa) in [(16, 1, false), (8, 2, false), (16, 1, true), (4, 4, false)] {
+            let mut s = deepseek_16("roce-200", tp, pp);
+            if dpa {
+                s.plan.ep = tp;
+                s.plan.dp_attention = true;
+            }
+            for c in [1, 16, 128] {
+                let mut prev = f64::INFINITY;
+                for beta in [5.0, 22.5, 47.0, 94.0, 400.0] {
+                    let mut t = s.clone();
+                    if let Some(cl) = &mut t.cluster {
+                        cl.net.beta_gbs = beta;
+                    }
+                    let step = t.point(c).step_ms.total;
+                    assert!(step <= prev + 1e-9, "TP{tp} PP{pp} c={c}: {beta} GB/s gives {step} ms, slower than {prev}");
+                    prev = step;
+                }
+            }
+        }
+    }
+
+    /// A cluster whose groups all fit in one node changes nothing, and a plan on one node has no
+    /// cluster at all: the numbers are the single-node ones.
+    #[test]
+    fn groups_within_a_node_keep_the_single_node_numbers() {
+        let one = scenario("deepseek-v3", Dtype::Fp8, "h200", "nvlink", 16, 8);
+        let two = on_nodes(one.clone(), "eth-100g", 8);
+        assert_eq!(two.across_nodes(), None);
+        for c in [1, 32, 256] {
+            assert_eq!(one.point(c), two.point(c));
+        }
+        assert_eq!(one.prefill_ms(4096.0, 1024.0, true), two.prefill_ms(4096.0, 1024.0, true));
+    }
+
+    #[test]
+    fn groups_that_straddle_nodes_are_refused_naming_the_flag() {
+        let mut s = scenario("llama-3.1-70b", Dtype::Bf16, "h100-sxm", "nvlink", 24, 8);
+        s.cluster = Some(Cluster { nodes: 3, gpus_per_node: 8, nics_per_node: 8, net: crate::hw::net("ib-ndr").expect("net") });
+        s.check_placement().expect("TP8 on 8-GPU nodes");
+        s.plan.tp = 12;
+        let e = s.check_placement().expect_err("TP12 straddles");
+        assert!(e.to_string().contains("--tp 12") && e.to_string().contains("--gpus-per-node"), "{e}");
+        s.plan.tp = 4;
+        s.plan.pp = 3;
+        let e = s.check_placement().expect_err("a 12-GPU replica straddles");
+        assert!(e.to_string().contains("tp x pp = 4 x 3"), "{e}");
     }
 }

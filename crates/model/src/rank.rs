@@ -94,9 +94,14 @@ fn divisors(n: u32) -> Vec<u32> {
 }
 
 /// Every plan over `base.plan.gpus` GPUs: TP and PP dividing it, EP off or across TP for MoE, DP
-/// attention for MLA MoE models; replicas fill the rest.
+/// attention for MLA MoE models; replicas fill the rest. On several nodes, only plans whose TP
+/// groups and replicas divide a node or are whole nodes (so TP within a node with PP or EP across
+/// nodes, or TP across whole nodes).
 pub fn enumerate(base: &Scenario) -> Vec<Plan> {
     let g = base.plan.gpus;
+    let placed = |p: &Plan| {
+        base.cluster.as_ref().is_none_or(|c| c.check_group(p.tp, "--tp").is_ok() && c.check_group(p.tp * p.pp, "tp x pp").is_ok())
+    };
     let mut out = Vec::new();
     for tp in divisors(g) {
         for pp in divisors(g / tp) {
@@ -110,7 +115,7 @@ pub fn enumerate(base: &Scenario) -> Vec<Plan> {
                     };
                 for &dp_attention in dpa {
                     let p = Plan { gpus: g, tp, pp, ep, dp_attention };
-                    if p.check(&base.model).is_ok() {
+                    if p.check(&base.model).is_ok() && placed(&p) {
                         out.push(p);
                     }
                 }
@@ -172,6 +177,21 @@ pub fn fixes(base: &Scenario, slos: &[Slo], range: ConcurrencyRange) -> Vec<Fix>
             ));
         }
     }
+    if let Some((c, net)) = base.cluster.as_ref().filter(|_| base.across_nodes().is_some()).zip(faster_net(base)) {
+        let how = format!(
+            "{} ({}, {:.1} GB/s per NIC) instead of {} ({:.1} GB/s): the collectives that cross nodes go faster",
+            net.name,
+            net.kind.describe(),
+            net.beta_gbs,
+            c.net.name,
+            c.net.beta_gbs
+        );
+        let mut s = base.clone();
+        if let Some(sc) = &mut s.cluster {
+            sc.net = net.clone();
+        }
+        cands.push((format!("a faster network between the nodes: {}", net.name), how, s));
+    }
     if base.engine.overlap == Overlap::None && base.plan.tp > 1 {
         let mut e = base.engine;
         e.overlap = Overlap::Full;
@@ -219,6 +239,16 @@ pub fn fixes(base: &Scenario, slos: &[Slo], range: ConcurrencyRange) -> Vec<Fix>
     out
 }
 
+/// The catalog network one step faster than `base`'s: the least bandwidth per NIC above its own.
+fn faster_net(base: &Scenario) -> Option<crate::hw::LinkProfile> {
+    let now = base.cluster.as_ref()?.net.beta_gbs;
+    crate::hw::net_names()
+        .into_iter()
+        .filter_map(|n| crate::hw::net(n).ok())
+        .filter(|l| l.beta_gbs > now)
+        .min_by(|a, b| a.beta_gbs.total_cmp(&b.beta_gbs))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -263,5 +293,33 @@ mod tests {
         let tight = best(&s, &slo, all).expect("fits");
         assert!(tight.concurrency < free.concurrency, "{} vs {}", tight.concurrency, free.concurrency);
         assert!(tight.point.tpot_ms < 30.0);
+    }
+
+    /// Over two 8-GPU nodes on 100 GbE, every ranked plan is placed on the nodes and the best keeps
+    /// TP within a node (PP or EP across nodes); on InfiniBand XDR a TP16 plan gains ground.
+    #[test]
+    fn multi_node_ranking_keeps_tp_within_a_node_on_a_slow_network() {
+        let mut s = scenario("deepseek-v3", Dtype::Fp8, "h100-sxm", "nvlink", 16, 8);
+        s.plan.pp = 2;
+        let eth = crate::predict::tests::on_nodes(s.clone(), "eth-100g", 8);
+        let ranked = rank(&eth, &[], ConcurrencyRange { max: Some(256) });
+        assert!(!ranked.is_empty());
+        assert!(ranked.iter().all(|r| r.plan.tp <= 8 || r.plan.tp % 8 == 0), "{ranked:?}");
+        assert!(ranked[0].plan.tp <= 8, "best on 100GbE: {}", ranked[0].label);
+        assert!(ranked.iter().any(|r| r.plan.tp == 16), "TP16 across both nodes is ranked too");
+        let tp16 =
+            |r: &[Ranked]| r.iter().find(|x| x.plan.tp == 16 && x.plan.ep == 1 && !x.plan.dp_attention).map(|x| x.output_tokens_per_s);
+        let xdr = rank(&crate::predict::tests::on_nodes(s, "ib-xdr", 8), &[], ConcurrencyRange { max: Some(256) });
+        assert!(tp16(&xdr) > tp16(&ranked), "a faster network helps the plan that crosses it");
+        let mut tp16_eth = eth.clone();
+        tp16_eth.plan = Plan { tp: 16, pp: 1, ..tp16_eth.plan };
+        let f = fixes(&tp16_eth, &[], ConcurrencyRange { max: Some(64) });
+        let net = f.iter().find(|x| x.fix.contains("faster network")).expect("a network fix for TP16 over 100GbE");
+        assert!(net.fix.ends_with("roce-200") && net.gain.is_some_and(|g| g > 1.05), "{net:?}");
+        // Nothing crosses nodes when the groups fit in one: no network fix.
+        let mut within = eth.clone();
+        within.plan = Plan { gpus: 16, tp: 8, pp: 1, ep: 1, dp_attention: false };
+        assert!(within.across_nodes().is_none());
+        assert!(!fixes(&within, &[], ConcurrencyRange { max: Some(64) }).iter().any(|x| x.fix.contains("network")));
     }
 }

@@ -1,4 +1,4 @@
-//! The `servetune.plan/1.1` document and its renderings (terminal with an ASCII curve, Markdown).
+//! The `servetune.plan/1.2` document and its renderings (terminal with an ASCII curve, Markdown).
 //! Decisions arrive typed ([`Bottleneck`], [`SaturationReason`], [`FitSuggestion`]); this is the
 //! only place they become words.
 
@@ -114,7 +114,7 @@ pub struct PlanReport {
 }
 
 /// The document's schema and version.
-pub const SCHEMA: &str = "servetune.plan/1.1";
+pub const SCHEMA: &str = "servetune.plan/1.2";
 
 /// Where the curve saturates: the KV cache (or running limit) capping the batch, or the knee of
 /// [`servetune_stats::knee`], whichever comes first.
@@ -154,9 +154,18 @@ pub fn saturation_words(r: &SaturationReason) -> String {
 pub fn bottleneck_words(b: &Bottleneck) -> String {
     let pct = b.share() * 100.0;
     match b {
-        Bottleneck::Communication { step_ms, tp, link, allreduces, allreduce_us, .. } => format!(
-            "TP{tp} all-reduce over {link} is {pct:.0}% of the {step_ms:.1} ms step: {allreduces:.0} all-reduces x {allreduce_us:.1} us"
-        ),
+        Bottleneck::Communication { step_ms, tp, link, allreduces, allreduce_us, across, .. } => {
+            let over = match across {
+                None => link.clone(),
+                Some(a) if a.tp_nodes > 1 => {
+                    format!("{link} within and {} across {} nodes{}", a.net, a.tp_nodes, if a.pp { ", PP sends too" } else { "" })
+                }
+                Some(a) => format!("{link} (PP sends across nodes over {})", a.net),
+            };
+            format!(
+                "TP{tp} all-reduce over {over} is {pct:.0}% of the {step_ms:.1} ms step: {allreduces:.0} all-reduces x {allreduce_us:.1} us"
+            )
+        }
         Bottleneck::Weights { step_ms, gb_per_gpu, distinct_experts, busiest_ep_rank, mem_bw_gbs, .. } => {
             let experts = distinct_experts.map_or(String::new(), |d| {
                 format!(" ({d:.0} distinct experts per MoE layer{})", if *busiest_ep_rank { " on the busiest EP rank" } else { "" })
@@ -326,6 +335,20 @@ fn write_header(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
         s.link.beta_gbs,
         s.link.source
     )?;
+    if let Some(c) = &s.cluster {
+        writeln!(
+            w,
+            "  nodes: {} x {} GPUs, {} NICs per node; net {} ({}): alpha {:.1} us, beta {:.1} GB/s per NIC ({})",
+            c.nodes,
+            c.gpus_per_node,
+            c.nics_per_node,
+            c.net.name,
+            c.net.kind.describe(),
+            c.net.alpha_us,
+            c.net.beta_gbs,
+            c.net.source
+        )?;
+    }
     let e = &s.engine;
     writeln!(
         w,
@@ -412,23 +435,51 @@ fn write_ranked(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
     if r.ranked_plans.is_empty() {
         return Ok(());
     }
-    writeln!(w, "\nranked plans on {} GPUs ({}):", r.scenario.plan.gpus, slo_words(&r.slos, &r.concurrency_range))?;
+    let multi = r.scenario.cluster.as_ref();
+    let on = multi.map_or(String::new(), |c| format!(" ({} nodes x {}, net {})", c.nodes, c.gpus_per_node, c.net.name));
+    writeln!(w, "\nranked plans on {} GPUs{on} ({}):", r.scenario.plan.gpus, slo_words(&r.slos, &r.concurrency_range))?;
     let rows: Vec<Vec<String>> = r
         .ranked_plans
         .iter()
         .map(|x| {
-            vec![
+            let mut row = vec![
                 x.label.clone(),
                 x.concurrency.to_string(),
                 format!("{:.0}", x.output_tokens_per_s),
                 format!("{:.1}", x.tokens_per_s_per_gpu),
                 format!("{:.1}", x.tpot_ms),
                 gain_words(x.gain),
-            ]
+            ];
+            if multi.is_some() {
+                row.push(bound_words(&x.bottleneck));
+            }
+            row
         })
         .collect();
-    write!(w, "{}", table(&["plan", "at conc", "out tok/s", "tok/s/GPU", "TPOT ms", "vs current"], &rows))?;
-    writeln!(w, "at conc: the concurrency giving the plan's most output under the objectives; vs current: over the current plan's best")
+    let mut headers = vec!["plan", "at conc", "out tok/s", "tok/s/GPU", "TPOT ms", "vs current"];
+    if multi.is_some() {
+        headers.push("bound by");
+    }
+    write!(w, "{}", table(&headers, &rows))?;
+    writeln!(w, "at conc: the concurrency giving the plan's most output under the objectives; vs current: over the current plan's best")?;
+    if let (Some(_), Some(top)) = (multi, r.ranked_plans.first()) {
+        writeln!(w, "best {}: {}", top.label, bottleneck_words(&top.bottleneck))?;
+    }
+    Ok(())
+}
+
+/// A bottleneck's term in a word or two, naming the network when communication crosses nodes.
+fn bound_words(b: &Bottleneck) -> String {
+    match b {
+        Bottleneck::Communication { across: Some(a), .. } if a.tp_nodes > 1 => format!("TP over {}", a.net),
+        Bottleneck::Communication { across: Some(a), .. } => format!("comm (PP over {})", a.net),
+        Bottleneck::Communication { .. } => "communication".into(),
+        Bottleneck::Weights { .. } => "weights".into(),
+        Bottleneck::KvCache { .. } => "kv cache".into(),
+        Bottleneck::Compute { .. } => "compute".into(),
+        Bottleneck::Overhead { .. } => "overhead".into(),
+        Bottleneck::Prefill { .. } => "prefill".into(),
+    }
 }
 
 fn write_versus(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
@@ -472,7 +523,8 @@ fn write_calibration(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
 /// Markdown.
 pub fn write_markdown(r: &PlanReport, mut w: impl Write) -> io::Result<()> {
     let s = &r.scenario;
-    writeln!(w, "# servetune plan: {} on {} x {} ({}, {})\n", r.model, s.plan.gpus, s.gpu.name, s.plan.label(), s.link.name)?;
+    let nodes = s.cluster.as_ref().map_or(String::new(), |c| format!(", {} nodes over {}", c.nodes, c.net.name));
+    writeln!(w, "# servetune plan: {} on {} x {} ({}, {}{nodes})\n", r.model, s.plan.gpus, s.gpu.name, s.plan.label(), s.link.name)?;
     let m = &r.memory_per_gpu_gb;
     writeln!(
         w,

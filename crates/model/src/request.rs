@@ -5,7 +5,7 @@
 use servetune_stats::Slo;
 
 use crate::calibrate::{self, Measured};
-use crate::hw::{self, GpuSpec, LinkProfile};
+use crate::hw::{self, Cluster, GpuSpec, LinkProfile};
 use crate::predict::{Engine, Overlap, Plan, Scenario};
 use crate::quant::{Dtype, KvDtype, Quant};
 use crate::rank::{self, ConcurrencyRange};
@@ -64,6 +64,18 @@ pub struct ScenarioSpec {
     pub gpu: String,
     /// GPUs in the deployment.
     pub gpus: u32,
+    /// Nodes the GPUs are on (`--nodes`; None: from `gpus_per_node`, or one node).
+    pub nodes: Option<u32>,
+    /// GPUs on each node (`--gpus-per-node`; None: from `nodes`, or all on one node).
+    pub gpus_per_node: Option<u32>,
+    /// NICs on each node (`--nics-per-node`; None: one per GPU).
+    pub nics_per_node: Option<u32>,
+    /// The network between nodes, a catalog name (`--net`); needed when there are 2 or more nodes.
+    pub net: Option<String>,
+    /// Measured network latency replacing the catalog's (`--net-latency`), us.
+    pub net_latency_us: Option<f64>,
+    /// Measured bandwidth per NIC replacing the catalog's (`--net-bw`), GB/s.
+    pub net_bw_gbs: Option<f64>,
     /// The link.
     pub link: LinkSource,
     /// Measured hop latency replacing the link's, us.
@@ -105,6 +117,12 @@ impl ScenarioSpec {
             quant: QuantSpec::default(),
             gpu: gpu.into(),
             gpus: 8,
+            nodes: None,
+            gpus_per_node: None,
+            nics_per_node: None,
+            net: None,
+            net_latency_us: None,
+            net_bw_gbs: None,
             link: LinkSource::Default,
             link_latency_us: None,
             link_bw_gbs: None,
@@ -149,6 +167,10 @@ impl ScenarioSpec {
             "link" => self.link = LinkSource::Catalog(v.to_string()),
             "quant" => self.quant.checkpoint = Some(Dtype::parse(&what, v)?),
             "kv-dtype" => self.quant.kv_cache = Some(KvDtype::parse(&what, v)?),
+            "nodes" => self.nodes = Some(whole(&what, v)?),
+            "gpus-per-node" => self.gpus_per_node = Some(whole(&what, v)?),
+            "nics-per-node" => self.nics_per_node = Some(whole(&what, v)?),
+            "net" => self.net = Some(v.to_string()),
             "tp" => self.tp = Some(whole(&what, v)?),
             "pp" => self.pp = whole(&what, v)?,
             "ep" => self.ep = whole(&what, v)?,
@@ -167,7 +189,7 @@ impl ScenarioSpec {
             }
             other => {
                 return Err(ModelError::Input(format!(
-                    "{flag}: unknown key {other:?}; keys: model, gpu, gpus, link, quant, kv-dtype, tp, pp, ep, dp-attention, input-len, output-len, max-running, overlap, cuda-graphs, mixed-prefill, step-overhead-ms, moe-efficiency"
+                    "{flag}: unknown key {other:?}; keys: model, gpu, gpus, nodes, gpus-per-node, nics-per-node, net, link, quant, kv-dtype, tp, pp, ep, dp-attention, input-len, output-len, max-running, overlap, cuda-graphs, mixed-prefill, step-overhead-ms, moe-efficiency"
                 )))
             }
         }
@@ -204,6 +226,7 @@ impl ScenarioSpec {
         }
         let plan = Plan { gpus: self.gpus, tp: self.tp.unwrap_or(self.gpus), pp: self.pp, ep: self.ep, dp_attention: self.dp_attention };
         plan.check(&model)?;
+        let cluster = self.resolve_cluster()?;
         if self.input_len == 0 || self.output_len == 0 {
             return Err(ModelError::Input("--input-len and --output-len must be at least 1 token".into()));
         }
@@ -245,7 +268,72 @@ impl ScenarioSpec {
             input_len: self.input_len,
             output_len: self.output_len,
             max_running: self.max_running,
+            cluster,
         })
+        .and_then(|s| s.check_placement().map(|_| s))
+    }
+
+    /// GPUs per node from `--nodes`/`--gpus-per-node` and `--gpus` (None: no node flag), checked
+    /// against each other.
+    fn gpus_per_node(&self) -> Result<Option<u32>, ModelError> {
+        let gpus = self.gpus;
+        match (self.nodes, self.gpus_per_node) {
+            (Some(0), _) => Err(ModelError::Input("--nodes 0: give the number of nodes, 1 or more".into())),
+            (_, Some(0)) => Err(ModelError::Input("--gpus-per-node 0: give the GPUs on each node, 1 or more".into())),
+            (None, None) => Ok(None),
+            (Some(n), Some(g)) if n.checked_mul(g) != Some(gpus) => Err(ModelError::Input(format!(
+                "--gpus {gpus} is not --nodes {n} x --gpus-per-node {g} = {}: give matching numbers, or leave --gpus out",
+                u64::from(n) * u64::from(g)
+            ))),
+            (Some(_), Some(g)) => Ok(Some(g)),
+            (Some(n), None) if !gpus.is_multiple_of(n) => {
+                Err(ModelError::Input(format!("--gpus {gpus} does not split evenly over --nodes {n}: give a multiple of {n}")))
+            }
+            (Some(n), None) => Ok(Some(gpus / n)),
+            (None, Some(g)) if !gpus.is_multiple_of(g) => Err(ModelError::Input(format!(
+                "--gpus {gpus} is not a multiple of --gpus-per-node {g}: nodes are whole, give a multiple of {g}"
+            ))),
+            (None, Some(g)) => Ok(Some(g)),
+        }
+    }
+
+    /// The nodes and network (None on one node: a single-node plan is unchanged).
+    fn resolve_cluster(&self) -> Result<Option<Cluster>, ModelError> {
+        let Some(gpus_per_node) = self.gpus_per_node()? else {
+            let network = self.net.is_some() || self.nics_per_node.is_some() || self.net_latency_us.is_some() || self.net_bw_gbs.is_some();
+            return if network {
+                Err(ModelError::Input(
+                    "--net, --nics-per-node, --net-latency and --net-bw describe a network between nodes: say how the GPUs split into nodes with --nodes or --gpus-per-node".into(),
+                ))
+            } else {
+                Ok(None)
+            };
+        };
+        let nodes = self.gpus / gpus_per_node;
+        if nodes == 1 {
+            return Ok(None);
+        }
+        let name = self.net.as_deref().ok_or_else(|| {
+            ModelError::Input(format!(
+                "a plan over {nodes} nodes needs --net (the network between them); known: {}",
+                hw::net_names().join(", ")
+            ))
+        })?;
+        let mut net = hw::net(name)?;
+        if let Some(l) = self.net_latency_us {
+            net.alpha_us = l;
+            net.source = format!("measured (--net-latency); {}", net.source);
+        }
+        if let Some(b) = self.net_bw_gbs {
+            net.beta_gbs = b;
+            net.source = format!("measured (--net-bw); {}", net.source);
+        }
+        net.validate("--net-latency/--net-bw")?;
+        let nics_per_node = self.nics_per_node.unwrap_or(gpus_per_node);
+        if nics_per_node == 0 {
+            return Err(ModelError::Input("--nics-per-node 0: give the NICs on each node, 1 or more".into()));
+        }
+        Ok(Some(Cluster { nodes, gpus_per_node, nics_per_node, net }))
     }
 
     fn resolve_quant(&self, model: &ModelSpec) -> Quant {
@@ -328,9 +416,11 @@ pub enum Change {
     Quant(Dtype),
     /// Communication overlap.
     Overlap(Overlap),
+    /// Another network between the nodes.
+    Net(LinkProfile),
 }
 
-/// A what-if: `KEY=VALUE[,KEY=VALUE]` with keys gpu, link, tp, pp, ep, gpus, quant, overlap.
+/// A what-if: `KEY=VALUE[,KEY=VALUE]` with keys gpu, link, net, tp, pp, ep, gpus, quant, overlap.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WhatIf {
     /// As the user wrote it.
@@ -349,6 +439,7 @@ impl WhatIf {
             changes.push(match k {
                 "gpu" => Change::Gpu(hw::gpu(v)?),
                 "link" => Change::Link(hw::link(v)?),
+                "net" => Change::Net(hw::net(v)?),
                 "tp" => Change::Tp(whole(&what, v)?),
                 "pp" => Change::Pp(whole(&what, v)?),
                 "ep" => Change::Ep(whole(&what, v)?),
@@ -357,7 +448,7 @@ impl WhatIf {
                 "overlap" => Change::Overlap(Overlap::parse(&what, v)?),
                 other => {
                     return Err(ModelError::Input(format!(
-                        "--vs: unknown key {other:?}; keys: gpu, link, tp, pp, ep, gpus, quant, overlap"
+                        "--vs: unknown key {other:?}; keys: gpu, link, net, tp, pp, ep, gpus, quant, overlap"
                     )))
                 }
             });
@@ -378,10 +469,30 @@ impl WhatIf {
                 Change::Gpus(v) => s.plan.gpus = *v,
                 Change::Quant(d) => s.quant = Quant::preset(*d),
                 Change::Overlap(o) => s.engine.overlap = *o,
+                Change::Net(n) => match &mut s.cluster {
+                    Some(c) => c.net = n.clone(),
+                    None => {
+                        return Err(ModelError::Input(format!(
+                            "--vs {}: the plan is on one node, there is no network to change",
+                            self.text
+                        )))
+                    }
+                },
             }
         }
         let tag = |e: ModelError| ModelError::Input(format!("--vs {}: {e}", self.text));
+        if let Some(c) = &mut s.cluster {
+            // More or fewer GPUs are more or fewer whole nodes.
+            if !s.plan.gpus.is_multiple_of(c.gpus_per_node) {
+                return Err(tag(ModelError::Input(format!(
+                    "--gpus {} is not a multiple of --gpus-per-node {}",
+                    s.plan.gpus, c.gpus_per_node
+                ))));
+            }
+            c.nodes = s.plan.gpus / c.gpus_per_node;
+        }
         s.plan.check(&s.model).map_err(tag)?;
+        s.check_placement().map_err(tag)?;
         s.check_fit().map_err(tag)?;
         Ok(s)
     }
@@ -481,8 +592,12 @@ pub fn suggest_fit(s: &Scenario, published: &[Dtype]) -> FitSuggestion {
     let quant = formats.into_iter().find(|d| Scenario { quant: Quant::preset(*d), ..s.clone() }.check_fit().is_ok());
     let gpus = (2..=8u32).find_map(|k| {
         let plan = Plan { gpus: s.plan.gpus * k, pp: s.plan.pp * k, ..s.plan };
-        let t = Scenario { plan, ..s.clone() };
-        (plan.check(&s.model).is_ok() && t.check_fit().is_ok()).then(|| GpuSuggestion { gpus: plan.gpus, plan: plan.label() })
+        let mut t = Scenario { plan, ..s.clone() };
+        if let Some(c) = &mut t.cluster {
+            c.nodes *= k;
+        }
+        (plan.check(&s.model).is_ok() && t.check_placement().is_ok() && t.check_fit().is_ok())
+            .then(|| GpuSuggestion { gpus: plan.gpus, plan: plan.label() })
     });
     FitSuggestion { quant, gpus }
 }
@@ -582,5 +697,91 @@ mod tests {
                 ScenarioSpec::parse_pairs("--from-plan", &format!("{pairs},moe-efficiency={bad}")).expect("pairs").build().expect_err(bad);
             assert!(e.to_string().contains("moe-efficiency"), "{e}");
         }
+    }
+
+    fn deepseek_on_h100(gpus: u32) -> ScenarioSpec {
+        let mut s = ScenarioSpec::new(ModelSource::Catalog("deepseek-v3".into()), "h100-sxm");
+        s.gpus = gpus;
+        s
+    }
+
+    #[test]
+    fn node_flags_resolve_to_a_cluster_or_are_refused_naming_the_flag() {
+        let mut s = deepseek_on_h100(16);
+        s.gpus_per_node = Some(8);
+        s.net = Some("ib-ndr".into());
+        s.tp = Some(8);
+        s.pp = 2;
+        let c = s.build().expect("2 x 8").cluster.expect("cluster");
+        assert_eq!((c.nodes, c.gpus_per_node, c.nics_per_node, c.net.name.as_str()), (2, 8, 8, "ib-ndr"));
+        let pairs = "model=deepseek-v3,gpu=h100-sxm,gpus=16,gpus-per-node=8,net=ib-ndr,tp=8,pp=2";
+        assert_eq!(ScenarioSpec::parse_pairs("--from-plan", pairs).expect("pairs").build().expect("pairs"), s.build().expect("spec"));
+        let mut by_nodes = s.clone();
+        by_nodes.gpus_per_node = None;
+        by_nodes.nodes = Some(2);
+        assert_eq!(by_nodes.build().expect("--nodes 2").cluster, Some(c));
+        type Edit = &'static dyn Fn(&mut ScenarioSpec);
+        let cases: [(Edit, &str); 7] = [
+            (&|s| s.gpus_per_node = Some(6), "--gpus 16 is not a multiple of --gpus-per-node 6"),
+            (&|s| s.nodes = Some(3), "--gpus 16 is not --nodes 3 x --gpus-per-node 8 = 24"),
+            (&|s| s.net = None, "needs --net"),
+            (&|s| s.net = Some("nvlink".into()), "give it to --link"),
+            (
+                &|s| {
+                    s.gpus = 24;
+                    s.tp = Some(12);
+                    s.pp = 1;
+                },
+                "--tp 12 does not fit",
+            ),
+            (&|s| s.gpus_per_node = Some(0), "--gpus-per-node 0"),
+            (&|s| s.nics_per_node = Some(0), "--nics-per-node 0"),
+        ];
+        for (change, needle) in cases {
+            let mut t = s.clone();
+            change(&mut t);
+            let e = t.build().map(|_| ()).expect_err(needle);
+            assert!(e.to_string().contains(needle), "{needle}: {e}");
+        }
+        let mut measured = s.clone();
+        measured.net_bw_gbs = Some(20.0);
+        measured.net_latency_us = Some(5.0);
+        let net = measured.build().expect("measured").cluster.expect("cluster").net;
+        assert_eq!((net.alpha_us, net.beta_gbs), (5.0, 20.0));
+        assert!(net.source.starts_with("measured (--net-bw); measured (--net-latency)"), "{}", net.source);
+        measured.net_bw_gbs = Some(-1.0);
+        assert!(measured.build().expect_err("negative").to_string().contains("--net-latency/--net-bw: link bandwidth (beta_gbs) -1"));
+        let mut one = deepseek_on_h100(8);
+        one.net = Some("ib-ndr".into());
+        assert!(one.build().expect_err("net on one node").to_string().contains("--nodes or --gpus-per-node"));
+    }
+
+    /// `--nodes 1` (or a node as large as the deployment) is the single-node plan, number for number.
+    #[test]
+    fn one_node_is_the_single_node_plan() {
+        let plain = deepseek_on_h100(8);
+        let mut one = plain.clone();
+        one.gpus_per_node = Some(8);
+        one.net = Some("eth-100g".into());
+        let (a, b) = (plain.build().expect("plain"), one.build().expect("one node"));
+        assert_eq!(a, b);
+        assert!(b.cluster.is_none());
+    }
+
+    #[test]
+    fn what_if_changes_the_network_and_the_node_count_with_the_gpus() {
+        let mut s = deepseek_on_h100(16);
+        s.gpus_per_node = Some(8);
+        s.net = Some("eth-100g".into());
+        s.tp = Some(16);
+        let base = s.build().expect("base");
+        let t = WhatIf::parse("net=ib-xdr").expect("parse").apply(&base).expect("apply");
+        assert_eq!(t.cluster.as_ref().map(|c| c.net.name.as_str()), Some("ib-xdr"));
+        assert!(t.point(32).output_tokens_per_s > base.point(32).output_tokens_per_s);
+        let t = WhatIf::parse("gpus=32,tp=8,pp=4").expect("parse").apply(&base).expect("apply");
+        assert_eq!(t.cluster.map(|c| c.nodes), Some(4));
+        let one = deepseek_on_h100(8).build().expect("one node");
+        assert!(WhatIf::parse("net=ib-ndr").expect("parse").apply(&one).expect_err("one node").to_string().contains("one node"));
+        assert!(WhatIf::parse("net=nvlink").expect_err("not a net").to_string().contains("--net \"nvlink\" is unknown"));
     }
 }

@@ -44,3 +44,20 @@ fn markdown_report_of_the_reference_deployment() {
 fn terminal_report_of_a_plan_that_does_not_fit() {
     insta::assert_snapshot!(render(&reference(None), false));
 }
+
+/// Two 8-GPU H100 nodes on 100 GbE: the nodes and network in the header, TP16's all-reduces named
+/// across the network, and the ranking with what bounds each plan.
+#[test]
+fn terminal_report_of_a_two_node_plan() {
+    let mut spec = ScenarioSpec::new(ModelSource::Catalog("deepseek-v3".into()), "h100-sxm");
+    spec.gpus = 16;
+    spec.gpus_per_node = Some(8);
+    spec.net = Some("eth-100g".into());
+    spec.tp = Some(16);
+    let mut req = PlanRequest::new(spec);
+    req.concurrency = vec![1, 8, 64];
+    req.rank = true;
+    req.top = 4;
+    req.what_ifs = vec![WhatIf::parse("net=ib-ndr").expect("what-if")];
+    insta::assert_snapshot!(render(&req, false));
+}
