@@ -166,13 +166,13 @@ pub struct Engine {
 impl Default for Engine {
     fn default() -> Self {
         Self {
-            step_overhead_ms: 6.0,
+            step_overhead_ms: 4.75,
             cuda_graphs: true,
             launch_us: 4.0,
             kernels_per_layer: 14.0,
             overlap: Overlap::None,
             hbm_efficiency: 0.80,
-            moe_efficiency: 0.55,
+            moe_efficiency: 0.65,
             gemm_efficiency: 0.89,
             comm_scale: 1.0,
             ep_imbalance: 1.2,
