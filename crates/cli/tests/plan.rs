@@ -361,4 +361,31 @@ fn a_single_node_plan_is_unchanged_by_node_flags() {
     let (code, json, err) = plan(&args);
     assert_eq!(code, 0, "{err}");
     assert!(json.contains("\"scenario\"") && !json.contains("\"cluster\"") && !json.contains("\"across\""), "{json}");
+
+#[test]
+fn architectures_plan_cannot_model_are_refused_with_the_field_and_value() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let oss = r#""model_type":"gpt_oss","hidden_size":2880,"num_hidden_layers":2,"vocab_size":201088,"num_attention_heads":64,"num_key_value_heads":8,"head_dim":64,"num_local_experts":32,"num_experts_per_tok":4,"intermediate_size":2880"#;
+    let cases = [
+        (format!(r#"{{{oss},"sliding_window":128,"layer_types":["sliding_attention","chunked_attention"]}}"#), "\"layer_types\" entry 1 is \"chunked_attention\""),
+        (format!(r#"{{{oss},"layer_types":["sliding_attention","full_attention"]}}"#), "no field \"sliding_window\""),
+        (
+            r#"{"model_type":"llama","hidden_size":4096,"num_hidden_layers":32,"vocab_size":128256,"num_attention_heads":32,"num_key_value_heads":8,"intermediate_size":14336,"sliding_window":4096}"#.to_string(),
+            "\"sliding_window\" is 4096",
+        ),
+    ];
+    for (json, needle) in cases {
+        let p = model_config(dir.path(), &json);
+        usage_error(&["--model-config", &p, "--gpu", "h100-sxm", "--gpus", "1"], needle);
+    }
+}
+
+#[test]
+fn hybrid_and_amd_catalog_entries_plan_on_their_own_links() {
+    let (code, out, err) = plan(&["--model", "qwen3-next-80b-a3b", "--gpu", "mi300x", "--gpus", "2", "--tp", "2", "--concurrency", "1,64"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("link xgmi"), "{out}");
+    let (code, out, err) = plan(&["--model", "kimi-k2", "--gpu", "b300", "--gpus", "8", "--concurrency", "1"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("kimi-k2 (1026B total") && out.contains("link nvlink5"), "{out}");
 }

@@ -10,6 +10,10 @@
 //! never a whole all-reduce:
 //! - NVLink / PCIe P2P: hop latency = NCCL's hop latency for the link block plus any measured copy
 //!   latency above NCCL's LL hop (an inter-socket hop, say); bus bandwidth from the link's.
+//! - xGMI (AMD, RCCL): a fully connected mesh. RCCL's topology represents xGMI links as
+//!   NVLink-class links, so they take NCCL's NVLink hop latencies; a GPU drives its n-1 links at once
+//!   (RCCL lays its rings over disjoint links), so the bus bandwidth is n-1 links'
+//!   ([`LinkProfile::aggregate_gbs`]).
 //! - Host-staged (NCCL's SHM transport): NCCL's model charges SHM the PCI hop latency (tuning.cc
 //!   uses one PCI block for every non-NVLink intra-node path); each step also pays
 //!   [`SHM_HOP_SHARE`] of the measured staged-copy latency.
@@ -139,21 +143,21 @@ pub const CUSTOM_MAX_BYTES: f64 = 8_388_608.0;
 
 /// Per-step latency of `link` for algorithm `a` and protocol `p`, us.
 fn hop_us(link: &LinkProfile, a: Algorithm, p: Protocol) -> f64 {
-    let nvlink = link.kind == LinkKind::Nvlink;
+    let nvlink = matches!(link.kind, LinkKind::Nvlink | LinkKind::Xgmi);
     let nccl = hw_latency_us(nvlink, a, p);
     match link.kind {
         // A measured copy latency above NCCL's LL hop (e.g. an inter-socket hop) adds to every step.
-        LinkKind::Nvlink | LinkKind::PcieP2p | LinkKind::Infiniband | LinkKind::Roce | LinkKind::Ethernet => {
+        LinkKind::Nvlink | LinkKind::PcieP2p | LinkKind::Xgmi | LinkKind::Infiniband | LinkKind::Roce | LinkKind::Ethernet => {
             nccl + (link.alpha_us - hw_latency_us(nvlink, a, Protocol::Ll)).max(0.0)
         }
         LinkKind::HostStaged => nccl + SHM_HOP_SHARE * link.alpha_us,
     }
 }
 
-/// Bus bandwidth of protocol `p` on `link`, GB/s (tuning.cc's per-protocol factors:
+/// Bus bandwidth of protocol `p` on `link` over `n` GPUs, GB/s (tuning.cc's per-protocol factors:
 /// LL x0.5, LL128 x0.92, comm.toml `[nccl_tuning]` header).
-fn bus_gbs(link: &LinkProfile, p: Protocol) -> f64 {
-    let simple = link.beta_gbs * RING_SIMPLE_EFFICIENCY;
+fn bus_gbs(link: &LinkProfile, n: u32, p: Protocol) -> f64 {
+    let simple = link.aggregate_gbs(n) * RING_SIMPLE_EFFICIENCY;
     match p {
         Protocol::Ll => simple * 0.5,
         Protocol::Ll128 => simple * 0.92,
@@ -170,8 +174,8 @@ pub fn nccl_us(link: &LinkProfile, n: u32, bytes: f64, a: Algorithm, p: Protocol
     let steps = 2.0 * (n as f64 - 1.0);
     let latency = base_latency_us(a, p) + steps * hop_us(link, a, p);
     let algbw = match a {
-        Algorithm::Ring => bus_gbs(link, p) * n as f64 / steps,
-        Algorithm::Tree => bus_gbs(link, p) * 0.5,
+        Algorithm::Ring => bus_gbs(link, n, p) * n as f64 / steps,
+        Algorithm::Tree => bus_gbs(link, n, p) * 0.5,
     };
     latency + bytes / (algbw * 1e3)
 }
@@ -195,11 +199,11 @@ pub fn nccl(link: &LinkProfile, n: u32, bytes: f64) -> AllReduce {
 
 /// Whether sglang and vLLM use their custom all-reduce for `bytes` over `n` GPUs on `link`
 /// (comm.toml `[custom_allreduce_rules.vllm]` and `.sglang`): world size 2/4/6/8, P2P present, and
-/// two GPUs or full NVLink; below 8 MiB.
+/// two GPUs or full NVLink (or, on ROCm, full xGMI); below 8 MiB.
 pub fn uses_custom(link: &LinkProfile, n: u32, bytes: f64) -> bool {
     let world = matches!(n, 2 | 4 | 6 | 8);
     let topology = match link.kind {
-        LinkKind::Nvlink => true,
+        LinkKind::Nvlink | LinkKind::Xgmi => true,
         LinkKind::PcieP2p => n == 2,
         LinkKind::HostStaged | LinkKind::Infiniband | LinkKind::Roce | LinkKind::Ethernet => false,
     };
@@ -207,15 +211,17 @@ pub fn uses_custom(link: &LinkProfile, n: u32, bytes: f64) -> bool {
 }
 
 /// The custom all-reduce: one-shot at 2 GPUs, or below 512 KiB (up to 4 GPUs) / 256 KiB (up to 8);
-/// two-shot above (comm.toml `[custom_allreduce_rules.vllm] kernel_choice`).
+/// two-shot above (comm.toml `[custom_allreduce_rules.vllm] kernel_choice`). Each rank moves
+/// its bytes to or from all n-1 peers at once, at the link's [`LinkProfile::aggregate_gbs`]. On
+/// xGMI the NVLink floor is assumed (no ROCm measurement in comm.toml).
 pub fn custom(link: &LinkProfile, n: u32, bytes: f64, cuda_graphs: bool) -> AllReduce {
     let floor = match (cuda_graphs, link.kind) {
         (false, _) => CUSTOM_FLOOR_EAGER_US,
-        (true, LinkKind::Nvlink) => CUSTOM_FLOOR_NVLINK_US,
+        (true, LinkKind::Nvlink | LinkKind::Xgmi) => CUSTOM_FLOOR_NVLINK_US,
         (true, _) => CUSTOM_FLOOR_PCIE_US,
     };
     let nf = n as f64;
-    let bw = link.beta_gbs * 1e3;
+    let bw = link.aggregate_gbs(n) * 1e3;
     let one_shot = n == 2 || bytes < if n <= 4 { 524_288.0 } else { 262_144.0 };
     if one_shot {
         AllReduce { us: floor + (nf - 1.0) * bytes / bw, method: Method::OneShot }
@@ -283,7 +289,7 @@ impl Hierarchy<'_> {
 pub fn nccl_across_us(h: &Hierarchy, bytes: f64, a: Algorithm, p: Protocol) -> f64 {
     let n = h.ranks() as f64;
     let (nodes, per_node) = (h.nodes as f64, h.per_node as f64);
-    let intra_bus = if h.per_node > 1 { bus_gbs(h.intra, p) } else { f64::INFINITY };
+    let intra_bus = if h.per_node > 1 { bus_gbs(h.intra, h.per_node, p) } else { f64::INFINITY };
     let net_bus = h.net_bus_gbs(p);
     match a {
         Algorithm::Ring => {
@@ -398,6 +404,25 @@ mod tests {
         assert!(matches!(allreduce(&link("nvlink").expect("link"), 8, 16e6, true).method, Method::Nccl { .. }));
         // Ring LL on PCIe with nothing to send: NCCL's 6.6 + 14 x 1.0 us.
         assert!((nccl_us(&pcie, 8, 0.0, Algorithm::Ring, Protocol::Ll) - 20.6).abs() < 1e-9);
+    }
+
+    /// xGMI is a full mesh: at 8 GPUs a large all-reduce runs on 7 links at once, so its bus
+    /// bandwidth is 7 links' (and far above one link's), while 2 GPUs get exactly one link; small
+    /// all-reduces take the engines' custom kernel, as on NVLink.
+    #[test]
+    fn xgmi_all_reduce_uses_every_link_of_the_mesh() {
+        let x = link("xgmi").expect("link");
+        let bytes = 1_073_741_824.0;
+        let busbw = |n: u32| bytes * 2.0 * (n as f64 - 1.0) / n as f64 / nccl(&x, n, bytes).us / 1e3;
+        let eight = busbw(8);
+        assert!(within(eight, 7.0 * 64.0 * RING_SIMPLE_EFFICIENCY, 0.02), "8x xgmi busbw {eight:.0}");
+        let two = busbw(2);
+        assert!(within(two, 64.0 * RING_SIMPLE_EFFICIENCY, 0.02), "2x xgmi busbw {two:.0}");
+        assert!(eight > 5.0 * two);
+        assert_eq!(allreduce(&x, 8, 14_336.0, true).method, Method::OneShot);
+        // One-shot reads each peer over its own link: 8 GPUs cost no more than 2 for the same bytes.
+        let (a2, a8) = (custom(&x, 2, 65_536.0, true).us, custom(&x, 8, 65_536.0, true).us);
+        assert!((a8 - a2).abs() < 1e-9, "{a2} vs {a8}");
     }
 
     /// SHM pays the PCI hop plus a share of the staged copy per step, not a whole copy per step: a

@@ -10,18 +10,55 @@ use serde::{Deserialize, Serialize};
 use crate::quant::ComputeFormat;
 use crate::ModelError;
 
+/// A GPU architecture: what its tensor (matrix) cores compute natively.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Arch {
+    /// NVIDIA Ampere (A100, SM80): BF16 tensor cores, no FP8 or FP4.
+    Ampere,
+    /// NVIDIA Ada Lovelace (L40S, RTX 4090, SM89): BF16 and FP8.
+    Ada,
+    /// NVIDIA Hopper (H100, H200, SM90): BF16 and FP8.
+    Hopper,
+    /// NVIDIA data-centre Blackwell (B200, GB200, B300, SM100): BF16, FP8 and FP4.
+    Blackwell,
+    /// NVIDIA RTX Blackwell (RTX PRO 6000, RTX 5090, SM120): BF16, FP8 and FP4.
+    BlackwellRtx,
+    /// AMD CDNA 3 (MI300X, MI325X): BF16 and FP8.
+    Cdna3,
+    /// AMD CDNA 4 (MI355X): BF16, FP8 and MXFP4.
+    Cdna4,
+}
+
+impl Arch {
+    /// The compute formats its tensor cores run natively, widest first.
+    pub fn formats(self) -> &'static [ComputeFormat] {
+        match self {
+            Arch::Ampere => &[ComputeFormat::Bf16],
+            Arch::Ada | Arch::Hopper | Arch::Cdna3 => &[ComputeFormat::Bf16, ComputeFormat::Fp8],
+            Arch::Blackwell | Arch::BlackwellRtx | Arch::Cdna4 => &[ComputeFormat::Bf16, ComputeFormat::Fp8, ComputeFormat::Fp4],
+        }
+    }
+}
+
 /// One GPU model.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GpuSpec {
     /// Catalog name (`--gpu`).
     pub name: String,
+    /// Its architecture (the compute formats it supports).
+    pub arch: Arch,
+    /// PCIe generation of its host link.
+    pub pcie_gen: u32,
+    /// The catalog link between two of these GPUs in their usual server (`--link` default).
+    pub link: String,
     /// Memory, GB (10^9 bytes).
     pub memory_gb: f64,
     /// Peak memory bandwidth, GB/s.
     pub mem_bw_gbs: f64,
     /// Dense BF16 tensor TFLOPS (no sparsity).
     pub bf16_tflops: f64,
-    /// Dense FP8 tensor TFLOPS.
+    /// Dense FP8 tensor TFLOPS; 0 when the GPU has no FP8 tensor cores.
     pub fp8_tflops: f64,
     /// Dense FP4 tensor TFLOPS; 0 when the GPU has no FP4 tensor cores.
     pub fp4_tflops: f64,
@@ -60,6 +97,9 @@ pub enum LinkKind {
     Roce,
     /// Plain Ethernet between nodes: NCCL's NET/Socket transport over TCP.
     Ethernet,
+    /// AMD Infinity Fabric (xGMI): one link from each GPU to each peer (a fully connected mesh, no
+    /// switch), so a GPU reaches its n-1 peers at once over n-1 links.
+    Xgmi,
 }
 
 impl LinkKind {
@@ -72,6 +112,7 @@ impl LinkKind {
             LinkKind::Infiniband => "InfiniBand",
             LinkKind::Roce => "RoCE",
             LinkKind::Ethernet => "Ethernet (TCP sockets)",
+            LinkKind::Xgmi => "AMD xGMI (fully connected)",
         }
     }
 
@@ -130,6 +171,9 @@ struct Sourced {
 #[derive(Debug, Deserialize)]
 struct GpuEntry {
     name: String,
+    arch: Arch,
+    link: String,
+    pcie_gen: Sourced,
     memory_gb: Sourced,
     mem_bw_gbs: Sourced,
     bf16_tflops: Sourced,
@@ -192,7 +236,7 @@ pub fn gpu(name: &str) -> Result<GpuSpec, ModelError> {
         .iter()
         .find(|g| g.name == name)
         .ok_or_else(|| ModelError::Input(format!("--gpu {name:?} is unknown; known: {}", gpu_names().join(", "))))?;
-    let values = [&g.memory_gb, &g.mem_bw_gbs, &g.bf16_tflops, &g.fp8_tflops, &g.fp4_tflops, &g.nvlink_gbs];
+    let values = [&g.memory_gb, &g.mem_bw_gbs, &g.bf16_tflops, &g.fp8_tflops, &g.fp4_tflops, &g.nvlink_gbs, &g.pcie_gen];
     let mut sources: Vec<&str> = Vec::new();
     for v in values {
         if !sources.contains(&v.source.as_str()) {
@@ -201,6 +245,9 @@ pub fn gpu(name: &str) -> Result<GpuSpec, ModelError> {
     }
     Ok(GpuSpec {
         name: g.name.clone(),
+        arch: g.arch,
+        pcie_gen: g.pcie_gen.value as u32,
+        link: g.link.clone(),
         memory_gb: g.memory_gb.value,
         mem_bw_gbs: g.mem_bw_gbs.value,
         bf16_tflops: g.bf16_tflops.value,
@@ -284,20 +331,17 @@ impl Cluster {
     }
 }
 
-/// The link a GPU gets when none is named: NVLink when it has it, else PCIe Gen5 P2P.
-pub fn default_link(gpu: &GpuSpec) -> &'static str {
-    if gpu.nvlink_gbs > 0.0 {
-        "nvlink"
-    } else {
-        "pcie5-p2p"
-    }
+/// The link a GPU gets when none is named: the one its catalog entry names (its NVLink or xGMI
+/// generation, else PCIe P2P of its PCIe generation).
+pub fn default_link(gpu: &GpuSpec) -> &str {
+    &gpu.link
 }
 
 /// The catalog link a P2P fix moves a `kind` link to, if any: host-staged PCIe becomes PCIe P2P.
 pub fn p2p_replacement(kind: LinkKind) -> Option<&'static str> {
     match kind {
         LinkKind::HostStaged => Some("pcie5-p2p"),
-        LinkKind::Nvlink | LinkKind::PcieP2p | LinkKind::Infiniband | LinkKind::Roce | LinkKind::Ethernet => None,
+        LinkKind::Nvlink | LinkKind::PcieP2p | LinkKind::Xgmi | LinkKind::Infiniband | LinkKind::Roce | LinkKind::Ethernet => None,
     }
 }
 
@@ -306,6 +350,18 @@ pub fn p2p_replacement(kind: LinkKind) -> Option<&'static str> {
 pub const NCCL_RING_LL_BASE_US: f64 = 6.6;
 
 impl LinkProfile {
+    /// Bandwidth per direction one GPU has to the other `n - 1` GPUs of its group at once, GB/s: on
+    /// xGMI's fully connected mesh every peer has its own link, so it is `beta x (n - 1)`; NVLink
+    /// (through NVSwitch) and PCIe give a GPU one `beta` however many peers share it.
+    pub fn aggregate_gbs(&self, n: u32) -> f64 {
+        match self.kind {
+            LinkKind::Xgmi => self.beta_gbs * n.saturating_sub(1).max(1) as f64,
+            LinkKind::Nvlink | LinkKind::PcieP2p | LinkKind::HostStaged | LinkKind::Infiniband | LinkKind::Roce | LinkKind::Ethernet => {
+                self.beta_gbs
+            }
+        }
+    }
+
     /// Point-to-point send of `bytes`, microseconds.
     pub fn send_us(&self, bytes: f64) -> f64 {
         self.alpha_us + bytes / (self.beta_gbs * 1e3)
@@ -317,7 +373,8 @@ impl LinkProfile {
             return 0.0;
         }
         let n = n as f64;
-        NCCL_RING_LL_BASE_US + (n - 1.0) * self.alpha_us + bytes * (n - 1.0) / n / (self.beta_gbs * 1e3)
+        let bw = self.aggregate_gbs(n as u32);
+        NCCL_RING_LL_BASE_US + (n - 1.0) * self.alpha_us + bytes * (n - 1.0) / n / (bw * 1e3)
     }
 }
 
@@ -329,9 +386,13 @@ mod tests {
     fn every_catalog_entry_loads_with_positive_finite_values() {
         for n in gpu_names() {
             let g = gpu(n).expect("gpu");
-            for v in [g.memory_gb, g.mem_bw_gbs, g.bf16_tflops, g.fp8_tflops] {
+            for v in [g.memory_gb, g.mem_bw_gbs, g.bf16_tflops] {
                 assert!(v.is_finite() && v > 0.0, "{n}: {v}");
             }
+            for v in [g.fp8_tflops, g.fp4_tflops, g.nvlink_gbs] {
+                assert!(v.is_finite() && v >= 0.0, "{n}: {v}");
+            }
+            assert!((3..=6).contains(&g.pcie_gen), "{n}: PCIe gen {}", g.pcie_gen);
             assert!(!g.source.is_empty());
         }
         for n in link_names() {
@@ -379,6 +440,52 @@ mod tests {
         l.alpha_us = 1.0;
         l.beta_gbs = f64::INFINITY;
         assert!(l.validate("f.json").expect_err("beta").to_string().contains("beta_gbs"));
+    }
+
+    /// A GPU lists FP8 (FP4) throughput exactly when its architecture has FP8 (FP4) tensor cores,
+    /// and each narrower format is at least as fast as the wider one: no A100 FP8, no Hopper FP4.
+    #[test]
+    fn tensor_formats_follow_the_architecture() {
+        for n in gpu_names() {
+            let g = gpu(n).expect("gpu");
+            let has = |f: ComputeFormat| g.arch.formats().contains(&f);
+            assert_eq!(g.fp8_tflops > 0.0, has(ComputeFormat::Fp8), "{n}: fp8 {} on {:?}", g.fp8_tflops, g.arch);
+            assert_eq!(g.fp4_tflops > 0.0, has(ComputeFormat::Fp4), "{n}: fp4 {} on {:?}", g.fp4_tflops, g.arch);
+            assert!(g.tflops(ComputeFormat::Fp8) >= g.bf16_tflops && g.tflops(ComputeFormat::Fp4) >= g.tflops(ComputeFormat::Fp8), "{n}");
+        }
+        let a = gpu("a100").expect("a100");
+        assert_eq!(a.tflops(ComputeFormat::Fp8), a.bf16_tflops);
+        assert_eq!(gpu("mi355x").expect("mi355x").tflops(ComputeFormat::Fp4), 10066.3);
+    }
+
+    /// Every GPU's default link is in the link catalog and matches the GPU: NVLink at the GPU's
+    /// own NVLink bandwidth, xGMI on AMD, else PCIe P2P of the GPU's PCIe generation.
+    #[test]
+    fn each_gpu_defaults_to_its_own_link() {
+        for n in gpu_names() {
+            let g = gpu(n).expect("gpu");
+            let l = link(default_link(&g)).expect("its link is in the catalog");
+            match l.kind {
+                LinkKind::Nvlink => assert_eq!(l.beta_gbs, g.nvlink_gbs, "{n}"),
+                LinkKind::Xgmi => assert!(matches!(g.arch, Arch::Cdna3 | Arch::Cdna4) && g.nvlink_gbs == 0.0, "{n}"),
+                LinkKind::PcieP2p => {
+                    assert_eq!(g.nvlink_gbs, 0.0, "{n}");
+                    assert_eq!(l.name, format!("pcie{}-p2p", g.pcie_gen), "{n}");
+                }
+                LinkKind::HostStaged => panic!("{n} defaults to a host-staged link"),
+                LinkKind::Infiniband | LinkKind::Roce | LinkKind::Ethernet => panic!("{n} defaults to a network between nodes"),
+            }
+        }
+    }
+
+    #[test]
+    fn xgmi_reaches_every_peer_at_once_nvlink_does_not() {
+        let x = link("xgmi4").expect("link");
+        assert_eq!(x.aggregate_gbs(8), 7.0 * 76.8);
+        assert_eq!(x.aggregate_gbs(2), 76.8);
+        let nv = link("nvlink5").expect("link");
+        assert_eq!(nv.aggregate_gbs(8), nv.beta_gbs);
+        assert!(x.alltoall_us(8, 1e8) < x.alltoall_us(2, 1e8), "the mesh spreads an all-to-all over 7 links");
     }
 
     #[test]

@@ -6,7 +6,9 @@
 //!   experts E(1-(1-k/E)^x) / tp (experts split by TP), or per EP rank (E/ep)(1-(1-k/E)^x) times an
 //!   imbalance factor; LM head / tp;
 //! - KV: each request's context (MLA latent replicated on every TP rank; DSA reads top-k latents plus
-//!   every indexer key; GQA split over KV heads);
+//!   every indexer key; GQA split over KV heads); a sliding-window layer holds and reads at most its
+//!   window; a linear-attention (Gated DeltaNet) layer holds a fixed state per request instead,
+//!   read and written back once per step;
 //! - compute: 2 x active parameters x tokens at the GEMM's format's TFLOPS, plus attention;
 //! - communication: 2 TP all-reduces per layer as the engine runs them ([`crate::comm`]: custom
 //!   one-shot/two-shot where used, else NCCL's cheapest algorithm and protocol); EP all-to-all; PP sends;
@@ -164,13 +166,13 @@ pub struct Engine {
 impl Default for Engine {
     fn default() -> Self {
         Self {
-            step_overhead_ms: 6.0,
+            step_overhead_ms: 4.75,
             cuda_graphs: true,
             launch_us: 4.0,
             kernels_per_layer: 14.0,
             overlap: Overlap::None,
             hbm_efficiency: 0.80,
-            moe_efficiency: 0.55,
+            moe_efficiency: 0.65,
             gemm_efficiency: 0.89,
             comm_scale: 1.0,
             ep_imbalance: 1.2,
@@ -317,6 +319,44 @@ impl Scenario {
         self.model.layers as f64 / self.plan.pp as f64
     }
 
+    /// KV layers of one stage: (full-attention, sliding-window).
+    fn kv_layers_per_stage(&self) -> (f64, f64) {
+        let pp = self.plan.pp as f64;
+        let c = self.model.layer_counts;
+        (c.full as f64 / pp, c.sliding as f64 / pp)
+    }
+
+    /// Token-layers of KV one request holds (and reads) on a stage at context `ctx`: every token in a
+    /// full-attention layer, at most the window in a sliding one.
+    fn kv_token_layers(&self, ctx: f64) -> f64 {
+        let (full, sliding) = self.kv_layers_per_stage();
+        let window = self.model.sliding_window.map_or(ctx, |w| ctx.min(w as f64));
+        full * ctx + sliding * window
+    }
+
+    /// TP ranks one request's KV is split over: MLA's latent is replicated on every TP rank (sglang
+    /// and vLLM keep it whole per rank); GQA splits by KV head.
+    fn kv_split(&self) -> f64 {
+        match self.model.attention {
+            Attention::Mla { .. } => 1.0,
+            Attention::Gqa { kv_heads, .. } => (self.plan.tp.min(kv_heads)) as f64,
+        }
+    }
+
+    /// Linear-attention state one request holds on one GPU (this stage's linear layers; heads split
+    /// over TP ranks), bytes. It does not depend on the context.
+    pub fn state_bytes_gpu(&self) -> f64 {
+        let Some(la) = self.model.linear else { return 0.0 };
+        let (recurrent, conv) = la.state_bytes_per_layer();
+        let layers = self.model.layer_counts.linear as f64 / self.plan.pp as f64;
+        (recurrent + conv) * layers / self.plan.tp.min(la.key_heads) as f64
+    }
+
+    /// Bytes one request holds on one GPU at context `ctx`: its KV plus its linear-attention state.
+    pub fn request_bytes_gpu(&self, ctx: f64) -> f64 {
+        self.kv_token_layers(ctx) * self.kv_bytes_per_token_layer() / self.kv_split() + self.state_bytes_gpu()
+    }
+
     fn kv_bytes_per_token_layer(&self) -> f64 {
         let (main, rope, idx) = self.model.kv_elems_per_token_layer();
         let mla = matches!(self.model.attention, Attention::Mla { .. });
@@ -330,15 +370,10 @@ impl Scenario {
         }
     }
 
-    /// KV bytes per token held on one GPU (all its layers).
+    /// KV bytes per token held on one GPU (all its KV layers; a sliding layer only up to its window).
     pub fn kv_bytes_per_token_gpu(&self) -> f64 {
-        let per_layer = self.kv_bytes_per_token_layer();
-        let split = match self.model.attention {
-            // MLA's latent is replicated on every TP rank (sglang and vLLM keep it whole per rank).
-            Attention::Mla { .. } => 1.0,
-            Attention::Gqa { kv_heads, .. } => (self.plan.tp.min(kv_heads)) as f64,
-        };
-        per_layer * self.layers_per_stage() / split
+        let (full, sliding) = self.kv_layers_per_stage();
+        self.kv_bytes_per_token_layer() * (full + sliding) / self.kv_split()
     }
 
     /// Weight bytes on one GPU (the heaviest pipeline stage).
@@ -386,7 +421,20 @@ impl Scenario {
     /// Requests that fit at full context (input + output).
     pub fn max_concurrency(&self) -> u32 {
         let ctx = (self.input_len + self.output_len).max(1) as u64;
-        let kv = (self.max_kv_tokens() / ctx).min(u32::MAX as u64) as u32;
+        let c = self.model.layer_counts;
+        let kv = if c.sliding == 0 && c.linear == 0 {
+            self.max_kv_tokens() / ctx
+        } else {
+            // Sliding layers hold at most their window, linear layers a fixed state: count bytes per request.
+            let per_request = self.request_bytes_gpu(ctx as f64);
+            let pools = self.plan.dp() as f64 * if self.plan.dp_attention { self.plan.tp as f64 } else { 1.0 };
+            if per_request > 0.0 {
+                (self.memory().kv_gb * 1e9 / per_request * pools) as u64
+            } else {
+                0
+            }
+        };
+        let kv = kv.min(u32::MAX as u64) as u32;
         self.max_running.map_or(kv, |m| kv.min(m))
     }
 
@@ -486,24 +534,37 @@ impl Scenario {
         WeightRead { dense: attn_b + dense_b + shared_b + lm_b, experts, distinct }
     }
 
-    /// KV-cache bytes one GPU reads per stage step for a micro-batch of `x` at `mean_ctx`.
+    /// KV-cache bytes one GPU reads per stage step for a micro-batch of `x` at `mean_ctx`, plus the
+    /// linear-attention state each request's step reads and writes back.
     fn kv_read(&self, x: f64, mean_ctx: f64) -> f64 {
         let m = &self.model;
         let tp = self.plan.tp as f64;
-        let ls = self.layers_per_stage();
         let per_layer_tok = self.kv_bytes_per_token_layer();
         let reqs_per_gpu = if self.plan.dp_attention { x / tp } else { x };
-        match (&m.attention, m.dsa) {
+        let state = 2.0 * self.state_bytes_gpu() * x;
+        let kv = match (&m.attention, m.dsa) {
             (Attention::Mla { .. }, Some(d)) => {
                 // DSA reads the top-k latents and every indexer key.
                 let idx = m.kv_elems_per_token_layer().2;
                 let idx_share = if per_layer_tok > 0.0 { (idx + (idx / 128.0).ceil() * 4.0).min(per_layer_tok) } else { 0.0 };
                 let latent = per_layer_tok - idx_share;
-                (mean_ctx.min(d.topk as f64) * latent + mean_ctx * idx_share) * ls * reqs_per_gpu
+                let (full, _) = self.kv_layers_per_stage();
+                (mean_ctx.min(d.topk as f64) * latent + mean_ctx * idx_share) * full * reqs_per_gpu
             }
-            (Attention::Mla { .. }, None) => mean_ctx * per_layer_tok * ls * reqs_per_gpu,
-            (Attention::Gqa { kv_heads, .. }, _) => mean_ctx * per_layer_tok * ls * x / (tp.min(*kv_heads as f64)),
-        }
+            (Attention::Mla { .. }, None) => self.kv_token_layers(mean_ctx) * per_layer_tok * reqs_per_gpu,
+            (Attention::Gqa { .. }, _) => self.kv_token_layers(mean_ctx) * per_layer_tok * x / self.kv_split(),
+        };
+        kv + state
+    }
+
+    /// FLOPs of one decode token in this stage's linear-attention layers on one GPU: the gated delta
+    /// rule's three state-sized products per head (state times key, the rank-one update, state
+    /// times query), 2 FLOPs each.
+    fn linear_flops_per_token(&self) -> f64 {
+        let Some(la) = self.model.linear else { return 0.0 };
+        let layers = self.model.layer_counts.linear as f64 / self.plan.pp as f64;
+        let per_layer = 6.0 * la.value_heads as f64 * la.key_head_dim as f64 * la.value_head_dim as f64;
+        per_layer * layers / self.plan.tp.min(la.key_heads) as f64
     }
 
     /// GEMM and attention time on one GPU per stage step, ms.
@@ -531,8 +592,9 @@ impl Scenario {
                 let idx = m.dsa.map_or(0.0, |d| 2.0 * d.index_heads as f64 * d.index_head_dim as f64 * mean_ctx);
                 (2.0 * heads as f64 / self.attn_split() * c * (2.0 * kv_lora_rank as f64 + qk_rope_head_dim as f64) + idx) * x
             }
-            Attention::Gqa { heads, head_dim, .. } => 4.0 * heads as f64 / tp * head_dim as f64 * mean_ctx * x,
-        } * ls;
+            Attention::Gqa { heads, head_dim, .. } => 4.0 * heads as f64 / tp * head_dim as f64 * self.kv_token_layers(mean_ctx) / ls * x,
+        } * ls
+            + self.linear_flops_per_token() * x;
         (gemm_s + attn_flops / (g.bf16_tflops * eff)) * 1e3
     }
 
@@ -679,9 +741,15 @@ impl Scenario {
             }
             Attention::Gqa { heads, head_dim, .. } => (heads, 2 * head_dim),
         };
-        // Causal attention within each prompt: a token attends to half its prompt on average.
+        // Causal attention within each prompt: a token attends to half its prompt on average, at most
+        // the window in a sliding layer; a linear-attention layer costs its recurrence per token.
         let span = m.dsa.map_or(prompt_len / 2.0, |d| (prompt_len / 2.0).min(d.topk as f64));
-        let attn_s = 2.0 * heads as f64 * tokens * span * dim as f64 * m.layers as f64
+        let c = m.layer_counts;
+        let window = m.sliding_window.map_or(span, |w| span.min(w as f64));
+        let span_layers = c.full as f64 * span + c.sliding as f64 * window;
+        let linear_flops =
+            m.linear.map_or(0.0, |la| 6.0 * la.value_heads as f64 * la.key_head_dim as f64 * la.value_head_dim as f64 * c.linear as f64);
+        let attn_s = (2.0 * heads as f64 * span_layers * dim as f64 + linear_flops) * tokens
             / gpus
             / (g.bf16_tflops * prefill_gemm_efficiency(ComputeFormat::Bf16) * 1e12);
         let read_s = if standalone { self.weight_bytes_gpu() / (g.mem_bw_gbs * 1e9 * e.hbm_efficiency) } else { 0.0 };
@@ -1133,5 +1201,72 @@ pub(crate) mod tests {
         s.plan.pp = 3;
         let e = s.check_placement().expect_err("a 12-GPU replica straddles");
         assert!(e.to_string().contains("tp x pp = 4 x 3"), "{e}");
+    }
+
+    /// Qwen3-Next's 36 Gated DeltaNet layers hold a fixed state per request, 36 x (32 x 128 x 128 x
+    /// 2 B recurrent + 8192 x 3 x 2 B convolution) = 39.5 MB at TP1, at any context: only the 12
+    /// full-attention layers' KV grows with it, and the state's per-step read does not change.
+    #[test]
+    fn hybrid_state_memory_does_not_grow_with_context() {
+        let s = scenario("qwen3-next-80b-a3b", Dtype::Bf16, "h200", "nvlink", 1, 1);
+        let state = 36.0 * (32.0 * 128.0 * 128.0 * 2.0 + 8192.0 * 3.0 * 2.0);
+        assert!((s.state_bytes_gpu() - state).abs() < 1.0, "{}", s.state_bytes_gpu());
+        // 12 layers x K and V x 2 KV heads x 256 x 2 bytes per token.
+        let full_kv_per_token = 12.0 * 2.0 * 2.0 * 256.0 * 2.0;
+        let grow = s.request_bytes_gpu(20_000.0) - s.request_bytes_gpu(10_000.0);
+        assert!((grow - 10_000.0 * full_kv_per_token).abs() / grow < 1e-9, "{grow}");
+        assert!((s.request_bytes_gpu(0.0) - state).abs() < 1.0);
+        let read_grow = s.kv_read(8.0, 2_000.0) - s.kv_read(8.0, 1_000.0);
+        assert!((read_grow - 8.0 * 1_000.0 * full_kv_per_token).abs() / read_grow < 1e-9, "{read_grow}");
+        assert!((s.kv_read(8.0, 0.0) - 8.0 * 2.0 * state).abs() < 8.0, "the state is read and written back each step");
+        // TP splits the heads, so the state per GPU halves at TP2.
+        let tp2 = scenario("qwen3-next-80b-a3b", Dtype::Bf16, "h200", "nvlink", 2, 2);
+        assert!((tp2.state_bytes_gpu() - state / 2.0).abs() < 1.0);
+    }
+
+    /// gpt-oss alternates 128-token sliding-window layers with full ones: past the window a longer
+    /// context adds KV reads in the 18 full layers only; a model of sliding layers alone stops there.
+    #[test]
+    fn sliding_window_kv_read_stops_growing_past_the_window() {
+        let s = scenario("gpt-oss-120b", Dtype::Mxfp4, "h200", "nvlink", 1, 1);
+        let per = s.kv_bytes_per_token_layer();
+        let inside = s.kv_read(1.0, 100.0) - s.kv_read(1.0, 50.0);
+        assert!((inside - 50.0 * 36.0 * per).abs() / inside < 1e-9, "{inside}");
+        let past = s.kv_read(1.0, 4_000.0) - s.kv_read(1.0, 2_000.0);
+        assert!((past - 2_000.0 * 18.0 * per).abs() / past < 1e-9, "{past}");
+        let mut only = s.clone();
+        only.model.layer_counts = crate::spec::LayerCounts { full: 0, sliding: 36, linear: 0 };
+        assert_eq!(only.kv_read(1.0, 128.0), only.kv_read(1.0, 100_000.0));
+        assert_eq!(only.request_bytes_gpu(128.0), only.request_bytes_gpu(100_000.0));
+        // Memory: a request holds the window, not its whole context, in the sliding layers.
+        let mut long = s.clone();
+        (long.input_len, long.output_len) = (30_000, 2_000);
+        let full_only = long.memory().kv_gb * 1e9 / (32_000.0 * 36.0 * per);
+        assert!(long.max_concurrency() as f64 > 1.9 * full_only, "{} vs {full_only:.0}", long.max_concurrency());
+    }
+
+    /// The new catalog models give finite, plausible predictions on GPUs they fit: single-request
+    /// TPOT between 1 and 200 ms, throughput rising with concurrency.
+    #[test]
+    fn new_catalog_models_predict_finite_plausible_rates() {
+        let cases = [
+            ("kimi-k2", Dtype::Fp8, "b300", "nvlink5", 8),
+            ("minimax-m2", Dtype::Fp8, "mi300x", "xgmi", 4),
+            ("glm-4.5", Dtype::Fp8, "h200", "nvlink", 8),
+            ("glm-4.6", Dtype::Bf16, "gb200", "nvlink5", 8),
+            ("qwen3-next-80b-a3b", Dtype::Bf16, "h100-sxm", "nvlink", 4),
+            ("qwen3.5-397b-a17b", Dtype::Fp8, "mi355x", "xgmi4", 4),
+            ("gpt-oss-20b", Dtype::Mxfp4, "rtx-5090", "pcie5-p2p", 1),
+            ("llama-3.1-8b", Dtype::Bf16, "a100-40gb", "nvlink3", 1),
+            ("qwen3-30b-a3b", Dtype::Fp8, "mi325x", "xgmi", 2),
+        ];
+        for (m, q, g, l, tp) in cases {
+            let s = scenario(m, q, g, l, tp, tp);
+            s.check_fit().unwrap_or_else(|e| panic!("{m} on {g}: {e}"));
+            let one = s.point(1);
+            assert!(one.tpot_ms.is_finite() && (1.0..200.0).contains(&one.tpot_ms), "{m} on {g}: TPOT {}", one.tpot_ms);
+            let many = s.point(64.min(s.max_concurrency()));
+            assert!(many.output_tokens_per_s.is_finite() && many.output_tokens_per_s > one.output_tokens_per_s, "{m} on {g}");
+        }
     }
 }

@@ -1,6 +1,11 @@
 //! Model architectures: reading a Hugging Face `config.json` (the catalog's entries are the
 //! published files under `crates/model/data/models/`, read by the same parser as `--model-config`),
 //! validating them, and parameter counts computed from the architecture.
+//!
+//! Layers are full attention, sliding-window attention (gpt-oss, Mistral) or Gated DeltaNet linear
+//! attention (Qwen3-Next, Qwen3.5), read from `layer_types` or the config class's documented
+//! default. A field the parser does not understand for the `model_type` is refused by name and
+//! value, never guessed.
 
 use std::sync::OnceLock;
 
@@ -24,6 +29,9 @@ pub enum Attention {
         head_dim: u32,
         /// Projections carry biases.
         bias: bool,
+        /// The query projection also produces a sigmoid output gate (Qwen3-Next, Qwen3.5 "gated
+        /// attention"): it is twice as wide.
+        gate: bool,
     },
     /// Multi-head latent attention (DeepSeek-V2/V3, GLM-5).
     Mla {
@@ -51,6 +59,90 @@ pub struct Dsa {
     pub index_head_dim: u32,
     /// Tokens each query attends to.
     pub topk: u32,
+}
+
+/// What one layer's token mixer is (`layer_types` in a config.json).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LayerKind {
+    /// Attention over the whole context (`full_attention`).
+    Full,
+    /// Attention over the last `sliding_window` tokens (`sliding_attention`).
+    Sliding,
+    /// Gated DeltaNet linear attention (`linear_attention`): a fixed-size recurrent state per
+    /// request instead of a KV cache.
+    Linear,
+}
+
+impl LayerKind {
+    /// The `layer_types` spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            LayerKind::Full => "full_attention",
+            LayerKind::Sliding => "sliding_attention",
+            LayerKind::Linear => "linear_attention",
+        }
+    }
+}
+
+/// Layers by kind (they add up to `ModelSpec::layers`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+pub struct LayerCounts {
+    /// Full-attention layers.
+    pub full: u32,
+    /// Sliding-window attention layers.
+    pub sliding: u32,
+    /// Gated DeltaNet linear-attention layers.
+    pub linear: u32,
+}
+
+/// Gated DeltaNet linear attention (Qwen3-Next, Qwen3.5): per request and layer it keeps a
+/// recurrent state of value_heads x key_head_dim x value_head_dim and a causal-convolution state of
+/// (2 x key_heads x key_head_dim + value_heads x value_head_dim) x (conv_kernel - 1).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct LinearAttention {
+    /// Key (and query) heads, `linear_num_key_heads`.
+    pub key_heads: u32,
+    /// Value heads, `linear_num_value_heads` (a multiple of the key heads).
+    pub value_heads: u32,
+    /// `linear_key_head_dim`.
+    pub key_head_dim: u32,
+    /// `linear_value_head_dim`.
+    pub value_head_dim: u32,
+    /// `linear_conv_kernel_dim`.
+    pub conv_kernel: u32,
+    /// Bytes per element of the recurrent state (`mamba_ssm_dtype`; 2 when absent: vLLM's
+    /// `--mamba-ssm-cache-dtype auto` keeps the model's bf16).
+    pub state_bytes: u32,
+}
+
+impl LinearAttention {
+    /// Width of the query/key/value streams through the causal convolution.
+    pub fn conv_dim(&self) -> f64 {
+        2.0 * self.key_heads as f64 * self.key_head_dim as f64 + self.value_heads as f64 * self.value_head_dim as f64
+    }
+
+    /// Parameters of one layer: the fused q/k/v/z projection, the beta/alpha (decay) projection,
+    /// the convolution, per-head decay and bias, the gated norm and the output projection.
+    pub fn params(&self, hidden: u32) -> f64 {
+        let h = hidden as f64;
+        let key = self.key_heads as f64 * self.key_head_dim as f64;
+        let value = self.value_heads as f64 * self.value_head_dim as f64;
+        let vh = self.value_heads as f64;
+        h * (2.0 * key + 2.0 * value)
+            + h * 2.0 * vh
+            + self.conv_dim() * self.conv_kernel as f64
+            + 2.0 * vh
+            + self.value_head_dim as f64
+            + value * h
+    }
+
+    /// Bytes of state one request holds in one layer: (recurrent state, convolution state in bf16).
+    pub fn state_bytes_per_layer(&self) -> (f64, f64) {
+        let recurrent = self.value_heads as f64 * self.key_head_dim as f64 * self.value_head_dim as f64 * self.state_bytes as f64;
+        let conv = self.conv_dim() * self.conv_kernel.saturating_sub(1) as f64 * 2.0;
+        (recurrent, conv)
+    }
 }
 
 /// Routed experts.
@@ -99,6 +191,12 @@ pub struct ModelSpec {
     pub max_context: u32,
     /// The checkpoint's weight format, from its `quantization_config` (None: unquantized, BF16).
     pub checkpoint: Option<Dtype>,
+    /// Layers by kind.
+    pub layer_counts: LayerCounts,
+    /// Tokens a sliding-window layer attends to (Some exactly when there are sliding layers).
+    pub sliding_window: Option<u32>,
+    /// The linear-attention layers' shape (Some exactly when there are linear layers).
+    pub linear: Option<LinearAttention>,
 }
 
 /// Parameter counts, by component.
@@ -140,15 +238,22 @@ impl ModelSpec {
         }
     }
 
-    /// Parameters of attention in one layer (with the DSA indexer).
+    /// Layers that keep a KV cache (full and sliding-window attention).
+    pub fn kv_layers(&self) -> u32 {
+        self.layer_counts.full + self.layer_counts.sliding
+    }
+
+    /// Parameters of one attention layer's attention (with the DSA indexer); linear-attention
+    /// layers have [`LinearAttention::params`] instead.
     pub fn attention_params_per_layer(&self) -> f64 {
         let h = self.hidden as f64;
         let mut p = match self.attention {
-            Attention::Gqa { heads, kv_heads, head_dim, bias } => {
+            Attention::Gqa { heads, kv_heads, head_dim, bias, gate } => {
                 let q = heads as f64 * head_dim as f64;
                 let kv = kv_heads as f64 * head_dim as f64;
-                let w = h * q + 2.0 * h * kv + q * h;
-                w + if bias { q + 2.0 * kv + h } else { 0.0 }
+                let q_out = if gate { 2.0 * q } else { q };
+                let w = h * q_out + 2.0 * h * kv + q * h;
+                w + if bias { q_out + 2.0 * kv + h } else { 0.0 }
             }
             Attention::Mla { heads, q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim } => {
                 let n = heads as f64;
@@ -181,7 +286,8 @@ impl ModelSpec {
     pub fn params(&self) -> ParamCounts {
         let h = self.hidden as f64;
         let l = self.layers as f64;
-        let attention = self.attention_params_per_layer() * l;
+        let linear = self.linear.map_or(0.0, |la| la.params(self.hidden) * self.layer_counts.linear as f64);
+        let attention = self.attention_params_per_layer() * self.kv_layers() as f64 + linear;
         let dense_ffn = 3.0 * h * self.ffn as f64 * self.dense_layers as f64;
         let (mut routed, mut shared, mut router, mut per_expert, mut active_routed) = (0.0, 0.0, 0.0, 0.0, 0.0);
         if let Some(m) = self.moe {
@@ -251,7 +357,7 @@ struct CatalogFile {
 }
 
 /// The catalog's config files, embedded at build time.
-const CONFIGS: [(&str, &str); 8] = [
+const CONFIGS: [(&str, &str); 15] = [
     ("glm-5.json", include_str!("../data/models/glm-5.json")),
     ("deepseek-v3.json", include_str!("../data/models/deepseek-v3.json")),
     ("qwen3-235b-a22b.json", include_str!("../data/models/qwen3-235b-a22b.json")),
@@ -260,6 +366,13 @@ const CONFIGS: [(&str, &str); 8] = [
     ("llama-3.1-8b.json", include_str!("../data/models/llama-3.1-8b.json")),
     ("mixtral-8x7b.json", include_str!("../data/models/mixtral-8x7b.json")),
     ("gpt-oss-120b.json", include_str!("../data/models/gpt-oss-120b.json")),
+    ("kimi-k2.json", include_str!("../data/models/kimi-k2.json")),
+    ("minimax-m2.json", include_str!("../data/models/minimax-m2.json")),
+    ("glm-4.5.json", include_str!("../data/models/glm-4.5.json")),
+    ("glm-4.6.json", include_str!("../data/models/glm-4.6.json")),
+    ("qwen3-next-80b-a3b.json", include_str!("../data/models/qwen3-next-80b-a3b.json")),
+    ("qwen3.5-397b-a17b.json", include_str!("../data/models/qwen3.5-397b-a17b.json")),
+    ("gpt-oss-20b.json", include_str!("../data/models/gpt-oss-20b.json")),
 ];
 
 fn catalog_file() -> &'static CatalogFile {
@@ -328,8 +441,9 @@ fn need(v: &Value, keys: &[&str], source: &str, arch: &str) -> Result<u32, Model
         .ok_or_else(|| ModelError::Input(format!("{source}: model_type {arch:?} needs the field {:?}, which is missing", keys[0])))
 }
 
-/// `model_type`s the parser understands.
-pub const SUPPORTED: [&str; 13] = [
+/// `model_type`s the parser understands (`qwen3_5_moe_text` and `qwen3_5_text`, the language
+/// model inside Qwen3.5's multimodal config, read as `qwen3_5_moe` and `qwen3_5`).
+pub const SUPPORTED: [&str; 20] = [
     "llama",
     "mistral",
     "qwen2",
@@ -343,28 +457,57 @@ pub const SUPPORTED: [&str; 13] = [
     "glm4_moe",
     "glm_moe_dsa",
     "gpt_oss",
+    "kimi_k2",
+    "minimax_m2",
+    "qwen3_next",
+    "qwen3_5",
+    "qwen3_5_text",
+    "qwen3_5_moe",
+    "qwen3_5_moe_text",
 ];
+
+/// Architectures with Multi-head Latent Attention (DeepSeek-V3's, which Kimi-K2 reuses).
+const MLA_ARCHS: [&str; 5] = ["deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa", "kimi_k2"];
+
+/// Qwen's MoE architectures, whose dense layers are named by `mlp_only_layers` and
+/// `decoder_sparse_step` (not `first_k_dense_replace`).
+const QWEN_MOE_ARCHS: [&str; 4] = ["qwen2_moe", "qwen3_moe", "qwen3_next", "qwen3_5_moe"];
+
+/// Architectures with Gated DeltaNet linear-attention layers.
+const HYBRID_ARCHS: [&str; 3] = ["qwen3_next", "qwen3_5", "qwen3_5_moe"];
+
+/// Architectures whose modelling code reads `sliding_window` for their sliding layers.
+const SLIDING_ARCHS: [&str; 3] = ["gpt_oss", "mistral", "mixtral"];
+
+/// Architectures whose configs carry a `sliding_window` that only `use_sliding_window: true` turns on.
+const OPT_IN_SLIDING_ARCHS: [&str; 7] = ["qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe"];
 
 /// Reads a Hugging Face `config.json` (its text) and validates it. `source` names the file in errors.
 pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError> {
     let root: Value = serde_json::from_str(text).map_err(|e| ModelError::Input(format!("{source}: not valid JSON ({e})")))?;
     // Multimodal wrappers keep the language model under text_config.
     let v = root.get("text_config").filter(|t| t.is_object()).unwrap_or(&root);
-    let arch = v.get("model_type").or(root.get("model_type")).and_then(Value::as_str).unwrap_or("").to_string();
-    if !SUPPORTED.contains(&arch.as_str()) {
+    let read = v.get("model_type").or(root.get("model_type")).and_then(Value::as_str).unwrap_or("");
+    if !SUPPORTED.contains(&read) {
         return Err(ModelError::Input(format!(
-            "{source}: model_type {arch:?} is not supported; supported: {} (field \"model_type\")",
+            "{source}: field \"model_type\" is {read:?}, which is not supported; supported: {}",
             SUPPORTED.join(", ")
         )));
     }
+    let arch = read.strip_suffix("_text").unwrap_or(read).to_string();
     let hidden = need(v, &["hidden_size"], source, &arch)?;
     let layers = need(v, &["num_hidden_layers"], source, &arch)?;
     let attention = read_attention(v, source, &arch, hidden)?;
     let moe = read_moe(v, source, &arch)?;
     let dense_layers = match &moe {
         None => layers,
+        Some(_) if QWEN_MOE_ARCHS.contains(&arch.as_str()) => qwen_dense_layers(v, source, layers)?,
         Some(_) => field(v, &["first_k_dense_replace"], source)?.unwrap_or(0),
     };
+    let layer_counts = read_layer_kinds(v, source, &arch, layers)?;
+    let sliding_window = read_sliding_window(v, source, &arch, layer_counts)?;
+    let linear = if layer_counts.linear > 0 { Some(read_linear(v, source, &arch)?) } else { None };
+    check_attn_type_list(v, source, &arch, layers)?;
     let dsa = match (field(v, &["index_n_heads"], source)?, field(v, &["index_head_dim"], source)?, field(v, &["index_topk"], source)?) {
         (Some(h), Some(d), Some(k)) => Some(Dsa { index_heads: h, index_head_dim: d, topk: k }),
         _ => None,
@@ -377,13 +520,16 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
         dense_layers,
         ffn: field(v, &["intermediate_size"], source)?.unwrap_or(hidden.saturating_mul(4)),
         vocab: need(v, &["vocab_size"], source, &arch)?,
-        tied_embeddings: v.get("tie_word_embeddings").and_then(Value::as_bool).unwrap_or(false),
+        tied_embeddings: v.get("tie_word_embeddings").or(root.get("tie_word_embeddings")).and_then(Value::as_bool).unwrap_or(false),
         attention,
         dsa,
         moe,
         max_context: field(v, &["max_position_embeddings"], source)?.unwrap_or(8192),
         checkpoint: read_checkpoint(&root, source)?,
         arch,
+        layer_counts,
+        sliding_window,
+        linear,
     };
     spec.validate(source)?;
     Ok(spec)
@@ -391,7 +537,7 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
 
 fn read_attention(v: &Value, source: &str, arch: &str, hidden: u32) -> Result<Attention, ModelError> {
     let heads = need(v, &["num_attention_heads"], source, arch)?;
-    if matches!(arch, "deepseek_v2" | "deepseek_v3" | "deepseek_v32" | "glm_moe_dsa") {
+    if MLA_ARCHS.contains(&arch) {
         return Ok(Attention::Mla {
             heads,
             q_lora_rank: field(v, &["q_lora_rank"], source)?,
@@ -411,7 +557,203 @@ fn read_attention(v: &Value, source: &str, arch: &str, hidden: u32) -> Result<At
     let bias_default = matches!(arch, "qwen2" | "qwen2_moe" | "gpt_oss");
     let bias = v.get("attention_bias").and_then(Value::as_bool).unwrap_or(bias_default);
     let kv_heads = field(v, &["num_key_value_heads"], source)?.unwrap_or(heads);
-    Ok(Attention::Gqa { heads, kv_heads, head_dim, bias })
+    // Qwen3-Next's attention always gates its output (transformers' Qwen3NextAttention); Qwen3.5
+    // names it `attn_output_gate` (default true in its config class).
+    let gate = match arch {
+        "qwen3_next" => true,
+        "qwen3_5" | "qwen3_5_moe" => v.get("attn_output_gate").and_then(Value::as_bool).unwrap_or(true),
+        _ => false,
+    };
+    Ok(Attention::Gqa { heads, kv_heads, head_dim, bias, gate })
+}
+
+/// An array of whole numbers (`mlp_only_layers`), or an error naming the field.
+fn index_list(v: &Value, key: &str, source: &str) -> Result<Vec<u64>, ModelError> {
+    match v.get(key) {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|x| x.as_u64().ok_or_else(|| ModelError::Input(format!("{source}: field {key:?} holds {x}, not a layer index"))))
+            .collect(),
+        Some(x) => Err(ModelError::Input(format!("{source}: field {key:?} is {x}, not a list of layer indices"))),
+    }
+}
+
+/// Qwen MoE layers: layer i has experts unless it is in `mlp_only_layers`, and when
+/// (i + 1) is a multiple of `decoder_sparse_step` (transformers' Qwen2/3-MoE and Qwen3-Next
+/// decoder layers); the others have a dense FFN of `intermediate_size`.
+fn qwen_dense_layers(v: &Value, source: &str, layers: u32) -> Result<u32, ModelError> {
+    let step = field(v, &["decoder_sparse_step"], source)?.unwrap_or(1);
+    if step == 0 {
+        return Err(ModelError::Input(format!("{source}: field \"decoder_sparse_step\" is 0: it must be at least 1")));
+    }
+    let mut dense_only = index_list(v, "mlp_only_layers", source)?;
+    dense_only.sort_unstable();
+    dense_only.dedup();
+    let forced = dense_only.iter().filter(|i| **i < layers as u64 && (**i + 1) % step as u64 == 0).count() as u32;
+    Ok(layers - (layers / step - forced))
+}
+
+/// Layer kinds from `layer_types`, or the config class's default when it is absent: Qwen3-Next
+/// and Qwen3.5 put a full-attention layer every `full_attention_interval` layers (the rest linear);
+/// gpt-oss alternates sliding (even layers) and full; Mistral and Mixtral with a `sliding_window`
+/// slide in every layer; everything else is full attention.
+fn read_layer_kinds(v: &Value, source: &str, arch: &str, layers: u32) -> Result<LayerCounts, ModelError> {
+    let kinds: Vec<LayerKind> = match v.get("layer_types") {
+        None | Some(Value::Null) => return default_layer_kinds(v, source, arch, layers),
+        Some(Value::Array(a)) => {
+            if a.len() != layers as usize {
+                return Err(ModelError::Input(format!(
+                    "{source}: field \"layer_types\" has {} entries but \"num_hidden_layers\" is {layers}: give one per layer",
+                    a.len()
+                )));
+            }
+            a.iter().enumerate().map(|(i, t)| layer_kind(t, i, source)).collect::<Result<_, _>>()?
+        }
+        Some(x) => return Err(ModelError::Input(format!("{source}: field \"layer_types\" is {x}, not a list of layer kinds"))),
+    };
+    for (i, k) in kinds.iter().enumerate() {
+        let allowed = match k {
+            LayerKind::Full => true,
+            LayerKind::Sliding => SLIDING_ARCHS.contains(&arch),
+            LayerKind::Linear => HYBRID_ARCHS.contains(&arch),
+        };
+        if !allowed {
+            return Err(ModelError::Input(format!(
+                "{source}: field \"layer_types\" entry {i} is {:?}, which model_type {arch:?} does not have; servetune cannot model it",
+                k.name()
+            )));
+        }
+    }
+    let count = |want: LayerKind| kinds.iter().filter(|k| **k == want).count() as u32;
+    Ok(LayerCounts { full: count(LayerKind::Full), sliding: count(LayerKind::Sliding), linear: count(LayerKind::Linear) })
+}
+
+fn layer_kind(t: &Value, i: usize, source: &str) -> Result<LayerKind, ModelError> {
+    match t.as_str() {
+        Some("full_attention") => Ok(LayerKind::Full),
+        Some("sliding_attention") => Ok(LayerKind::Sliding),
+        Some("linear_attention") => Ok(LayerKind::Linear),
+        _ => Err(ModelError::Input(format!(
+            "{source}: field \"layer_types\" entry {i} is {t}, which servetune does not understand (known: full_attention, sliding_attention, linear_attention)"
+        ))),
+    }
+}
+
+fn default_layer_kinds(v: &Value, source: &str, arch: &str, layers: u32) -> Result<LayerCounts, ModelError> {
+    let all = |kind: LayerKind| LayerCounts {
+        full: if kind == LayerKind::Full { layers } else { 0 },
+        sliding: if kind == LayerKind::Sliding { layers } else { 0 },
+        linear: 0,
+    };
+    Ok(match arch {
+        _ if HYBRID_ARCHS.contains(&arch) => {
+            let every = need(v, &["full_attention_interval"], source, arch)?;
+            if every == 0 {
+                return Err(ModelError::Input(format!("{source}: field \"full_attention_interval\" is 0: it must be at least 1")));
+            }
+            LayerCounts { full: layers / every, sliding: 0, linear: layers - layers / every }
+        }
+        // Layer i slides when i is even.
+        "gpt_oss" => LayerCounts { full: layers / 2, sliding: layers - layers / 2, linear: 0 },
+        "mistral" | "mixtral" if field(v, &["sliding_window"], source)?.is_some() => all(LayerKind::Sliding),
+        _ => all(LayerKind::Full),
+    })
+}
+
+/// The window of the sliding layers. A `sliding_window` on an architecture without sliding layers
+/// is refused (Qwen's configs carry one that `use_sliding_window: false` leaves off; `true` is
+/// refused: its `max_window_layers` split is not modelled).
+fn read_sliding_window(v: &Value, source: &str, arch: &str, counts: LayerCounts) -> Result<Option<u32>, ModelError> {
+    let window = field(v, &["sliding_window"], source)?;
+    if counts.sliding > 0 {
+        return match window {
+            Some(w) if w > 0 => Ok(Some(w)),
+            Some(_) => {
+                Err(ModelError::Input(format!("{source}: field \"sliding_window\" is 0: sliding layers need a window of at least 1 token")))
+            }
+            None => Err(ModelError::Input(format!(
+                "{source}: model_type {arch:?} has {} sliding-window layers but no field \"sliding_window\"",
+                counts.sliding
+            ))),
+        };
+    }
+    let Some(w) = window else { return Ok(None) };
+    if OPT_IN_SLIDING_ARCHS.contains(&arch) {
+        return match v.get("use_sliding_window").and_then(Value::as_bool) {
+            Some(true) => Err(ModelError::Input(format!(
+                "{source}: field \"use_sliding_window\" is true (window {w}): Qwen's per-layer sliding window (max_window_layers) is not modelled; set it to false"
+            ))),
+            _ => Ok(None),
+        };
+    }
+    if SLIDING_ARCHS.contains(&arch) {
+        return Ok(None);
+    }
+    Err(ModelError::Input(format!(
+        "{source}: field \"sliding_window\" is {w}, but model_type {arch:?} has no sliding-window layers; servetune cannot model it (remove the field if it is unused)"
+    )))
+}
+
+/// Gated DeltaNet's shape (Qwen3-Next, Qwen3.5).
+fn read_linear(v: &Value, source: &str, arch: &str) -> Result<LinearAttention, ModelError> {
+    let state_bytes = match v.get("mamba_ssm_dtype") {
+        None | Some(Value::Null) => 2,
+        Some(x) => match x.as_str() {
+            Some("float32") => 4,
+            Some("bfloat16" | "float16") => 2,
+            _ => {
+                return Err(ModelError::Input(format!(
+                    "{source}: field \"mamba_ssm_dtype\" is {x}, which servetune does not understand (known: float32, bfloat16, float16)"
+                )))
+            }
+        },
+    };
+    let la = LinearAttention {
+        key_heads: need(v, &["linear_num_key_heads"], source, arch)?,
+        value_heads: need(v, &["linear_num_value_heads"], source, arch)?,
+        key_head_dim: need(v, &["linear_key_head_dim"], source, arch)?,
+        value_head_dim: need(v, &["linear_value_head_dim"], source, arch)?,
+        conv_kernel: need(v, &["linear_conv_kernel_dim"], source, arch)?,
+        state_bytes,
+    };
+    let sizes = [
+        ("linear_num_key_heads", la.key_heads),
+        ("linear_num_value_heads", la.value_heads),
+        ("linear_key_head_dim", la.key_head_dim),
+        ("linear_value_head_dim", la.value_head_dim),
+        ("linear_conv_kernel_dim", la.conv_kernel),
+    ];
+    if let Some((name, _)) = sizes.iter().find(|(_, x)| *x == 0) {
+        return Err(ModelError::Input(format!("{source}: field {name:?} is 0: it must be at least 1")));
+    }
+    if !la.value_heads.is_multiple_of(la.key_heads) {
+        return Err(ModelError::Input(format!(
+            "{source}: field \"linear_num_value_heads\" is {}: it must be a multiple of linear_num_key_heads {}",
+            la.value_heads, la.key_heads
+        )));
+    }
+    Ok(la)
+}
+
+/// MiniMax's `attn_type_list`: 1 is softmax attention in that layer, 0 MiniMax-01's lightning
+/// (linear) attention, which is not modelled and is refused.
+fn check_attn_type_list(v: &Value, source: &str, arch: &str, layers: u32) -> Result<(), ModelError> {
+    let Some(list) = v.get("attn_type_list").filter(|x| !x.is_null()) else { return Ok(()) };
+    let bad = |why: String| Err(ModelError::Input(format!("{source}: field \"attn_type_list\" {why}")));
+    if arch != "minimax_m2" {
+        return bad(format!("is set, but model_type {arch:?} has no such field; servetune cannot model it"));
+    }
+    let Some(a) = list.as_array() else { return bad(format!("is {list}, not a list")) };
+    if a.len() != layers as usize {
+        return bad(format!("has {} entries but \"num_hidden_layers\" is {layers}", a.len()));
+    }
+    match a.iter().enumerate().find(|(_, t)| t.as_u64() != Some(1)) {
+        Some((i, t)) => bad(format!(
+            "entry {i} is {t}: only 1 (softmax attention) is modelled; 0 is MiniMax lightning linear attention, which servetune cannot model"
+        )),
+        None => Ok(()),
+    }
 }
 
 fn read_moe(v: &Value, source: &str, arch: &str) -> Result<Option<Moe>, ModelError> {
@@ -449,10 +791,46 @@ fn read_checkpoint(root: &Value, source: &str) -> Result<Option<Dtype>, ModelErr
         ("modelopt", "nvfp4") => Ok(Some(Dtype::Nvfp4)),
         ("modelopt", "fp8") => Ok(Some(Dtype::Fp8)),
         ("awq" | "gptq", _) => Ok(Some(Dtype::Int4)),
+        ("compressed-tensors", _) => compressed_tensors(q, source).map(Some),
         _ => Err(ModelError::Input(format!(
-            "{source}: field \"quantization_config.quant_method\" {method:?} is not understood (known: fp8, mxfp4, modelopt with NVFP4 or FP8, awq, gptq); remove it and give --quant"
+            "{source}: field \"quantization_config.quant_method\" {method:?} is not understood (known: fp8, mxfp4, modelopt with NVFP4 or FP8, awq, gptq, compressed-tensors); remove it and give --quant"
         ))),
     }
+}
+
+/// A compressed-tensors checkpoint's weight format, from its `config_groups`' weights (every group
+/// must agree): 4-bit integers (Kimi-K2-Thinking's W4A16), 4-bit floats (NVFP4), 8-bit floats (FP8).
+fn compressed_tensors(q: &Value, source: &str) -> Result<Dtype, ModelError> {
+    let bad = |why: String| {
+        ModelError::Input(format!(
+            "{source}: field \"quantization_config.config_groups\" {why}; remove quantization_config and give --quant"
+        ))
+    };
+    let groups =
+        q.get("config_groups").and_then(Value::as_object).filter(|g| !g.is_empty()).ok_or_else(|| bad("is missing or empty".into()))?;
+    let mut found: Option<Dtype> = None;
+    for (name, g) in groups {
+        let w = g.get("weights").ok_or_else(|| bad(format!("group {name:?} has no \"weights\"")))?;
+        let bits = w.get("num_bits").and_then(Value::as_u64);
+        let kind = w.get("type").and_then(Value::as_str);
+        let d = match (bits, kind) {
+            (Some(4), Some("int")) => Dtype::Int4,
+            (Some(4), Some("float")) => Dtype::Nvfp4,
+            (Some(8), Some("float")) => Dtype::Fp8,
+            _ => {
+                let bits = bits.map_or("unstated".to_string(), |b| b.to_string());
+                return Err(bad(format!(
+                    "group {name:?} has {bits}-bit {:?} weights, which servetune does not model",
+                    kind.unwrap_or("untyped")
+                )));
+            }
+        };
+        if found.is_some_and(|f| f != d) {
+            return Err(bad("mixes weight formats across groups".into()));
+        }
+        found = Some(d);
+    }
+    found.ok_or_else(|| bad("names no weights".into()))
 }
 
 impl ModelSpec {
@@ -541,7 +919,11 @@ mod tests {
     /// Published totals and active counts. Vendors count "active" differently, so each figure is
     /// checked against the count its vendor uses: DeepSeek, Qwen, Mistral and Meta include the
     /// embedding table and the LM head; OpenAI's gpt-oss model card counts the LM head but not the
-    /// embedding; Z.ai's "40B active" for GLM-5 matches the count without both.
+    /// embedding; Z.ai's "40B active" for GLM-5 matches the count without both. New entries: Kimi-K2
+    /// (Moonshot's tech report: 1.04T total, 32B active, which matches the count with the LM head);
+    /// MiniMax-M2 (230B, 10B active: without embedding and LM head); GLM-4.5 and GLM-4.6 (Z.ai:
+    /// 355B, 32B active, without both); gpt-oss-20b (OpenAI's model card: 20.91B, 3.61B active);
+    /// Qwen3.5-397B-A17B (Qwen: 397B, 17B active).
     #[test]
     fn parameter_counts_match_published_totals_within_two_percent() {
         let cases: &[(&str, f64, f64, &str)] = &[
@@ -553,6 +935,11 @@ mod tests {
             ("llama-3.1-8b", 8.03e9, 8.03e9, "all"),
             ("mixtral-8x7b", 46.7e9, 12.9e9, "all"),
             ("gpt-oss-120b", 116.83e9, 5.13e9, "lm_head"),
+            ("gpt-oss-20b", 20.91e9, 3.61e9, "lm_head"),
+            ("kimi-k2", 1.04e12, 32e9, "lm_head"),
+            ("minimax-m2", 230e9, 10e9, "non_embedding"),
+            ("glm-4.5", 355e9, 32e9, "non_embedding"),
+            ("glm-4.6", 355e9, 32e9, "non_embedding"),
         ];
         for &(name, total, active, conv) in cases {
             let p = catalog(name).expect("catalog").params();
@@ -564,6 +951,43 @@ mod tests {
             assert!(within(p.total, total, 0.02), "{name}: total {:.2}B vs {:.2}B", p.total / 1e9, total / 1e9);
             assert!(within(a, active, 0.02), "{name}: active {:.2}B vs {:.2}B ({conv})", a / 1e9, active / 1e9);
         }
+    }
+
+    /// Qwen publishes Qwen3-Next-80B-A3B as "80B in total, 79B non-embedding, 3B activated" and
+    /// Qwen3.5-397B-A17B as "397B in total, 17B activated": the totals are checked within 2%, the
+    /// active counts to the published figures' own precision (they are rounded to whole billions:
+    /// the counts here are 3.25B without embeddings and 17.35B with them).
+    #[test]
+    fn qwen_hybrid_counts_match_the_model_cards() {
+        let p = catalog("qwen3-next-80b-a3b").expect("catalog").params();
+        assert!(within(p.total, 80e9, 0.02), "total {:.2}B", p.total / 1e9);
+        assert!(within(p.total - p.embeddings - p.lm_head, 79e9, 0.02), "non-embedding {:.2}B", (p.total - p.embeddings - p.lm_head) / 1e9);
+        assert!((2.5e9..3.5e9).contains(&p.active_non_embedding), "active {:.2}B", p.active_non_embedding / 1e9);
+        let p = catalog("qwen3.5-397b-a17b").expect("catalog").params();
+        assert!(within(p.total, 397e9, 0.02), "total {:.2}B", p.total / 1e9);
+        assert!((16.5e9..17.5e9).contains(&p.active), "active {:.2}B", p.active / 1e9);
+    }
+
+    #[test]
+    fn hybrid_and_sliding_layers_are_read_from_the_configs() {
+        let next = catalog("qwen3-next-80b-a3b").expect("next");
+        assert_eq!(next.layer_counts, LayerCounts { full: 12, sliding: 0, linear: 36 });
+        let la = next.linear.expect("linear attention");
+        assert_eq!((la.key_heads, la.value_heads, la.key_head_dim, la.value_head_dim, la.state_bytes), (16, 32, 128, 128, 2));
+        let q35 = catalog("qwen3.5-397b-a17b").expect("3.5");
+        assert_eq!(q35.layer_counts, LayerCounts { full: 15, sliding: 0, linear: 45 });
+        assert_eq!(q35.linear.expect("linear").state_bytes, 4, "mamba_ssm_dtype float32");
+        assert!(matches!(q35.attention, Attention::Gqa { gate: true, .. }));
+        let oss = catalog("gpt-oss-120b").expect("oss");
+        assert_eq!((oss.layer_counts, oss.sliding_window), (LayerCounts { full: 18, sliding: 18, linear: 0 }, Some(128)));
+        assert_eq!(catalog("kimi-k2").expect("kimi").moe.expect("moe").experts, 384);
+        assert!(matches!(catalog("kimi-k2").expect("kimi").attention, Attention::Mla { .. }));
+        assert_eq!(catalog("glm-4.6").expect("glm").max_context, 202_752);
+        // Without layer_types, Qwen3-Next's full_attention_interval places the same layers.
+        let mut cfg: Value = serde_json::from_str(include_str!("../data/models/qwen3.5-397b-a17b.json")).expect("json");
+        cfg["text_config"].as_object_mut().expect("text_config").remove("layer_types");
+        let derived = from_hf_config(&cfg.to_string(), "c.json").expect("derived");
+        assert_eq!(derived.layer_counts, q35.layer_counts);
     }
 
     #[test]
@@ -647,5 +1071,102 @@ mod tests {
     fn an_unknown_quantization_method_is_refused() {
         let e = from_hf_config(&llama_with(r#","quantization_config":{"quant_method":"bitsandbytes"}"#), "q.json").expect_err("quant");
         assert!(e.to_string().contains("quantization_config.quant_method"), "{e}");
+    }
+
+    fn gpt_oss_with(extra: &str) -> String {
+        format!(
+            r#"{{"model_type":"gpt_oss","hidden_size":2880,"num_hidden_layers":4,"vocab_size":201088,"num_attention_heads":64,"num_key_value_heads":8,"head_dim":64,"num_local_experts":32,"num_experts_per_tok":4,"intermediate_size":2880,"sliding_window":128{extra}}}"#
+        )
+    }
+
+    fn qwen3_next_with(extra: &str) -> String {
+        format!(
+            r#"{{"model_type":"qwen3_next","hidden_size":2048,"num_hidden_layers":8,"vocab_size":151936,"num_attention_heads":16,"num_key_value_heads":2,"head_dim":256,"num_experts":512,"num_experts_per_tok":10,"moe_intermediate_size":512,"shared_expert_intermediate_size":512,"full_attention_interval":4,"linear_num_key_heads":16,"linear_num_value_heads":32,"linear_key_head_dim":128,"linear_value_head_dim":128,"linear_conv_kernel_dim":4{extra}}}"#
+        )
+    }
+
+    /// Every architecture feature the model cannot express is refused with the field and the
+    /// value it did not understand, never approximated.
+    #[test]
+    fn unmodellable_layers_and_windows_are_refused_naming_the_field_and_value() {
+        let cases = [
+            (
+                gpt_oss_with(r#","layer_types":["sliding_attention","full_attention","sliding_attention","chunked_attention"]"#),
+                "\"layer_types\" entry 3 is \"chunked_attention\"",
+            ),
+            (
+                gpt_oss_with(r#","layer_types":["sliding_attention","full_attention"]"#),
+                "\"layer_types\" has 2 entries but \"num_hidden_layers\" is 4",
+            ),
+            (
+                gpt_oss_with(r#","layer_types":["linear_attention","full_attention","sliding_attention","full_attention"]"#),
+                "entry 0 is \"linear_attention\", which model_type \"gpt_oss\" does not have",
+            ),
+            (gpt_oss_with(r#","sliding_window":null"#), "sliding-window layers but no field \"sliding_window\""),
+            (gpt_oss_with(r#","layer_types":"full""#), "\"layer_types\" is \"full\", not a list"),
+            (llama_with(r#","sliding_window":4096"#), "\"sliding_window\" is 4096, but model_type \"llama\" has no sliding-window layers"),
+            (llama_with(r#","layer_types":["full_attention","sliding_attention"]"#), "\"layer_types\" has 2 entries"),
+            (llama_with(r#","attn_type_list":[1]"#), "\"attn_type_list\" is set, but model_type \"llama\""),
+            (qwen3_next_with(r#","sliding_window":4096,"use_sliding_window":true"#), "\"use_sliding_window\" is true (window 4096)"),
+            (qwen3_next_with(r#","linear_num_value_heads":null"#), "needs the field \"linear_num_value_heads\""),
+            (qwen3_next_with(r#","linear_num_value_heads":24"#), "\"linear_num_value_heads\" is 24: it must be a multiple"),
+            (qwen3_next_with(r#","full_attention_interval":null"#), "needs the field \"full_attention_interval\""),
+            (qwen3_next_with(r#","full_attention_interval":0"#), "\"full_attention_interval\" is 0"),
+            (qwen3_next_with(r#","mamba_ssm_dtype":"int8""#), "\"mamba_ssm_dtype\" is \"int8\""),
+            (qwen3_next_with(r#","decoder_sparse_step":0"#), "\"decoder_sparse_step\" is 0"),
+            (qwen3_next_with(r#","mlp_only_layers":"all""#), "\"mlp_only_layers\" is \"all\""),
+            (
+                qwen3_next_with(
+                    r#","layer_types":["linear_attention","mamba","linear_attention","full_attention","linear_attention","linear_attention","linear_attention","full_attention"]"#,
+                ),
+                "entry 1 is \"mamba\"",
+            ),
+        ];
+        for (cfg, needle) in cases {
+            let e = from_hf_config(&cfg, "c.json").expect_err(needle);
+            assert!(e.to_string().contains(needle) && e.to_string().starts_with("c.json: "), "{needle}: {e}");
+        }
+        // A window the config itself turns off is not a sliding layer.
+        let off = from_hf_config(&qwen3_next_with(r#","sliding_window":4096,"use_sliding_window":false"#), "c.json").expect("off");
+        assert_eq!((off.sliding_window, off.layer_counts.sliding), (None, 0));
+    }
+
+    #[test]
+    fn minimax_lightning_attention_layers_are_refused() {
+        let text = include_str!("../data/models/minimax-m2.json");
+        let mut cfg: Value = serde_json::from_str(text).expect("json");
+        cfg["attn_type_list"][7] = Value::from(0);
+        let e = from_hf_config(&cfg.to_string(), "m.json").expect_err("lightning");
+        assert!(e.to_string().contains("\"attn_type_list\" entry 7 is 0"), "{e}");
+        cfg["attn_type_list"] = Value::from(vec![1; 3]);
+        let e = from_hf_config(&cfg.to_string(), "m.json").expect_err("length");
+        assert!(e.to_string().contains("has 3 entries but \"num_hidden_layers\" is 62"), "{e}");
+    }
+
+    #[test]
+    fn mistral_sliding_window_applies_to_every_layer_and_dense_qwen_layers_are_counted() {
+        let m = from_hf_config(
+            r#"{"model_type":"mistral","hidden_size":4096,"num_hidden_layers":32,"vocab_size":32000,"num_attention_heads":32,"num_key_value_heads":8,"intermediate_size":14336,"sliding_window":4096}"#,
+            "m.json",
+        )
+        .expect("mistral");
+        assert_eq!((m.layer_counts.sliding, m.sliding_window), (32, Some(4096)));
+        let q = from_hf_config(&qwen3_next_with(r#","mlp_only_layers":[0,5],"intermediate_size":5120"#), "q.json").expect("qwen");
+        assert_eq!(q.dense_layers, 2);
+        let q = from_hf_config(&qwen3_next_with(r#","decoder_sparse_step":2,"intermediate_size":5120"#), "q.json").expect("qwen");
+        assert_eq!(q.dense_layers, 4);
+    }
+
+    #[test]
+    fn compressed_tensors_checkpoints_name_their_format_or_are_refused() {
+        let ct = |bits: u32, kind: &str| {
+            llama_with(&format!(
+                r#","quantization_config":{{"quant_method":"compressed-tensors","config_groups":{{"group_0":{{"weights":{{"num_bits":{bits},"type":"{kind}"}}}}}}}}"#
+            ))
+        };
+        assert_eq!(from_hf_config(&ct(4, "int"), "c.json").expect("int4").checkpoint, Some(Dtype::Int4));
+        assert_eq!(from_hf_config(&ct(8, "float"), "c.json").expect("fp8").checkpoint, Some(Dtype::Fp8));
+        let e = from_hf_config(&ct(2, "int"), "c.json").expect_err("2-bit");
+        assert!(e.to_string().contains("quantization_config.config_groups") && e.to_string().contains("2-bit \"int\" weights"), "{e}");
     }
 }

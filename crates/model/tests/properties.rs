@@ -1,5 +1,7 @@
-//! Property tests: more bandwidth is never slower; throughput does not fall with concurrency before
-//! saturation; memory grows with context.
+//! Property tests: more bandwidth is never slower (on PCIe and on each GPU's own NVLink or xGMI
+//! link); throughput does not fall with concurrency before saturation; memory grows with context.
+//! The models include the sliding-window (gpt-oss) and hybrid linear-attention (Qwen3-Next,
+//! Qwen3.5) ones.
 
 use proptest::prelude::*;
 use servetune_model::hw::{gpu, link};
@@ -30,6 +32,13 @@ fn model() -> impl Strategy<Value = (&'static str, Dtype, &'static str, u32)> {
         Just(("qwen3-30b-a3b", Dtype::Bf16, "l40s", 2)),
         Just(("mixtral-8x7b", Dtype::Fp8, "h100-sxm", 2)),
         Just(("gpt-oss-120b", Dtype::Mxfp4, "b200", 1)),
+        Just(("gpt-oss-20b", Dtype::Mxfp4, "rtx-5090", 1)),
+        Just(("kimi-k2", Dtype::Fp8, "b300", 8)),
+        Just(("minimax-m2", Dtype::Fp8, "mi300x", 4)),
+        Just(("glm-4.6", Dtype::Fp8, "h200", 8)),
+        Just(("glm-4.5", Dtype::Bf16, "gb200", 8)),
+        Just(("qwen3-next-80b-a3b", Dtype::Bf16, "h100-sxm", 4)),
+        Just(("qwen3.5-397b-a17b", Dtype::Fp8, "mi355x", 4)),
     ]
 }
 
@@ -52,6 +61,24 @@ proptest! {
         faster.link.beta_gbs *= link_scale;
         let better = faster.point(c).output_tokens_per_s;
         prop_assert!(better >= base * (1.0 - 1e-9), "{m}: {base} -> {better}");
+    }
+
+    /// The same on each GPU's own link (NVLink of its generation, AMD's xGMI mesh, PCIe P2P).
+    #[test]
+    fn more_bandwidth_is_never_slower_on_the_gpus_own_link(
+        (m, q, g, tp) in model(),
+        c in 1u32..512,
+        mem_scale in 1.0f64..4.0,
+        link_scale in 1.0f64..10.0,
+    ) {
+        let own = servetune_model::hw::default_link(&gpu(g).expect("gpu")).to_string();
+        let s = scen(m, q, g, &own, tp, 1024, 512);
+        let base = s.point(c).output_tokens_per_s;
+        let mut faster = s.clone();
+        faster.gpu.mem_bw_gbs *= mem_scale;
+        faster.link.beta_gbs *= link_scale;
+        let better = faster.point(c).output_tokens_per_s;
+        prop_assert!(better.is_finite() && better >= base * (1.0 - 1e-9), "{m} on {own}: {base} -> {better}");
     }
 
     #[test]
