@@ -361,6 +361,7 @@ fn a_single_node_plan_is_unchanged_by_node_flags() {
     let (code, json, err) = plan(&args);
     assert_eq!(code, 0, "{err}");
     assert!(json.contains("\"scenario\"") && !json.contains("\"cluster\"") && !json.contains("\"across\""), "{json}");
+}
 
 #[test]
 fn architectures_plan_cannot_model_are_refused_with_the_field_and_value() {
