@@ -6,78 +6,10 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::api::Api;
-pub use servetune_stats::{parse_duration, parse_slos, InputError, Slo, SloMetric};
+pub use servetune_stats::{parse_duration, parse_slos, InputError, LengthDist, Slo, SloMetric};
 
 fn bad(msg: impl Into<String>) -> InputError {
     InputError(msg.into())
-}
-
-/// How a request's length (input or output tokens) is drawn.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum LengthDist {
-    /// Always `len`.
-    Fixed {
-        /// Tokens.
-        len: u32,
-    },
-    /// Uniform over `lo..=hi`.
-    Uniform {
-        /// Shortest, tokens.
-        lo: u32,
-        /// Longest, tokens.
-        hi: u32,
-    },
-    /// Normal, rounded and at least 1.
-    Normal {
-        /// Mean, tokens.
-        mean: f64,
-        /// Standard deviation, tokens.
-        std: f64,
-    },
-}
-
-impl LengthDist {
-    /// Parses `128`, `fixed:128`, `uniform:64..256`, `normal:128,32` (mean, standard deviation).
-    pub fn parse(flag: &str, s: &str) -> Result<Self, InputError> {
-        let hint = "write N, uniform:LO..HI or normal:MEAN,STD (token counts >= 1)";
-        let err = || bad(format!("{flag} {s:?} is not a length: {hint}"));
-        let t = s.trim();
-        let d = if let Some(r) = t.strip_prefix("uniform:") {
-            let (lo, hi) = r.split_once("..").ok_or_else(err)?;
-            let lo: u32 = lo.trim().parse().map_err(|_| err())?;
-            let hi: u32 = hi.trim().parse().map_err(|_| err())?;
-            if lo == 0 || hi < lo {
-                return Err(bad(format!("{flag} {s:?}: need 1 <= LO <= HI")));
-            }
-            LengthDist::Uniform { lo, hi }
-        } else if let Some(r) = t.strip_prefix("normal:") {
-            let (m, sd) = r.split_once(',').ok_or_else(err)?;
-            let mean: f64 = m.trim().parse().map_err(|_| err())?;
-            let std: f64 = sd.trim().parse().map_err(|_| err())?;
-            if !(mean >= 1.0 && std >= 0.0 && mean.is_finite() && std.is_finite()) {
-                return Err(bad(format!("{flag} {s:?}: need MEAN >= 1 and STD >= 0")));
-            }
-            LengthDist::Normal { mean, std }
-        } else {
-            let n = t.strip_prefix("fixed:").unwrap_or(t);
-            let len: u32 = n.trim().parse().map_err(|_| err())?;
-            if len == 0 {
-                return Err(bad(format!("{flag} 0: a request needs at least 1 token")));
-            }
-            LengthDist::Fixed { len }
-        };
-        Ok(d)
-    }
-
-    /// The mean length.
-    pub fn mean(&self) -> f64 {
-        match *self {
-            LengthDist::Fixed { len } => len as f64,
-            LengthDist::Uniform { lo, hi } => (lo as f64 + hi as f64) / 2.0,
-            LengthDist::Normal { mean, .. } => mean,
-        }
-    }
 }
 
 /// Inter-arrival distribution of an open loop.

@@ -7,9 +7,10 @@ use std::path::{Path, PathBuf};
 use clap::builder::PossibleValuesParser;
 use clap::{Args, ValueEnum};
 use servetune_model::inputs::{BenchInput, FabricInput};
-use servetune_model::predict::Overlap;
+use servetune_model::predict::{Engine, Overlap};
 use servetune_model::quant::{Dtype, KvDtype};
 use servetune_model::request::{LinkSource, QuantSpec};
+use servetune_model::workload::{LengthDist, Workload};
 use servetune_model::{hw, report, spec, validate, ModelError, ModelSource, PlanRequest, ScenarioSpec, WhatIf};
 
 use crate::Failure;
@@ -188,12 +189,15 @@ pub struct PlanArgs {
     /// Concurrencies to predict, comma-separated
     #[arg(long, value_delimiter = ',', default_value = "1,8,32,64,128,256")]
     pub concurrency: Vec<u32>,
-    /// Prompt tokens per request
-    #[arg(long, default_value_t = 1024)]
-    pub input_len: u32,
-    /// Output tokens per request
-    #[arg(long, default_value_t = 1024)]
-    pub output_len: u32,
+    /// Prompt tokens per request: N, uniform:LO..HI, or normal:MEAN,STD (as `servetune bench`; the steady state uses the mean)
+    #[arg(long, default_value = "1024", value_name = "LEN")]
+    pub input_len: String,
+    /// Output tokens per request: N, uniform:LO..HI, or normal:MEAN,STD (as `servetune bench`; the steady state uses the mean)
+    #[arg(long, default_value = "1024", value_name = "LEN")]
+    pub output_len: String,
+    /// Requests of the benchmark run the client-measured figures are for (default: 10 x concurrency, InferenceX's convention)
+    #[arg(long, value_name = "N")]
+    pub requests: Option<u64>,
     /// The server's running-request limit (sglang --max-running-requests)
     #[arg(long, value_name = "N")]
     pub max_running: Option<u32>,
@@ -284,8 +288,8 @@ pub fn scenario_spec(a: &PlanArgs) -> Result<ScenarioSpec, Failure> {
         pp: a.pp,
         ep: a.ep,
         dp_attention: a.dp_attention,
-        input_len: a.input_len,
-        output_len: a.output_len,
+        input_len: mean_len(&lengths(a)?.0),
+        output_len: mean_len(&lengths(a)?.1),
         max_running: a.max_running,
         cuda_graphs: matches!(a.cuda_graphs, OnOff::On),
         overlap: a.overlap.into(),
@@ -309,6 +313,18 @@ fn gpu_count(a: &PlanArgs) -> Result<u32, Failure> {
     }
 }
 
+/// `--input-len` and `--output-len`, parsed as `servetune bench` parses them.
+fn lengths(a: &PlanArgs) -> Result<(LengthDist, LengthDist), Failure> {
+    let input = LengthDist::parse("--input-len", &a.input_len).map_err(|e| Failure::usage(e.0))?;
+    let output = LengthDist::parse("--output-len", &a.output_len).map_err(|e| Failure::usage(e.0))?;
+    Ok((input, output))
+}
+
+/// A distribution's mean as a whole token count (at least 1).
+fn mean_len(d: &LengthDist) -> u32 {
+    d.mean().round().clamp(1.0, u32::MAX as f64) as u32
+}
+
 /// The whole request the flags describe.
 pub fn request(a: &PlanArgs) -> Result<PlanRequest, Failure> {
     let slos = match &a.slo {
@@ -330,6 +346,10 @@ pub fn request(a: &PlanArgs) -> Result<PlanRequest, Failure> {
         top: a.top,
         what_ifs: a.vs.clone(),
         calibration,
+        workload: {
+            let (input, output) = lengths(a)?;
+            Workload { requests: a.requests, input, output, seed: 0 }
+        },
     })
 }
 
@@ -349,7 +369,7 @@ fn is_stdout(p: &Option<PathBuf>) -> bool {
 }
 
 fn run_validate(a: &PlanArgs) -> Result<(), Failure> {
-    let v = validate::run().map_err(input)?;
+    let v = validate::run_with_bench(&Engine::default(), Some(&servetune_sim::from_plan::PlanBench)).map_err(input)?;
     let table = validate::markdown(&v);
     if is_stdout(&a.json) {
         crate::tell!("{table}");
@@ -370,7 +390,8 @@ pub fn run(a: PlanArgs) -> Result<(), Failure> {
     if is_stdout(&a.json) && is_stdout(&a.markdown) {
         return Err(Failure::usage("--json - and --markdown - both ask for stdout: write one of them to a file"));
     }
-    let r = servetune_model::build_report(&request(&a)?).map_err(input)?;
+    // The client-measured figures: the simulator's engine runs the workload in virtual time.
+    let r = servetune_model::build_report_with(&request(&a)?, Some(&servetune_sim::from_plan::PlanBench)).map_err(input)?;
     // With a document on stdout, the text report goes to stderr so stdout stays machine-readable.
     let _ = if is_stdout(&a.json) || is_stdout(&a.markdown) {
         report::write_terminal(&r, a.explain, std::io::stderr().lock())

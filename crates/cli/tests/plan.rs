@@ -389,4 +389,54 @@ fn hybrid_and_amd_catalog_entries_plan_on_their_own_links() {
     let (code, out, err) = plan(&["--model", "kimi-k2", "--gpu", "b300", "--gpus", "8", "--concurrency", "1"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("kimi-k2 (1026B total") && out.contains("link nvlink5"), "{out}");
+
+#[test]
+fn the_headline_is_what_a_benchmark_client_measures_with_its_workload_in_the_json() {
+    let mut args = REF.to_vec();
+    args.extend_from_slice(&[
+        "--concurrency",
+        "8,128",
+        "--max-running",
+        "64",
+        "--requests",
+        "256",
+        "--input-len",
+        "uniform:512..1024",
+        "--output-len",
+        "normal:256,32",
+        "--json",
+        "-",
+    ]);
+    let (code, out, err) = plan(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("what a benchmark client measures (closed loop, 256 requests, input uniform:512..1024, output normal:256,32"),
+        "{err}"
+    );
+    assert!(err.contains("requests wait"), "c=128 above the cap of 64 queues, and --explain says how much: {err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(v["workload"]["requests"], 256);
+    assert_eq!(v["workload"]["input"]["kind"], "uniform");
+    // The steady state runs at the distributions' means.
+    assert_eq!(v["scenario"]["input_len"], 768);
+    assert_eq!(v["scenario"]["output_len"], 256);
+    for p in v["points"].as_array().expect("points") {
+        let c = &p["client"];
+        assert_eq!(c["requests"], 256, "{c}");
+        let (p50, p99) = (c["ttft_ms"]["p50"].as_f64().expect("p50"), c["ttft_ms"]["p99"].as_f64().expect("p99"));
+        assert!(p50 > 0.0 && p99 >= p50, "{c}");
+        assert!(c["peak_running"].as_u64().expect("peak") <= 64, "{c}");
+        assert!(c["output_tokens_per_s"].as_f64().expect("rate") > 0.0, "{c}");
+    }
+    let q = v["points"][1]["client"]["effects"]["queueing"].as_f64().expect("queueing");
+    assert!(q > 0.3, "half the requests at c=128 wait for one of 64 slots: {q}");
+}
+
+#[test]
+fn bad_workload_flags_name_the_flag() {
+    let base = ["--model", "glm-5", "--gpu", "rtx-pro-6000-se"];
+    let with = |extra: &[&'static str]| base.iter().copied().chain(extra.iter().copied()).collect::<Vec<_>>();
+    usage_error(&with(&["--input-len", "uniform:9..3"]), "--input-len");
+    usage_error(&with(&["--output-len", "lots"]), "--output-len \"lots\" is not a length");
+    usage_error(&with(&["--requests", "0"]), "--requests 0");
 }

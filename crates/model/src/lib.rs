@@ -12,6 +12,8 @@
 //! - [`inputs`]: the bench and fabric JSON documents `plan` reads;
 //! - [`request`]: what `plan` is asked ([`request::PlanRequest`]) and [`request::build_report`];
 //! - [`validate`]: predictions against public measurements;
+//! - [`workload`]: a benchmark's workload and what its client measures, through the
+//!   [`workload::VirtualBench`] seam the simulator implements;
 //! - [`report`]: the `servetune.plan/1.2` document and its renderings.
 //!
 //! No I/O beyond parsing text the caller read (a config.json, a bench or fabric JSON).
@@ -29,8 +31,9 @@ pub mod report;
 pub mod request;
 pub mod spec;
 pub mod validate;
+pub mod workload;
 
-pub use request::{build_report, ModelSource, PlanRequest, ScenarioSpec, WhatIf};
+pub use request::{build_report, build_report_with, ModelSource, PlanRequest, ScenarioSpec, WhatIf};
 
 /// Errors: bad input (exit 2) or a plan that does not fit (exit 2, with the numbers).
 #[derive(Debug, thiserror::Error)]

@@ -312,6 +312,10 @@ pub struct Point {
     pub detail: StepDetail,
     /// The dominant term.
     pub bottleneck: Bottleneck,
+    /// What a benchmark client would measure at this concurrency (the workload run in virtual time
+    /// through [`crate::workload::VirtualBench`]); `None` when no virtual run was asked. The fields
+    /// above are the steady state (every request running, prefill amortized).
+    pub client: Option<crate::workload::ClientRun>,
 }
 
 impl Scenario {
@@ -827,6 +831,7 @@ impl Scenario {
             step_ms,
             detail,
             bottleneck: self.bottleneck(&step_ms, &detail),
+            client: None,
         }
     }
 

@@ -12,6 +12,7 @@ use crate::predict::{Bottleneck, Memory, Overlap, Point, Scenario};
 use crate::quant::Dtype;
 use crate::rank::{ConcurrencyRange, Fix, Ranked};
 use crate::spec::ParamCounts;
+use crate::workload::Workload;
 
 /// Why throughput stops growing.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -111,6 +112,8 @@ pub struct PlanReport {
     pub slos: Vec<Slo>,
     /// The concurrencies ranking considered.
     pub concurrency_range: ConcurrencyRange,
+    /// The benchmark workload of the points' client-measured figures (`None` when none was run).
+    pub workload: Option<Workload>,
 }
 
 /// The document's schema and version.
@@ -279,13 +282,86 @@ fn point_rows(points: &[Point]) -> (Vec<&'static str>, Vec<Vec<String>>) {
     (h, rows)
 }
 
-/// An ASCII bar per concurrency, scaled to the largest throughput.
+/// The headline output rate of a point: what a benchmark client measures when a virtual run was
+/// made, else the steady state.
+pub fn headline_rate(p: &Point) -> f64 {
+    p.client.map_or(p.output_tokens_per_s, |c| c.output_tokens_per_s)
+}
+
+/// An ASCII bar per concurrency, scaled to the largest throughput (the headline rate).
 pub fn ascii_curve(points: &[Point]) -> String {
-    let max = points.iter().map(|p| p.output_tokens_per_s).fold(0.0, f64::max).max(1e-9);
+    let max = points.iter().map(headline_rate).fold(0.0, f64::max).max(1e-9);
     let mut s = String::new();
     for p in points {
-        let n = (p.output_tokens_per_s / max * 50.0).round() as usize;
-        s += &format!("c={:<5} {:<50} {:.0} tok/s\n", p.concurrency, "#".repeat(n), p.output_tokens_per_s);
+        let r = headline_rate(p);
+        let n = (r / max * 50.0).round() as usize;
+        s += &format!("c={:<5} {:<50} {:.0} tok/s\n", p.concurrency, "#".repeat(n), r);
+    }
+    s
+}
+
+fn client_rows(points: &[Point]) -> (Vec<&'static str>, Vec<Vec<String>>) {
+    let h =
+        vec!["conc", "requests", "bench tok/s", "steady tok/s", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "TPOT p99 ms", "peak running"];
+    let rows = points
+        .iter()
+        .filter_map(|p| p.client.map(|c| (p, c)))
+        .map(|(p, c)| {
+            vec![
+                p.concurrency.to_string(),
+                c.requests.to_string(),
+                format!("{:.0}", c.output_tokens_per_s),
+                format!("{:.0}", p.output_tokens_per_s),
+                format!("{:.0}", c.ttft_ms.p50),
+                format!("{:.0}", c.ttft_ms.p99),
+                format!("{:.1}", c.tpot_ms.p50),
+                format!("{:.1}", c.tpot_ms.p99),
+                c.peak_running.to_string(),
+            ]
+        })
+        .collect();
+    (h, rows)
+}
+
+/// The share of each effect at a point, in words: the step's terms (weights, KV, compute,
+/// communication, overhead, prefill) and, with a virtual run, how the client's figure falls from
+/// the steady decode rate (prefill, ramp/tail) and how long requests queue.
+pub fn effects_words(p: &Point) -> String {
+    let st = &p.step_ms;
+    let t = st.total.max(1e-12);
+    let hidden = |v: f64, shown: bool| if shown { format!("{:.0}%", v / t * 100.0) } else { format!("{:.0}% (hidden)", v / t * 100.0) };
+    let mem_bound = st.weights + st.kv >= st.compute;
+    let mut s = format!(
+        "steady step {:.1} ms: weights {}, KV {}, compute {}, communication {}, overhead {}, prefill {}",
+        st.total,
+        hidden(st.weights, mem_bound),
+        hidden(st.kv, mem_bound),
+        hidden(st.compute, !mem_bound),
+        format_args!("{:.0}%", st.communication / t * 100.0),
+        format_args!("{:.0}%", st.overhead / t * 100.0),
+        format_args!("{:.0}%", st.prefill / t * 100.0)
+    );
+    if let Some(c) = &p.client {
+        let e = &c.effects;
+        // A share that rounds to zero reads "0%", never "-0%".
+        let pct = |x: f64| format!("{:.0}%", if x.abs() < 0.005 { 0.0 } else { x * 100.0 });
+        s += &format!(
+            "; client {:.0} tok/s of a steady decode {:.0} tok/s at batch {}: the run's time is {} decode at the full batch, {} prefill, {} ramp-up/tail and partial batches",
+            c.output_tokens_per_s,
+            c.steady_decode_tokens_per_s,
+            c.full_batch,
+            pct(e.steady_decode),
+            pct(e.prefill),
+            pct(e.ramp_tail)
+        );
+        if e.queueing > 0.005 {
+            s += &format!(
+                "; requests wait {:.0}% of their latency for admission ({} of {} run at once)",
+                e.queueing * 100.0,
+                c.full_batch,
+                p.concurrency
+            );
+        }
     }
     s
 }
@@ -394,14 +470,33 @@ fn write_points(r: &PlanReport, explain: bool, w: &mut impl Write) -> io::Result
     let (h, rows) = point_rows(&r.points);
     write!(w, "{}", table(&h, &rows))?;
     writeln!(w, "conc: requests offered; running: requests the KV cache and running limit admit (the rest queue)")?;
-    writeln!(w, "\noutput tok/s over concurrency")?;
+    write_client(r, w)?;
+    writeln!(w, "\noutput tok/s over concurrency{}", if r.workload.is_some() { " (what the benchmark client measures)" } else { "" })?;
     write!(w, "{}", ascii_curve(&r.points))?;
     writeln!(w, "\nbottleneck:")?;
     let shown: Vec<&Point> = if explain { r.points.iter().collect() } else { r.points.last().into_iter().collect() };
     for p in shown {
         writeln!(w, "  {}", point_words(p))?;
+        if explain {
+            writeln!(w, "    {}", effects_words(p))?;
+        }
     }
     Ok(())
+}
+
+fn write_client(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
+    let Some(wl) = &r.workload else { return Ok(()) };
+    let count =
+        wl.requests.map_or_else(|| format!("{} x concurrency", crate::workload::DEFAULT_REQUESTS_PER_CONCURRENCY), |n| n.to_string());
+    writeln!(
+        w,
+        "\nwhat a benchmark client measures (closed loop, {count} requests, input {}, output {}; the engine run in virtual time):",
+        wl.input.label(),
+        wl.output.label()
+    )?;
+    let (h, rows) = client_rows(&r.points);
+    write!(w, "{}", table(&h, &rows))?;
+    writeln!(w, "bench tok/s: output tokens over the whole run (prefill, queueing, ramp-up and tail included); steady tok/s: every request running, prefill amortized")
 }
 
 fn write_fixes(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
@@ -544,8 +639,20 @@ pub fn write_markdown(r: &PlanReport, mut w: impl Write) -> io::Result<()> {
             writeln!(w, "| {} |", row.join(" | "))?;
         }
         writeln!(w)?;
+        if r.workload.is_some() {
+            let (h, rows) = client_rows(&r.points);
+            writeln!(w, "What a benchmark client measures:\n\n| {} |\n|{}", h.join(" | "), "---|".repeat(h.len()))?;
+            for row in rows {
+                writeln!(w, "| {} |", row.join(" | "))?;
+            }
+            writeln!(w)?;
+        }
         for p in &r.points {
-            writeln!(w, "- {}", point_words(p))?;
+            if r.workload.is_some() {
+                writeln!(w, "- {}; {}", point_words(p), effects_words(p))?;
+            } else {
+                writeln!(w, "- {}", point_words(p))?;
+            }
         }
     }
     if let Some(sat) = &r.saturation {

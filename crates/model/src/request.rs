@@ -11,6 +11,7 @@ use crate::quant::{Dtype, KvDtype, Quant};
 use crate::rank::{self, ConcurrencyRange};
 use crate::report::{self, FitSuggestion, GpuSuggestion, PlanReport, Versus};
 use crate::spec::{self, ModelSpec};
+use crate::workload::{VirtualBench, Workload};
 use crate::ModelError;
 
 /// Where the model comes from.
@@ -515,27 +516,38 @@ pub struct PlanRequest {
     pub what_ifs: Vec<WhatIf>,
     /// Measured points to fit the engine to (empty: no calibration).
     pub calibration: Vec<Measured>,
+    /// The benchmark workload the client-measured figures are for (run through a
+    /// [`VirtualBench`] by [`build_report_with`]); its means should be the scenario's lengths.
+    pub workload: Workload,
 }
 
 impl PlanRequest {
     /// `scenario` at the default concurrencies (1, 8, 32, 64, 128, 256), nothing else asked.
     pub fn new(scenario: ScenarioSpec) -> Self {
         Self {
-            scenario,
             concurrency: vec![1, 8, 32, 64, 128, 256],
             slos: Vec::new(),
             rank: false,
             top: 5,
             what_ifs: Vec::new(),
             calibration: Vec::new(),
+            workload: Workload::fixed(scenario.input_len, scenario.output_len),
+            scenario,
         }
     }
 }
 
 /// Runs a plan: resolves the scenario, calibrates, predicts every concurrency, finds saturation,
 /// ranks plans and fixes, compares what-ifs. A plan that does not fit is a report with `fits:
-/// false` and the smallest change that fits, not an error.
+/// false` and the smallest change that fits, not an error. The steady state only (no
+/// client-measured figures): [`build_report_with`] adds them.
 pub fn build_report(req: &PlanRequest) -> Result<PlanReport, ModelError> {
+    build_report_with(req, None)
+}
+
+/// [`build_report`], and with `bench` each point also carries what a client running the request's
+/// workload would measure ([`crate::predict::Point::client`]).
+pub fn build_report_with(req: &PlanRequest, bench: Option<&dyn VirtualBench>) -> Result<PlanReport, ModelError> {
     if req.concurrency.is_empty() || req.concurrency.contains(&0) {
         return Err(ModelError::Input("--concurrency: give one or more concurrencies, each 1 or more".into()));
     }
@@ -551,7 +563,15 @@ pub fn build_report(req: &PlanRequest) -> Result<PlanReport, ModelError> {
     let fit_error = s.check_fit().err().map(|e| e.to_string());
     let fits = fit_error.is_none();
     let fit_suggestion = if fits { None } else { Some(suggest_fit(&s, &req.scenario.published_formats(&s.model))) };
-    let points: Vec<_> = if fits { req.concurrency.iter().map(|&c| s.point(c)).collect() } else { Vec::new() };
+    if let Some(n) = req.workload.requests.filter(|n| *n == 0) {
+        return Err(ModelError::Input(format!("--requests {n}: a run needs at least 1 request")));
+    }
+    let mut points: Vec<_> = if fits { req.concurrency.iter().map(|&c| s.point(c)).collect() } else { Vec::new() };
+    if let Some(b) = bench {
+        for p in &mut points {
+            p.client = Some(b.run(&s, &req.workload, p.concurrency));
+        }
+    }
     let ranked_plans = if req.rank { rank::rank(&s, &req.slos, range).into_iter().take(req.top).collect() } else { Vec::new() };
     let fixes = if req.rank && fits { rank::fixes(&s, &req.slos, range) } else { Vec::new() };
     let mut vs = Vec::new();
@@ -577,6 +597,7 @@ pub fn build_report(req: &PlanRequest) -> Result<PlanReport, ModelError> {
         fixes,
         vs,
         calibration,
+        workload: bench.map(|_| req.workload),
         slos: req.slos.clone(),
         concurrency_range: range,
         scenario: s,

@@ -207,6 +207,11 @@ impl Engine {
         self.waiting.retain(|q| q.r.id != id);
     }
 
+    /// The ids of the running requests (admitted, holding KV), oldest first.
+    pub fn running_ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.running.iter().map(|q| q.r.id)
+    }
+
     /// Nothing running and nothing waiting.
     pub fn is_idle(&self) -> bool {
         self.running.is_empty() && self.waiting.is_empty()

@@ -1,12 +1,17 @@
 //! `servetune sim --from-plan`: the performance model's prediction as the simulator's step cost,
 //! so a simulated deployment behaves as `servetune plan` predicts. One engine is one replica of the
-//! plan (its TP x PP GPUs).
+//! plan (its TP x PP GPUs). [`PlanBench`] runs the same engine and cost in virtual time for
+//! `servetune plan`'s client-measured figures.
 
 use std::time::Duration;
 
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use servetune_model::predict::Scenario;
+use servetune_model::workload::{ClientEffects, ClientRun, Latency, LengthDist, VirtualBench, Workload};
 
 use crate::cost::{ParametricCost, Profile, StepBatch, StepCost};
+use crate::vtime::{run_closed, Lengths, Memo, Trace};
 
 /// Step cost from the model: decode at the batch and mean context, plus the prefill chunk.
 #[derive(Debug, Clone)]
@@ -24,10 +29,13 @@ impl StepCost for PlanCost {
             ms += s.decode_step_ms(b.decode_batch as f64, ctx);
         }
         if b.prefill_tokens > 0 {
-            // A prefill-only step streams the weights itself; mixed into decode it rides along.
-            // The chunk's prompts are not known one by one: the chunk is taken as one prompt.
-            ms += s.prefill_ms(b.prefill_tokens as f64, b.prefill_tokens as f64, b.decode_batch == 0);
-            if b.decode_batch == 0 {
+            // Without mixed prefill (sglang's default) prompt chunks run as a pass of their own, which
+            // streams the weights and pays the step overhead itself; mixed into decode (vLLM V1,
+            // --enable-mixed-chunk) they ride along. The chunk's prompts are not known one by one:
+            // each is taken to be the scenario's prompt length for its attention span.
+            let separate = separate_prefill(s, b);
+            ms += s.prefill_ms(b.prefill_tokens as f64, s.input_len.max(1) as f64, separate);
+            if separate {
                 ms += s.engine.step_overhead_ms;
             }
         }
@@ -37,6 +45,12 @@ impl StepCost for PlanCost {
     fn split(&self, b: &StepBatch) -> crate::profile::Split {
         crate::profile::plan_split(&self.scenario, b, self.step(b))
     }
+}
+
+/// Whether a step's prefill tokens run as a pass of their own: always in a prefill-only step, and
+/// beside decode unless the engine mixes prompt chunks into decode steps.
+pub fn separate_prefill(s: &Scenario, b: &StepBatch) -> bool {
+    b.decode_batch == 0 || !s.engine.mixed_prefill
 }
 
 /// The engine limits of the predicted deployment; the parametric terms are a two-point summary of
@@ -69,5 +83,78 @@ pub fn profile(s: &Scenario) -> Profile {
             per_context_token_us: 0.0,
         },
         moe_efficiency: s.model.moe.as_ref().map(|_| s.engine.moe_efficiency),
+    }
+}
+
+/// The model's deployment run as a benchmark client sees it: [`VirtualBench`] by the simulator's
+/// engine in virtual time ([`crate::vtime::run_closed`]) with [`PlanCost`] as the step cost and
+/// [`profile`]'s limits (running cap, KV pages, chunked prefill). One engine is one replica; the
+/// workload is split evenly over the plan's replicas.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PlanBench;
+
+/// The workload's requests for one replica: lengths drawn with the workload's seed.
+pub fn draw_lengths(w: &Workload, n: u64) -> Vec<Lengths> {
+    let mut rng = StdRng::seed_from_u64(w.seed);
+    let mut one = |d: &LengthDist| {
+        let u: f64 = rng.gen();
+        // Box-Muller: a standard normal from two uniforms.
+        let (u1, u2): (f64, f64) = (rng.gen_range(f64::MIN_POSITIVE..1.0), rng.gen());
+        let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+        d.draw(u, z)
+    };
+    (0..n).map(|_| Lengths { input: one(&w.input), output: one(&w.output) }).collect()
+}
+
+impl VirtualBench for PlanBench {
+    fn run(&self, s: &Scenario, w: &Workload, concurrency: u32) -> ClientRun {
+        let dp = s.plan.dp().max(1);
+        let c = concurrency.max(1).div_ceil(dp);
+        let n = w.requests_at(concurrency).div_ceil(dp as u64).max(1);
+        let reqs = draw_lengths(w, n);
+        let prof = profile(s);
+        let cost = PlanCost { scenario: s.clone() };
+        let tr = run_closed(&prof, &Memo::new(&cost), &reqs, c);
+        summarize(&tr, &prof, &cost, w, c, dp)
+    }
+}
+
+fn summarize(tr: &Trace, prof: &Profile, cost: &PlanCost, w: &Workload, c: u32, dp: u32) -> ClientRun {
+    let secs = tr.seconds.max(1e-12);
+    let full = c.min(prof.max_running_requests).min(tr.records.len().max(1) as u32).max(1);
+    let ctx = w.input.mean() + w.output.mean() / 2.0;
+    let t_full = cost.step(&StepBatch { prefill_tokens: 0, decode_batch: full, context_tokens: (full as f64 * ctx) as u64 }).as_secs_f64();
+    let ideal = tr.decode_tokens as f64 * t_full / full as f64;
+    let prefill = tr.prefill_seconds / secs;
+    let steady_decode = ideal / secs;
+    let (mut queued, mut e2e) = (0.0, 0.0);
+    let (mut ttft, mut tpot) = (Vec::with_capacity(tr.records.len()), Vec::with_capacity(tr.records.len()));
+    let mut prompt = 0u64;
+    for r in &tr.records {
+        queued += r.admitted - r.sent;
+        e2e += r.done - r.sent;
+        prompt += r.input as u64;
+        ttft.push((r.first_token - r.sent) * 1e3);
+        if r.output > 1 {
+            tpot.push((r.done - r.first_token) / (r.output - 1) as f64 * 1e3);
+        }
+    }
+    let d = dp as f64;
+    ClientRun {
+        requests: tr.records.len() as u64 * dp as u64,
+        output_tokens_per_s: tr.output_tokens as f64 / secs * d,
+        total_tokens_per_s: (tr.output_tokens + prompt) as f64 / secs * d,
+        ttft_ms: Latency::of(&ttft),
+        tpot_ms: Latency::of(&tpot),
+        seconds: tr.seconds,
+        peak_running: tr.peak_running * dp,
+        full_batch: full * dp,
+        steady_decode_tokens_per_s: full as f64 / t_full.max(1e-12) * d,
+        effects: ClientEffects {
+            steady_decode,
+            prefill,
+            ramp_tail: 1.0 - steady_decode - prefill,
+            queueing: if e2e > 0.0 { queued / e2e } else { 0.0 },
+        },
     }
 }

@@ -1,8 +1,10 @@
-//! The engine in virtual time: a closed-loop client of fixed lengths run against an [`Engine`]
-//! without sleeping, to learn in milliseconds what the real-time server will do (preset
-//! calibration, tests, and what a sweep should show).
+//! The engine in virtual time: a closed-loop client run against an [`Engine`] without sleeping,
+//! to learn in milliseconds what the real-time server will do (preset calibration, tests, what a
+//! sweep should show, and `servetune plan`'s client-measured figures). The scheduling is the
+//! engine's own ([`Engine::plan`] and [`Engine::apply`], the same calls the real-time driver
+//! makes); only the clock is simulated.
 
-use crate::cost::{Profile, StepCost};
+use crate::cost::{Profile, StepBatch, StepCost};
 use crate::engine::{Emit, Engine, EngineRequest};
 
 /// What a virtual closed-loop run measured.
@@ -18,57 +20,187 @@ pub struct VirtualRun {
     pub seconds: f64,
 }
 
-/// Runs `requests` requests of `input` prompt and `output` forced output tokens with `concurrency`
-/// always in flight.
-pub fn closed_loop(profile: &Profile, cost: &dyn StepCost, concurrency: u32, input: u32, output: u32, requests: u64) -> VirtualRun {
-    let mut e = Engine::new(profile.clone(), 0);
-    let mut t = 0.0f64;
-    let mut next_id = 0u64;
-    let mut started = std::collections::HashMap::new();
-    let mut first: std::collections::HashMap<u64, f64> = std::collections::HashMap::new();
-    let (mut done, mut tokens) = (0u64, 0u64);
-    let (mut ttft_sum, mut tpot_sum, mut n_tpot) = (0.0, 0.0, 0u64);
-    let mut submit = |e: &mut Engine, t: f64, started: &mut std::collections::HashMap<u64, f64>| {
-        let id = next_id;
-        next_id += 1;
-        let _ = e.submit(EngineRequest { id, prompt_tokens: input, max_tokens: output, min_tokens: 0, ignore_eos: true });
-        started.insert(id, t);
-    };
-    for _ in 0..concurrency.min(requests as u32) {
-        submit(&mut e, t, &mut started);
+/// One request of a virtual run: its prompt and forced output length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lengths {
+    /// Prompt tokens.
+    pub input: u32,
+    /// Output tokens (generated past EOS, as a benchmark with `ignore_eos` does).
+    pub output: u32,
+}
+
+/// One finished request's timings, seconds from the run's start.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Record {
+    /// Prompt tokens.
+    pub input: u32,
+    /// Output tokens generated.
+    pub output: u32,
+    /// Sent by the client.
+    pub sent: f64,
+    /// Admitted into the running batch (first time).
+    pub admitted: f64,
+    /// First token.
+    pub first_token: f64,
+    /// Last token.
+    pub done: f64,
+}
+
+/// Everything a closed-loop virtual run saw.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Trace {
+    /// Finished requests, in the order they finished.
+    pub records: Vec<Record>,
+    /// Requests the engine refused (larger than the whole KV cache).
+    pub refused: u64,
+    /// Virtual seconds from the first request to the last token.
+    pub seconds: f64,
+    /// Output tokens generated.
+    pub output_tokens: u64,
+    /// Output tokens produced by decode actions (not a prefill's first token).
+    pub decode_tokens: u64,
+    /// Seconds of prefill: prefill-only steps, and what prompt chunks added to decode steps.
+    pub prefill_seconds: f64,
+    /// Seconds of decode (the rest).
+    pub decode_seconds: f64,
+    /// Most requests running in one step.
+    pub peak_running: u32,
+}
+
+/// A step cost remembered per (prefill tokens, decode batch, context within 0.5%): a virtual run
+/// asks for tens of thousands of steps whose batches repeat, and the model's step is not free.
+/// The first step seen in a context bucket sets its cost, so a run stays deterministic.
+#[derive(Debug)]
+pub struct Memo<'a> {
+    inner: &'a dyn StepCost,
+    seen: std::sync::Mutex<std::collections::HashMap<(u32, u32, i64), std::time::Duration>>,
+}
+
+impl<'a> Memo<'a> {
+    /// Remembers `inner`'s steps.
+    pub fn new(inner: &'a dyn StepCost) -> Self {
+        Self { inner, seen: std::sync::Mutex::new(std::collections::HashMap::new()) }
     }
-    let mut sent = concurrency.min(requests as u32) as u64;
+}
+
+impl StepCost for Memo<'_> {
+    fn step(&self, b: &StepBatch) -> std::time::Duration {
+        let bucket = if b.context_tokens == 0 { -1 } else { ((b.context_tokens as f64).ln() * 200.0).round() as i64 };
+        let key = (b.prefill_tokens, b.decode_batch, bucket);
+        let Ok(mut seen) = self.seen.lock() else { return self.inner.step(b) };
+        *seen.entry(key).or_insert_with(|| self.inner.step(b))
+    }
+
+    fn split(&self, b: &StepBatch) -> crate::profile::Split {
+        self.inner.split(b)
+    }
+}
+
+/// What prompt chunks add to a step: the step less the same step without them (its decode
+/// requests' context only), in seconds.
+fn prefill_part(cost: &dyn StepCost, b: &StepBatch, dt: f64) -> f64 {
+    if b.prefill_tokens == 0 {
+        return 0.0;
+    }
+    if b.decode_batch == 0 {
+        return dt;
+    }
+    // The chunk's context is one more share of the step's context tokens (as PlanCost reads it).
+    let decode_ctx = b.context_tokens * b.decode_batch as u64 / (b.decode_batch as u64 + 1);
+    let decode_only = cost.step(&StepBatch { prefill_tokens: 0, decode_batch: b.decode_batch, context_tokens: decode_ctx }).as_secs_f64();
+    (dt - decode_only).clamp(0.0, dt)
+}
+
+/// Runs `requests` in order with `concurrency` in flight (closed loop: a finished or refused
+/// request is replaced by the next at once), each with its own lengths.
+pub fn run_closed(profile: &Profile, cost: &dyn StepCost, requests: &[Lengths], concurrency: u32) -> Trace {
+    let mut e = Engine::new(profile.clone(), 0);
+    let n = requests.len();
+    let (mut sent, mut admitted, mut first) = (vec![f64::NAN; n], vec![f64::NAN; n], vec![f64::NAN; n]);
+    let mut tr = Trace::default();
+    let mut next = 0usize;
+    let mut t = 0.0f64;
+    let submit = |e: &mut Engine, t: f64, next: &mut usize, sent: &mut [f64], tr: &mut Trace| {
+        while *next < n {
+            let (id, l) = (*next, requests[*next]);
+            *next += 1;
+            let r = EngineRequest {
+                id: id as u64,
+                prompt_tokens: l.input.max(1),
+                max_tokens: l.output.max(1),
+                min_tokens: 0,
+                ignore_eos: true,
+            };
+            if e.submit(r).is_ok() {
+                sent[id] = t;
+                return;
+            }
+            tr.refused += 1;
+        }
+    };
+    for _ in 0..concurrency.max(1) {
+        submit(&mut e, t, &mut next, &mut sent, &mut tr);
+    }
     let mut out = Vec::new();
     while let Some(plan) = e.plan() {
-        t += e.cost(cost, &plan).as_secs_f64();
+        let mut running = 0u32;
+        for id in e.running_ids() {
+            running += 1;
+            let a = &mut admitted[id as usize];
+            if a.is_nan() {
+                *a = t;
+            }
+        }
+        tr.peak_running = tr.peak_running.max(running);
+        let dt = e.cost(cost, &plan).as_secs_f64();
+        let pre = prefill_part(cost, &plan.batch, dt);
+        tr.prefill_seconds += pre;
+        tr.decode_seconds += dt - pre;
+        t += dt;
         e.apply(&plan, &mut out);
         for x in out.drain(..) {
             match x {
                 Emit::Token { id, index } => {
-                    tokens += 1;
+                    tr.output_tokens += 1;
                     if index == 0 {
-                        ttft_sum += t - started.get(&id).copied().unwrap_or(t);
-                        first.insert(id, t);
+                        first[id as usize] = t;
+                    } else {
+                        tr.decode_tokens += 1;
                     }
                 }
-                Emit::Done { id, completion_tokens, .. } => {
-                    done += 1;
-                    if completion_tokens > 1 {
-                        tpot_sum += (t - first.get(&id).copied().unwrap_or(t)) / (completion_tokens - 1) as f64;
-                        n_tpot += 1;
-                    }
-                    if sent < requests {
-                        submit(&mut e, t, &mut started);
-                        sent += 1;
-                    }
+                Emit::Done { id, prompt_tokens, completion_tokens, .. } => {
+                    let i = id as usize;
+                    let rec = Record {
+                        input: prompt_tokens,
+                        output: completion_tokens,
+                        sent: sent[i],
+                        admitted: admitted[i],
+                        first_token: first[i],
+                        done: t,
+                    };
+                    tr.records.push(rec);
+                    submit(&mut e, t, &mut next, &mut sent, &mut tr);
                 }
             }
         }
     }
+    tr.seconds = t;
+    tr
+}
+
+/// Runs `requests` requests of `input` prompt and `output` forced output tokens with `concurrency`
+/// always in flight.
+pub fn closed_loop(profile: &Profile, cost: &dyn StepCost, concurrency: u32, input: u32, output: u32, requests: u64) -> VirtualRun {
+    let reqs = vec![Lengths { input, output }; requests as usize];
+    let tr = run_closed(profile, cost, &reqs, concurrency.min(requests.min(u32::MAX as u64) as u32));
+    let t = tr.seconds;
+    let done = tr.records.len();
+    let ttft: f64 = tr.records.iter().map(|r| r.first_token - r.sent).sum();
+    let tpots: Vec<f64> = tr.records.iter().filter(|r| r.output > 1).map(|r| (r.done - r.first_token) / (r.output - 1) as f64).collect();
     VirtualRun {
-        output_tokens_per_s: if t > 0.0 { tokens as f64 / t } else { 0.0 },
-        tpot_ms: if n_tpot > 0 { tpot_sum / n_tpot as f64 * 1e3 } else { 0.0 },
-        ttft_ms: if done > 0 { ttft_sum / done as f64 * 1e3 } else { 0.0 },
+        output_tokens_per_s: if t > 0.0 { tr.output_tokens as f64 / t } else { 0.0 },
+        tpot_ms: if tpots.is_empty() { 0.0 } else { tpots.iter().sum::<f64>() / tpots.len() as f64 * 1e3 },
+        ttft_ms: if done > 0 { ttft / done as f64 * 1e3 } else { 0.0 },
         seconds: t,
     }
 }

@@ -9,6 +9,7 @@ use servetune_sim::{ParametricCost, Profile, SimConfig};
 mod exact;
 mod hardening;
 mod props;
+mod vbench;
 
 fn profile() -> Profile {
     Profile {

@@ -1,6 +1,7 @@
 //! The numbers that bench, plan, fabric and the campaign must agree on, defined once: the median and
 //! percentiles of a sample, the saturation rule that finds a sweep's knee, service-level objectives
-//! (`ttft:p99<2s`), and the one duration syntax every flag and SLO uses.
+//! (`ttft:p99<2s`), the one duration syntax every flag and SLO uses, and the one length-distribution
+//! syntax of `bench` and `plan` (`uniform:LO..HI`).
 //!
 //! This crate exists because those crates must not depend on each other (bench knows nothing of
 //! GPUs, the model does no I/O), yet two medians or two saturation rules that disagree would make
@@ -9,11 +10,13 @@
 #![warn(missing_docs)]
 
 mod duration;
+mod length;
 mod sample;
 mod saturation;
 mod slo;
 
 pub use duration::{parse_duration, MAX_DURATION};
+pub use length::LengthDist;
 pub use sample::{median, percentile};
 pub use saturation::{knee, LoadPoint, MIN_GAIN};
 pub use slo::{parse_slos, Slo, SloMetric};
