@@ -389,6 +389,7 @@ fn hybrid_and_amd_catalog_entries_plan_on_their_own_links() {
     let (code, out, err) = plan(&["--model", "kimi-k2", "--gpu", "b300", "--gpus", "8", "--concurrency", "1"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("kimi-k2 (1026B total") && out.contains("link nvlink5"), "{out}");
+}
 
 #[test]
 fn the_headline_is_what_a_benchmark_client_measures_with_its_workload_in_the_json() {
