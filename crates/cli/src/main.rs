@@ -84,6 +84,18 @@ impl Failure {
     }
 }
 
+/// Writes `doc` as pretty JSON to `path`, or to stdout for `-` (so `--json -` is pure JSON).
+pub fn write_json(path: &std::path::Path, doc: &impl serde::Serialize) -> Result<(), Failure> {
+    use std::io::Write;
+    let text = serde_json::to_string_pretty(doc).map_err(|e| Failure::runtime(e.to_string()))?;
+    if path.as_os_str() == "-" {
+        say!("{text}");
+        return Ok(());
+    }
+    let mut f = std::fs::File::create(path).map_err(|e| Failure::runtime(format!("cannot write {}: {e}", path.display())))?;
+    writeln!(f, "{text}").map_err(|e| Failure::runtime(format!("cannot write {}: {e}", path.display())))
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     raise_fd_limit();

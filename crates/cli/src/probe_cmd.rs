@@ -1,6 +1,5 @@
 //! `servetune probe`: the box, its GPUs and their connections, with findings and fixes.
 
-use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Args;
@@ -72,14 +71,8 @@ pub fn run(a: ProbeArgs) -> Result<(), Failure> {
             crate::tell!("warning: {w}");
         }
     }
-    if let Some(p) = &a.json {
-        let text = serde_json::to_string_pretty(&report).map_err(|e| Failure::runtime(e.to_string()))?;
-        if p.as_os_str() == "-" {
-            crate::say!("{text}");
-        } else {
-            let mut f = std::fs::File::create(p).map_err(|e| Failure::runtime(format!("cannot write {}: {e}", p.display())))?;
-            writeln!(f, "{text}").map_err(|e| Failure::runtime(format!("cannot write {}: {e}", p.display())))?;
-        }
+    match &a.json {
+        Some(p) => crate::write_json(p, &report),
+        None => Ok(()),
     }
-    Ok(())
 }

@@ -3,7 +3,6 @@
 //! into per-node findings and a table of what differs between nodes.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::time::Duration;
 
 use servetune_probe::cluster::{self, NodeReport};
@@ -67,16 +66,10 @@ pub fn run(a: &ProbeArgs) -> Result<(), Failure> {
     if !a.quiet && a.json.as_ref().is_none_or(|j| j.as_os_str() != "-") {
         let _ = cluster::write_terminal(&report, std::io::stdout().lock());
     }
-    if let Some(p) = &a.json {
-        let text = serde_json::to_string_pretty(&report).map_err(|e| Failure::runtime(e.to_string()))?;
-        if p.as_os_str() == "-" {
-            crate::say!("{text}");
-        } else {
-            let mut f = std::fs::File::create(p).map_err(|e| Failure::runtime(format!("cannot write {}: {e}", p.display())))?;
-            writeln!(f, "{text}").map_err(|e| Failure::runtime(format!("cannot write {}: {e}", p.display())))?;
-        }
+    match &a.json {
+        Some(p) => crate::write_json(p, &report),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// A directory for the nodes' files, removed when the command ends.

@@ -1,7 +1,6 @@
 //! `servetune trace`: a PyTorch profiler (Kineto) trace split by step and kernel category, and
 //! beside the performance model's prediction with `--vs-plan`.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -66,16 +65,10 @@ pub fn emit(report: &TraceReport, json: Option<&Path>) -> Result<(), Failure> {
         let mut out = std::io::stdout().lock();
         let _ = servetune_trace::render::terminal(report, &mut out);
     }
-    if let Some(p) = json {
-        let text = serde_json::to_string_pretty(report).map_err(|e| Failure::runtime(e.to_string()))?;
-        if p.as_os_str() == "-" {
-            crate::say!("{text}");
-        } else {
-            let mut f = std::fs::File::create(p).map_err(|e| Failure::runtime(format!("cannot write {}: {e}", p.display())))?;
-            writeln!(f, "{text}").map_err(|e| Failure::runtime(format!("cannot write {}: {e}", p.display())))?;
-        }
+    match json {
+        Some(p) => crate::write_json(p, report),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 fn prediction(a: &TraceArgs) -> Result<Option<Predicted>, Failure> {

@@ -164,6 +164,18 @@ pub fn worker(rank: usize, nranks: usize, device: usize, id_hex: &str, sizes: &[
     }
 }
 
+/// Each size's time as the slowest rank measured it: a collective ends when its slowest rank does.
+pub(crate) fn slowest(sizes: &[u64], outs: &[WorkerOut]) -> Vec<AllReducePoint> {
+    sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &b)| AllReducePoint {
+            bytes: b,
+            time_us: outs.iter().filter_map(|o| o.points.get(i).map(|p| p.time_us)).fold(0.0, f64::max),
+        })
+        .collect()
+}
+
 /// Counts NCCL_DEBUG=INFO transport lines ("... via P2P/IPC").
 pub fn transports(log: &str) -> Vec<TransportCount> {
     let mut m: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
@@ -232,15 +244,7 @@ impl AllReduce for NcclAllReduce {
                     .map_err(|e| FabricError::Runtime(format!("a worker printed no result ({e})")))?,
             );
         }
-        // A collective ends when its slowest rank does.
-        let points = sizes
-            .iter()
-            .enumerate()
-            .map(|(i, &b)| AllReducePoint {
-                bytes: b,
-                time_us: outs.iter().filter_map(|o| o.points.get(i).map(|p| p.time_us)).fold(0.0, f64::max),
-            })
-            .collect();
+        let points = slowest(sizes, &outs);
         Ok(AllReduceRun { ranks: ranks.len(), points, transports: transports(&log), env: env.to_vec() })
     }
 }

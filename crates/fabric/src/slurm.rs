@@ -13,7 +13,7 @@ use servetune_slurm::{Slurm, SlurmError, TaskEnv};
 
 use crate::nccl::{self, WorkerOut};
 use crate::sim::{SimAllReduce, SimFabric};
-use crate::{AllReduce, AllReducePoint, AllReduceRun, EnvSetting, FabricError};
+use crate::{AllReduce, AllReduceRun, EnvSetting, FabricError};
 
 const ID_FILE: &str = "nccl-id";
 const FAILED_FILE: &str = "nccl-id.failed";
@@ -137,14 +137,7 @@ impl AllReduce for SlurmAllReduce {
             let srun = out.stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").to_string();
             return Err(FabricError::Runtime(format!("{} of {n} ranks gave no result: {} {srun}", n - outs.len(), errors.join("; "))));
         }
-        let points = sizes
-            .iter()
-            .enumerate()
-            .map(|(i, &b)| AllReducePoint {
-                bytes: b,
-                time_us: outs.iter().filter_map(|o| o.points.get(i).map(|p| p.time_us)).fold(0.0, f64::max),
-            })
-            .collect();
+        let points = nccl::slowest(sizes, &outs);
         let mut log = String::new();
         for e in std::fs::read_dir(&self.dir).into_iter().flatten().flatten() {
             if e.file_name().to_string_lossy().starts_with("nccl-") && e.file_name().to_string_lossy().ends_with(".log") {

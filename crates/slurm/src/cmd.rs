@@ -80,8 +80,10 @@ impl Slurm {
         Ok(())
     }
 
-    /// Runs `prog args` within `limit`.
+    /// Runs `prog args` within `limit`. Both pipes are drained while it runs: `squeue --json`
+    /// prints every recent job (22.05 ignores `--jobs` for JSON), which fills a pipe nobody reads.
     fn run_for(&self, prog: &str, args: &[String], limit: Duration) -> Result<Output> {
+        use std::io::Read;
         let mut child = Command::new(prog)
             .args(args)
             .stdin(Stdio::null())
@@ -89,10 +91,21 @@ impl Slurm {
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| SlurmError::NotInstalled(format!("cannot run {prog}: {e}")))?;
+        let drain = |r: Option<Box<dyn Read + Send>>| {
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                if let Some(mut r) = r {
+                    let _ = r.read_to_end(&mut buf);
+                }
+                buf
+            })
+        };
+        let out = drain(child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>));
+        let err = drain(child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>));
         let start = Instant::now();
-        loop {
+        let status = loop {
             match child.try_wait() {
-                Ok(Some(_)) => break,
+                Ok(Some(st)) => break st,
                 Ok(None) if start.elapsed() < limit => std::thread::sleep(Duration::from_millis(20)),
                 _ => {
                     let _ = child.kill();
@@ -100,8 +113,8 @@ impl Slurm {
                     return Err(SlurmError::Command(format!("{prog} {} did not answer within {:?}", args.join(" "), limit)));
                 }
             }
-        }
-        child.wait_with_output().map_err(|e| SlurmError::Command(format!("{prog}: {e}")))
+        };
+        Ok(Output { status, stdout: out.join().unwrap_or_default(), stderr: err.join().unwrap_or_default() })
     }
 
     fn run(&self, prog: &str, args: &[String]) -> Result<Output> {
@@ -250,6 +263,16 @@ mod tests {
         assert_eq!(p("gpu:h100:8(S:0-1)").gpus_per_node(), 8);
         assert_eq!(p("(null)").gpus_per_node(), 0);
         assert_eq!(p("tmpfs:1,gpu:a100:4").gpus_per_node(), 4);
+    }
+
+    #[test]
+    fn a_command_printing_more_than_a_pipe_holds_finishes_instead_of_timing_out() {
+        // squeue --json on a busy cluster prints megabytes; an undrained pipe blocks it forever.
+        let out = Slurm { timeout: Duration::from_secs(20) }
+            .run_for("sh", &["-c".into(), "head -c 1000000 /dev/zero; echo done >&2".into()], Duration::from_secs(20))
+            .expect("finishes");
+        assert_eq!(out.stdout.len(), 1_000_000);
+        assert_eq!(String::from_utf8_lossy(&out.stderr).trim(), "done");
     }
 
     #[test]
