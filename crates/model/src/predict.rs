@@ -422,30 +422,48 @@ impl Scenario {
         (per_pool * pools) as u64
     }
 
-    /// Requests that fit at full context (input + output).
-    pub fn max_concurrency(&self) -> u32 {
-        let ctx = (self.input_len + self.output_len).max(1) as u64;
+    /// The context a running request holds on average in a closed loop: its prompt and half its
+    /// output. Both engines page the KV cache and grow each request's pages as it decodes (vLLM
+    /// allocates blocks on demand and preempts on a full cache; sglang admits against an
+    /// estimated output reservation and retracts when it runs out), so the requests at different
+    /// stages of their output share the cache, not each at its full length.
+    pub fn mean_context(&self) -> f64 {
+        self.input_len as f64 + self.output_len as f64 / 2.0
+    }
+
+    /// Requests whose KV at `ctx` tokens each fits in the cache (before any running cap).
+    fn requests_at(&self, ctx: f64) -> u64 {
         let c = self.model.layer_counts;
-        let kv = if c.sliding == 0 && c.linear == 0 {
-            self.max_kv_tokens() / ctx
+        let ctx = ctx.max(1.0);
+        if c.sliding == 0 && c.linear == 0 {
+            return (self.max_kv_tokens() as f64 / ctx) as u64;
+        }
+        // Sliding layers hold at most their window, linear layers a fixed state: count bytes per request.
+        let per_request = self.request_bytes_gpu(ctx);
+        let pools = self.plan.dp() as f64 * if self.plan.dp_attention { self.plan.tp as f64 } else { 1.0 };
+        if per_request > 0.0 {
+            (self.memory().kv_gb * 1e9 / per_request * pools) as u64
         } else {
-            // Sliding layers hold at most their window, linear layers a fixed state: count bytes per request.
-            let per_request = self.request_bytes_gpu(ctx as f64);
-            let pools = self.plan.dp() as f64 * if self.plan.dp_attention { self.plan.tp as f64 } else { 1.0 };
-            if per_request > 0.0 {
-                (self.memory().kv_gb * 1e9 / per_request * pools) as u64
-            } else {
-                0
-            }
-        };
-        let kv = kv.min(u32::MAX as u64) as u32;
+            0
+        }
+    }
+
+    /// Requests that run at once: those whose KV at the mean context ([`Self::mean_context`])
+    /// fits, under the running cap.
+    pub fn max_concurrency(&self) -> u32 {
+        let kv = self.requests_at(self.mean_context()).min(u32::MAX as u64) as u32;
         self.max_running.map_or(kv, |m| kv.min(m))
+    }
+
+    /// Whether one request at its full context (input + output) fits in the KV cache.
+    pub fn one_request_fits(&self) -> bool {
+        self.requests_at((self.input_len + self.output_len) as f64) >= 1
     }
 
     /// Refuses a plan whose weights do not fit, with the numbers.
     pub fn check_fit(&self) -> Result<(), ModelError> {
         let m = self.memory();
-        if m.weights_gb + m.workspace_gb >= m.usable_gb || self.max_concurrency() == 0 {
+        if m.weights_gb + m.workspace_gb >= m.usable_gb || !self.one_request_fits() || self.max_concurrency() == 0 {
             return Err(ModelError::DoesNotFit(format!(
                 "{} on {} x {} with {}: {:.1} GB of weights + {:.1} GB workspace per GPU, but only {:.1} GB of {:.1} GB is usable (mem fraction {:.2}); no room for the KV of one {}-token request",
                 self.model.name,
@@ -789,7 +807,7 @@ impl Scenario {
         let dp = self.plan.dp() as f64;
         let b = running as f64 / dp;
         let pp = self.plan.pp as f64;
-        let mean_ctx = self.input_len as f64 + self.output_len as f64 / 2.0;
+        let mean_ctx = self.mean_context();
         let (st, detail) = self.stage((b / pp).max(1.0 / pp), mean_ctx);
         // A token passes every stage; each stage runs pp micro-batches per step.
         let weights = st.weights * pp;
