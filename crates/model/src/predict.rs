@@ -127,11 +127,19 @@ impl Overlap {
 /// Engine behaviour the prediction assumes: every default names its source.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Engine {
-    /// Host overhead per decode step with CUDA graphs (scheduler, sampling, launch), ms. Chosen on the
-    /// FIT set of e2e.toml (the argmin of its median |error| over a grid with `moe_efficiency`;
-    /// `validate::tests` checks it is the grid minimum), never the test set. It also absorbs per-kernel latency floors
-    /// the model does not have yet (accuracy note, pattern 3).
+    /// Per-step cost outside the modelled kernels that does not grow with the model's depth, ms
+    /// (`--step-overhead-ms` sets it and drops [`Self::layer_overhead_us`], so the flag gives
+    /// the whole per-step overhead). 0 by default: the fitted floor is per layer.
     pub step_overhead_ms: f64,
+    /// Per-step cost outside the modelled kernels for each transformer layer with CUDA graphs,
+    /// us: the latency floors and gaps of a layer's small kernels (norms, rotary, routing,
+    /// activations, the collectives' launch) that a roofline of its GEMMs and attention does
+    /// not contain, plus the host's share of the step spread over the layers. A decode step
+    /// runs every layer's kernels, so the floor grows with depth (a 36-layer gpt-oss pays less
+    /// than a 78-layer GLM-5). Chosen on the FIT set of e2e.toml (the argmin of its median
+    /// |error| over a grid with `moe_efficiency`; `validate::tests` checks it is the grid
+    /// minimum), never the test set.
+    pub layer_overhead_us: f64,
     /// Decode runs as CUDA graphs (no per-kernel launch cost).
     pub cuda_graphs: bool,
     /// Without CUDA graphs: launch latency per kernel, us (CUDA launch ~4 us; an assumption).
@@ -166,13 +174,14 @@ pub struct Engine {
 impl Default for Engine {
     fn default() -> Self {
         Self {
-            step_overhead_ms: 4.75,
+            step_overhead_ms: 0.0,
+            layer_overhead_us: 74.0,
             cuda_graphs: true,
             launch_us: 4.0,
             kernels_per_layer: 14.0,
             overlap: Overlap::None,
             hbm_efficiency: 0.80,
-            moe_efficiency: 0.65,
+            moe_efficiency: 0.60,
             gemm_efficiency: 0.89,
             comm_scale: 1.0,
             ep_imbalance: 1.2,
@@ -723,11 +732,16 @@ impl Scenario {
         c.check_group(self.plan.tp * self.plan.pp, &format!("the replica (tp x pp = {} x {})", self.plan.tp, self.plan.pp))
     }
 
-    fn overhead_ms(&self) -> f64 {
-        if self.engine.cuda_graphs {
-            self.engine.step_overhead_ms
+    /// The per-step overhead outside the modelled kernels: the fixed part, each layer's floor,
+    /// and without CUDA graphs each kernel's launch, ms.
+    pub fn overhead_ms(&self) -> f64 {
+        let e = &self.engine;
+        let layers = self.model.layers as f64;
+        let floor = e.step_overhead_ms + e.layer_overhead_us * layers / 1e3;
+        if e.cuda_graphs {
+            floor
         } else {
-            self.engine.step_overhead_ms + self.engine.launch_us * self.engine.kernels_per_layer * self.model.layers as f64 / 1e3
+            floor + e.launch_us * e.kernels_per_layer * layers / 1e3
         }
     }
 

@@ -429,7 +429,7 @@ fn write_header(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
     writeln!(
         w,
         "  engine: overhead {:.1} ms/step, cuda-graphs {}, overlap {}, mixed-prefill {}, memory eff {:.2} (experts {:.2}), GEMM eff {:.2}, comm x{:.2}",
-        e.step_overhead_ms,
+        s.overhead_ms(),
         if e.cuda_graphs { "on" } else { "off" },
         e.overlap.name(),
         if e.mixed_prefill { "on" } else { "off" },
