@@ -564,7 +564,7 @@ pub fn summary(rows: &[Row], set: Set) -> SetSummary {
 /// Where the fitted constants came from (the engine defaults in `predict::Engine`).
 pub fn constants() -> Vec<ConstantOrigin> {
     let e = Engine::default();
-    let fit = "fit: every scored fit case (argmin of the fit median absolute error on a 2 us x 0.05 grid)";
+    let fit = "fit: every scored fit case (argmin of the steady-state fit median absolute error on a 2 us x 0.05 grid)";
     vec![
         ConstantOrigin { name: "layer_overhead_us (per layer per step)", value: e.layer_overhead_us, set_from: fit },
         ConstantOrigin { name: "moe_efficiency", value: e.moe_efficiency, set_from: fit },
@@ -583,6 +583,11 @@ pub fn constants() -> Vec<ConstantOrigin> {
             name: "comm::RING_SIMPLE_EFFICIENCY",
             value: crate::comm::RING_SIMPLE_EFFICIENCY,
             set_from: "comm.toml [[nccl_tests]] h100-sxm (nccl-tests issue 212: ring 370 of 450 GB/s)",
+        },
+        ConstantOrigin {
+            name: "comm::NVLS_LATENCY_US",
+            value: crate::comm::NVLS_LATENCY_US,
+            set_from: "comm.toml [nccl_tuning] hw_latency_us_nvlink_nvls_simple (NCCL 2.30.7 tuning.cc); no e2e case",
         },
         ConstantOrigin {
             name: "predict::prefill_gemm_efficiency (bf16 / fp8 / fp4)",
@@ -814,7 +819,12 @@ mod tests {
                     ..d
                 };
                 let fit = run_with(&e).expect("runs").fit.median_abs_error;
-                assert!(at_default <= fit + 1e-12, "layer overhead {} moe {}: fit {fit} < {at_default}", e.layer_overhead_us, e.moe_efficiency);
+                assert!(
+                    at_default <= fit + 1e-12,
+                    "layer overhead {} moe {}: fit {fit} < {at_default}",
+                    e.layer_overhead_us,
+                    e.moe_efficiency
+                );
             }
         }
     }
