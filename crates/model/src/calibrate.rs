@@ -51,6 +51,7 @@ fn apply(base: &Engine, mem: f64, over: f64, comm: f64) -> Engine {
         hbm_efficiency: (base.hbm_efficiency * mem).min(1.0),
         moe_efficiency: (base.moe_efficiency * mem).min(1.0),
         step_overhead_ms: over,
+        layer_overhead_us: 0.0,
         comm_scale: comm,
         ..*base
     }
@@ -68,7 +69,9 @@ pub fn fit(s: &Scenario, pts: &[Measured]) -> Option<Fit> {
         return None;
     }
     let base = s.engine;
-    let (mut mem, mut over, mut comm) = (1.0f64, base.step_overhead_ms, base.comm_scale);
+    // The fitted overhead is the whole per-step overhead with graphs (the per-layer floor folded in).
+    let graphs = Scenario { engine: Engine { cuda_graphs: true, ..base }, ..s.clone() };
+    let (mut mem, mut over, mut comm) = (1.0f64, graphs.overhead_ms(), base.comm_scale);
     let fit_comm = pts.len() >= 4;
     let mut step = [0.5f64, 2.0, 0.5];
     for _ in 0..60 {

@@ -63,6 +63,9 @@ pub enum Method {
         /// Protocol.
         protocol: Protocol,
     },
+    /// NCCL's NVLink SHARP algorithm (NVLS): the NVSwitch reduces, so the latency does not grow
+    /// with the ranks.
+    Nvls,
     /// The engine's custom all-reduce: every rank reads every peer's buffer.
     OneShot,
     /// The engine's custom all-reduce: reduce-scatter then all-gather through peer buffers.
@@ -180,7 +183,22 @@ pub fn nccl_us(link: &LinkProfile, n: u32, bytes: f64, a: Algorithm, p: Protocol
     latency + bytes / (algbw * 1e3)
 }
 
-/// NCCL's choice: the cheapest algorithm and protocol (LL128 only on NVLink, as NCCL enables it).
+/// NVLS latency, us: comm.toml `[nccl_tuning] hw_latency_us_nvlink_nvls_simple` (tuning.cc's NVLS
+/// row: base latency 0, one NVLink hardware latency of 25 us, Simple protocol only). NCCL charges it
+/// once, not per rank: the switch does the reduction.
+pub const NVLS_LATENCY_US: f64 = 25.0;
+
+/// Whether NCCL can run NVLS on `link` over `n` GPUs: NVLink SHARP is in the third- and
+/// fourth-generation NVSwitch of the NVLink4 and NVLink5 systems (HGX H100/H200/B200/B300,
+/// GB200 NVL72), so an NVLink of at least NVLink4's 450 GB/s per direction; the NVLink3 (A100)
+/// switch has none. NVLS bandwidth is taken as the ring's (comm.toml's `nvls_efficiency` is not
+/// modelled): only its latency is credited.
+pub fn nvls_capable(link: &LinkProfile, n: u32) -> bool {
+    link.kind == LinkKind::Nvlink && link.beta_gbs >= 450.0 && n >= 2
+}
+
+/// NCCL's choice: the cheapest algorithm and protocol (LL128 only on NVLink, as NCCL enables it;
+/// NVLS where [`nvls_capable`]).
 pub fn nccl(link: &LinkProfile, n: u32, bytes: f64) -> AllReduce {
     let mut best = AllReduce { us: f64::INFINITY, method: Method::Nccl { algorithm: Algorithm::Ring, protocol: Protocol::Ll } };
     for a in [Algorithm::Ring, Algorithm::Tree] {
@@ -192,6 +210,14 @@ pub fn nccl(link: &LinkProfile, n: u32, bytes: f64) -> AllReduce {
             if us < best.us {
                 best = AllReduce { us, method: Method::Nccl { algorithm: a, protocol: p } };
             }
+        }
+    }
+    if nvls_capable(link, n) {
+        let steps = 2.0 * (n as f64 - 1.0);
+        let algbw = bus_gbs(link, n, Protocol::Simple) * n as f64 / steps;
+        let us = NVLS_LATENCY_US + bytes / (algbw * 1e3);
+        if us < best.us {
+            best = AllReduce { us, method: Method::Nvls };
         }
     }
     best
@@ -377,6 +403,23 @@ mod tests {
         assert!((37.6 * 0.85..=41.1 * 1.15).contains(&pcie), "pcie busbw {pcie:.1}");
     }
 
+    /// Past the engines' custom all-reduce (world sizes above 8), a small NCCL all-reduce on an
+    /// NVLink4/5 switch runs NVLS at a latency that does not grow with the ranks; NVLink3 (no
+    /// NVLink SHARP) keeps the ring or tree, whose latency grows with 2(n-1) steps.
+    #[test]
+    fn small_all_reduces_over_many_switched_nvlink_gpus_use_nvls() {
+        let nv5 = link("nvlink5").expect("link");
+        let (tp36, tp72) = (allreduce(&nv5, 36, 57_344.0, true), allreduce(&nv5, 72, 57_344.0, true));
+        assert_eq!(tp36.method, Method::Nvls);
+        assert!(tp36.us < nccl_us(&nv5, 36, 57_344.0, Algorithm::Ring, Protocol::Ll), "{tp36:?}");
+        assert!((tp72.us - tp36.us).abs() < 1.0, "{} vs {}", tp72.us, tp36.us);
+        let nv3 = link("nvlink3").expect("link");
+        assert!(!nvls_capable(&nv3, 16));
+        assert!(matches!(allreduce(&nv3, 16, 57_344.0, true).method, Method::Nccl { .. }));
+        // Eight GPUs, a few KB: the ring's LL latency (6.6 + 14 x 0.6 us) is below NVLS's 25 us.
+        assert!(matches!(nccl(&link("nvlink").expect("link"), 8, 4096.0).method, Method::Nccl { .. }));
+    }
+
     /// Custom all-reduce against AIConfigurator's measured sglang tables (comm.toml
     /// `[[custom_allreduce_measured]]` entry 20, h200 8 GPUs, and entry 73, rtx-pro-6000 2 GPUs,
     /// CUDA graphs, 256 B .. 16 KB), within 30%.
@@ -401,7 +444,8 @@ mod tests {
         let staged = link("pcie-host-staged").expect("link");
         assert!(matches!(allreduce(&pcie, 8, 14_336.0, true).method, Method::Nccl { .. }));
         assert!(matches!(allreduce(&staged, 2, 14_336.0, true).method, Method::Nccl { .. }));
-        assert!(matches!(allreduce(&link("nvlink").expect("link"), 8, 16e6, true).method, Method::Nccl { .. }));
+        // 16 MB on an NVLink4 switch: past the custom kernel's 8 MiB, NCCL (here NVLS, its default there).
+        assert!(matches!(allreduce(&link("nvlink").expect("link"), 8, 16e6, true).method, Method::Nvls));
         // Ring LL on PCIe with nothing to send: NCCL's 6.6 + 14 x 1.0 us.
         assert!((nccl_us(&pcie, 8, 0.0, Algorithm::Ring, Protocol::Ll) - 20.6).abs() < 1e-9);
     }

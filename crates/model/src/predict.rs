@@ -127,11 +127,19 @@ impl Overlap {
 /// Engine behaviour the prediction assumes: every default names its source.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Engine {
-    /// Host overhead per decode step with CUDA graphs (scheduler, sampling, launch), ms. Chosen on the
-    /// FIT set of e2e.toml (the argmin of its median |error| over a grid with `moe_efficiency`;
-    /// `validate::tests` checks it is the grid minimum), never the test set. It also absorbs per-kernel latency floors
-    /// the model does not have yet (accuracy note, pattern 3).
+    /// Per-step cost outside the modelled kernels that does not grow with the model's depth, ms
+    /// (`--step-overhead-ms` sets it and drops [`Self::layer_overhead_us`], so the flag gives
+    /// the whole per-step overhead). 0 by default: the fitted floor is per layer.
     pub step_overhead_ms: f64,
+    /// Per-step cost outside the modelled kernels for each transformer layer with CUDA graphs,
+    /// us: the latency floors and gaps of a layer's small kernels (norms, rotary, routing,
+    /// activations, the collectives' launch) that a roofline of its GEMMs and attention does
+    /// not contain, plus the host's share of the step spread over the layers. A decode step
+    /// runs every layer's kernels, so the floor grows with depth (a 36-layer gpt-oss pays less
+    /// than a 78-layer GLM-5). Chosen on the FIT set of e2e.toml (the argmin of its median
+    /// |error| over a grid with `moe_efficiency`; `validate::tests` checks it is the grid
+    /// minimum), never the test set.
+    pub layer_overhead_us: f64,
     /// Decode runs as CUDA graphs (no per-kernel launch cost).
     pub cuda_graphs: bool,
     /// Without CUDA graphs: launch latency per kernel, us (CUDA launch ~4 us; an assumption).
@@ -166,13 +174,14 @@ pub struct Engine {
 impl Default for Engine {
     fn default() -> Self {
         Self {
-            step_overhead_ms: 4.75,
+            step_overhead_ms: 0.0,
+            layer_overhead_us: 74.0,
             cuda_graphs: true,
             launch_us: 4.0,
             kernels_per_layer: 14.0,
             overlap: Overlap::None,
             hbm_efficiency: 0.80,
-            moe_efficiency: 0.65,
+            moe_efficiency: 0.60,
             gemm_efficiency: 0.89,
             comm_scale: 1.0,
             ep_imbalance: 1.2,
@@ -422,30 +431,48 @@ impl Scenario {
         (per_pool * pools) as u64
     }
 
-    /// Requests that fit at full context (input + output).
-    pub fn max_concurrency(&self) -> u32 {
-        let ctx = (self.input_len + self.output_len).max(1) as u64;
+    /// The context a running request holds on average in a closed loop: its prompt and half its
+    /// output. Both engines page the KV cache and grow each request's pages as it decodes (vLLM
+    /// allocates blocks on demand and preempts on a full cache; sglang admits against an
+    /// estimated output reservation and retracts when it runs out), so the requests at different
+    /// stages of their output share the cache, not each at its full length.
+    pub fn mean_context(&self) -> f64 {
+        self.input_len as f64 + self.output_len as f64 / 2.0
+    }
+
+    /// Requests whose KV at `ctx` tokens each fits in the cache (before any running cap).
+    fn requests_at(&self, ctx: f64) -> u64 {
         let c = self.model.layer_counts;
-        let kv = if c.sliding == 0 && c.linear == 0 {
-            self.max_kv_tokens() / ctx
+        let ctx = ctx.max(1.0);
+        if c.sliding == 0 && c.linear == 0 {
+            return (self.max_kv_tokens() as f64 / ctx) as u64;
+        }
+        // Sliding layers hold at most their window, linear layers a fixed state: count bytes per request.
+        let per_request = self.request_bytes_gpu(ctx);
+        let pools = self.plan.dp() as f64 * if self.plan.dp_attention { self.plan.tp as f64 } else { 1.0 };
+        if per_request > 0.0 {
+            (self.memory().kv_gb * 1e9 / per_request * pools) as u64
         } else {
-            // Sliding layers hold at most their window, linear layers a fixed state: count bytes per request.
-            let per_request = self.request_bytes_gpu(ctx as f64);
-            let pools = self.plan.dp() as f64 * if self.plan.dp_attention { self.plan.tp as f64 } else { 1.0 };
-            if per_request > 0.0 {
-                (self.memory().kv_gb * 1e9 / per_request * pools) as u64
-            } else {
-                0
-            }
-        };
-        let kv = kv.min(u32::MAX as u64) as u32;
+            0
+        }
+    }
+
+    /// Requests that run at once: those whose KV at the mean context ([`Self::mean_context`])
+    /// fits, under the running cap.
+    pub fn max_concurrency(&self) -> u32 {
+        let kv = self.requests_at(self.mean_context()).min(u32::MAX as u64) as u32;
         self.max_running.map_or(kv, |m| kv.min(m))
+    }
+
+    /// Whether one request at its full context (input + output) fits in the KV cache.
+    pub fn one_request_fits(&self) -> bool {
+        self.requests_at((self.input_len + self.output_len) as f64) >= 1
     }
 
     /// Refuses a plan whose weights do not fit, with the numbers.
     pub fn check_fit(&self) -> Result<(), ModelError> {
         let m = self.memory();
-        if m.weights_gb + m.workspace_gb >= m.usable_gb || self.max_concurrency() == 0 {
+        if m.weights_gb + m.workspace_gb >= m.usable_gb || !self.one_request_fits() || self.max_concurrency() == 0 {
             return Err(ModelError::DoesNotFit(format!(
                 "{} on {} x {} with {}: {:.1} GB of weights + {:.1} GB workspace per GPU, but only {:.1} GB of {:.1} GB is usable (mem fraction {:.2}); no room for the KV of one {}-token request",
                 self.model.name,
@@ -705,11 +732,16 @@ impl Scenario {
         c.check_group(self.plan.tp * self.plan.pp, &format!("the replica (tp x pp = {} x {})", self.plan.tp, self.plan.pp))
     }
 
-    fn overhead_ms(&self) -> f64 {
-        if self.engine.cuda_graphs {
-            self.engine.step_overhead_ms
+    /// The per-step overhead outside the modelled kernels: the fixed part, each layer's floor,
+    /// and without CUDA graphs each kernel's launch, ms.
+    pub fn overhead_ms(&self) -> f64 {
+        let e = &self.engine;
+        let layers = self.model.layers as f64;
+        let floor = e.step_overhead_ms + e.layer_overhead_us * layers / 1e3;
+        if e.cuda_graphs {
+            floor
         } else {
-            self.engine.step_overhead_ms + self.engine.launch_us * self.engine.kernels_per_layer * self.model.layers as f64 / 1e3
+            floor + e.launch_us * e.kernels_per_layer * layers / 1e3
         }
     }
 
@@ -789,7 +821,7 @@ impl Scenario {
         let dp = self.plan.dp() as f64;
         let b = running as f64 / dp;
         let pp = self.plan.pp as f64;
-        let mean_ctx = self.input_len as f64 + self.output_len as f64 / 2.0;
+        let mean_ctx = self.mean_context();
         let (st, detail) = self.stage((b / pp).max(1.0 / pp), mean_ctx);
         // A token passes every stage; each stage runs pp micro-batches per step.
         let weights = st.weights * pp;

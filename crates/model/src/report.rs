@@ -22,7 +22,7 @@ pub enum SaturationReason {
     KvCapacity {
         /// Requests that run at once.
         requests: u32,
-        /// Tokens each holds (input + output).
+        /// Tokens each holds on average (input + half the output: the KV cache is paged).
         tokens_per_request: u32,
     },
     /// No higher concurrency adds [`MIN_GAIN`] or more throughput (the one saturation rule,
@@ -126,7 +126,7 @@ pub fn saturation(s: &Scenario, points: &[Point]) -> Option<Saturation> {
     let kv = points.windows(2).position(|w| w[1].running <= w[0].running && w[0].running == cap).map(|i| Saturation {
         concurrency: points[i].running,
         output_tokens_per_s: points[i].output_tokens_per_s,
-        reason: SaturationReason::KvCapacity { requests: cap, tokens_per_request: s.input_len + s.output_len },
+        reason: SaturationReason::KvCapacity { requests: cap, tokens_per_request: s.mean_context().round() as u32 },
     });
     let curve: Vec<LoadPoint> =
         points.iter().map(|p| LoadPoint { load: p.concurrency as f64, output_tokens_per_s: p.output_tokens_per_s }).collect();
@@ -145,7 +145,7 @@ pub fn saturation(s: &Scenario, points: &[Point]) -> Option<Saturation> {
 pub fn saturation_words(r: &SaturationReason) -> String {
     match r {
         SaturationReason::KvCapacity { requests, tokens_per_request } => format!(
-            "the KV cache (or the running-request limit) holds {requests} requests of {tokens_per_request} tokens; more concurrency only queues"
+            "the KV cache (or the running-request limit) holds {requests} requests at a mean context of {tokens_per_request} tokens; more concurrency only queues"
         ),
         SaturationReason::Plateau { min_gain, up_to } => {
             format!("no higher concurrency up to {up_to} adds {:.0}% or more throughput", min_gain * 100.0)
@@ -429,7 +429,7 @@ fn write_header(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
     writeln!(
         w,
         "  engine: overhead {:.1} ms/step, cuda-graphs {}, overlap {}, mixed-prefill {}, memory eff {:.2} (experts {:.2}), GEMM eff {:.2}, comm x{:.2}",
-        e.step_overhead_ms,
+        s.overhead_ms(),
         if e.cuda_graphs { "on" } else { "off" },
         e.overlap.name(),
         if e.mixed_prefill { "on" } else { "off" },
@@ -445,8 +445,8 @@ fn write_memory(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
     let s = &r.scenario;
     writeln!(
         w,
-        "\nmemory per GPU: {:.1} GB weights + {:.1} GB workspace + {:.1} GB KV of {:.1} GB usable ({:.1} GB); KV {:.1} KB/token; {} tokens; {} requests of {} tokens",
-        m.weights_gb, m.workspace_gb, m.kv_gb, m.usable_gb, m.capacity_gb, m.kv_bytes_per_token / 1e3, r.max_kv_tokens, r.max_concurrency, s.input_len + s.output_len
+        "\nmemory per GPU: {:.1} GB weights + {:.1} GB workspace + {:.1} GB KV of {:.1} GB usable ({:.1} GB); KV {:.1} KB/token; {} tokens; {} requests at a mean context of {} tokens (prompt + half the output)",
+        m.weights_gb, m.workspace_gb, m.kv_gb, m.usable_gb, m.capacity_gb, m.kv_bytes_per_token / 1e3, r.max_kv_tokens, r.max_concurrency, s.input_len + s.output_len / 2
     )?;
     if let Some(err) = &r.fit_error {
         writeln!(w, "DOES NOT FIT: {err}")?;

@@ -235,12 +235,13 @@ impl ScenarioSpec {
             return Err(ModelError::Input("--max-running 0 runs nothing: give 1 or more, or leave it out".into()));
         }
         let defaults = Engine::default();
-        let step_overhead_ms = match self.step_overhead_ms {
+        // A stated per-step overhead is the whole of it: it replaces the fitted per-layer floor.
+        let (step_overhead_ms, layer_overhead_us) = match self.step_overhead_ms {
             Some(o) if !(o.is_finite() && o >= 0.0) => {
                 return Err(ModelError::Input(format!("--step-overhead-ms {o}: give milliseconds >= 0")))
             }
-            Some(o) => o,
-            None => defaults.step_overhead_ms,
+            Some(o) => (o, 0.0),
+            None => (defaults.step_overhead_ms, defaults.layer_overhead_us),
         };
         let moe_efficiency = match self.moe_efficiency {
             Some(f) if !(f.is_finite() && f > 0.0 && f <= 1.0) => {
@@ -257,6 +258,7 @@ impl ScenarioSpec {
             overlap: self.overlap,
             mixed_prefill: self.mixed_prefill,
             step_overhead_ms,
+            layer_overhead_us,
             ..defaults
         };
         Ok(Scenario {
