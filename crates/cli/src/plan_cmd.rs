@@ -210,7 +210,7 @@ pub struct PlanArgs {
     /// Prefill rides inside decode steps (vLLM V1; sglang --enable-mixed-chunk) instead of its own passes
     #[arg(long)]
     pub mixed_prefill: bool,
-    /// Host overhead per decode step, ms (default 2.0, calibrated on public measurements)
+    /// Host overhead per decode step, ms: replaces the model's per-layer launch overhead (74 us x layers, fitted on public measurements; see VALIDATION.md)
     #[arg(long, value_name = "MS")]
     pub step_overhead_ms: Option<f64>,
     /// Explain the bottleneck at every concurrency

@@ -36,7 +36,7 @@ impl StepCost for PlanCost {
             let separate = separate_prefill(s, b);
             ms += s.prefill_ms(b.prefill_tokens as f64, s.input_len.max(1) as f64, separate);
             if separate {
-                ms += s.engine.step_overhead_ms;
+                ms += s.overhead_ms();
             }
         }
         Duration::from_secs_f64(ms.max(0.01) / 1e3)
