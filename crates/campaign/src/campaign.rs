@@ -301,7 +301,7 @@ pub fn add(dir: &Path, knobs: &BTreeMap<String, String>, force: bool) -> Result<
     if force {
         key = format!("{key}#{}", now_ms());
     }
-    let title = format!("{} {}", s.engine.name, knobs_title(&eff));
+    let title = if eff.is_empty() { s.engine.name.clone() } else { format!("{} {}", s.engine.name, knobs_title(&eff)) };
     j.plan_experiment(&key, &title, &eff, "added by a person (campaign add)", Some(env_id))?.ok_or_else(|| {
         CampaignError::Input(format!(
             "the configuration {} already ran in this environment: add --force to run it again",
@@ -500,7 +500,7 @@ fn start_step(j: &mut Journal, dir: &Path, snap: &Snapshot, step: Step, o: &RunO
         StepKind::Runnable { knobs } => {
             let s = &snap.settings;
             let key = exp_key(&s.engine.name, knobs, &snap.env.facts.hash);
-            let title = format!("{}: {}", step.title, knobs_title(knobs));
+            let title = if knobs.is_empty() { step.title.clone() } else { format!("{}: {}", step.title, knobs_title(knobs)) };
             let origin = format!(
                 "{:?} step; {}; evidence: {}",
                 step.source,
