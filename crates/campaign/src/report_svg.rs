@@ -352,39 +352,7 @@ pub fn heatmap(c: &Heatmap, o: &mut String) {
     let n = c.labels.len().max(1) as f64;
     let cell = ((H - TOP - BOTTOM) / n).min((W - LEFT - RIGHT) / n);
     open_svg(o, "heatmap", &c.name, &c.caption);
-    o.push_str(r#"<g class="axis y">"#);
-    for (i, l) in c.labels.iter().enumerate() {
-        let _ = write!(
-            o,
-            r#"<text class="tick" x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
-            LEFT - 6.0,
-            TOP + cell * (i as f64 + 0.6),
-            esc(l)
-        );
-    }
-    let _ = write!(
-        o,
-        r#"<text class="label" transform="translate(18 {:.1}) rotate(-90)" text-anchor="middle">{}</text></g>"#,
-        TOP + cell * n / 2.0,
-        esc(&c.y_label)
-    );
-    o.push_str(r#"<g class="axis x">"#);
-    for (j, l) in c.labels.iter().enumerate() {
-        let _ = write!(
-            o,
-            r#"<text class="tick" x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
-            LEFT + cell * (j as f64 + 0.5),
-            TOP + cell * n + 16.0,
-            esc(l)
-        );
-    }
-    let _ = write!(
-        o,
-        r#"<text class="label" x="{:.1}" y="{:.1}" text-anchor="middle">{}</text></g>"#,
-        LEFT + cell * n / 2.0,
-        TOP + cell * n + 36.0,
-        esc(&c.x_label)
-    );
+    matrix_axes(o, &c.labels, cell, &c.x_label, &c.y_label);
     o.push_str(r#"<g class="series" data-series="cells">"#);
     for (i, row) in c.rows.iter().enumerate() {
         for (j, v) in row.iter().enumerate() {
