@@ -51,7 +51,7 @@ fn apply(base: &Engine, mem: f64, over: f64, comm: f64) -> Engine {
         hbm_efficiency: (base.hbm_efficiency * mem).min(1.0),
         moe_efficiency: (base.moe_efficiency * mem).min(1.0),
         step_overhead_ms: over,
-        layer_overhead_us: 0.0,
+        kernel_overhead_us: 0.0,
         comm_scale: comm,
         ..*base
     }

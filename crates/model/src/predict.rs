@@ -128,24 +128,24 @@ impl Overlap {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Engine {
     /// Per-step cost outside the modelled kernels that does not grow with the model's depth, ms
-    /// (`--step-overhead-ms` sets it and drops [`Self::layer_overhead_us`], so the flag gives
-    /// the whole per-step overhead). 0 by default: the fitted floor is per layer.
+    /// (`--step-overhead-ms` sets it and drops [`Self::kernel_overhead_us`], so the flag gives
+    /// the whole per-step overhead). 0 by default: the fitted floor is per kernel.
     pub step_overhead_ms: f64,
-    /// Per-step cost outside the modelled kernels for each transformer layer with CUDA graphs,
-    /// us: the latency floors and gaps of a layer's small kernels (norms, rotary, routing,
-    /// activations, the collectives' launch) that a roofline of its GEMMs and attention does
-    /// not contain, plus the host's share of the step spread over the layers. A decode step
-    /// runs every layer's kernels, so the floor grows with depth (a 36-layer gpt-oss pays less
-    /// than a 78-layer GLM-5). Chosen on the FIT set of e2e.toml (the argmin of its median
-    /// |error| over a grid with `moe_efficiency`; `validate::tests` checks it is the grid
-    /// minimum), never the test set.
-    pub layer_overhead_us: f64,
+    /// Per-step cost outside the modelled GEMMs, attention and collectives for each kernel a
+    /// decode step runs with CUDA graphs, us: a small kernel's latency floor and the gap to the
+    /// next (norms, rotary, routing, activations, quantization of activations, the collectives'
+    /// launch), plus the host's share of the step spread over them. The kernels of a step are
+    /// counted from the model's layers ([`Scenario::kernels_per_step`]: a dense GQA layer runs
+    /// about 11, an MLA MoE layer with a shared expert 23, a DSA one 31), so the floor follows
+    /// the architecture instead of one figure per layer. Chosen on the FIT set of e2e.toml (the
+    /// argmin of its median |error| over a grid with `moe_efficiency`; `validate::tests` checks
+    /// it is the grid minimum), never the test set.
+    pub kernel_overhead_us: f64,
     /// Decode runs as CUDA graphs (no per-kernel launch cost).
     pub cuda_graphs: bool,
-    /// Without CUDA graphs: launch latency per kernel, us (CUDA launch ~4 us; an assumption).
+    /// Without CUDA graphs: the host's launch latency per kernel on top of
+    /// [`Self::kernel_overhead_us`], us (CUDA launch ~4 us; an assumption).
     pub launch_us: f64,
-    /// Without CUDA graphs: kernels per layer (an assumption: norms, GEMMs, attention, routing, collectives).
-    pub kernels_per_layer: f64,
     /// Whether communication hides behind compute.
     pub overlap: Overlap,
     /// Achieved fraction of peak memory bandwidth streaming dense weights and KV (an assumption,
@@ -175,13 +175,12 @@ impl Default for Engine {
     fn default() -> Self {
         Self {
             step_overhead_ms: 0.0,
-            layer_overhead_us: 74.0,
+            kernel_overhead_us: 4.6,
             cuda_graphs: true,
             launch_us: 4.0,
-            kernels_per_layer: 14.0,
             overlap: Overlap::None,
             hbm_efficiency: 0.80,
-            moe_efficiency: 0.60,
+            moe_efficiency: 0.65,
             gemm_efficiency: 0.89,
             comm_scale: 1.0,
             ep_imbalance: 1.2,
@@ -732,17 +731,45 @@ impl Scenario {
         c.check_group(self.plan.tp * self.plan.pp, &format!("the replica (tp x pp = {} x {})", self.plan.tp, self.plan.pp))
     }
 
-    /// The per-step overhead outside the modelled kernels: the fixed part, each layer's floor,
+    /// The per-step overhead outside the modelled kernels: the fixed part, each kernel's floor,
     /// and without CUDA graphs each kernel's launch, ms.
     pub fn overhead_ms(&self) -> f64 {
         let e = &self.engine;
-        let layers = self.model.layers as f64;
-        let floor = e.step_overhead_ms + e.layer_overhead_us * layers / 1e3;
+        let kernels = self.kernels_per_step();
+        let floor = e.step_overhead_ms + e.kernel_overhead_us * kernels / 1e3;
         if e.cuda_graphs {
             floor
         } else {
-            floor + e.launch_us * e.kernels_per_layer * layers / 1e3
+            floor + e.launch_us * kernels / 1e3
         }
+    }
+
+    /// Kernels one decode step runs on a GPU, counted from the layers as sglang and vLLM build
+    /// them (fused where the engines fuse by default):
+    /// - GQA attention (full or sliding): input norm, QKV GEMM, rotary + KV write, attention,
+    ///   output GEMM: 5.
+    /// - MLA attention: input norm, the fused q_a/kv_a GEMM, the q/kv norms, q_b GEMM, the
+    ///   absorbed key BMM, rotary + KV write, split-KV decode attention and its combine, the
+    ///   absorbed value BMM, output GEMM: 10. A DSA indexer adds its q and k GEMMs, key norm,
+    ///   rotary, head-weight GEMM, activation quantization, logits and top-k: 8.
+    /// - Gated DeltaNet linear attention: input norm, two input GEMMs, causal conv, gating,
+    ///   the recurrent update, gated norm, output GEMM: 8.
+    /// - Dense FFN: post-attention norm, gate/up GEMM, activation, down GEMM: 4.
+    /// - MoE FFN: norm, router GEMM, top-k, token sort, the two grouped GEMMs, activation and
+    ///   the weighted combine: 8; a shared expert adds its gate/up, activation and down: 3.
+    /// - Collectives: two all-reduces per layer under TP (a DP-attention MoE layer's dispatch
+    ///   and combine instead).
+    /// - Per step: embedding, final norm, LM head, sampling: 4.
+    pub fn kernels_per_step(&self) -> f64 {
+        let m = &self.model;
+        let c = m.layer_counts;
+        let mla = matches!(m.attention, Attention::Mla { .. });
+        let full = if mla { 10.0 + m.dsa.map_or(0.0, |_| 8.0) } else { 5.0 };
+        let attention = c.full as f64 * full + c.sliding as f64 * 5.0 + c.linear as f64 * 8.0;
+        let moe = m.moe.map_or(0.0, |mo| 8.0 + if mo.shared_experts > 0 { 3.0 } else { 0.0 });
+        let ffn = m.dense_layers as f64 * 4.0 + m.moe_layers() as f64 * moe;
+        let collectives = if self.plan.tp > 1 || self.plan.dp_attention { 2.0 * m.layers as f64 } else { 0.0 };
+        attention + ffn + collectives + 4.0
     }
 
     /// Time to prefill `tokens` prompt tokens (prompts of `prompt_len` each) on one replica, ms.
@@ -1052,6 +1079,27 @@ pub(crate) mod tests {
             max_running: None,
             cluster: None,
         }
+    }
+
+    #[test]
+    fn kernels_per_step_follow_the_documented_per_layer_counts() {
+        // Llama-3.1-70B: 80 GQA layers of 5 attention + 4 FFN kernels, two all-reduces each under TP.
+        let llama_tp8 = scenario("llama-3.1-70b", Dtype::Fp8, "h200", "nvlink", 8, 8);
+        assert_eq!(llama_tp8.kernels_per_step(), 80.0 * (5.0 + 4.0 + 2.0) + 4.0);
+        let llama_tp1 = scenario("llama-3.1-70b", Dtype::Fp8, "h200", "nvlink", 1, 1);
+        assert_eq!(llama_tp1.kernels_per_step(), 80.0 * (5.0 + 4.0) + 4.0);
+        // DeepSeek-V3: 61 MLA layers, 3 dense FFNs, 58 MoE layers with a shared expert.
+        let ds = scenario("deepseek-v3", Dtype::Fp8, "h200", "nvlink", 8, 8);
+        assert_eq!(ds.kernels_per_step(), 61.0 * 10.0 + 3.0 * 4.0 + 58.0 * 11.0 + 61.0 * 2.0 + 4.0);
+        // GLM-5's DSA indexer adds 8 kernels to each of its MLA layers.
+        let glm = scenario("glm-5", Dtype::Fp8, "b200", "nvlink5", 8, 8);
+        let m = &glm.model;
+        let moe = m.moe.expect("moe");
+        let ffn = m.dense_layers as f64 * 4.0 + m.moe_layers() as f64 * (8.0 + if moe.shared_experts > 0 { 3.0 } else { 0.0 });
+        assert_eq!(glm.kernels_per_step(), m.layers as f64 * (18.0 + 2.0) + ffn + 4.0);
+        // The floor is the count times the fitted per-kernel cost.
+        let e = Engine::default();
+        assert!((ds.overhead_ms() - e.kernel_overhead_us * ds.kernels_per_step() / 1e3).abs() < 1e-12);
     }
 
     #[test]

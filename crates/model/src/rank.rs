@@ -5,6 +5,12 @@ use serde::Serialize;
 use servetune_stats::{Slo, SloMetric};
 
 use crate::predict::{Bottleneck, Overlap, Plan, Point, Scenario};
+use crate::workload::{VirtualBench, Workload};
+
+/// How a plan's best operating point is scored: the steady state alone (`None`), or what a
+/// benchmark client running the workload would measure there, the workload run in virtual time
+/// by the bench (`servetune plan` passes the simulator's engine).
+pub type Client<'a> = Option<(&'a dyn VirtualBench, &'a Workload)>;
 
 /// The concurrencies ranking considers (the range the user asked about).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
@@ -85,8 +91,19 @@ pub fn best(s: &Scenario, slos: &[Slo], range: ConcurrencyRange) -> Option<Best>
     best
 }
 
-fn best_tput(s: &Scenario, slos: &[Slo], range: ConcurrencyRange) -> f64 {
-    best(s, slos, range).map_or(0.0, |b| b.point.output_tokens_per_s)
+/// [`best`], and with a client the workload run at the chosen concurrency
+/// ([`Point::client`]): the concurrency is chosen on the steady state, the rate reported is what
+/// the client measures there.
+pub fn best_with(s: &Scenario, slos: &[Slo], range: ConcurrencyRange, client: Client) -> Option<Best> {
+    let mut b = best(s, slos, range)?;
+    if let Some((bench, w)) = client {
+        b.point.client = Some(bench.run(s, w, b.concurrency));
+    }
+    Some(b)
+}
+
+fn best_tput(s: &Scenario, slos: &[Slo], range: ConcurrencyRange, client: Client) -> f64 {
+    best_with(s, slos, range, client).map_or(0.0, |b| crate::report::headline_rate(&b.point))
 }
 
 fn divisors(n: u32) -> Vec<u32> {
@@ -125,24 +142,48 @@ pub fn enumerate(base: &Scenario) -> Vec<Plan> {
     out
 }
 
-/// Plans ranked by output tok/s under the objectives, best first.
+/// Plans ranked by output tok/s under the objectives, best first (steady state).
 pub fn rank(base: &Scenario, slos: &[Slo], range: ConcurrencyRange) -> Vec<Ranked> {
-    let current = best_tput(base, slos, range);
-    let mut out: Vec<Ranked> = enumerate(base)
+    rank_with(base, slos, range, None)
+}
+
+/// [`rank`], each plan's rate what `client` would measure at its best concurrency. Plans are
+/// scored on threads of their own (each virtual run is independent).
+pub fn rank_with(base: &Scenario, slos: &[Slo], range: ConcurrencyRange, client: Client) -> Vec<Ranked> {
+    let plans = enumerate(base);
+    let scored: Vec<Option<(Plan, Best)>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = plans
+            .iter()
+            .map(|&plan| {
+                scope.spawn(move || {
+                    let s = Scenario { plan, ..base.clone() };
+                    best_with(&s, slos, range, client).map(|b| (plan, b))
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().ok().flatten()).collect()
+    });
+    // The current plan is one of the enumerated ones when it is valid; else score it alone.
+    let current = scored
+        .iter()
+        .flatten()
+        .find(|(p, _)| *p == base.plan)
+        .map_or_else(|| best_tput(base, slos, range, client), |(_, b)| crate::report::headline_rate(&b.point));
+    let mut out: Vec<Ranked> = scored
         .into_iter()
-        .filter_map(|plan| {
-            let s = Scenario { plan, ..base.clone() };
-            let Best { concurrency, point: p } = best(&s, slos, range)?;
-            Some(Ranked {
+        .flatten()
+        .map(|(plan, Best { concurrency, point: p })| {
+            let rate = crate::report::headline_rate(&p);
+            Ranked {
                 label: plan.label(),
                 plan,
                 concurrency,
-                output_tokens_per_s: p.output_tokens_per_s,
-                tokens_per_s_per_gpu: p.output_tokens_per_s / plan.gpus as f64,
-                tpot_ms: p.tpot_ms,
-                gain: (current > 0.0).then(|| p.output_tokens_per_s / current),
+                output_tokens_per_s: rate,
+                tokens_per_s_per_gpu: rate / plan.gpus as f64,
+                tpot_ms: p.client.map_or(p.tpot_ms, |c| c.tpot_ms.p50),
+                gain: (current > 0.0).then(|| rate / current),
                 bottleneck: p.bottleneck,
-            })
+            }
         })
         .collect();
     out.sort_by(|a, b| b.output_tokens_per_s.total_cmp(&a.output_tokens_per_s));
@@ -163,9 +204,20 @@ pub struct Fix {
 }
 
 /// Fixes that keep the model and GPUs: a P2P link, communication overlap, tuned MoE kernels, the
-/// best plan. Sorted by gain.
+/// best plan. Sorted by gain (steady state).
 pub fn fixes(base: &Scenario, slos: &[Slo], range: ConcurrencyRange) -> Vec<Fix> {
-    let current = best_tput(base, slos, range);
+    let ranked = rank(base, slos, range);
+    fixes_with(base, slos, range, None, &ranked)
+}
+
+/// [`fixes`], each rate what `client` would measure at the best concurrency; `ranked` is
+/// [`rank_with`]'s answer for the same client (its first plan is the "switch to" fix, and the
+/// current plan's rate is taken from it when it is there).
+pub fn fixes_with(base: &Scenario, slos: &[Slo], range: ConcurrencyRange, client: Client, ranked: &[Ranked]) -> Vec<Fix> {
+    let current = ranked
+        .iter()
+        .find(|r| r.plan == base.plan)
+        .map_or_else(|| best_tput(base, slos, range, client), |r| r.output_tokens_per_s);
     let mut cands: Vec<(String, String, Scenario)> = Vec::new();
     // Any host-staged link, catalog or measured (`--fabric`), gains from P2P.
     if let Some(name) = crate::hw::p2p_replacement(base.link.kind) {
@@ -214,27 +266,27 @@ pub fn fixes(base: &Scenario, slos: &[Slo], range: ConcurrencyRange) -> Vec<Fix>
             Scenario { engine: e, ..base.clone() },
         ));
     }
-    if let Some(r) = rank(base, slos, range).into_iter().next() {
-        if r.plan != base.plan {
-            cands.push((
-                format!("switch to {}", r.label),
-                "the best-ranked plan on the same GPUs".into(),
-                Scenario { plan: r.plan, ..base.clone() },
-            ));
-        }
-    }
-    let mut out: Vec<Fix> = cands
-        .into_iter()
-        .filter_map(|(fix, how, s)| {
-            let p = best(&s, slos, range)?.point;
-            Some(Fix {
-                fix,
-                how,
-                output_tokens_per_s: p.output_tokens_per_s,
-                gain: (current > 0.0).then(|| p.output_tokens_per_s / current),
+    let gain = |rate: f64| (current > 0.0).then(|| rate / current);
+    let mut out: Vec<Fix> = std::thread::scope(|scope| {
+        let handles: Vec<_> = cands
+            .into_iter()
+            .map(|(fix, how, s)| {
+                scope.spawn(move || {
+                    let rate = crate::report::headline_rate(&best_with(&s, slos, range, client)?.point);
+                    Some(Fix { fix, how, output_tokens_per_s: rate, gain: gain(rate) })
+                })
             })
-        })
-        .collect();
+            .collect();
+        handles.into_iter().filter_map(|h| h.join().ok().flatten()).collect()
+    });
+    if let Some(r) = ranked.first().filter(|r| r.plan != base.plan) {
+        out.push(Fix {
+            fix: format!("switch to {}", r.label),
+            how: "the best-ranked plan on the same GPUs".into(),
+            output_tokens_per_s: r.output_tokens_per_s,
+            gain: gain(r.output_tokens_per_s),
+        });
+    }
     out.sort_by(|a, b| b.output_tokens_per_s.total_cmp(&a.output_tokens_per_s));
     out
 }
@@ -262,6 +314,53 @@ mod tests {
         assert!(plans.iter().any(|p| p.tp == 4 && p.pp == 2));
         assert!(plans.iter().any(|p| p.tp == 8 && p.ep == 8));
         assert!(plans.iter().all(|p| p.tp * p.pp <= 8 && 8 % (p.tp * p.pp) == 0));
+    }
+
+    /// A bench that measures a fixed fraction of the steady rate, and more of it for TP4 plans, so
+    /// a client-measured ranking can differ from the steady one.
+    #[derive(Debug)]
+    struct Fraction;
+
+    impl VirtualBench for Fraction {
+        fn run(&self, s: &Scenario, _: &Workload, concurrency: u32) -> crate::workload::ClientRun {
+            let share = if s.plan.tp == 4 { 0.9 } else { 0.5 };
+            let steady = s.point(concurrency);
+            crate::workload::ClientRun {
+                requests: 1,
+                output_tokens_per_s: steady.output_tokens_per_s * share,
+                total_tokens_per_s: 0.0,
+                ttft_ms: crate::workload::Latency::default(),
+                tpot_ms: crate::workload::Latency { p50: 7.0, ..Default::default() },
+                seconds: 1.0,
+                peak_running: concurrency,
+                full_batch: concurrency,
+                steady_decode_tokens_per_s: steady.output_tokens_per_s,
+                effects: crate::workload::ClientEffects::default(),
+            }
+        }
+    }
+
+    #[test]
+    fn a_client_ranking_reports_and_orders_by_what_the_client_measures() {
+        let s = scenario("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", "pcie5-p2p", 8, 8);
+        let w = Workload { requests: None, input: crate::workload::LengthDist::Fixed { len: 1024 }, output: crate::workload::LengthDist::Fixed { len: 1024 }, seed: 0 };
+        let range = ConcurrencyRange { max: Some(64) };
+        let steady = rank(&s, &[], range);
+        let client = rank_with(&s, &[], range, Some((&Fraction, &w)));
+        assert_eq!(steady.len(), client.len());
+        for r in &client {
+            let st = steady.iter().find(|x| x.plan == r.plan).expect("same plans");
+            let share = if r.plan.tp == 4 { 0.9 } else { 0.5 };
+            assert!((r.output_tokens_per_s - st.output_tokens_per_s * share).abs() < 1e-6, "{r:?}");
+            assert_eq!((r.concurrency, r.tpot_ms), (st.concurrency, 7.0));
+        }
+        assert!(client.windows(2).all(|p| p[0].output_tokens_per_s >= p[1].output_tokens_per_s));
+        assert_eq!(client[0].plan.tp, 4, "the bench favours TP4 enough to lead: {client:?}");
+        // The fixes compare client rates with the current plan's client rate.
+        let fixes = fixes_with(&s, &[], range, Some((&Fraction, &w)), &client);
+        let switch = fixes.iter().find(|f| f.fix.starts_with("switch to")).expect("a switch fix");
+        let current = client.iter().find(|r| r.plan == s.plan).expect("current plan ranked").output_tokens_per_s;
+        assert!((switch.gain.expect("gain") - client[0].output_tokens_per_s / current).abs() < 1e-9);
     }
 
     #[test]

@@ -517,6 +517,15 @@ fn gain_words(gain: Option<f64>) -> String {
 }
 
 /// A fraction as a signed whole percentage; a change that rounds to zero reads "+0%", never "-0%".
+/// What the rates of rankings and what-ifs are, when a benchmark workload was run.
+fn client_words(r: &PlanReport) -> &'static str {
+    if r.workload.is_some() {
+        "; tok/s and TPOT (p50): what the benchmark client measures at that concurrency (virtual time)"
+    } else {
+        ""
+    }
+}
+
 fn signed_pct(frac: f64) -> String {
     let pct = (frac * 100.0).round();
     if pct == 0.0 {
@@ -556,7 +565,7 @@ fn write_ranked(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
         headers.push("bound by");
     }
     write!(w, "{}", table(&headers, &rows))?;
-    writeln!(w, "at conc: the concurrency giving the plan's most output under the objectives; vs current: over the current plan's best")?;
+    writeln!(w, "at conc: the concurrency giving the plan's most output under the objectives; vs current: over the current plan's best{}", client_words(r))?;
     if let (Some(_), Some(top)) = (multi, r.ranked_plans.first()) {
         writeln!(w, "best {}: {}", top.label, bottleneck_words(&top.bottleneck))?;
     }
@@ -585,19 +594,20 @@ fn write_versus(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
             .iter()
             .zip(&v.points)
             .map(|(a, b)| {
+                let (now, then) = (headline_rate(a), headline_rate(b));
                 vec![
                     a.concurrency.to_string(),
-                    format!("{:.0}", a.output_tokens_per_s),
-                    format!("{:.0}", b.output_tokens_per_s),
-                    signed_pct(b.output_tokens_per_s / a.output_tokens_per_s - 1.0),
-                    format!("{:.1}", b.tpot_ms),
+                    format!("{now:.0}"),
+                    format!("{then:.0}"),
+                    signed_pct(then / now - 1.0),
+                    format!("{:.1}", b.client.map_or(b.tpot_ms, |c| c.tpot_ms.p50)),
                 ]
             })
             .collect();
         write!(w, "{}", table(&["conc", "now tok/s", "then tok/s", "change", "then TPOT ms"], &rows))?;
     }
     if !r.vs.is_empty() {
-        writeln!(w, "now: the plan as given; then: with the change")?;
+        writeln!(w, "now: the plan as given; then: with the change{}", client_words(r))?;
     }
     Ok(())
 }

@@ -235,13 +235,13 @@ impl ScenarioSpec {
             return Err(ModelError::Input("--max-running 0 runs nothing: give 1 or more, or leave it out".into()));
         }
         let defaults = Engine::default();
-        // A stated per-step overhead is the whole of it: it replaces the fitted per-layer floor.
-        let (step_overhead_ms, layer_overhead_us) = match self.step_overhead_ms {
+        // A stated per-step overhead is the whole of it: it replaces the fitted per-kernel floor.
+        let (step_overhead_ms, kernel_overhead_us) = match self.step_overhead_ms {
             Some(o) if !(o.is_finite() && o >= 0.0) => {
                 return Err(ModelError::Input(format!("--step-overhead-ms {o}: give milliseconds >= 0")))
             }
             Some(o) => (o, 0.0),
-            None => (defaults.step_overhead_ms, defaults.layer_overhead_us),
+            None => (defaults.step_overhead_ms, defaults.kernel_overhead_us),
         };
         let moe_efficiency = match self.moe_efficiency {
             Some(f) if !(f.is_finite() && f > 0.0 && f <= 1.0) => {
@@ -258,7 +258,7 @@ impl ScenarioSpec {
             overlap: self.overlap,
             mixed_prefill: self.mixed_prefill,
             step_overhead_ms,
-            layer_overhead_us,
+            kernel_overhead_us,
             ..defaults
         };
         Ok(Scenario {
@@ -574,13 +574,21 @@ pub fn build_report_with(req: &PlanRequest, bench: Option<&dyn VirtualBench>) ->
             p.client = Some(b.run(&s, &req.workload, p.concurrency));
         }
     }
-    let ranked_plans = if req.rank { rank::rank(&s, &req.slos, range).into_iter().take(req.top).collect() } else { Vec::new() };
-    let fixes = if req.rank && fits { rank::fixes(&s, &req.slos, range) } else { Vec::new() };
+    let client = bench.map(|b| (b, &req.workload));
+    let ranked = if req.rank { rank::rank_with(&s, &req.slos, range, client) } else { Vec::new() };
+    let fixes = if req.rank && fits { rank::fixes_with(&s, &req.slos, range, client, &ranked) } else { Vec::new() };
+    let ranked_plans = ranked.into_iter().take(req.top).collect();
     let mut vs = Vec::new();
     if fits {
         for w in &req.what_ifs {
             let t = w.apply(&s)?;
-            vs.push(Versus { change: w.text.clone(), points: req.concurrency.iter().map(|&c| t.point(c)).collect() });
+            let mut points: Vec<_> = req.concurrency.iter().map(|&c| t.point(c)).collect();
+            if let Some(b) = bench {
+                for p in points.iter_mut().filter(|p| p.output_tokens_per_s > 0.0) {
+                    p.client = Some(b.run(&t, &req.workload, p.concurrency));
+                }
+            }
+            vs.push(Versus { change: w.text.clone(), points });
         }
     }
     Ok(PlanReport {

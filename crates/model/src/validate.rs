@@ -241,6 +241,10 @@ pub enum SkipReason {
     NoMeasure,
     /// The model refused the deployment (an architecture it cannot parse, or it does not fit).
     Refused,
+    /// The measured rate needs more prefill compute than the GPUs' dense peak: the prompts
+    /// cannot all have been computed (a prefix-cache hit or a misreported length), so the case
+    /// does not measure what its lengths say.
+    Implausible,
 }
 
 impl SkipReason {
@@ -261,6 +265,7 @@ impl SkipReason {
             SkipReason::UnmodelledInterconnect => "interconnect without a catalog link for this GPU",
             SkipReason::NoMeasure => "no output rate, nor TTFT and TPOT, measured",
             SkipReason::Refused => "plan refused the deployment",
+            SkipReason::Implausible => "measured rate needs more prefill compute than the GPUs' dense peak",
         }
     }
 
@@ -482,6 +487,7 @@ fn score(c: &E2eCase, engine: &Engine, bench: Option<&dyn VirtualBench>) -> Resu
     let mem_fraction = if c.engine == EngineName::Vllm { VLLM_GPU_MEMORY_UTILIZATION } else { engine.mem_fraction };
     s.engine = Engine { cuda_graphs: s.engine.cuda_graphs, mixed_prefill: s.engine.mixed_prefill, mem_fraction, ..*engine };
     s.check_fit().map_err(|e| (SkipReason::Refused, e.to_string()))?;
+    check_plausible(&s, measured)?;
     let p = s.point(conc);
     let w = workload_of(c, spec.input_len, spec.output_len);
     let client = bench.map(|b| b.run(&s, &w, conc));
@@ -513,6 +519,30 @@ fn score(c: &E2eCase, engine: &Engine, bench: Option<&dyn VirtualBench>) -> Resu
         tpot_predicted_ms: tpot,
         note: note.to_string(),
     })
+}
+
+/// Refuses a measured output rate whose prompts could not have been computed: `rate` output
+/// tokens/s carry `rate x input / output` prompt tokens/s, each costing 2 FLOPs per active
+/// parameter, and that must stay under the GPUs' dense peak in the checkpoint's compute format.
+/// A rule on the data alone, the same for both sets; no prediction is looked at.
+fn check_plausible(s: &Scenario, rate: f64) -> Result<(), (SkipReason, String)> {
+    let prompt_tok_s = rate * s.input_len as f64 / s.output_len.max(1) as f64;
+    let need = prompt_tok_s * 2.0 * s.model.params().active_non_embedding;
+    let peak = s.plan.gpus as f64 * s.gpu.tflops(s.quant.experts.compute()) * 1e12;
+    if need > peak {
+        return Err((
+            SkipReason::Implausible,
+            format!(
+                "{rate:.0} tok/s at {}/{} tokens needs {:.2} PFLOP/s of prefill; {} GPUs peak at {:.2}",
+                s.input_len,
+                s.output_len,
+                need / 1e15,
+                s.plan.gpus,
+                peak / 1e15
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The benchmark workload a case ran: its prompt count (else 10 x concurrency, InferenceX's
@@ -564,9 +594,9 @@ pub fn summary(rows: &[Row], set: Set) -> SetSummary {
 /// Where the fitted constants came from (the engine defaults in `predict::Engine`).
 pub fn constants() -> Vec<ConstantOrigin> {
     let e = Engine::default();
-    let fit = "fit: every scored fit case (argmin of the steady-state fit median absolute error on a 2 us x 0.05 grid)";
+    let fit = "fit: every scored fit case (argmin of the steady-state fit median absolute error on a 0.1 us x 0.05 grid)";
     vec![
-        ConstantOrigin { name: "layer_overhead_us (per layer per step)", value: e.layer_overhead_us, set_from: fit },
+        ConstantOrigin { name: "kernel_overhead_us (per kernel per step)", value: e.kernel_overhead_us, set_from: fit },
         ConstantOrigin { name: "moe_efficiency", value: e.moe_efficiency, set_from: fit },
         ConstantOrigin { name: "hbm_efficiency", value: e.hbm_efficiency, set_from: "assumption (typical decode GEMV); no e2e case" },
         ConstantOrigin {
@@ -801,11 +831,11 @@ mod tests {
         let ix: Vec<&Row> = v.rows.iter().filter(|r| r.source_key == "inferencex-issue-870").collect();
         assert_eq!(ix.len(), 4);
         assert!(ix.iter().all(|r| r.set == Set::Fit));
-        assert!(v.constants.iter().any(|c| c.name.starts_with("layer_overhead_us") && c.set_from.starts_with("fit: ")));
+        assert!(v.constants.iter().any(|c| c.name.starts_with("kernel_overhead_us") && c.set_from.starts_with("fit: ")));
     }
 
     /// The defaults minimize the FIT set's median |error| over their grid neighbourhood (the search
-    /// that chose them, [`refit_on_the_fit_set`], spans layer_overhead_us 8..140 by 2 and
+    /// that chose them, [`refit_on_the_fit_set`], spans kernel_overhead_us 0.5..8.0 by 0.1 and
     /// moe_efficiency 0.30..0.80 by 0.05); the test set plays no part.
     #[test]
     fn the_fitted_defaults_minimize_the_fit_median_among_their_grid_neighbours() {
@@ -814,15 +844,15 @@ mod tests {
         for o in -2..=2 {
             for m in -2..=2 {
                 let e = Engine {
-                    layer_overhead_us: d.layer_overhead_us + 2.0 * o as f64,
+                    kernel_overhead_us: d.kernel_overhead_us + 0.1 * o as f64,
                     moe_efficiency: d.moe_efficiency + 0.05 * m as f64,
                     ..d
                 };
                 let fit = run_with(&e).expect("runs").fit.median_abs_error;
                 assert!(
                     at_default <= fit + 1e-12,
-                    "layer overhead {} moe {}: fit {fit} < {at_default}",
-                    e.layer_overhead_us,
+                    "kernel overhead {} moe {}: fit {fit} < {at_default}",
+                    e.kernel_overhead_us,
                     e.moe_efficiency
                 );
             }
@@ -830,25 +860,39 @@ mod tests {
     }
 
     /// The refit itself (run by hand: `cargo test -p servetune-model --lib -- --ignored
-    /// refit_on_the_fit_set --nocapture`): every point of the documented grid (layer_overhead_us
-    /// 8..140 by 2, moe_efficiency 0.30..0.80 by 0.05), scored on the FIT set only; it prints
+    /// refit_on_the_fit_set --nocapture`): every point of the documented grid (kernel_overhead_us
+    /// 0.5..8.0 by 0.1, moe_efficiency 0.30..0.80 by 0.05), scored on the FIT set only; it prints
     /// the argmin (the first of equal medians, overhead-major order).
     #[test]
     #[ignore]
     fn refit_on_the_fit_set() {
         let d = Engine::default();
         let mut best = (f64::INFINITY, 0.0, 0.0);
-        for i in 0..=66 {
+        for i in 0..=75 {
             for j in 0..=10 {
-                let (o, m) = (8.0 + 2.0 * i as f64, 0.30 + 0.05 * j as f64);
-                let f = run_with(&Engine { layer_overhead_us: o, moe_efficiency: m, ..d }).expect("runs").fit.median_abs_error;
+                let (o, m) = (0.5 + 0.1 * i as f64, 0.30 + 0.05 * j as f64);
+                let f = run_with(&Engine { kernel_overhead_us: o, moe_efficiency: m, ..d }).expect("runs").fit.median_abs_error;
                 if f < best.0 - 1e-12 {
                     best = (f, o, m);
                 }
             }
         }
         let (f, o, m) = best;
-        println!("fit argmin: layer_overhead_us {o:.0}, moe_efficiency {m:.2}, fit median {f:.4}");
+        println!("fit argmin: kernel_overhead_us {o:.1}, moe_efficiency {m:.2}, fit median {f:.4}");
+    }
+
+    #[test]
+    fn a_rate_needing_more_prefill_than_the_gpus_peak_is_skipped_as_implausible() {
+        let s = crate::predict::tests::scenario("llama-3.1-8b", Dtype::Fp8, "h200", "nvlink", 1, 1);
+        // 2000-token prompts per 100 output tokens: 20 prompt tokens per output token, 2 x ~7e9
+        // FLOPs each; the H200's dense FP8 peak allows about 7,000 output tokens/s.
+        let s = Scenario { input_len: 2000, output_len: 100, ..s };
+        let peak = s.gpu.tflops(s.quant.experts.compute()) * 1e12;
+        let limit = peak / (20.0 * 2.0 * s.model.params().active_non_embedding);
+        assert!(check_plausible(&s, limit * 0.9).is_ok());
+        let (reason, detail) = check_plausible(&s, limit * 1.1).expect_err("above the peak");
+        assert_eq!(reason, SkipReason::Implausible);
+        assert!(detail.contains("PFLOP/s"), "{detail}");
     }
 
     #[test]
@@ -859,3 +903,4 @@ mod tests {
         assert_eq!(quant_of("unstated"), None);
     }
 }
+
