@@ -20,6 +20,7 @@
 
 #![warn(missing_docs)]
 
+pub mod aic;
 pub mod calibrate;
 pub mod comm;
 pub mod hw;

@@ -214,10 +214,8 @@ pub fn fixes(base: &Scenario, slos: &[Slo], range: ConcurrencyRange) -> Vec<Fix>
 /// [`rank_with`]'s answer for the same client (its first plan is the "switch to" fix, and the
 /// current plan's rate is taken from it when it is there).
 pub fn fixes_with(base: &Scenario, slos: &[Slo], range: ConcurrencyRange, client: Client, ranked: &[Ranked]) -> Vec<Fix> {
-    let current = ranked
-        .iter()
-        .find(|r| r.plan == base.plan)
-        .map_or_else(|| best_tput(base, slos, range, client), |r| r.output_tokens_per_s);
+    let current =
+        ranked.iter().find(|r| r.plan == base.plan).map_or_else(|| best_tput(base, slos, range, client), |r| r.output_tokens_per_s);
     let mut cands: Vec<(String, String, Scenario)> = Vec::new();
     // Any host-staged link, catalog or measured (`--fabric`), gains from P2P.
     if let Some(name) = crate::hw::p2p_replacement(base.link.kind) {
@@ -343,7 +341,12 @@ mod tests {
     #[test]
     fn a_client_ranking_reports_and_orders_by_what_the_client_measures() {
         let s = scenario("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", "pcie5-p2p", 8, 8);
-        let w = Workload { requests: None, input: crate::workload::LengthDist::Fixed { len: 1024 }, output: crate::workload::LengthDist::Fixed { len: 1024 }, seed: 0 };
+        let w = Workload {
+            requests: None,
+            input: crate::workload::LengthDist::Fixed { len: 1024 },
+            output: crate::workload::LengthDist::Fixed { len: 1024 },
+            seed: 0,
+        };
         let range = ConcurrencyRange { max: Some(64) };
         let steady = rank(&s, &[], range);
         let client = rank_with(&s, &[], range, Some((&Fraction, &w)));

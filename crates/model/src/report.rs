@@ -565,7 +565,11 @@ fn write_ranked(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
         headers.push("bound by");
     }
     write!(w, "{}", table(&headers, &rows))?;
-    writeln!(w, "at conc: the concurrency giving the plan's most output under the objectives; vs current: over the current plan's best{}", client_words(r))?;
+    writeln!(
+        w,
+        "at conc: the concurrency giving the plan's most output under the objectives; vs current: over the current plan's best{}",
+        client_words(r)
+    )?;
     if let (Some(_), Some(top)) = (multi, r.ranked_plans.first()) {
         writeln!(w, "best {}: {}", top.label, bottleneck_words(&top.bottleneck))?;
     }

@@ -207,6 +207,11 @@ pub struct Row {
     pub tpot_predicted_ms: f64,
     /// Stand-ins the scoring used (a sibling model's config), empty when none.
     pub note: String,
+    /// AIConfigurator 0.12.0's estimate of the same output tokens/s ([`crate::aic`]), when it
+    /// gave one.
+    pub aic_predicted: Option<f64>,
+    /// Its (estimate - measured) / measured.
+    pub aic_error: Option<f64>,
 }
 
 /// Why a case was not scored.
@@ -359,6 +364,21 @@ pub struct Validation {
     pub engine: Engine,
     /// What the predictions are.
     pub predicted_by: PredictedBy,
+    /// AIConfigurator beside `plan` on the cases it estimated.
+    pub aiconfigurator: AicComparison,
+}
+
+/// AIConfigurator's estimates scored like `plan`'s, set by set, on the cases it gave one for.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AicComparison {
+    /// The tool and version.
+    pub tool: &'static str,
+    /// The file its estimates come from.
+    pub data: &'static str,
+    /// Test set.
+    pub test: crate::aic::SideBySide,
+    /// Fit set.
+    pub fit: crate::aic::SideBySide,
 }
 
 /// What a validation's predictions are.
@@ -518,6 +538,8 @@ fn score(c: &E2eCase, engine: &Engine, bench: Option<&dyn VirtualBench>) -> Resu
         tpot_measured_ms: c.tpot_ms.or(c.tpot_ms_mean),
         tpot_predicted_ms: tpot,
         note: note.to_string(),
+        aic_predicted: None,
+        aic_error: None,
     })
 }
 
@@ -676,6 +698,17 @@ pub fn run_with_bench(engine: &Engine, bench: Option<&dyn VirtualBench>) -> Resu
         }
     }
     rows.sort_by_key(|r| r.set != Set::Test);
+    let aic = crate::aic::estimates()?;
+    for r in &mut rows {
+        r.aic_predicted = aic.get(&r.id).and_then(crate::aic::Estimate::rate);
+        r.aic_error = r.aic_predicted.map(|a| (a - r.measured) / r.measured);
+    }
+    let side = |set: Set| {
+        let errors: Vec<(f64, Option<f64>)> = rows.iter().filter(|r| r.set == set).map(|r| (r.error, r.aic_error)).collect();
+        crate::aic::side_by_side(&errors)
+    };
+    let aiconfigurator =
+        AicComparison { tool: crate::aic::AIC_TOOL, data: crate::aic::AIC_PATH, test: side(Set::Test), fit: side(Set::Fit) };
     let (fit, test) = (summary(&rows, Set::Fit), summary(&rows, Set::Test));
     Ok(Validation {
         schema: "servetune.validation/2",
@@ -689,6 +722,7 @@ pub fn run_with_bench(engine: &Engine, bench: Option<&dyn VirtualBench>) -> Resu
         constants: constants(),
         engine: *engine,
         predicted_by: if bench.is_some() { PredictedBy::VirtualRun } else { PredictedBy::SteadyState },
+        aiconfigurator,
     })
 }
 
@@ -712,15 +746,37 @@ fn summary_line(name: &str, s: &SetSummary) -> String {
     )
 }
 
+fn aic_lines(a: &AicComparison) -> String {
+    let line = |name: &str, x: &crate::aic::SideBySide| {
+        format!(
+            "| {name} | {} of {} | {} | {} | {} of {} |\n",
+            x.cases,
+            x.scored,
+            pct(x.aic_median_abs_error),
+            pct(x.plan_median_abs_error),
+            x.plan_closer,
+            x.cases
+        )
+    };
+    format!(
+        "\n{} on the same cases (its `cli estimate`, offline; estimates in {}, made by scripts/aic-estimate):\n\n| set | cases it estimates | its median abs error | plan's on those cases | plan closer |\n|---|---:|---:|---:|---:|\n{}{}",
+        a.tool,
+        a.data,
+        line("test", &a.test),
+        line("fit", &a.fit)
+    )
+}
+
 fn rows_table(v: &Validation, set: Set) -> String {
     let mut s = String::from(
-        "| case | source | GPU | engine | c | running | measured tok/s | predicted tok/s | error | steady tok/s | steady error | TPOT meas / pred ms |\n|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n",
+        "| case | source | GPU | engine | c | running | measured tok/s | predicted tok/s | error | steady tok/s | steady error | TPOT meas / pred ms | AIConfigurator tok/s (error) |\n|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|\n",
     );
     for r in v.rows.iter().filter(|r| r.set == set) {
         let star = if r.measure == Measure::DerivedFromTtftTpot { "*" } else { "" };
         let tpot = r.tpot_measured_ms.map_or(format!("- / {:.1}", r.tpot_predicted_ms), |m| format!("{m:.1} / {:.1}", r.tpot_predicted_ms));
+        let aic = r.aic_predicted.zip(r.aic_error).map_or("-".to_string(), |(a, e)| format!("{a:.0} ({:+.1}%)", e * 100.0));
         s += &format!(
-            "| {} | {} | {} | {} | {} | {} | {:.0}{star} | {:.0} | {:+.1}% | {:.0} | {:+.1}% | {tpot} |\n",
+            "| {} | {} | {} | {} | {} | {} | {:.0}{star} | {:.0} | {:+.1}% | {:.0} | {:+.1}% | {tpot} | {aic} |\n",
             r.id,
             r.source_key,
             r.gpu,
@@ -754,6 +810,7 @@ pub fn markdown(v: &Validation) -> String {
     s += "| set | cases | median abs error | steady-state median | signed median | over-predicted | measured rate only | TPOT |\n|---|---:|---:|---:|---:|---:|---:|---:|\n";
     s += &summary_line("test", &v.test);
     s += &summary_line("fit", &v.fit);
+    s += &aic_lines(&v.aiconfigurator);
     s += &format!(
         "\nScored {scored} of {} cases; skipped {}:\n\n| reason | cases | first case | its detail |\n|---|---:|---|---|\n",
         v.total_cases,
@@ -896,6 +953,18 @@ mod tests {
     }
 
     #[test]
+    fn every_scored_case_has_an_aiconfigurator_estimate_or_its_refusal() {
+        let v = validation();
+        let aic = crate::aic::estimates().expect("parses");
+        for r in &v.rows {
+            let e = aic.get(&r.id).unwrap_or_else(|| panic!("{}: no entry in {}", r.id, crate::aic::AIC_PATH));
+            assert_eq!(r.aic_predicted, e.rate(), "{}", r.id);
+        }
+        let with = |set: Set| v.rows.iter().filter(|r| r.set == set && r.aic_error.is_some()).count();
+        assert_eq!((v.aiconfigurator.test.cases, v.aiconfigurator.fit.cases), (with(Set::Test), with(Set::Fit)));
+    }
+
+    #[test]
     fn free_text_formats_map_to_checkpoints() {
         assert_eq!(quant_of("nvfp4 (modelopt), fp8 kv cache"), Some(Dtype::Nvfp4));
         assert_eq!(quant_of("native (INT4 experts) with fp8 kv cache"), Some(Dtype::Int4));
@@ -903,4 +972,3 @@ mod tests {
         assert_eq!(quant_of("unstated"), None);
     }
 }
-
