@@ -50,8 +50,7 @@ enum ModelRef {
     Config(&'static str),
 }
 
-/// Hugging Face id in e2e.toml -> the model `plan` runs, and why when it is a stand-in (the same
-/// table as `scripts/score-plan-e2e`'s MODELS).
+/// Hugging Face id in e2e.toml -> the model `plan` runs, and why when it is a stand-in.
 const MODELS: [(&str, ModelRef, &str); 30] = [
     ("deepseek-ai/DeepSeek-R1-0528", ModelRef::Catalog("deepseek-v3"), "DeepSeek-V3 architecture"),
     ("deepseek-ai/DeepSeek-R1", ModelRef::Catalog("deepseek-v3"), "DeepSeek-V3 architecture"),
