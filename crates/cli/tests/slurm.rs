@@ -17,13 +17,20 @@ fn repo() -> PathBuf {
 /// The test cluster's slurm.conf; the tests fail (never skip) when it is not up.
 fn conf() -> PathBuf {
     let p = std::env::var_os("SERVETUNE_TEST_SLURM_CONF").map_or_else(|| repo().join(".slurm-test/slurm.conf"), PathBuf::from);
+    // Busy (mix, alloc, or comp while a finished job's nodes clean up) while other tests run
+    // jobs; never down or unknown. A node between states is given a few seconds.
+    let state_ok = || {
+        StdCommand::new("sinfo").env("SLURM_CONF", &p).args(["-h", "-o", "%t"]).output().is_ok_and(|o| {
+            let t = String::from_utf8_lossy(&o.stdout).to_string();
+            o.status.success() && ["idle", "mix", "alloc", "comp"].iter().any(|s| t.contains(s))
+        })
+    };
     let up = p.is_file()
-        && StdCommand::new("sinfo").env("SLURM_CONF", &p).args(["-h", "-o", "%t"]).output().is_ok_and(|o| {
-            o.status.success() && {
-                // Busy (mix, alloc) while other tests run jobs; never down or unknown.
-                let t = String::from_utf8_lossy(&o.stdout).to_string();
-                ["idle", "mix", "alloc"].iter().any(|s| t.contains(s))
+        && (0..20).any(|i| {
+            if i > 0 {
+                std::thread::sleep(std::time::Duration::from_millis(250));
             }
+            state_ok()
         });
     assert!(
         up,
