@@ -376,16 +376,7 @@ pub fn heatmap(c: &Heatmap, o: &mut String) {
     }
     o.push_str(r#"</g><g class="legend">"#);
     for (i, (k, color, meaning)) in c.categories.iter().enumerate() {
-        let (x, y) = (LEFT + cell * n + 30.0, TOP + 8.0 + i as f64 * 22.0);
-        let _ = write!(
-            o,
-            r#"<g class="legend-entry"><rect x="{x:.1}" y="{:.1}" width="16" height="16" fill="{color}"/><text x="{:.1}" y="{:.1}">{} = {}</text></g>"#,
-            y - 8.0,
-            x + 22.0,
-            y + 4.0,
-            esc(k),
-            esc(meaning)
-        );
+        swatch(o, LEFT + cell * n + 30.0, i, color, &format!("{k} = {meaning}"));
     }
     o.push_str("</g></svg>");
 }
@@ -546,17 +537,22 @@ pub fn value_heatmap(c: &ValueHeatmap, o: &mut String) {
         .collect();
     entries.push((SELF_COLOR, "same GPU (local copy)".into()));
     for (i, (color, text)) in entries.iter().enumerate() {
-        let (x, y) = (LEFT + cell * n + 30.0, TOP + 8.0 + i as f64 * 22.0);
-        let _ = write!(
-            o,
-            r#"<g class="legend-entry"><rect x="{x:.1}" y="{:.1}" width="16" height="16" fill="{color}"/><text x="{:.1}" y="{:.1}">{}</text></g>"#,
-            y - 8.0,
-            x + 22.0,
-            y + 4.0,
-            esc(text)
-        );
+        swatch(o, LEFT + cell * n + 30.0, i, color, text);
     }
     o.push_str("</g></svg>");
+}
+
+/// The `i`-th entry of a heatmap's legend at `x`: a colour square and its words.
+fn swatch(o: &mut String, x: f64, i: usize, color: &str, text: &str) {
+    let y = TOP + 8.0 + i as f64 * 22.0;
+    let _ = write!(
+        o,
+        r#"<g class="legend-entry"><rect x="{x:.1}" y="{:.1}" width="16" height="16" fill="{color}"/><text x="{:.1}" y="{:.1}">{}</text></g>"#,
+        y - 8.0,
+        x + 22.0,
+        y + 4.0,
+        esc(text)
+    );
 }
 
 #[cfg(test)]

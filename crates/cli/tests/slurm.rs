@@ -184,6 +184,15 @@ fn continue_bg(dir: &Path) -> std::process::Child {
         .expect("continue")
 }
 
+/// A one-request-at-a-time campaign in `dir` with `bench`'s sweep, its `continue` started in the
+/// background and waited on until experiment 1 benchmarks: the controller and the Slurm job id.
+fn benchmarking(dir: &Path, bench: &[&str]) -> (std::process::Child, i64) {
+    init_with(dir, bench, &["--set", "max_running=1"]);
+    let child = continue_bg(dir);
+    wait_for("the benchmark to start", Duration::from_secs(120), || state(dir).as_deref() == Some("benchmarking"));
+    (child, one(&db(dir), "SELECT slurm_job FROM experiments WHERE id = 1"))
+}
+
 fn state(dir: &Path) -> Option<String> {
     Connection::open_with_flags(dir.join("journal.sqlite"), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
         .ok()?
@@ -195,10 +204,7 @@ fn state(dir: &Path) -> Option<String> {
 fn a_job_cancelled_mid_run_by_someone_else_fails_as_cancelled() {
     let d = tempfile::tempdir().expect("tmp");
     let dir = d.path().join("c");
-    init_with(&dir, LONG, &["--set", "max_running=1"]);
-    let child = continue_bg(&dir);
-    wait_for("the benchmark to start", Duration::from_secs(120), || state(&dir).as_deref() == Some("benchmarking"));
-    let job: i64 = one(&db(&dir), "SELECT slurm_job FROM experiments WHERE id = 1");
+    let (child, job) = benchmarking(&dir, LONG);
     let st = StdCommand::new("scancel").env("SLURM_CONF", conf()).arg(job.to_string()).status().expect("scancel");
     assert!(st.success());
     let out = child.wait_with_output().expect("continue");
@@ -211,10 +217,7 @@ fn a_job_cancelled_mid_run_by_someone_else_fails_as_cancelled() {
 fn ctrl_c_scancels_the_job_and_records_the_step_as_interrupted() {
     let d = tempfile::tempdir().expect("tmp");
     let dir = d.path().join("c");
-    init_with(&dir, LONG, &["--set", "max_running=1"]);
-    let child = continue_bg(&dir);
-    wait_for("the benchmark to start", Duration::from_secs(120), || state(&dir).as_deref() == Some("benchmarking"));
-    let job: i64 = one(&db(&dir), "SELECT slurm_job FROM experiments WHERE id = 1");
+    let (child, job) = benchmarking(&dir, LONG);
     assert_eq!(squeue_state(job), "RUNNING");
     let _ = StdCommand::new("kill").args(["-INT", &child.id().to_string()]).status();
     let out = child.wait_with_output().expect("continue");
@@ -228,10 +231,7 @@ fn a_controller_killed_with_kill_9_is_reattached_to_its_running_job_instead_of_s
     let d = tempfile::tempdir().expect("tmp");
     let dir = d.path().join("c");
     // A few seconds of benchmark: still running when the controller dies, then run again in full.
-    init_with(&dir, &["--concurrency", "1", "--requests", "24", "--input-len", "32", "--output-len", "32"], &["--set", "max_running=1"]);
-    let mut child = continue_bg(&dir);
-    wait_for("the benchmark to start", Duration::from_secs(120), || state(&dir).as_deref() == Some("benchmarking"));
-    let job: i64 = one(&db(&dir), "SELECT slurm_job FROM experiments WHERE id = 1");
+    let (mut child, job) = benchmarking(&dir, &["--concurrency", "1", "--requests", "24", "--input-len", "32", "--output-len", "32"]);
     child.kill().expect("kill -9");
     let _ = child.wait();
     assert_eq!(squeue_state(job), "RUNNING", "the job outlives its controller");
