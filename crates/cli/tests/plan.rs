@@ -441,3 +441,21 @@ fn bad_workload_flags_name_the_flag() {
     usage_error(&with(&["--output-len", "lots"]), "--output-len \"lots\" is not a length");
     usage_error(&with(&["--requests", "0"]), "--requests 0");
 }
+
+#[test]
+fn request_latency_moves_the_client_ttft_by_its_difference_and_bad_values_exit_2() {
+    let run = |latency: &str| {
+        let mut args = REF.to_vec();
+        args.extend_from_slice(&["--concurrency", "8", "--requests", "32", "--request-latency-ms", latency, "--json", "-"]);
+        let (code, out, err) = plan(&args);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+        let p = &v["points"][0];
+        (p["client"]["ttft_ms"]["mean"].as_f64().expect("ttft"), p["client"]["output_tokens_per_s"].as_f64().expect("rate"))
+    };
+    let (sglang, rate_a) = run("251");
+    let (vllm, rate_b) = run("34");
+    assert!((sglang - vllm - 217.0).abs() < 1e-6, "{sglang} vs {vllm}");
+    assert_eq!(rate_a, rate_b, "the latency is outside the GPU's steps");
+    usage_error(&["--model", "glm-5", "--gpu", "rtx-pro-6000-se", "--request-latency-ms=-3"], "--request-latency-ms -3");
+}

@@ -166,6 +166,14 @@ pub struct Engine {
     pub mem_fraction: f64,
     /// Activation and workspace memory reserved per GPU, GB (an assumption).
     pub workspace_gb: f64,
+    /// Time a request spends on the serving path outside the GPU's steps, between the client
+    /// sending it and its first token reaching the client (HTTP, tokenization, the hand-offs to
+    /// and from the scheduler, streaming), ms. It adds to the TTFT a client measures and to
+    /// nothing else: the GPU's steps and the virtual run's closed loop run without it (placed in
+    /// front of the engine, it shifted the closed loop's lockstep at c=64 and moved TTFT by far
+    /// more than itself: VALIDATION.md, step 7). Default: sglang's
+    /// ([`SGLANG_REQUEST_LATENCY_MS`]); `validate::EngineName::request_latency_ms` gives each engine's.
+    pub request_latency_ms: f64,
     /// Prefill tokens ride inside decode steps (vLLM V1's chunked prefill, sglang's
     /// --enable-mixed-chunk) instead of running as their own passes (sglang's default).
     pub mixed_prefill: bool,
@@ -186,10 +194,26 @@ impl Default for Engine {
             ep_imbalance: 1.2,
             mem_fraction: 0.88,
             workspace_gb: 3.0,
+            request_latency_ms: SGLANG_REQUEST_LATENCY_MS,
             mixed_prefill: false,
         }
     }
 }
+
+/// sglang's per-request serving-path latency, ms ([`Engine::request_latency_ms`]): the median,
+/// over the FIT set's sglang cases of e2e.toml, of measured TTFT less the TTFT predicted without
+/// it (`validate::tests` recomputes it). The gap is flat over concurrency (InferenceX's DeepSeek-R1
+/// H200 runs: 262, 271, 309, 250 ms at c = 8..64) while the same runs' TPOT matches, so it is
+/// time outside the GPU's steps, not a slower prefill.
+pub const SGLANG_REQUEST_LATENCY_MS: f64 = 251.0;
+
+/// vLLM's per-request serving-path latency, ms: as [`SGLANG_REQUEST_LATENCY_MS`], over the FIT
+/// set's vLLM cases (few: see VALIDATION.md).
+pub const VLLM_REQUEST_LATENCY_MS: f64 = 34.0;
+
+/// TensorRT-LLM's per-request serving-path latency, ms: as [`SGLANG_REQUEST_LATENCY_MS`], over
+/// the FIT set's TensorRT-LLM cases (few: see VALIDATION.md).
+pub const TRTLLM_REQUEST_LATENCY_MS: f64 = 79.0;
 
 /// Achieved fraction of peak tensor TFLOPS of a dense GEMM at prefill sizes, by compute format: the
 /// median over kernels.toml `[[gemm]]` (AIConfigurator's sglang 0.5.14 tables on h100-sxm, h200,
@@ -878,7 +902,7 @@ impl Scenario {
         let out = running as f64 / (tpot / 1e3);
         let e2e = tpot * self.output_len as f64;
         let queue_ms = if concurrency > running { (concurrency as f64 / running as f64 - 1.0) * e2e } else { 0.0 };
-        let ttft = self.prefill_ms(self.input_len as f64, self.input_len as f64, true) + tpot + queue_ms;
+        let ttft = self.prefill_ms(self.input_len as f64, self.input_len as f64, true) + tpot + queue_ms + self.engine.request_latency_ms;
         Point {
             concurrency,
             running,
@@ -1172,6 +1196,18 @@ pub(crate) mod tests {
         s.output_len = 64;
         let (a, b) = (s.point(512).output_tokens_per_s, s.point(1024.min(s.max_concurrency())).output_tokens_per_s);
         assert!(b >= a, "{a} -> {b}");
+    }
+
+    #[test]
+    fn the_steady_ttft_adds_the_request_latency_and_the_rate_does_not_change() {
+        let mut s = scenario("llama-3.1-70b", Dtype::Fp8, "h200", "nvlink", 8, 8);
+        s.engine.request_latency_ms = 0.0;
+        let without = s.point(16);
+        s.engine.request_latency_ms = 251.0;
+        let with = s.point(16);
+        assert!((with.ttft_ms - without.ttft_ms - 251.0).abs() < 1e-9, "{} vs {}", with.ttft_ms, without.ttft_ms);
+        assert_eq!(with.output_tokens_per_s, without.output_tokens_per_s);
+        assert_eq!(Engine::default().request_latency_ms, SGLANG_REQUEST_LATENCY_MS);
     }
 
     #[test]

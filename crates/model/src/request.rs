@@ -105,6 +105,8 @@ pub struct ScenarioSpec {
     pub mixed_prefill: bool,
     /// Host overhead per step replacing the default, ms.
     pub step_overhead_ms: Option<f64>,
+    /// The serving path's latency outside the GPU (it adds to TTFT), replacing sglang's default, ms.
+    pub request_latency_ms: Option<f64>,
     /// Fraction of memory bandwidth the fused-MoE kernels reach, replacing the default (untuned
     /// kernels reach less than tuned ones), 0 < f <= 1.
     pub moe_efficiency: Option<f64>,
@@ -138,6 +140,7 @@ impl ScenarioSpec {
             overlap: Overlap::None,
             mixed_prefill: false,
             step_overhead_ms: None,
+            request_latency_ms: None,
             moe_efficiency: None,
         }
     }
@@ -185,12 +188,16 @@ impl ScenarioSpec {
             "step-overhead-ms" => {
                 self.step_overhead_ms = Some(v.parse().map_err(|_| ModelError::Input(format!("{what}: not a number of milliseconds")))?)
             }
+            "request-latency-ms" => {
+                self.request_latency_ms =
+                    Some(v.parse().map_err(|_| ModelError::Input(format!("{what}: not a number of milliseconds")))?)
+            }
             "moe-efficiency" => {
                 self.moe_efficiency = Some(v.parse().map_err(|_| ModelError::Input(format!("{what}: not a fraction like 0.8")))?)
             }
             other => {
                 return Err(ModelError::Input(format!(
-                    "{flag}: unknown key {other:?}; keys: model, gpu, gpus, nodes, gpus-per-node, nics-per-node, net, link, quant, kv-dtype, tp, pp, ep, dp-attention, input-len, output-len, max-running, overlap, cuda-graphs, mixed-prefill, step-overhead-ms, moe-efficiency"
+                    "{flag}: unknown key {other:?}; keys: model, gpu, gpus, nodes, gpus-per-node, nics-per-node, net, link, quant, kv-dtype, tp, pp, ep, dp-attention, input-len, output-len, max-running, overlap, cuda-graphs, mixed-prefill, step-overhead-ms, request-latency-ms, moe-efficiency"
                 )))
             }
         }
@@ -243,6 +250,15 @@ impl ScenarioSpec {
             Some(o) => (o, 0.0),
             None => (defaults.step_overhead_ms, defaults.kernel_overhead_us),
         };
+        let request_latency_ms = match self.request_latency_ms {
+            Some(l) if !(l.is_finite() && l >= 0.0) => {
+                return Err(ModelError::Input(format!(
+                    "--request-latency-ms {l}: give milliseconds >= 0 (sglang 251, vLLM 34, TensorRT-LLM 79: VALIDATION.md)"
+                )))
+            }
+            Some(l) => l,
+            None => defaults.request_latency_ms,
+        };
         let moe_efficiency = match self.moe_efficiency {
             Some(f) if !(f.is_finite() && f > 0.0 && f <= 1.0) => {
                 return Err(ModelError::Input(format!(
@@ -259,6 +275,7 @@ impl ScenarioSpec {
             mixed_prefill: self.mixed_prefill,
             step_overhead_ms,
             kernel_overhead_us,
+            request_latency_ms,
             ..defaults
         };
         Ok(Scenario {
@@ -709,6 +726,12 @@ mod tests {
         let mut s = glm_on_rtx(None);
         s.step_overhead_ms = Some(f64::NAN);
         assert!(s.build().expect_err("overhead").to_string().contains("--step-overhead-ms"));
+        let mut s = glm_on_rtx(None);
+        s.request_latency_ms = Some(-1.0);
+        assert!(s.build().expect_err("latency").to_string().contains("--request-latency-ms -1"));
+        let mut s = glm_on_rtx(None);
+        s.request_latency_ms = Some(34.0);
+        assert_eq!(s.build().expect("vllm latency").engine.request_latency_ms, 34.0);
         let mut r = PlanRequest::new(glm_on_rtx(None));
         r.top = 0;
         assert!(build_report(&r).expect_err("top").to_string().contains("--top 0"));

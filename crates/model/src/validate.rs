@@ -107,6 +107,15 @@ pub enum EngineName {
 }
 
 impl EngineName {
+    /// The engine's per-request serving-path latency, ms ([`Engine::request_latency_ms`]).
+    pub fn request_latency_ms(self) -> f64 {
+        match self {
+            EngineName::Sglang => crate::predict::SGLANG_REQUEST_LATENCY_MS,
+            EngineName::Vllm => crate::predict::VLLM_REQUEST_LATENCY_MS,
+            EngineName::Trtllm => crate::predict::TRTLLM_REQUEST_LATENCY_MS,
+        }
+    }
+
     /// The engine's name as e2e.toml writes it.
     pub fn name(self) -> &'static str {
         match self {
@@ -204,6 +213,10 @@ pub struct Row {
     pub tpot_measured_ms: Option<f64>,
     /// Predicted TPOT, ms.
     pub tpot_predicted_ms: f64,
+    /// Measured TTFT, ms, when the source gives it.
+    pub ttft_measured_ms: Option<f64>,
+    /// Predicted TTFT, ms: the virtual run's mean, else the steady state's.
+    pub ttft_predicted_ms: f64,
     /// Stand-ins the scoring used (a sibling model's config), empty when none.
     pub note: String,
     /// AIConfigurator 0.12.0's estimate of the same output tokens/s ([`crate::aic`]), when it
@@ -322,6 +335,10 @@ pub struct SetSummary {
     pub tpot_cases: usize,
     /// Median |TPOT error| over those rows.
     pub tpot_median_abs_error: f64,
+    /// Rows with a measured TTFT.
+    pub ttft_cases: usize,
+    /// Median |TTFT error| over those rows.
+    pub ttft_median_abs_error: f64,
     /// Median |error| of the steady-state prediction over the same rows (equal to
     /// `median_abs_error` when no virtual run was made).
     pub steady_median_abs_error: f64,
@@ -510,6 +527,7 @@ fn score(c: &E2eCase, engine: &Engine, bench: Option<&dyn VirtualBench>) -> Resu
     let p = s.point(conc);
     let w = workload_of(c, spec.input_len, spec.output_len);
     let client = bench.map(|b| b.run(&s, &w, conc));
+    let ttft = client.map_or(p.ttft_ms, |r| r.ttft_ms.mean);
     let (predicted, tpot) = match (client, measure) {
         (None, _) => (p.output_tokens_per_s, p.tpot_ms),
         (Some(r), Measure::OutputTokS) => (r.output_tokens_per_s, r.tpot_ms.mean),
@@ -536,6 +554,8 @@ fn score(c: &E2eCase, engine: &Engine, bench: Option<&dyn VirtualBench>) -> Resu
         error: (predicted - measured) / measured,
         tpot_measured_ms: c.tpot_ms.or(c.tpot_ms_mean),
         tpot_predicted_ms: tpot,
+        ttft_measured_ms: c.ttft_ms.or(c.ttft_ms_mean),
+        ttft_predicted_ms: ttft,
         note: note.to_string(),
         aic_predicted: None,
         aic_error: None,
@@ -598,6 +618,8 @@ pub fn summary(rows: &[Row], set: Set) -> SetSummary {
     let signed: Vec<f64> = rs.iter().map(|r| r.error).collect();
     let meas: Vec<f64> = rs.iter().filter(|r| r.measure == Measure::OutputTokS).map(|r| r.error.abs()).collect();
     let tpot: Vec<f64> = rs.iter().filter_map(|r| r.tpot_measured_ms.map(|m| ((r.tpot_predicted_ms - m) / m).abs())).collect();
+    let ttft: Vec<f64> =
+        rs.iter().filter_map(|r| r.ttft_measured_ms.filter(|m| *m > 0.0).map(|m| ((r.ttft_predicted_ms - m) / m).abs())).collect();
     let steady: Vec<f64> = rs.iter().map(|r| ((r.predicted_steady - r.measured) / r.measured).abs()).collect();
     SetSummary {
         cases: rs.len(),
@@ -608,6 +630,8 @@ pub fn summary(rows: &[Row], set: Set) -> SetSummary {
         measured_median_abs_error: median(&meas),
         tpot_cases: tpot.len(),
         tpot_median_abs_error: median(&tpot),
+        ttft_cases: ttft.len(),
+        ttft_median_abs_error: median(&ttft),
         steady_median_abs_error: median(&steady),
     }
 }
@@ -687,11 +711,47 @@ pub fn run_with(engine: &Engine) -> Result<Validation, ModelError> {
 /// the case's benchmark would measure (`servetune plan --validate` passes the simulator's
 /// virtual-time engine).
 pub fn run_with_bench(engine: &Engine, bench: Option<&dyn VirtualBench>) -> Result<Validation, ModelError> {
+    run_cases(engine, bench, Latency::PerEngine)
+}
+
+/// Which serving-path latency the cases run with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Latency {
+    /// Each case its engine's ([`EngineName::request_latency_ms`]).
+    PerEngine,
+    /// None (to measure the TTFT gap the latencies are fitted to).
+    Zero,
+}
+
+/// As [`run_with_bench`] with no serving-path latency in any case: the TTFT gaps
+/// (measured - predicted) of its fit rows are what [`EngineName::request_latency_ms`] is the
+/// median of.
+pub fn run_without_request_latency(engine: &Engine, bench: Option<&dyn VirtualBench>) -> Result<Validation, ModelError> {
+    run_cases(engine, bench, Latency::Zero)
+}
+
+/// The median TTFT gap, measured less predicted, ms, over the `set` rows of `engine` that
+/// measured a TTFT (None when there are none).
+pub fn median_ttft_gap_ms(v: &Validation, set: Set, engine: EngineName) -> Option<f64> {
+    let gaps: Vec<f64> = v
+        .rows
+        .iter()
+        .filter(|r| r.set == set && r.engine == engine)
+        .filter_map(|r| r.ttft_measured_ms.map(|m| m - r.ttft_predicted_ms))
+        .collect();
+    servetune_stats::median(&gaps)
+}
+
+fn run_cases(engine: &Engine, bench: Option<&dyn VirtualBench>, latency: Latency) -> Result<Validation, ModelError> {
     let file: E2eFile = toml::from_str(E2E).map_err(|e| ModelError::Input(format!("{E2E_PATH}: {e}")))?;
     let mut rows = Vec::new();
     let mut skips = Vec::new();
     for c in &file.case {
-        match score(c, engine, bench) {
+        let request_latency_ms = match latency {
+            Latency::PerEngine => c.engine.request_latency_ms(),
+            Latency::Zero => 0.0,
+        };
+        match score(c, &Engine { request_latency_ms, ..*engine }, bench) {
             Ok(r) => rows.push(r),
             Err((reason, detail)) => skips.push((reason, c.id.clone(), detail)),
         }
@@ -731,7 +791,7 @@ fn pct(x: f64) -> String {
 
 fn summary_line(name: &str, s: &SetSummary) -> String {
     format!(
-        "| {name} | {} | {} | {} | {:+.1}% | {} of {} | {} (n={}) | {} (n={}) |\n",
+        "| {name} | {} | {} | {} | {:+.1}% | {} of {} | {} (n={}) | {} (n={}) | {} (n={}) |\n",
         s.cases,
         pct(s.median_abs_error),
         pct(s.steady_median_abs_error),
@@ -741,7 +801,9 @@ fn summary_line(name: &str, s: &SetSummary) -> String {
         pct(s.measured_median_abs_error),
         s.measured_cases,
         pct(s.tpot_median_abs_error),
-        s.tpot_cases
+        s.tpot_cases,
+        pct(s.ttft_median_abs_error),
+        s.ttft_cases
     )
 }
 
@@ -768,14 +830,15 @@ fn aic_lines(a: &AicComparison) -> String {
 
 fn rows_table(v: &Validation, set: Set) -> String {
     let mut s = String::from(
-        "| case | source | GPU | engine | c | running | measured tok/s | predicted tok/s | error | steady tok/s | steady error | TPOT meas / pred ms | AIConfigurator tok/s (error) |\n|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|\n",
+        "| case | source | GPU | engine | c | running | measured tok/s | predicted tok/s | error | steady tok/s | steady error | TPOT meas / pred ms | TTFT meas / pred ms | AIConfigurator tok/s (error) |\n|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|\n",
     );
     for r in v.rows.iter().filter(|r| r.set == set) {
         let star = if r.measure == Measure::DerivedFromTtftTpot { "*" } else { "" };
         let tpot = r.tpot_measured_ms.map_or(format!("- / {:.1}", r.tpot_predicted_ms), |m| format!("{m:.1} / {:.1}", r.tpot_predicted_ms));
+        let ttft = r.ttft_measured_ms.map_or(format!("- / {:.0}", r.ttft_predicted_ms), |m| format!("{m:.0} / {:.0}", r.ttft_predicted_ms));
         let aic = r.aic_predicted.zip(r.aic_error).map_or("-".to_string(), |(a, e)| format!("{a:.0} ({:+.1}%)", e * 100.0));
         s += &format!(
-            "| {} | {} | {} | {} | {} | {} | {:.0}{star} | {:.0} | {:+.1}% | {:.0} | {:+.1}% | {tpot} | {aic} |\n",
+            "| {} | {} | {} | {} | {} | {} | {:.0}{star} | {:.0} | {:+.1}% | {:.0} | {:+.1}% | {tpot} | {ttft} | {aic} |\n",
             r.id,
             r.source_key,
             r.gpu,
@@ -806,7 +869,7 @@ pub fn markdown(v: &Validation) -> String {
         v.data,
         pct(v.test.steady_median_abs_error)
     );
-    s += "| set | cases | median abs error | steady-state median | signed median | over-predicted | measured rate only | TPOT |\n|---|---:|---:|---:|---:|---:|---:|---:|\n";
+    s += "| set | cases | median abs error | steady-state median | signed median | over-predicted | measured rate only | TPOT | TTFT |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
     s += &summary_line("test", &v.test);
     s += &summary_line("fit", &v.fit);
     s += &aic_lines(&v.aiconfigurator);

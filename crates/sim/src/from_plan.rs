@@ -130,11 +130,14 @@ fn summarize(tr: &Trace, prof: &Profile, cost: &PlanCost, w: &Workload, c: u32, 
     let (mut queued, mut e2e) = (0.0, 0.0);
     let (mut ttft, mut tpot) = (Vec::with_capacity(tr.records.len()), Vec::with_capacity(tr.records.len()));
     let mut prompt = 0u64;
+    // The serving path's latency outside the GPU's steps reaches the client's TTFT only; the
+    // engine's steps and the closed loop's timing run without it (VALIDATION.md, step 7).
+    let latency_ms = cost.scenario.engine.request_latency_ms.max(0.0);
     for r in &tr.records {
         queued += r.admitted - r.sent;
         e2e += r.done - r.sent;
         prompt += r.input as u64;
-        ttft.push((r.first_token - r.sent) * 1e3);
+        ttft.push((r.first_token - r.sent) * 1e3 + latency_ms);
         if r.output > 1 {
             tpot.push((r.done - r.first_token) / (r.output - 1) as f64 * 1e3);
         }

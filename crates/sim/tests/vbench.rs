@@ -119,3 +119,35 @@ fn the_reference_lxc_plateau_is_the_running_cap() {
     let uncapped = PlanBench.run(&spec.build().expect("fits"), &w, 128);
     assert!(uncapped.output_tokens_per_s > 1.3 * 806.0, "without the cap the batch grows: {}", uncapped.output_tokens_per_s);
 }
+
+/// Each engine's serving-path latency is the median TTFT gap (measured less predicted without
+/// any latency) over the FIT set's cases of that engine, virtual run, to the millisecond; the
+/// test set plays no part. Prints the gaps (`-- --nocapture`) for a refit.
+#[test]
+fn request_latencies_are_the_fit_sets_median_ttft_gaps() {
+    use servetune_model::validate::EngineName;
+    let v = validate::run_without_request_latency(&Engine::default(), Some(&PlanBench)).expect("runs");
+    let gaps: Vec<(EngineName, f64)> = [EngineName::Sglang, EngineName::Vllm, EngineName::Trtllm]
+        .into_iter()
+        .map(|e| (e, validate::median_ttft_gap_ms(&v, Set::Fit, e).expect("the fit set measures TTFT for every engine")))
+        .collect();
+    for (e, gap) in &gaps {
+        println!("{}: median fit TTFT gap {gap:.1} ms, constant {:.1} ms", e.name(), e.request_latency_ms());
+    }
+    for (e, gap) in gaps {
+        assert!((gap - e.request_latency_ms()).abs() <= 0.5, "{}: gap {gap:.1} ms, constant {}", e.name(), e.request_latency_ms());
+    }
+}
+
+#[test]
+fn the_request_latency_adds_to_the_client_ttft_and_to_nothing_else() {
+    let mut s = scenario(None);
+    s.engine.request_latency_ms = 0.0;
+    let without = PlanBench.run(&s, &fixed(32), 8);
+    s.engine.request_latency_ms = 120.0;
+    let with = PlanBench.run(&s, &fixed(32), 8);
+    assert!((with.ttft_ms.mean - without.ttft_ms.mean - 120.0).abs() < 1e-6, "{} vs {}", with.ttft_ms.mean, without.ttft_ms.mean);
+    assert!((with.ttft_ms.p99 - without.ttft_ms.p99 - 120.0).abs() < 1e-6);
+    assert_eq!(with.tpot_ms, without.tpot_ms);
+    assert_eq!(with.output_tokens_per_s, without.output_tokens_per_s);
+}
