@@ -215,6 +215,22 @@ pub const VLLM_REQUEST_LATENCY_MS: f64 = 34.0;
 /// the FIT set's TensorRT-LLM cases (few: see VALIDATION.md).
 pub const TRTLLM_REQUEST_LATENCY_MS: f64 = 79.0;
 
+/// Achieved fraction of peak memory bandwidth of GQA decode attention over an FP8 KV cache on
+/// Hopper, from kernels.toml `[[decode_attention]]` (AIConfigurator's sglang 0.5.14 FA3 tables):
+/// for each table at batch 32 and 256 (heads 8/1 and 32/8), the KV bytes added between its two
+/// longest contexts over the latency added, against the GPU's peak; the median of the four
+/// per GPU. H100 SXM 0.67, 0.66, 0.65, 0.69 -> 0.665; H200 0.53, 0.54, 0.53, 0.56 -> 0.535. The
+/// same tables give 0.90-0.96 with a BF16 cache, so only the FP8 cache is slower. None for other
+/// GPUs: their FP8 decode kernels differ by engine (flashinfer 0.25-0.41 against trtllm-gen
+/// 0.72-0.97 on B200), so the engine's memory efficiency stays. Kernel data, not an e2e case.
+pub fn hopper_fp8_kv_efficiency(gpu: &str) -> Option<f64> {
+    match gpu {
+        "h100-sxm" => Some(0.665),
+        "h200" => Some(0.535),
+        _ => None,
+    }
+}
+
 /// Achieved fraction of peak tensor TFLOPS of a dense GEMM at prefill sizes, by compute format: the
 /// median over kernels.toml `[[gemm]]` (AIConfigurator's sglang 0.5.14 tables on h100-sxm, h200,
 /// b200, rtx-pro-6000-se and l40s; N=K=8192 and N=2048,K=7168; every point with M >= 2048 tokens):
@@ -522,7 +538,7 @@ impl Scenario {
         let comm = self.communication(x);
         let step = StepMs {
             weights: (w.dense / (bw * e.hbm_efficiency) + w.experts / (bw * e.moe_efficiency)) * 1e3,
-            kv: kv_b / (bw * e.hbm_efficiency) * 1e3,
+            kv: kv_b / (bw * self.kv_read_efficiency()) * 1e3,
             compute: self.compute_ms(x, mean_ctx),
             communication: comm.ms,
             ..Default::default()
@@ -535,6 +551,19 @@ impl Scenario {
             kv_gb_per_gpu: kv_b / 1e9,
         };
         (step, detail)
+    }
+
+    /// Achieved fraction of peak bandwidth reading the KV cache in decode attention: the engine's
+    /// memory efficiency, except for GQA attention over an FP8 cache on Hopper, where
+    /// FlashAttention-3 (sglang's and vLLM's decode kernel there) dequantizes on the fly and
+    /// streams at [`hopper_fp8_kv_efficiency`]. TensorRT-LLM runs its own XQA kernel, for which
+    /// there is no table; the model has no engine to tell them apart, so it gets the same.
+    fn kv_read_efficiency(&self) -> f64 {
+        let gqa = matches!(self.model.attention, Attention::Gqa { .. });
+        match (gqa, self.quant.kv_cache) {
+            (true, KvDtype::Fp8) => hopper_fp8_kv_efficiency(&self.gpu.name).unwrap_or(self.engine.hbm_efficiency),
+            _ => self.engine.hbm_efficiency,
+        }
     }
 
     /// Share of layers with experts.
@@ -1208,6 +1237,24 @@ pub(crate) mod tests {
         assert!((with.ttft_ms - without.ttft_ms - 251.0).abs() < 1e-9, "{} vs {}", with.ttft_ms, without.ttft_ms);
         assert_eq!(with.output_tokens_per_s, without.output_tokens_per_s);
         assert_eq!(Engine::default().request_latency_ms, SGLANG_REQUEST_LATENCY_MS);
+    }
+
+    #[test]
+    fn an_fp8_kv_cache_streams_at_the_fa3_tables_rate_on_hopper_gqa_only() {
+        let kv_ms = |model: &str, gpu: &str, kv: KvDtype| {
+            let mut s = scenario(model, Dtype::Fp8, gpu, "nvlink", 8, 8);
+            s.quant.kv_cache = kv;
+            let bytes = s.kv_read(64.0, 2048.0);
+            (s.stage(64.0, 2048.0).0.kv, bytes / (s.gpu.mem_bw_gbs * 1e9) * 1e3)
+        };
+        let (fp8, ideal) = kv_ms("llama-3.1-70b", "h200", KvDtype::Fp8);
+        assert!((fp8 - ideal / 0.535).abs() < 1e-9, "{fp8} vs {ideal} / 0.535");
+        let (bf16, ideal) = kv_ms("llama-3.1-70b", "h200", KvDtype::Bf16);
+        assert!((bf16 - ideal / Engine::default().hbm_efficiency).abs() < 1e-9);
+        let (b200, ideal) = kv_ms("llama-3.1-70b", "b200", KvDtype::Fp8);
+        assert!((b200 - ideal / Engine::default().hbm_efficiency).abs() < 1e-9, "Blackwell keeps the engine's efficiency");
+        let (mla, ideal) = kv_ms("deepseek-v3", "h200", KvDtype::Fp8);
+        assert!((mla - ideal / Engine::default().hbm_efficiency).abs() < 1e-9, "MLA runs FlashMLA, not FA3");
     }
 
     #[test]

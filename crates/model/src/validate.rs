@@ -674,6 +674,16 @@ pub fn constants() -> Vec<ConstantOrigin> {
             value: crate::predict::PREFILL_MOE_EFFICIENCY,
             set_from: "kernels.toml [[moe]] median, balanced routing, >= 4096 tokens; no e2e case",
         },
+        ConstantOrigin {
+            name: "predict::hopper_fp8_kv_efficiency (h100-sxm / h200)",
+            value: crate::predict::hopper_fp8_kv_efficiency("h200").unwrap_or(0.0),
+            set_from: "kernels.toml [[decode_attention]] FA3 fp8 slopes at batch 32 and 256 (0.665 / 0.535; h200 shown); no e2e case",
+        },
+        ConstantOrigin {
+            name: "request_latency_ms (sglang / vLLM / TensorRT-LLM)",
+            value: crate::predict::SGLANG_REQUEST_LATENCY_MS,
+            set_from: "fit: median TTFT gap of each engine's fit cases, virtual run (251 / 34 / 79 ms; sglang shown)",
+        },
         ConstantOrigin { name: "ep_imbalance", value: e.ep_imbalance, set_from: "assumption; no e2e case" },
         ConstantOrigin { name: "mem_fraction", value: e.mem_fraction, set_from: "sglang's --mem-fraction-static default; no e2e case" },
         ConstantOrigin {
