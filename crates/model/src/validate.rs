@@ -160,6 +160,18 @@ struct E2eCase {
     exclude_reason: Option<String>,
 }
 
+impl E2eCase {
+    /// The measured TTFT, ms: the source's figure, else its mean.
+    fn ttft(&self) -> Option<f64> {
+        self.ttft_ms.or(self.ttft_ms_mean)
+    }
+
+    /// The measured TPOT, ms: the source's figure, else its mean.
+    fn tpot(&self) -> Option<f64> {
+        self.tpot_ms.or(self.tpot_ms_mean)
+    }
+}
+
 #[derive(Debug, Deserialize)]
 struct E2eFile {
     case: Vec<E2eCase>,
@@ -506,8 +518,8 @@ fn measured_of(c: &E2eCase, conc: u32, osl: u32) -> Option<(Measure, f64)> {
     if let Some(r) = c.output_tok_s.filter(|r| r.is_finite() && *r > 0.0) {
         return Some((Measure::OutputTokS, r));
     }
-    let ttft = c.ttft_ms.or(c.ttft_ms_mean)?;
-    let tpot = c.tpot_ms.or(c.tpot_ms_mean)?;
+    let ttft = c.ttft()?;
+    let tpot = c.tpot()?;
     let e2e_s = (ttft + (osl as f64 - 1.0) * tpot) / 1e3;
     (e2e_s > 0.0).then(|| (Measure::DerivedFromTtftTpot, conc as f64 * osl as f64 / e2e_s))
 }
@@ -552,9 +564,9 @@ fn score(c: &E2eCase, engine: &Engine, bench: Option<&dyn VirtualBench>) -> Resu
         virtual_run: client.is_some(),
         workload: client.map_or(String::new(), |r| format!("{} req, in {}, out {}", r.requests, w.input.label(), w.output.label())),
         error: (predicted - measured) / measured,
-        tpot_measured_ms: c.tpot_ms.or(c.tpot_ms_mean),
+        tpot_measured_ms: c.tpot(),
         tpot_predicted_ms: tpot,
-        ttft_measured_ms: c.ttft_ms.or(c.ttft_ms_mean),
+        ttft_measured_ms: c.ttft(),
         ttft_predicted_ms: ttft,
         note: note.to_string(),
         aic_predicted: None,
