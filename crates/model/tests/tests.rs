@@ -1,4 +1,5 @@
 //! Integration tests of servetune-model: properties of the prediction.
 
+mod goals;
 mod properties;
 mod snapshots;
