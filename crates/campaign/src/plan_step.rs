@@ -111,10 +111,11 @@ pub fn with_link(mb: &ModelBox, l: Layout, link: &str) -> Option<Predicted> {
 pub fn with_tuned_moe(mb: &ModelBox, l: Layout) -> Option<Predicted> {
     let mut s = scenario(mb, l).ok()?;
     s.model.moe?;
-    if s.engine.moe_efficiency >= 0.8 {
+    if s.expert_stream_efficiency() >= 0.8 {
         return None;
     }
     s.engine.moe_efficiency = 0.8;
+    s.engine.moe_table = false;
     best(&s, mb)
 }
 
@@ -178,6 +179,6 @@ pub fn step_at(mb: &ModelBox, l: Layout, concurrency: u32) -> Option<StepAt> {
         bottleneck: servetune_model::report::bottleneck_words(&p.bottleneck),
         bottleneck_share: p.bottleneck.share(),
         tp: s.plan.tp,
-        moe_efficiency: s.model.moe.map(|_| s.engine.moe_efficiency),
+        moe_efficiency: s.model.moe.map(|_| s.expert_stream_efficiency()),
     })
 }

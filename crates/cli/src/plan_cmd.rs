@@ -210,10 +210,10 @@ pub struct PlanArgs {
     /// Prefill rides inside decode steps (vLLM V1; sglang --enable-mixed-chunk) instead of its own passes
     #[arg(long)]
     pub mixed_prefill: bool,
-    /// Host overhead per decode step, ms: replaces the model's per-kernel floor (4.6 us x the kernels a step runs, fitted on public measurements; see VALIDATION.md)
+    /// Host overhead per decode step, ms: replaces the model's per-kernel floor (5.3 us x the kernels a step runs, fitted on public measurements; see VALIDATION.md)
     #[arg(long, value_name = "MS")]
     pub step_overhead_ms: Option<f64>,
-    /// The serving path's latency outside the GPU (HTTP, tokenization, scheduler hand-offs), ms; it adds to TTFT only [default: sglang's 251; vLLM 34, TensorRT-LLM 79, fitted on public TTFTs: VALIDATION.md]
+    /// The serving path's latency outside the GPU (HTTP, tokenization, scheduler hand-offs), ms; it adds to TTFT only [default: sglang's 250; vLLM 33, TensorRT-LLM 78, fitted on public TTFTs: VALIDATION.md]
     #[arg(long, value_name = "MS")]
     pub request_latency_ms: Option<f64>,
     /// Explain the bottleneck at every concurrency

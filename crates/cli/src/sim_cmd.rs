@@ -153,8 +153,9 @@ pub struct SimArgs {
     /// --from-plan model=glm-5,quant=nvfp4,gpu=rtx-pro-6000-se,gpus=8,link=pcie-host-staged
     #[arg(long, value_name = "KEY=VALUE,...", conflicts_with = "profile")]
     pub from_plan: Option<String>,
-    /// With --from-plan: the fraction of memory bandwidth the fused-MoE kernels reach (untuned
-    /// kernels reach less than tuned ones; the model's default when absent), e.g. 0.8
+    /// With --from-plan: the fraction of memory bandwidth the fused-MoE kernels reach, replacing
+    /// the kernel tables' rate for the GPU and format (untuned kernels reach less than tuned
+    /// ones; absent: the tables' rate, else the model's default), e.g. 0.8
     #[arg(long, value_name = "F", requires = "from_plan")]
     pub moe_efficiency: Option<f64>,
 }

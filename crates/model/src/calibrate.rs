@@ -1,5 +1,5 @@
 //! Fits named efficiency factors to measured throughput (a bench JSON's runs): the memory
-//! efficiency (one multiplier on `hbm_efficiency` and `moe_efficiency`), the per-step overhead and,
+//! efficiency (one multiplier on every memory-streaming rate, `Engine::stream_scale`), the per-step overhead and,
 //! with four or more points, a multiplier on communication time. Coordinate descent on the squared
 //! log error; prints the fitted values and residuals.
 
@@ -32,7 +32,7 @@ pub struct Residual {
 /// The fit.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Fit {
-    /// Multiplier on `hbm_efficiency` and `moe_efficiency`.
+    /// Multiplier on every memory-streaming rate (the kernel tables' and the engine's).
     pub memory_efficiency_scale: f64,
     /// Fitted host overhead per step, ms.
     pub step_overhead_ms: f64,
@@ -47,14 +47,7 @@ pub struct Fit {
 }
 
 fn apply(base: &Engine, mem: f64, over: f64, comm: f64) -> Engine {
-    Engine {
-        hbm_efficiency: (base.hbm_efficiency * mem).min(1.0),
-        moe_efficiency: (base.moe_efficiency * mem).min(1.0),
-        step_overhead_ms: over,
-        kernel_overhead_us: 0.0,
-        comm_scale: comm,
-        ..*base
-    }
+    Engine { stream_scale: base.stream_scale * mem, step_overhead_ms: over, kernel_overhead_us: 0.0, comm_scale: comm, ..*base }
 }
 
 fn loss(s: &Scenario, pts: &[Measured], e: Engine) -> f64 {
@@ -73,6 +66,14 @@ pub fn fit(s: &Scenario, pts: &[Measured]) -> Option<Fit> {
     let graphs = Scenario { engine: Engine { cuda_graphs: true, ..base }, ..s.clone() };
     let (mut mem, mut over, mut comm) = (1.0f64, graphs.overhead_ms(), base.comm_scale);
     let fit_comm = pts.len() >= 4;
+    // Past the scale that brings the slowest stream to the peak, every rate is capped.
+    let q = &s.quant;
+    let slowest = [q.attention, q.dense_ffn, q.shared_experts, q.embeddings]
+        .into_iter()
+        .map(|dt| s.dense_stream_efficiency(dt))
+        .chain([s.expert_stream_efficiency(), base.hbm_efficiency])
+        .fold(1.0f64, f64::min);
+    let mem_max = base.stream_scale / slowest;
     let mut step = [0.5f64, 2.0, 0.5];
     for _ in 0..60 {
         for k in 0..3 {
@@ -83,7 +84,7 @@ pub fn fit(s: &Scenario, pts: &[Measured]) -> Option<Fit> {
             let mut best = (cur, 0.0);
             for dir in [-1.0, 1.0] {
                 let (m2, o2, c2) = match k {
-                    0 => ((mem * (1.0 + dir * step[0])).clamp(0.05, 1.0 / base.hbm_efficiency.min(base.moe_efficiency)), over, comm),
+                    0 => ((mem * (1.0 + dir * step[0])).clamp(0.05, mem_max), over, comm),
                     1 => (mem, (over + dir * step[1]).clamp(0.0, 200.0), comm),
                     _ => (mem, over, (comm * (1.0 + dir * step[2])).clamp(0.1, 10.0)),
                 };
@@ -94,7 +95,7 @@ pub fn fit(s: &Scenario, pts: &[Measured]) -> Option<Fit> {
             }
             if best.1 != 0.0 {
                 match k {
-                    0 => mem = (mem * (1.0 + best.1 * step[0])).clamp(0.05, 1.0 / base.hbm_efficiency.min(base.moe_efficiency)),
+                    0 => mem = (mem * (1.0 + best.1 * step[0])).clamp(0.05, mem_max),
                     1 => over = (over + best.1 * step[1]).clamp(0.0, 200.0),
                     _ => comm = (comm * (1.0 + best.1 * step[2])).clamp(0.1, 10.0),
                 }

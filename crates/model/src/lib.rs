@@ -6,6 +6,7 @@
 //! - [`hw`]: the GPU, link and network catalog (data files), link kinds, multi-node clusters;
 //! - [`comm`]: all-reduce as engines run it (NCCL's cost model per algorithm and protocol, custom
 //!   one-shot/two-shot);
+//! - [`kernels`]: decode weight-streaming rates per GPU and format, from the kernel tables;
 //! - [`predict`]: memory fit, step-time breakdown, prefill, the bottleneck with its numbers;
 //! - [`rank`]: feasible plans ranked under SLOs, and fixes;
 //! - [`calibrate`]: fitting named efficiency factors to measured throughput;
@@ -25,6 +26,7 @@ pub mod calibrate;
 pub mod comm;
 pub mod hw;
 pub mod inputs;
+pub mod kernels;
 pub mod predict;
 pub mod quant;
 pub mod rank;

@@ -148,11 +148,13 @@ pub struct Engine {
     pub launch_us: f64,
     /// Whether communication hides behind compute.
     pub overlap: Overlap,
-    /// Achieved fraction of peak memory bandwidth streaming dense weights and KV (an assumption,
-    /// typical of decode GEMV kernels; fitted by `--calibrate`).
+    /// Achieved fraction of peak memory bandwidth reading the KV cache, and dense weights on a GPU
+    /// or in a format kernels.toml has no GEMM rate for ([`Self::dense_table`]); an assumption,
+    /// typical of decode GEMV kernels.
     pub hbm_efficiency: f64,
-    /// Achieved fraction of peak bandwidth reading expert weights in fused-MoE kernels at decode batch
-    /// sizes (chosen on the FIT set of e2e.toml with `step_overhead_ms`, see there).
+    /// Achieved fraction of peak bandwidth reading expert weights in fused-MoE kernels at decode
+    /// batch sizes, on a GPU or in a format kernels.toml has no MoE rate for (AMD, MXFP4:
+    /// [`Self::moe_table`]); chosen on the FIT set of e2e.toml with `kernel_overhead_us`, see there.
     pub moe_efficiency: f64,
     /// Achieved fraction of peak tensor TFLOPS in decode steps (a torch BF16 GEMM reached 417 of 468
     /// TFLOPS on the reference RTX PRO 6000); prefill uses [`prefill_gemm_efficiency`] and
@@ -177,18 +179,29 @@ pub struct Engine {
     /// Prefill tokens ride inside decode steps (vLLM V1's chunked prefill, sglang's
     /// --enable-mixed-chunk) instead of running as their own passes (sglang's default).
     pub mixed_prefill: bool,
+    /// Decode reads dense weights at the kernel tables' rate for the GPU and format
+    /// ([`crate::kernels::dense_decode_efficiency`]) where kernels.toml has one, else at
+    /// [`Self::hbm_efficiency`].
+    pub dense_table: bool,
+    /// Decode reads expert weights at the kernel tables' fused-MoE rate
+    /// ([`crate::kernels::moe_decode_efficiency`]) where kernels.toml has one, else at
+    /// [`Self::moe_efficiency`]; `--moe-efficiency` turns it off.
+    pub moe_table: bool,
+    /// Multiplier on every memory-streaming rate (table or engine figure, capped at the peak):
+    /// 1 unless `--calibrate` fitted it.
+    pub stream_scale: f64,
 }
 
 impl Default for Engine {
     fn default() -> Self {
         Self {
             step_overhead_ms: 0.0,
-            kernel_overhead_us: 4.6,
+            kernel_overhead_us: 5.3,
             cuda_graphs: true,
             launch_us: 4.0,
             overlap: Overlap::None,
             hbm_efficiency: 0.80,
-            moe_efficiency: 0.65,
+            moe_efficiency: 0.70,
             gemm_efficiency: 0.89,
             comm_scale: 1.0,
             ep_imbalance: 1.2,
@@ -196,6 +209,9 @@ impl Default for Engine {
             workspace_gb: 3.0,
             request_latency_ms: SGLANG_REQUEST_LATENCY_MS,
             mixed_prefill: false,
+            dense_table: true,
+            moe_table: true,
+            stream_scale: 1.0,
         }
     }
 }
@@ -205,15 +221,15 @@ impl Default for Engine {
 /// it (`validate::tests` recomputes it). The gap is flat over concurrency (InferenceX's DeepSeek-R1
 /// H200 runs: 262, 271, 309, 250 ms at c = 8..64) while the same runs' TPOT matches, so it is
 /// time outside the GPU's steps, not a slower prefill.
-pub const SGLANG_REQUEST_LATENCY_MS: f64 = 251.0;
+pub const SGLANG_REQUEST_LATENCY_MS: f64 = 250.0;
 
 /// vLLM's per-request serving-path latency, ms: as [`SGLANG_REQUEST_LATENCY_MS`], over the FIT
 /// set's vLLM cases (few: see VALIDATION.md).
-pub const VLLM_REQUEST_LATENCY_MS: f64 = 34.0;
+pub const VLLM_REQUEST_LATENCY_MS: f64 = 33.0;
 
 /// TensorRT-LLM's per-request serving-path latency, ms: as [`SGLANG_REQUEST_LATENCY_MS`], over
 /// the FIT set's TensorRT-LLM cases (few: see VALIDATION.md).
-pub const TRTLLM_REQUEST_LATENCY_MS: f64 = 79.0;
+pub const TRTLLM_REQUEST_LATENCY_MS: f64 = 78.0;
 
 /// Achieved fraction of peak memory bandwidth of GQA decode attention over an FP8 KV cache on
 /// Hopper, from kernels.toml `[[decode_attention]]` (AIConfigurator's sglang 0.5.14 FA3 tables):
@@ -532,12 +548,11 @@ impl Scenario {
     /// One pipeline stage's decode step for a micro-batch of `x` requests on one replica.
     fn stage(&self, x: f64, mean_ctx: f64) -> (StepMs, StepDetail) {
         let bw = self.gpu.mem_bw_gbs * 1e9;
-        let e = &self.engine;
         let w = self.weight_read(x);
         let kv_b = self.kv_read(x, mean_ctx);
         let comm = self.communication(x);
         let step = StepMs {
-            weights: (w.dense / (bw * e.hbm_efficiency) + w.experts / (bw * e.moe_efficiency)) * 1e3,
+            weights: w.stream_bytes / bw * 1e3,
             kv: kv_b / (bw * self.kv_read_efficiency()) * 1e3,
             compute: self.compute_ms(x, mean_ctx),
             communication: comm.ms,
@@ -560,10 +575,37 @@ impl Scenario {
     /// there is no table; the model has no engine to tell them apart, so it gets the same.
     fn kv_read_efficiency(&self) -> f64 {
         let gqa = matches!(self.model.attention, Attention::Gqa { .. });
-        match (gqa, self.quant.kv_cache) {
+        let base = match (gqa, self.quant.kv_cache) {
             (true, KvDtype::Fp8) => hopper_fp8_kv_efficiency(&self.gpu.name).unwrap_or(self.engine.hbm_efficiency),
             _ => self.engine.hbm_efficiency,
-        }
+        };
+        self.scaled(base)
+    }
+
+    fn scaled(&self, eff: f64) -> f64 {
+        (eff * self.engine.stream_scale).min(1.0)
+    }
+
+    /// Achieved fraction of peak bandwidth reading dense weights stored as `dt` in a decode step:
+    /// the kernel tables' rate for this GPU and format where there is one
+    /// ([`crate::kernels::dense_decode_efficiency`]), else the engine's.
+    pub fn dense_stream_efficiency(&self, dt: Dtype) -> f64 {
+        let e = &self.engine;
+        let table = if e.dense_table {
+            crate::kernels::dense_decode_efficiency(&self.gpu.name, dt, self.gpu.mem_bw_gbs, e.kernel_overhead_us)
+        } else {
+            None
+        };
+        self.scaled(table.unwrap_or(e.hbm_efficiency))
+    }
+
+    /// Achieved fraction of peak bandwidth reading routed experts in a decode step: the kernel
+    /// tables' fused-MoE rate for this GPU and the experts' format where there is one
+    /// ([`crate::kernels::moe_decode_efficiency`]), else the engine's.
+    pub fn expert_stream_efficiency(&self) -> f64 {
+        let e = &self.engine;
+        let table = if e.moe_table { crate::kernels::moe_decode_efficiency(&self.gpu.name, self.quant.experts) } else { None };
+        self.scaled(table.unwrap_or(e.moe_efficiency))
     }
 
     /// Share of layers with experts.
@@ -614,7 +656,13 @@ impl Scenario {
                 experts = distinct * expert_bytes * moe_layers_stage / tp;
             }
         }
-        WeightRead { dense: attn_b + dense_b + shared_b + lm_b, experts, distinct }
+        let eff = |dt: Dtype| self.dense_stream_efficiency(dt);
+        let stream_bytes = attn_b / eff(q.attention)
+            + dense_b / eff(q.dense_ffn)
+            + shared_b / eff(q.shared_experts)
+            + lm_b / eff(q.embeddings)
+            + if experts > 0.0 { experts / self.expert_stream_efficiency() } else { 0.0 };
+        WeightRead { dense: attn_b + dense_b + shared_b + lm_b, experts, distinct, stream_bytes }
     }
 
     /// KV-cache bytes one GPU reads per stage step for a micro-batch of `x` at `mean_ctx`, plus the
@@ -868,7 +916,7 @@ impl Scenario {
         let attn_s = (2.0 * heads as f64 * span_layers * dim as f64 + linear_flops) * tokens
             / gpus
             / (g.bf16_tflops * prefill_gemm_efficiency(ComputeFormat::Bf16) * 1e12);
-        let read_s = if standalone { self.weight_bytes_gpu() / (g.mem_bw_gbs * 1e9 * e.hbm_efficiency) } else { 0.0 };
+        let read_s = if standalone { self.weight_bytes_gpu() / (g.mem_bw_gbs * 1e9 * self.scaled(e.hbm_efficiency)) } else { 0.0 };
         let bytes = tokens * m.hidden as f64 * 2.0;
         let comm_us = if self.plan.tp <= 1 {
             0.0
@@ -1009,6 +1057,9 @@ struct WeightRead {
     experts: f64,
     /// Distinct experts touched per MoE layer (on the busiest EP rank with EP).
     distinct: f64,
+    /// The bytes over each part's streaming rate: the bytes the GPU's peak bandwidth would read
+    /// in the time they take.
+    stream_bytes: f64,
 }
 
 /// Collectives of one stage step.
@@ -1159,6 +1210,7 @@ pub(crate) mod tests {
     fn dense_model_batch_one_weight_time_is_bytes_over_bandwidth() {
         let mut s = scenario("llama-3.1-8b", Dtype::Bf16, "h100-sxm", "nvlink", 1, 1);
         s.engine.hbm_efficiency = 1.0;
+        s.engine.dense_table = false;
         let p = s.point(1);
         // Attention, FFN and LM head are read once per step (the embedding table is a lookup).
         let params = s.model.params();
@@ -1314,7 +1366,9 @@ pub(crate) mod tests {
             assert!(a.step_ms.total > b.step_ms.total, "c={c}: TP16 {:.1} ms vs TP8+PP2 {:.1} ms", a.step_ms.total, b.step_ms.total);
             assert!(a.step_ms.communication > b.step_ms.communication, "c={c}");
         }
-        match &tp16.point(8).bottleneck {
+        // At c=16 the network's all-reduces are the largest term (at c=8 the per-kernel floor
+        // ties them; from c=32 the weight reads lead).
+        match &tp16.point(16).bottleneck {
             Bottleneck::Communication { across: Some(a), .. } => assert_eq!((a.net.as_str(), a.tp_nodes, a.pp), ("eth-100g", 2, false)),
             other => panic!("TP16 over 100GbE should be communication-bound: {other:?}"),
         }

@@ -251,9 +251,10 @@ pub fn fixes_with(base: &Scenario, slos: &[Slo], range: ConcurrencyRange, client
             Scenario { engine: e, ..base.clone() },
         ));
     }
-    if base.model.moe.is_some() && base.engine.moe_efficiency < 0.8 {
+    if base.model.moe.is_some() && base.expert_stream_efficiency() < 0.8 {
         let mut e = base.engine;
         e.moe_efficiency = 0.8;
+        e.moe_table = false;
         cands.push((
             "tune the fused-MoE kernels".into(),
             format!(

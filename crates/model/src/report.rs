@@ -428,13 +428,14 @@ fn write_header(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
     let e = &s.engine;
     writeln!(
         w,
-        "  engine: overhead {:.1} ms/step, cuda-graphs {}, overlap {}, mixed-prefill {}, memory eff {:.2} (experts {:.2}), GEMM eff {:.2}, comm x{:.2}",
+        "  engine: overhead {:.1} ms/step, cuda-graphs {}, overlap {}, mixed-prefill {}, memory eff {:.2} (attention weights {:.2}{}), GEMM eff {:.2}, comm x{:.2}",
         s.overhead_ms(),
         if e.cuda_graphs { "on" } else { "off" },
         e.overlap.name(),
         if e.mixed_prefill { "on" } else { "off" },
-        e.hbm_efficiency,
-        e.moe_efficiency,
+        (e.hbm_efficiency * e.stream_scale).min(1.0),
+        s.dense_stream_efficiency(s.quant.attention),
+        if s.model.moe.is_some() { format!(", experts {:.2}", s.expert_stream_efficiency()) } else { String::new() },
         e.gemm_efficiency,
         e.comm_scale
     )

@@ -253,7 +253,7 @@ impl ScenarioSpec {
         let request_latency_ms = match self.request_latency_ms {
             Some(l) if !(l.is_finite() && l >= 0.0) => {
                 return Err(ModelError::Input(format!(
-                    "--request-latency-ms {l}: give milliseconds >= 0 (sglang 251, vLLM 34, TensorRT-LLM 79: VALIDATION.md)"
+                    "--request-latency-ms {l}: give milliseconds >= 0 (sglang 250, vLLM 33, TensorRT-LLM 78: VALIDATION.md)"
                 )))
             }
             Some(l) => l,
@@ -270,6 +270,8 @@ impl ScenarioSpec {
         };
         let engine = Engine {
             moe_efficiency,
+            // A given MoE efficiency replaces the kernel tables' rate.
+            moe_table: defaults.moe_table && self.moe_efficiency.is_none(),
             cuda_graphs: self.cuda_graphs,
             overlap: self.overlap,
             mixed_prefill: self.mixed_prefill,
@@ -743,8 +745,8 @@ mod tests {
         let untuned = ScenarioSpec::parse_pairs("--from-plan", pairs).expect("pairs").build().expect("untuned");
         let tuned =
             ScenarioSpec::parse_pairs("--from-plan", &format!("{pairs},moe-efficiency=0.8")).expect("pairs").build().expect("tuned");
-        assert_eq!(tuned.engine.moe_efficiency, 0.8);
-        assert!(untuned.engine.moe_efficiency < 0.8);
+        assert_eq!(tuned.expert_stream_efficiency(), 0.8);
+        assert!(untuned.expert_stream_efficiency() < 0.8);
         assert!(tuned.point(64).output_tokens_per_s > untuned.point(64).output_tokens_per_s);
         for bad in ["0", "1.5", "NaN"] {
             let e =

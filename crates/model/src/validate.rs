@@ -654,8 +654,27 @@ pub fn constants() -> Vec<ConstantOrigin> {
     let fit = "fit: every scored fit case (argmin of the steady-state fit median absolute error on a 0.1 us x 0.05 grid)";
     vec![
         ConstantOrigin { name: "kernel_overhead_us (per kernel per step)", value: e.kernel_overhead_us, set_from: fit },
-        ConstantOrigin { name: "moe_efficiency", value: e.moe_efficiency, set_from: fit },
-        ConstantOrigin { name: "hbm_efficiency", value: e.hbm_efficiency, set_from: "assumption (typical decode GEMV); no e2e case" },
+        ConstantOrigin {
+            name: "moe_efficiency (GPUs and formats without a kernels.toml MoE rate)",
+            value: e.moe_efficiency,
+            set_from: fit,
+        },
+        ConstantOrigin {
+            name: "hbm_efficiency (KV reads; weights without a kernels.toml rate)",
+            value: e.hbm_efficiency,
+            set_from: "assumption (typical decode GEMV); no e2e case",
+        },
+        ConstantOrigin {
+            name: "kernels::DENSE_DECODE (per GPU and format, before netting the kernel floor)",
+            value: crate::kernels::dense_decode_table("h200", crate::quant::Dtype::Fp8).unwrap_or(0.0),
+            set_from: "kernels.toml [[gemm]] N=K=8192, M <= 64, median achieved bandwidth (19 entries; h200 fp8 shown); no e2e case",
+        },
+        ConstantOrigin {
+            name: "kernels::MOE_DECODE (per GPU and expert format)",
+            value: crate::kernels::moe_decode_efficiency("h200", crate::quant::Dtype::Fp8).unwrap_or(0.0),
+            set_from:
+                "kernels.toml [[moe]] balanced, 1-8 tokens per expert, median achieved bandwidth (26 entries; h200 fp8 shown); no e2e case",
+        },
         ConstantOrigin {
             name: "gemm_efficiency (decode steps only)",
             value: e.gemm_efficiency,
@@ -694,7 +713,7 @@ pub fn constants() -> Vec<ConstantOrigin> {
         ConstantOrigin {
             name: "request_latency_ms (sglang / vLLM / TensorRT-LLM)",
             value: crate::predict::SGLANG_REQUEST_LATENCY_MS,
-            set_from: "fit: median TTFT gap of each engine's fit cases, virtual run (251 / 34 / 79 ms; sglang shown)",
+            set_from: "fit: median TTFT gap of each engine's fit cases, virtual run (250 / 33 / 78 ms; sglang shown)",
         },
         ConstantOrigin { name: "ep_imbalance", value: e.ep_imbalance, set_from: "assumption; no e2e case" },
         ConstantOrigin { name: "mem_fraction", value: e.mem_fraction, set_from: "sglang's --mem-fraction-static default; no e2e case" },
