@@ -303,7 +303,7 @@ const MULTI: [&str; 10] = ["--model", "deepseek-v3", "--gpu", "h100-sxm", "--gpu
 #[test]
 fn multi_node_plan_names_the_nodes_and_ranks_tp_within_a_node_first() {
     let mut args = MULTI.to_vec();
-    args.extend_from_slice(&["--tp", "16", "--rank", "--explain", "--concurrency", "1,8,64"]);
+    args.extend_from_slice(&["--tp", "16", "--rank", "--explain", "--concurrency", "1,16,64"]);
     let (code, out, err) = plan(&args);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("nodes: 2 x 8 GPUs, 8 NICs per node; net eth-100g (Ethernet (TCP sockets))"), "{out}");
@@ -315,7 +315,7 @@ fn multi_node_plan_names_the_nodes_and_ranks_tp_within_a_node_first() {
     // --nodes gives the same plan as --gpus-per-node.
     let by_nodes = ["--model", "deepseek-v3", "--gpu", "h100-sxm", "--nodes", "2", "--gpus-per-node", "8", "--net", "eth-100g"];
     let mut args2 = by_nodes.to_vec();
-    args2.extend_from_slice(&["--tp", "16", "--rank", "--explain", "--concurrency", "1,8,64"]);
+    args2.extend_from_slice(&["--tp", "16", "--rank", "--explain", "--concurrency", "1,16,64"]);
     let (code, out2, err) = plan(&args2);
     assert_eq!(code, 0, "{err}");
     assert_eq!(out, out2);
