@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 use servetune_model::hw;
-use servetune_model::predict::Scenario;
+use servetune_model::predict::{EngineName, Scenario};
 use servetune_model::quant::Dtype;
 use servetune_model::rank::{self, ConcurrencyRange};
 use servetune_model::request::LinkSource;
@@ -27,6 +27,10 @@ pub struct ModelBox {
     pub ttft_ms: Option<f64>,
     /// Highest concurrency the campaign benchmarks.
     pub max_concurrency: u32,
+    /// The serving engine whose defaults the model takes (sglang's for an engine it does not
+    /// know, such as llama.cpp or the simulator).
+    #[serde(default)]
+    pub serving: EngineName,
 }
 
 /// The parallelism and cap of one experiment.
@@ -71,6 +75,7 @@ pub fn scenario(mb: &ModelBox, l: Layout) -> Result<Scenario, String> {
     spec.input_len = mb.input_len;
     spec.output_len = mb.output_len;
     spec.max_running = l.max_running;
+    spec.engine = mb.serving;
     spec.build().map_err(|e| e.to_string())
 }
 

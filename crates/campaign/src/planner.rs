@@ -505,6 +505,7 @@ mod tests {
             tpot_ms: None,
             ttft_ms: None,
             max_concurrency: 32,
+            serving: Default::default(),
         }
     }
 

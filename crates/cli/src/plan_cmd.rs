@@ -24,6 +24,28 @@ pub enum OnOff {
     Off,
 }
 
+/// `--engine`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum EngineArg {
+    /// SGLang: prefill as passes of its own, --mem-fraction-static ~0.88.
+    Sglang,
+    /// vLLM V1: prefill chunks ride in decode steps, --gpu-memory-utilization 0.9.
+    Vllm,
+    /// TensorRT-LLM: in-flight batching mixes prefill into decode steps.
+    Trtllm,
+}
+
+impl From<EngineArg> for servetune_model::predict::EngineName {
+    fn from(e: EngineArg) -> Self {
+        use servetune_model::predict::EngineName;
+        match e {
+            EngineArg::Sglang => EngineName::Sglang,
+            EngineArg::Vllm => EngineName::Vllm,
+            EngineArg::Trtllm => EngineName::Trtllm,
+        }
+    }
+}
+
 /// `--overlap`.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum OverlapArg {
@@ -201,19 +223,22 @@ pub struct PlanArgs {
     /// The server's running-request limit (sglang --max-running-requests)
     #[arg(long, value_name = "N")]
     pub max_running: Option<u32>,
+    /// The serving engine, whose defaults apply: its serving-path latency (TTFT), whether prefill rides in decode steps, its memory share
+    #[arg(long, value_enum, default_value = "sglang")]
+    pub engine: EngineArg,
     /// CUDA graphs for decode
     #[arg(long, value_enum, default_value = "on")]
     pub cuda_graphs: OnOff,
     /// Whether communication overlaps compute
     #[arg(long, value_enum, default_value = "none")]
     pub overlap: OverlapArg,
-    /// Prefill rides inside decode steps (vLLM V1; sglang --enable-mixed-chunk) instead of its own passes
+    /// Prefill rides inside decode steps (sglang --enable-mixed-chunk; on by default for the vllm and trtllm engines) instead of its own passes
     #[arg(long)]
     pub mixed_prefill: bool,
     /// Host overhead per decode step, ms: replaces the model's per-kernel floor (5.3 us x the kernels a step runs, fitted on public measurements; see VALIDATION.md)
     #[arg(long, value_name = "MS")]
     pub step_overhead_ms: Option<f64>,
-    /// The serving path's latency outside the GPU (HTTP, tokenization, scheduler hand-offs), ms; it adds to TTFT only [default: sglang's 250; vLLM 33, TensorRT-LLM 78, fitted on public TTFTs: VALIDATION.md]
+    /// The serving path's latency outside the GPU (HTTP, tokenization, scheduler hand-offs), ms; it adds to TTFT only [default: the engine's: sglang 250, vLLM 33, TensorRT-LLM 78, fitted on public TTFTs: VALIDATION.md]
     #[arg(long, value_name = "MS")]
     pub request_latency_ms: Option<f64>,
     /// Explain the bottleneck at every concurrency
@@ -299,6 +324,7 @@ pub fn scenario_spec(a: &PlanArgs) -> Result<ScenarioSpec, Failure> {
         mixed_prefill: a.mixed_prefill,
         step_overhead_ms: a.step_overhead_ms,
         request_latency_ms: a.request_latency_ms,
+        engine: a.engine.into(),
         ..ScenarioSpec::new(model, gpu)
     })
 }

@@ -459,3 +459,25 @@ fn request_latency_moves_the_client_ttft_by_its_difference_and_bad_values_exit_2
     assert_eq!(rate_a, rate_b, "the latency is outside the GPU's steps");
     usage_error(&["--model", "glm-5", "--gpu", "rtx-pro-6000-se", "--request-latency-ms=-3"], "--request-latency-ms -3");
 }
+
+#[test]
+fn engine_names_its_defaults_in_the_header_and_shifts_ttft_by_its_latency() {
+    let run = |engine: &str| {
+        let mut args = REF.to_vec();
+        args.extend_from_slice(&["--concurrency", "8", "--requests", "32", "--engine", engine]);
+        let (code, out, err) = plan(&args);
+        assert_eq!(code, 0, "{err}");
+        out
+    };
+    let (sglang, vllm) = (run("sglang"), run("vllm"));
+    assert!(sglang.contains("engine: sglang,") && sglang.contains("mixed-prefill off"), "{sglang}");
+    assert!(vllm.contains("engine: vllm,") && vllm.contains("mixed-prefill on"), "{vllm}");
+    let mut json = REF.to_vec();
+    json.extend_from_slice(&["--concurrency", "8", "--engine", "trtllm", "--json", "-"]);
+    let (code, out, err) = plan(&json);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(v["scenario"]["engine"]["serving"], "trtllm", "{out}");
+    assert_eq!(v["scenario"]["engine"]["request_latency_ms"].as_f64(), Some(78.0));
+    usage_error(&["--model", "glm-5", "--gpu", "rtx-pro-6000-se", "--engine", "tgi"], "--engine");
+}

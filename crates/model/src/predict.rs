@@ -17,7 +17,7 @@
 //! Overlap rule (named `Overlap`): `None` gives step = max(weights + kv, compute) + communication +
 //! overhead + prefill share; `Full` hides communication under the larger of memory and compute.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::comm;
 use crate::hw::{Cluster, GpuSpec, LinkProfile};
@@ -190,6 +190,8 @@ pub struct Engine {
     /// Multiplier on every memory-streaming rate (table or engine figure, capped at the peak):
     /// 1 unless `--calibrate` fitted it.
     pub stream_scale: f64,
+    /// The serving engine whose defaults these are ([`EngineName::defaults`]).
+    pub serving: EngineName,
 }
 
 impl Default for Engine {
@@ -212,9 +214,89 @@ impl Default for Engine {
             dense_table: true,
             moe_table: true,
             stream_scale: 1.0,
+            serving: EngineName::Sglang,
         }
     }
 }
+
+/// The serving engine a deployment runs (`plan --engine`, e2e.toml's `engine`): what the model
+/// sets by it is in [`EngineName::defaults`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineName {
+    /// SGLang (the default).
+    #[default]
+    Sglang,
+    /// vLLM (V1).
+    Vllm,
+    /// TensorRT-LLM.
+    Trtllm,
+}
+
+impl EngineName {
+    /// Every engine.
+    pub const ALL: [EngineName; 3] = [EngineName::Sglang, EngineName::Vllm, EngineName::Trtllm];
+
+    /// The engine's per-request serving-path latency, ms ([`Engine::request_latency_ms`]).
+    pub fn request_latency_ms(self) -> f64 {
+        match self {
+            EngineName::Sglang => SGLANG_REQUEST_LATENCY_MS,
+            EngineName::Vllm => VLLM_REQUEST_LATENCY_MS,
+            EngineName::Trtllm => TRTLLM_REQUEST_LATENCY_MS,
+        }
+    }
+
+    /// Whether the engine puts new prompts' tokens into the running decode steps by default
+    /// (vLLM V1's chunked prefill, TensorRT-LLM's in-flight batching) rather than running them as
+    /// passes of their own (sglang's default; `--enable-mixed-chunk` changes it).
+    pub fn mixes_prefill(self) -> bool {
+        matches!(self, EngineName::Vllm | EngineName::Trtllm)
+    }
+
+    /// The share of GPU memory the engine takes by default: vLLM's `--gpu-memory-utilization`
+    /// ([`VLLM_GPU_MEMORY_UTILIZATION`]); sglang's `--mem-fraction-static` is about 0.88 on large
+    /// GPUs, which TensorRT-LLM is given too (its KV share is of the memory left free, which the
+    /// model does not track).
+    pub fn mem_fraction(self) -> f64 {
+        match self {
+            EngineName::Vllm => VLLM_GPU_MEMORY_UTILIZATION,
+            _ => Engine::default().mem_fraction,
+        }
+    }
+
+    /// The engine's name as the flag and e2e.toml write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineName::Sglang => "sglang",
+            EngineName::Vllm => "vllm",
+            EngineName::Trtllm => "trtllm",
+        }
+    }
+
+    /// Parses an engine given to `flag` (`sglang`, `vllm`, `trtllm`).
+    pub fn parse(flag: &str, s: &str) -> Result<Self, ModelError> {
+        Self::ALL
+            .into_iter()
+            .find(|e| e.name() == s)
+            .ok_or_else(|| ModelError::Input(format!("{flag}: unknown engine {s:?}; give sglang, vllm or trtllm")))
+    }
+
+    /// The model's defaults with this engine's: its serving-path latency, prefill mixing and
+    /// memory share.
+    pub fn defaults(self) -> Engine {
+        Engine {
+            serving: self,
+            request_latency_ms: self.request_latency_ms(),
+            mixed_prefill: self.mixes_prefill(),
+            mem_fraction: self.mem_fraction(),
+            ..Engine::default()
+        }
+    }
+}
+
+/// vLLM's `--gpu-memory-utilization` default (vLLM "Engine Arguments", docs.vllm.ai): the memory
+/// share a vLLM deployment runs with.
+pub const VLLM_GPU_MEMORY_UTILIZATION: f64 = 0.9;
 
 /// sglang's per-request serving-path latency, ms ([`Engine::request_latency_ms`]): the median,
 /// over the FIT set's sglang cases of e2e.toml, of measured TTFT less the TTFT predicted without

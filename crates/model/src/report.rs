@@ -428,7 +428,8 @@ fn write_header(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
     let e = &s.engine;
     writeln!(
         w,
-        "  engine: overhead {:.1} ms/step, cuda-graphs {}, overlap {}, mixed-prefill {}, memory eff {:.2} (attention weights {:.2}{}), GEMM eff {:.2}, comm x{:.2}",
+        "  engine: {}, overhead {:.1} ms/step, cuda-graphs {}, overlap {}, mixed-prefill {}, memory eff {:.2} (attention weights {:.2}{}), GEMM eff {:.2}, comm x{:.2}",
+        e.serving.name(),
         s.overhead_ms(),
         if e.cuda_graphs { "on" } else { "off" },
         e.overlap.name(),

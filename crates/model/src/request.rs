@@ -6,7 +6,7 @@ use servetune_stats::Slo;
 
 use crate::calibrate::{self, Measured};
 use crate::hw::{self, Cluster, GpuSpec, LinkProfile};
-use crate::predict::{Engine, Overlap, Plan, Scenario};
+use crate::predict::{Engine, EngineName, Overlap, Plan, Scenario};
 use crate::quant::{Dtype, KvDtype, Quant};
 use crate::rank::{self, ConcurrencyRange};
 use crate::report::{self, FitSuggestion, GpuSuggestion, PlanReport, Versus};
@@ -110,6 +110,9 @@ pub struct ScenarioSpec {
     /// Fraction of memory bandwidth the fused-MoE kernels reach, replacing the default (untuned
     /// kernels reach less than tuned ones), 0 < f <= 1.
     pub moe_efficiency: Option<f64>,
+    /// The serving engine, whose defaults apply where no flag says otherwise
+    /// ([`EngineName::defaults`]).
+    pub engine: EngineName,
 }
 
 impl ScenarioSpec {
@@ -142,13 +145,14 @@ impl ScenarioSpec {
             step_overhead_ms: None,
             request_latency_ms: None,
             moe_efficiency: None,
+            engine: EngineName::Sglang,
         }
     }
 
     /// Parses `KEY=VALUE[,KEY=VALUE]` given to `flag` (`sim --from-plan`): keys model (catalog),
     /// gpu, gpus, link, quant, kv-dtype, tp, pp, ep, dp-attention, input-len, output-len,
-    /// max-running, overlap, cuda-graphs, mixed-prefill, step-overhead-ms, moe-efficiency. `model` and `gpu` are
-    /// required.
+    /// max-running, overlap, cuda-graphs, mixed-prefill, step-overhead-ms, moe-efficiency, engine.
+    /// `model` and `gpu` are required.
     pub fn parse_pairs(flag: &str, s: &str) -> Result<Self, ModelError> {
         let pairs = split_pairs(flag, s, "model=glm-5,gpu=rtx-pro-6000-se,gpus=8,link=pcie-host-staged")?;
         let get = |k: &str| pairs.iter().find(|(key, _)| *key == k).map(|(_, v)| *v);
@@ -195,9 +199,10 @@ impl ScenarioSpec {
             "moe-efficiency" => {
                 self.moe_efficiency = Some(v.parse().map_err(|_| ModelError::Input(format!("{what}: not a fraction like 0.8")))?)
             }
+            "engine" => self.engine = EngineName::parse(&what, v)?,
             other => {
                 return Err(ModelError::Input(format!(
-                    "{flag}: unknown key {other:?}; keys: model, gpu, gpus, nodes, gpus-per-node, nics-per-node, net, link, quant, kv-dtype, tp, pp, ep, dp-attention, input-len, output-len, max-running, overlap, cuda-graphs, mixed-prefill, step-overhead-ms, request-latency-ms, moe-efficiency"
+                    "{flag}: unknown key {other:?}; keys: model, gpu, gpus, nodes, gpus-per-node, nics-per-node, net, link, quant, kv-dtype, tp, pp, ep, dp-attention, input-len, output-len, max-running, overlap, cuda-graphs, mixed-prefill, step-overhead-ms, request-latency-ms, moe-efficiency, engine"
                 )))
             }
         }
@@ -241,7 +246,7 @@ impl ScenarioSpec {
         if self.max_running == Some(0) {
             return Err(ModelError::Input("--max-running 0 runs nothing: give 1 or more, or leave it out".into()));
         }
-        let defaults = Engine::default();
+        let defaults = self.engine.defaults();
         // A stated per-step overhead is the whole of it: it replaces the fitted per-kernel floor.
         let (step_overhead_ms, kernel_overhead_us) = match self.step_overhead_ms {
             Some(o) if !(o.is_finite() && o >= 0.0) => {
@@ -274,7 +279,8 @@ impl ScenarioSpec {
             moe_table: defaults.moe_table && self.moe_efficiency.is_none(),
             cuda_graphs: self.cuda_graphs,
             overlap: self.overlap,
-            mixed_prefill: self.mixed_prefill,
+            // The engine's default, or the flag's (sglang's --enable-mixed-chunk).
+            mixed_prefill: self.mixed_prefill || defaults.mixed_prefill,
             step_overhead_ms,
             kernel_overhead_us,
             request_latency_ms,
@@ -737,6 +743,29 @@ mod tests {
         let mut r = PlanRequest::new(glm_on_rtx(None));
         r.top = 0;
         assert!(build_report(&r).expect_err("top").to_string().contains("--top 0"));
+    }
+
+    #[test]
+    fn an_engine_brings_its_defaults_and_the_flags_still_override_them() {
+        let sglang = glm_on_rtx(None).build().expect("sglang");
+        assert_eq!(sglang.engine.serving, EngineName::Sglang);
+        assert!(!sglang.engine.mixed_prefill);
+        let mut s = glm_on_rtx(None);
+        s.engine = EngineName::Vllm;
+        let vllm = s.build().expect("vllm");
+        assert_eq!(vllm.engine.serving, EngineName::Vllm);
+        assert!(vllm.engine.mixed_prefill, "vLLM V1 mixes prefill into decode steps");
+        assert_eq!(vllm.engine.request_latency_ms, crate::predict::VLLM_REQUEST_LATENCY_MS);
+        assert_eq!(vllm.engine.mem_fraction, crate::predict::VLLM_GPU_MEMORY_UTILIZATION);
+        // The fitted step constants are the same for every engine.
+        assert_eq!(vllm.engine.kernel_overhead_us, sglang.engine.kernel_overhead_us);
+        s.request_latency_ms = Some(5.0);
+        assert_eq!(s.build().expect("vllm, stated latency").engine.request_latency_ms, 5.0);
+        let trt = ScenarioSpec::parse_pairs("--from-plan", "model=glm-5,gpu=h200,engine=trtllm").expect("pairs").build().expect("trt");
+        assert_eq!(trt.engine.serving, EngineName::Trtllm);
+        assert!(trt.engine.mixed_prefill);
+        let e = ScenarioSpec::parse_pairs("--from-plan", "model=glm-5,gpu=h200,engine=tgi").expect_err("tgi");
+        assert!(e.to_string().contains("engine=tgi") && e.to_string().contains("sglang, vllm or trtllm"), "{e}");
     }
 
     #[test]

@@ -21,10 +21,7 @@ use crate::ModelError;
 const E2E: &str = include_str!("../data/validation/e2e.toml");
 const E2E_PATH: &str = "crates/model/data/validation/e2e.toml";
 
-/// vLLM's `--gpu-memory-utilization` default, the share of GPU memory its weights, activations
-/// and KV cache may take (vLLM EngineArgs, docs.vllm.ai "Engine Arguments": default 0.9); vLLM
-/// cases run with it unless they state another (sglang's default is [`Engine`]'s `mem_fraction`).
-const VLLM_GPU_MEMORY_UTILIZATION: f64 = 0.9;
+use crate::predict::VLLM_GPU_MEMORY_UTILIZATION;
 
 /// The config.json files under `data/validation/configs/` (their origins: that folder's README.md).
 const CONFIGS: [(&str, &str); 11] = [
@@ -94,37 +91,8 @@ pub enum Set {
     Test,
 }
 
-/// The serving engine a case ran.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum EngineName {
-    /// SGLang.
-    Sglang,
-    /// vLLM.
-    Vllm,
-    /// TensorRT-LLM.
-    Trtllm,
-}
-
-impl EngineName {
-    /// The engine's per-request serving-path latency, ms ([`Engine::request_latency_ms`]).
-    pub fn request_latency_ms(self) -> f64 {
-        match self {
-            EngineName::Sglang => crate::predict::SGLANG_REQUEST_LATENCY_MS,
-            EngineName::Vllm => crate::predict::VLLM_REQUEST_LATENCY_MS,
-            EngineName::Trtllm => crate::predict::TRTLLM_REQUEST_LATENCY_MS,
-        }
-    }
-
-    /// The engine's name as e2e.toml writes it.
-    pub fn name(self) -> &'static str {
-        match self {
-            EngineName::Sglang => "sglang",
-            EngineName::Vllm => "vllm",
-            EngineName::Trtllm => "trtllm",
-        }
-    }
-}
+/// The serving engine a case ran (e2e.toml's `engine`).
+pub use crate::predict::EngineName;
 
 /// One `[[case]]` of e2e.toml: the fields scoring reads (the file's schema is in its header).
 #[derive(Debug, Clone, Deserialize)]
@@ -499,8 +467,9 @@ fn spec_of(c: &E2eCase) -> Result<(ScenarioSpec, u32, &'static str), (SkipReason
     };
     s.max_running = c.max_running_requests;
     s.cuda_graphs = c.cuda_graphs != Some(false);
-    // vLLM V1 and TRT-LLM put new prompts' tokens into the running decode steps.
-    s.mixed_prefill = matches!(c.engine, EngineName::Vllm | EngineName::Trtllm);
+    // The engine's defaults: vLLM V1 and TRT-LLM put new prompts' tokens into the running decode
+    // steps; vLLM takes 0.9 of GPU memory (EngineName::defaults).
+    s.engine = c.engine;
     Ok((s, conc, note))
 }
 
@@ -532,8 +501,10 @@ fn score(c: &E2eCase, engine: &Engine, bench: Option<&dyn VirtualBench>) -> Resu
     let (measure, measured) = measured_of(c, conc, spec.output_len).ok_or((SkipReason::NoMeasure, String::new()))?;
     dense_four_bit(&mut spec).map_err(|e| (SkipReason::Refused, e.to_string()))?;
     let mut s: Scenario = spec.build().map_err(|e| (SkipReason::Refused, e.to_string()))?;
-    let mem_fraction = if c.engine == EngineName::Vllm { VLLM_GPU_MEMORY_UTILIZATION } else { engine.mem_fraction };
-    s.engine = Engine { cuda_graphs: s.engine.cuda_graphs, mixed_prefill: s.engine.mixed_prefill, mem_fraction, ..*engine };
+    // The fitted constants under scoring, with what the case and its engine set.
+    let e = s.engine;
+    s.engine =
+        Engine { cuda_graphs: e.cuda_graphs, mixed_prefill: e.mixed_prefill, mem_fraction: e.mem_fraction, serving: e.serving, ..*engine };
     s.check_fit().map_err(|e| (SkipReason::Refused, e.to_string()))?;
     check_plausible(&s, measured)?;
     let p = s.point(conc);
