@@ -220,7 +220,7 @@ pub struct PlanArgs {
     /// Requests of the benchmark run the client-measured figures are for (default: 10 x concurrency, InferenceX's convention)
     #[arg(long, value_name = "N")]
     pub requests: Option<u64>,
-    /// The server's running-request limit (sglang --max-running-requests)
+    /// The server's running-request limit (sglang --max-running-requests, vLLM --max-num-seqs)
     #[arg(long, value_name = "N")]
     pub max_running: Option<u32>,
     /// The serving engine, whose defaults apply: its serving-path latency (TTFT), whether prefill rides in decode steps, its memory share
@@ -232,13 +232,13 @@ pub struct PlanArgs {
     /// Whether communication overlaps compute
     #[arg(long, value_enum, default_value = "none")]
     pub overlap: OverlapArg,
-    /// Prefill rides inside decode steps (sglang --enable-mixed-chunk; on by default for the vllm and trtllm engines) instead of its own passes
+    /// Prefill rides inside decode steps (sglang --enable-mixed-chunk; always on for the vllm and trtllm engines) instead of its own passes
     #[arg(long)]
     pub mixed_prefill: bool,
     /// Host overhead per decode step, ms: replaces the model's per-kernel floor (5.3 us x the kernels a step runs, fitted on public measurements; see VALIDATION.md)
     #[arg(long, value_name = "MS")]
     pub step_overhead_ms: Option<f64>,
-    /// The serving path's latency outside the GPU (HTTP, tokenization, scheduler hand-offs), ms; it adds to TTFT only [default: the engine's: sglang 250, vLLM 33, TensorRT-LLM 78, fitted on public TTFTs: VALIDATION.md]
+    /// The serving path's latency outside the GPU (HTTP, tokenization, scheduler hand-offs), ms; it adds to TTFT only [default: the engine's: sglang 250.2, vLLM 34.2, TensorRT-LLM 78.6, fitted on public TTFTs: VALIDATION.md]
     #[arg(long, value_name = "MS")]
     pub request_latency_ms: Option<f64>,
     /// Explain the bottleneck at every concurrency

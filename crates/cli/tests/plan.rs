@@ -472,12 +472,20 @@ fn engine_names_its_defaults_in_the_header_and_shifts_ttft_by_its_latency() {
     let (sglang, vllm) = (run("sglang"), run("vllm"));
     assert!(sglang.contains("engine: sglang,") && sglang.contains("mixed-prefill off"), "{sglang}");
     assert!(vllm.contains("engine: vllm,") && vllm.contains("mixed-prefill on"), "{vllm}");
-    let mut json = REF.to_vec();
-    json.extend_from_slice(&["--concurrency", "8", "--engine", "trtllm", "--json", "-"]);
-    let (code, out, err) = plan(&json);
-    assert_eq!(code, 0, "{err}");
-    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
-    assert_eq!(v["scenario"]["engine"]["serving"], "trtllm", "{out}");
-    assert_eq!(v["scenario"]["engine"]["request_latency_ms"].as_f64(), Some(78.0));
+    let json = |extra: &[&str]| {
+        let mut args = REF.to_vec();
+        args.extend_from_slice(&["--concurrency", "8", "--requests", "32", "--json", "-"]);
+        args.extend_from_slice(extra);
+        let (code, out, err) = plan(&args);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str::<serde_json::Value>(&out).expect("json")
+    };
+    let trt = json(&["--engine", "trtllm"]);
+    assert_eq!(trt["scenario"]["engine"]["serving"], "trtllm");
+    assert_eq!(trt["scenario"]["engine"]["request_latency_ms"].as_f64(), Some(78.6));
+    // The engine's latency is what its TTFT carries over the same engine without it.
+    let ttft = |v: &serde_json::Value| v["points"][0]["client"]["ttft_ms"]["mean"].as_f64().expect("ttft");
+    let zero = json(&["--engine", "trtllm", "--request-latency-ms", "0"]);
+    assert!((ttft(&trt) - ttft(&zero) - 78.6).abs() < 1e-6, "{} vs {}", ttft(&trt), ttft(&zero));
     usage_error(&["--model", "glm-5", "--gpu", "rtx-pro-6000-se", "--engine", "tgi"], "--engine");
 }

@@ -4,10 +4,11 @@
 //!
 //! A decode step reads every weight it touches once, so the time of a GEMM or a fused-MoE layer at
 //! decode batch sizes is its weight bytes over the bandwidth the kernel achieves. One global figure
-//! (the engine's `hbm_efficiency` 0.8, `moe_efficiency` 0.65 before) hid how much that rate differs by GPU
-//! and format: the same 8192 x 8192 GEMM reaches 84% of peak in BF16 on an H100 and 33% in FP8 on
-//! a B200. These tables give the rate per (GPU, format) where kernels.toml measured one; elsewhere
-//! (AMD, older GPUs, MXFP4) the engine's figures stay.
+//! (before: the engine's `hbm_efficiency` 0.8 and `moe_efficiency` 0.65) hid how much that rate
+//! differs by GPU and format: the same 8192 x 8192 GEMM reaches 84% of peak in BF16 on an H100 and
+//! 44% in FP8 on a B200 (its FP8 GEMMs take about 19 us at any M up to 64). These tables give the
+//! rate per (GPU, format) where kernels.toml measured one; elsewhere (AMD, MXFP4) the engine's
+//! figures stay. The A100 40 GB reads the A100 80 GB's tables (the same SM80 kernels).
 //!
 //! How each figure is derived (the test `the_decode_tables_are_the_kernel_files_medians`
 //! recomputes every one from kernels.toml and fails on a drift over 0.0005):
@@ -15,15 +16,17 @@
 //!   M <= 64 tokens (decode batches; larger ones turn compute-bound and the compute term takes
 //!   over), achieved bandwidth N x K x bytes per weight / latency over the GPU's peak, median. An
 //!   FP8 checkpoint is either per-tensor scaled (sgl-kernel `fp8_scaled_mm`) or 128 x 128 block
-//!   scaled (DeepGEMM); the model does not know which, so FP8 pools both tables. The rate includes
-//!   that GEMM's own launch floor (5-10 us in these tables), as a decode step does.
+//!   scaled (DeepGEMM); the model does not know which, so FP8 pools both tables. A table's latency
+//!   includes the GEMM's own launch floor, which the step counts per kernel, so the model uses the
+//!   rate net of that floor ([`dense_decode_efficiency`]).
 //! - experts: `[[moe]]` rows with balanced routing (AIConfigurator spreads the tokens evenly, so
 //!   every expert is read once tokens x top-k reaches the expert count), every point with 1 to 8
 //!   tokens per expert, all experts' bytes on a rank (E x 3 x hidden x expert FFN x bytes per
-//!   weight / 8 ranks) / latency over the peak, median; points above the peak (the bytes read are
-//!   then not what the table's shape implies) are dropped. Below one token per expert the
-//!   kernel's floor dominates, which the model counts per kernel
-//!   ([`crate::Engine::kernel_overhead_us`]), not in the rate.
+//!   weight / 8 ranks) / latency over the peak, median, per split ([`MoeSplit`]: sliced experts
+//!   and whole experts differ, e.g. BF16 on an H200 0.81 against 0.55). A row with any such point
+//!   above the peak is dropped whole (its bytes read are not what its shape implies: one
+//!   DeepSeek-shape TP row per GPU in FP8 and NVFP4). At these sizes a layer takes hundreds of
+//!   microseconds, so the few kernel floors inside it (a few percent) are left in the rate.
 
 use crate::quant::Dtype;
 
@@ -31,13 +34,13 @@ use crate::quant::Dtype;
 pub const DENSE_DECODE: &[(&str, Dtype, f64)] = &[
     ("a100", Dtype::Bf16, 0.660),
     ("b200", Dtype::Bf16, 0.706),
-    ("b200", Dtype::Fp8, 0.328),
+    ("b200", Dtype::Fp8, 0.441),
     ("b200", Dtype::Nvfp4, 0.343),
-    ("b300", Dtype::Bf16, 0.747),
-    ("b300", Dtype::Fp8, 0.358),
-    ("b300", Dtype::Nvfp4, 0.373),
+    ("b300", Dtype::Bf16, 0.699),
+    ("b300", Dtype::Fp8, 0.444),
+    ("b300", Dtype::Nvfp4, 0.353),
     ("gb200", Dtype::Bf16, 0.759),
-    ("gb200", Dtype::Fp8, 0.377),
+    ("gb200", Dtype::Fp8, 0.474),
     ("gb200", Dtype::Nvfp4, 0.370),
     ("h100-sxm", Dtype::Bf16, 0.837),
     ("h100-sxm", Dtype::Fp8, 0.683),
@@ -50,38 +53,84 @@ pub const DENSE_DECODE: &[(&str, Dtype, f64)] = &[
     ("rtx-pro-6000-se", Dtype::Nvfp4, 0.512),
 ];
 
+/// How a fused-MoE layer's experts are split over the GPUs of a TP group, as kernels.toml's
+/// `[[moe]]` rows measure it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MoeSplit {
+    /// Every expert sliced over the ranks (`moe_tp = 8`): narrow GEMMs over all experts.
+    Tp,
+    /// Whole experts, an eighth of them per rank (`moe_ep = 8`).
+    Ep,
+}
+
 /// Fused-MoE decode rate with every expert read, share of peak memory bandwidth, by (GPU, expert
-/// format).
-pub const MOE_DECODE: &[(&str, Dtype, f64)] = &[
-    ("a100", Dtype::Bf16, 0.720),
-    ("a100", Dtype::Int4, 0.588),
-    ("b200", Dtype::Bf16, 0.859),
-    ("b200", Dtype::Fp8, 0.717),
-    ("b200", Dtype::Int4, 0.395),
-    ("b200", Dtype::Nvfp4, 0.694),
-    ("b300", Dtype::Bf16, 0.850),
-    ("b300", Dtype::Fp8, 0.714),
-    ("b300", Dtype::Int4, 0.411),
-    ("b300", Dtype::Nvfp4, 0.693),
-    ("gb200", Dtype::Bf16, 0.899),
-    ("gb200", Dtype::Fp8, 0.756),
-    ("gb200", Dtype::Int4, 0.413),
-    ("gb200", Dtype::Nvfp4, 0.739),
-    ("h100-sxm", Dtype::Bf16, 0.827),
-    ("h100-sxm", Dtype::Fp8, 0.776),
-    ("h100-sxm", Dtype::Int4, 0.648),
-    ("h200", Dtype::Bf16, 0.784),
-    ("h200", Dtype::Fp8, 0.698),
-    ("h200", Dtype::Int4, 0.530),
-    ("l40s", Dtype::Bf16, 0.788),
-    ("l40s", Dtype::Int4, 0.766),
-    ("rtx-pro-6000-se", Dtype::Bf16, 0.807),
-    ("rtx-pro-6000-se", Dtype::Fp8, 0.781),
-    ("rtx-pro-6000-se", Dtype::Int4, 0.729),
-    ("rtx-pro-6000-se", Dtype::Nvfp4, 0.724),
+/// format, split).
+pub const MOE_DECODE: &[(&str, Dtype, MoeSplit, f64)] = &[
+    ("a100", Dtype::Bf16, MoeSplit::Tp, 0.820),
+    ("a100", Dtype::Bf16, MoeSplit::Ep, 0.520),
+    ("a100", Dtype::Int4, MoeSplit::Tp, 0.680),
+    ("a100", Dtype::Int4, MoeSplit::Ep, 0.343),
+    ("b200", Dtype::Bf16, MoeSplit::Tp, 0.852),
+    ("b200", Dtype::Bf16, MoeSplit::Ep, 0.866),
+    ("b200", Dtype::Fp8, MoeSplit::Tp, 0.737),
+    ("b200", Dtype::Fp8, MoeSplit::Ep, 0.680),
+    ("b200", Dtype::Int4, MoeSplit::Tp, 0.392),
+    ("b200", Dtype::Int4, MoeSplit::Ep, 0.411),
+    ("b200", Dtype::Nvfp4, MoeSplit::Tp, 0.654),
+    ("b200", Dtype::Nvfp4, MoeSplit::Ep, 0.710),
+    ("b300", Dtype::Bf16, MoeSplit::Tp, 0.845),
+    ("b300", Dtype::Bf16, MoeSplit::Ep, 0.855),
+    ("b300", Dtype::Fp8, MoeSplit::Tp, 0.725),
+    ("b300", Dtype::Fp8, MoeSplit::Ep, 0.683),
+    ("b300", Dtype::Int4, MoeSplit::Tp, 0.410),
+    ("b300", Dtype::Int4, MoeSplit::Ep, 0.427),
+    ("b300", Dtype::Nvfp4, MoeSplit::Tp, 0.657),
+    ("b300", Dtype::Nvfp4, MoeSplit::Ep, 0.710),
+    ("gb200", Dtype::Bf16, MoeSplit::Tp, 0.892),
+    ("gb200", Dtype::Bf16, MoeSplit::Ep, 0.910),
+    ("gb200", Dtype::Fp8, MoeSplit::Tp, 0.768),
+    ("gb200", Dtype::Fp8, MoeSplit::Ep, 0.712),
+    ("gb200", Dtype::Int4, MoeSplit::Tp, 0.411),
+    ("gb200", Dtype::Int4, MoeSplit::Ep, 0.429),
+    ("gb200", Dtype::Nvfp4, MoeSplit::Tp, 0.697),
+    ("gb200", Dtype::Nvfp4, MoeSplit::Ep, 0.749),
+    ("h100-sxm", Dtype::Bf16, MoeSplit::Tp, 0.844),
+    ("h100-sxm", Dtype::Bf16, MoeSplit::Ep, 0.653),
+    ("h100-sxm", Dtype::Fp8, MoeSplit::Tp, 0.753),
+    ("h100-sxm", Dtype::Fp8, MoeSplit::Ep, 0.805),
+    ("h100-sxm", Dtype::Int4, MoeSplit::Tp, 0.663),
+    ("h100-sxm", Dtype::Int4, MoeSplit::Ep, 0.581),
+    ("h200", Dtype::Bf16, MoeSplit::Tp, 0.811),
+    ("h200", Dtype::Bf16, MoeSplit::Ep, 0.554),
+    ("h200", Dtype::Fp8, MoeSplit::Tp, 0.641),
+    ("h200", Dtype::Fp8, MoeSplit::Ep, 0.749),
+    ("h200", Dtype::Int4, MoeSplit::Tp, 0.542),
+    ("h200", Dtype::Int4, MoeSplit::Ep, 0.409),
+    ("l40s", Dtype::Bf16, MoeSplit::Tp, 0.804),
+    ("l40s", Dtype::Bf16, MoeSplit::Ep, 0.508),
+    ("l40s", Dtype::Int4, MoeSplit::Tp, 0.774),
+    ("l40s", Dtype::Int4, MoeSplit::Ep, 0.758),
+    ("rtx-pro-6000-se", Dtype::Bf16, MoeSplit::Tp, 0.823),
+    ("rtx-pro-6000-se", Dtype::Bf16, MoeSplit::Ep, 0.542),
+    ("rtx-pro-6000-se", Dtype::Fp8, MoeSplit::Tp, 0.794),
+    ("rtx-pro-6000-se", Dtype::Fp8, MoeSplit::Ep, 0.774),
+    ("rtx-pro-6000-se", Dtype::Int4, MoeSplit::Tp, 0.747),
+    ("rtx-pro-6000-se", Dtype::Int4, MoeSplit::Ep, 0.714),
+    ("rtx-pro-6000-se", Dtype::Nvfp4, MoeSplit::Tp, 0.600),
+    ("rtx-pro-6000-se", Dtype::Nvfp4, MoeSplit::Ep, 0.730),
 ];
 
+/// The tables' name for a catalog GPU.
+fn table_gpu(gpu: &str) -> &str {
+    if gpu == "a100-40gb" {
+        "a100"
+    } else {
+        gpu
+    }
+}
+
 fn find(table: &[(&str, Dtype, f64)], gpu: &str, dt: Dtype) -> Option<f64> {
+    let gpu = table_gpu(gpu);
     table.iter().find(|(g, d, _)| *g == gpu && *d == dt).map(|(_, _, e)| *e)
 }
 
@@ -104,9 +153,9 @@ fn table_gemm_bytes(dt: Dtype) -> f64 {
 
 /// The dense decode rate for `dt` weights on `gpu` with peak bandwidth `peak_gbs`, net of a
 /// `floor_us` the step already counts for each kernel ([`crate::Engine::kernel_overhead_us`]):
-/// the table's latency less that floor is the time spent streaming. At 5.2 us this takes an H100's
-/// BF16 rate from 0.84 to 0.94 and a B200's FP8 rate from 0.33 to 0.41 (its FP8 GEMV floor is
-/// about 10 us); a floor longer than the whole measured latency leaves the peak.
+/// the table's latency less that floor is the time spent streaming. At 4.6 us this takes an H100's
+/// BF16 rate from 0.84 to 0.93 and a B200's FP8 rate from 0.44 to 0.58; a floor longer than the
+/// whole measured latency leaves the peak.
 pub fn dense_decode_efficiency(gpu: &str, dt: Dtype, peak_gbs: f64, floor_us: f64) -> Option<f64> {
     let rate = dense_decode_table(gpu, dt)?;
     let bytes_per_us = peak_gbs * 1e3;
@@ -115,9 +164,11 @@ pub fn dense_decode_efficiency(gpu: &str, dt: Dtype, peak_gbs: f64, floor_us: f6
     Some(if stream_us > 0.0 { (bytes / (stream_us * bytes_per_us)).min(1.0) } else { 1.0 })
 }
 
-/// The fused-MoE decode rate for `dt` experts on `gpu`, where kernels.toml has one.
-pub fn moe_decode_efficiency(gpu: &str, dt: Dtype) -> Option<f64> {
-    find(MOE_DECODE, gpu, dt)
+/// The fused-MoE decode rate for `dt` experts on `gpu` split as `split`, where kernels.toml has
+/// one.
+pub fn moe_decode_efficiency(gpu: &str, dt: Dtype, split: MoeSplit) -> Option<f64> {
+    let gpu = table_gpu(gpu);
+    MOE_DECODE.iter().find(|(g, d, s, _)| *g == gpu && *d == dt && *s == split).map(|(_, _, _, e)| *e)
 }
 
 #[cfg(test)]
@@ -181,9 +232,9 @@ mod tests {
         group(pts)
     }
 
-    fn recompute_moe() -> Vec<(String, Dtype, f64)> {
+    fn recompute_moe() -> Vec<(String, Dtype, MoeSplit, f64)> {
         let t: toml::Table = KERNELS.parse().expect("kernels.toml parses");
-        let mut pts = Vec::new();
+        let mut pts: Vec<((String, Dtype, MoeSplit), f64)> = Vec::new();
         for m in t["moe"].as_array().expect("[[moe]]") {
             if m["routing"].as_str() != Some("balanced") {
                 continue;
@@ -199,15 +250,27 @@ mod tests {
             let (e, k) = (int("num_experts"), int("topk"));
             let rank_bytes = e * 3.0 * int("hidden_size") * int("inter_size") * dt.bytes() / 8.0;
             let gpu = catalog_name(m["gpu"].as_str().expect("gpu")).to_string();
-            for (n, lat) in floats(&m["num_tokens"]).into_iter().zip(floats(&m["latency_us"])) {
-                let per_expert = n * k / e;
-                let eff = rank_bytes / (lat * 1e-6) / peak(&gpu);
-                if (1.0..=8.0).contains(&per_expert) && eff <= 1.0 {
-                    pts.push(((gpu.clone(), dt), eff));
-                }
+            let split = if m["moe_ep"].as_integer() == Some(8) { MoeSplit::Ep } else { MoeSplit::Tp };
+            let row: Vec<f64> = floats(&m["num_tokens"])
+                .into_iter()
+                .zip(floats(&m["latency_us"]))
+                .filter(|(n, _)| (1.0..=8.0).contains(&(n * k / e)))
+                .map(|(_, lat)| rank_bytes / (lat * 1e-6) / peak(&gpu))
+                .collect();
+            // A row past the peak does not read the bytes its shape implies: dropped whole.
+            if row.iter().all(|eff| *eff <= 1.0) {
+                pts.extend(row.into_iter().map(|eff| ((gpu.clone(), dt, split), eff)));
             }
         }
-        group(pts)
+        let mut keys: Vec<(String, Dtype, MoeSplit)> = pts.iter().map(|(k, _)| k.clone()).collect();
+        keys.sort_by(|a, b| (&a.0, a.1.name(), a.2 == MoeSplit::Ep).cmp(&(&b.0, b.1.name(), b.2 == MoeSplit::Ep)));
+        keys.dedup();
+        keys.into_iter()
+            .map(|key| {
+                let v = pts.iter().filter(|(k, _)| *k == key).map(|(_, e)| *e).collect();
+                (key.0, key.1, key.2, median(v))
+            })
+            .collect()
     }
 
     fn group(pts: Vec<((String, Dtype), f64)>) -> Vec<(String, Dtype, f64)> {
@@ -233,14 +296,22 @@ mod tests {
     #[test]
     fn the_decode_tables_are_the_kernel_files_medians() {
         check("dense", DENSE_DECODE, recompute_dense());
-        check("moe", MOE_DECODE, recompute_moe());
+        let derived = recompute_moe();
+        assert_eq!(MOE_DECODE.len(), derived.len(), "moe: {derived:?}");
+        for (gpu, dt, split, eff) in derived {
+            let have = moe_decode_efficiency(&gpu, dt, split).unwrap_or_else(|| panic!("moe: no entry for {gpu} {} {split:?}", dt.name()));
+            assert!((have - eff).abs() < 5e-4, "moe {gpu} {} {split:?}: table {have} vs kernels.toml {eff:.4}", dt.name());
+        }
     }
 
     #[test]
     fn a_gpu_or_format_without_a_table_has_no_rate() {
         assert_eq!(dense_decode_efficiency("mi300x", Dtype::Bf16, 5300.0, 5.0), None);
-        assert_eq!(moe_decode_efficiency("h200", Dtype::Mxfp4), None);
+        assert_eq!(moe_decode_efficiency("h200", Dtype::Mxfp4, MoeSplit::Ep), None);
         assert_eq!(dense_decode_table("h200", Dtype::Fp8), Some(0.612));
+        // The A100 40 GB runs the 80 GB's kernels.
+        assert_eq!(dense_decode_table("a100-40gb", Dtype::Bf16), dense_decode_table("a100", Dtype::Bf16));
+        assert!(moe_decode_efficiency("h200", Dtype::Bf16, MoeSplit::Tp) > moe_decode_efficiency("h200", Dtype::Bf16, MoeSplit::Ep));
     }
 
     #[test]

@@ -141,6 +141,13 @@ pub struct Engine {
     /// argmin of its median |error| over a grid with `moe_efficiency`; `validate::tests` checks
     /// it is the grid minimum), never the test set.
     pub kernel_overhead_us: f64,
+    /// The launch floor of one GEMM that the kernel tables' latencies include and the per-step
+    /// floor counts apart, us: the dense rates are taken net of it
+    /// ([`crate::kernels::dense_decode_efficiency`]). The fitted per-kernel floor
+    /// ([`Self::kernel_overhead_us`], refit together with it); a stated per-step overhead
+    /// (`--step-overhead-ms`) or a calibrated one replaces the per-kernel floor but keeps this, so
+    /// the GEMMs' floors then sit in the stated overhead, not twice.
+    pub gemm_floor_us: f64,
     /// Decode runs as CUDA graphs (no per-kernel launch cost).
     pub cuda_graphs: bool,
     /// Without CUDA graphs: the host's launch latency per kernel on top of
@@ -185,7 +192,8 @@ pub struct Engine {
     pub dense_table: bool,
     /// Decode reads expert weights at the kernel tables' fused-MoE rate
     /// ([`crate::kernels::moe_decode_efficiency`]) where kernels.toml has one, else at
-    /// [`Self::moe_efficiency`]; `--moe-efficiency` turns it off.
+    /// [`Self::moe_efficiency`]; a stated MoE efficiency (`moe-efficiency=` in `--from-plan`
+    /// pairs, `sim --moe-efficiency`) turns it off.
     pub moe_table: bool,
     /// Multiplier on every memory-streaming rate (table or engine figure, capped at the peak):
     /// 1 unless `--calibrate` fitted it.
@@ -198,12 +206,13 @@ impl Default for Engine {
     fn default() -> Self {
         Self {
             step_overhead_ms: 0.0,
-            kernel_overhead_us: 5.3,
+            kernel_overhead_us: 4.6,
+            gemm_floor_us: 4.6,
             cuda_graphs: true,
             launch_us: 4.0,
             overlap: Overlap::None,
             hbm_efficiency: 0.80,
-            moe_efficiency: 0.70,
+            moe_efficiency: 0.65,
             gemm_efficiency: 0.89,
             comm_scale: 1.0,
             ep_imbalance: 1.2,
@@ -303,15 +312,15 @@ pub const VLLM_GPU_MEMORY_UTILIZATION: f64 = 0.9;
 /// it (`validate::tests` recomputes it). The gap is flat over concurrency (InferenceX's DeepSeek-R1
 /// H200 runs: 262, 271, 309, 250 ms at c = 8..64) while the same runs' TPOT matches, so it is
 /// time outside the GPU's steps, not a slower prefill.
-pub const SGLANG_REQUEST_LATENCY_MS: f64 = 250.0;
+pub const SGLANG_REQUEST_LATENCY_MS: f64 = 250.2;
 
 /// vLLM's per-request serving-path latency, ms: as [`SGLANG_REQUEST_LATENCY_MS`], over the FIT
 /// set's vLLM cases (few: see VALIDATION.md).
-pub const VLLM_REQUEST_LATENCY_MS: f64 = 33.0;
+pub const VLLM_REQUEST_LATENCY_MS: f64 = 34.2;
 
 /// TensorRT-LLM's per-request serving-path latency, ms: as [`SGLANG_REQUEST_LATENCY_MS`], over
 /// the FIT set's TensorRT-LLM cases (few: see VALIDATION.md).
-pub const TRTLLM_REQUEST_LATENCY_MS: f64 = 78.0;
+pub const TRTLLM_REQUEST_LATENCY_MS: f64 = 78.6;
 
 /// Achieved fraction of peak memory bandwidth of GQA decode attention over an FP8 KV cache on
 /// Hopper, from kernels.toml `[[decode_attention]]` (AIConfigurator's sglang 0.5.14 FA3 tables):
@@ -674,7 +683,7 @@ impl Scenario {
     pub fn dense_stream_efficiency(&self, dt: Dtype) -> f64 {
         let e = &self.engine;
         let table = if e.dense_table {
-            crate::kernels::dense_decode_efficiency(&self.gpu.name, dt, self.gpu.mem_bw_gbs, e.kernel_overhead_us)
+            crate::kernels::dense_decode_efficiency(&self.gpu.name, dt, self.gpu.mem_bw_gbs, e.gemm_floor_us)
         } else {
             None
         };
@@ -686,7 +695,8 @@ impl Scenario {
     /// ([`crate::kernels::moe_decode_efficiency`]), else the engine's.
     pub fn expert_stream_efficiency(&self) -> f64 {
         let e = &self.engine;
-        let table = if e.moe_table { crate::kernels::moe_decode_efficiency(&self.gpu.name, self.quant.experts) } else { None };
+        let split = if self.plan.ep > 1 { crate::kernels::MoeSplit::Ep } else { crate::kernels::MoeSplit::Tp };
+        let table = if e.moe_table { crate::kernels::moe_decode_efficiency(&self.gpu.name, self.quant.experts, split) } else { None };
         self.scaled(table.unwrap_or(e.moe_efficiency))
     }
 
