@@ -399,6 +399,11 @@ fn is_stdout(p: &Option<PathBuf>) -> bool {
 }
 
 fn run_validate(a: &PlanArgs) -> Result<(), Failure> {
+    if !matches!(a.engine, EngineArg::Sglang) {
+        return Err(Failure::usage(
+            "--engine does not apply to --validate: every case runs with the engine its source used (e2e.toml's engine); drop --engine",
+        ));
+    }
     let v = validate::run_with_bench(&Engine::default(), Some(&servetune_sim::from_plan::PlanBench)).map_err(input)?;
     let table = validate::markdown(&v);
     if is_stdout(&a.json) {

@@ -488,4 +488,5 @@ fn engine_names_its_defaults_in_the_header_and_shifts_ttft_by_its_latency() {
     let zero = json(&["--engine", "trtllm", "--request-latency-ms", "0"]);
     assert!((ttft(&trt) - ttft(&zero) - 78.6).abs() < 1e-6, "{} vs {}", ttft(&trt), ttft(&zero));
     usage_error(&["--model", "glm-5", "--gpu", "rtx-pro-6000-se", "--engine", "tgi"], "--engine");
+    usage_error(&["--validate", "--engine", "vllm"], "--engine does not apply to --validate");
 }

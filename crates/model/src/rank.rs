@@ -258,9 +258,11 @@ pub fn fixes_with(base: &Scenario, slos: &[Slo], range: ConcurrencyRange, client
         cands.push((
             "tune the fused-MoE kernels".into(),
             format!(
-                "kernel configs for {} experts on {} (sglang's tuning script), assuming expert reads then reach 80% of bandwidth",
+                "kernel configs for {} experts on {} (the engine's fused-MoE tuning script, where its {} expert kernel takes configs), assuming expert reads then reach 80% of bandwidth (now {:.0}%)",
                 base.model.moe.map_or(0, |m| m.experts),
-                base.gpu.name
+                base.gpu.name,
+                base.quant.experts.name(),
+                base.expert_stream_efficiency() * 100.0
             ),
             Scenario { engine: e, ..base.clone() },
         ));
