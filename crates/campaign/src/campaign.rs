@@ -235,7 +235,7 @@ pub fn model_box(s: &Settings, f: &BoxFacts) -> Option<ModelBox> {
         tpot_ms: s.goal.bound_ms(SloMetric::Tpot),
         ttft_ms: s.goal.bound_ms(SloMetric::Ttft),
         max_concurrency: s.bench.concurrency.iter().copied().max().unwrap_or(1),
-        serving: servetune_model::predict::EngineName::parse("engine", &s.engine.name).unwrap_or_default(),
+        serving: servetune_model::predict::EngineName::from_name(&s.engine.name).unwrap_or_default(),
     })
     .filter(|m| plan_step::check(m).is_ok())
 }

@@ -208,7 +208,7 @@ mod tests {
             .collect()
     }
 
-    fn recompute_dense() -> Vec<(String, Dtype, f64)> {
+    fn recompute_dense() -> Vec<((String, Dtype), f64)> {
         let t: toml::Table = KERNELS.parse().expect("kernels.toml parses");
         let mut pts: Vec<((String, Dtype), f64)> = Vec::new();
         for g in t["gemm"].as_array().expect("[[gemm]]") {
@@ -229,10 +229,10 @@ mod tests {
                 }
             }
         }
-        group(pts)
+        medians(pts)
     }
 
-    fn recompute_moe() -> Vec<(String, Dtype, MoeSplit, f64)> {
+    fn recompute_moe() -> Vec<((String, Dtype, MoeSplit), f64)> {
         let t: toml::Table = KERNELS.parse().expect("kernels.toml parses");
         let mut pts: Vec<((String, Dtype, MoeSplit), f64)> = Vec::new();
         for m in t["moe"].as_array().expect("[[moe]]") {
@@ -262,43 +262,36 @@ mod tests {
                 pts.extend(row.into_iter().map(|eff| ((gpu.clone(), dt, split), eff)));
             }
         }
-        let mut keys: Vec<(String, Dtype, MoeSplit)> = pts.iter().map(|(k, _)| k.clone()).collect();
-        keys.sort_by(|a, b| (&a.0, a.1.name(), a.2 == MoeSplit::Ep).cmp(&(&b.0, b.1.name(), b.2 == MoeSplit::Ep)));
-        keys.dedup();
-        keys.into_iter()
-            .map(|key| {
-                let v = pts.iter().filter(|(k, _)| *k == key).map(|(_, e)| *e).collect();
-                (key.0, key.1, key.2, median(v))
-            })
-            .collect()
+        medians(pts)
     }
 
-    fn group(pts: Vec<((String, Dtype), f64)>) -> Vec<(String, Dtype, f64)> {
-        let mut keys: Vec<(String, Dtype)> = pts.iter().map(|(k, _)| k.clone()).collect();
-        keys.sort_by(|a, b| (&a.0, a.1.name()).cmp(&(&b.0, b.1.name())));
-        keys.dedup();
-        keys.into_iter()
-            .map(|key| {
-                let v = pts.iter().filter(|(k, _)| *k == key).map(|(_, e)| *e).collect();
-                (key.0, key.1, median(v))
-            })
-            .collect()
-    }
-
-    fn check(name: &str, table: &[(&str, Dtype, f64)], derived: Vec<(String, Dtype, f64)>) {
-        assert_eq!(table.len(), derived.len(), "{name}: {derived:?}");
-        for (gpu, dt, eff) in derived {
-            let have = find(table, &gpu, dt).unwrap_or_else(|| panic!("{name}: no entry for {gpu} {}", dt.name()));
-            assert!((have - eff).abs() < 5e-4, "{name} {gpu} {}: table {have} vs kernels.toml {eff:.4}", dt.name());
+    /// The median of each key's points, keys in the order first seen.
+    fn medians<K: PartialEq + Clone>(pts: Vec<(K, f64)>) -> Vec<(K, f64)> {
+        let mut keys: Vec<K> = Vec::new();
+        for (k, _) in &pts {
+            if !keys.contains(k) {
+                keys.push(k.clone());
+            }
         }
+        keys.into_iter()
+            .map(|key| {
+                let v = pts.iter().filter(|(k, _)| *k == key).map(|(_, e)| *e).collect();
+                (key, median(v))
+            })
+            .collect()
     }
 
     #[test]
     fn the_decode_tables_are_the_kernel_files_medians() {
-        check("dense", DENSE_DECODE, recompute_dense());
-        let derived = recompute_moe();
-        assert_eq!(MOE_DECODE.len(), derived.len(), "moe: {derived:?}");
-        for (gpu, dt, split, eff) in derived {
+        let dense = recompute_dense();
+        assert_eq!(DENSE_DECODE.len(), dense.len(), "dense: {dense:?}");
+        for ((gpu, dt), eff) in dense {
+            let have = dense_decode_table(&gpu, dt).unwrap_or_else(|| panic!("dense: no entry for {gpu} {}", dt.name()));
+            assert!((have - eff).abs() < 5e-4, "dense {gpu} {}: table {have} vs kernels.toml {eff:.4}", dt.name());
+        }
+        let moe = recompute_moe();
+        assert_eq!(MOE_DECODE.len(), moe.len(), "moe: {moe:?}");
+        for ((gpu, dt, split), eff) in moe {
             let have = moe_decode_efficiency(&gpu, dt, split).unwrap_or_else(|| panic!("moe: no entry for {gpu} {} {split:?}", dt.name()));
             assert!((have - eff).abs() < 5e-4, "moe {gpu} {} {split:?}: table {have} vs kernels.toml {eff:.4}", dt.name());
         }

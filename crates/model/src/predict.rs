@@ -156,7 +156,7 @@ pub struct Engine {
     /// Whether communication hides behind compute.
     pub overlap: Overlap,
     /// Achieved fraction of peak memory bandwidth reading the KV cache, and dense weights on a GPU
-    /// or in a format kernels.toml has no GEMM rate for ([`Self::dense_table`]); an assumption,
+    /// or in a format kernels.toml has no GEMM rate for ([`Scenario::dense_stream_efficiency`]); an assumption,
     /// typical of decode GEMV kernels.
     pub hbm_efficiency: f64,
     /// Achieved fraction of peak bandwidth reading expert weights in fused-MoE kernels at decode
@@ -181,15 +181,11 @@ pub struct Engine {
     /// nothing else: the GPU's steps and the virtual run's closed loop run without it (placed in
     /// front of the engine, it shifted the closed loop's lockstep at c=64 and moved TTFT by far
     /// more than itself: VALIDATION.md, step 7). Default: sglang's
-    /// ([`SGLANG_REQUEST_LATENCY_MS`]); `validate::EngineName::request_latency_ms` gives each engine's.
+    /// ([`SGLANG_REQUEST_LATENCY_MS`]); [`EngineName::request_latency_ms`] gives each engine's.
     pub request_latency_ms: f64,
     /// Prefill tokens ride inside decode steps (vLLM V1's chunked prefill, sglang's
     /// --enable-mixed-chunk) instead of running as their own passes (sglang's default).
     pub mixed_prefill: bool,
-    /// Decode reads dense weights at the kernel tables' rate for the GPU and format
-    /// ([`crate::kernels::dense_decode_efficiency`]) where kernels.toml has one, else at
-    /// [`Self::hbm_efficiency`].
-    pub dense_table: bool,
     /// Decode reads expert weights at the kernel tables' fused-MoE rate
     /// ([`crate::kernels::moe_decode_efficiency`]) where kernels.toml has one, else at
     /// [`Self::moe_efficiency`]; a stated MoE efficiency (`moe-efficiency=` in `--from-plan`
@@ -220,7 +216,6 @@ impl Default for Engine {
             workspace_gb: 3.0,
             request_latency_ms: SGLANG_REQUEST_LATENCY_MS,
             mixed_prefill: false,
-            dense_table: true,
             moe_table: true,
             stream_scale: 1.0,
             serving: EngineName::Sglang,
@@ -282,12 +277,14 @@ impl EngineName {
         }
     }
 
+    /// The engine named `s` (`sglang`, `vllm`, `trtllm`), if the model knows it.
+    pub fn from_name(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|e| e.name() == s)
+    }
+
     /// Parses an engine given to `flag` (`sglang`, `vllm`, `trtllm`).
     pub fn parse(flag: &str, s: &str) -> Result<Self, ModelError> {
-        Self::ALL
-            .into_iter()
-            .find(|e| e.name() == s)
-            .ok_or_else(|| ModelError::Input(format!("{flag}: unknown engine {s:?}; give sglang, vllm or trtllm")))
+        Self::from_name(s).ok_or_else(|| ModelError::Input(format!("{flag}: unknown engine {s:?}; give sglang, vllm or trtllm")))
     }
 
     /// The model's defaults with this engine's: its serving-path latency, prefill mixing and
@@ -673,7 +670,8 @@ impl Scenario {
         self.scaled(base)
     }
 
-    fn scaled(&self, eff: f64) -> f64 {
+    /// `eff` times the calibrated [`Engine::stream_scale`], capped at the peak.
+    pub(crate) fn scaled(&self, eff: f64) -> f64 {
         (eff * self.engine.stream_scale).min(1.0)
     }
 
@@ -682,11 +680,7 @@ impl Scenario {
     /// ([`crate::kernels::dense_decode_efficiency`]), else the engine's.
     pub fn dense_stream_efficiency(&self, dt: Dtype) -> f64 {
         let e = &self.engine;
-        let table = if e.dense_table {
-            crate::kernels::dense_decode_efficiency(&self.gpu.name, dt, self.gpu.mem_bw_gbs, e.gemm_floor_us)
-        } else {
-            None
-        };
+        let table = crate::kernels::dense_decode_efficiency(&self.gpu.name, dt, self.gpu.mem_bw_gbs, e.gemm_floor_us);
         self.scaled(table.unwrap_or(e.hbm_efficiency))
     }
 
@@ -1301,8 +1295,8 @@ pub(crate) mod tests {
     #[test]
     fn dense_model_batch_one_weight_time_is_bytes_over_bandwidth() {
         let mut s = scenario("llama-3.1-8b", Dtype::Bf16, "h100-sxm", "nvlink", 1, 1);
-        s.engine.hbm_efficiency = 1.0;
-        s.engine.dense_table = false;
+        // Every streaming rate, the kernel table's and the engine's, capped at the peak.
+        s.engine.stream_scale = 10.0;
         let p = s.point(1);
         // Attention, FFN and LM head are read once per step (the embedding table is a lookup).
         let params = s.model.params();

@@ -434,7 +434,7 @@ fn write_header(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
         if e.cuda_graphs { "on" } else { "off" },
         e.overlap.name(),
         if e.mixed_prefill { "on" } else { "off" },
-        (e.hbm_efficiency * e.stream_scale).min(1.0),
+        s.scaled(e.hbm_efficiency),
         s.dense_stream_efficiency(s.quant.attention),
         if s.model.moe.is_some() { format!(", experts {:.2}", s.expert_stream_efficiency()) } else { String::new() },
         e.gemm_efficiency,

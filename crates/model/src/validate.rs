@@ -496,15 +496,25 @@ fn measured_of(c: &E2eCase, conc: u32, osl: u32) -> Option<(Measure, f64)> {
 /// Scores one case with `engine`'s fitted constants (the case keeps its own CUDA graphs and
 /// prefill mixing): its row, or why it was skipped. With `bench`, the prediction is what the
 /// case's benchmark would measure (its workload run in virtual time).
-fn score(c: &E2eCase, engine: &Engine, bench: Option<&dyn VirtualBench>) -> Result<Row, (SkipReason, String)> {
+fn score(c: &E2eCase, engine: &Engine, bench: Option<&dyn VirtualBench>, latency: Latency) -> Result<Row, (SkipReason, String)> {
     let (mut spec, conc, note) = spec_of(c)?;
     let (measure, measured) = measured_of(c, conc, spec.output_len).ok_or((SkipReason::NoMeasure, String::new()))?;
     dense_four_bit(&mut spec).map_err(|e| (SkipReason::Refused, e.to_string()))?;
     let mut s: Scenario = spec.build().map_err(|e| (SkipReason::Refused, e.to_string()))?;
     // The fitted constants under scoring, with what the case and its engine set.
     let e = s.engine;
-    s.engine =
-        Engine { cuda_graphs: e.cuda_graphs, mixed_prefill: e.mixed_prefill, mem_fraction: e.mem_fraction, serving: e.serving, ..*engine };
+    let request_latency_ms = match latency {
+        Latency::PerEngine => e.request_latency_ms,
+        Latency::Zero => 0.0,
+    };
+    s.engine = Engine {
+        cuda_graphs: e.cuda_graphs,
+        mixed_prefill: e.mixed_prefill,
+        mem_fraction: e.mem_fraction,
+        serving: e.serving,
+        request_latency_ms,
+        ..*engine
+    };
     s.check_fit().map_err(|e| (SkipReason::Refused, e.to_string()))?;
     check_plausible(&s, measured)?;
     let p = s.point(conc);
@@ -759,11 +769,7 @@ fn run_cases(engine: &Engine, bench: Option<&dyn VirtualBench>, latency: Latency
     let mut rows = Vec::new();
     let mut skips = Vec::new();
     for c in &file.case {
-        let request_latency_ms = match latency {
-            Latency::PerEngine => c.engine.request_latency_ms(),
-            Latency::Zero => 0.0,
-        };
-        match score(c, &Engine { request_latency_ms, ..*engine }, bench) {
+        match score(c, engine, bench, latency) {
             Ok(r) => rows.push(r),
             Err((reason, detail)) => skips.push((reason, c.id.clone(), detail)),
         }
