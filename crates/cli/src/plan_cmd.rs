@@ -223,7 +223,7 @@ pub struct PlanArgs {
     /// The server's running-request limit (sglang --max-running-requests, vLLM --max-num-seqs)
     #[arg(long, value_name = "N")]
     pub max_running: Option<u32>,
-    /// The serving engine, whose defaults apply: its serving-path latency (TTFT), whether prefill rides in decode steps, its memory share
+    /// The serving engine, whose defaults apply: its serving-path latency (TTFT), whether prefill rides in decode steps, its memory share, and on an NVLink box its custom all-reduce's measured latency
     #[arg(long, value_enum, default_value = "sglang")]
     pub engine: EngineArg,
     /// CUDA graphs for decode

@@ -20,7 +20,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::comm;
-use crate::hw::{Cluster, GpuSpec, LinkProfile};
+use crate::hw::{Cluster, GpuSpec, LinkKind, LinkProfile};
 use crate::quant::{ComputeFormat, Dtype, KvDtype, Quant};
 use crate::spec::{Attention, ModelSpec};
 use crate::ModelError;
@@ -860,10 +860,31 @@ impl Scenario {
 
     /// One TP all-reduce of `bytes` as the engine runs it: within a node ([`comm::allreduce`]) or,
     /// when the TP group spans nodes, NCCL's hierarchical one ([`comm::allreduce_across`]).
+    ///
+    /// Where the engine runs its custom kernel under CUDA graphs on the GPU's own catalog NVLink and
+    /// comm.toml measured that kernel for this GPU, engine and group size
+    /// ([`comm::custom_measured_us`]), the measured latency replaces the one-shot / two-shot
+    /// model, net of the per-kernel floor the step already counts for every collective
+    /// ([`Engine::gemm_floor_us`], as for the GEMM tables). The model is 1.3-2.2x below those
+    /// measurements from 128 KiB to 2 MiB (8x H200: 5.0 against vLLM's 7.9 us at 128 KiB, 14.2
+    /// against vLLM's 18.1 and TensorRT-LLM's 30.5 us at 2 MiB), and above them at small sizes,
+    /// where its 3 us floor comes on top of the step's per-kernel floor. A measured or user-given
+    /// link keeps the model, which takes its latency and bandwidth.
     pub fn tp_allreduce(&self, bytes: f64) -> comm::AllReduce {
-        match self.across(self.plan.tp) {
+        let n = self.plan.tp;
+        match self.across(n) {
             Some(h) => comm::allreduce_across(&h, bytes),
-            None => comm::allreduce(&self.link, self.plan.tp, bytes, self.engine.cuda_graphs),
+            None => {
+                let ar = comm::allreduce(&self.link, n, bytes, self.engine.cuda_graphs);
+                let catalog_nvlink = self.link.kind == LinkKind::Nvlink && self.link.name == self.gpu.link;
+                let measured = (self.engine.cuda_graphs && catalog_nvlink && comm::uses_custom(&self.link, n, bytes))
+                    .then(|| comm::custom_measured_us(&self.gpu.name, self.engine.serving.name(), n, bytes))
+                    .flatten();
+                match measured {
+                    Some(us) => comm::AllReduce { us: (us - self.engine.gemm_floor_us).max(0.0), method: ar.method },
+                    None => ar,
+                }
+            }
         }
     }
 
@@ -1290,6 +1311,31 @@ pub(crate) mod tests {
         // The floor is the count times the fitted per-kernel cost.
         let e = Engine::default();
         assert!((ds.overhead_ms() - e.kernel_overhead_us * ds.kernels_per_step() / 1e3).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_catalog_nvlink_box_prices_the_custom_all_reduce_from_the_measured_table() {
+        // 8x H200 under vLLM, 2 MiB (128 tokens of Llama-3.1-70B's 8192 bf16 activations): the
+        // measured 18.11 us at 1 Mi elements, less the per-kernel floor the step counts for it.
+        let mut s = scenario("llama-3.1-70b", Dtype::Fp8, "h200", "nvlink", 8, 8);
+        s.engine = EngineName::Vllm.defaults();
+        let bytes = 128.0 * 8192.0 * 2.0;
+        let ar = s.tp_allreduce(bytes);
+        assert!((ar.us - (18.11 - s.engine.gemm_floor_us)).abs() < 1e-9, "{ar:?}");
+        assert!(ar.us > comm::allreduce(&s.link, 8, bytes, true).us - s.engine.gemm_floor_us, "the table is above the model here");
+        // Each engine reads its own row: TensorRT-LLM's two-shot is slower at this size.
+        s.engine = EngineName::Trtllm.defaults();
+        assert!((s.tp_allreduce(bytes).us - (30.5 - s.engine.gemm_floor_us)).abs() < 1e-9);
+        // A measured or user-given link keeps the model, which takes its latency and bandwidth.
+        s.link.name = "measured-h200".into();
+        assert_eq!(s.tp_allreduce(bytes), comm::allreduce(&s.link, 8, bytes, true));
+        // So does a group size the table lacks, and eager mode.
+        let mut six = scenario("llama-3.1-70b", Dtype::Fp8, "h200", "nvlink", 6, 6);
+        six.engine = EngineName::Vllm.defaults();
+        assert_eq!(six.tp_allreduce(bytes), comm::allreduce(&six.link, 6, bytes, true));
+        let mut eager = scenario("llama-3.1-70b", Dtype::Fp8, "h200", "nvlink", 8, 8);
+        eager.engine.cuda_graphs = false;
+        assert_eq!(eager.tp_allreduce(bytes), comm::allreduce(&eager.link, 8, bytes, false));
     }
 
     #[test]
