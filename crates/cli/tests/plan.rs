@@ -461,6 +461,33 @@ fn request_latency_moves_the_client_ttft_by_its_difference_and_bad_values_exit_2
 }
 
 #[test]
+fn an_nvlink_box_names_its_measured_custom_all_reduce_and_each_engine_costs_its_own() {
+    let run = |extra: &[&str]| {
+        let mut args = vec!["--model", "llama-3.1-70b", "--gpu", "h200", "--tp", "8", "--concurrency", "64", "--json", "-"];
+        args.extend_from_slice(extra);
+        let (code, out, err) = plan(&args);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str::<serde_json::Value>(&out).expect("json")
+    };
+    let comm = |v: &serde_json::Value| v["points"][0]["step_ms"]["communication"].as_f64().expect("communication");
+    // 64 tokens x 8192 x 2 B = 1 MiB per all-reduce: TensorRT-LLM's measured two-shot is slower there.
+    let (vllm, trt) = (run(&["--engine", "vllm"]), run(&["--engine", "trtllm"]));
+    assert!(comm(&trt) > 1.2 * comm(&vllm), "{} vs {}", comm(&trt), comm(&vllm));
+    let text = |extra: &[&str]| {
+        let mut args = vec!["--model", "llama-3.1-70b", "--gpu", "h200", "--tp", "8", "--concurrency", "4"];
+        args.extend_from_slice(extra);
+        let (code, out, err) = plan(&args);
+        assert_eq!(code, 0, "{err}");
+        out
+    };
+    let measured = text(&["--engine", "vllm"]);
+    assert!(measured.contains("all-reduce: vllm's custom kernel at its measured latency on 8 x h200"), "{measured}");
+    // A user-given link bandwidth keeps the model, and says nothing of a measured kernel.
+    let given = text(&["--engine", "vllm", "--link-bw", "300"]);
+    assert!(!given.contains("measured latency"), "{given}");
+}
+
+#[test]
 fn engine_names_its_defaults_in_the_header_and_shifts_ttft_by_its_latency() {
     let run = |engine: &str| {
         let mut args = REF.to_vec();

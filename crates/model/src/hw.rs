@@ -278,6 +278,12 @@ pub fn net(name: &str) -> Result<LinkProfile, ModelError> {
     Ok(profile(l))
 }
 
+/// Whether `l` is the catalog link of its name as the catalog gives it: no measured or
+/// user-given latency or bandwidth in place of the catalog's.
+pub fn is_catalog_link(l: &LinkProfile) -> bool {
+    entry(&l.name).is_some_and(|e| e.kind == l.kind && e.alpha_us.value == l.alpha_us && e.beta_gbs.value == l.beta_gbs)
+}
+
 fn entry(name: &str) -> Option<&'static LinkEntry> {
     link_file().links.iter().find(|l| l.name == name)
 }

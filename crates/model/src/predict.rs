@@ -876,8 +876,7 @@ impl Scenario {
             Some(h) => comm::allreduce_across(&h, bytes),
             None => {
                 let ar = comm::allreduce(&self.link, n, bytes, self.engine.cuda_graphs);
-                let catalog_nvlink = self.link.kind == LinkKind::Nvlink && self.link.name == self.gpu.link;
-                let measured = (self.engine.cuda_graphs && catalog_nvlink && comm::uses_custom(&self.link, n, bytes))
+                let measured = (self.measured_custom_allreduce() && comm::uses_custom(&self.link, n, bytes))
                     .then(|| comm::custom_measured_us(&self.gpu.name, self.engine.serving.name(), n, bytes))
                     .flatten();
                 match measured {
@@ -886,6 +885,20 @@ impl Scenario {
                 }
             }
         }
+    }
+
+    /// Whether the TP all-reduce's custom kernel is priced from its measured latency
+    /// ([`Self::tp_allreduce`]): one node, CUDA graphs, the GPU's own catalog NVLink with the
+    /// catalog's numbers (not `--link-latency` / `--link-bw` or a `fabric` document), and a
+    /// comm.toml row for this GPU, engine and TP size.
+    pub fn measured_custom_allreduce(&self) -> bool {
+        let n = self.plan.tp;
+        self.across(n).is_none()
+            && self.engine.cuda_graphs
+            && self.link.kind == LinkKind::Nvlink
+            && self.link.name == self.gpu.link
+            && crate::hw::is_catalog_link(&self.link)
+            && comm::custom_measured_us(&self.gpu.name, self.engine.serving.name(), n, 0.0).is_some()
     }
 
     /// Bus bandwidth of the TP group's all-reduce for extra bytes, GB/s: the node link, or the
@@ -1320,6 +1333,7 @@ pub(crate) mod tests {
         let mut s = scenario("llama-3.1-70b", Dtype::Fp8, "h200", "nvlink", 8, 8);
         s.engine = EngineName::Vllm.defaults();
         let bytes = 128.0 * 8192.0 * 2.0;
+        assert!(s.measured_custom_allreduce());
         let ar = s.tp_allreduce(bytes);
         assert!((ar.us - (18.11 - s.engine.gemm_floor_us)).abs() < 1e-9, "{ar:?}");
         assert!(ar.us > comm::allreduce(&s.link, 8, bytes, true).us - s.engine.gemm_floor_us, "the table is above the model here");
@@ -1327,15 +1341,25 @@ pub(crate) mod tests {
         s.engine = EngineName::Trtllm.defaults();
         assert!((s.tp_allreduce(bytes).us - (30.5 - s.engine.gemm_floor_us)).abs() < 1e-9);
         // A measured or user-given link keeps the model, which takes its latency and bandwidth.
+        let mut given = s.clone();
+        given.link.beta_gbs = 300.0;
+        assert!(!given.measured_custom_allreduce());
         s.link.name = "measured-h200".into();
+        assert!(!s.measured_custom_allreduce());
         assert_eq!(s.tp_allreduce(bytes), comm::allreduce(&s.link, 8, bytes, true));
         // So does a group size the table lacks, and eager mode.
         let mut six = scenario("llama-3.1-70b", Dtype::Fp8, "h200", "nvlink", 6, 6);
         six.engine = EngineName::Vllm.defaults();
+        assert!(!six.measured_custom_allreduce());
         assert_eq!(six.tp_allreduce(bytes), comm::allreduce(&six.link, 6, bytes, true));
         let mut eager = scenario("llama-3.1-70b", Dtype::Fp8, "h200", "nvlink", 8, 8);
         eager.engine.cuda_graphs = false;
+        assert!(!eager.measured_custom_allreduce());
         assert_eq!(eager.tp_allreduce(bytes), comm::allreduce(&eager.link, 8, bytes, false));
+        // Past the custom kernel's 8 MiB, NCCL's model even on the measured box.
+        let big = 16.0 * 1024.0 * 1024.0;
+        s.link.name = "nvlink".into();
+        assert_eq!(s.tp_allreduce(big), comm::allreduce(&s.link, 8, big, true));
     }
 
     #[test]

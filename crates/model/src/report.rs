@@ -411,6 +411,15 @@ fn write_header(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
         s.link.beta_gbs,
         s.link.source
     )?;
+    if s.measured_custom_allreduce() {
+        writeln!(
+            w,
+            "  all-reduce: {}'s custom kernel at its measured latency on {} x {} up to 8 MiB (AIConfigurator's table in crates/model/data/validation/comm.toml), NCCL beyond",
+            s.engine.serving.name(),
+            s.plan.tp,
+            s.gpu.name
+        )?;
+    }
     if let Some(c) = &s.cluster {
         writeln!(
             w,
