@@ -869,7 +869,9 @@ impl Scenario {
     /// measurements from 128 KiB to 2 MiB (8x H200: 5.0 against vLLM's 7.9 us at 128 KiB, 14.2
     /// against vLLM's 18.1 and TensorRT-LLM's 30.5 us at 2 MiB), and above them at small sizes,
     /// where its 3 us floor comes on top of the step's per-kernel floor. A measured or user-given
-    /// link keeps the model, which takes its latency and bandwidth.
+    /// link keeps the model, which takes its latency and bandwidth. The method keeps the rule's
+    /// one-shot / two-shot label. A separate prefill pass's all-reduces take the same graph-mode
+    /// figure (sglang runs prefill eagerly) and, in [`Self::point`], no per-kernel floor.
     pub fn tp_allreduce(&self, bytes: f64) -> comm::AllReduce {
         let n = self.plan.tp;
         match self.across(n) {

@@ -166,7 +166,7 @@ pub fn bottleneck_words(b: &Bottleneck) -> String {
                 Some(a) => format!("{link} (PP sends across nodes over {})", a.net),
             };
             format!(
-                "TP{tp} all-reduce over {over} is {pct:.0}% of the {step_ms:.1} ms step: {allreduces:.0} all-reduces x {allreduce_us:.1} us (each kernel's floor is in the overhead)"
+                "TP{tp} all-reduce over {over} is {pct:.0}% of the {step_ms:.1} ms step: {allreduces:.0} all-reduces x {allreduce_us:.1} us (plus a per-kernel floor each, counted in the overhead)"
             )
         }
         Bottleneck::Weights { step_ms, gb_per_gpu, distinct_experts, busiest_ep_rank, mem_bw_gbs, .. } => {
