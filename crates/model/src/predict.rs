@@ -516,11 +516,17 @@ impl Scenario {
     fn kv_bytes_per_token_layer(&self) -> f64 {
         let (main, rope, idx) = self.model.kv_elems_per_token_layer();
         let mla = matches!(self.model.attention, Attention::Mla { .. });
+        let dsa = self.model.dsa.is_some();
         match (self.quant.kv_cache, mla) {
-            // vLLM/FlashMLA fp8 layout: fp8 latent + one fp32 scale per 128 + bf16 rope part (656 B
-            // for GLM-5/DeepSeek); indexer keys fp8 + fp32 scale per 128. Gives 61.5 KB/token for
-            // GLM-5 against the 62 KB a vLLM log of GLM-5 reports.
-            (KvDtype::Fp8, true) => main + main / 128.0 * 4.0 + rope * 2.0 + idx + (idx / 128.0).ceil() * 4.0,
+            // A DSA model's sparse MLA backend (vLLM's FlashMLA Sparse, `fp8_ds_mla`: "custom
+            // storage format is 656 bytes", its get_kv_cache_shape) keeps an fp8 latent + one fp32
+            // scale per 128 + the bf16 rope part (656 B for GLM-5/DeepSeek-V3.2); indexer keys fp8
+            // + fp32 scale per 128. Gives 61.5 KB/token for GLM-5 against the 62 KB a vLLM log of
+            // GLM-5 reports.
+            (KvDtype::Fp8, true) if dsa => main + main / 128.0 * 4.0 + rope * 2.0 + idx + (idx / 128.0).ceil() * 4.0,
+            // Dense MLA backends store the whole latent and rope head in the cache's dtype (the
+            // same get_kv_cache_shape's other branch: head_size = 576 elements of one byte).
+            (KvDtype::Fp8, true) => main + rope,
             (KvDtype::Fp8, false) => main + idx,
             (KvDtype::Bf16, _) => (main + rope + idx) * 2.0,
         }
@@ -1383,6 +1389,20 @@ pub(crate) mod tests {
         let s = scenario("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", "pcie-host-staged", 8, 8);
         let kb = s.kv_bytes_per_token_gpu() / 1e3;
         assert!((kb - 62.25).abs() / 62.25 < 0.03, "{kb} KB vs the vLLM log's 62.25");
+    }
+
+    #[test]
+    fn a_dense_mla_fp8_cache_holds_576_bytes_per_token_and_layer_and_only_dsa_takes_the_656_byte_layout() {
+        // DeepSeek-V3: 512 latent + 64 rope, one byte each, over 61 layers.
+        let mut ds = scenario("deepseek-v3", Dtype::Fp8, "h200", "nvlink", 8, 8);
+        ds.quant.kv_cache = KvDtype::Fp8;
+        assert_eq!(ds.kv_bytes_per_token_gpu(), 576.0 * 61.0);
+        ds.quant.kv_cache = KvDtype::Bf16;
+        assert_eq!(ds.kv_bytes_per_token_gpu(), 2.0 * 576.0 * 61.0);
+        // GLM-5 (DSA): 656 B of sparse layout plus its indexer keys per layer.
+        let glm = scenario("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", "pcie-host-staged", 8, 8);
+        let per_layer = glm.kv_bytes_per_token_gpu() / glm.model.layers as f64;
+        assert!(per_layer > 656.0, "{per_layer}");
     }
 
     #[test]
