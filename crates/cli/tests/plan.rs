@@ -170,6 +170,16 @@ fn help_lists_catalog_values_and_every_flag_has_a_help_line() {
     for v in ["glm-5", "rtx-pro-6000-se", "pcie-host-staged", "nvfp4"] {
         assert!(out.contains(v), "{v} missing from --help:\n{out}");
     }
+    // The figures the help quotes are the model's.
+    let e = servetune_model::predict::Engine::default();
+    let floor = format!("{} us x the kernels", e.kernel_overhead_us);
+    let latencies = [servetune_model::predict::EngineName::Sglang, servetune_model::predict::EngineName::Vllm]
+        .map(|n| format!("{} {}", n.name(), n.request_latency_ms()));
+    // clap wraps the help text: compare with single spaces, case aside.
+    let flat = out.split_whitespace().collect::<Vec<_>>().join(" ").to_lowercase();
+    for v in std::iter::once(floor).chain(latencies) {
+        assert!(flat.contains(&v), "{v:?} missing from --help:\n{out}");
+    }
     // clap puts a flag's help on the line after it (long help) or beside it; a flag with no help
     // is followed directly by the next flag.
     let lines: Vec<&str> = out.lines().map(str::trim).collect();

@@ -216,19 +216,28 @@ pub const CUSTOM_GRAPH_MEASURED: &[(&str, &str, u32, [f64; 8])] = &[
     ("h200", "vllm", 8, [4.8, 4.78, 5.14, 5.67, 7.94, 11.14, 18.11, 48.39]),
 ];
 
-/// The measured custom all-reduce of [`CUSTOM_GRAPH_MEASURED`] for `bytes` (bf16) over `n` GPUs of
-/// `gpu` (a catalog name; the A100 40 GB reads the 80 GB's rows) under `engine`, us: linear in the
-/// message size between the two measured sizes around it (latency is a fixed cost plus bytes over a
-/// bandwidth within each span), the smallest size's latency below it, the last span's slope past it.
-/// None where the table has no such row.
-pub fn custom_measured_us(gpu: &str, engine: &str, n: u32, bytes: f64) -> Option<f64> {
+/// The [`CUSTOM_GRAPH_MEASURED`] latencies for `n` GPUs of `gpu` (a catalog name; the A100 40 GB
+/// reads the 80 GB's rows) under `engine`, if the table has that row.
+pub fn custom_measured_row(gpu: &str, engine: &str, n: u32) -> Option<&'static [f64; 8]> {
     let gpu = if gpu == "a100-40gb" { "a100" } else { gpu };
-    let (_, _, _, lat) = CUSTOM_GRAPH_MEASURED.iter().find(|(g, e, k, _)| *g == gpu && *e == engine && *k == n)?;
+    CUSTOM_GRAPH_MEASURED.iter().find(|(g, e, k, _)| *g == gpu && *e == engine && *k == n).map(|(_, _, _, lat)| lat)
+}
+
+/// A measured row's latency for `bytes` (bf16), us: linear in the message size between the two
+/// measured sizes around it (latency is a fixed cost plus bytes over a bandwidth within each span),
+/// the smallest size's latency below it, the last span's slope past it.
+pub fn measured_latency_us(lat: &[f64; 8], bytes: f64) -> f64 {
     let x = (bytes / 2.0).max(MEASURED_ELEMENTS[0]);
     let last = MEASURED_ELEMENTS.len() - 1;
     let i = MEASURED_ELEMENTS.iter().position(|&e| e >= x).unwrap_or(last).max(1);
     let (x0, x1, y0, y1) = (MEASURED_ELEMENTS[i - 1], MEASURED_ELEMENTS[i], lat[i - 1], lat[i]);
-    Some((y0 + (y1 - y0) * (x - x0) / (x1 - x0)).max(0.0))
+    (y0 + (y1 - y0) * (x - x0) / (x1 - x0)).max(0.0)
+}
+
+/// The measured custom all-reduce for `bytes` over `n` GPUs of `gpu` under `engine`, us
+/// ([`custom_measured_row`], [`measured_latency_us`]); None where the table has no such row.
+pub fn custom_measured_us(gpu: &str, engine: &str, n: u32, bytes: f64) -> Option<f64> {
+    custom_measured_row(gpu, engine, n).map(|lat| measured_latency_us(lat, bytes))
 }
 
 /// Per-step latency of `link` for algorithm `a` and protocol `p`, us.

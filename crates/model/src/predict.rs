@@ -884,12 +884,13 @@ impl Scenario {
             Some(h) => comm::allreduce_across(&h, bytes),
             None => {
                 let ar = comm::allreduce(&self.link, n, bytes, self.engine.cuda_graphs);
-                let measured = (self.measured_custom_allreduce() && comm::uses_custom(&self.link, n, bytes))
-                    .then(|| comm::custom_measured_us(&self.gpu.name, self.engine.serving.name(), n, bytes))
-                    .flatten();
-                match measured {
-                    Some(us) => comm::AllReduce { us: (us - self.engine.gemm_floor_us).max(0.0), method: ar.method },
-                    None => ar,
+                let custom = matches!(ar.method, comm::Method::OneShot | comm::Method::TwoShot);
+                match self.measured_custom_row() {
+                    Some(lat) if custom => {
+                        let us = comm::measured_latency_us(lat, bytes);
+                        comm::AllReduce { us: (us - self.engine.gemm_floor_us).max(0.0), method: ar.method }
+                    }
+                    _ => ar,
                 }
             }
         }
@@ -900,13 +901,18 @@ impl Scenario {
     /// catalog's numbers (not `--link-latency` / `--link-bw` or a `fabric` document), and a
     /// comm.toml row for this GPU, engine and TP size.
     pub fn measured_custom_allreduce(&self) -> bool {
+        self.measured_custom_row().is_some()
+    }
+
+    /// The comm.toml row [`Self::measured_custom_allreduce`] prices the custom kernel from.
+    fn measured_custom_row(&self) -> Option<&'static [f64; 8]> {
         let n = self.plan.tp;
-        self.across(n).is_none()
+        let applies = self.across(n).is_none()
             && self.engine.cuda_graphs
             && self.link.kind == LinkKind::Nvlink
             && self.link.name == self.gpu.link
-            && crate::hw::is_catalog_link(&self.link)
-            && comm::custom_measured_us(&self.gpu.name, self.engine.serving.name(), n, 0.0).is_some()
+            && crate::hw::is_catalog_link(&self.link);
+        applies.then(|| comm::custom_measured_row(&self.gpu.name, self.engine.serving.name(), n)).flatten()
     }
 
     /// Bus bandwidth of the TP group's all-reduce for extra bytes, GB/s: the node link, or the
@@ -1399,10 +1405,11 @@ pub(crate) mod tests {
         assert_eq!(ds.kv_bytes_per_token_gpu(), 576.0 * 61.0);
         ds.quant.kv_cache = KvDtype::Bf16;
         assert_eq!(ds.kv_bytes_per_token_gpu(), 2.0 * 576.0 * 61.0);
-        // GLM-5 (DSA): 656 B of sparse layout plus its indexer keys per layer.
+        // GLM-5 (DSA): 656 B of sparse layout plus its indexer keys (fp8, an fp32 scale per 128).
         let glm = scenario("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", "pcie-host-staged", 8, 8);
+        let idx = glm.model.dsa.expect("GLM-5 has a DSA indexer").index_head_dim as f64;
         let per_layer = glm.kv_bytes_per_token_gpu() / glm.model.layers as f64;
-        assert!(per_layer > 656.0, "{per_layer}");
+        assert_eq!(per_layer, 656.0 + idx + (idx / 128.0).ceil() * 4.0);
     }
 
     #[test]
