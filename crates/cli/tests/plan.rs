@@ -492,9 +492,10 @@ fn an_nvlink_box_names_its_measured_custom_all_reduce_and_each_engine_costs_its_
     };
     let measured = text(&["--engine", "vllm"]);
     assert!(measured.contains("all-reduce: vllm's custom kernel at its measured latency on 8 x h200"), "{measured}");
-    // A user-given link bandwidth keeps the model, and says nothing of a measured kernel.
+    // A user-given link bandwidth scales the measured figure by the model, and says so.
     let given = text(&["--engine", "vllm", "--link-bw", "300"]);
-    assert!(!given.contains("measured latency"), "{given}");
+    assert!(given.contains("scaled by the model from the catalog nvlink to the given alpha and beta"), "{given}");
+    assert!(!measured.contains("scaled by the model"), "{measured}");
 }
 
 #[test]

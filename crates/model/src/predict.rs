@@ -867,17 +867,20 @@ impl Scenario {
     /// One TP all-reduce of `bytes` as the engine runs it: within a node ([`comm::allreduce`]) or,
     /// when the TP group spans nodes, NCCL's hierarchical one ([`comm::allreduce_across`]).
     ///
-    /// Where the engine runs its custom kernel under CUDA graphs on the GPU's own catalog NVLink and
+    /// Where the engine runs its custom kernel under CUDA graphs on the GPU's own NVLink and
     /// comm.toml measured that kernel for this GPU, engine and group size
     /// ([`comm::custom_measured_us`]), the measured latency replaces the one-shot / two-shot
     /// model, net of the per-kernel floor the step already counts for every collective
     /// ([`Engine::gemm_floor_us`], as for the GEMM tables). The model is 1.3-2.2x below those
     /// measurements from 128 KiB to 2 MiB (8x H200: 5.0 against vLLM's 7.9 us at 128 KiB, 14.2
     /// against vLLM's 18.1 and TensorRT-LLM's 30.5 us at 2 MiB), and above them at small sizes,
-    /// where its 3 us floor comes on top of the step's per-kernel floor. A measured or user-given
-    /// link keeps the model, which takes its latency and bandwidth. The method keeps the rule's
-    /// one-shot / two-shot label. A separate prefill pass's all-reduces take the same graph-mode
-    /// figure (sglang runs prefill eagerly) and, in [`Self::point`], no per-kernel floor.
+    /// where its 3 us floor comes on top of the step's per-kernel floor. When `--link-latency` /
+    /// `--link-bw` change that NVLink's numbers, the measured figure is scaled by the model's
+    /// ratio of the given link to the catalog one, so a faster link is never priced above the
+    /// catalog's (the model and the table disagree by up to 4.8x, and switching between them
+    /// would make it so). A measured link (a `fabric` document) keeps the model. The method keeps
+    /// the rule's one-shot / two-shot label. A separate prefill pass's all-reduces take the same
+    /// graph-mode figure (sglang runs prefill eagerly) and, in [`Self::point`], no per-kernel floor.
     pub fn tp_allreduce(&self, bytes: f64) -> comm::AllReduce {
         let n = self.plan.tp;
         match self.across(n) {
@@ -886,8 +889,19 @@ impl Scenario {
                 let ar = comm::allreduce(&self.link, n, bytes, self.engine.cuda_graphs);
                 let custom = matches!(ar.method, comm::Method::OneShot | comm::Method::TwoShot);
                 match self.measured_custom_row() {
-                    Some(lat) if custom => {
-                        let us = comm::measured_latency_us(lat, bytes);
+                    Some((lat, catalog)) if custom => {
+                        let scale = match catalog {
+                            None => 1.0,
+                            Some(c) => {
+                                let base = comm::allreduce(&c, n, bytes, self.engine.cuda_graphs).us;
+                                if base > 0.0 {
+                                    ar.us / base
+                                } else {
+                                    1.0
+                                }
+                            }
+                        };
+                        let us = comm::measured_latency_us(lat, bytes) * scale;
                         comm::AllReduce { us: (us - self.engine.gemm_floor_us).max(0.0), method: ar.method }
                     }
                     _ => ar,
@@ -897,22 +911,33 @@ impl Scenario {
     }
 
     /// Whether the TP all-reduce's custom kernel is priced from its measured latency
-    /// ([`Self::tp_allreduce`]): one node, CUDA graphs, the GPU's own catalog NVLink with the
-    /// catalog's numbers (not `--link-latency` / `--link-bw` or a `fabric` document), and a
-    /// comm.toml row for this GPU, engine and TP size.
+    /// ([`Self::tp_allreduce`]): one node, CUDA graphs, the GPU's own catalog NVLink (its numbers
+    /// or `--link-latency` / `--link-bw`'s, not a `fabric` document), and a comm.toml row for
+    /// this GPU, engine and TP size.
     pub fn measured_custom_allreduce(&self) -> bool {
         self.measured_custom_row().is_some()
     }
 
-    /// The comm.toml row [`Self::measured_custom_allreduce`] prices the custom kernel from.
-    fn measured_custom_row(&self) -> Option<&'static [f64; 8]> {
+    /// Whether that measured figure is scaled from the catalog link to user-given numbers.
+    pub fn measured_custom_allreduce_scaled(&self) -> bool {
+        matches!(self.measured_custom_row(), Some((_, Some(_))))
+    }
+
+    /// The comm.toml row [`Self::measured_custom_allreduce`] prices the custom kernel from, and
+    /// the catalog link to scale it from when the plan's link has other numbers.
+    fn measured_custom_row(&self) -> Option<(&'static [f64; 8], Option<LinkProfile>)> {
         let n = self.plan.tp;
-        let applies = self.across(n).is_none()
-            && self.engine.cuda_graphs
-            && self.link.kind == LinkKind::Nvlink
-            && self.link.name == self.gpu.link
-            && crate::hw::is_catalog_link(&self.link);
-        applies.then(|| comm::custom_measured_row(&self.gpu.name, self.engine.serving.name(), n)).flatten()
+        let applies =
+            self.across(n).is_none() && self.engine.cuda_graphs && self.link.kind == LinkKind::Nvlink && self.link.name == self.gpu.link;
+        if !applies {
+            return None;
+        }
+        let row = comm::custom_measured_row(&self.gpu.name, self.engine.serving.name(), n)?;
+        if crate::hw::is_catalog_link(&self.link) {
+            return Some((row, None));
+        }
+        let catalog = crate::hw::link(&self.link.name).ok().filter(|c| c.kind == self.link.kind)?;
+        Some((row, Some(catalog)))
     }
 
     /// Bus bandwidth of the TP group's all-reduce for extra bytes, GB/s: the node link, or the
@@ -1354,10 +1379,17 @@ pub(crate) mod tests {
         // Each engine reads its own row: TensorRT-LLM's two-shot is slower at this size.
         s.engine = EngineName::Trtllm.defaults();
         assert!((s.tp_allreduce(bytes).us - (30.5 - s.engine.gemm_floor_us)).abs() < 1e-9);
-        // A measured or user-given link keeps the model, which takes its latency and bandwidth.
+        // User-given numbers for the same NVLink scale the measured figure by the model's ratio:
+        // a slower link costs more, a faster one never more than the catalog's.
         let mut given = s.clone();
         given.link.beta_gbs = 300.0;
-        assert!(!given.measured_custom_allreduce());
+        assert!(given.measured_custom_allreduce() && given.measured_custom_allreduce_scaled());
+        let ratio = comm::allreduce(&given.link, 8, bytes, true).us / comm::allreduce(&s.link, 8, bytes, true).us;
+        assert!(ratio > 1.0);
+        assert!((given.tp_allreduce(bytes).us - (30.5 * ratio - s.engine.gemm_floor_us)).abs() < 1e-9);
+        given.link.beta_gbs = 1800.0;
+        assert!(given.tp_allreduce(bytes).us < s.tp_allreduce(bytes).us);
+        // A measured link (another name) keeps the model, which takes its latency and bandwidth.
         s.link.name = "measured-h200".into();
         assert!(!s.measured_custom_allreduce());
         assert_eq!(s.tp_allreduce(bytes), comm::allreduce(&s.link, 8, bytes, true));

@@ -412,9 +412,14 @@ fn write_header(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
         s.link.source
     )?;
     if s.measured_custom_allreduce() {
+        let scaled = if s.measured_custom_allreduce_scaled() {
+            format!(", scaled by the model from the catalog {} to the given alpha and beta", s.link.name)
+        } else {
+            String::new()
+        };
         writeln!(
             w,
-            "  all-reduce: {}'s custom kernel at its measured latency on {} x {} up to 8 MiB (AIConfigurator's table in crates/model/data/validation/comm.toml), NCCL beyond",
+            "  all-reduce: {}'s custom kernel at its measured latency on {} x {} up to 8 MiB (AIConfigurator's table in crates/model/data/validation/comm.toml){scaled}, NCCL beyond",
             s.engine.serving.name(),
             s.plan.tp,
             s.gpu.name
