@@ -52,7 +52,8 @@ pub struct GpuSpec {
     pub pcie_gen: u32,
     /// The catalog link between two of these GPUs in their usual server (`--link` default).
     pub link: String,
-    /// Memory, GB (10^9 bytes).
+    /// Memory the driver reports (nvidia-smi's total), GB (10^9 bytes): 85.5 for an "80 GB" H100,
+    /// whose datasheet size is binary (docs/reference.md).
     pub memory_gb: f64,
     /// Peak memory bandwidth, GB/s.
     pub mem_bw_gbs: f64,
@@ -404,6 +405,31 @@ mod tests {
         for n in link_names() {
             link(n).expect("link").validate(n).expect("valid");
         }
+    }
+
+    #[test]
+    fn every_gpus_memory_is_the_driver_reported_total_its_source_quotes() {
+        // Each entry quotes the total nvidia-smi / amd-smi printed ("NNN,NNN MiB"); the value is
+        // that many MiB in 10^9-byte GB, not the datasheet's binary "80 GB" read as decimal.
+        for g in &gpu_file().gpus {
+            let src = &g.memory_gb.source;
+            let at = src.find(" MiB").unwrap_or_else(|| panic!("{}: no MiB figure in {src:?}", g.name));
+            let digits: String = src[..at]
+                .chars()
+                .rev()
+                .take_while(|c| c.is_ascii_digit() || *c == ',')
+                .collect::<String>()
+                .chars()
+                .rev()
+                .filter(|c| *c != ',')
+                .collect();
+            let mib: f64 = digits.parse().unwrap_or_else(|_| panic!("{}: {src:?}", g.name));
+            let gb = mib * 1_048_576.0 / 1e9;
+            assert!((g.memory_gb.value - gb).abs() < 1e-6, "{}: {} GB against {mib} MiB = {gb} GB", g.name, g.memory_gb.value);
+        }
+        // The binary reading: an "80 GB" H100 holds 85.5 GB, a "180 GB" B200 192.3 GB.
+        assert!((gpu("h100-sxm").expect("h100").memory_gb - 85.52).abs() < 0.01);
+        assert!((gpu("b200").expect("b200").memory_gb - 192.27).abs() < 0.01);
     }
 
     #[test]
