@@ -238,7 +238,7 @@ pub struct PlanArgs {
     /// Host overhead per decode step, ms: replaces the model's per-kernel floor (4.6 us x the kernels a step runs, fitted on public measurements; see VALIDATION.md)
     #[arg(long, value_name = "MS")]
     pub step_overhead_ms: Option<f64>,
-    /// The serving path's latency outside the GPU (HTTP, tokenization, scheduler hand-offs), ms; it adds to TTFT only [default: the engine's: sglang 250.2, vLLM 34.2, TensorRT-LLM 78.6, fitted on public TTFTs: VALIDATION.md]
+    /// The serving path's latency outside the GPU (HTTP, tokenization, scheduler hand-offs), ms; it adds to TTFT only [default: the engine's: sglang 250.2, vLLM 33.4, TensorRT-LLM 78.6, fitted on public TTFTs: VALIDATION.md]
     #[arg(long, value_name = "MS")]
     pub request_latency_ms: Option<f64>,
     /// Explain the bottleneck at every concurrency

@@ -313,7 +313,7 @@ pub const SGLANG_REQUEST_LATENCY_MS: f64 = 250.2;
 
 /// vLLM's per-request serving-path latency, ms: as [`SGLANG_REQUEST_LATENCY_MS`], over the FIT
 /// set's vLLM cases (few: see VALIDATION.md).
-pub const VLLM_REQUEST_LATENCY_MS: f64 = 34.2;
+pub const VLLM_REQUEST_LATENCY_MS: f64 = 33.4;
 
 /// TensorRT-LLM's per-request serving-path latency, ms: as [`SGLANG_REQUEST_LATENCY_MS`], over
 /// the FIT set's TensorRT-LLM cases (few: see VALIDATION.md).
@@ -844,6 +844,11 @@ impl Scenario {
             c.allreduce_us = self.tp_allreduce(act).us;
             us += c.allreduces * c.allreduce_us;
         }
+        if self.qk_norm_allreduce() {
+            // The q and k sums of squares, one fp32 each per token, in every full-attention layer.
+            let layers = m.layer_counts.full as f64 / self.plan.pp as f64;
+            us += layers * self.tp_allreduce(x * 2.0 * 4.0).us;
+        }
         if self.plan.pp > 1 {
             us += self.pp_send_us(act);
         }
@@ -1029,7 +1034,17 @@ impl Scenario {
         let moe = m.moe.map_or(0.0, |mo| 8.0 + if mo.shared_experts > 0 { 3.0 } else { 0.0 });
         let ffn = m.dense_layers as f64 * 4.0 + m.moe_layers() as f64 * moe;
         let collectives = if self.plan.tp > 1 || self.plan.dp_attention { 2.0 * m.layers as f64 } else { 0.0 };
-        attention + ffn + collectives + 4.0
+        // A q/k norm over all heads splits around its own all-reduce: that collective and the
+        // norm's second half, in each full-attention layer.
+        let qk_norm = if self.qk_norm_allreduce() { 2.0 * c.full as f64 } else { 0.0 };
+        attention + ffn + collectives + qk_norm + 4.0
+    }
+
+    /// Whether each full-attention layer all-reduces its q/k norm's sum of squares across the
+    /// attention's TP ranks ([`ModelSpec::qk_norm_across_heads`]; not with DP attention, where
+    /// every rank holds all heads).
+    fn qk_norm_allreduce(&self) -> bool {
+        self.model.qk_norm_across_heads && self.plan.tp > 1 && !self.plan.dp_attention
     }
 
     /// Time to prefill `tokens` prompt tokens (prompts of `prompt_len` each) on one replica, ms.
@@ -1080,7 +1095,8 @@ impl Scenario {
         let comm_us = if self.plan.tp <= 1 {
             0.0
         } else if standalone {
-            2.0 * m.layers as f64 * self.tp_allreduce(bytes).us
+            let qk_norm = if self.qk_norm_allreduce() { c.full as f64 * self.tp_allreduce(tokens * 2.0 * 4.0).us } else { 0.0 };
+            2.0 * m.layers as f64 * self.tp_allreduce(bytes).us + qk_norm
         } else {
             // Riding in a decode step's all-reduces: only the extra bytes cost time.
             let n = self.plan.tp as f64;
@@ -1363,6 +1379,31 @@ pub(crate) mod tests {
         // The floor is the count times the fitted per-kernel cost.
         let e = Engine::default();
         assert!((ds.overhead_ms() - e.kernel_overhead_us * ds.kernels_per_step() / 1e3).abs() < 1e-12);
+    }
+
+    #[test]
+    fn minimax_all_reduces_its_qk_norm_in_every_layer_under_tp_only() {
+        // MiniMax-M2's q/k norm spans all heads: under TP each of its 62 layers adds the norm's
+        // all-reduce and the norm's second half to the kernels, and the all-reduce to the step.
+        // (On PCIe, where the all-reduce is the model's and costs more than its kernel floor.)
+        let tp4 = scenario("minimax-m2", Dtype::Fp8, "h200", "pcie5-p2p", 4, 4);
+        let mut local = tp4.clone();
+        local.model.qk_norm_across_heads = false;
+        assert_eq!(tp4.kernels_per_step() - local.kernels_per_step(), 2.0 * 62.0);
+        let (a, b) = (tp4.stage(64.0, 1536.0).0, local.stage(64.0, 1536.0).0);
+        let expected = 62.0 * tp4.tp_allreduce(64.0 * 8.0).us * 1e-3 * tp4.engine.comm_scale;
+        assert!((a.communication - b.communication - expected).abs() < 1e-9, "{} vs {}", a.communication, b.communication);
+        assert!(tp4.tp_allreduce(64.0 * 8.0).us > 0.0);
+        // On one GPU, or with DP attention (every rank holds all heads), there is nothing to reduce.
+        let tp1 = scenario("minimax-m2", Dtype::Fp8, "h200", "pcie5-p2p", 1, 1);
+        let mut tp1_local = tp1.clone();
+        tp1_local.model.qk_norm_across_heads = false;
+        assert_eq!(tp1.kernels_per_step(), tp1_local.kernels_per_step());
+        let mut dp = tp4.clone();
+        dp.plan.dp_attention = true;
+        let mut dp_local = dp.clone();
+        dp_local.model.qk_norm_across_heads = false;
+        assert_eq!(dp.kernels_per_step(), dp_local.kernels_per_step());
     }
 
     #[test]

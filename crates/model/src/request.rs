@@ -258,7 +258,7 @@ impl ScenarioSpec {
         let request_latency_ms = match self.request_latency_ms {
             Some(l) if !(l.is_finite() && l >= 0.0) => {
                 return Err(ModelError::Input(format!(
-                    "--request-latency-ms {l}: give milliseconds >= 0 (sglang 250.2, vLLM 34.2, TensorRT-LLM 78.6: VALIDATION.md)"
+                    "--request-latency-ms {l}: give milliseconds >= 0 (sglang 250.2, vLLM 33.4, TensorRT-LLM 78.6: VALIDATION.md)"
                 )))
             }
             Some(l) => l,

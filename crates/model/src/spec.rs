@@ -197,6 +197,12 @@ pub struct ModelSpec {
     pub sliding_window: Option<u32>,
     /// The linear-attention layers' shape (Some exactly when there are linear layers).
     pub linear: Option<LinearAttention>,
+    /// The query and key RMSNorm runs over all heads of a layer, not per head (MiniMax-M2's
+    /// `use_qk_norm` with `qk_norm_type` "per_layer"): under tensor parallelism each rank holds
+    /// some heads, so the engines all-reduce the sum of squares across the TP ranks between the
+    /// norm's two halves (vLLM `MiniMaxText01RMSNormTP.forward_qk`, sglang
+    /// `MiniMaxM2RMSNormTP`).
+    pub qk_norm_across_heads: bool,
 }
 
 /// Parameter counts, by component.
@@ -530,6 +536,7 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
         layer_counts,
         sliding_window,
         linear,
+        qk_norm_across_heads: read_qk_norm(v, source)?,
     };
     spec.validate(source)?;
     Ok(spec)
@@ -734,6 +741,21 @@ fn read_linear(v: &Value, source: &str, arch: &str) -> Result<LinearAttention, M
         )));
     }
     Ok(la)
+}
+
+/// Whether the q/k norm spans a layer's heads ([`ModelSpec::qk_norm_across_heads`]): MiniMax's
+/// `qk_norm_type` "per_layer" with `use_qk_norm`; "per_head" (or no field) is a local norm. Any
+/// other value is refused, naming the field.
+fn read_qk_norm(v: &Value, source: &str) -> Result<bool, ModelError> {
+    let used = v.get("use_qk_norm").and_then(Value::as_bool).unwrap_or(false);
+    match v.get("qk_norm_type").filter(|x| !x.is_null()) {
+        None => Ok(false),
+        Some(Value::String(t)) if t == "per_layer" => Ok(used),
+        Some(Value::String(t)) if t == "per_head" => Ok(false),
+        Some(t) => Err(ModelError::Input(format!(
+            "{source}: field \"qk_norm_type\" is {t}: servetune models \"per_layer\" (one norm over all heads) and \"per_head\""
+        ))),
+    }
 }
 
 /// MiniMax's `attn_type_list`: 1 is softmax attention in that layer, 0 MiniMax-01's lightning
@@ -1141,6 +1163,24 @@ mod tests {
         cfg["attn_type_list"] = Value::from(vec![1; 3]);
         let e = from_hf_config(&cfg.to_string(), "m.json").expect_err("length");
         assert!(e.to_string().contains("has 3 entries but \"num_hidden_layers\" is 62"), "{e}");
+    }
+
+    #[test]
+    fn minimax_qk_norm_spans_the_heads_and_other_norm_types_are_read_or_refused() {
+        let text = include_str!("../data/models/minimax-m2.json");
+        assert!(from_hf_config(text, "m.json").expect("minimax").qk_norm_across_heads, "per_layer spans all heads");
+        let mut cfg: Value = serde_json::from_str(text).expect("json");
+        cfg["qk_norm_type"] = Value::from("per_head");
+        assert!(!from_hf_config(&cfg.to_string(), "m.json").expect("per_head").qk_norm_across_heads);
+        cfg["qk_norm_type"] = Value::from("per_layer");
+        cfg["use_qk_norm"] = Value::from(false);
+        assert!(!from_hf_config(&cfg.to_string(), "m.json").expect("no norm").qk_norm_across_heads);
+        cfg["qk_norm_type"] = Value::from("per_group");
+        let e = from_hf_config(&cfg.to_string(), "m.json").expect_err("unknown norm type");
+        assert!(e.to_string().contains("field \"qk_norm_type\" is \"per_group\""), "{e}");
+        // Models whose q/k norm is per head (Qwen3) or absent do not all-reduce it.
+        assert!(!catalog("qwen3-235b-a22b").expect("qwen3").qk_norm_across_heads);
+        assert!(!catalog("deepseek-v3").expect("dsv3").qk_norm_across_heads);
     }
 
     #[test]

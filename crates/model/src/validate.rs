@@ -694,7 +694,7 @@ pub fn constants() -> Vec<ConstantOrigin> {
         ConstantOrigin {
             name: "request_latency_ms (sglang / vLLM / TensorRT-LLM)",
             value: crate::predict::SGLANG_REQUEST_LATENCY_MS,
-            set_from: "fit: median TTFT gap of each engine's fit cases, virtual run (250.2 / 34.2 / 78.6 ms; sglang shown)",
+            set_from: "fit: median TTFT gap of each engine's fit cases, virtual run (250.2 / 33.4 / 78.6 ms; sglang shown)",
         },
         ConstantOrigin { name: "ep_imbalance", value: e.ep_imbalance, set_from: "assumption; no e2e case" },
         ConstantOrigin { name: "mem_fraction", value: e.mem_fraction, set_from: "sglang's --mem-fraction-static default; no e2e case" },
