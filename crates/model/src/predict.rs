@@ -433,6 +433,10 @@ pub struct StepDetail {
     pub allreduces: f64,
     /// One all-reduce, us (before comm_scale).
     pub allreduce_us: f64,
+    /// The q/k norm's own all-reduces per stage step ([`ModelSpec::qk_norm_across_heads`]).
+    pub qk_norm_allreduces: f64,
+    /// One of them, us (before comm_scale).
+    pub qk_norm_allreduce_us: f64,
     /// Distinct experts touched per MoE layer (busiest EP rank with EP).
     pub distinct_experts: f64,
     /// Weight bytes read per GPU per stage step, GB.
@@ -655,6 +659,8 @@ impl Scenario {
         let detail = StepDetail {
             allreduces: comm.allreduces,
             allreduce_us: comm.allreduce_us,
+            qk_norm_allreduces: comm.qk_norm_allreduces,
+            qk_norm_allreduce_us: comm.qk_norm_allreduce_us,
             distinct_experts: w.distinct,
             weights_gb_per_gpu: (w.dense + w.experts) / 1e9,
             kv_gb_per_gpu: kv_b / 1e9,
@@ -846,8 +852,9 @@ impl Scenario {
         }
         if self.qk_norm_allreduce() {
             // The q and k sums of squares, one fp32 each per token, in every full-attention layer.
-            let layers = m.layer_counts.full as f64 / self.plan.pp as f64;
-            us += layers * self.tp_allreduce(x * 2.0 * 4.0).us;
+            c.qk_norm_allreduces = m.layer_counts.full as f64 / self.plan.pp as f64;
+            c.qk_norm_allreduce_us = self.tp_allreduce(x * 2.0 * 4.0).us;
+            us += c.qk_norm_allreduces * c.qk_norm_allreduce_us;
         }
         if self.plan.pp > 1 {
             us += self.pp_send_us(act);
@@ -1194,6 +1201,8 @@ impl Scenario {
                 link: self.link.name.clone(),
                 allreduces: d.allreduces * pp,
                 allreduce_us: d.allreduce_us * self.engine.comm_scale,
+                qk_norm: (d.qk_norm_allreduces > 0.0)
+                    .then_some(QkNormAllReduces { count: d.qk_norm_allreduces * pp, us: d.qk_norm_allreduce_us * self.engine.comm_scale }),
                 across: self.across_nodes(),
             },
             Term::Weights => Bottleneck::Weights {
@@ -1246,6 +1255,18 @@ struct Comm {
     allreduces: f64,
     /// One all-reduce, us.
     allreduce_us: f64,
+    /// The q/k norm's all-reduces per stage step, and one of them, us.
+    qk_norm_allreduces: f64,
+    qk_norm_allreduce_us: f64,
+}
+
+/// A q/k norm's all-reduces per step and the cost of one ([`Bottleneck::Communication`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct QkNormAllReduces {
+    /// All-reduces per step (all stages).
+    pub count: f64,
+    /// One all-reduce, us.
+    pub us: f64,
 }
 
 /// What limits a step, with the numbers behind it. `share` is the term's fraction of the step
@@ -1267,6 +1288,9 @@ pub enum Bottleneck {
         allreduces: f64,
         /// One all-reduce, us.
         allreduce_us: f64,
+        /// The q/k norm's own small all-reduces (MiniMax-M2), when the model has them.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        qk_norm: Option<QkNormAllReduces>,
         /// Collectives that cross the network of a multi-node plan (absent on one node).
         #[serde(skip_serializing_if = "Option::is_none")]
         across: Option<Across>,
@@ -1394,6 +1418,22 @@ pub(crate) mod tests {
         let expected = 62.0 * tp4.tp_allreduce(64.0 * 8.0).us * 1e-3 * tp4.engine.comm_scale;
         assert!((a.communication - b.communication - expected).abs() < 1e-9, "{} vs {}", a.communication, b.communication);
         assert!(tp4.tp_allreduce(64.0 * 8.0).us > 0.0);
+        let d = tp4.stage(64.0, 1536.0).1;
+        assert_eq!((d.qk_norm_allreduces, d.qk_norm_allreduce_us), (62.0, tp4.tp_allreduce(64.0 * 8.0).us));
+        assert_eq!(local.stage(64.0, 1536.0).1.qk_norm_allreduces, 0.0);
+        // The bottleneck's words count them apart from the activation all-reduces.
+        let b = Bottleneck::Communication {
+            share: 0.5,
+            step_ms: 20.0,
+            tp: 4,
+            link: "pcie5-p2p".into(),
+            allreduces: 124.0,
+            allreduce_us: 30.0,
+            qk_norm: Some(QkNormAllReduces { count: 62.0, us: 12.5 }),
+            across: None,
+        };
+        let words = crate::report::bottleneck_words(&b);
+        assert!(words.contains("124 all-reduces x 30.0 us and 62 q/k-norm all-reduces x 12.5 us"), "{words}");
         // On one GPU, or with DP attention (every rank holds all heads), there is nothing to reduce.
         let tp1 = scenario("minimax-m2", Dtype::Fp8, "h200", "pcie5-p2p", 1, 1);
         let mut tp1_local = tp1.clone();

@@ -157,7 +157,7 @@ pub fn saturation_words(r: &SaturationReason) -> String {
 pub fn bottleneck_words(b: &Bottleneck) -> String {
     let pct = b.share() * 100.0;
     match b {
-        Bottleneck::Communication { step_ms, tp, link, allreduces, allreduce_us, across, .. } => {
+        Bottleneck::Communication { step_ms, tp, link, allreduces, allreduce_us, qk_norm, across, .. } => {
             let over = match across {
                 None => link.clone(),
                 Some(a) if a.tp_nodes > 1 => {
@@ -166,7 +166,8 @@ pub fn bottleneck_words(b: &Bottleneck) -> String {
                 Some(a) => format!("{link} (PP sends across nodes over {})", a.net),
             };
             format!(
-                "TP{tp} all-reduce over {over} is {pct:.0}% of the {step_ms:.1} ms step: {allreduces:.0} all-reduces x {allreduce_us:.1} us (plus a per-kernel floor each, counted in the overhead)"
+                "TP{tp} all-reduce over {over} is {pct:.0}% of the {step_ms:.1} ms step: {allreduces:.0} all-reduces x {allreduce_us:.1} us{} (plus a per-kernel floor each, counted in the overhead)",
+                qk_norm.map_or(String::new(), |q| format!(" and {:.0} q/k-norm all-reduces x {:.1} us", q.count, q.us))
             )
         }
         Bottleneck::Weights { step_ms, gb_per_gpu, distinct_experts, busiest_ep_rank, mem_bw_gbs, .. } => {
