@@ -494,7 +494,7 @@ fn an_nvlink_box_names_its_measured_custom_all_reduce_and_each_engine_costs_its_
     assert!(measured.contains("all-reduce: vllm's custom kernel at its measured latency on 8 x h200"), "{measured}");
     // A user-given link bandwidth scales the measured figure by the model, and says so.
     let given = text(&["--engine", "vllm", "--link-bw", "300"]);
-    assert!(given.contains("scaled by the model from the catalog nvlink to the given alpha and beta"), "{given}");
+    assert!(given.contains("scaled by the model's ratio of the given link to the catalog nvlink"), "{given}");
     assert!(!measured.contains("scaled by the model"), "{measured}");
 }
 

@@ -890,7 +890,8 @@ impl Scenario {
     /// `--link-bw` change that NVLink's numbers, the measured figure is scaled by the model's
     /// ratio of the given link to the catalog one, so a faster link is never priced above the
     /// catalog's (the model and the table disagree by up to 4.8x, and switching between them
-    /// would make it so). A measured link (a `fabric` document) keeps the model. The method keeps
+    /// would make it so). The custom kernel's model has a fixed latency floor, so the ratio
+    /// follows the bandwidth; a latency alone leaves it at 1. A measured link (a `fabric` document) keeps the model. The method keeps
     /// the rule's one-shot / two-shot label. A separate prefill pass's all-reduces take the same
     /// graph-mode figure (sglang runs prefill eagerly) and, in [`Self::point`], no per-kernel floor.
     pub fn tp_allreduce(&self, bytes: f64) -> comm::AllReduce {
@@ -1031,6 +1032,8 @@ impl Scenario {
     ///   the weighted combine: 8; a shared expert adds its gate/up, activation and down: 3.
     /// - Collectives: two all-reduces per layer under TP (a DP-attention MoE layer's dispatch
     ///   and combine instead).
+    /// - A q/k norm over all heads (MiniMax-M2) under TP: its own all-reduce and the norm's
+    ///   second half, in each full-attention layer: 2.
     /// - Per step: embedding, final norm, LM head, sampling: 4.
     pub fn kernels_per_step(&self) -> f64 {
         let m = &self.model;
@@ -1434,6 +1437,19 @@ pub(crate) mod tests {
         };
         let words = crate::report::bottleneck_words(&b);
         assert!(words.contains("124 all-reduces x 30.0 us and 62 q/k-norm all-reduces x 12.5 us"), "{words}");
+        let Bottleneck::Communication { qk_norm, .. } = &b else { unreachable!() };
+        let within = Bottleneck::Communication {
+            share: 0.5,
+            step_ms: 20.0,
+            tp: 4,
+            link: "nvlink".into(),
+            allreduces: 124.0,
+            allreduce_us: 30.0,
+            qk_norm: qk_norm.map(|q| QkNormAllReduces { us: 0.0, ..q }),
+            across: None,
+        };
+        let words = crate::report::bottleneck_words(&within);
+        assert!(words.contains("and 62 q/k-norm all-reduces within their kernel floors"), "{words}");
         // On one GPU, or with DP attention (every rank holds all heads), there is nothing to reduce.
         let tp1 = scenario("minimax-m2", Dtype::Fp8, "h200", "pcie5-p2p", 1, 1);
         let mut tp1_local = tp1.clone();

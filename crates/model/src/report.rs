@@ -167,7 +167,11 @@ pub fn bottleneck_words(b: &Bottleneck) -> String {
             };
             format!(
                 "TP{tp} all-reduce over {over} is {pct:.0}% of the {step_ms:.1} ms step: {allreduces:.0} all-reduces x {allreduce_us:.1} us{} (plus a per-kernel floor each, counted in the overhead)",
-                qk_norm.map_or(String::new(), |q| format!(" and {:.0} q/k-norm all-reduces x {:.1} us", q.count, q.us))
+                qk_norm.map_or(String::new(), |q| if q.us < 0.05 {
+                    format!(" and {:.0} q/k-norm all-reduces within their kernel floors", q.count)
+                } else {
+                    format!(" and {:.0} q/k-norm all-reduces x {:.1} us", q.count, q.us)
+                })
             )
         }
         Bottleneck::Weights { step_ms, gb_per_gpu, distinct_experts, busiest_ep_rank, mem_bw_gbs, .. } => {
@@ -414,7 +418,7 @@ fn write_header(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
     )?;
     if s.measured_custom_allreduce() {
         let scaled = if s.measured_custom_allreduce_scaled() {
-            format!(", scaled by the model from the catalog {} to the given alpha and beta", s.link.name)
+            format!(", scaled by the model's ratio of the given link to the catalog {}", s.link.name)
         } else {
             String::new()
         };

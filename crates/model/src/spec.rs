@@ -518,6 +518,7 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
         (Some(h), Some(d), Some(k)) => Some(Dsa { index_heads: h, index_head_dim: d, topk: k }),
         _ => None,
     };
+    let qk_norm_across_heads = arch == "minimax_m2" && read_qk_norm(v, source)?;
     let name = v.get("_name_or_path").and_then(Value::as_str).filter(|s| !s.is_empty()).unwrap_or(source).to_string();
     let spec = ModelSpec {
         name,
@@ -536,7 +537,7 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
         layer_counts,
         sliding_window,
         linear,
-        qk_norm_across_heads: read_qk_norm(v, source)?,
+        qk_norm_across_heads,
     };
     spec.validate(source)?;
     Ok(spec)
@@ -743,9 +744,10 @@ fn read_linear(v: &Value, source: &str, arch: &str) -> Result<LinearAttention, M
     Ok(la)
 }
 
-/// Whether the q/k norm spans a layer's heads ([`ModelSpec::qk_norm_across_heads`]): MiniMax's
-/// `qk_norm_type` "per_layer" with `use_qk_norm`; "per_head" (or no field) is a local norm. Any
-/// other value is refused, naming the field.
+/// Whether a MiniMax-M2 config's q/k norm spans a layer's heads
+/// ([`ModelSpec::qk_norm_across_heads`]): `qk_norm_type` "per_layer" with `use_qk_norm`;
+/// "per_head" (or no field) is a local norm. Any other value is refused, naming the field. Other
+/// architectures' configs are not read for it (their engines' norms are per head).
 fn read_qk_norm(v: &Value, source: &str) -> Result<bool, ModelError> {
     let used = v.get("use_qk_norm").and_then(Value::as_bool).unwrap_or(false);
     match v.get("qk_norm_type").filter(|x| !x.is_null()) {
@@ -1178,6 +1180,9 @@ mod tests {
         cfg["qk_norm_type"] = Value::from("per_group");
         let e = from_hf_config(&cfg.to_string(), "m.json").expect_err("unknown norm type");
         assert!(e.to_string().contains("field \"qk_norm_type\" is \"per_group\""), "{e}");
+        // Other architectures' configs are not read for it, whatever the field says.
+        let other = from_hf_config(&qwen3_next_with(r#","qk_norm_type":"rms""#), "q.json").expect("qwen3-next with the field");
+        assert!(!other.qk_norm_across_heads);
         // Models whose q/k norm is per head (Qwen3) or absent do not all-reduce it.
         assert!(!catalog("qwen3-235b-a22b").expect("qwen3").qk_norm_across_heads);
         assert!(!catalog("deepseek-v3").expect("dsv3").qk_norm_across_heads);
