@@ -241,6 +241,9 @@ pub struct PlanArgs {
     /// The serving path's latency outside the GPU (HTTP, tokenization, scheduler hand-offs), ms; it adds to TTFT only [default: the engine's: sglang 250.2, vLLM 33.4, TensorRT-LLM 78.6, fitted on public TTFTs: VALIDATION.md]
     #[arg(long, value_name = "MS")]
     pub request_latency_ms: Option<f64>,
+    /// Share of each GPU's memory the engine may use for weights and KV cache, as sglang's --mem-fraction-static or vLLM's --gpu-memory-utilization sets it [default: the engine's: sglang 0.88, vLLM 0.9; the model also keeps 3 GB per GPU for activations and graphs]
+    #[arg(long, value_name = "F")]
+    pub mem_fraction: Option<f64>,
     /// Explain the bottleneck at every concurrency
     #[arg(long)]
     pub explain: bool,
@@ -324,6 +327,7 @@ pub fn scenario_spec(a: &PlanArgs) -> Result<ScenarioSpec, Failure> {
         mixed_prefill: a.mixed_prefill,
         step_overhead_ms: a.step_overhead_ms,
         request_latency_ms: a.request_latency_ms,
+        mem_fraction: a.mem_fraction,
         engine: a.engine.into(),
         ..ScenarioSpec::new(model, gpu)
     })

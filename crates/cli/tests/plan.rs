@@ -471,6 +471,26 @@ fn request_latency_moves_the_client_ttft_by_its_difference_and_bad_values_exit_2
 }
 
 #[test]
+fn mem_fraction_sets_the_engines_memory_share_and_absurd_shares_exit_2() {
+    let usable = |extra: &[&str]| {
+        let mut args = REF.to_vec();
+        args.extend_from_slice(&["--json", "-"]);
+        args.extend_from_slice(extra);
+        let (code, out, err) = plan(&args);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+        (v["memory_per_gpu_gb"]["usable_gb"].as_f64().expect("usable"), v["memory_per_gpu_gb"]["capacity_gb"].as_f64().expect("capacity"))
+    };
+    let (default, cap) = usable(&[]);
+    let (given, _) = usable(&["--mem-fraction", "0.8"]);
+    assert!((default - 0.88 * cap).abs() < 1e-6, "sglang's default share: {default} of {cap}");
+    assert!((given - 0.8 * cap).abs() < 1e-6, "{given} of {cap}");
+    for bad in ["1.5", "0", "-0.2", "nan"] {
+        usage_error(&["--model", "glm-5", "--gpu", "rtx-pro-6000-se", &format!("--mem-fraction={bad}")], "--mem-fraction");
+    }
+}
+
+#[test]
 fn an_nvlink_box_names_its_measured_custom_all_reduce_and_each_engine_costs_its_own() {
     let run = |extra: &[&str]| {
         let mut args = vec!["--model", "llama-3.1-70b", "--gpu", "h200", "--tp", "8", "--concurrency", "64", "--json", "-"];

@@ -110,6 +110,10 @@ pub struct ScenarioSpec {
     /// Fraction of memory bandwidth the fused-MoE kernels reach, replacing the default (untuned
     /// kernels reach less than tuned ones), 0 < f <= 1.
     pub moe_efficiency: Option<f64>,
+    /// Share of each GPU's memory the engine may use for weights and KV cache, replacing the
+    /// engine's default (sglang's `--mem-fraction-static`, vLLM's `--gpu-memory-utilization`),
+    /// 0 < f <= 1.
+    pub mem_fraction: Option<f64>,
     /// The serving engine, whose defaults apply where no flag says otherwise
     /// ([`EngineName::defaults`]).
     pub engine: EngineName,
@@ -145,6 +149,7 @@ impl ScenarioSpec {
             step_overhead_ms: None,
             request_latency_ms: None,
             moe_efficiency: None,
+            mem_fraction: None,
             engine: EngineName::Sglang,
         }
     }
@@ -199,10 +204,13 @@ impl ScenarioSpec {
             "moe-efficiency" => {
                 self.moe_efficiency = Some(v.parse().map_err(|_| ModelError::Input(format!("{what}: not a fraction like 0.8")))?)
             }
+            "mem-fraction" => {
+                self.mem_fraction = Some(v.parse().map_err(|_| ModelError::Input(format!("{what}: not a fraction like 0.9")))?)
+            }
             "engine" => self.engine = EngineName::parse(&what, v)?,
             other => {
                 return Err(ModelError::Input(format!(
-                    "{flag}: unknown key {other:?}; keys: model, gpu, gpus, nodes, gpus-per-node, nics-per-node, net, link, quant, kv-dtype, tp, pp, ep, dp-attention, input-len, output-len, max-running, overlap, cuda-graphs, mixed-prefill, step-overhead-ms, request-latency-ms, moe-efficiency, engine"
+                    "{flag}: unknown key {other:?}; keys: model, gpu, gpus, nodes, gpus-per-node, nics-per-node, net, link, quant, kv-dtype, tp, pp, ep, dp-attention, input-len, output-len, max-running, overlap, cuda-graphs, mixed-prefill, step-overhead-ms, request-latency-ms, moe-efficiency, mem-fraction, engine"
                 )))
             }
         }
@@ -273,6 +281,15 @@ impl ScenarioSpec {
             Some(f) => f,
             None => defaults.moe_efficiency,
         };
+        let mem_fraction = match self.mem_fraction {
+            Some(f) if !(f.is_finite() && f > 0.0 && f <= 1.0) => {
+                return Err(ModelError::Input(format!(
+                    "--mem-fraction {f}: give the share of each GPU's memory the engine may use, above 0 and at most 1 (sglang's --mem-fraction-static, vLLM's --gpu-memory-utilization)"
+                )))
+            }
+            Some(f) => f,
+            None => defaults.mem_fraction,
+        };
         let engine = Engine {
             moe_efficiency,
             // A given MoE efficiency replaces the kernel tables' rate.
@@ -284,6 +301,7 @@ impl ScenarioSpec {
             step_overhead_ms,
             kernel_overhead_us,
             request_latency_ms,
+            mem_fraction,
             ..defaults
         };
         Ok(Scenario {
@@ -761,6 +779,18 @@ mod tests {
         assert_eq!(vllm.engine.kernel_overhead_us, sglang.engine.kernel_overhead_us);
         s.request_latency_ms = Some(5.0);
         assert_eq!(s.build().expect("vllm, stated latency").engine.request_latency_ms, 5.0);
+        // A stated memory share replaces the engine's, and more of it holds more KV.
+        s.mem_fraction = Some(0.95);
+        let roomier = s.build().expect("vllm at 0.95");
+        assert_eq!(roomier.engine.mem_fraction, 0.95);
+        assert!(roomier.memory().kv_gb > vllm.memory().kv_gb);
+        for bad in [0.0, 1.5, f64::NAN, -0.1] {
+            s.mem_fraction = Some(bad);
+            let e = s.build().expect_err("bad memory share").to_string();
+            assert!(e.contains("--mem-fraction") && e.contains("above 0 and at most 1"), "{e}");
+        }
+        let pairs = ScenarioSpec::parse_pairs("--vs", "model=glm-5,gpu=h200,mem-fraction=0.8").expect("pairs").build().expect("0.8");
+        assert_eq!(pairs.engine.mem_fraction, 0.8);
         let trt = ScenarioSpec::parse_pairs("--from-plan", "model=glm-5,gpu=h200,engine=trtllm").expect("pairs").build().expect("trt");
         assert_eq!(trt.engine.serving, EngineName::Trtllm);
         assert!(trt.engine.mixed_prefill);
