@@ -414,15 +414,8 @@ mod tests {
         for g in &gpu_file().gpus {
             let src = &g.memory_gb.source;
             let at = src.find(" MiB").unwrap_or_else(|| panic!("{}: no MiB figure in {src:?}", g.name));
-            let digits: String = src[..at]
-                .chars()
-                .rev()
-                .take_while(|c| c.is_ascii_digit() || *c == ',')
-                .collect::<String>()
-                .chars()
-                .rev()
-                .filter(|c| *c != ',')
-                .collect();
+            let figure = src[..at].rsplit(|c: char| !(c.is_ascii_digit() || c == ',')).next().unwrap_or("");
+            let digits = figure.replace(',', "");
             let mib: f64 = digits.parse().unwrap_or_else(|_| panic!("{}: {src:?}", g.name));
             let gb = mib * 1_048_576.0 / 1e9;
             assert!((g.memory_gb.value - gb).abs() < 1e-6, "{}: {} GB against {mib} MiB = {gb} GB", g.name, g.memory_gb.value);

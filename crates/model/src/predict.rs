@@ -300,6 +300,10 @@ impl EngineName {
     }
 }
 
+/// Bytes per token of a q/k norm's all-reduce over the TP ranks ([`ModelSpec::qk_norm_across_heads`]):
+/// the q and the k sum of squares, one fp32 each.
+const QK_NORM_BYTES_PER_TOKEN: f64 = 2.0 * 4.0;
+
 /// vLLM's `--gpu-memory-utilization` default (vLLM "Engine Arguments", docs.vllm.ai): the memory
 /// share a vLLM deployment runs with.
 pub const VLLM_GPU_MEMORY_UTILIZATION: f64 = 0.9;
@@ -851,9 +855,9 @@ impl Scenario {
             us += c.allreduces * c.allreduce_us;
         }
         if self.qk_norm_allreduce() {
-            // The q and k sums of squares, one fp32 each per token, in every full-attention layer.
+            // In every full-attention layer.
             c.qk_norm_allreduces = m.layer_counts.full as f64 / self.plan.pp as f64;
-            c.qk_norm_allreduce_us = self.tp_allreduce(x * 2.0 * 4.0).us;
+            c.qk_norm_allreduce_us = self.tp_allreduce(x * QK_NORM_BYTES_PER_TOKEN).us;
             us += c.qk_norm_allreduces * c.qk_norm_allreduce_us;
         }
         if self.plan.pp > 1 {
@@ -1105,7 +1109,8 @@ impl Scenario {
         let comm_us = if self.plan.tp <= 1 {
             0.0
         } else if standalone {
-            let qk_norm = if self.qk_norm_allreduce() { c.full as f64 * self.tp_allreduce(tokens * 2.0 * 4.0).us } else { 0.0 };
+            let qk_norm =
+                if self.qk_norm_allreduce() { c.full as f64 * self.tp_allreduce(tokens * QK_NORM_BYTES_PER_TOKEN).us } else { 0.0 };
             2.0 * m.layers as f64 * self.tp_allreduce(bytes).us + qk_norm
         } else {
             // Riding in a decode step's all-reduces: only the extra bytes cost time.
@@ -1425,31 +1430,22 @@ pub(crate) mod tests {
         assert_eq!((d.qk_norm_allreduces, d.qk_norm_allreduce_us), (62.0, tp4.tp_allreduce(64.0 * 8.0).us));
         assert_eq!(local.stage(64.0, 1536.0).1.qk_norm_allreduces, 0.0);
         // The bottleneck's words count them apart from the activation all-reduces.
-        let b = Bottleneck::Communication {
-            share: 0.5,
-            step_ms: 20.0,
-            tp: 4,
-            link: "pcie5-p2p".into(),
-            allreduces: 124.0,
-            allreduce_us: 30.0,
-            qk_norm: Some(QkNormAllReduces { count: 62.0, us: 12.5 }),
-            across: None,
+        let words = |qk_norm_us: f64| {
+            crate::report::bottleneck_words(&Bottleneck::Communication {
+                share: 0.5,
+                step_ms: 20.0,
+                tp: 4,
+                link: "pcie5-p2p".into(),
+                allreduces: 124.0,
+                allreduce_us: 30.0,
+                qk_norm: Some(QkNormAllReduces { count: 62.0, us: qk_norm_us }),
+                across: None,
+            })
         };
-        let words = crate::report::bottleneck_words(&b);
-        assert!(words.contains("124 all-reduces x 30.0 us and 62 q/k-norm all-reduces x 12.5 us"), "{words}");
-        let Bottleneck::Communication { qk_norm, .. } = &b else { unreachable!() };
-        let within = Bottleneck::Communication {
-            share: 0.5,
-            step_ms: 20.0,
-            tp: 4,
-            link: "nvlink".into(),
-            allreduces: 124.0,
-            allreduce_us: 30.0,
-            qk_norm: qk_norm.map(|q| QkNormAllReduces { us: 0.0, ..q }),
-            across: None,
-        };
-        let words = crate::report::bottleneck_words(&within);
-        assert!(words.contains("and 62 q/k-norm all-reduces within their kernel floors"), "{words}");
+        let priced = words(12.5);
+        assert!(priced.contains("124 all-reduces x 30.0 us and 62 q/k-norm all-reduces x 12.5 us"), "{priced}");
+        let within = words(0.0);
+        assert!(within.contains("and 62 q/k-norm all-reduces within their kernel floors"), "{within}");
         // On one GPU, or with DP attention (every rank holds all heads), there is nothing to reduce.
         let tp1 = scenario("minimax-m2", Dtype::Fp8, "h200", "pcie5-p2p", 1, 1);
         let mut tp1_local = tp1.clone();

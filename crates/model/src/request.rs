@@ -272,24 +272,14 @@ impl ScenarioSpec {
             Some(l) => l,
             None => defaults.request_latency_ms,
         };
-        let moe_efficiency = match self.moe_efficiency {
-            Some(f) if !(f.is_finite() && f > 0.0 && f <= 1.0) => {
-                return Err(ModelError::Input(format!(
-                    "moe-efficiency {f}: give the fraction of memory bandwidth the MoE kernels reach, above 0 and at most 1"
-                )))
-            }
-            Some(f) => f,
-            None => defaults.moe_efficiency,
-        };
-        let mem_fraction = match self.mem_fraction {
-            Some(f) if !(f.is_finite() && f > 0.0 && f <= 1.0) => {
-                return Err(ModelError::Input(format!(
-                    "--mem-fraction {f}: give the share of each GPU's memory the engine may use, above 0 and at most 1 (sglang's --mem-fraction-static, vLLM's --gpu-memory-utilization)"
-                )))
-            }
-            Some(f) => f,
-            None => defaults.mem_fraction,
-        };
+        let moe_efficiency = fraction(self.moe_efficiency, defaults.moe_efficiency, |f| {
+            format!("moe-efficiency {f}: give the fraction of memory bandwidth the MoE kernels reach, above 0 and at most 1")
+        })?;
+        let mem_fraction = fraction(self.mem_fraction, defaults.mem_fraction, |f| {
+            format!(
+                "--mem-fraction {f}: give the share of each GPU's memory the engine may use, above 0 and at most 1 (sglang's --mem-fraction-static, vLLM's --gpu-memory-utilization)"
+            )
+        })?;
         let engine = Engine {
             moe_efficiency,
             // A given MoE efficiency replaces the kernel tables' rate.
@@ -429,6 +419,15 @@ fn split_pairs<'a>(flag: &str, s: &'a str, example: &str) -> Result<Vec<(&'a str
                 .ok_or_else(|| ModelError::Input(format!("{flag} {s:?}: write KEY=VALUE[,KEY=VALUE], e.g. {example}")))
         })
         .collect()
+}
+
+/// A stated fraction in (0, 1], else `default`; `why` words the refusal of any other value.
+fn fraction(given: Option<f64>, default: f64, why: impl FnOnce(f64) -> String) -> Result<f64, ModelError> {
+    match given {
+        Some(f) if !(f.is_finite() && f > 0.0 && f <= 1.0) => Err(ModelError::Input(why(f))),
+        Some(f) => Ok(f),
+        None => Ok(default),
+    }
 }
 
 fn whole(what: &str, v: &str) -> Result<u32, ModelError> {
