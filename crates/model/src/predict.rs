@@ -525,19 +525,28 @@ impl Scenario {
         let (main, rope, idx) = self.model.kv_elems_per_token_layer();
         let mla = matches!(self.model.attention, Attention::Mla { .. });
         let dsa = self.model.dsa.is_some();
+        let share = self.model.indexer_share();
         match (self.quant.kv_cache, mla) {
             // A DSA model's sparse MLA backend (vLLM's FlashMLA Sparse, `fp8_ds_mla`: "custom
             // storage format is 656 bytes", its get_kv_cache_shape) keeps an fp8 latent + one fp32
             // scale per 128 + the bf16 rope part (656 B for GLM-5/DeepSeek-V3.2); indexer keys fp8
             // + fp32 scale per 128. Gives 61.5 KB/token for GLM-5 against the 62 KB a vLLM log of
             // GLM-5 reports.
-            (KvDtype::Fp8, true) if dsa => main + main / 128.0 * 4.0 + rope * 2.0 + idx + (idx / 128.0).ceil() * 4.0,
+            // Only layers that run the indexer keep its keys ([`ModelSpec::indexer_share`]).
+            (KvDtype::Fp8, true) if dsa => main + main / 128.0 * 4.0 + rope * 2.0 + self.indexer_key_bytes(),
             // Dense MLA backends store the whole latent and rope head in the cache's dtype (the
             // same get_kv_cache_shape's other branch: head_size = 576 elements of one byte).
             (KvDtype::Fp8, true) => main + rope,
-            (KvDtype::Fp8, false) => main + idx,
-            (KvDtype::Bf16, _) => (main + rope + idx) * 2.0,
+            (KvDtype::Fp8, false) => main + idx * share,
+            (KvDtype::Bf16, _) => (main + rope + idx * share) * 2.0,
         }
+    }
+
+    /// Bytes of DSA indexer keys per token and layer, averaged over the layers: fp8 keys and an
+    /// fp32 scale per 128 in each layer that runs the indexer.
+    fn indexer_key_bytes(&self) -> f64 {
+        let idx = self.model.kv_elems_per_token_layer().2;
+        (idx + (idx / 128.0).ceil() * 4.0) * self.model.indexer_share()
     }
 
     /// KV bytes per token held on one GPU (all its KV layers; a sliding layer only up to its window).
@@ -778,8 +787,7 @@ impl Scenario {
         let kv = match (&m.attention, m.dsa) {
             (Attention::Mla { .. }, Some(d)) => {
                 // DSA reads the top-k latents and every indexer key.
-                let idx = m.kv_elems_per_token_layer().2;
-                let idx_share = if per_layer_tok > 0.0 { (idx + (idx / 128.0).ceil() * 4.0).min(per_layer_tok) } else { 0.0 };
+                let idx_share = if per_layer_tok > 0.0 { self.indexer_key_bytes().min(per_layer_tok) } else { 0.0 };
                 let latent = per_layer_tok - idx_share;
                 let (full, _) = self.kv_layers_per_stage();
                 (mean_ctx.min(d.topk as f64) * latent + mean_ctx * idx_share) * full * reqs_per_gpu
@@ -822,7 +830,7 @@ impl Scenario {
         let attn_flops = match m.attention {
             Attention::Mla { heads, kv_lora_rank, qk_rope_head_dim, .. } => {
                 let c = m.dsa.map_or(mean_ctx, |d| mean_ctx.min(d.topk as f64));
-                let idx = m.dsa.map_or(0.0, |d| 2.0 * d.index_heads as f64 * d.index_head_dim as f64 * mean_ctx);
+                let idx = m.dsa.map_or(0.0, |d| 2.0 * d.index_heads as f64 * d.index_head_dim as f64 * mean_ctx) * m.indexer_share();
                 (2.0 * heads as f64 / self.attn_split() * c * (2.0 * kv_lora_rank as f64 + qk_rope_head_dim as f64) + idx) * x
             }
             Attention::Gqa { heads, head_dim, .. } => 4.0 * heads as f64 / tp * head_dim as f64 * self.kv_token_layers(mean_ctx) / ls * x,
@@ -1028,7 +1036,8 @@ impl Scenario {
     /// - MLA attention: input norm, the fused q_a/kv_a GEMM, the q/kv norms, q_b GEMM, the
     ///   absorbed key BMM, rotary + KV write, split-KV decode attention and its combine, the
     ///   absorbed value BMM, output GEMM: 10. A DSA indexer adds its q and k GEMMs, key norm,
-    ///   rotary, head-weight GEMM, activation quantization, logits and top-k: 8.
+    ///   rotary, head-weight GEMM, activation quantization, logits and top-k: 8, in each layer
+    ///   that runs it (GLM-5.2's "shared" indexer layers reuse the last top-k and add none).
     /// - Gated DeltaNet linear attention: input norm, two input GEMMs, causal conv, gating,
     ///   the recurrent update, gated norm, output GEMM: 8.
     /// - Dense FFN: post-attention norm, gate/up GEMM, activation, down GEMM: 4.
@@ -1043,7 +1052,7 @@ impl Scenario {
         let m = &self.model;
         let c = m.layer_counts;
         let mla = matches!(m.attention, Attention::Mla { .. });
-        let full = if mla { 10.0 + m.dsa.map_or(0.0, |_| 8.0) } else { 5.0 };
+        let full = if mla { 10.0 + 8.0 * m.indexer_share() } else { 5.0 };
         let attention = c.full as f64 * full + c.sliding as f64 * 5.0 + c.linear as f64 * 8.0;
         let moe = m.moe.map_or(0.0, |mo| 8.0 + if mo.shared_experts > 0 { 3.0 } else { 0.0 });
         let ffn = m.dense_layers as f64 * 4.0 + m.moe_layers() as f64 * moe;
@@ -1513,6 +1522,26 @@ pub(crate) mod tests {
         let want = bytes / 3350e9 * 1e3;
         assert!((p.step_ms.weights - want).abs() / want < 1e-9, "{} vs {want}", p.step_ms.weights);
         assert_eq!(p.step_ms.communication, 0.0);
+    }
+
+    #[test]
+    fn layers_sharing_the_indexers_top_k_keep_no_indexer_keys_and_run_no_indexer_kernels() {
+        // GLM-5 with its indexer in one layer of four (GLM-5.2's "shared" layers reuse the top-k).
+        let every = scenario("glm-5", Dtype::Fp8, "b200", "nvlink5", 8, 8);
+        let mut shared = every.clone();
+        let layers = shared.model.layers;
+        if let Some(d) = shared.model.dsa.as_mut() {
+            d.indexer_layers = layers / 4;
+        }
+        let share = (layers / 4) as f64 / layers as f64;
+        let idx = every.model.dsa.expect("GLM-5 has a DSA indexer").index_head_dim as f64;
+        // Each layer that stops running it drops its fp8 keys and their fp32 scale per 128.
+        let key_bytes = (idx + (idx / 128.0).ceil() * 4.0) * layers as f64;
+        let dropped = every.kv_bytes_per_token_gpu() - shared.kv_bytes_per_token_gpu();
+        assert!((dropped - key_bytes * (1.0 - share)).abs() < 1e-6, "{dropped} vs {}", key_bytes * (1.0 - share));
+        assert!((every.kernels_per_step() - shared.kernels_per_step() - 8.0 * (layers - layers / 4) as f64).abs() < 1e-9);
+        assert!(shared.model.params().attention < every.model.params().attention);
+        assert!(shared.decode_step_ms(64.0, 4096.0) < every.decode_step_ms(64.0, 4096.0));
     }
 
     #[test]

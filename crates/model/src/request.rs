@@ -375,6 +375,13 @@ impl ScenarioSpec {
     fn resolve_quant(&self, model: &ModelSpec) -> Quant {
         let q = &self.quant;
         let mut quant = Quant::preset(q.checkpoint.or(model.checkpoint).unwrap_or(Dtype::Bf16));
+        // A mixed checkpoint's own parts, unless --quant names another format.
+        if let (None, Some(p)) = (q.checkpoint, model.checkpoint_parts) {
+            quant.attention = p.attention;
+            quant.dense_ffn = p.dense_ffn;
+            quant.experts = p.experts;
+            quant.shared_experts = p.shared_experts;
+        }
         if let Some(d) = q.attention {
             quant.attention = d;
         }
@@ -693,6 +700,21 @@ mod tests {
         oss.gpus = 1;
         assert_eq!(oss.build().expect("oss").quant.experts, Dtype::Mxfp4);
         assert_eq!(glm_on_rtx(Some(Dtype::Nvfp4)).build().expect("nvfp4").quant.experts, Dtype::Nvfp4);
+    }
+
+    #[test]
+    fn a_mixed_precision_checkpoint_quantizes_each_part_as_it_says_unless_quant_names_one() {
+        let text = include_str!("../tests/configs/nvidia--Qwen3.6-35B-A3B-NVFP4.json").to_string();
+        let mut spec = ScenarioSpec::new(ModelSource::Config { text, path: "q.json".into() }, "h200");
+        spec.gpus = 1;
+        let q = spec.build().expect("mixed").quant;
+        assert_eq!((q.attention, q.experts, q.shared_experts, q.embeddings), (Dtype::Fp8, Dtype::Int4, Dtype::Int4, Dtype::Bf16));
+        spec.quant.checkpoint = Some(Dtype::Nvfp4);
+        let q = spec.build().expect("--quant").quant;
+        assert_eq!((q.attention, q.experts), (Dtype::Bf16, Dtype::Nvfp4), "--quant names the whole checkpoint");
+        spec.quant.checkpoint = None;
+        spec.quant.attention = Some(Dtype::Bf16);
+        assert_eq!(spec.build().expect("--quant-attention").quant.attention, Dtype::Bf16, "a part's flag still wins");
     }
 
     #[test]

@@ -59,6 +59,10 @@ pub struct Dsa {
     pub index_head_dim: u32,
     /// Tokens each query attends to.
     pub topk: u32,
+    /// Layers that run the indexer; the others reuse the top-k of the last layer that did
+    /// (GLM-5.2's `indexer_types` "shared") and keep no indexer keys. All layers when the config
+    /// names none.
+    pub indexer_layers: u32,
 }
 
 /// What one layer's token mixer is (`layer_types` in a config.json).
@@ -189,8 +193,14 @@ pub struct ModelSpec {
     pub moe: Option<Moe>,
     /// Longest context, tokens.
     pub max_context: u32,
-    /// The checkpoint's weight format, from its `quantization_config` (None: unquantized, BF16).
+    /// The checkpoint's weight format, from its `quantization_config` (None: unquantized, BF16);
+    /// a mixed checkpoint's is its experts' (MoE) or its dense FFN's.
     pub checkpoint: Option<Dtype>,
+    /// Each part's format where the checkpoint quantizes its parts differently (ModelOpt's
+    /// `MIXED_PRECISION`); None when one format covers them ([`Quant::preset`] of `checkpoint`).
+    ///
+    /// [`Quant::preset`]: crate::quant::Quant::preset
+    pub checkpoint_parts: Option<PartFormats>,
     /// Layers by kind.
     pub layer_counts: LayerCounts,
     /// Tokens a sliding-window layer attends to (Some exactly when there are sliding layers).
@@ -203,6 +213,19 @@ pub struct ModelSpec {
     /// norm's two halves (vLLM `MiniMaxText01RMSNormTP.forward_qk`, sglang
     /// `MiniMaxM2RMSNormTP`).
     pub qk_norm_across_heads: bool,
+}
+
+/// The weight format of each part of a mixed-precision checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PartFormats {
+    /// Attention (and linear-attention) projections.
+    pub attention: Dtype,
+    /// Dense FFN layers.
+    pub dense_ffn: Dtype,
+    /// Routed experts.
+    pub experts: Dtype,
+    /// Shared experts.
+    pub shared_experts: Dtype,
 }
 
 /// Parameter counts, by component.
@@ -279,12 +302,19 @@ impl ModelSpec {
                 Attention::Mla { q_lora_rank: Some(r), .. } => r as f64,
                 _ => h,
             };
-            p += q_in * (d.index_heads * d.index_head_dim) as f64
+            // Averaged over the layers: only the indexer layers hold its weights.
+            p += (q_in * (d.index_heads * d.index_head_dim) as f64
                 + h * d.index_head_dim as f64
                 + h * d.index_heads as f64
-                + 2.0 * d.index_head_dim as f64;
+                + 2.0 * d.index_head_dim as f64)
+                * self.indexer_share();
         }
         p
+    }
+
+    /// The share of layers that run the DSA indexer ([`Dsa::indexer_layers`]; 0 without one).
+    pub fn indexer_share(&self) -> f64 {
+        self.dsa.map_or(0.0, |d| d.indexer_layers as f64 / self.layers.max(1) as f64)
     }
 
     /// Parameter counts computed from the architecture (the MTP layer of GLM-5/DeepSeek-V3 is not
@@ -325,7 +355,8 @@ impl ModelSpec {
         }
     }
 
-    /// Elements of KV cache per token per layer, by part: (latent or K+V, rope part, indexer keys).
+    /// Elements of KV cache per token per layer, by part: (latent or K+V, rope part, indexer keys
+    /// in a layer that runs the indexer: see [`Self::indexer_share`]).
     pub fn kv_elems_per_token_layer(&self) -> (f64, f64, f64) {
         let idx = self.dsa.map_or(0.0, |d| d.index_head_dim as f64);
         match self.attention {
@@ -363,7 +394,7 @@ struct CatalogFile {
 }
 
 /// The catalog's config files, embedded at build time.
-const CONFIGS: [(&str, &str); 15] = [
+const CONFIGS: [(&str, &str); 17] = [
     ("glm-5.json", include_str!("../data/models/glm-5.json")),
     ("deepseek-v3.json", include_str!("../data/models/deepseek-v3.json")),
     ("qwen3-235b-a22b.json", include_str!("../data/models/qwen3-235b-a22b.json")),
@@ -379,6 +410,8 @@ const CONFIGS: [(&str, &str); 15] = [
     ("qwen3-next-80b-a3b.json", include_str!("../data/models/qwen3-next-80b-a3b.json")),
     ("qwen3.5-397b-a17b.json", include_str!("../data/models/qwen3.5-397b-a17b.json")),
     ("gpt-oss-20b.json", include_str!("../data/models/gpt-oss-20b.json")),
+    ("llama-4-scout.json", include_str!("../data/models/llama-4-scout.json")),
+    ("llama-4-maverick.json", include_str!("../data/models/llama-4-maverick.json")),
 ];
 
 fn catalog_file() -> &'static CatalogFile {
@@ -447,10 +480,15 @@ fn need(v: &Value, keys: &[&str], source: &str, arch: &str) -> Result<u32, Model
         .ok_or_else(|| ModelError::Input(format!("{source}: model_type {arch:?} needs the field {:?}, which is missing", keys[0])))
 }
 
-/// `model_type`s the parser understands (`qwen3_5_moe_text` and `qwen3_5_text`, the language
-/// model inside Qwen3.5's multimodal config, read as `qwen3_5_moe` and `qwen3_5`).
-pub const SUPPORTED: [&str; 20] = [
+/// `model_type`s the parser understands. A multimodal config's language model under `text_config`
+/// is read by its own `model_type` less the `_text` suffix (`qwen3_5_moe_text` as `qwen3_5_moe`,
+/// `llama4_text` as `llama4`); Qwen3-VL's language models are Qwen3's and Qwen3-MoE's (its
+/// interleaved multimodal rotary embedding costs what Qwen3's does), and are read as those. The
+/// vision encoder is not modelled: the requests are text.
+pub const SUPPORTED: [&str; 26] = [
     "llama",
+    "llama4",
+    "llama4_text",
     "mistral",
     "qwen2",
     "qwen3",
@@ -470,6 +508,10 @@ pub const SUPPORTED: [&str; 20] = [
     "qwen3_5_text",
     "qwen3_5_moe",
     "qwen3_5_moe_text",
+    "qwen3_vl",
+    "qwen3_vl_text",
+    "qwen3_vl_moe",
+    "qwen3_vl_moe_text",
 ];
 
 /// Architectures with Multi-head Latent Attention (DeepSeek-V3's, which Kimi-K2 reuses).
@@ -483,14 +525,14 @@ const QWEN_MOE_ARCHS: [&str; 4] = ["qwen2_moe", "qwen3_moe", "qwen3_next", "qwen
 const HYBRID_ARCHS: [&str; 3] = ["qwen3_next", "qwen3_5", "qwen3_5_moe"];
 
 /// Architectures whose modelling code reads `sliding_window` for their sliding layers.
-const SLIDING_ARCHS: [&str; 3] = ["gpt_oss", "mistral", "mixtral"];
+const SLIDING_ARCHS: [&str; 4] = ["gpt_oss", "mistral", "mixtral", "llama4"];
 
 /// Architectures whose configs carry a `sliding_window` that only `use_sliding_window: true` turns on.
 const OPT_IN_SLIDING_ARCHS: [&str; 7] = ["qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe"];
 
 /// Reads a Hugging Face `config.json` (its text) and validates it. `source` names the file in errors.
 pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError> {
-    let root: Value = serde_json::from_str(text).map_err(|e| ModelError::Input(format!("{source}: not valid JSON ({e})")))?;
+    let root = parse_config_json(text, source)?;
     // Multimodal wrappers keep the language model under text_config.
     let v = root.get("text_config").filter(|t| t.is_object()).unwrap_or(&root);
     let read = v.get("model_type").or(root.get("model_type")).and_then(Value::as_str).unwrap_or("");
@@ -500,7 +542,12 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
             SUPPORTED.join(", ")
         )));
     }
-    let arch = read.strip_suffix("_text").unwrap_or(read).to_string();
+    let arch = match read.strip_suffix("_text").unwrap_or(read) {
+        "qwen3_vl" => "qwen3",
+        "qwen3_vl_moe" => "qwen3_moe",
+        a => a,
+    }
+    .to_string();
     let hidden = need(v, &["hidden_size"], source, &arch)?;
     let layers = need(v, &["num_hidden_layers"], source, &arch)?;
     let attention = read_attention(v, source, &arch, hidden)?;
@@ -508,6 +555,7 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
     let dense_layers = match &moe {
         None => layers,
         Some(_) if QWEN_MOE_ARCHS.contains(&arch.as_str()) => qwen_dense_layers(v, source, layers)?,
+        Some(_) if arch == "llama4" => llama4_dense_layers(v, source, layers)?,
         Some(_) => field(v, &["first_k_dense_replace"], source)?.unwrap_or(0),
     };
     let layer_counts = read_layer_kinds(v, source, &arch, layers)?;
@@ -515,24 +563,33 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
     let linear = if layer_counts.linear > 0 { Some(read_linear(v, source, &arch)?) } else { None };
     check_attn_type_list(v, source, &arch, layers)?;
     let dsa = match (field(v, &["index_n_heads"], source)?, field(v, &["index_head_dim"], source)?, field(v, &["index_topk"], source)?) {
-        (Some(h), Some(d), Some(k)) => Some(Dsa { index_heads: h, index_head_dim: d, topk: k }),
+        (Some(h), Some(d), Some(k)) => {
+            Some(Dsa { index_heads: h, index_head_dim: d, topk: k, indexer_layers: read_indexer_layers(v, source, layers)? })
+        }
         _ => None,
     };
     let qk_norm_across_heads = arch == "minimax_m2" && read_qk_norm(v, source)?;
+    let (checkpoint, checkpoint_parts) = read_checkpoint(&root, source, moe.is_some())?;
     let name = v.get("_name_or_path").and_then(Value::as_str).filter(|s| !s.is_empty()).unwrap_or(source).to_string();
     let spec = ModelSpec {
         name,
         hidden,
         layers,
         dense_layers,
-        ffn: field(v, &["intermediate_size"], source)?.unwrap_or(hidden.saturating_mul(4)),
+        // Llama 4's dense FFN layers are `intermediate_size_mlp` wide; its `intermediate_size` is
+        // an expert's.
+        ffn: match arch.as_str() {
+            "llama4" => need(v, &["intermediate_size_mlp"], source, &arch)?,
+            _ => field(v, &["intermediate_size"], source)?.unwrap_or(hidden.saturating_mul(4)),
+        },
         vocab: need(v, &["vocab_size"], source, &arch)?,
         tied_embeddings: v.get("tie_word_embeddings").or(root.get("tie_word_embeddings")).and_then(Value::as_bool).unwrap_or(false),
         attention,
         dsa,
         moe,
         max_context: field(v, &["max_position_embeddings"], source)?.unwrap_or(8192),
-        checkpoint: read_checkpoint(&root, source)?,
+        checkpoint,
+        checkpoint_parts,
         arch,
         layer_counts,
         sliding_window,
@@ -541,6 +598,46 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
     };
     spec.validate(source)?;
     Ok(spec)
+}
+
+/// Parses a config.json. Python's `json.dump` writes the non-standard tokens `NaN`, `Infinity`
+/// and `-Infinity` for float fields (Nemotron-H's `time_step_limit` ends in `Infinity`), which
+/// strict JSON refuses: where the text fails to parse, those tokens outside strings are read as
+/// null and the text is parsed again. servetune reads no field that holds them.
+fn parse_config_json(text: &str, source: &str) -> Result<Value, ModelError> {
+    serde_json::from_str(text).or_else(|e| {
+        python_floats_as_null(text)
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .ok_or_else(|| ModelError::Input(format!("{source}: not valid JSON ({e})")))
+    })
+}
+
+/// `text` with every `NaN`, `Infinity` and `-Infinity` token outside a string replaced by `null`,
+/// or None when it holds none.
+fn python_floats_as_null(text: &str) -> Option<String> {
+    const TOKENS: [&str; 3] = ["-Infinity", "Infinity", "NaN"];
+    let mut out = String::with_capacity(text.len());
+    let (mut in_string, mut escaped, mut replaced) = (false, false, false);
+    let mut rest = text;
+    while let Some(c) = rest.chars().next() {
+        if in_string {
+            in_string = escaped || c != '"';
+            escaped = !escaped && c == '\\';
+        } else if c == '"' {
+            in_string = true;
+        } else if let Some(t) = TOKENS.iter().find(|t| rest.starts_with(*t)) {
+            let boundary = |ch: Option<char>| ch.is_none_or(|ch| !(ch.is_ascii_alphanumeric() || ch == '_' || ch == '.'));
+            if boundary(out.chars().next_back()) && boundary(rest[t.len()..].chars().next()) {
+                out.push_str("null");
+                rest = &rest[t.len()..];
+                replaced = true;
+                continue;
+            }
+        }
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    replaced.then_some(out)
 }
 
 fn read_attention(v: &Value, source: &str, arch: &str, hidden: u32) -> Result<Attention, ModelError> {
@@ -602,6 +699,54 @@ fn qwen_dense_layers(v: &Value, source: &str, layers: u32) -> Result<u32, ModelE
     Ok(layers - (layers / step - forced))
 }
 
+/// Llama 4's dense layers: the MoE layers are `moe_layers` when given, else every
+/// `interleave_moe_layer_step`-th layer, layers step - 1, 2 step - 1, ... (transformers'
+/// `Llama4TextConfig`); the rest have a dense FFN.
+fn llama4_dense_layers(v: &Value, source: &str, layers: u32) -> Result<u32, ModelError> {
+    if v.get("moe_layers").is_some_and(|x| !x.is_null()) {
+        let mut moe = index_list(v, "moe_layers", source)?;
+        moe.sort_unstable();
+        moe.dedup();
+        if let Some(i) = moe.iter().find(|i| **i >= layers as u64) {
+            return Err(ModelError::Input(format!("{source}: field \"moe_layers\" holds {i}, but there are {layers} layers")));
+        }
+        return Ok(layers - moe.len() as u32);
+    }
+    let step = field(v, &["interleave_moe_layer_step"], source)?.unwrap_or(1);
+    if step == 0 {
+        return Err(ModelError::Input(format!("{source}: field \"interleave_moe_layer_step\" is 0: it must be at least 1")));
+    }
+    Ok(layers - layers / step)
+}
+
+/// Llama 4's attention: a layer with rotary embedding attends within its chunk of
+/// `attention_chunk_size` tokens (chunked local attention), a NoPE layer to the whole context.
+/// The rotary layers are those `no_rope_layers` marks 1, else all but every
+/// `no_rope_layer_interval`-th (4: transformers' default). Chunked layers are modelled as sliding
+/// windows of the chunk size: exact while a context fits one chunk, and reading up to twice the
+/// average chunk's keys beyond. Without a chunk size every layer is full attention.
+fn llama4_layer_kinds(v: &Value, source: &str, layers: u32) -> Result<LayerCounts, ModelError> {
+    if field(v, &["attention_chunk_size"], source)?.is_none() {
+        return Ok(LayerCounts { full: layers, sliding: 0, linear: 0 });
+    }
+    let rope = if v.get("no_rope_layers").is_some_and(|x| !x.is_null()) {
+        let marks = index_list(v, "no_rope_layers", source)?;
+        if marks.len() != layers as usize || marks.iter().any(|m| *m > 1) {
+            return Err(ModelError::Input(format!(
+                "{source}: field \"no_rope_layers\" must hold one 0 (NoPE) or 1 (rotary) per layer, {layers} in all"
+            )));
+        }
+        marks.iter().filter(|m| **m == 1).count() as u32
+    } else {
+        let every = field(v, &["no_rope_layer_interval"], source)?.unwrap_or(4);
+        if every == 0 {
+            return Err(ModelError::Input(format!("{source}: field \"no_rope_layer_interval\" is 0: it must be at least 1")));
+        }
+        layers - layers / every
+    };
+    Ok(LayerCounts { full: layers - rope, sliding: rope, linear: 0 })
+}
+
 /// Layer kinds from `layer_types`, or the config class's default when it is absent: Qwen3-Next
 /// and Qwen3.5 put a full-attention layer every `full_attention_interval` layers (the rest linear);
 /// gpt-oss alternates sliding (even layers) and full; Mistral and Mixtral with a `sliding_window`
@@ -616,7 +761,8 @@ fn read_layer_kinds(v: &Value, source: &str, arch: &str, layers: u32) -> Result<
                     a.len()
                 )));
             }
-            a.iter().enumerate().map(|(i, t)| layer_kind(t, i, source)).collect::<Result<_, _>>()?
+            let dsa = v.get("index_topk").is_some_and(|k| !k.is_null());
+            a.iter().enumerate().map(|(i, t)| layer_kind(t, i, source, dsa)).collect::<Result<_, _>>()?
         }
         Some(x) => return Err(ModelError::Input(format!("{source}: field \"layer_types\" is {x}, not a list of layer kinds"))),
     };
@@ -637,13 +783,16 @@ fn read_layer_kinds(v: &Value, source: &str, arch: &str, layers: u32) -> Result<
     Ok(LayerCounts { full: count(LayerKind::Full), sliding: count(LayerKind::Sliding), linear: count(LayerKind::Linear) })
 }
 
-fn layer_kind(t: &Value, i: usize, source: &str) -> Result<LayerKind, ModelError> {
+fn layer_kind(t: &Value, i: usize, source: &str, dsa: bool) -> Result<LayerKind, ModelError> {
     match t.as_str() {
         Some("full_attention") => Ok(LayerKind::Full),
         Some("sliding_attention") => Ok(LayerKind::Sliding),
         Some("linear_attention") => Ok(LayerKind::Linear),
+        // GLM-5.2's name for its layers: full attention read through the DSA indexer's top-k.
+        Some("deepseek_sparse_attention") if dsa => Ok(LayerKind::Full),
         _ => Err(ModelError::Input(format!(
-            "{source}: field \"layer_types\" entry {i} is {t}, which servetune does not understand (known: full_attention, sliding_attention, linear_attention)"
+            "{source}: field \"layer_types\" entry {i} is {t}, which servetune does not understand (known: full_attention, sliding_attention, linear_attention{})",
+            if dsa { ", deepseek_sparse_attention" } else { "" }
         ))),
     }
 }
@@ -662,6 +811,7 @@ fn default_layer_kinds(v: &Value, source: &str, arch: &str, layers: u32) -> Resu
             }
             LayerCounts { full: layers / every, sliding: 0, linear: layers - layers / every }
         }
+        "llama4" => llama4_layer_kinds(v, source, layers)?,
         // Layer i slides when i is even.
         "gpt_oss" => LayerCounts { full: layers / 2, sliding: layers - layers / 2, linear: 0 },
         "mistral" | "mixtral" if field(v, &["sliding_window"], source)?.is_some() => all(LayerKind::Sliding),
@@ -673,15 +823,15 @@ fn default_layer_kinds(v: &Value, source: &str, arch: &str, layers: u32) -> Resu
 /// is refused (Qwen's configs carry one that `use_sliding_window: false` leaves off; `true` is
 /// refused: its `max_window_layers` split is not modelled).
 fn read_sliding_window(v: &Value, source: &str, arch: &str, counts: LayerCounts) -> Result<Option<u32>, ModelError> {
-    let window = field(v, &["sliding_window"], source)?;
+    // Llama 4's chunked layers ([`llama4_layer_kinds`]) attend within `attention_chunk_size`.
+    let key = if arch == "llama4" { "attention_chunk_size" } else { "sliding_window" };
+    let window = field(v, &[key], source)?;
     if counts.sliding > 0 {
         return match window {
             Some(w) if w > 0 => Ok(Some(w)),
-            Some(_) => {
-                Err(ModelError::Input(format!("{source}: field \"sliding_window\" is 0: sliding layers need a window of at least 1 token")))
-            }
+            Some(_) => Err(ModelError::Input(format!("{source}: field {key:?} is 0: sliding layers need a window of at least 1 token"))),
             None => Err(ModelError::Input(format!(
-                "{source}: model_type {arch:?} has {} sliding-window layers but no field \"sliding_window\"",
+                "{source}: model_type {arch:?} has {} sliding-window layers but no field {key:?}",
                 counts.sliding
             ))),
         };
@@ -701,6 +851,40 @@ fn read_sliding_window(v: &Value, source: &str, arch: &str, counts: LayerCounts)
     Err(ModelError::Input(format!(
         "{source}: field \"sliding_window\" is {w}, but model_type {arch:?} has no sliding-window layers; servetune cannot model it (remove the field if it is unused)"
     )))
+}
+
+/// Layers running the DSA indexer, from `indexer_types` (one "full" or "shared" per layer: GLM-5.2
+/// runs the indexer in the "full" layers and the "shared" ones reuse its top-k); all layers without
+/// it. An `index_topk_freq` above 1 without that list is refused: which layers share is not
+/// stated.
+fn read_indexer_layers(v: &Value, source: &str, layers: u32) -> Result<u32, ModelError> {
+    let bad = |k: &str, why: String| Err(ModelError::Input(format!("{source}: field {k:?} {why}")));
+    match v.get("indexer_types").filter(|x| !x.is_null()) {
+        None => match field(v, &["index_topk_freq"], source)? {
+            Some(f) if f > 1 => {
+                bad("index_topk_freq", format!("is {f}, but no \"indexer_types\" says which layers share the indexer's top-k"))
+            }
+            _ => Ok(layers),
+        },
+        Some(Value::Array(a)) if a.len() == layers as usize => {
+            let mut full = 0;
+            for (i, t) in a.iter().enumerate() {
+                match t.as_str() {
+                    Some("full") => full += 1,
+                    Some("shared") if full > 0 => {}
+                    Some("shared") => return bad("indexer_types", format!("entry {i} is \"shared\" before any \"full\" layer")),
+                    _ => {
+                        return bad("indexer_types", format!("entry {i} is {t}, which servetune does not understand (known: full, shared)"))
+                    }
+                }
+            }
+            Ok(full)
+        }
+        Some(Value::Array(a)) => {
+            bad("indexer_types", format!("has {} entries but \"num_hidden_layers\" is {layers}: give one per layer", a.len()))
+        }
+        Some(x) => bad("indexer_types", format!("is {x}, not a list")),
+    }
 }
 
 /// Gated DeltaNet's shape (Qwen3-Next, Qwen3.5).
@@ -789,7 +973,9 @@ fn read_moe(v: &Value, source: &str, arch: &str) -> Result<Option<Moe>, ModelErr
     let expert_ffn = field(v, &["moe_intermediate_size", "intermediate_size"], source)?.ok_or_else(|| {
         ModelError::Input(format!("{source}: model_type {arch:?} has experts but no \"moe_intermediate_size\" or \"intermediate_size\""))
     })?;
-    let shared_experts = field(v, &["n_shared_experts"], source)?.unwrap_or(0);
+    // Every Llama 4 MoE layer has one shared expert of an expert's size (transformers' Llama4TextMoe).
+    let shared_default = if arch == "llama4" { 1 } else { 0 };
+    let shared_experts = field(v, &["n_shared_experts"], source)?.unwrap_or(shared_default);
     let shared_ffn = field(v, &["shared_expert_intermediate_size"], source)?.unwrap_or(shared_experts.saturating_mul(expert_ffn));
     Ok(Some(Moe {
         experts,
@@ -802,24 +988,99 @@ fn read_moe(v: &Value, source: &str, arch: &str) -> Result<Option<Moe>, ModelErr
     }))
 }
 
-/// The checkpoint format from `quantization_config` (None: unquantized).
-fn read_checkpoint(root: &Value, source: &str) -> Result<Option<Dtype>, ModelError> {
+/// The checkpoint format from `quantization_config` (None: unquantized), and each part's where a
+/// ModelOpt `MIXED_PRECISION` checkpoint quantizes them differently. A ModelOpt checkpoint is named
+/// by `quant_method` "modelopt" or, in older exports without one, by `producer.name`.
+fn read_checkpoint(root: &Value, source: &str, moe: bool) -> Result<(Option<Dtype>, Option<PartFormats>), ModelError> {
     let Some(q) = root.get("quantization_config").filter(|q| !q.is_null()) else {
-        return Ok(None);
+        return Ok((None, None));
     };
-    let method = q.get("quant_method").and_then(Value::as_str).unwrap_or("");
+    let producer = q.get("producer").and_then(|p| p.get("name")).and_then(Value::as_str);
+    let method = match q.get("quant_method").and_then(Value::as_str).unwrap_or("") {
+        "" if producer == Some("modelopt") => "modelopt",
+        m => m,
+    };
     let algo = q.get("quant_algo").and_then(Value::as_str).unwrap_or("").to_ascii_lowercase();
+    let one = |d: Dtype| Ok((Some(d), None));
     match (method, algo.as_str()) {
-        ("fp8", _) => Ok(Some(Dtype::Fp8)),
-        ("mxfp4", _) => Ok(Some(Dtype::Mxfp4)),
-        ("modelopt", "nvfp4") => Ok(Some(Dtype::Nvfp4)),
-        ("modelopt", "fp8") => Ok(Some(Dtype::Fp8)),
-        ("awq" | "gptq", _) => Ok(Some(Dtype::Int4)),
-        ("compressed-tensors", _) => compressed_tensors(q, source).map(Some),
+        ("fp8", _) => one(Dtype::Fp8),
+        ("mxfp4", _) => one(Dtype::Mxfp4),
+        ("modelopt", "mixed_precision") => {
+            let parts = modelopt_mixed(q, source)?;
+            Ok((Some(if moe { parts.experts } else { parts.dense_ffn }), Some(parts)))
+        }
+        ("modelopt", a) => match modelopt_algo(a) {
+            Some(d) => one(d),
+            None => Err(ModelError::Input(format!(
+                "{source}: field \"quantization_config.quant_algo\" is {:?}, which servetune does not model for a ModelOpt checkpoint (known: NVFP4, W4A16_NVFP4, FP8, MIXED_PRECISION); remove quantization_config and give --quant",
+                q.get("quant_algo").and_then(Value::as_str).unwrap_or("")
+            ))),
+        },
+        ("awq" | "gptq", _) => one(Dtype::Int4),
+        ("compressed-tensors", _) => compressed_tensors(q, source).map(|d| (Some(d), None)),
         _ => Err(ModelError::Input(format!(
             "{source}: field \"quantization_config.quant_method\" {method:?} is not understood (known: fp8, mxfp4, modelopt with NVFP4 or FP8, awq, gptq, compressed-tensors); remove it and give --quant"
         ))),
     }
+}
+
+/// A ModelOpt `quant_algo` (lower case) as a weight format. W4A16_NVFP4 keeps NVFP4 weights with
+/// bf16 activations: priced as INT4 weight-only (4-bit weights, bf16 GEMMs; 0.53 against 0.56
+/// bytes per weight).
+fn modelopt_algo(a: &str) -> Option<Dtype> {
+    match a {
+        "nvfp4" => Some(Dtype::Nvfp4),
+        "w4a16_nvfp4" => Some(Dtype::Int4),
+        "fp8" => Some(Dtype::Fp8),
+        _ => None,
+    }
+}
+
+/// A ModelOpt `MIXED_PRECISION` checkpoint's format per part, from `quantized_layers` (module name
+/// -> its `quant_algo`): a module under `shared_expert` is a shared expert's, under `experts` a
+/// routed expert's, under `self_attn` or `linear_attn` attention's, under `mlp` a dense FFN's; a
+/// part none of whose modules is listed stays BF16. A part whose modules disagree, a module of no
+/// known part, or an algorithm servetune does not model is refused, naming it.
+fn modelopt_mixed(q: &Value, source: &str) -> Result<PartFormats, ModelError> {
+    let bad = |why: String| {
+        ModelError::Input(format!(
+            "{source}: field \"quantization_config.quantized_layers\" {why}; remove quantization_config and give --quant"
+        ))
+    };
+    let layers =
+        q.get("quantized_layers").and_then(Value::as_object).filter(|l| !l.is_empty()).ok_or_else(|| bad("is missing or empty".into()))?;
+    let mut parts: [Option<Dtype>; 4] = [None; 4];
+    const NAMES: [&str; 4] = ["attention", "dense FFN", "routed experts", "shared experts"];
+    for (module, spec) in layers {
+        if module == "lm_head" || module.ends_with(".lm_head") {
+            continue;
+        }
+        let segs: Vec<&str> = module.split('.').collect();
+        let has = |s: &str| segs.contains(&s);
+        let part = if has("shared_expert") || has("shared_experts") {
+            3
+        } else if has("experts") {
+            2
+        } else if has("self_attn") || has("linear_attn") || has("attn") {
+            0
+        } else if has("mlp") {
+            1
+        } else {
+            return Err(bad(format!("lists {module:?}, which is not an attention, FFN or expert module")));
+        };
+        let algo = spec.get("quant_algo").and_then(Value::as_str).unwrap_or("");
+        let d = modelopt_algo(&algo.to_ascii_lowercase()).ok_or_else(|| {
+            bad(format!("gives {module:?} quant_algo {algo:?}, which servetune does not model (known: NVFP4, W4A16_NVFP4, FP8)"))
+        })?;
+        match parts[part] {
+            Some(have) if have != d => {
+                return Err(bad(format!("mixes {} and {} within the {}", have.name(), d.name(), NAMES[part])));
+            }
+            _ => parts[part] = Some(d),
+        }
+    }
+    let [attention, dense_ffn, experts, shared_experts] = parts.map(|p| p.unwrap_or(Dtype::Bf16));
+    Ok(PartFormats { attention, dense_ffn, experts, shared_experts })
 }
 
 /// A compressed-tensors checkpoint's weight format, from its `config_groups`' weights (every group
@@ -893,6 +1154,9 @@ impl ModelSpec {
             if d.index_heads == 0 || d.index_head_dim == 0 || d.topk == 0 {
                 return bad("index_n_heads\", \"index_head_dim\" or \"index_topk", "is 0: the indexer needs all three".into());
             }
+            if d.indexer_layers == 0 {
+                return bad("indexer_types", "names no \"full\" layer: some layer must run the indexer".into());
+            }
         }
         Ok(())
     }
@@ -964,6 +1228,10 @@ mod tests {
             ("minimax-m2", 230e9, 10e9, "non_embedding"),
             ("glm-4.5", 355e9, 32e9, "non_embedding"),
             ("glm-4.6", 355e9, 32e9, "non_embedding"),
+            // Meta's model cards: 17B active of 109B (Scout) and of 400B (Maverick), the vision
+            // encoder (not modelled) included.
+            ("llama-4-scout", 109e9, 17e9, "all"),
+            ("llama-4-maverick", 400e9, 17e9, "all"),
         ];
         for &(name, total, active, conv) in cases {
             let p = catalog(name).expect("catalog").params();
@@ -1213,5 +1481,194 @@ mod tests {
         assert_eq!(from_hf_config(&ct(8, "float"), "c.json").expect("fp8").checkpoint, Some(Dtype::Fp8));
         let e = from_hf_config(&ct(2, "int"), "c.json").expect_err("2-bit");
         assert!(e.to_string().contains("quantization_config.config_groups") && e.to_string().contains("2-bit \"int\" weights"), "{e}");
+    }
+
+    /// An edit to a config's JSON object.
+    type Edit<'a> = &'a dyn Fn(&mut serde_json::Map<String, Value>);
+
+    /// A config's JSON as a value to edit.
+    fn json(text: &str) -> Value {
+        serde_json::from_str(text).expect("json")
+    }
+
+    #[test]
+    fn python_float_tokens_outside_strings_are_read_as_null() {
+        let cfg = llama_with(r#","time_step_limit":[0.0, Infinity],"x":NaN,"y":-Infinity,"_name_or_path":"NaN -Infinity""#);
+        let m = from_hf_config(&cfg, "c.json").expect("python's float tokens");
+        assert_eq!(m.name, "NaN -Infinity", "a string keeps its text");
+        assert_eq!(
+            python_floats_as_null(r#"{"a": "Infinity \" NaN", "b": [NaN, -Infinity]}"#).as_deref(),
+            Some(r#"{"a": "Infinity \" NaN", "b": [null, null]}"#)
+        );
+        assert_eq!(python_floats_as_null(r#"{"NaN": 1, "a": NaNx}"#), None, "inside a string, or not a whole token");
+        let e = from_hf_config(r#"{"a": Infinity,}"#, "c.json").expect_err("still not JSON");
+        assert!(e.to_string().contains("c.json: not valid JSON"), "{e}");
+        // NVIDIA's Nemotron-3 Super config ends time_step_limit in Infinity: it parses, and is then
+        // refused by its architecture.
+        let e = from_hf_config(include_str!("../tests/configs/nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8.json"), "n.json")
+            .expect_err("nemotron_h");
+        assert!(e.to_string().contains("field \"model_type\" is \"nemotron_h\""), "{e}");
+    }
+
+    #[test]
+    fn modelopt_mixed_precision_checkpoints_give_each_part_its_format() {
+        let moe = from_hf_config(include_str!("../tests/configs/nvidia--Qwen3.6-35B-A3B-NVFP4.json"), "q.json").expect("Qwen3.6 MoE");
+        let p = moe.checkpoint_parts.expect("mixed");
+        assert_eq!((p.attention, p.experts, p.shared_experts, p.dense_ffn), (Dtype::Fp8, Dtype::Int4, Dtype::Int4, Dtype::Bf16));
+        assert_eq!(moe.checkpoint, Some(Dtype::Int4), "a MoE checkpoint is named by its experts");
+        let dense = from_hf_config(include_str!("../tests/configs/nvidia--Qwen3.6-27B-NVFP4.json"), "q.json").expect("Qwen3.6 dense");
+        let p = dense.checkpoint_parts.expect("mixed");
+        assert_eq!((p.attention, p.dense_ffn), (Dtype::Fp8, Dtype::Int4));
+        assert_eq!(dense.checkpoint, Some(Dtype::Int4), "a dense one by its FFN");
+        // An older ModelOpt export names itself only by its producer.
+        let fp8 = from_hf_config(include_str!("../tests/configs/Qwen--Qwen3-32B-FP8-Static-PerTensor.json"), "q.json").expect("FP8");
+        assert_eq!((fp8.checkpoint, fp8.checkpoint_parts), (Some(Dtype::Fp8), None));
+        let refused = |q: &str, want: &str| {
+            let e = from_hf_config(&llama_with(&format!(r#","quantization_config":{q}"#)), "c.json").expect_err(want);
+            assert!(e.to_string().contains(want), "{e}");
+        };
+        refused(r#"{"quant_method":"modelopt","quant_algo":"INT8_SQ"}"#, r#"field "quantization_config.quant_algo" is "INT8_SQ""#);
+        let mixed =
+            |layers: &str| format!(r#"{{"quant_method":"modelopt","quant_algo":"MIXED_PRECISION","quantized_layers":{{{layers}}}}}"#);
+        refused(
+            &mixed(r#""model.layers.0.self_attn.q_proj":{"quant_algo":"FP8"},"model.layers.1.self_attn.q_proj":{"quant_algo":"NVFP4"}"#),
+            "mixes fp8 and nvfp4 within the attention",
+        );
+        refused(&mixed(r#""model.layers.0.vision.proj":{"quant_algo":"FP8"}"#), "is not an attention, FFN or expert module");
+        refused(
+            &mixed(r#""model.layers.0.mlp.up_proj":{"quant_algo":"W4A8_AWQ"}"#),
+            "quant_algo \"W4A8_AWQ\", which servetune does not model",
+        );
+        refused(&mixed(""), "quantization_config.quantized_layers\" is missing or empty");
+    }
+
+    #[test]
+    fn llama4_interleaves_its_moe_layers_and_chunks_three_layers_in_four() {
+        let scout = catalog("llama-4-scout").expect("scout");
+        assert_eq!(scout.arch, "llama4");
+        assert_eq!((scout.layers, scout.dense_layers, scout.moe_layers()), (48, 0, 48));
+        // Every fourth layer is NoPE global attention; the rotary ones attend within 8,192-token chunks.
+        assert_eq!((scout.layer_counts.full, scout.layer_counts.sliding, scout.sliding_window), (12, 36, Some(8192)));
+        let m = scout.moe.expect("experts");
+        assert_eq!((m.experts, m.top_k, m.shared_experts, m.expert_ffn, m.shared_ffn), (16, 1, 1, 8192, 8192));
+        let maverick = catalog("llama-4-maverick").expect("maverick");
+        assert_eq!(
+            (maverick.dense_layers, maverick.moe_layers(), maverick.ffn),
+            (24, 24, 16384),
+            "every other layer dense, intermediate_size_mlp wide"
+        );
+        let edited = |edit: Edit| {
+            let mut cfg = json(include_str!("../data/models/llama-4-maverick.json"));
+            edit(cfg["text_config"].as_object_mut().expect("text_config"));
+            from_hf_config(&cfg.to_string(), "m.json")
+        };
+        let listed = edited(&|t| {
+            t.insert("moe_layers".into(), serde_json::json!([1, 3, 5]));
+        })
+        .expect("moe_layers");
+        assert_eq!(listed.dense_layers, 45, "moe_layers places the MoE layers when given");
+        let marks: Vec<u32> = (0..48).map(|i| u32::from(i % 2 == 0)).collect();
+        let nope = edited(&|t| {
+            t.insert("no_rope_layers".into(), serde_json::json!(marks));
+        })
+        .expect("no_rope_layers");
+        assert_eq!((nope.layer_counts.full, nope.layer_counts.sliding), (24, 24), "no_rope_layers marks the chunked (rotary) layers");
+        let global = edited(&|t| {
+            t.insert("attention_chunk_size".into(), Value::Null);
+        })
+        .expect("no chunks");
+        assert_eq!((global.layer_counts.full, global.sliding_window), (48, None), "without a chunk size every layer is global");
+        let refusals: [(Edit, &str); 4] = [
+            (
+                &|t| drop(t.insert("no_rope_layers".into(), serde_json::json!([1, 0]))),
+                "field \"no_rope_layers\" must hold one 0 (NoPE) or 1",
+            ),
+            (&|t| drop(t.insert("interleave_moe_layer_step".into(), serde_json::json!(0))), "\"interleave_moe_layer_step\" is 0"),
+            (&|t| drop(t.insert("moe_layers".into(), serde_json::json!([48]))), "field \"moe_layers\" holds 48"),
+            (&|t| drop(t.remove("intermediate_size_mlp")), "needs the field \"intermediate_size_mlp\""),
+        ];
+        for (edit, want) in refusals {
+            let e = edited(edit).expect_err(want);
+            assert!(e.to_string().contains(want), "{e}");
+        }
+    }
+
+    #[test]
+    fn qwen3_vl_language_models_read_as_qwen3() {
+        let moe = from_hf_config(include_str!("../tests/configs/Qwen--Qwen3-VL-235B-A22B-Instruct.json"), "v.json").expect("VL MoE");
+        assert_eq!(moe.arch, "qwen3_moe");
+        assert!(within(moe.params().total, 235e9, 0.02), "{}", moe.params().total / 1e9);
+        let dense = from_hf_config(include_str!("../tests/configs/Qwen--Qwen3-VL-8B-Instruct.json"), "v.json").expect("VL dense");
+        assert_eq!((dense.arch.as_str(), dense.moe), ("qwen3", None));
+    }
+
+    #[test]
+    fn glm_5_2_runs_its_dsa_indexer_only_in_its_full_indexer_layers() {
+        let text = include_str!("../data/validation/configs/zai-org--GLM-5.2-FP8.json");
+        let m = from_hf_config(text, "g.json").expect("GLM-5.2");
+        let cfg = json(text);
+        let types = cfg["indexer_types"].as_array().expect("indexer_types");
+        let full = types.iter().filter(|t| *t == "full").count() as u32;
+        assert!(full > 0 && full < m.layers, "{full} of {}", m.layers);
+        assert_eq!(m.dsa.expect("dsa").indexer_layers, full);
+        assert!((m.indexer_share() - full as f64 / m.layers as f64).abs() < 1e-12);
+        // Without the list (and its frequency) every layer would run it and hold its weights.
+        let mut every = cfg.clone();
+        let o = every.as_object_mut().expect("object");
+        o.remove("indexer_types");
+        o.remove("index_topk_freq");
+        let every = from_hf_config(&every.to_string(), "g.json").expect("every layer");
+        assert_eq!(every.dsa.expect("dsa").indexer_layers, every.layers);
+        assert!(every.params().attention > m.params().attention);
+        // NVIDIA's NVFP4 export names its layers deepseek_sparse_attention: full attention.
+        let nv = from_hf_config(include_str!("../tests/configs/nvidia--GLM-5.2-NVFP4.json"), "n.json").expect("GLM-5.2 NVFP4");
+        assert_eq!((nv.layer_counts.full, nv.dsa.expect("dsa").indexer_layers, nv.checkpoint), (nv.layers, full, Some(Dtype::Nvfp4)));
+        let refused = |edit: Edit, want: &str| {
+            let mut c = cfg.clone();
+            edit(c.as_object_mut().expect("object"));
+            let e = from_hf_config(&c.to_string(), "g.json").expect_err(want);
+            assert!(e.to_string().contains(want), "{e}");
+        };
+        refused(&|o| drop(o.remove("indexer_types")), "field \"index_topk_freq\" is 4, but no \"indexer_types\"");
+        refused(&|o| o["indexer_types"][5] = "sparse".into(), "entry 5 is \"sparse\", which servetune does not understand");
+        refused(&|o| o["indexer_types"][0] = "shared".into(), "entry 0 is \"shared\" before any \"full\" layer");
+        refused(&|o| drop(o.insert("indexer_types".into(), serde_json::json!(["full"]))), "has 1 entries but \"num_hidden_layers\" is 78");
+        // A model without an indexer has no sparse-attention layers.
+        let e = from_hf_config(
+            &llama_with(&format!(r#","layer_types":{}"#, serde_json::json!(vec!["deepseek_sparse_attention"; 32]))),
+            "c.json",
+        )
+        .expect_err("not DSA");
+        assert!(e.to_string().contains("entry 0 is \"deepseek_sparse_attention\", which servetune does not understand"), "{e}");
+    }
+
+    #[test]
+    fn every_fixture_config_parses_or_is_refused_by_a_named_field() {
+        let fixtures: [(&str, &str); 9] = [
+            (
+                "meta-llama--Llama-4-Scout-17B-16E-Instruct.json",
+                include_str!("../tests/configs/meta-llama--Llama-4-Scout-17B-16E-Instruct.json"),
+            ),
+            (
+                "meta-llama--Llama-4-Maverick-17B-128E-Instruct.json",
+                include_str!("../tests/configs/meta-llama--Llama-4-Maverick-17B-128E-Instruct.json"),
+            ),
+            ("nvidia--Qwen3.6-35B-A3B-NVFP4.json", include_str!("../tests/configs/nvidia--Qwen3.6-35B-A3B-NVFP4.json")),
+            ("nvidia--Qwen3.6-27B-NVFP4.json", include_str!("../tests/configs/nvidia--Qwen3.6-27B-NVFP4.json")),
+            ("Qwen--Qwen3-VL-235B-A22B-Instruct.json", include_str!("../tests/configs/Qwen--Qwen3-VL-235B-A22B-Instruct.json")),
+            ("Qwen--Qwen3-VL-8B-Instruct.json", include_str!("../tests/configs/Qwen--Qwen3-VL-8B-Instruct.json")),
+            ("Qwen--Qwen3-32B-FP8-Static-PerTensor.json", include_str!("../tests/configs/Qwen--Qwen3-32B-FP8-Static-PerTensor.json")),
+            ("nvidia--GLM-5.2-NVFP4.json", include_str!("../tests/configs/nvidia--GLM-5.2-NVFP4.json")),
+            (
+                "nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8.json",
+                include_str!("../tests/configs/nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8.json"),
+            ),
+        ];
+        for (name, text) in fixtures {
+            match from_hf_config(text, name) {
+                Ok(m) => assert!(m.params().total > 1e9, "{name}: {} parameters", m.params().total),
+                Err(e) => assert!(e.to_string().starts_with(&format!("{name}: field \"")), "{name}: {e}"),
+            }
+        }
     }
 }

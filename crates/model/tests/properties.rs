@@ -39,6 +39,8 @@ fn model() -> impl Strategy<Value = (&'static str, Dtype, &'static str, u32)> {
         Just(("glm-4.5", Dtype::Bf16, "gb200", 8)),
         Just(("qwen3-next-80b-a3b", Dtype::Bf16, "h100-sxm", 4)),
         Just(("qwen3.5-397b-a17b", Dtype::Fp8, "mi355x", 4)),
+        Just(("llama-4-scout", Dtype::Bf16, "h100-sxm", 4)),
+        Just(("llama-4-maverick", Dtype::Fp8, "h200", 8)),
     ]
 }
 
