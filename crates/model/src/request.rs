@@ -381,6 +381,12 @@ impl ScenarioSpec {
             quant.dense_ffn = p.dense_ffn;
             quant.experts = p.experts;
             quant.shared_experts = p.shared_experts;
+            // The model keeps one format for the embedding table and the LM head; a decode step
+            // reads only the head, so a quantized head's format is the one priced (the table's
+            // memory is then undercounted by its share).
+            if let Some(h) = p.lm_head {
+                quant.embeddings = h;
+            }
         }
         if let Some(d) = q.attention {
             quant.attention = d;
@@ -708,7 +714,8 @@ mod tests {
         let mut spec = ScenarioSpec::new(ModelSource::Config { text, path: "q.json".into() }, "h200");
         spec.gpus = 1;
         let q = spec.build().expect("mixed").quant;
-        assert_eq!((q.attention, q.experts, q.shared_experts, q.embeddings), (Dtype::Fp8, Dtype::Int4, Dtype::Int4, Dtype::Bf16));
+        // Its LM head is W4A16 NVFP4: the format a decode step reads it in.
+        assert_eq!((q.attention, q.experts, q.shared_experts, q.embeddings), (Dtype::Fp8, Dtype::Int4, Dtype::Int4, Dtype::Int4));
         spec.quant.checkpoint = Some(Dtype::Nvfp4);
         let q = spec.build().expect("--quant").quant;
         assert_eq!((q.attention, q.experts), (Dtype::Bf16, Dtype::Nvfp4), "--quant names the whole checkpoint");

@@ -226,6 +226,8 @@ pub struct PartFormats {
     pub experts: Dtype,
     /// Shared experts.
     pub shared_experts: Dtype,
+    /// The LM head, where the checkpoint quantizes it (None: BF16, the embedding table's).
+    pub lm_head: Option<Dtype>,
 }
 
 /// Parameter counts, by component.
@@ -576,10 +578,10 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
         hidden,
         layers,
         dense_layers,
-        // Llama 4's dense FFN layers are `intermediate_size_mlp` wide; its `intermediate_size` is
-        // an expert's.
+        // Llama 4's dense FFN layers are `intermediate_size_mlp` wide (16,384 when absent, as in
+        // transformers' Llama4TextConfig); its `intermediate_size` is an expert's.
         ffn: match arch.as_str() {
-            "llama4" => need(v, &["intermediate_size_mlp"], source, &arch)?,
+            "llama4" => field(v, &["intermediate_size_mlp"], source)?.unwrap_or(16_384),
             _ => field(v, &["intermediate_size"], source)?.unwrap_or(hidden.saturating_mul(4)),
         },
         vocab: need(v, &["vocab_size"], source, &arch)?,
@@ -729,7 +731,9 @@ fn llama4_layer_kinds(v: &Value, source: &str, layers: u32) -> Result<LayerCount
     if field(v, &["attention_chunk_size"], source)?.is_none() {
         return Ok(LayerCounts { full: layers, sliding: 0, linear: 0 });
     }
-    let rope = if v.get("no_rope_layers").is_some_and(|x| !x.is_null()) {
+    // An empty list is the default, as transformers reads it.
+    let listed = v.get("no_rope_layers").and_then(Value::as_array).is_some_and(|a| !a.is_empty());
+    let rope = if listed || v.get("no_rope_layers").is_some_and(|x| !x.is_null() && !x.is_array()) {
         let marks = index_list(v, "no_rope_layers", source)?;
         if marks.len() != layers as usize || marks.iter().any(|m| *m > 1) {
             return Err(ModelError::Input(format!(
@@ -761,8 +765,8 @@ fn read_layer_kinds(v: &Value, source: &str, arch: &str, layers: u32) -> Result<
                     a.len()
                 )));
             }
-            let dsa = v.get("index_topk").is_some_and(|k| !k.is_null());
-            a.iter().enumerate().map(|(i, t)| layer_kind(t, i, source, dsa)).collect::<Result<_, _>>()?
+            let dsa = ["index_n_heads", "index_head_dim", "index_topk"].iter().all(|k| v.get(*k).is_some_and(|x| !x.is_null()));
+            a.iter().enumerate().map(|(i, t)| layer_kind(t, i, source, arch, dsa)).collect::<Result<_, _>>()?
         }
         Some(x) => return Err(ModelError::Input(format!("{source}: field \"layer_types\" is {x}, not a list of layer kinds"))),
     };
@@ -783,16 +787,21 @@ fn read_layer_kinds(v: &Value, source: &str, arch: &str, layers: u32) -> Result<
     Ok(LayerCounts { full: count(LayerKind::Full), sliding: count(LayerKind::Sliding), linear: count(LayerKind::Linear) })
 }
 
-fn layer_kind(t: &Value, i: usize, source: &str, dsa: bool) -> Result<LayerKind, ModelError> {
+/// One `layer_types` entry. Two spellings are architecture-specific: GLM-5.2's
+/// "deepseek_sparse_attention" (full attention read through the DSA indexer's top-k, on a model
+/// with an indexer) and Llama 4's "chunked_attention" (newer transformers write Llama 4's layer
+/// kinds out: its chunked layers, [`llama4_layer_kinds`]).
+fn layer_kind(t: &Value, i: usize, source: &str, arch: &str, dsa: bool) -> Result<LayerKind, ModelError> {
     match t.as_str() {
         Some("full_attention") => Ok(LayerKind::Full),
         Some("sliding_attention") => Ok(LayerKind::Sliding),
         Some("linear_attention") => Ok(LayerKind::Linear),
-        // GLM-5.2's name for its layers: full attention read through the DSA indexer's top-k.
         Some("deepseek_sparse_attention") if dsa => Ok(LayerKind::Full),
+        Some("chunked_attention") if arch == "llama4" => Ok(LayerKind::Sliding),
         _ => Err(ModelError::Input(format!(
-            "{source}: field \"layer_types\" entry {i} is {t}, which servetune does not understand (known: full_attention, sliding_attention, linear_attention{})",
-            if dsa { ", deepseek_sparse_attention" } else { "" }
+            "{source}: field \"layer_types\" entry {i} is {t}, which servetune does not understand (known: full_attention, sliding_attention, linear_attention{}{})",
+            if dsa { ", deepseek_sparse_attention" } else { "" },
+            if arch == "llama4" { ", chunked_attention" } else { "" }
         ))),
     }
 }
@@ -1019,7 +1028,7 @@ fn read_checkpoint(root: &Value, source: &str, moe: bool) -> Result<(Option<Dtyp
         ("awq" | "gptq", _) => one(Dtype::Int4),
         ("compressed-tensors", _) => compressed_tensors(q, source).map(|d| (Some(d), None)),
         _ => Err(ModelError::Input(format!(
-            "{source}: field \"quantization_config.quant_method\" {method:?} is not understood (known: fp8, mxfp4, modelopt with NVFP4 or FP8, awq, gptq, compressed-tensors); remove it and give --quant"
+            "{source}: field \"quantization_config.quant_method\" {method:?} is not understood (known: fp8, mxfp4, modelopt, awq, gptq, compressed-tensors); remove it and give --quant"
         ))),
     }
 }
@@ -1038,8 +1047,10 @@ fn modelopt_algo(a: &str) -> Option<Dtype> {
 
 /// A ModelOpt `MIXED_PRECISION` checkpoint's format per part, from `quantized_layers` (module name
 /// -> its `quant_algo`): a module under `shared_expert` is a shared expert's, under `experts` a
-/// routed expert's, under `self_attn` or `linear_attn` attention's, under `mlp` a dense FFN's; a
-/// part none of whose modules is listed stays BF16. A part whose modules disagree, a module of no
+/// routed expert's, under `self_attn`, `linear_attn` or `attn` attention's, under `mlp` or
+/// `feed_forward` a dense FFN's, `lm_head` the LM head's; a part none of whose modules is listed
+/// stays BF16. Routers and gates (`gate`, `router`, `shared_expert_gate`), the vision tower and the
+/// MTP layer are not modelled and are passed over. A part whose modules disagree, a module of no
 /// known part, or an algorithm servetune does not model is refused, naming it.
 fn modelopt_mixed(q: &Value, source: &str) -> Result<PartFormats, ModelError> {
     let bad = |why: String| {
@@ -1049,21 +1060,25 @@ fn modelopt_mixed(q: &Value, source: &str) -> Result<PartFormats, ModelError> {
     };
     let layers =
         q.get("quantized_layers").and_then(Value::as_object).filter(|l| !l.is_empty()).ok_or_else(|| bad("is missing or empty".into()))?;
-    let mut parts: [Option<Dtype>; 4] = [None; 4];
-    const NAMES: [&str; 4] = ["attention", "dense FFN", "routed experts", "shared experts"];
+    let mut parts: [Option<Dtype>; 5] = [None; 5];
+    const NAMES: [&str; 5] = ["attention", "dense FFN", "routed experts", "shared experts", "LM head"];
+    const PASSED_OVER: [&str; 8] =
+        ["visual", "vision_model", "vision_tower", "multi_modal_projector", "mtp", "gate", "router", "shared_expert_gate"];
     for (module, spec) in layers {
-        if module == "lm_head" || module.ends_with(".lm_head") {
-            continue;
-        }
         let segs: Vec<&str> = module.split('.').collect();
         let has = |s: &str| segs.contains(&s);
-        let part = if has("shared_expert") || has("shared_experts") {
+        if PASSED_OVER.iter().any(|p| has(p)) {
+            continue;
+        }
+        let part = if segs.last() == Some(&"lm_head") {
+            4
+        } else if has("shared_expert") || has("shared_experts") {
             3
         } else if has("experts") {
             2
         } else if has("self_attn") || has("linear_attn") || has("attn") {
             0
-        } else if has("mlp") {
+        } else if has("mlp") || has("feed_forward") {
             1
         } else {
             return Err(bad(format!("lists {module:?}, which is not an attention, FFN or expert module")));
@@ -1079,8 +1094,9 @@ fn modelopt_mixed(q: &Value, source: &str) -> Result<PartFormats, ModelError> {
             _ => parts[part] = Some(d),
         }
     }
-    let [attention, dense_ffn, experts, shared_experts] = parts.map(|p| p.unwrap_or(Dtype::Bf16));
-    Ok(PartFormats { attention, dense_ffn, experts, shared_experts })
+    let lm_head = parts[4];
+    let [attention, dense_ffn, experts, shared_experts, _] = parts.map(|p| p.unwrap_or(Dtype::Bf16));
+    Ok(PartFormats { attention, dense_ffn, experts, shared_experts, lm_head })
 }
 
 /// A compressed-tensors checkpoint's weight format, from its `config_groups`' weights (every group
@@ -1516,6 +1532,7 @@ mod tests {
         let p = moe.checkpoint_parts.expect("mixed");
         assert_eq!((p.attention, p.experts, p.shared_experts, p.dense_ffn), (Dtype::Fp8, Dtype::Int4, Dtype::Int4, Dtype::Bf16));
         assert_eq!(moe.checkpoint, Some(Dtype::Int4), "a MoE checkpoint is named by its experts");
+        assert_eq!(p.lm_head, Some(Dtype::Int4), "its LM head is W4A16 NVFP4 too");
         let dense = from_hf_config(include_str!("../tests/configs/nvidia--Qwen3.6-27B-NVFP4.json"), "q.json").expect("Qwen3.6 dense");
         let p = dense.checkpoint_parts.expect("mixed");
         assert_eq!((p.attention, p.dense_ffn), (Dtype::Fp8, Dtype::Int4));
@@ -1534,7 +1551,13 @@ mod tests {
             &mixed(r#""model.layers.0.self_attn.q_proj":{"quant_algo":"FP8"},"model.layers.1.self_attn.q_proj":{"quant_algo":"NVFP4"}"#),
             "mixes fp8 and nvfp4 within the attention",
         );
-        refused(&mixed(r#""model.layers.0.vision.proj":{"quant_algo":"FP8"}"#), "is not an attention, FFN or expert module");
+        refused(&mixed(r#""model.layers.0.input_norm":{"quant_algo":"FP8"}"#), "is not an attention, FFN or expert module");
+        // Llama 4's FFN modules and a quantized LM head are read; the vision tower and the
+        // routers are passed over.
+        let layers = r#""model.layers.0.feed_forward.down_proj":{"quant_algo":"FP8"},"lm_head":{"quant_algo":"NVFP4"},"model.visual.blocks.0.attn.qkv":{"quant_algo":"NVFP4"},"model.layers.0.mlp.gate":{"quant_algo":"NVFP4"}"#;
+        let cfg = llama_with(&format!(r#","quantization_config":{}"#, mixed(layers)));
+        let parts = from_hf_config(&cfg, "c.json").expect("mixed").checkpoint_parts.expect("parts");
+        assert_eq!((parts.dense_ffn, parts.attention, parts.lm_head), (Dtype::Fp8, Dtype::Bf16, Some(Dtype::Nvfp4)));
         refused(
             &mixed(r#""model.layers.0.mlp.up_proj":{"quant_algo":"W4A8_AWQ"}"#),
             "quant_algo \"W4A8_AWQ\", which servetune does not model",
@@ -1578,6 +1601,23 @@ mod tests {
         })
         .expect("no chunks");
         assert_eq!((global.layer_counts.full, global.sliding_window), (48, None), "without a chunk size every layer is global");
+        // Newer transformers write the layer kinds out, the chunked ones as "chunked_attention".
+        let kinds: Vec<&str> = (0..48).map(|i| if (i + 1) % 4 == 0 { "full_attention" } else { "chunked_attention" }).collect();
+        let written = edited(&|t| {
+            t.insert("layer_types".into(), serde_json::json!(kinds));
+        })
+        .expect("layer_types");
+        assert_eq!((written.layer_counts.full, written.layer_counts.sliding, written.sliding_window), (12, 36, Some(8192)));
+        let empty = edited(&|t| {
+            t.insert("no_rope_layers".into(), serde_json::json!([]));
+        })
+        .expect("an empty no_rope_layers");
+        assert_eq!(empty.layer_counts, maverick.layer_counts, "an empty list is the default interval, as transformers reads it");
+        let bare = edited(&|t| {
+            t.remove("intermediate_size_mlp");
+        })
+        .expect("no intermediate_size_mlp");
+        assert_eq!(bare.ffn, 16_384, "transformers' default");
         let refusals: [(Edit, &str); 4] = [
             (
                 &|t| drop(t.insert("no_rope_layers".into(), serde_json::json!([1, 0]))),
@@ -1585,7 +1625,7 @@ mod tests {
             ),
             (&|t| drop(t.insert("interleave_moe_layer_step".into(), serde_json::json!(0))), "\"interleave_moe_layer_step\" is 0"),
             (&|t| drop(t.insert("moe_layers".into(), serde_json::json!([48]))), "field \"moe_layers\" holds 48"),
-            (&|t| drop(t.remove("intermediate_size_mlp")), "needs the field \"intermediate_size_mlp\""),
+            (&|t| drop(t.insert("layer_types".into(), serde_json::json!(["chunked_attention"]))), "\"layer_types\" has 1 entries"),
         ];
         for (edit, want) in refusals {
             let e = edited(edit).expect_err(want);
@@ -1640,6 +1680,9 @@ mod tests {
         )
         .expect_err("not DSA");
         assert!(e.to_string().contains("entry 0 is \"deepseek_sparse_attention\", which servetune does not understand"), "{e}");
+        // Nor does a lone index_topk make one: the indexer needs its heads and dimension too.
+        let lone = llama_with(&format!(r#","index_topk":2048,"layer_types":{}"#, serde_json::json!(vec!["deepseek_sparse_attention"; 32])));
+        assert!(from_hf_config(&lone, "c.json").is_err());
     }
 
     #[test]
