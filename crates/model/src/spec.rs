@@ -571,7 +571,8 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
         _ => None,
     };
     let qk_norm_across_heads = arch == "minimax_m2" && read_qk_norm(v, source)?;
-    let (checkpoint, checkpoint_parts) = read_checkpoint(&root, source, moe.is_some())?;
+    let shape = LayerShape { layers, dense: dense_layers, moe: if moe.is_some() { layers - dense_layers.min(layers) } else { 0 } };
+    let (checkpoint, checkpoint_parts) = read_checkpoint(&root, source, shape)?;
     let name = v.get("_name_or_path").and_then(Value::as_str).filter(|s| !s.is_empty()).unwrap_or(source).to_string();
     let spec = ModelSpec {
         name,
@@ -1000,7 +1001,16 @@ fn read_moe(v: &Value, source: &str, arch: &str) -> Result<Option<Moe>, ModelErr
 /// The checkpoint format from `quantization_config` (None: unquantized), and each part's where a
 /// ModelOpt `MIXED_PRECISION` checkpoint quantizes them differently. A ModelOpt checkpoint is named
 /// by `quant_method` "modelopt" or, in older exports without one, by `producer.name`.
-fn read_checkpoint(root: &Value, source: &str, moe: bool) -> Result<(Option<Dtype>, Option<PartFormats>), ModelError> {
+/// How many layers have each part, for reading which parts a checkpoint left unquantized.
+#[derive(Debug, Clone, Copy)]
+struct LayerShape {
+    layers: u32,
+    dense: u32,
+    moe: u32,
+}
+
+fn read_checkpoint(root: &Value, source: &str, shape: LayerShape) -> Result<(Option<Dtype>, Option<PartFormats>), ModelError> {
+    let moe = shape.moe > 0;
     let Some(q) = root.get("quantization_config").filter(|q| !q.is_null()) else {
         return Ok((None, None));
     };
@@ -1013,6 +1023,12 @@ fn read_checkpoint(root: &Value, source: &str, moe: bool) -> Result<(Option<Dtyp
     let one = |d: Dtype| Ok((Some(d), None));
     match (method, algo.as_str()) {
         ("fp8", _) => one(Dtype::Fp8),
+        ("fbgemm_fp8", _) => {
+            let parts = fbgemm_parts(q, shape);
+            let headline = if moe { parts.experts } else { parts.dense_ffn };
+            let uniform = [parts.attention, parts.dense_ffn, parts.experts, parts.shared_experts].iter().all(|d| *d == Dtype::Fp8);
+            Ok((Some(headline), (!uniform).then_some(parts)))
+        }
         ("mxfp4", _) => one(Dtype::Mxfp4),
         ("modelopt", "mixed_precision") => {
             let parts = modelopt_mixed(q, source)?;
@@ -1028,7 +1044,7 @@ fn read_checkpoint(root: &Value, source: &str, moe: bool) -> Result<(Option<Dtyp
         ("awq" | "gptq", _) => one(Dtype::Int4),
         ("compressed-tensors", _) => compressed_tensors(q, source).map(|d| (Some(d), None)),
         _ => Err(ModelError::Input(format!(
-            "{source}: field \"quantization_config.quant_method\" {method:?} is not understood (known: fp8, mxfp4, modelopt, awq, gptq, compressed-tensors); remove it and give --quant"
+            "{source}: field \"quantization_config.quant_method\" {method:?} is not understood (known: fp8, fbgemm_fp8, mxfp4, modelopt, awq, gptq, compressed-tensors); remove it and give --quant"
         ))),
     }
 }
@@ -1062,26 +1078,11 @@ fn modelopt_mixed(q: &Value, source: &str) -> Result<PartFormats, ModelError> {
         q.get("quantized_layers").and_then(Value::as_object).filter(|l| !l.is_empty()).ok_or_else(|| bad("is missing or empty".into()))?;
     let mut parts: [Option<Dtype>; 5] = [None; 5];
     const NAMES: [&str; 5] = ["attention", "dense FFN", "routed experts", "shared experts", "LM head"];
-    const PASSED_OVER: [&str; 8] =
-        ["visual", "vision_model", "vision_tower", "multi_modal_projector", "mtp", "gate", "router", "shared_expert_gate"];
     for (module, spec) in layers {
-        let segs: Vec<&str> = module.split('.').collect();
-        let has = |s: &str| segs.contains(&s);
-        if PASSED_OVER.iter().any(|p| has(p)) {
-            continue;
-        }
-        let part = if segs.last() == Some(&"lm_head") {
-            4
-        } else if has("shared_expert") || has("shared_experts") {
-            3
-        } else if has("experts") {
-            2
-        } else if has("self_attn") || has("linear_attn") || has("attn") {
-            0
-        } else if has("mlp") || has("feed_forward") {
-            1
-        } else {
-            return Err(bad(format!("lists {module:?}, which is not an attention, FFN or expert module")));
+        let part = match module_part(module) {
+            ModulePart::Part(p) => p,
+            ModulePart::PassedOver => continue,
+            ModulePart::Unknown => return Err(bad(format!("lists {module:?}, which is not an attention, FFN or expert module"))),
         };
         let algo = spec.get("quant_algo").and_then(Value::as_str).unwrap_or("");
         let d = modelopt_algo(&algo.to_ascii_lowercase()).ok_or_else(|| {
@@ -1097,6 +1098,61 @@ fn modelopt_mixed(q: &Value, source: &str) -> Result<PartFormats, ModelError> {
     let lm_head = parts[4];
     let [attention, dense_ffn, experts, shared_experts, _] = parts.map(|p| p.unwrap_or(Dtype::Bf16));
     Ok(PartFormats { attention, dense_ffn, experts, shared_experts, lm_head })
+}
+
+/// Which part of the model a checkpoint's module name belongs to.
+enum ModulePart {
+    /// 0 attention, 1 dense FFN, 2 routed experts, 3 shared experts, 4 LM head.
+    Part(usize),
+    /// A module the model does not price: a router or gate, the vision tower, the MTP layer.
+    PassedOver,
+    /// None of those.
+    Unknown,
+}
+
+/// A module's part, by its name's segments (`model.layers.3.mlp.experts.7.down_proj`: routed
+/// experts; `...feed_forward.shared_expert...`: shared experts; `...self_attn...`, `linear_attn`
+/// or `attn`: attention; `mlp` or `feed_forward`: dense FFN; a last segment `lm_head`: the head).
+fn module_part(module: &str) -> ModulePart {
+    const PASSED_OVER: [&str; 8] =
+        ["visual", "vision_model", "vision_tower", "multi_modal_projector", "mtp", "gate", "router", "shared_expert_gate"];
+    let segs: Vec<&str> = module.split('.').collect();
+    let has = |s: &str| segs.contains(&s);
+    if PASSED_OVER.iter().any(|p| has(p)) {
+        ModulePart::PassedOver
+    } else if segs.last() == Some(&"lm_head") {
+        ModulePart::Part(4)
+    } else if has("shared_expert") || has("shared_experts") {
+        ModulePart::Part(3)
+    } else if has("experts") {
+        ModulePart::Part(2)
+    } else if has("self_attn") || has("linear_attn") || has("attn") {
+        ModulePart::Part(0)
+    } else if has("mlp") || has("feed_forward") {
+        ModulePart::Part(1)
+    } else {
+        ModulePart::Unknown
+    }
+}
+
+/// An fbgemm FP8 checkpoint's parts (Meta's FP8 exports: FP8 weights with a scale per output
+/// channel, activations quantized per token at run time). Every linear layer is FP8 except the
+/// modules `modules_to_not_convert` lists: a part stays BF16 when the list names it in at least
+/// half the layers that have it (layer indices read from `layers.N`), so the few first and last
+/// layers a checkpoint keeps in BF16 leave the rest FP8. The LM head stays BF16 (neither
+/// transformers nor vLLM converts it); names of no known part are passed over.
+fn fbgemm_parts(q: &Value, shape: LayerShape) -> PartFormats {
+    let mut listed: [std::collections::BTreeSet<u32>; 4] = Default::default();
+    for m in q.get("modules_to_not_convert").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str) {
+        let segs: Vec<&str> = m.split('.').collect();
+        let layer = segs.windows(2).find(|w| w[0] == "layers").and_then(|w| w[1].parse::<u32>().ok());
+        if let (ModulePart::Part(p @ 0..=3), Some(l)) = (module_part(m), layer) {
+            listed[p].insert(l);
+        }
+    }
+    let with = [shape.layers, shape.dense, shape.moe, shape.moe];
+    let fmt = |p: usize| if with[p] > 0 && 2 * listed[p].len() as u64 >= with[p] as u64 { Dtype::Bf16 } else { Dtype::Fp8 };
+    PartFormats { attention: fmt(0), dense_ffn: fmt(1), experts: fmt(2), shared_experts: fmt(3), lm_head: None }
 }
 
 /// A compressed-tensors checkpoint's weight format, from its `config_groups`' weights (every group
@@ -1563,6 +1619,39 @@ mod tests {
             "quant_algo \"W4A8_AWQ\", which servetune does not model",
         );
         refused(&mixed(""), "quantization_config.quantized_layers\" is missing or empty");
+    }
+
+    #[test]
+    fn fbgemm_fp8_checkpoints_keep_the_parts_their_unconverted_list_names_in_most_layers_in_bf16() {
+        let with = |unconverted: &str| {
+            let q = format!(
+                r#","quantization_config":{{"quant_method":"fbgemm_fp8","activation_scale_ub":1200.0,"modules_to_not_convert":{unconverted}}}"#
+            );
+            from_hf_config(&llama_with(&q), "c.json").expect("fbgemm")
+        };
+        // Every attention layer and the first and last FFN unconverted, as Meta's 405B export does.
+        let mut names: Vec<String> = (0..32).map(|i| format!("model.layers.{i}.self_attn")).collect();
+        names.extend(["model.layers.0.mlp".to_string(), "model.layers.31.mlp".to_string(), "lm_head".to_string()]);
+        let m = with(&serde_json::json!(names).to_string());
+        let p = m.checkpoint_parts.expect("mixed");
+        assert_eq!((p.attention, p.dense_ffn, p.lm_head, m.checkpoint), (Dtype::Bf16, Dtype::Fp8, None, Some(Dtype::Fp8)));
+        // Nothing unconverted but the head: one FP8 format for every part.
+        let all = with(r#"["lm_head"]"#);
+        assert_eq!((all.checkpoint, all.checkpoint_parts), (Some(Dtype::Fp8), None));
+        // Llama 4 Maverick's routed experts FP8, the rest (attention, shared experts, dense FFNs) BF16.
+        let mut cfg = json(include_str!("../data/models/llama-4-maverick.json"));
+        let mut names: Vec<String> = Vec::new();
+        for i in 0..48 {
+            names.push(format!("language_model.model.layers.{i}.self_attn"));
+            names.push(format!("language_model.model.layers.{i}.feed_forward.{}", if i % 2 == 1 { "shared_expert" } else { "down_proj" }));
+            names.push(format!("language_model.model.layers.{i}.feed_forward.router"));
+        }
+        names.push("vision_model".into());
+        cfg["quantization_config"] = serde_json::json!({"quant_method": "fbgemm_fp8", "modules_to_not_convert": names});
+        let m = from_hf_config(&cfg.to_string(), "m.json").expect("maverick fp8");
+        let p = m.checkpoint_parts.expect("mixed");
+        assert_eq!((p.experts, p.shared_experts, p.attention, p.dense_ffn), (Dtype::Fp8, Dtype::Bf16, Dtype::Bf16, Dtype::Bf16));
+        assert_eq!(m.checkpoint, Some(Dtype::Fp8), "a MoE checkpoint is named by its experts");
     }
 
     #[test]
