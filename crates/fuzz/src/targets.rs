@@ -114,6 +114,7 @@ impl Target for ModelConfig {
             "\"attention_chunk_size\": ",
             "\"indexer_types\": [\"full\", \"shared\"",
             "\"quantized_layers\": {",
+            "\"modules_to_not_convert\": [\"model.layers.0.self_attn\"",
             "Infinity",
             "NaN",
             "null",
