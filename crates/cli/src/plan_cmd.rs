@@ -145,7 +145,7 @@ pub struct PlanArgs {
     /// A Hugging Face config.json instead of a catalog name
     #[arg(long, value_name = "FILE")]
     pub model_config: Option<PathBuf>,
-    /// Checkpoint format (default: the model's published checkpoint; 4-bit formats quantize the experts, the rest stays bf16)
+    /// Checkpoint format (default: the model's published checkpoint; 4-bit formats quantize a MoE model's experts, the rest staying bf16, and every linear layer of a dense model)
     #[arg(long, value_enum)]
     pub quant: Option<QuantArg>,
     /// Override the attention weights' format

@@ -130,8 +130,9 @@ impl KvDtype {
 }
 
 impl Quant {
-    /// A checkpoint format by its usual name. 4-bit checkpoints quantize the expert GEMMs and keep
-    /// the other weights in bf16 (the GLM-5 NVFP4 checkpoint measured 56 GB per GPU at TP8,
+    /// A checkpoint format by its usual name. 4-bit checkpoints of MoE models quantize the expert
+    /// GEMMs and keep the other weights in bf16 (a dense model's quantize every linear layer:
+    /// [`Quant::every_linear_layer`], which `plan` applies to models without experts) (the GLM-5 NVFP4 checkpoint measured 56 GB per GPU at TP8,
     /// measured on the reference deployment; this layout gives 55.8 GB). `fp8` quantizes every linear layer;
     /// embeddings stay bf16 in all of them.
     pub fn preset(q: Dtype) -> Self {
@@ -148,9 +149,62 @@ impl Quant {
     }
 }
 
+impl Quant {
+    /// These formats with every linear layer (attention, FFN, experts) in `dt`: how a dense
+    /// model's 4-bit checkpoint is quantized (nvidia's NVFP4 and the AWQ/GPTQ exports of dense
+    /// models quantize every linear layer but the LM head), where a MoE model's keeps its
+    /// attention in BF16 ([`Quant::preset`]).
+    pub fn every_linear_layer(self, dt: Dtype) -> Quant {
+        Quant { attention: dt, dense_ffn: dt, experts: dt, shared_experts: dt, ..self }
+    }
+
+    /// The weights' format as the plan header writes it: the experts' (`moe`) or the dense FFN's,
+    /// followed by the parts that differ from that checkpoint's usual layout (a MoE model's
+    /// [`Quant::preset`]; a dense model's every linear layer in the one format), e.g. "int4
+    /// (attention fp8)" for a mixed-precision export. `parts` says which parts the model has:
+    /// (dense FFN layers, shared experts).
+    pub fn label(&self, moe: bool, parts: (bool, bool)) -> String {
+        let head = if moe { self.experts } else { self.dense_ffn };
+        let usual = if moe { Quant::preset(head) } else { Quant::preset(head).every_linear_layer(head) };
+        let mut differ = Vec::new();
+        if self.attention != usual.attention {
+            differ.push(format!("attention {}", self.attention.name()));
+        }
+        if moe && parts.0 && self.dense_ffn != usual.dense_ffn {
+            differ.push(format!("dense FFN {}", self.dense_ffn.name()));
+        }
+        if moe && parts.1 && self.shared_experts != usual.shared_experts {
+            differ.push(format!("shared experts {}", self.shared_experts.name()));
+        }
+        if self.embeddings != usual.embeddings {
+            differ.push(format!("LM head {}", self.embeddings.name()));
+        }
+        if differ.is_empty() {
+            head.name().to_string()
+        } else {
+            format!("{} ({})", head.name(), differ.join(", "))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_label_names_the_headline_format_and_the_parts_that_differ_from_its_preset() {
+        assert_eq!(Quant::preset(Dtype::Nvfp4).label(true, (true, true)), "nvfp4", "a 4-bit preset's bf16 attention is its usual layout");
+        assert_eq!(Quant::preset(Dtype::Fp8).label(false, (true, false)), "fp8");
+        let mixed = Quant { attention: Dtype::Fp8, embeddings: Dtype::Int4, ..Quant::preset(Dtype::Int4) };
+        assert_eq!(mixed.label(true, (false, true)), "int4 (attention fp8, LM head int4)");
+        // A dense model is named by its FFN, whatever its (absent) experts say; its 4-bit
+        // checkpoint quantizes every linear layer.
+        let dense = Quant { experts: Dtype::Bf16, shared_experts: Dtype::Bf16, ..Quant::preset(Dtype::Fp8) };
+        assert_eq!(dense.label(false, (true, false)), "fp8");
+        let four_bit = Quant::preset(Dtype::Nvfp4).every_linear_layer(Dtype::Nvfp4);
+        assert_eq!(four_bit.label(false, (true, false)), "nvfp4");
+        assert_eq!(Quant::preset(Dtype::Nvfp4).label(false, (true, false)), "bf16", "a dense model is named by the FFN it prices");
+    }
 
     #[test]
     fn bytes_per_weight_include_scales() {

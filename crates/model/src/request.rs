@@ -374,7 +374,13 @@ impl ScenarioSpec {
 
     fn resolve_quant(&self, model: &ModelSpec) -> Quant {
         let q = &self.quant;
-        let mut quant = Quant::preset(q.checkpoint.or(model.checkpoint).unwrap_or(Dtype::Bf16));
+        let format = q.checkpoint.or(model.checkpoint).unwrap_or(Dtype::Bf16);
+        let mut quant = Quant::preset(format);
+        // A dense model's 4-bit checkpoint quantizes every linear layer (a MoE model's keeps its
+        // attention and dense layers in BF16: Quant::preset).
+        if model.moe.is_none() && matches!(format, Dtype::Nvfp4 | Dtype::Mxfp4 | Dtype::Int4) {
+            quant = quant.every_linear_layer(format);
+        }
         // A mixed checkpoint's own parts, unless --quant names another format.
         if let (None, Some(p)) = (q.checkpoint, model.checkpoint_parts) {
             quant.attention = p.attention;
@@ -706,6 +712,22 @@ mod tests {
         oss.gpus = 1;
         assert_eq!(oss.build().expect("oss").quant.experts, Dtype::Mxfp4);
         assert_eq!(glm_on_rtx(Some(Dtype::Nvfp4)).build().expect("nvfp4").quant.experts, Dtype::Nvfp4);
+    }
+
+    #[test]
+    fn a_dense_models_4_bit_checkpoint_quantizes_every_linear_layer_and_a_moe_models_only_its_experts() {
+        let mut llama = ScenarioSpec::new(ModelSource::Catalog("llama-3.1-70b".into()), "b200");
+        llama.gpus = 1;
+        llama.quant.checkpoint = Some(Dtype::Nvfp4);
+        let s = llama.build().expect("llama nvfp4");
+        assert_eq!((s.quant.attention, s.quant.dense_ffn, s.quant.embeddings), (Dtype::Nvfp4, Dtype::Nvfp4, Dtype::Bf16));
+        // 70.6B parameters at 0.5625 bytes, the 2.1B of embeddings and LM head in bf16: about 43 GB.
+        let gb = s.weight_bytes_gpu() / 1e9;
+        assert!((40.0..46.0).contains(&gb), "{gb} GB");
+        // A part's flag still wins.
+        llama.quant.attention = Some(Dtype::Fp8);
+        assert_eq!(llama.build().expect("--quant-attention").quant.attention, Dtype::Fp8);
+        assert_eq!(glm_on_rtx(Some(Dtype::Nvfp4)).build().expect("glm").quant.attention, Dtype::Bf16, "a MoE model keeps BF16 attention");
     }
 
     #[test]

@@ -473,16 +473,6 @@ fn spec_of(c: &E2eCase) -> Result<(ScenarioSpec, u32, &'static str), (SkipReason
     Ok((s, conc, note))
 }
 
-/// The dense 4-bit checkpoints (ModelOpt FP4, AWQ) quantize every linear layer, not only experts.
-fn dense_four_bit(s: &mut ScenarioSpec) -> Result<(), ModelError> {
-    let m = s.model_spec()?;
-    if m.moe.is_none() && matches!(s.quant.checkpoint, Some(Dtype::Nvfp4 | Dtype::Mxfp4 | Dtype::Int4)) {
-        s.quant.attention = s.quant.checkpoint;
-        s.quant.dense = s.quant.checkpoint;
-    }
-    Ok(())
-}
-
 fn measured_of(c: &E2eCase, conc: u32, osl: u32) -> Option<(Measure, f64)> {
     if let Some(r) = c.output_tok_s.filter(|r| r.is_finite() && *r > 0.0) {
         return Some((Measure::OutputTokS, r));
@@ -497,9 +487,8 @@ fn measured_of(c: &E2eCase, conc: u32, osl: u32) -> Option<(Measure, f64)> {
 /// prefill mixing): its row, or why it was skipped. With `bench`, the prediction is what the
 /// case's benchmark would measure (its workload run in virtual time).
 fn score(c: &E2eCase, engine: &Engine, bench: Option<&dyn VirtualBench>, latency: Latency) -> Result<Row, (SkipReason, String)> {
-    let (mut spec, conc, note) = spec_of(c)?;
+    let (spec, conc, note) = spec_of(c)?;
     let (measure, measured) = measured_of(c, conc, spec.output_len).ok_or((SkipReason::NoMeasure, String::new()))?;
-    dense_four_bit(&mut spec).map_err(|e| (SkipReason::Refused, e.to_string()))?;
     let mut s: Scenario = spec.build().map_err(|e| (SkipReason::Refused, e.to_string()))?;
     // The fitted constants under scoring, with what the case and its engine set.
     let e = s.engine;
