@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::spec::ModelSpec;
 use crate::ModelError;
 
 /// A weight storage format (a checkpoint's quantization).
@@ -129,15 +130,21 @@ impl KvDtype {
     }
 }
 
+impl Dtype {
+    /// A 4-bit format (NVFP4, MXFP4, INT4 weight-only).
+    pub fn is_four_bit(self) -> bool {
+        matches!(self, Dtype::Nvfp4 | Dtype::Mxfp4 | Dtype::Int4)
+    }
+}
+
 impl Quant {
-    /// A checkpoint format by its usual name. 4-bit checkpoints of MoE models quantize the expert
-    /// GEMMs and keep the other weights in bf16 (a dense model's quantize every linear layer:
-    /// [`Quant::every_linear_layer`], which `plan` applies to models without experts) (the GLM-5 NVFP4 checkpoint measured 56 GB per GPU at TP8,
-    /// measured on the reference deployment; this layout gives 55.8 GB). `fp8` quantizes every linear layer;
-    /// embeddings stay bf16 in all of them.
+    /// A MoE model's checkpoint format by its usual name. 4-bit checkpoints quantize the expert
+    /// GEMMs and keep the other weights in bf16 (the GLM-5 NVFP4 checkpoint measured 56 GB per GPU
+    /// at TP8 on the reference deployment; this layout gives 55.8 GB). `fp8` quantizes every
+    /// linear layer; embeddings stay bf16 in all of them. [`Quant::checkpoint`] is the layout for
+    /// either kind of model.
     pub fn preset(q: Dtype) -> Self {
-        let four_bit = matches!(q, Dtype::Nvfp4 | Dtype::Mxfp4 | Dtype::Int4);
-        let rest = if four_bit { Dtype::Bf16 } else { q };
+        let rest = if q.is_four_bit() { Dtype::Bf16 } else { q };
         Quant {
             attention: rest,
             dense_ffn: rest,
@@ -147,38 +154,48 @@ impl Quant {
             kv_cache: if q == Dtype::Bf16 { KvDtype::Bf16 } else { KvDtype::Fp8 },
         }
     }
-}
 
-impl Quant {
-    /// These formats with every linear layer (attention, FFN, experts) in `dt`: how a dense
-    /// model's 4-bit checkpoint is quantized (nvidia's NVFP4 and the AWQ/GPTQ exports of dense
-    /// models quantize every linear layer but the LM head), where a MoE model's keeps its
-    /// attention in BF16 ([`Quant::preset`]).
-    pub fn every_linear_layer(self, dt: Dtype) -> Quant {
-        Quant { attention: dt, dense_ffn: dt, experts: dt, shared_experts: dt, ..self }
+    /// A checkpoint in `q` of a model with or without experts: [`Quant::preset`] for a MoE model;
+    /// a dense model's 4-bit checkpoint quantizes every linear layer but the LM head (NVIDIA's
+    /// NVFP4 and the AWQ/GPTQ exports of dense models).
+    pub fn checkpoint(q: Dtype, has_experts: bool) -> Self {
+        let preset = Quant::preset(q);
+        if has_experts || !q.is_four_bit() {
+            preset
+        } else {
+            Quant { attention: q, dense_ffn: q, experts: q, shared_experts: q, ..preset }
+        }
     }
 
-    /// The weights' format as the plan header writes it: the experts' (`moe`) or the dense FFN's,
-    /// followed by the parts that differ from that checkpoint's usual layout (a MoE model's
-    /// [`Quant::preset`]; a dense model's every linear layer in the one format), e.g. "int4
-    /// (attention fp8)" for a mixed-precision export. `parts` says which parts the model has:
-    /// (dense FFN layers, shared experts).
-    pub fn label(&self, moe: bool, parts: (bool, bool)) -> String {
-        let head = if moe { self.experts } else { self.dense_ffn };
-        let usual = if moe { Quant::preset(head) } else { Quant::preset(head).every_linear_layer(head) };
-        let mut differ = Vec::new();
-        if self.attention != usual.attention {
-            differ.push(format!("attention {}", self.attention.name()));
+    /// The format that names the checkpoint: the experts' in a model with experts, else the dense
+    /// FFN's.
+    pub fn headline(&self, has_experts: bool) -> Dtype {
+        if has_experts {
+            self.experts
+        } else {
+            self.dense_ffn
         }
-        if moe && parts.0 && self.dense_ffn != usual.dense_ffn {
-            differ.push(format!("dense FFN {}", self.dense_ffn.name()));
-        }
-        if moe && parts.1 && self.shared_experts != usual.shared_experts {
-            differ.push(format!("shared experts {}", self.shared_experts.name()));
-        }
-        if self.embeddings != usual.embeddings {
-            differ.push(format!("LM head {}", self.embeddings.name()));
-        }
+    }
+
+    /// The weights' format as the plan header writes it: the experts' (a MoE model) or the dense
+    /// FFN's, followed by the parts of `model` that differ from that checkpoint's usual layout
+    /// ([`Quant::checkpoint`]), e.g. "int4 (attention fp8)" for a mixed-precision export.
+    pub fn label(&self, model: &ModelSpec) -> String {
+        let moe = model.moe.is_some();
+        let head = self.headline(moe);
+        let usual = Quant::checkpoint(head, moe);
+        let shared = model.moe.is_some_and(|m| m.shared_experts > 0);
+        let parts = [
+            ("attention", self.attention, usual.attention, true),
+            ("dense FFN", self.dense_ffn, usual.dense_ffn, moe && model.dense_layers > 0),
+            ("shared experts", self.shared_experts, usual.shared_experts, shared),
+            ("LM head", self.embeddings, usual.embeddings, true),
+        ];
+        let differ: Vec<String> = parts
+            .iter()
+            .filter(|(_, have, want, present)| *present && have != want)
+            .map(|(name, have, _, _)| format!("{name} {}", have.name()))
+            .collect();
         if differ.is_empty() {
             head.name().to_string()
         } else {
@@ -192,18 +209,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_label_names_the_headline_format_and_the_parts_that_differ_from_its_preset() {
-        assert_eq!(Quant::preset(Dtype::Nvfp4).label(true, (true, true)), "nvfp4", "a 4-bit preset's bf16 attention is its usual layout");
-        assert_eq!(Quant::preset(Dtype::Fp8).label(false, (true, false)), "fp8");
+    fn the_label_names_the_headline_format_and_the_parts_that_differ_from_its_usual_layout() {
+        let glm = crate::spec::catalog("glm-5").expect("glm-5");
+        let llama = crate::spec::catalog("llama-3.1-8b").expect("llama");
+        assert_eq!(Quant::preset(Dtype::Nvfp4).label(&glm), "nvfp4", "a MoE model's 4-bit checkpoint keeps bf16 attention");
+        assert_eq!(Quant::preset(Dtype::Fp8).label(&llama), "fp8");
         let mixed = Quant { attention: Dtype::Fp8, embeddings: Dtype::Int4, ..Quant::preset(Dtype::Int4) };
-        assert_eq!(mixed.label(true, (false, true)), "int4 (attention fp8, LM head int4)");
+        assert_eq!(mixed.label(&glm), "int4 (attention fp8, LM head int4)");
         // A dense model is named by its FFN, whatever its (absent) experts say; its 4-bit
         // checkpoint quantizes every linear layer.
         let dense = Quant { experts: Dtype::Bf16, shared_experts: Dtype::Bf16, ..Quant::preset(Dtype::Fp8) };
-        assert_eq!(dense.label(false, (true, false)), "fp8");
-        let four_bit = Quant::preset(Dtype::Nvfp4).every_linear_layer(Dtype::Nvfp4);
-        assert_eq!(four_bit.label(false, (true, false)), "nvfp4");
-        assert_eq!(Quant::preset(Dtype::Nvfp4).label(false, (true, false)), "bf16", "a dense model is named by the FFN it prices");
+        assert_eq!(dense.label(&llama), "fp8");
+        assert_eq!(Quant::checkpoint(Dtype::Nvfp4, false).label(&llama), "nvfp4");
+        assert_eq!(Quant::preset(Dtype::Nvfp4).label(&llama), "bf16", "a dense model is named by the FFN it prices");
+    }
+
+    #[test]
+    fn the_checkpoint_layout_depends_on_the_experts_only_for_4_bit_formats() {
+        let dense = Quant::checkpoint(Dtype::Nvfp4, false);
+        assert_eq!((dense.attention, dense.dense_ffn, dense.embeddings), (Dtype::Nvfp4, Dtype::Nvfp4, Dtype::Bf16));
+        assert_eq!(Quant::checkpoint(Dtype::Nvfp4, true), Quant::preset(Dtype::Nvfp4));
+        assert_eq!(Quant::checkpoint(Dtype::Fp8, false), Quant::preset(Dtype::Fp8), "8-bit layouts do not depend on the experts");
     }
 
     #[test]

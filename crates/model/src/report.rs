@@ -400,7 +400,7 @@ fn write_header(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
         r.model,
         p.total / 1e9,
         p.active / 1e9,
-        s.quant.label(s.model.moe.is_some(), (s.model.dense_layers > 0, s.model.moe.is_some_and(|m| m.shared_experts > 0))),
+        s.quant.label(&s.model),
         s.plan.gpus,
         s.gpu.name,
         s.link.name,

@@ -374,13 +374,7 @@ impl ScenarioSpec {
 
     fn resolve_quant(&self, model: &ModelSpec) -> Quant {
         let q = &self.quant;
-        let format = q.checkpoint.or(model.checkpoint).unwrap_or(Dtype::Bf16);
-        let mut quant = Quant::preset(format);
-        // A dense model's 4-bit checkpoint quantizes every linear layer (a MoE model's keeps its
-        // attention and dense layers in BF16: Quant::preset).
-        if model.moe.is_none() && matches!(format, Dtype::Nvfp4 | Dtype::Mxfp4 | Dtype::Int4) {
-            quant = quant.every_linear_layer(format);
-        }
+        let mut quant = Quant::checkpoint(q.checkpoint.or(model.checkpoint).unwrap_or(Dtype::Bf16), model.moe.is_some());
         // A mixed checkpoint's own parts, unless --quant names another format.
         if let (None, Some(p)) = (q.checkpoint, model.checkpoint_parts) {
             quant.attention = p.attention;
@@ -531,7 +525,7 @@ impl WhatIf {
                 Change::Pp(v) => s.plan.pp = *v,
                 Change::Ep(v) => s.plan.ep = *v,
                 Change::Gpus(v) => s.plan.gpus = *v,
-                Change::Quant(d) => s.quant = Quant::preset(*d),
+                Change::Quant(d) => s.quant = Quant::checkpoint(*d, s.model.moe.is_some()),
                 Change::Overlap(o) => s.engine.overlap = *o,
                 Change::Net(n) => match &mut s.cluster {
                     Some(c) => c.net = n.clone(),
@@ -678,10 +672,11 @@ pub fn build_report_with(req: &PlanRequest, bench: Option<&dyn VirtualBench>) ->
 /// The smallest changes that make `s` fit: the widest other published format that fits, and the
 /// fewest GPUs (a whole multiple, the TP group kept and more pipeline stages) that fit.
 pub fn suggest_fit(s: &Scenario, published: &[Dtype]) -> FitSuggestion {
-    let current = s.quant.experts;
+    let has_experts = s.model.moe.is_some();
+    let current = s.quant.headline(has_experts);
     let mut formats: Vec<Dtype> = published.iter().copied().filter(|d| *d != current).collect();
     formats.sort_by(|a, b| b.bytes().total_cmp(&a.bytes()));
-    let quant = formats.into_iter().find(|d| Scenario { quant: Quant::preset(*d), ..s.clone() }.check_fit().is_ok());
+    let quant = formats.into_iter().find(|d| Scenario { quant: Quant::checkpoint(*d, has_experts), ..s.clone() }.check_fit().is_ok());
     let gpus = (2..=8u32).find_map(|k| {
         let plan = Plan { gpus: s.plan.gpus * k, pp: s.plan.pp * k, ..s.plan };
         let mut t = Scenario { plan, ..s.clone() };
@@ -728,6 +723,12 @@ mod tests {
         llama.quant.attention = Some(Dtype::Fp8);
         assert_eq!(llama.build().expect("--quant-attention").quant.attention, Dtype::Fp8);
         assert_eq!(glm_on_rtx(Some(Dtype::Nvfp4)).build().expect("glm").quant.attention, Dtype::Bf16, "a MoE model keeps BF16 attention");
+        // `--vs quant=nvfp4` from a dense FP8 plan takes the same layout.
+        llama.quant = QuantSpec::default();
+        llama.quant.checkpoint = Some(Dtype::Fp8);
+        let fp8 = llama.build().expect("llama fp8");
+        let vs = WhatIf::parse("quant=nvfp4").expect("parse").apply(&fp8).expect("applies");
+        assert_eq!((vs.quant.attention, vs.quant.dense_ffn), (Dtype::Nvfp4, Dtype::Nvfp4));
     }
 
     #[test]

@@ -230,6 +230,18 @@ pub struct PartFormats {
     pub lm_head: Option<Dtype>,
 }
 
+impl PartFormats {
+    /// The format that names the checkpoint: the experts' in a model with experts, else the dense
+    /// FFN's ([`crate::quant::Quant::headline`]).
+    fn headline(&self, has_experts: bool) -> Dtype {
+        if has_experts {
+            self.experts
+        } else {
+            self.dense_ffn
+        }
+    }
+}
+
 /// Parameter counts, by component.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Default)]
 pub struct ParamCounts {
@@ -560,16 +572,16 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
         Some(_) if arch == "llama4" => llama4_dense_layers(v, source, layers)?,
         Some(_) => field(v, &["first_k_dense_replace"], source)?.unwrap_or(0),
     };
-    let layer_counts = read_layer_kinds(v, source, &arch, layers)?;
-    let sliding_window = read_sliding_window(v, source, &arch, layer_counts)?;
-    let linear = if layer_counts.linear > 0 { Some(read_linear(v, source, &arch)?) } else { None };
-    check_attn_type_list(v, source, &arch, layers)?;
     let dsa = match (field(v, &["index_n_heads"], source)?, field(v, &["index_head_dim"], source)?, field(v, &["index_topk"], source)?) {
         (Some(h), Some(d), Some(k)) => {
             Some(Dsa { index_heads: h, index_head_dim: d, topk: k, indexer_layers: read_indexer_layers(v, source, layers)? })
         }
         _ => None,
     };
+    let layer_counts = read_layer_kinds(v, source, &arch, layers, dsa.is_some())?;
+    let sliding_window = read_sliding_window(v, source, &arch, layer_counts)?;
+    let linear = if layer_counts.linear > 0 { Some(read_linear(v, source, &arch)?) } else { None };
+    check_attn_type_list(v, source, &arch, layers)?;
     let qk_norm_across_heads = arch == "minimax_m2" && read_qk_norm(v, source)?;
     let shape = LayerShape { layers, dense: dense_layers, moe: if moe.is_some() { layers - dense_layers.min(layers) } else { 0 } };
     let (checkpoint, checkpoint_parts) = read_checkpoint(&root, source, shape)?;
@@ -732,10 +744,9 @@ fn llama4_layer_kinds(v: &Value, source: &str, layers: u32) -> Result<LayerCount
     if field(v, &["attention_chunk_size"], source)?.is_none() {
         return Ok(LayerCounts { full: layers, sliding: 0, linear: 0 });
     }
-    // An empty list is the default, as transformers reads it.
-    let listed = v.get("no_rope_layers").and_then(Value::as_array).is_some_and(|a| !a.is_empty());
-    let rope = if listed || v.get("no_rope_layers").is_some_and(|x| !x.is_null() && !x.is_array()) {
-        let marks = index_list(v, "no_rope_layers", source)?;
+    // An absent or empty list is the default interval, as transformers reads it.
+    let marks = index_list(v, "no_rope_layers", source)?;
+    let rope = if !marks.is_empty() {
         if marks.len() != layers as usize || marks.iter().any(|m| *m > 1) {
             return Err(ModelError::Input(format!(
                 "{source}: field \"no_rope_layers\" must hold one 0 (NoPE) or 1 (rotary) per layer, {layers} in all"
@@ -755,8 +766,9 @@ fn llama4_layer_kinds(v: &Value, source: &str, layers: u32) -> Result<LayerCount
 /// Layer kinds from `layer_types`, or the config class's default when it is absent: Qwen3-Next
 /// and Qwen3.5 put a full-attention layer every `full_attention_interval` layers (the rest linear);
 /// gpt-oss alternates sliding (even layers) and full; Mistral and Mixtral with a `sliding_window`
-/// slide in every layer; everything else is full attention.
-fn read_layer_kinds(v: &Value, source: &str, arch: &str, layers: u32) -> Result<LayerCounts, ModelError> {
+/// slide in every layer; everything else is full attention. `dsa`: the model has a DSA indexer (its
+/// layers may be spelled "deepseek_sparse_attention").
+fn read_layer_kinds(v: &Value, source: &str, arch: &str, layers: u32, dsa: bool) -> Result<LayerCounts, ModelError> {
     let kinds: Vec<LayerKind> = match v.get("layer_types") {
         None | Some(Value::Null) => return default_layer_kinds(v, source, arch, layers),
         Some(Value::Array(a)) => {
@@ -766,7 +778,6 @@ fn read_layer_kinds(v: &Value, source: &str, arch: &str, layers: u32) -> Result<
                     a.len()
                 )));
             }
-            let dsa = ["index_n_heads", "index_head_dim", "index_topk"].iter().all(|k| v.get(*k).is_some_and(|x| !x.is_null()));
             a.iter().enumerate().map(|(i, t)| layer_kind(t, i, source, arch, dsa)).collect::<Result<_, _>>()?
         }
         Some(x) => return Err(ModelError::Input(format!("{source}: field \"layer_types\" is {x}, not a list of layer kinds"))),
@@ -998,9 +1009,6 @@ fn read_moe(v: &Value, source: &str, arch: &str) -> Result<Option<Moe>, ModelErr
     }))
 }
 
-/// The checkpoint format from `quantization_config` (None: unquantized), and each part's where a
-/// ModelOpt `MIXED_PRECISION` checkpoint quantizes them differently. A ModelOpt checkpoint is named
-/// by `quant_method` "modelopt" or, in older exports without one, by `producer.name`.
 /// How many layers have each part, for reading which parts a checkpoint left unquantized.
 #[derive(Debug, Clone, Copy)]
 struct LayerShape {
@@ -1009,6 +1017,10 @@ struct LayerShape {
     moe: u32,
 }
 
+/// The checkpoint format from `quantization_config` (None: unquantized), and each part's where a
+/// checkpoint quantizes them differently (ModelOpt `MIXED_PRECISION`, an fbgemm FP8 export that
+/// leaves parts in BF16). A ModelOpt checkpoint is named by `quant_method` "modelopt" or, in older
+/// exports without one, by `producer.name`.
 fn read_checkpoint(root: &Value, source: &str, shape: LayerShape) -> Result<(Option<Dtype>, Option<PartFormats>), ModelError> {
     let moe = shape.moe > 0;
     let Some(q) = root.get("quantization_config").filter(|q| !q.is_null()) else {
@@ -1025,14 +1037,13 @@ fn read_checkpoint(root: &Value, source: &str, shape: LayerShape) -> Result<(Opt
         ("fp8", _) => one(Dtype::Fp8),
         ("fbgemm_fp8", _) => {
             let parts = fbgemm_parts(q, shape);
-            let headline = if moe { parts.experts } else { parts.dense_ffn };
             let uniform = [parts.attention, parts.dense_ffn, parts.experts, parts.shared_experts].iter().all(|d| *d == Dtype::Fp8);
-            Ok((Some(headline), (!uniform).then_some(parts)))
+            Ok((Some(parts.headline(moe)), (!uniform).then_some(parts)))
         }
         ("mxfp4", _) => one(Dtype::Mxfp4),
         ("modelopt", "mixed_precision") => {
             let parts = modelopt_mixed(q, source)?;
-            Ok((Some(if moe { parts.experts } else { parts.dense_ffn }), Some(parts)))
+            Ok((Some(parts.headline(moe)), Some(parts)))
         }
         ("modelopt", a) => match modelopt_algo(a) {
             Some(d) => one(d),
@@ -1047,6 +1058,16 @@ fn read_checkpoint(root: &Value, source: &str, shape: LayerShape) -> Result<(Opt
             "{source}: field \"quantization_config.quant_method\" {method:?} is not understood (known: fp8, fbgemm_fp8, mxfp4, modelopt, awq, gptq, compressed-tensors); remove it and give --quant"
         ))),
     }
+}
+
+/// An error naming `quantization_config.<key>` in `source`, with the way out.
+fn quant_error(source: &str, key: &str, why: &str) -> ModelError {
+    ModelError::Input(format!("{source}: field \"quantization_config.{key}\" {why}; remove quantization_config and give --quant"))
+}
+
+/// `quantization_config.<key>` as a non-empty object, or an error naming it.
+fn quant_object<'a>(q: &'a Value, key: &str, source: &str) -> Result<&'a serde_json::Map<String, Value>, ModelError> {
+    q.get(key).and_then(Value::as_object).filter(|o| !o.is_empty()).ok_or_else(|| quant_error(source, key, "is missing or empty"))
 }
 
 /// A ModelOpt `quant_algo` (lower case) as a weight format. W4A16_NVFP4 keeps NVFP4 weights with
@@ -1069,15 +1090,9 @@ fn modelopt_algo(a: &str) -> Option<Dtype> {
 /// MTP layer are not modelled and are passed over. A part whose modules disagree, a module of no
 /// known part, or an algorithm servetune does not model is refused, naming it.
 fn modelopt_mixed(q: &Value, source: &str) -> Result<PartFormats, ModelError> {
-    let bad = |why: String| {
-        ModelError::Input(format!(
-            "{source}: field \"quantization_config.quantized_layers\" {why}; remove quantization_config and give --quant"
-        ))
-    };
-    let layers =
-        q.get("quantized_layers").and_then(Value::as_object).filter(|l| !l.is_empty()).ok_or_else(|| bad("is missing or empty".into()))?;
+    let bad = |why: String| quant_error(source, "quantized_layers", &why);
+    let layers = quant_object(q, "quantized_layers", source)?;
     let mut parts: [Option<Dtype>; 5] = [None; 5];
-    const NAMES: [&str; 5] = ["attention", "dense FFN", "routed experts", "shared experts", "LM head"];
     for (module, spec) in layers {
         let part = match module_part(module) {
             ModulePart::Part(p) => p,
@@ -1088,22 +1103,50 @@ fn modelopt_mixed(q: &Value, source: &str) -> Result<PartFormats, ModelError> {
         let d = modelopt_algo(&algo.to_ascii_lowercase()).ok_or_else(|| {
             bad(format!("gives {module:?} quant_algo {algo:?}, which servetune does not model (known: NVFP4, W4A16_NVFP4, FP8)"))
         })?;
-        match parts[part] {
+        match parts[part as usize] {
             Some(have) if have != d => {
-                return Err(bad(format!("mixes {} and {} within the {}", have.name(), d.name(), NAMES[part])));
+                return Err(bad(format!("mixes {} and {} within the {}", have.name(), d.name(), part.name())));
             }
-            _ => parts[part] = Some(d),
+            _ => parts[part as usize] = Some(d),
         }
     }
-    let lm_head = parts[4];
-    let [attention, dense_ffn, experts, shared_experts, _] = parts.map(|p| p.unwrap_or(Dtype::Bf16));
-    Ok(PartFormats { attention, dense_ffn, experts, shared_experts, lm_head })
+    let bf16 = |p: Part| parts[p as usize].unwrap_or(Dtype::Bf16);
+    Ok(PartFormats {
+        attention: bf16(Part::Attention),
+        dense_ffn: bf16(Part::DenseFfn),
+        experts: bf16(Part::Experts),
+        shared_experts: bf16(Part::SharedExperts),
+        lm_head: parts[Part::LmHead as usize],
+    })
+}
+
+/// A part of the model a checkpoint quantizes on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    Attention,
+    DenseFfn,
+    Experts,
+    SharedExperts,
+    LmHead,
+}
+
+impl Part {
+    /// How errors name it.
+    fn name(self) -> &'static str {
+        match self {
+            Part::Attention => "attention",
+            Part::DenseFfn => "dense FFN",
+            Part::Experts => "routed experts",
+            Part::SharedExperts => "shared experts",
+            Part::LmHead => "LM head",
+        }
+    }
 }
 
 /// Which part of the model a checkpoint's module name belongs to.
 enum ModulePart {
-    /// 0 attention, 1 dense FFN, 2 routed experts, 3 shared experts, 4 LM head.
-    Part(usize),
+    /// One of the parts the model prices.
+    Part(Part),
     /// A module the model does not price: a router or gate, the vision tower, the MTP layer.
     PassedOver,
     /// None of those.
@@ -1121,15 +1164,15 @@ fn module_part(module: &str) -> ModulePart {
     if PASSED_OVER.iter().any(|p| has(p)) {
         ModulePart::PassedOver
     } else if segs.last() == Some(&"lm_head") {
-        ModulePart::Part(4)
+        ModulePart::Part(Part::LmHead)
     } else if has("shared_expert") || has("shared_experts") {
-        ModulePart::Part(3)
+        ModulePart::Part(Part::SharedExperts)
     } else if has("experts") {
-        ModulePart::Part(2)
+        ModulePart::Part(Part::Experts)
     } else if has("self_attn") || has("linear_attn") || has("attn") {
-        ModulePart::Part(0)
+        ModulePart::Part(Part::Attention)
     } else if has("mlp") || has("feed_forward") {
-        ModulePart::Part(1)
+        ModulePart::Part(Part::DenseFfn)
     } else {
         ModulePart::Unknown
     }
@@ -1142,29 +1185,29 @@ fn module_part(module: &str) -> ModulePart {
 /// layers a checkpoint keeps in BF16 leave the rest FP8. The LM head stays BF16 (neither
 /// transformers nor vLLM converts it); names of no known part are passed over.
 fn fbgemm_parts(q: &Value, shape: LayerShape) -> PartFormats {
-    let mut listed: [std::collections::BTreeSet<u32>; 4] = Default::default();
+    let mut listed: [std::collections::BTreeSet<u32>; 5] = Default::default();
     for m in q.get("modules_to_not_convert").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str) {
         let segs: Vec<&str> = m.split('.').collect();
         let layer = segs.windows(2).find(|w| w[0] == "layers").and_then(|w| w[1].parse::<u32>().ok());
-        if let (ModulePart::Part(p @ 0..=3), Some(l)) = (module_part(m), layer) {
-            listed[p].insert(l);
+        if let (ModulePart::Part(p), Some(l)) = (module_part(m), layer) {
+            listed[p as usize].insert(l);
         }
     }
-    let with = [shape.layers, shape.dense, shape.moe, shape.moe];
-    let fmt = |p: usize| if with[p] > 0 && 2 * listed[p].len() as u64 >= with[p] as u64 { Dtype::Bf16 } else { Dtype::Fp8 };
-    PartFormats { attention: fmt(0), dense_ffn: fmt(1), experts: fmt(2), shared_experts: fmt(3), lm_head: None }
+    let fmt = |p: Part, with: u32| if with > 0 && 2 * listed[p as usize].len() as u64 >= with as u64 { Dtype::Bf16 } else { Dtype::Fp8 };
+    PartFormats {
+        attention: fmt(Part::Attention, shape.layers),
+        dense_ffn: fmt(Part::DenseFfn, shape.dense),
+        experts: fmt(Part::Experts, shape.moe),
+        shared_experts: fmt(Part::SharedExperts, shape.moe),
+        lm_head: None,
+    }
 }
 
 /// A compressed-tensors checkpoint's weight format, from its `config_groups`' weights (every group
 /// must agree): 4-bit integers (Kimi-K2-Thinking's W4A16), 4-bit floats (NVFP4), 8-bit floats (FP8).
 fn compressed_tensors(q: &Value, source: &str) -> Result<Dtype, ModelError> {
-    let bad = |why: String| {
-        ModelError::Input(format!(
-            "{source}: field \"quantization_config.config_groups\" {why}; remove quantization_config and give --quant"
-        ))
-    };
-    let groups =
-        q.get("config_groups").and_then(Value::as_object).filter(|g| !g.is_empty()).ok_or_else(|| bad("is missing or empty".into()))?;
+    let bad = |why: String| quant_error(source, "config_groups", &why);
+    let groups = quant_object(q, "config_groups", source)?;
     let mut found: Option<Dtype> = None;
     for (name, g) in groups {
         let w = g.get("weights").ok_or_else(|| bad(format!("group {name:?} has no \"weights\"")))?;
