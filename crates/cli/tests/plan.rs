@@ -540,11 +540,16 @@ fn engine_names_its_defaults_in_the_header_and_shifts_ttft_by_its_latency() {
     };
     let trt = json(&["--engine", "trtllm"]);
     assert_eq!(trt["scenario"]["engine"]["serving"], "trtllm");
-    assert_eq!(trt["scenario"]["engine"]["request_latency_ms"].as_f64(), Some(78.6));
+    assert_eq!(trt["scenario"]["engine"]["request_latency_ms"].as_f64(), Some(servetune_model::predict::TRTLLM_REQUEST_LATENCY_MS));
     // The engine's latency is what its TTFT carries over the same engine without it.
     let ttft = |v: &serde_json::Value| v["points"][0]["client"]["ttft_ms"]["mean"].as_f64().expect("ttft");
     let zero = json(&["--engine", "trtllm", "--request-latency-ms", "0"]);
-    assert!((ttft(&trt) - ttft(&zero) - 78.6).abs() < 1e-6, "{} vs {}", ttft(&trt), ttft(&zero));
+    assert!(
+        (ttft(&trt) - ttft(&zero) - servetune_model::predict::TRTLLM_REQUEST_LATENCY_MS).abs() < 1e-6,
+        "{} vs {}",
+        ttft(&trt),
+        ttft(&zero)
+    );
     usage_error(&["--model", "glm-5", "--gpu", "rtx-pro-6000-se", "--engine", "tgi"], "--engine");
     usage_error(&["--validate", "--engine", "vllm"], "--engine does not apply to --validate");
 }

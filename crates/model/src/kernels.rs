@@ -164,7 +164,7 @@ fn table_gemm_bytes(dt: Dtype) -> f64 {
 
 /// The dense decode rate for `dt` weights on `gpu` with peak bandwidth `peak_gbs`, net of a
 /// `floor_us` the step already counts for each kernel ([`crate::Engine::kernel_overhead_us`]):
-/// the table's latency less that floor is the time spent streaming. At 4.6 us this takes an H100's
+/// the table's latency less that floor is the time spent streaming. At 4.6 us (the fitted floor before 2026-12-02; 4.7 now) this takes an H100's
 /// BF16 rate from 0.84 to 0.93 and a B200's FP8 rate from 0.44 to 0.58; a floor longer than the
 /// whole measured latency leaves the peak.
 pub fn dense_decode_efficiency(gpu: &str, dt: Dtype, peak_gbs: f64, floor_us: f64) -> Option<f64> {
@@ -180,6 +180,65 @@ pub fn dense_decode_efficiency(gpu: &str, dt: Dtype, peak_gbs: f64, floor_us: f6
 pub fn moe_decode_efficiency(gpu: &str, dt: Dtype, split: MoeSplit) -> Option<f64> {
     let gpu = table_gpu(gpu);
     MOE_DECODE.iter().find(|(g, d, s, _)| *g == gpu && *d == dt && *s == split).map(|(_, _, _, e)| *e)
+}
+
+/// Which prefill attention kernel a layer runs ([`prefill_attention_efficiency`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrefillAttention {
+    /// MHA / GQA (flash attention over per-head keys and values).
+    Gqa,
+    /// MLA (and DSA) prefill: attention over up-projected 192-dim keys and 128-dim values.
+    Mla,
+}
+
+/// Prompt lengths of [`PREFILL_ATTENTION`]'s columns, tokens.
+pub const PREFILL_ATTENTION_LENGTHS: [f64; 7] = [256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0];
+
+/// Causal prefill attention's achieved share of the GPU's dense BF16 peak, by GPU and prompt
+/// length: (GPU, MHA/GQA at each of [`PREFILL_ATTENTION_LENGTHS`], MLA at each). From NVIDIA
+/// AIConfigurator's sglang 0.5.14 context-attention tables at 095f58a5
+/// (`systems/data/<system>/attention/sglang/0.5.14/context_attention_perf.parquet` and
+/// `.../mla/sglang/0.5.14/context_mla_perf.parquet`, Apache-2.0): each measured call's causal
+/// FLOPs (QK^T and PV over isl x (isl + 1) / 2 pairs per head, 2 x (qk + v dims) each) over its
+/// latency over the peak in gpus.json; BF16 attention and cache, no window, head_dim 64 to 256,
+/// at least 4,096 tokens in the call; the median at each length. `scripts/context-attention-rates`
+/// recomputes every figure (the tables hold 2,000 to 35,000 rows per GPU, too many to copy into
+/// kernels.toml). Short prompts reach a small share (launch and tile quantization dominate), long
+/// ones 0.5 to 0.7; sglang's MLA prefill reaches 0.13 to 0.18 on Hopper and 0.06 on SM120/SM89.
+/// Kernel data, not an end-to-end case.
+pub const PREFILL_ATTENTION: &[(&str, [f64; 7], [f64; 7])] = &[
+    ("h100-sxm", [0.148, 0.24, 0.35, 0.463, 0.532, 0.586, 0.627], [0.059, 0.086, 0.125, 0.148, 0.166, 0.174, 0.18]),
+    ("h200", [0.156, 0.247, 0.356, 0.459, 0.53, 0.575, 0.602], [0.063, 0.089, 0.13, 0.152, 0.168, 0.174, 0.178]),
+    ("b200", [0.091, 0.154, 0.245, 0.344, 0.425, 0.495, 0.54], [0.082, 0.145, 0.231, 0.334, 0.431, 0.524, 0.569]),
+    ("b300", [0.109, 0.181, 0.296, 0.431, 0.549, 0.654, 0.718], [0.091, 0.161, 0.26, 0.374, 0.486, 0.58, 0.616]),
+    ("gb200", [0.089, 0.151, 0.24, 0.334, 0.404, 0.469, 0.511], [0.077, 0.135, 0.214, 0.308, 0.375, 0.432, 0.429]),
+    ("gb300", [0.098, 0.163, 0.266, 0.388, 0.494, 0.589, 0.646], [0.082, 0.148, 0.239, 0.352, 0.458, 0.579, 0.649]),
+    ("rtx-pro-6000-se", [0.259, 0.406, 0.502, 0.567, 0.615, 0.653, 0.664], [0.042, 0.052, 0.058, 0.061, 0.062, 0.063, 0.063]),
+    ("l40s", [0.175, 0.287, 0.351, 0.388, 0.423, 0.442, 0.448], [0.042, 0.051, 0.056, 0.058, 0.059, 0.059, 0.06]),
+];
+
+/// A GPU without tables (A100, GeForce, AMD): the median of [`PREFILL_ATTENTION`]'s eight GPUs
+/// at each length (MHA/GQA, MLA).
+pub const PREFILL_ATTENTION_OTHER: ([f64; 7], [f64; 7]) =
+    ([0.1285, 0.2105, 0.323, 0.4095, 0.512, 0.5805, 0.6145], [0.07, 0.112, 0.172, 0.23, 0.2715, 0.303, 0.3045]);
+
+/// Prefill attention's share of `gpu`'s dense BF16 peak for prompts of `prompt_len` tokens:
+/// [`PREFILL_ATTENTION`] interpolated linearly in log(length) and held at the end columns.
+pub fn prefill_attention_efficiency(gpu: &str, kind: PrefillAttention, prompt_len: f64) -> f64 {
+    let (gqa, mla) = PREFILL_ATTENTION.iter().find(|(g, _, _)| *g == table_gpu(gpu)).map_or(PREFILL_ATTENTION_OTHER, |(_, g, m)| (*g, *m));
+    let row = if kind == PrefillAttention::Mla { mla } else { gqa };
+    let l = PREFILL_ATTENTION_LENGTHS;
+    let x = prompt_len.max(1.0);
+    if x <= l[0] {
+        return row[0];
+    }
+    for i in 1..l.len() {
+        if x <= l[i] {
+            let t = (x.ln() - l[i - 1].ln()) / (l[i].ln() - l[i - 1].ln());
+            return row[i - 1] + t * (row[i] - row[i - 1]);
+        }
+    }
+    row[l.len() - 1]
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::comm;
 use crate::hw::{Cluster, GpuSpec, LinkKind, LinkProfile};
+use crate::kernels::{prefill_attention_efficiency, PrefillAttention};
 use crate::quant::{ComputeFormat, Dtype, KvDtype, Quant};
 use crate::spec::{Attention, ModelSpec};
 use crate::ModelError;
@@ -150,6 +151,11 @@ pub struct Engine {
     pub gemm_floor_us: f64,
     /// Decode runs as CUDA graphs (no per-kernel launch cost).
     pub cuda_graphs: bool,
+    /// Steps that carry prompt tokens run as CUDA graphs too ([`EngineName::graphs_prefill`]):
+    /// vLLM V1 replays piecewise graphs for mixed batches; sglang runs its prefill passes and
+    /// TensorRT-LLM its context and mixed iterations eagerly by default, so such a step pays each
+    /// kernel's launch ([`Self::launch_us`]) on top of the graph-mode floor.
+    pub prefill_graphs: bool,
     /// Without CUDA graphs: the host's launch latency per kernel on top of
     /// [`Self::kernel_overhead_us`], us (CUDA launch ~4 us; an assumption).
     pub launch_us: f64,
@@ -202,13 +208,14 @@ impl Default for Engine {
     fn default() -> Self {
         Self {
             step_overhead_ms: 0.0,
-            kernel_overhead_us: 4.6,
-            gemm_floor_us: 4.6,
+            kernel_overhead_us: 4.7,
+            gemm_floor_us: 4.7,
             cuda_graphs: true,
+            prefill_graphs: false,
             launch_us: 4.0,
             overlap: Overlap::None,
             hbm_efficiency: 0.80,
-            moe_efficiency: 0.65,
+            moe_efficiency: 0.70,
             gemm_efficiency: 0.89,
             comm_scale: 1.0,
             ep_imbalance: 1.2,
@@ -257,6 +264,16 @@ impl EngineName {
         matches!(self, EngineName::Vllm | EngineName::Trtllm)
     }
 
+    /// Whether the engine's default CUDA graphs cover steps that carry prompt tokens: vLLM V1's
+    /// default `FULL_AND_PIECEWISE` mode replays piecewise graphs (attention outside) for mixed
+    /// batches; sglang captures decode batches only (prefill passes run eagerly unless its
+    /// piecewise CUDA graph is turned on), and TensorRT-LLM's PyTorch backend captures
+    /// generation-only iterations (its docs: piecewise CUDA graph, off by default, is what covers
+    /// "context-only and mixed context+generation iterations").
+    pub fn graphs_prefill(self) -> bool {
+        matches!(self, EngineName::Vllm)
+    }
+
     /// The share of GPU memory the engine takes by default: vLLM's `--gpu-memory-utilization`
     /// ([`VLLM_GPU_MEMORY_UTILIZATION`]); sglang's `--mem-fraction-static` is about 0.88 on large
     /// GPUs, which TensorRT-LLM is given too (its KV share is of the memory left free, which the
@@ -294,6 +311,7 @@ impl EngineName {
             serving: self,
             request_latency_ms: self.request_latency_ms(),
             mixed_prefill: self.mixes_prefill(),
+            prefill_graphs: self.graphs_prefill(),
             mem_fraction: self.mem_fraction(),
             ..Engine::default()
         }
@@ -309,19 +327,21 @@ const QK_NORM_BYTES_PER_TOKEN: f64 = 2.0 * 4.0;
 pub const VLLM_GPU_MEMORY_UTILIZATION: f64 = 0.9;
 
 /// sglang's per-request serving-path latency, ms ([`Engine::request_latency_ms`]): the median,
-/// over the FIT set's sglang cases of e2e.toml, of measured TTFT less the TTFT predicted without
-/// it (`validate::tests` recomputes it). The gap is flat over concurrency (InferenceX's DeepSeek-R1
-/// H200 runs: 262, 271, 309, 250 ms at c = 8..64) while the same runs' TPOT matches, so it is
-/// time outside the GPU's steps, not a slower prefill.
-pub const SGLANG_REQUEST_LATENCY_MS: f64 = 250.2;
+/// over the FIT set's sglang cases of e2e.toml at client concurrency 8 or less
+/// ([`crate::validate::LATENCY_FIT_MAX_CONCURRENCY`]), of measured TTFT less the TTFT predicted
+/// without it (`validate::tests` recomputes it). At low concurrency the gap is time outside the
+/// GPU's steps (InferenceX's DeepSeek-R1 H200 runs: 262, 271, 309, 250 ms at c = 8..64, with
+/// TPOT matching); on AIConfigurator's B200 rows it grows with concurrency, which is queueing,
+/// so those rows above c = 8 do not set it.
+pub const SGLANG_REQUEST_LATENCY_MS: f64 = 240.1;
 
 /// vLLM's per-request serving-path latency, ms: as [`SGLANG_REQUEST_LATENCY_MS`], over the FIT
-/// set's vLLM cases (few: see VALIDATION.md).
-pub const VLLM_REQUEST_LATENCY_MS: f64 = 33.4;
+/// set's vLLM cases at c <= 8 (AIConfigurator's B300 rows; see VALIDATION.md).
+pub const VLLM_REQUEST_LATENCY_MS: f64 = 25.5;
 
 /// TensorRT-LLM's per-request serving-path latency, ms: as [`SGLANG_REQUEST_LATENCY_MS`], over
-/// the FIT set's TensorRT-LLM cases (few: see VALIDATION.md).
-pub const TRTLLM_REQUEST_LATENCY_MS: f64 = 78.6;
+/// the FIT set's TensorRT-LLM cases at c <= 8 (AIConfigurator's H100 rows; see VALIDATION.md).
+pub const TRTLLM_REQUEST_LATENCY_MS: f64 = 85.7;
 
 /// Achieved fraction of peak memory bandwidth of GQA decode attention over an FP8 KV cache on
 /// Hopper, from kernels.toml `[[decode_attention]]` (AIConfigurator's sglang 0.5.14 FA3 tables):
@@ -1029,6 +1049,18 @@ impl Scenario {
         }
     }
 
+    /// What a step carrying prompt tokens adds when the engine runs it without CUDA graphs while
+    /// decode has them ([`Engine::prefill_graphs`]): each kernel's launch, ms (0 when decode runs
+    /// eagerly too: [`Self::overhead_ms`] already counts the launches).
+    pub fn eager_prefill_ms(&self) -> f64 {
+        let e = &self.engine;
+        if e.cuda_graphs && !e.prefill_graphs {
+            e.launch_us * self.kernels_per_step() / 1e3
+        } else {
+            0.0
+        }
+    }
+
     /// Kernels one decode step runs on a GPU, counted from the layers as sglang and vLLM build
     /// them (fused where the engines fuse by default):
     /// - GQA attention (full or sliding): input norm, QKV GEMM, rotary + KV write, attention,
@@ -1110,9 +1142,16 @@ impl Scenario {
         let span_layers = c.full as f64 * span + c.sliding as f64 * window;
         let linear_flops =
             m.linear.map_or(0.0, |la| 6.0 * la.value_heads as f64 * la.key_head_dim as f64 * la.value_head_dim as f64 * c.linear as f64);
-        let attn_s = (2.0 * heads as f64 * span_layers * dim as f64 + linear_flops) * tokens
+        // Attention at the measured prefill-attention rate for the prompt's length (kernel
+        // tables: short prompts reach a small share of the peak); the linear layers' chunked
+        // recurrence at the BF16 GEMM rate.
+        let kind = if matches!(m.attention, Attention::Mla { .. }) { PrefillAttention::Mla } else { PrefillAttention::Gqa };
+        let attn_eff = prefill_attention_efficiency(&g.name, kind, prompt_len);
+        let attn_s = (2.0 * heads as f64 * span_layers * dim as f64 / attn_eff
+            + linear_flops / prefill_gemm_efficiency(ComputeFormat::Bf16))
+            * tokens
             / gpus
-            / (g.bf16_tflops * prefill_gemm_efficiency(ComputeFormat::Bf16) * 1e12);
+            / (g.bf16_tflops * 1e12);
         let read_s = if standalone { self.weight_bytes_gpu() / (g.mem_bw_gbs * 1e9 * self.scaled(e.hbm_efficiency)) } else { 0.0 };
         let bytes = tokens * m.hidden as f64 * 2.0;
         let comm_us = if self.plan.tp <= 1 {
@@ -1169,6 +1208,9 @@ impl Scenario {
         } else {
             self.prefill_ms(n * self.input_len as f64, self.input_len as f64, true)
         };
+        // Steps that carry prompt tokens (one in 1/n, every step once n >= 1) run eagerly where the
+        // engine graphs decode only.
+        let prefill = prefill + n.min(1.0) * self.eager_prefill_ms();
         let total = match self.engine.overlap {
             Overlap::None => (weights + kv).max(compute) + communication + overhead + prefill,
             Overlap::Full => (weights + kv).max(compute).max(communication) + overhead + prefill,

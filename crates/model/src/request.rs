@@ -266,7 +266,10 @@ impl ScenarioSpec {
         let request_latency_ms = match self.request_latency_ms {
             Some(l) if !(l.is_finite() && l >= 0.0) => {
                 return Err(ModelError::Input(format!(
-                    "--request-latency-ms {l}: give milliseconds >= 0 (sglang 250.2, vLLM 33.4, TensorRT-LLM 78.6: VALIDATION.md)"
+                    "--request-latency-ms {l}: give milliseconds >= 0 (sglang {}, vLLM {}, TensorRT-LLM {}: VALIDATION.md)",
+                    crate::predict::SGLANG_REQUEST_LATENCY_MS,
+                    crate::predict::VLLM_REQUEST_LATENCY_MS,
+                    crate::predict::TRTLLM_REQUEST_LATENCY_MS
                 )))
             }
             Some(l) => l,

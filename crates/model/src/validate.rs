@@ -126,7 +126,14 @@ struct E2eCase {
     tpot_ms_mean: Option<f64>,
     exclude: Option<bool>,
     exclude_reason: Option<String>,
+    /// Read by the tests only (which cases the fit-set extension added).
+    #[cfg_attr(not(test), allow(dead_code))]
+    note: Option<String>,
 }
+
+/// What the note of each case that `scripts/silicon-cases` added to the fit set begins its
+/// second sentence with (those cases were not run through AIConfigurator).
+pub const FIT_EXTENSION_NOTE: &str = "Added by the fit-set extension of 2026-12-02";
 
 impl E2eCase {
     /// The measured TTFT, ms: the source's figure, else its mean.
@@ -498,6 +505,7 @@ fn score(c: &E2eCase, engine: &Engine, bench: Option<&dyn VirtualBench>, latency
     };
     s.engine = Engine {
         cuda_graphs: e.cuda_graphs,
+        prefill_graphs: e.prefill_graphs,
         mixed_prefill: e.mixed_prefill,
         mem_fraction: e.mem_fraction,
         serving: e.serving,
@@ -618,10 +626,35 @@ pub fn summary(rows: &[Row], set: Set) -> SetSummary {
     }
 }
 
+/// The objective the fitted constants minimize: the median |error| over the FIT set's rows with
+/// each source weighing the same (a row weighs 1 / its source's scored fit rows). The split assigns
+/// whole sources to a set, so the test set asks how the model does on sources it has not seen;
+/// a plain median would let the three AIConfigurator sources that hold 650 of the fit rows set
+/// the constants alone. The weighted median is the first |error|, in ascending order, at which
+/// the running weight reaches half the total. None without fit rows.
+pub fn fit_objective(v: &Validation) -> Option<f64> {
+    let rows: Vec<&Row> = v.rows.iter().filter(|r| r.set == Set::Fit).collect();
+    let mut per_source = std::collections::HashMap::new();
+    for r in &rows {
+        *per_source.entry(r.source_key.as_str()).or_insert(0usize) += 1;
+    }
+    let mut weighted: Vec<(f64, f64)> = rows.iter().map(|r| (r.error.abs(), 1.0 / per_source[r.source_key.as_str()] as f64)).collect();
+    weighted.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let half = weighted.iter().map(|w| w.1).sum::<f64>() / 2.0;
+    let mut run = 0.0;
+    for (e, w) in &weighted {
+        run += w;
+        if run >= half - 1e-12 {
+            return Some(*e);
+        }
+    }
+    None
+}
+
 /// Where the fitted constants came from (the engine defaults in `predict::Engine`).
 pub fn constants() -> Vec<ConstantOrigin> {
     let e = Engine::default();
-    let fit = "fit: every scored fit case (argmin of the steady-state fit median absolute error on a 0.1 us x 0.05 grid)";
+    let fit = "fit: every scored fit case (argmin of the steady-state fit median absolute error, each source weighing the same, on a 0.1 us x 0.05 grid)";
     vec![
         ConstantOrigin { name: "kernel_overhead_us (per kernel per step)", value: e.kernel_overhead_us, set_from: fit },
         ConstantOrigin {
@@ -671,6 +704,11 @@ pub fn constants() -> Vec<ConstantOrigin> {
             set_from: "kernels.toml [[gemm]] medians at M >= 2048 (0.728 / 0.523 / 0.434; fp8 shown); no e2e case",
         },
         ConstantOrigin {
+            name: "kernels::PREFILL_ATTENTION (per GPU, MHA/GQA or MLA, over prompt length)",
+            value: crate::kernels::prefill_attention_efficiency("h200", crate::kernels::PrefillAttention::Gqa, 4096.0),
+            set_from: "AIConfigurator sglang 0.5.14 context-attention tables, median achieved share of BF16 peak per length (scripts/context-attention-rates; h200 GQA at 4096 shown); no e2e case",
+        },
+        ConstantOrigin {
             name: "predict::PREFILL_MOE_EFFICIENCY",
             value: crate::predict::PREFILL_MOE_EFFICIENCY,
             set_from: "kernels.toml [[moe]] median, balanced routing, >= 4096 tokens; no e2e case",
@@ -683,7 +721,12 @@ pub fn constants() -> Vec<ConstantOrigin> {
         ConstantOrigin {
             name: "request_latency_ms (sglang / vLLM / TensorRT-LLM)",
             value: crate::predict::SGLANG_REQUEST_LATENCY_MS,
-            set_from: "fit: median TTFT gap of each engine's fit cases, virtual run (250.2 / 33.4 / 78.6 ms; sglang shown)",
+            set_from: "fit: median TTFT gap of each engine's fit cases at c <= 8, virtual run (240.1 / 25.5 / 85.7 ms; sglang shown)",
+        },
+        ConstantOrigin {
+            name: "launch_us (each kernel's launch in a step run without CUDA graphs)",
+            value: e.launch_us,
+            set_from: "assumption (CUDA launch ~4 us); sglang prefill passes and TensorRT-LLM context/mixed steps pay it (engine docs); no e2e case",
         },
         ConstantOrigin { name: "ep_imbalance", value: e.ep_imbalance, set_from: "assumption; no e2e case" },
         ConstantOrigin { name: "mem_fraction", value: e.mem_fraction, set_from: "sglang's --mem-fraction-static default; no e2e case" },
@@ -741,13 +784,21 @@ pub fn run_without_request_latency(engine: &Engine, bench: Option<&dyn VirtualBe
     run_cases(engine, bench, Latency::Zero)
 }
 
+/// Highest client concurrency at which a row's TTFT gap counts toward an engine's serving-path
+/// latency ([`median_ttft_gap_ms`]). On the fit set the gap of sglang's B200 rows grows with
+/// concurrency (median 241 ms at c <= 8, 474 at c = 16..32, 1,005 above: queueing for prefill
+/// that the virtual run under-models, not time outside the GPU), so only the rows where a prompt
+/// rarely waits for another measure the flat latency.
+pub const LATENCY_FIT_MAX_CONCURRENCY: u32 = 8;
+
 /// The median TTFT gap, measured less predicted, ms, over the `set` rows of `engine` that
-/// measured a TTFT (None when there are none).
+/// measured a TTFT at a client concurrency of at most [`LATENCY_FIT_MAX_CONCURRENCY`] (None when
+/// there are none).
 pub fn median_ttft_gap_ms(v: &Validation, set: Set, engine: EngineName) -> Option<f64> {
     let gaps: Vec<f64> = v
         .rows
         .iter()
-        .filter(|r| r.set == set && r.engine == engine)
+        .filter(|r| r.set == set && r.engine == engine && r.concurrency <= LATENCY_FIT_MAX_CONCURRENCY)
         .filter_map(|r| r.ttft_measured_ms.map(|m| m - r.ttft_predicted_ms))
         .collect();
     servetune_stats::median(&gaps)
@@ -960,19 +1011,19 @@ mod tests {
         assert!(v.constants.iter().any(|c| c.name.starts_with("kernel_overhead_us") && c.set_from.starts_with("fit: ")));
     }
 
-    /// The defaults minimize the FIT set's median |error| over their grid neighbourhood (the search
+    /// The defaults minimize the FIT set's source-weighted median |error| ([`fit_objective`]) over their grid neighbourhood (the search
     /// that chose them, [`refit_on_the_fit_set`], spans kernel_overhead_us 0.5..8.0 by 0.1 and
     /// moe_efficiency 0.30..0.80 by 0.05); the test set plays no part.
     #[test]
     fn the_fitted_defaults_minimize_the_fit_median_among_their_grid_neighbours() {
         let d = Engine::default();
         assert_eq!(d.gemm_floor_us, d.kernel_overhead_us, "the netted GEMM floor is the fitted per-kernel floor");
-        let at_default = run_with(&d).expect("runs").fit.median_abs_error;
+        let at_default = fit_objective(&run_with(&d).expect("runs")).expect("fit rows");
         for o in -2..=2 {
             for m in -2..=2 {
                 let floor = d.kernel_overhead_us + 0.1 * o as f64;
                 let e = Engine { kernel_overhead_us: floor, gemm_floor_us: floor, moe_efficiency: d.moe_efficiency + 0.05 * m as f64, ..d };
-                let fit = run_with(&e).expect("runs").fit.median_abs_error;
+                let fit = fit_objective(&run_with(&e).expect("runs")).expect("fit rows");
                 assert!(
                     at_default <= fit + 1e-12,
                     "kernel overhead {} moe {}: fit {fit} < {at_default}",
@@ -997,10 +1048,9 @@ mod tests {
         for i in 0..=75 {
             for j in 0..=10 {
                 let (o, m) = (0.5 + 0.1 * i as f64, 0.30 + 0.05 * j as f64);
-                let f = run_with(&Engine { kernel_overhead_us: o, gemm_floor_us: o, moe_efficiency: m, ..d })
-                    .expect("runs")
-                    .fit
-                    .median_abs_error;
+                let f =
+                    fit_objective(&run_with(&Engine { kernel_overhead_us: o, gemm_floor_us: o, moe_efficiency: m, ..d }).expect("runs"))
+                        .expect("fit rows");
                 grid.push((f, o, m));
             }
         }
@@ -1037,10 +1087,23 @@ mod tests {
     fn every_scored_case_has_an_aiconfigurator_estimate_or_its_refusal() {
         let v = validation();
         let aic = crate::aic::estimates().expect("parses");
+        let file: E2eFile = toml::from_str(E2E).expect("parses");
+        let extension = |id: &str| {
+            file.case.iter().any(|c| c.id == id && c.set == Set::Fit && c.note.as_deref().is_some_and(|n| n.contains(FIT_EXTENSION_NOTE)))
+        };
+        let mut not_run = 0;
         for r in &v.rows {
-            let e = aic.get(&r.id).unwrap_or_else(|| panic!("{}: no entry in {}", r.id, crate::aic::AIC_PATH));
-            assert_eq!(r.aic_predicted, e.rate(), "{}", r.id);
+            match aic.get(&r.id) {
+                Some(e) => assert_eq!(r.aic_predicted, e.rate(), "{}", r.id),
+                // The fit-set extension was not run through AIConfigurator: no figure, and only there.
+                None => {
+                    assert!(extension(&r.id), "{}: no entry in {}", r.id, crate::aic::AIC_PATH);
+                    assert_eq!(r.aic_predicted, None, "{}", r.id);
+                    not_run += 1;
+                }
+            }
         }
+        assert!(not_run > 0 && v.rows.iter().filter(|r| r.set == Set::Test).all(|r| aic.contains_key(&r.id)));
         let with = |set: Set| v.rows.iter().filter(|r| r.set == set && r.aic_error.is_some()).count();
         assert_eq!((v.aiconfigurator.test.cases, v.aiconfigurator.fit.cases), (with(Set::Test), with(Set::Fit)));
     }
