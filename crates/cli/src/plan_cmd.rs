@@ -223,7 +223,7 @@ pub struct PlanArgs {
     /// The server's running-request limit (sglang --max-running-requests, vLLM --max-num-seqs)
     #[arg(long, value_name = "N")]
     pub max_running: Option<u32>,
-    /// The serving engine, whose defaults apply: its serving-path latency (TTFT), whether prefill rides in decode steps, its memory share, and on an NVLink box its custom all-reduce's measured latency
+    /// The serving engine, whose defaults apply: its serving-path latency (TTFT), whether prefill rides in decode steps, whether steps carrying prompt tokens run as CUDA graphs (vLLM; sglang since 0.5.10) or eagerly (TensorRT-LLM), its memory share, and on an NVLink box its custom all-reduce's measured latency
     #[arg(long, value_enum, default_value = "sglang")]
     pub engine: EngineArg,
     /// CUDA graphs for decode
@@ -235,10 +235,10 @@ pub struct PlanArgs {
     /// Prefill rides inside decode steps (sglang --enable-mixed-chunk; always on for the vllm and trtllm engines) instead of its own passes
     #[arg(long)]
     pub mixed_prefill: bool,
-    /// Host overhead per decode step, ms: replaces the model's per-kernel floor (4.7 us x the kernels a step runs, fitted on public measurements; see VALIDATION.md)
+    /// Host overhead per decode step, ms: replaces the model's per-kernel floor (4.6 us x the kernels a step runs, fitted on public measurements; see VALIDATION.md)
     #[arg(long, value_name = "MS")]
     pub step_overhead_ms: Option<f64>,
-    /// The serving path's latency outside the GPU (HTTP, tokenization, scheduler hand-offs), ms; it adds to TTFT only [default: the engine's: sglang 240.1, vLLM 25.5, TensorRT-LLM 85.7, fitted on public TTFTs: VALIDATION.md]
+    /// The serving path's latency outside the GPU (HTTP, tokenization, scheduler hand-offs), ms; it adds to TTFT only [default: the engine's: sglang 243.3, vLLM 25.7, TensorRT-LLM 85.8, fitted on public TTFTs: VALIDATION.md]
     #[arg(long, value_name = "MS")]
     pub request_latency_ms: Option<f64>,
     /// Share of each GPU's memory the engine may use for weights and KV cache, as sglang's --mem-fraction-static or vLLM's --gpu-memory-utilization sets it [default: the engine's: sglang 0.88, vLLM 0.9; the model also keeps 3 GB per GPU for activations and graphs]

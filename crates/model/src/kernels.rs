@@ -164,7 +164,7 @@ fn table_gemm_bytes(dt: Dtype) -> f64 {
 
 /// The dense decode rate for `dt` weights on `gpu` with peak bandwidth `peak_gbs`, net of a
 /// `floor_us` the step already counts for each kernel ([`crate::Engine::kernel_overhead_us`]):
-/// the table's latency less that floor is the time spent streaming. At 4.6 us (the fitted floor before 2026-12-02; 4.7 now) this takes an H100's
+/// the table's latency less that floor is the time spent streaming. At 4.6 us this takes an H100's
 /// BF16 rate from 0.84 to 0.93 and a B200's FP8 rate from 0.44 to 0.58; a floor longer than the
 /// whole measured latency leaves the peak.
 pub fn dense_decode_efficiency(gpu: &str, dt: Dtype, peak_gbs: f64, floor_us: f64) -> Option<f64> {
@@ -200,11 +200,12 @@ pub const PREFILL_ATTENTION_LENGTHS: [f64; 7] = [256.0, 512.0, 1024.0, 2048.0, 4
 /// (`systems/data/<system>/attention/sglang/0.5.14/context_attention_perf.parquet` and
 /// `.../mla/sglang/0.5.14/context_mla_perf.parquet`, Apache-2.0): each measured call's causal
 /// FLOPs (QK^T and PV over isl x (isl + 1) / 2 pairs per head, 2 x (qk + v dims) each) over its
-/// latency over the peak in gpus.json; BF16 attention and cache, no window, head_dim 64 to 256,
-/// at least 4,096 tokens in the call; the median at each length. `scripts/context-attention-rates`
+/// latency over the peak in gpus.json; a BF16 cache, and for MHA/GQA BF16 attention, no window and
+/// head_dim 64 to 256 (the MLA tables hold BF16 attention only); at least 4,096 tokens in the
+/// call; the median at each length. `scripts/context-attention-rates`
 /// recomputes every figure (the tables hold 2,000 to 35,000 rows per GPU, too many to copy into
 /// kernels.toml). Short prompts reach a small share (launch and tile quantization dominate), long
-/// ones 0.5 to 0.7; sglang's MLA prefill reaches 0.13 to 0.18 on Hopper and 0.06 on SM120/SM89.
+/// ones 0.45 to 0.72; sglang's MLA prefill reaches 0.04 to 0.18 on Hopper, SM120 and SM89.
 /// Kernel data, not an end-to-end case.
 pub const PREFILL_ATTENTION: &[(&str, [f64; 7], [f64; 7])] = &[
     ("h100-sxm", [0.148, 0.24, 0.35, 0.463, 0.532, 0.586, 0.627], [0.059, 0.086, 0.125, 0.148, 0.166, 0.174, 0.18]),

@@ -139,8 +139,8 @@ pub struct Engine {
     /// counted from the model's layers ([`Scenario::kernels_per_step`]: a dense GQA layer runs
     /// about 11, an MLA MoE layer with a shared expert 23, a DSA one 31), so the floor follows
     /// the architecture instead of one figure per layer. Chosen on the FIT set of e2e.toml (the
-    /// argmin of its median |error| over a grid with `moe_efficiency`; `validate::tests` checks
-    /// it is the grid minimum), never the test set.
+    /// argmin of its source-weighted median |error|, `validate::fit_objective`, over a grid with
+    /// `moe_efficiency`; `validate::tests` checks it is the grid minimum), never the test set.
     pub kernel_overhead_us: f64,
     /// The launch floor of one GEMM that the kernel tables' latencies include and the per-step
     /// floor counts apart, us: the dense rates are taken net of it
@@ -152,9 +152,10 @@ pub struct Engine {
     /// Decode runs as CUDA graphs (no per-kernel launch cost).
     pub cuda_graphs: bool,
     /// Steps that carry prompt tokens run as CUDA graphs too ([`EngineName::graphs_prefill`]):
-    /// vLLM V1 replays piecewise graphs for mixed batches; sglang runs its prefill passes and
-    /// TensorRT-LLM its context and mixed iterations eagerly by default, so such a step pays each
-    /// kernel's launch ([`Self::launch_us`]) on top of the graph-mode floor.
+    /// vLLM V1 and sglang (since 0.5.10) replay piecewise graphs for them; TensorRT-LLM runs its
+    /// context and mixed iterations (and sglang before 0.5.10 its prefill passes) eagerly by
+    /// default, so such a step pays each kernel's launch ([`Self::launch_us`]) on top of the
+    /// graph-mode floor.
     pub prefill_graphs: bool,
     /// Without CUDA graphs: the host's launch latency per kernel on top of
     /// [`Self::kernel_overhead_us`], us (CUDA launch ~4 us; an assumption).
@@ -208,14 +209,14 @@ impl Default for Engine {
     fn default() -> Self {
         Self {
             step_overhead_ms: 0.0,
-            kernel_overhead_us: 4.7,
-            gemm_floor_us: 4.7,
+            kernel_overhead_us: 4.6,
+            gemm_floor_us: 4.6,
             cuda_graphs: true,
-            prefill_graphs: false,
+            prefill_graphs: true,
             launch_us: 4.0,
             overlap: Overlap::None,
             hbm_efficiency: 0.80,
-            moe_efficiency: 0.70,
+            moe_efficiency: 0.65,
             gemm_efficiency: 0.89,
             comm_scale: 1.0,
             ep_imbalance: 1.2,
@@ -264,14 +265,17 @@ impl EngineName {
         matches!(self, EngineName::Vllm | EngineName::Trtllm)
     }
 
-    /// Whether the engine's default CUDA graphs cover steps that carry prompt tokens: vLLM V1's
-    /// default `FULL_AND_PIECEWISE` mode replays piecewise graphs (attention outside) for mixed
-    /// batches; sglang captures decode batches only (prefill passes run eagerly unless its
-    /// piecewise CUDA graph is turned on), and TensorRT-LLM's PyTorch backend captures
-    /// generation-only iterations (its docs: piecewise CUDA graph, off by default, is what covers
-    /// "context-only and mixed context+generation iterations").
+    /// Whether the engine's current default CUDA graphs cover steps that carry prompt tokens:
+    /// vLLM V1's default `FULL_AND_PIECEWISE` mode replays piecewise graphs (attention outside)
+    /// for mixed batches up to its largest capture size (512 tokens by default; a step carrying a
+    /// bigger prompt chunk runs eagerly, which the model does not price: optimistic there);
+    /// sglang replays piecewise CUDA graphs for prefill by default since sglang PR 16331 (merged
+    /// 2026-03-02, first in 0.5.10; before it, prefill passes ran eagerly:
+    /// [`SGLANG_PIECEWISE_DEFAULT`]); TensorRT-LLM's PyTorch backend captures generation-only
+    /// iterations (its docs: piecewise CUDA graph, off by default, is what covers "context-only
+    /// and mixed context+generation iterations").
     pub fn graphs_prefill(self) -> bool {
-        matches!(self, EngineName::Vllm)
+        matches!(self, EngineName::Vllm | EngineName::Sglang)
     }
 
     /// The share of GPU memory the engine takes by default: vLLM's `--gpu-memory-utilization`
@@ -318,6 +322,11 @@ impl EngineName {
     }
 }
 
+/// The first sglang release, and the date, with piecewise CUDA graphs for prefill on by default
+/// (sglang PR 16331 "Piecewise Cuda Graph set default", merged 2026-03-02; 0.5.9 predates it):
+/// older sglang runs its prefill passes eagerly ([`EngineName::graphs_prefill`]).
+pub const SGLANG_PIECEWISE_DEFAULT: ((u32, u32, u32), &str) = ((0, 5, 10), "2026-03-02");
+
 /// Bytes per token of a q/k norm's all-reduce over the TP ranks ([`ModelSpec::qk_norm_across_heads`]):
 /// the q and the k sum of squares, one fp32 each.
 const QK_NORM_BYTES_PER_TOKEN: f64 = 2.0 * 4.0;
@@ -329,19 +338,18 @@ pub const VLLM_GPU_MEMORY_UTILIZATION: f64 = 0.9;
 /// sglang's per-request serving-path latency, ms ([`Engine::request_latency_ms`]): the median,
 /// over the FIT set's sglang cases of e2e.toml at client concurrency 8 or less
 /// ([`crate::validate::LATENCY_FIT_MAX_CONCURRENCY`]), of measured TTFT less the TTFT predicted
-/// without it (`validate::tests` recomputes it). At low concurrency the gap is time outside the
-/// GPU's steps (InferenceX's DeepSeek-R1 H200 runs: 262, 271, 309, 250 ms at c = 8..64, with
-/// TPOT matching); on AIConfigurator's B200 rows it grows with concurrency, which is queueing,
-/// so those rows above c = 8 do not set it.
-pub const SGLANG_REQUEST_LATENCY_MS: f64 = 240.1;
+/// without it (`validate::tests` recomputes it). Where prompts rarely wait for each other the gap
+/// is time outside the GPU's steps; on AIConfigurator's B200 sglang rows it grows with
+/// concurrency (queueing the virtual run under-models), so rows above c = 8 do not set it.
+pub const SGLANG_REQUEST_LATENCY_MS: f64 = 243.3;
 
 /// vLLM's per-request serving-path latency, ms: as [`SGLANG_REQUEST_LATENCY_MS`], over the FIT
 /// set's vLLM cases at c <= 8 (AIConfigurator's B300 rows; see VALIDATION.md).
-pub const VLLM_REQUEST_LATENCY_MS: f64 = 25.5;
+pub const VLLM_REQUEST_LATENCY_MS: f64 = 25.7;
 
 /// TensorRT-LLM's per-request serving-path latency, ms: as [`SGLANG_REQUEST_LATENCY_MS`], over
 /// the FIT set's TensorRT-LLM cases at c <= 8 (AIConfigurator's H100 rows; see VALIDATION.md).
-pub const TRTLLM_REQUEST_LATENCY_MS: f64 = 85.7;
+pub const TRTLLM_REQUEST_LATENCY_MS: f64 = 85.8;
 
 /// Achieved fraction of peak memory bandwidth of GQA decode attention over an FP8 KV cache on
 /// Hopper, from kernels.toml `[[decode_attention]]` (AIConfigurator's sglang 0.5.14 FA3 tables):
@@ -1220,7 +1228,11 @@ impl Scenario {
         let out = running as f64 / (tpot / 1e3);
         let e2e = tpot * self.output_len as f64;
         let queue_ms = if concurrency > running { (concurrency as f64 / running as f64 - 1.0) * e2e } else { 0.0 };
-        let ttft = self.prefill_ms(self.input_len as f64, self.input_len as f64, true) + tpot + queue_ms + self.engine.request_latency_ms;
+        let ttft = self.prefill_ms(self.input_len as f64, self.input_len as f64, true)
+            + self.eager_prefill_ms()
+            + tpot
+            + queue_ms
+            + self.engine.request_latency_ms;
         Point {
             concurrency,
             running,

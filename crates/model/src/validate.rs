@@ -126,6 +126,8 @@ struct E2eCase {
     tpot_ms_mean: Option<f64>,
     exclude: Option<bool>,
     exclude_reason: Option<String>,
+    engine_version: Option<String>,
+    date: Option<String>,
     /// Read by the tests only (which cases the fit-set extension added).
     #[cfg_attr(not(test), allow(dead_code))]
     note: Option<String>,
@@ -405,6 +407,32 @@ fn model_of(c: &E2eCase) -> Result<(ModelSource, &'static str), (SkipReason, Str
     }
 }
 
+/// Whether an sglang case's steps that carry prompt tokens ran as piecewise CUDA graphs: its
+/// release at or after the first with them on by default ([`crate::predict::SGLANG_PIECEWISE_DEFAULT`]),
+/// a nightly built on or after that date, or, when the version names neither (blank, an image
+/// tag), a measurement on or after it. Neither known: the current default.
+fn sglang_prefill_graphs(version: &str, date: Option<&str>) -> bool {
+    let ((major, minor, patch), since) = crate::predict::SGLANG_PIECEWISE_DEFAULT;
+    let since_digits: String = since.chars().filter(char::is_ascii_digit).collect();
+    // A nightly's build date (yyyymmdd) in its tag.
+    if version.contains("nightly") {
+        let dates: Vec<&str> = version.split(|ch: char| !ch.is_ascii_digit()).filter(|d| d.len() == 8 && d.starts_with("20")).collect();
+        if let Some(d) = dates.first() {
+            return *d >= since_digits.as_str();
+        }
+    }
+    // A release: its leading x.y.z.
+    let head = version.split(|ch: char| !ch.is_ascii_digit() && ch != '.').next().unwrap_or("");
+    let nums: Vec<u32> = head.split('.').filter_map(|p| p.parse().ok()).collect();
+    if nums.len() >= 3 {
+        return (nums[0], nums[1], nums[2]) >= (major, minor, patch);
+    }
+    match date {
+        Some(d) if d.len() >= 10 && d.is_char_boundary(10) => &d[..10] >= since,
+        _ => EngineName::Sglang.graphs_prefill(),
+    }
+}
+
 /// e2e.toml's free-text format -> a checkpoint format (first named wins, NVFP4 before FP8).
 fn quant_of(q: &str) -> Option<Dtype> {
     let q = q.to_lowercase();
@@ -503,9 +531,15 @@ fn score(c: &E2eCase, engine: &Engine, bench: Option<&dyn VirtualBench>, latency
         Latency::PerEngine => e.request_latency_ms,
         Latency::Zero => 0.0,
     };
+    // sglang's prefill ran eagerly before its piecewise CUDA graphs became the default.
+    let prefill_graphs = if c.engine == EngineName::Sglang {
+        sglang_prefill_graphs(c.engine_version.as_deref().unwrap_or(""), c.date.as_deref())
+    } else {
+        e.prefill_graphs
+    };
     s.engine = Engine {
         cuda_graphs: e.cuda_graphs,
-        prefill_graphs: e.prefill_graphs,
+        prefill_graphs,
         mixed_prefill: e.mixed_prefill,
         mem_fraction: e.mem_fraction,
         serving: e.serving,
@@ -629,7 +663,7 @@ pub fn summary(rows: &[Row], set: Set) -> SetSummary {
 /// The objective the fitted constants minimize: the median |error| over the FIT set's rows with
 /// each source weighing the same (a row weighs 1 / its source's scored fit rows). The split assigns
 /// whole sources to a set, so the test set asks how the model does on sources it has not seen;
-/// a plain median would let the three AIConfigurator sources that hold 650 of the fit rows set
+/// a plain median would let the three AIConfigurator sources that hold most of the fit rows set
 /// the constants alone. The weighted median is the first |error|, in ascending order, at which
 /// the running weight reaches half the total. None without fit rows.
 pub fn fit_objective(v: &Validation) -> Option<f64> {
@@ -721,12 +755,12 @@ pub fn constants() -> Vec<ConstantOrigin> {
         ConstantOrigin {
             name: "request_latency_ms (sglang / vLLM / TensorRT-LLM)",
             value: crate::predict::SGLANG_REQUEST_LATENCY_MS,
-            set_from: "fit: median TTFT gap of each engine's fit cases at c <= 8, virtual run (240.1 / 25.5 / 85.7 ms; sglang shown)",
+            set_from: "fit: median TTFT gap of each engine's fit cases at c <= 8, virtual run (243.3 / 25.7 / 85.8 ms; sglang shown)",
         },
         ConstantOrigin {
             name: "launch_us (each kernel's launch in a step run without CUDA graphs)",
             value: e.launch_us,
-            set_from: "assumption (CUDA launch ~4 us); sglang prefill passes and TensorRT-LLM context/mixed steps pay it (engine docs); no e2e case",
+            set_from: "assumption (CUDA launch ~4 us; the fit set cannot tell 1 from 12 us); TensorRT-LLM context/mixed steps and sglang < 0.5.10 prefill passes pay it (engine docs); no e2e case",
         },
         ConstantOrigin { name: "ep_imbalance", value: e.ep_imbalance, set_from: "assumption; no e2e case" },
         ConstantOrigin { name: "mem_fraction", value: e.mem_fraction, set_from: "sglang's --mem-fraction-static default; no e2e case" },
@@ -786,7 +820,7 @@ pub fn run_without_request_latency(engine: &Engine, bench: Option<&dyn VirtualBe
 
 /// Highest client concurrency at which a row's TTFT gap counts toward an engine's serving-path
 /// latency ([`median_ttft_gap_ms`]). On the fit set the gap of sglang's B200 rows grows with
-/// concurrency (median 241 ms at c <= 8, 474 at c = 16..32, 1,005 above: queueing for prefill
+/// concurrency (median 243 ms at c <= 8, 463 at c = 16..32, 1,046 above: queueing for prefill
 /// that the virtual run under-models, not time outside the GPU), so only the rows where a prompt
 /// rarely waits for another measure the flat latency.
 pub const LATENCY_FIT_MAX_CONCURRENCY: u32 = 8;
@@ -1069,6 +1103,20 @@ mod tests {
         );
     }
 
+    /// The launch cost of an eager prefill step (`launch_us`), scanned on the FIT set by hand
+    /// (`cargo test -p servetune-model --lib -- --ignored launch_scan_on_the_fit_set --nocapture`):
+    /// 0..12 us by 1 at the fitted floor and MoE efficiency, printing the objective of each.
+    #[test]
+    #[ignore]
+    fn launch_scan_on_the_fit_set() {
+        let d = Engine::default();
+        for i in 0..=12 {
+            let e = Engine { launch_us: i as f64, ..d };
+            let f = fit_objective(&run_with(&e).expect("runs")).expect("fit rows");
+            println!("launch_us {i}: fit objective {f:.4}");
+        }
+    }
+
     #[test]
     fn a_rate_needing_more_prefill_than_the_gpus_peak_is_skipped_as_implausible() {
         let s = crate::predict::tests::scenario("llama-3.1-8b", Dtype::Fp8, "h200", "nvlink", 1, 1);
@@ -1106,6 +1154,19 @@ mod tests {
         assert!(not_run > 0 && v.rows.iter().filter(|r| r.set == Set::Test).all(|r| aic.contains_key(&r.id)));
         let with = |set: Set| v.rows.iter().filter(|r| r.set == set && r.aic_error.is_some()).count();
         assert_eq!((v.aiconfigurator.test.cases, v.aiconfigurator.fit.cases), (with(Set::Test), with(Set::Fit)));
+    }
+
+    #[test]
+    fn sglang_cases_run_prefill_eagerly_before_its_piecewise_graph_default() {
+        assert!(!sglang_prefill_graphs("0.5.9 (image lmsysorg/sglang:v0.5.9-cu130)", Some("2026-03-20")));
+        assert!(!sglang_prefill_graphs("0.5.7", None));
+        assert!(sglang_prefill_graphs("0.5.10.post1 (image lmsysorg/sglang:v0.5.10.post1-cu130)", None));
+        assert!(sglang_prefill_graphs("0.5.19 (lmsysorg/sglang-rocm:v0.5.19-rocm720-mi35x-20260913)", None));
+        assert!(!sglang_prefill_graphs("nightly-dev-20260216-d3bae71e", None));
+        assert!(sglang_prefill_graphs("nightly-dev (image lmsysorg/sglang:nightly-dev-cu13-20260317-1eea7448)", None));
+        assert!(!sglang_prefill_graphs("", Some("2025-11-10")));
+        assert!(sglang_prefill_graphs("glm5-hopper (image lmsysorg/sglang:glm5-hopper)", Some("2026-04-08")));
+        assert_eq!(sglang_prefill_graphs("commit 947927bdb", None), EngineName::Sglang.graphs_prefill());
     }
 
     #[test]

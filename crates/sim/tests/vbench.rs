@@ -121,7 +121,8 @@ fn the_reference_lxc_plateau_is_the_running_cap() {
 }
 
 /// Each engine's serving-path latency is the median TTFT gap (measured less predicted without
-/// any latency) over the FIT set's cases of that engine, virtual run, to the millisecond; the
+/// any latency) over the FIT set's cases of that engine at c <= 8 (`LATENCY_FIT_MAX_CONCURRENCY`), virtual run, to the
+/// millisecond; the
 /// test set plays no part. Prints the gaps (`-- --nocapture`) for a refit.
 #[test]
 fn request_latencies_are_the_fit_sets_median_ttft_gaps() {
