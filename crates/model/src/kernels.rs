@@ -353,6 +353,33 @@ mod tests {
     }
 
     #[test]
+    fn prefill_attention_interpolates_in_log_length_and_holds_its_end_columns() {
+        let (gqa, mla) = (PREFILL_ATTENTION[0].1, PREFILL_ATTENTION[0].2);
+        assert_eq!(PREFILL_ATTENTION[0].0, "h100-sxm");
+        // At a column, its figure; halfway in log length between two, their mean.
+        assert_eq!(prefill_attention_efficiency("h100-sxm", PrefillAttention::Gqa, 4096.0), gqa[4]);
+        let mid = prefill_attention_efficiency("h100-sxm", PrefillAttention::Gqa, (4096.0f64 * 8192.0).sqrt());
+        assert!((mid - (gqa[4] + gqa[5]) / 2.0).abs() < 1e-12, "{mid}");
+        // Beyond the ends, the end columns.
+        assert_eq!(prefill_attention_efficiency("h100-sxm", PrefillAttention::Mla, 16.0), mla[0]);
+        assert_eq!(prefill_attention_efficiency("h100-sxm", PrefillAttention::Mla, 131072.0), mla[6]);
+        // A GPU without tables takes the eight's median; the A100 40 GB has none either.
+        assert_eq!(prefill_attention_efficiency("mi300x", PrefillAttention::Gqa, 1024.0), PREFILL_ATTENTION_OTHER.0[2]);
+        for (i, other) in PREFILL_ATTENTION_OTHER.0.iter().enumerate() {
+            let mut col: Vec<f64> = PREFILL_ATTENTION.iter().map(|r| r.1[i]).collect();
+            col.sort_by(f64::total_cmp);
+            assert!((median(col) - other).abs() < 5e-4, "column {i}");
+        }
+        // Every rate is a share of the peak, and grows with the prompt.
+        for (gpu, g, m) in PREFILL_ATTENTION {
+            for row in [g, m] {
+                assert!(row.iter().all(|e| *e > 0.0 && *e <= 1.0), "{gpu}: {row:?}");
+                assert!(row.windows(2).all(|w| w[1] >= w[0] - 0.01), "{gpu}: {row:?}");
+            }
+        }
+    }
+
+    #[test]
     fn the_decode_tables_are_the_kernel_files_medians() {
         let dense = recompute_dense();
         assert_eq!(DENSE_DECODE.len(), dense.len(), "dense: {dense:?}");

@@ -1685,6 +1685,27 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn only_an_engine_that_graphs_decode_but_not_prefill_pays_eager_launches_on_prompt_steps() {
+        let mut s = scenario("llama-3.1-70b", Dtype::Fp8, "h200", "nvlink", 8, 8);
+        s.engine = EngineName::Trtllm.defaults();
+        let launches = s.engine.launch_us * s.kernels_per_step() / 1e3;
+        assert!((s.eager_prefill_ms() - launches).abs() < 1e-12 && launches > 0.0);
+        // vLLM and today's sglang replay graphs for prompt steps too.
+        for e in [EngineName::Vllm, EngineName::Sglang] {
+            s.engine = e.defaults();
+            assert_eq!(s.eager_prefill_ms(), 0.0, "{}", e.name());
+        }
+        // Without CUDA graphs every step already pays the launches (overhead_ms): not twice.
+        s.engine = Engine { cuda_graphs: false, prefill_graphs: false, ..EngineName::Trtllm.defaults() };
+        assert_eq!(s.eager_prefill_ms(), 0.0);
+        // In the steady state the prompt steps' launches raise the step, by at most one step's worth.
+        let graphs = Scenario { engine: EngineName::Trtllm.defaults(), ..s.clone() };
+        let eager_free = Scenario { engine: Engine { prefill_graphs: true, ..graphs.engine }, ..s.clone() };
+        let (with, without) = (graphs.point(64).step_ms.total, eager_free.point(64).step_ms.total);
+        assert!(with > without && with - without <= launches + 1e-9, "{with} vs {without}");
+    }
+
+    #[test]
     fn an_fp8_kv_cache_streams_at_the_fa3_tables_rate_on_hopper_gqa_only() {
         let kv_ms = |model: &str, gpu: &str, kv: KvDtype| {
             let mut s = scenario(model, Dtype::Fp8, gpu, "nvlink", 8, 8);

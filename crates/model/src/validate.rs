@@ -1156,6 +1156,26 @@ mod tests {
         assert_eq!((v.aiconfigurator.test.cases, v.aiconfigurator.fit.cases), (with(Set::Test), with(Set::Fit)));
     }
 
+    fn row(source: &str, error: f64) -> Row {
+        let mut r = validation().rows.into_iter().find(|r| r.set == Set::Fit).expect("a fit row");
+        (r.source_key, r.error) = (source.to_string(), error);
+        r
+    }
+
+    #[test]
+    fn the_fit_objective_weighs_each_source_the_same() {
+        // Source a: four rows (a quarter of a source's weight each); source b: one row (a whole
+        // source's). With b's row the largest error, half the weight is reached at a's 10%; with
+        // b's row the smallest, b's row alone is half the weight.
+        let mut v = validation();
+        v.rows = vec![row("a", 0.1), row("a", -0.1), row("a", 0.1), row("a", 0.1), row("b", 0.5)];
+        assert_eq!(fit_objective(&v), Some(0.1));
+        v.rows = vec![row("a", 0.3), row("a", 0.3), row("a", -0.3), row("a", 0.3), row("b", 0.05)];
+        assert_eq!(fit_objective(&v), Some(0.05), "b weighs as much as all of a");
+        v.rows.iter_mut().for_each(|r| r.set = Set::Test);
+        assert_eq!(fit_objective(&v), None, "test rows never count");
+    }
+
     #[test]
     fn sglang_cases_run_prefill_eagerly_before_its_piecewise_graph_default() {
         assert!(!sglang_prefill_graphs("0.5.9 (image lmsysorg/sglang:v0.5.9-cu130)", Some("2026-03-20")));
