@@ -933,7 +933,8 @@ impl Scenario {
     /// would make it so). The custom kernel's model has a fixed latency floor, so the ratio
     /// follows the bandwidth; a latency alone leaves it at 1. A measured link (a `fabric` document) keeps the model. The method keeps
     /// the rule's one-shot / two-shot label. A separate prefill pass's all-reduces take the same
-    /// graph-mode figure (sglang runs prefill eagerly) and, in [`Self::point`], no per-kernel floor.
+    /// graph-mode figure (sglang before 0.5.10 ran prefill eagerly, which the eager launches of
+    /// [`Self::eager_prefill_ms`] price apart) and, in [`Self::point`], no per-kernel floor.
     pub fn tp_allreduce(&self, bytes: f64) -> comm::AllReduce {
         let n = self.plan.tp;
         match self.across(n) {
