@@ -664,25 +664,16 @@ pub fn summary(rows: &[Row], set: Set) -> SetSummary {
 /// each source weighing the same (a row weighs 1 / its source's scored fit rows). The split assigns
 /// whole sources to a set, so the test set asks how the model does on sources it has not seen;
 /// a plain median would let the three AIConfigurator sources that hold most of the fit rows set
-/// the constants alone. The weighted median is the first |error|, in ascending order, at which
-/// the running weight reaches half the total. None without fit rows.
+/// the constants alone. The weighted median is the lower one ([`servetune_stats::weighted_median`]).
+/// None without fit rows.
 pub fn fit_objective(v: &Validation) -> Option<f64> {
     let rows: Vec<&Row> = v.rows.iter().filter(|r| r.set == Set::Fit).collect();
     let mut per_source = std::collections::HashMap::new();
     for r in &rows {
         *per_source.entry(r.source_key.as_str()).or_insert(0usize) += 1;
     }
-    let mut weighted: Vec<(f64, f64)> = rows.iter().map(|r| (r.error.abs(), 1.0 / per_source[r.source_key.as_str()] as f64)).collect();
-    weighted.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let half = weighted.iter().map(|w| w.1).sum::<f64>() / 2.0;
-    let mut run = 0.0;
-    for (e, w) in &weighted {
-        run += w;
-        if run >= half - 1e-12 {
-            return Some(*e);
-        }
-    }
-    None
+    let weighted: Vec<(f64, f64)> = rows.iter().map(|r| (r.error.abs(), 1.0 / per_source[r.source_key.as_str()] as f64)).collect();
+    servetune_stats::weighted_median(&weighted)
 }
 
 /// Where the fitted constants came from (the engine defaults in `predict::Engine`).
@@ -1156,18 +1147,14 @@ mod tests {
         assert_eq!((v.aiconfigurator.test.cases, v.aiconfigurator.fit.cases), (with(Set::Test), with(Set::Fit)));
     }
 
-    fn row(source: &str, error: f64) -> Row {
-        let mut r = validation().rows.into_iter().find(|r| r.set == Set::Fit).expect("a fit row");
-        (r.source_key, r.error) = (source.to_string(), error);
-        r
-    }
-
     #[test]
     fn the_fit_objective_weighs_each_source_the_same() {
         // Source a: four rows (a quarter of a source's weight each); source b: one row (a whole
         // source's). With b's row the largest error, half the weight is reached at a's 10%; with
         // b's row the smallest, b's row alone is half the weight.
         let mut v = validation();
+        let template = v.rows.iter().find(|r| r.set == Set::Fit).expect("a fit row").clone();
+        let row = |source: &str, error: f64| Row { source_key: source.to_string(), error, ..template.clone() };
         v.rows = vec![row("a", 0.1), row("a", -0.1), row("a", 0.1), row("a", 0.1), row("b", 0.5)];
         assert_eq!(fit_objective(&v), Some(0.1));
         v.rows = vec![row("a", 0.3), row("a", 0.3), row("a", -0.3), row("a", 0.3), row("b", 0.05)];

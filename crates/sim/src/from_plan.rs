@@ -38,7 +38,7 @@ impl StepCost for PlanCost {
             if separate {
                 ms += s.overhead_ms();
             }
-            // Without prefill CUDA graphs (sglang, TensorRT-LLM) the step runs eagerly.
+            // Without prefill CUDA graphs (TensorRT-LLM; sglang before 0.5.10) the step runs eagerly.
             ms += s.eager_prefill_ms();
         }
         Duration::from_secs_f64(ms.max(0.01) / 1e3)

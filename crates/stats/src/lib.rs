@@ -17,7 +17,7 @@ mod slo;
 
 pub use duration::{parse_duration, MAX_DURATION};
 pub use length::LengthDist;
-pub use sample::{median, percentile};
+pub use sample::{median, percentile, weighted_median};
 pub use saturation::{knee, LoadPoint, MIN_GAIN};
 pub use slo::{parse_slos, Slo, SloMetric};
 

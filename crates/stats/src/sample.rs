@@ -25,9 +25,35 @@ pub fn percentile(values: &[f64], q: f64) -> Option<f64> {
     Some(v[lo] + (v[hi] - v[lo]) * frac)
 }
 
+/// The weighted median of `(value, weight)` pairs with finite values and positive weights: the
+/// first value, in ascending order, at which the running weight reaches half the total (the lower
+/// weighted median). `None` when no pair counts.
+pub fn weighted_median(pairs: &[(f64, f64)]) -> Option<f64> {
+    let mut v: Vec<(f64, f64)> = pairs.iter().copied().filter(|(x, w)| x.is_finite() && w.is_finite() && *w > 0.0).collect();
+    v.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let half = v.iter().map(|p| p.1).sum::<f64>() / 2.0;
+    let mut run = 0.0;
+    v.into_iter().find_map(|(x, w)| {
+        run += w;
+        (run >= half - 1e-12 * half).then_some(x)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_weighted_median_is_where_the_running_weight_reaches_half() {
+        // Equal weights: the lower middle value.
+        assert_eq!(weighted_median(&[(3.0, 1.0), (1.0, 1.0), (2.0, 1.0), (4.0, 1.0)]), Some(2.0));
+        // One heavy value carries the median to itself.
+        assert_eq!(weighted_median(&[(1.0, 0.25), (2.0, 0.25), (9.0, 1.0)]), Some(9.0));
+        assert_eq!(weighted_median(&[(9.0, 0.5), (1.0, 0.25), (2.0, 0.25)]), Some(2.0));
+        // Non-finite values and non-positive weights do not count.
+        assert_eq!(weighted_median(&[(f64::NAN, 5.0), (7.0, 1.0), (1.0, 0.0)]), Some(7.0));
+        assert_eq!(weighted_median(&[]), None);
+    }
 
     #[test]
     fn median_of_an_even_count_averages_the_middle_pair() {
