@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use servetune_sim::cost::{preset, Profile, PRESETS};
+use servetune_sim::cost::{preset, Profile, Scheduling, PRESETS};
 use servetune_sim::rendezvous::NodePlace;
 use servetune_sim::{ExactTiming, Faults, Limits, MetricsStyle, Mode, SimConfig, SimError};
 use servetune_stats::parse_duration;
@@ -18,6 +18,13 @@ use crate::Failure;
 pub enum StyleArg {
     Sglang,
     Vllm,
+}
+
+/// `--scheduling`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum SchedulingArg {
+    Mixed,
+    PrefillFirst,
 }
 
 /// Run a simulated sglang/vLLM-compatible server: continuous batching, paged KV cache and queueing,
@@ -63,6 +70,11 @@ pub struct SimArgs {
     /// Override: token budget per step (chunked prefill)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=16_777_216))]
     pub chunked_prefill_size: Option<u32>,
+    /// Override: how a step is composed while prompts wait: `mixed` (prompt chunks ride in decode
+    /// steps: vLLM, TensorRT-LLM, sglang --enable-mixed-chunk) or `prefill-first` (prompts run alone
+    /// and decoding waits: sglang's default)
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub scheduling: Option<SchedulingArg>,
     /// Override: served model name
     #[arg(long)]
     pub model: Option<String>,
@@ -193,6 +205,12 @@ pub fn resolve(a: &SimArgs) -> Result<SimConfig, Failure> {
     }
     if let Some(v) = a.chunked_prefill_size {
         p.chunked_prefill_size = v;
+    }
+    if let Some(v) = a.scheduling {
+        p.scheduling = match v {
+            SchedulingArg::Mixed => Scheduling::Mixed,
+            SchedulingArg::PrefillFirst => Scheduling::PrefillFirst,
+        };
     }
     if let Some(v) = &a.model {
         p.model = v.clone();

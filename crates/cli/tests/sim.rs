@@ -244,6 +244,23 @@ fn sim_binary_serves_and_prints_its_address() {
 }
 
 #[test]
+fn sim_scheduling_flag_reaches_the_engine_and_server_info() {
+    let info = |extra: &[&str]| {
+        let mut args = vec!["sim", "--preset", "tiny", "--listen", "127.0.0.1:0"];
+        args.extend_from_slice(extra);
+        let p = crate::common::Proc::start(&args);
+        let (status, text) = raw_http(&p.url, "GET", "/get_server_info", "");
+        assert_eq!(status, 200, "{text}");
+        let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+        v["enable_mixed_chunk"].clone()
+    };
+    assert_eq!(info(&[]), serde_json::json!(true), "presets mix prompt chunks into decode steps");
+    assert_eq!(info(&["--scheduling", "prefill-first"]), serde_json::json!(false));
+    assert_eq!(info(&["--scheduling", "mixed"]), serde_json::json!(true));
+    sim_usage_error(&["--preset", "tiny", "--scheduling", "sometimes"], "prefill-first");
+}
+
+#[test]
 fn sim_from_plan_steps_at_the_predicted_decode_time() {
     use servetune_model::{hw, predict, quant, spec};
     let p = crate::common::Proc::start(&[

@@ -131,6 +131,59 @@ pub const MOE_DECODE: &[(&str, Dtype, MoeSplit, f64)] = &[
     ("rtx-pro-6000-se", Dtype::Nvfp4, MoeSplit::Ep, 0.730),
 ];
 
+/// MLA decode attention's KV read rate, share of peak memory bandwidth, by (GPU, FP8 cache,
+/// query heads per rank): from kernels.toml's `[[decode_attention]]` rows of kind "mla"
+/// (AIConfigurator's sglang 0.5.14 `generation_mla_perf` tables: FA3 on Hopper, trtllm-gen MLA on
+/// Blackwell, Triton on SM120 and SM89). For each table at batch 32 and 128, the latent bytes added
+/// between its two longest contexts (batch x context x 576 elements x the cache's bytes) over the
+/// latency added, against the GPU's peak; the median of the two. The latent is shared by every head,
+/// so more heads per rank add compute but no bytes: at 128 heads the rate falls (0.52-0.71 on
+/// Hopper and Blackwell, 0.14-0.19 with the Triton kernel), at 8 heads the kernel streams (0.73-0.93).
+/// Kernel data, not an end-to-end case; [`mla_decode_efficiency`] reads it.
+pub const MLA_DECODE: &[(&str, bool, u32, f64)] = &[
+    ("b200", false, 8, 0.733),
+    ("b200", false, 128, 0.579),
+    ("b200", true, 8, 0.844),
+    ("b200", true, 128, 0.495),
+    ("b300", false, 8, 0.730),
+    ("b300", false, 128, 0.644),
+    ("b300", true, 8, 0.825),
+    ("b300", true, 128, 0.626),
+    ("gb200", false, 8, 0.765),
+    ("gb200", false, 128, 0.652),
+    ("gb200", true, 8, 0.868),
+    ("gb200", true, 128, 0.640),
+    ("h100-sxm", false, 8, 0.916),
+    ("h100-sxm", false, 128, 0.714),
+    ("h100-sxm", true, 8, 0.084),
+    ("h100-sxm", true, 128, 0.081),
+    ("h200", false, 8, 0.925),
+    ("h200", false, 128, 0.519),
+    ("h200", true, 8, 0.063),
+    ("h200", true, 128, 0.058),
+    ("l40s", false, 8, 0.876),
+    ("l40s", false, 128, 0.188),
+    ("rtx-pro-6000-se", false, 8, 0.852),
+    ("rtx-pro-6000-se", false, 128, 0.143),
+];
+
+/// The KV read rate of dense (not DSA) MLA decode attention on `gpu` with `heads_per_rank` query
+/// heads per rank: [`MLA_DECODE`] interpolated linearly in log(heads) between its 8- and 128-head
+/// columns and held beyond them. None where there is no table, and for an FP8 cache on Hopper: the
+/// tables time sglang's FA3 path there, which dequantizes at 6-8% of the peak, while vLLM
+/// (FlashMLA) and TensorRT-LLM run other FP8 kernels; the model has no engine to tell them apart,
+/// so the engine's memory efficiency stays.
+pub fn mla_decode_efficiency(gpu: &str, fp8_cache: bool, heads_per_rank: f64) -> Option<f64> {
+    let gpu = table_gpu(gpu);
+    if fp8_cache && matches!(gpu, "h100-sxm" | "h200") {
+        return None;
+    }
+    let at = |h: u32| MLA_DECODE.iter().find(|(g, f, n, _)| *g == gpu && *f == fp8_cache && *n == h).map(|(_, _, _, e)| *e);
+    let (lo, hi) = (at(8)?, at(128)?);
+    let t = ((heads_per_rank.max(1.0).ln() - 8f64.ln()) / (128f64.ln() - 8f64.ln())).clamp(0.0, 1.0);
+    Some(lo + t * (hi - lo))
+}
+
 /// The tables' name for a catalog GPU.
 fn table_gpu(gpu: &str) -> &str {
     if gpu == "a100-40gb" {
@@ -393,6 +446,51 @@ mod tests {
             let have = moe_decode_efficiency(&gpu, dt, split).unwrap_or_else(|| panic!("moe: no entry for {gpu} {} {split:?}", dt.name()));
             assert!((have - eff).abs() < 5e-4, "moe {gpu} {} {split:?}: table {have} vs kernels.toml {eff:.4}", dt.name());
         }
+    }
+
+    #[test]
+    fn the_mla_decode_table_is_the_kernel_files_marginal_rates() {
+        let t: toml::Table = KERNELS.parse().expect("kernels.toml parses");
+        let mut pts: Vec<((String, bool, u32), f64)> = Vec::new();
+        for r in t["decode_attention"].as_array().expect("[[decode_attention]]") {
+            if r["kind"].as_str() != Some("mla") || r["batch"].as_integer().unwrap_or(0) < 32 {
+                continue;
+            }
+            let fp8 = r["kv_cache_dtype"].as_str() == Some("fp8");
+            let (ctx, lat) = (floats(&r["context_tokens"]), floats(&r["latency_us"]));
+            // The two longest contexts, each at the median of its repeated measurements.
+            let mut cs = ctx.clone();
+            cs.sort_by(f64::total_cmp);
+            cs.dedup();
+            let at = |c: f64| median(ctx.iter().zip(&lat).filter(|(x, _)| **x == c).map(|(_, l)| *l).collect());
+            let (c1, c2) = (cs[cs.len() - 2], cs[cs.len() - 1]);
+            let batch = r["batch"].as_integer().expect("batch") as f64;
+            let bytes = batch * (c2 - c1) * 576.0 * if fp8 { 1.0 } else { 2.0 };
+            let gpu = catalog_name(r["gpu"].as_str().expect("gpu")).to_string();
+            let heads = r["num_heads"].as_integer().expect("num_heads") as u32;
+            pts.push(((gpu.clone(), fp8, heads), bytes / ((at(c2) - at(c1)) * 1e-6) / peak(&gpu)));
+        }
+        let got = medians(pts);
+        assert_eq!(MLA_DECODE.len(), got.len(), "{got:?}");
+        for ((gpu, fp8, heads), eff) in got {
+            let have = MLA_DECODE.iter().find(|(g, f, h, _)| *g == gpu && *f == fp8 && *h == heads).map(|r| r.3);
+            let have = have.unwrap_or_else(|| panic!("no MLA entry for {gpu} fp8={fp8} heads={heads}"));
+            assert!((have - eff).abs() < 5e-4, "MLA {gpu} fp8={fp8} {heads} heads: table {have} vs kernels.toml {eff:.4}");
+        }
+    }
+
+    #[test]
+    fn mla_decode_interpolates_in_log_heads_and_leaves_hopper_fp8_to_the_engine() {
+        assert_eq!(mla_decode_efficiency("b200", false, 8.0), Some(0.733));
+        assert_eq!(mla_decode_efficiency("b200", false, 4.0), Some(0.733), "held below 8 heads");
+        assert_eq!(mla_decode_efficiency("b200", false, 256.0), Some(0.579), "held above 128 heads");
+        // 32 heads is halfway between 8 and 128 in log(heads).
+        let mid = mla_decode_efficiency("b200", false, 32.0).expect("a table");
+        assert!((mid - (0.733 + 0.579) / 2.0).abs() < 1e-12, "{mid}");
+        assert_eq!(mla_decode_efficiency("h200", true, 16.0), None, "sglang's FA3 FP8 path is not every engine's");
+        assert!(mla_decode_efficiency("h200", false, 16.0).is_some());
+        assert_eq!(mla_decode_efficiency("mi300x", false, 16.0), None);
+        assert_eq!(mla_decode_efficiency("gb300", false, 16.0), None);
     }
 
     #[test]

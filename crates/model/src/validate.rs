@@ -744,9 +744,14 @@ pub fn constants() -> Vec<ConstantOrigin> {
             set_from: "kernels.toml [[decode_attention]] FA3 fp8 slopes at batch 32 and 256 (0.665 / 0.535; h200 shown); no e2e case",
         },
         ConstantOrigin {
+            name: "kernels::MLA_DECODE (per GPU, cache format, 8 or 128 heads per rank)",
+            value: crate::kernels::mla_decode_efficiency("b200", false, 16.0).unwrap_or(0.0),
+            set_from: "kernels.toml [[decode_attention]] MLA marginal latent-read rates at batch 32 and 128, log-interpolated in heads (b200 BF16 at 16 heads shown); no e2e case",
+        },
+        ConstantOrigin {
             name: "request_latency_ms (sglang / vLLM / TensorRT-LLM)",
             value: crate::predict::SGLANG_REQUEST_LATENCY_MS,
-            set_from: "fit: median TTFT gap of each engine's fit cases at c <= 8, virtual run (243.3 / 25.7 / 85.8 ms; sglang shown)",
+            set_from: "fit: median TTFT gap of each engine's fit cases at c <= 8, virtual run (225.8 / 25.7 / 85.8 ms; sglang shown)",
         },
         ConstantOrigin {
             name: "launch_us (each kernel's launch in a step run without CUDA graphs)",
@@ -810,10 +815,11 @@ pub fn run_without_request_latency(engine: &Engine, bench: Option<&dyn VirtualBe
 }
 
 /// Highest client concurrency at which a row's TTFT gap counts toward an engine's serving-path
-/// latency ([`median_ttft_gap_ms`]). On the fit set the gap of sglang's B200 rows grows with
-/// concurrency (median 243 ms at c <= 8, 463 at c = 16..32, 1,046 above: queueing for prefill
-/// that the virtual run under-models, not time outside the GPU), so only the rows where a prompt
-/// rarely waits for another measure the flat latency.
+/// latency ([`median_ttft_gap_ms`]): the rows where a prompt rarely waits for another. It was
+/// set when the virtual run mixed sglang's prompts into decode steps and the gap of sglang's fit
+/// rows grew with concurrency (median 243 ms at c <= 8, 463 at c = 16..32, 1,046 above). With
+/// sglang's prefill-first scheduling the gap is flat up to c = 64 (226 / 258 / 213 ms); the rule
+/// was kept as it was.
 pub const LATENCY_FIT_MAX_CONCURRENCY: u32 = 8;
 
 /// The median TTFT gap, measured less predicted, ms, over the `set` rows of `engine` that

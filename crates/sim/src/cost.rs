@@ -111,6 +111,9 @@ pub struct Profile {
     /// Mean output length when `ignore_eos` is off (EOS falls geometrically).
     #[serde(default = "default_eos")]
     pub eos_mean_tokens: u32,
+    /// How a step with prompt tokens waiting is composed ([`Scheduling`]); `mixed` when absent.
+    #[serde(default)]
+    pub scheduling: Scheduling,
     /// Step-cost terms.
     pub cost: ParametricCost,
     /// For a MoE model: the fraction of memory bandwidth its fused-MoE kernels reach. Below
@@ -118,6 +121,34 @@ pub struct Profile {
     /// config exists (see [`Profile::moe_config_warning`]); absent for dense models.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moe_efficiency: Option<f64>,
+}
+
+/// How the engine composes a step while admitted requests still have prompt tokens to prefill.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scheduling {
+    /// Prompt chunks ride in the decode step under one token budget, and every running request
+    /// decodes each step (vLLM V1's chunked prefill; TensorRT-LLM's in-flight batching; sglang with
+    /// `--enable-mixed-chunk`).
+    #[default]
+    Mixed,
+    /// A step runs prompt chunks alone while any admitted request has prompt tokens left, and the
+    /// decoding requests wait for it: sglang's scheduler without `--enable-mixed-chunk`
+    /// (`Scheduler.get_next_batch_to_run` takes a new prefill batch before the running decode
+    /// batch). A burst of arrivals is therefore prefilled in full before any of them decodes, so
+    /// requests that start together also finish together (docs/reference.md, "sglang's
+    /// prefill-first scheduling").
+    PrefillFirst,
+}
+
+impl Scheduling {
+    /// The name profiles and JSON use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scheduling::Mixed => "mixed",
+            Scheduling::PrefillFirst => "prefill-first",
+        }
+    }
 }
 
 /// The fused-MoE efficiency of tuned kernels: what `servetune plan`'s "tuned MoE kernels" fix
@@ -185,6 +216,8 @@ pub fn preset(name: &str) -> Result<Profile, SimError> {
         page_size: 64,
         chunked_prefill_size: 8192,
         eos_mean_tokens: 512,
+        // The cost terms were fitted with prompt chunks mixed into decode steps; they stay so.
+        scheduling: Scheduling::Mixed,
         cost,
         moe_efficiency: Some(servetune_model::predict::Engine::default().moe_efficiency),
     };
@@ -206,6 +239,7 @@ pub fn preset(name: &str) -> Result<Profile, SimError> {
             page_size: 16,
             chunked_prefill_size: 8192,
             eos_mean_tokens: 64,
+            scheduling: Scheduling::Mixed,
             cost: ParametricCost { overhead_ms: 2.0, per_decode_token_ms: 0.01, per_prefill_token_ms: 0.0005, per_context_token_us: 0.0 },
             moe_efficiency: None,
         }),

@@ -4,6 +4,11 @@
 //! out. Time is not read here: the caller asks for a step, times it with a [`StepCost`], and
 //! applies it. That makes the engine testable in virtual time and drivable in real time.
 //!
+//! Scheduling ([`Scheduling`]): `mixed` fills each step's token budget with one decode token per
+//! running request and then prompt chunks (vLLM V1, TensorRT-LLM); `prefill-first` runs prompt
+//! chunks alone while any admitted prompt is unfinished, and the decoding requests wait (sglang's
+//! default, without `--enable-mixed-chunk`).
+//!
 //! KV policy (documented behaviour): admission reserves the prompt's pages plus one; decoding grows
 //! a request page by page. When a decode step needs a page and none is free, the most recently
 //! admitted running request is preempted: its pages are freed and it returns to the head of the
@@ -16,7 +21,7 @@ use std::collections::VecDeque;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::cost::{Profile, StepBatch, StepCost};
+use crate::cost::{Profile, Scheduling, StepBatch, StepCost};
 
 /// A request as the engine sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -276,8 +281,10 @@ impl Engine {
         }
         let mut plan = StepPlan { batch: StepBatch::default(), actions: Vec::with_capacity(self.running.len()) };
         let mut budget = self.p.chunked_prefill_size as i64;
+        // Prefill-first: while a prompt is unfinished the step carries prompt chunks only.
+        let hold_decode = self.p.scheduling == Scheduling::PrefillFirst && self.running.iter().any(|q| q.prefilled < q.prefill_len);
         for q in &self.running {
-            if q.prefilled >= q.prefill_len {
+            if q.prefilled >= q.prefill_len && !hold_decode {
                 plan.actions.push((q.r.id, Action::Decode));
                 plan.batch.decode_batch += 1;
                 plan.batch.context_tokens += q.kv_len() + 1;
@@ -287,7 +294,7 @@ impl Engine {
             }
         }
         for (q, a) in self.running.iter().zip(plan.actions.iter_mut()) {
-            if a.1 == Action::Idle && budget > 0 {
+            if a.1 == Action::Idle && q.prefilled < q.prefill_len && budget > 0 {
                 let chunk = (q.prefill_len - q.prefilled).min(budget as u32);
                 budget -= chunk as i64;
                 a.1 = Action::Prefill(chunk);
@@ -363,6 +370,7 @@ mod tests {
             page_size: 16,
             chunked_prefill_size: 256,
             eos_mean_tokens: 32,
+            scheduling: crate::cost::Scheduling::Mixed,
             cost: ParametricCost { overhead_ms: 1.0, per_decode_token_ms: 0.1, per_prefill_token_ms: 0.001, per_context_token_us: 0.0 },
             moe_efficiency: None,
         }
@@ -431,6 +439,63 @@ mod tests {
         assert_eq!(done.len(), 4, "preempted requests recompute and still finish: {done:?}");
         assert!(done.iter().all(|&n| n == 40));
         assert_eq!(e.stats().kv_used_pages, 0);
+    }
+
+    /// Emitted tokens of request `id` per step.
+    fn tokens_of(steps: &[Vec<Emit>], id: u64) -> Vec<usize> {
+        steps.iter().map(|s| s.iter().filter(|x| matches!(x, Emit::Token { id: i, .. } if *i == id)).count()).collect()
+    }
+
+    #[test]
+    fn prefill_first_holds_decode_while_a_prompt_is_unfinished() {
+        // Request 0 decodes; request 1's 600-token prompt arrives and needs three 256-token chunks.
+        let run_with = |scheduling| {
+            let mut e = Engine::new(Profile { scheduling, ..profile(8, 1 << 16) }, 1);
+            e.submit(req(0, 10, 20)).expect("submit");
+            let mut steps = Vec::new();
+            for _ in 0..2 {
+                let p = e.plan().expect("plan");
+                let mut out = Vec::new();
+                e.apply(&p, &mut out);
+                steps.push(out);
+            }
+            e.submit(req(1, 600, 4)).expect("submit");
+            let p = e.plan().expect("plan");
+            let batch = p.batch;
+            let mut out = Vec::new();
+            e.apply(&p, &mut out);
+            steps.push(out);
+            steps.extend(run(&mut e));
+            (tokens_of(&steps, 0), batch)
+        };
+        let (held, batch) = run_with(Scheduling::PrefillFirst);
+        assert_eq!((batch.decode_batch, batch.prefill_tokens), (0, 256), "a prefill-only step: {batch:?}");
+        assert_eq!(&held[..6], &[1, 1, 0, 0, 0, 1], "request 0 waits out all three of request 1's chunks");
+        let (mixed, batch) = run_with(Scheduling::Mixed);
+        assert_eq!((batch.decode_batch, batch.prefill_tokens), (1, 255), "decode and a chunk share the budget: {batch:?}");
+        assert_eq!(&mixed[..6], &[1, 1, 1, 1, 1, 1], "request 0 decodes in every step");
+        assert_eq!(held.iter().sum::<usize>(), 20);
+        assert_eq!(mixed.iter().sum::<usize>(), 20);
+    }
+
+    #[test]
+    fn prefill_first_keeps_a_burst_of_equal_requests_in_step() {
+        // Four equal requests sent at once, one 256-token chunk each: prefill-first prefills all four
+        // before any decodes, so they finish in the same step; mixed lets the first ones run ahead.
+        let finish_steps = |scheduling| {
+            let mut e = Engine::new(Profile { scheduling, ..profile(8, 1 << 16) }, 1);
+            for i in 0..4 {
+                e.submit(req(i, 256, 8)).expect("submit");
+            }
+            let steps = run(&mut e);
+            let mut at: Vec<usize> = (0..4)
+                .map(|id| steps.iter().position(|s| s.iter().any(|x| matches!(x, Emit::Done { id: i, .. } if *i == id))).expect("done"))
+                .collect();
+            at.dedup();
+            at
+        };
+        assert_eq!(finish_steps(Scheduling::PrefillFirst).len(), 1, "all four finish in one step");
+        assert_eq!(finish_steps(Scheduling::Mixed).len(), 4, "each finishes a step after the one before");
     }
 
     #[test]

@@ -10,7 +10,7 @@ use rand::{Rng, SeedableRng};
 use servetune_model::predict::Scenario;
 use servetune_model::workload::{ClientEffects, ClientRun, Latency, LengthDist, VirtualBench, Workload};
 
-use crate::cost::{ParametricCost, Profile, StepBatch, StepCost};
+use crate::cost::{ParametricCost, Profile, Scheduling, StepBatch, StepCost};
 use crate::vtime::{run_closed, Lengths, Memo, Trace};
 
 /// Step cost from the model: decode at the batch and mean context, plus the prefill chunk.
@@ -78,6 +78,9 @@ pub fn profile(s: &Scenario) -> Profile {
         page_size: 64,
         chunked_prefill_size: 8192,
         eos_mean_tokens: s.output_len.max(1),
+        // An engine that does not mix prompt chunks into decode steps (sglang's default) runs them
+        // first, alone, while decoding waits.
+        scheduling: if s.engine.mixed_prefill { Scheduling::Mixed } else { Scheduling::PrefillFirst },
         cost: ParametricCost {
             overhead_ms: t1,
             per_decode_token_ms: ((t64 - t1) / 63.0).max(0.0),

@@ -266,6 +266,7 @@ fn server_info(cfg: &SimConfig) -> Value {
         "max_total_num_tokens": p.kv_tokens,
         "page_size": p.page_size,
         "chunked_prefill_size": p.chunked_prefill_size,
+        "enable_mixed_chunk": p.scheduling == crate::cost::Scheduling::Mixed,
         "version": concat!("servetune-sim ", env!("CARGO_PKG_VERSION")),
         "servetune_sim": { "profile": p.name, "cost": p.cost, "seed": cfg.seed, "eos_mean_tokens": p.eos_mean_tokens },
     })

@@ -21,6 +21,7 @@ fn profile() -> Profile {
         page_size: 16,
         chunked_prefill_size: 8192,
         eos_mean_tokens: 16,
+        scheduling: servetune_sim::cost::Scheduling::Mixed,
         cost: ParametricCost { overhead_ms: 10.0, per_decode_token_ms: 0.0, per_prefill_token_ms: 0.0, per_context_token_us: 0.0 },
         moe_efficiency: None,
     }

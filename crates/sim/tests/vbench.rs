@@ -35,7 +35,9 @@ fn one_request_at_a_time_measures_close_to_the_steady_rate() {
 
 #[test]
 fn a_single_wave_loses_its_ramp_and_tail_and_more_requests_recover_it() {
-    let s = scenario(None);
+    // Mixed steps (vLLM's way) stagger the requests, so later rounds overlap the first's tail.
+    let mut s = scenario(None);
+    s.engine.mixed_prefill = true;
     let one_wave = PlanBench.run(&s, &fixed(64), 64);
     let many = PlanBench.run(&s, &fixed(1280), 64);
     assert!(one_wave.output_tokens_per_s < many.output_tokens_per_s, "{} vs {}", one_wave.output_tokens_per_s, many.output_tokens_per_s);
@@ -160,4 +162,38 @@ fn the_held_out_median_meets_the_20_percent_goal() {
     let v = validate::run_with_bench(&Engine::default(), Some(&PlanBench)).expect("e2e.toml parses");
     assert!(v.test.cases >= 70, "{} held-out cases", v.test.cases);
     assert!(v.headline_test_median_abs_error <= 0.20, "held-out median {:.1}%", v.headline_test_median_abs_error * 100.0);
+}
+
+#[test]
+fn under_prefill_first_every_round_of_equal_requests_is_a_burst_of_its_own() {
+    // sglang's default: a round is prefilled whole, decodes at the full batch and finishes
+    // together, so twenty rounds run at the rate of one.
+    let s = scenario(None);
+    assert!(!s.engine.mixed_prefill);
+    let one = PlanBench.run(&s, &fixed(64), 64);
+    let many = PlanBench.run(&s, &fixed(1280), 64);
+    let (a, b) = (one.output_tokens_per_s, many.output_tokens_per_s);
+    assert!((a - b).abs() / b < 0.01, "one round {a} vs twenty {b}");
+    assert_eq!(many.peak_running, 64);
+}
+
+#[test]
+fn the_plan_profile_schedules_as_its_engine_and_a_burst_waits_for_the_whole_prefill_under_sglang() {
+    use servetune_sim::cost::Scheduling;
+    use servetune_sim::from_plan::profile;
+    let mut sglang = scenario(None);
+    sglang.engine.request_latency_ms = 0.0;
+    assert!(!sglang.engine.mixed_prefill, "sglang's default does not mix prompt chunks into decode steps");
+    assert_eq!(profile(&sglang).scheduling, Scheduling::PrefillFirst);
+    let mut mixed = sglang.clone();
+    mixed.engine.mixed_prefill = true;
+    assert_eq!(profile(&mixed).scheduling, Scheduling::Mixed);
+    // Ten rounds of 64 equal requests: under prefill-first a round's prompts are all prefilled
+    // before any decodes, so the round finishes together and the next arrives as a burst again, each
+    // TTFT holding part of the burst's prefill; mixed steps stagger the first round and the bursts
+    // dissolve into single arrivals.
+    let held = PlanBench.run(&sglang, &fixed(640), 64);
+    let ridden = PlanBench.run(&mixed, &fixed(640), 64);
+    assert!(held.ttft_ms.mean > 1.5 * ridden.ttft_ms.mean, "{:?} vs {:?}", held.ttft_ms, ridden.ttft_ms);
+    assert!(ridden.ttft_ms.p50 < held.ttft_ms.p50 / 2.0, "most mixed arrivals come alone: {:?} vs {:?}", ridden.ttft_ms, held.ttft_ms);
 }

@@ -119,6 +119,7 @@ pub fn flat_profile(step_ms: f64, max_running: u32, kv_tokens: u64) -> servetune
         page_size: 16,
         chunked_prefill_size: 8192,
         eos_mean_tokens: 64,
+        scheduling: servetune_sim::cost::Scheduling::Mixed,
         cost: servetune_sim::ParametricCost {
             overhead_ms: step_ms,
             per_decode_token_ms: 0.0,
