@@ -346,11 +346,11 @@ pub const SGLANG_REQUEST_LATENCY_MS: f64 = 225.8;
 
 /// vLLM's per-request serving-path latency, ms: as [`SGLANG_REQUEST_LATENCY_MS`], over the FIT
 /// set's vLLM cases at c <= 8 (AIConfigurator's B300 rows; see VALIDATION.md).
-pub const VLLM_REQUEST_LATENCY_MS: f64 = 25.7;
+pub const VLLM_REQUEST_LATENCY_MS: f64 = 19.5;
 
 /// TensorRT-LLM's per-request serving-path latency, ms: as [`SGLANG_REQUEST_LATENCY_MS`], over
 /// the FIT set's TensorRT-LLM cases at c <= 8 (AIConfigurator's H100 rows; see VALIDATION.md).
-pub const TRTLLM_REQUEST_LATENCY_MS: f64 = 85.8;
+pub const TRTLLM_REQUEST_LATENCY_MS: f64 = 77.6;
 
 /// Achieved fraction of peak memory bandwidth of GQA decode attention over an FP8 KV cache on
 /// Hopper, from kernels.toml `[[decode_attention]]` (AIConfigurator's sglang 0.5.14 FA3 tables):
@@ -1000,16 +1000,6 @@ impl Scenario {
         Some((row, Some(catalog)))
     }
 
-    /// Bus bandwidth of the TP group's all-reduce for extra bytes, GB/s: the node link, or the
-    /// lesser of it and the group's NICs on a node when the group spans nodes.
-    fn tp_bus_gbs(&self) -> f64 {
-        match self.across(self.plan.tp) {
-            Some(h) if h.per_node > 1 => self.link.beta_gbs.min(h.per_node as f64 * h.net_gbs_per_gpu),
-            Some(h) => h.net_gbs_per_gpu,
-            None => self.link.beta_gbs,
-        }
-    }
-
     /// Whether some stage boundary of a replica falls between nodes: the replica (tp x pp ranks,
     /// placed node-aligned) is larger than a node.
     fn pp_crosses_nodes(&self) -> bool {
@@ -1176,9 +1166,11 @@ impl Scenario {
                 if self.qk_norm_allreduce() { c.full as f64 * self.tp_allreduce(tokens * QK_NORM_BYTES_PER_TOKEN).us } else { 0.0 };
             2.0 * m.layers as f64 * self.tp_allreduce(bytes).us + qk_norm
         } else {
-            // Riding in a decode step's all-reduces: only the extra bytes cost time.
-            let n = self.plan.tp as f64;
-            2.0 * m.layers as f64 * bytes * 2.0 * (n - 1.0) / n / (self.tp_bus_gbs() * 1e3)
+            // Riding in a decode step's all-reduces: only the extra bytes cost time, as the
+            // all-reduce model prices them (its algorithm and protocol for the larger message)
+            // beyond one token's message.
+            let one = m.hidden as f64 * 2.0;
+            2.0 * m.layers as f64 * (self.tp_allreduce(bytes + one).us - self.tp_allreduce(one).us).max(0.0)
         };
         (gemm_s.max(read_s) + attn_s) * 1e3 + comm_us * 1e-3 * e.comm_scale
     }

@@ -751,7 +751,7 @@ pub fn constants() -> Vec<ConstantOrigin> {
         ConstantOrigin {
             name: "request_latency_ms (sglang / vLLM / TensorRT-LLM)",
             value: crate::predict::SGLANG_REQUEST_LATENCY_MS,
-            set_from: "fit: median TTFT gap of each engine's fit cases at c <= 8, virtual run (225.8 / 25.7 / 85.8 ms; sglang shown)",
+            set_from: "fit: median TTFT gap of each engine's fit cases at c <= 8, virtual run (225.8 / 19.5 / 77.6 ms; sglang shown)",
         },
         ConstantOrigin {
             name: "launch_us (each kernel's launch in a step run without CUDA graphs)",
