@@ -232,7 +232,7 @@ pub struct PlanArgs {
     /// Whether communication overlaps compute
     #[arg(long, value_enum, default_value = "none")]
     pub overlap: OverlapArg,
-    /// Prefill rides inside decode steps (sglang --enable-mixed-chunk; always on for the vllm and trtllm engines) instead of its own passes
+    /// Prefill rides inside decode steps (sglang --enable-mixed-chunk; always on for the vllm and trtllm engines) instead of its own passes; without it the virtual run schedules prompts first, alone, while decoding waits (sglang's default)
     #[arg(long)]
     pub mixed_prefill: bool,
     /// Host overhead per decode step, ms: replaces the model's per-kernel floor (4.6 us x the kernels a step runs, fitted on public measurements; see VALIDATION.md)

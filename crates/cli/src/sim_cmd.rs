@@ -185,7 +185,12 @@ pub fn resolve(a: &SimArgs) -> Result<SimConfig, Failure> {
             if let Some(f) = a.moe_efficiency {
                 spec.moe_efficiency = Some(f);
             }
-            let s = spec.build().map_err(input)?;
+            let mut s = spec.build().map_err(input)?;
+            // The step cost prices prompt chunks as the engine composes its steps: mixed steps let
+            // them ride in decode, prefill-first runs them as passes of their own.
+            if let Some(v) = a.scheduling {
+                s.engine.mixed_prefill = matches!(v, SchedulingArg::Mixed);
+            }
             s.check_fit().map_err(|e| Failure::usage(format!("--from-plan: {e}")))?;
             let prof = servetune_sim::from_plan::profile(&s);
             cost = Some(std::sync::Arc::new(servetune_sim::from_plan::PlanCost { scenario: s }));

@@ -244,7 +244,7 @@ fn sim_binary_serves_and_prints_its_address() {
 }
 
 #[test]
-fn sim_scheduling_flag_reaches_the_engine_and_server_info() {
+fn sim_scheduling_flag_is_reported_in_server_info_and_refused_when_unknown() {
     let info = |extra: &[&str]| {
         let mut args = vec!["sim", "--preset", "tiny", "--listen", "127.0.0.1:0"];
         args.extend_from_slice(extra);

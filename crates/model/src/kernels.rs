@@ -137,8 +137,9 @@ pub const MOE_DECODE: &[(&str, Dtype, MoeSplit, f64)] = &[
 /// Blackwell, Triton on SM120 and SM89). For each table at batch 32 and 128, the latent bytes added
 /// between its two longest contexts (batch x context x 576 elements x the cache's bytes) over the
 /// latency added, against the GPU's peak; the median of the two. The latent is shared by every head,
-/// so more heads per rank add compute but no bytes: at 128 heads the rate falls (0.52-0.71 on
-/// Hopper and Blackwell, 0.14-0.19 with the Triton kernel), at 8 heads the kernel streams (0.73-0.93).
+/// so more heads per rank add compute but no bytes: at 128 heads the rate falls (0.50-0.71 on
+/// Hopper and Blackwell, 0.14-0.19 with the Triton kernel), at 8 heads the kernel streams (0.73-0.93;
+/// Hopper's FP8 cache, 0.06-0.08, is the exception: [`mla_decode_efficiency`]).
 /// Kernel data, not an end-to-end case; [`mla_decode_efficiency`] reads it.
 pub const MLA_DECODE: &[(&str, bool, u32, f64)] = &[
     ("b200", false, 8, 0.733),

@@ -162,9 +162,10 @@ pub struct Engine {
     pub launch_us: f64,
     /// Whether communication hides behind compute.
     pub overlap: Overlap,
-    /// Achieved fraction of peak memory bandwidth reading the KV cache, and dense weights on a GPU
-    /// or in a format kernels.toml has no GEMM rate for ([`Scenario::dense_stream_efficiency`]); an assumption,
-    /// typical of decode GEMV kernels.
+    /// Achieved fraction of peak memory bandwidth reading the KV cache where kernels.toml has no
+    /// decode-attention rate (all but FP8 GQA on Hopper and dense MLA on the tables' GPUs:
+    /// `Scenario::kv_read_efficiency`), and dense weights on a GPU or in a format it has no GEMM
+    /// rate for ([`Scenario::dense_stream_efficiency`]); an assumption, typical of decode GEMV kernels.
     pub hbm_efficiency: f64,
     /// Achieved fraction of peak bandwidth reading expert weights in fused-MoE kernels at decode
     /// batch sizes, on a GPU or in a format kernels.toml has no MoE rate for (AMD, MXFP4:
@@ -341,7 +342,7 @@ pub const VLLM_GPU_MEMORY_UTILIZATION: f64 = 0.9;
 /// without it (`validate::tests` recomputes it). Since the virtual run schedules sglang prefill
 /// first (a burst of prompts is prefilled before any of them decodes), the gap no longer grows with
 /// concurrency on the fit set's sglang rows (medians 226 / 258 / 213 ms at c <= 8, 16-32 and 64;
-/// 243 / 462 / 720 ms with mixed steps, 243.3 ms the constant then); the rule stays c <= 8.
+/// 243 / 463 / 720 ms with mixed steps, 243.3 ms the constant then); the rule stays c <= 8.
 pub const SGLANG_REQUEST_LATENCY_MS: f64 = 225.8;
 
 /// vLLM's per-request serving-path latency, ms: as [`SGLANG_REQUEST_LATENCY_MS`], over the FIT
@@ -385,6 +386,17 @@ pub fn prefill_gemm_efficiency(fmt: ComputeFormat) -> f64 {
 /// GPUs; FLOPs = tokens x top-k x 3 x hidden x expert FFN x 2 / 8 ranks; int4 weight-only against
 /// the bf16 peak). Kernel data, not an end-to-end case.
 pub const PREFILL_MOE_EFFICIENCY: f64 = 0.159;
+
+/// How a prefill's prompt tokens run ([`Scenario::prefill_ms`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum PrefillPass {
+    /// A pass of its own, which streams the weights once and pays its own all-reduces (sglang's
+    /// default; a prefill-only step of any engine).
+    Standalone,
+    /// Riding in a decode step of this many decode tokens, which reads the weights anyway; the
+    /// prompt tokens add their compute and their bytes to the step's all-reduces.
+    Beside(f64),
+}
 
 /// Everything a prediction needs.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -1107,11 +1119,10 @@ impl Scenario {
         self.model.qk_norm_across_heads && self.plan.tp > 1 && !self.plan.dp_attention
     }
 
-    /// Time to prefill `tokens` prompt tokens (prompts of `prompt_len` each) on one replica, ms.
-    /// `standalone`: a prefill pass of
-    /// its own, which must also stream the weights once; otherwise the tokens ride in a decode step
-    /// that reads the weights anyway.
-    pub fn prefill_ms(&self, tokens: f64, prompt_len: f64, standalone: bool) -> f64 {
+    /// Time to prefill `tokens` prompt tokens (prompts of `prompt_len` each) on one replica, ms,
+    /// as a pass of its own or beside a decode step ([`PrefillPass`]).
+    pub fn prefill_ms(&self, tokens: f64, prompt_len: f64, pass: PrefillPass) -> f64 {
+        let standalone = pass == PrefillPass::Standalone;
         if tokens <= 0.0 {
             return 0.0;
         }
@@ -1168,9 +1179,9 @@ impl Scenario {
         } else {
             // Riding in a decode step's all-reduces: only the extra bytes cost time, as the
             // all-reduce model prices them (its algorithm and protocol for the larger message)
-            // beyond one token's message.
-            let one = m.hidden as f64 * 2.0;
-            2.0 * m.layers as f64 * (self.tp_allreduce(bytes + one).us - self.tp_allreduce(one).us).max(0.0)
+            // beyond the decode tokens' own message (at least one token's).
+            let decode = if let PrefillPass::Beside(d) = pass { d.max(1.0) } else { 1.0 } * m.hidden as f64 * 2.0;
+            2.0 * m.layers as f64 * (self.tp_allreduce(bytes + decode).us - self.tp_allreduce(decode).us).max(0.0)
         };
         (gemm_s.max(read_s) + attn_s) * 1e3 + comm_us * 1e-3 * e.comm_scale
     }
@@ -1205,15 +1216,16 @@ impl Scenario {
         // b / output_len requests finish per step; their replacements' prefill passes (sglang runs
         // them as separate batches between decode steps) are amortized over the decode steps.
         let n = b / self.output_len.max(1) as f64;
-        let prefill = if self.engine.mixed_prefill {
-            // The replacements' prompt tokens ride in the decode steps.
-            self.prefill_ms(n * self.input_len as f64, self.input_len as f64, false)
-        } else if n <= 1.0 {
+        let (input, beside) = (self.input_len as f64, PrefillPass::Beside(b / pp));
+        let prefill = match (self.engine.mixed_prefill, n <= 1.0) {
+            // The replacements' prompt tokens ride in the decode steps: below one per step, one
+            // prompt rides in every 1/n-th step (its all-reduce bytes are priced as that step's).
+            (true, true) => n * self.prefill_ms(input, input, beside),
+            (true, false) => self.prefill_ms(n * input, input, beside),
             // Requests waiting at a step boundary are prefilled together in their own pass (one weight
             // read, one set of all-reduce latencies); below one per step, a pass serves one request.
-            n * self.prefill_ms(self.input_len as f64, self.input_len as f64, true)
-        } else {
-            self.prefill_ms(n * self.input_len as f64, self.input_len as f64, true)
+            (false, true) => n * self.prefill_ms(input, input, PrefillPass::Standalone),
+            (false, false) => self.prefill_ms(n * input, input, PrefillPass::Standalone),
         };
         // Steps that carry prompt tokens (one in 1/n, every step once n >= 1) run eagerly where the
         // engine graphs decode only.
@@ -1227,7 +1239,7 @@ impl Scenario {
         let out = running as f64 / (tpot / 1e3);
         let e2e = tpot * self.output_len as f64;
         let queue_ms = if concurrency > running { (concurrency as f64 / running as f64 - 1.0) * e2e } else { 0.0 };
-        let ttft = self.prefill_ms(self.input_len as f64, self.input_len as f64, true)
+        let ttft = self.prefill_ms(self.input_len as f64, self.input_len as f64, PrefillPass::Standalone)
             + self.eager_prefill_ms()
             + tpot
             + queue_ms
@@ -1455,6 +1467,48 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn dense_mla_reads_its_kv_at_the_tables_rate_for_its_heads_per_rank() {
+        use crate::kernels::mla_decode_efficiency;
+        // DeepSeek-V3 (128 heads) at TP8 on a B200 with an FP8 cache: 16 heads per rank.
+        let tp8 = scenario("deepseek-v3", Dtype::Fp8, "b200", "nvlink5", 8, 8);
+        assert_eq!(tp8.quant.kv_cache, KvDtype::Fp8);
+        assert_eq!(Some(tp8.kv_read_efficiency()), mla_decode_efficiency("b200", true, 16.0));
+        // DP attention keeps every head on each rank.
+        let mut dp = tp8.clone();
+        dp.plan.dp_attention = true;
+        assert_eq!(Some(dp.kv_read_efficiency()), mla_decode_efficiency("b200", true, 128.0));
+        assert!(dp.kv_read_efficiency() < tp8.kv_read_efficiency(), "more heads per rank, a slower latent read");
+        // A BF16 cache reads at its own column.
+        let mut bf16 = tp8.clone();
+        bf16.quant.kv_cache = KvDtype::Bf16;
+        assert_eq!(Some(bf16.kv_read_efficiency()), mla_decode_efficiency("b200", false, 16.0));
+        // Hopper's FP8 path, a DSA model, and a GPU without tables keep the engine's efficiency.
+        let hbm = Engine::default().hbm_efficiency;
+        assert_eq!(scenario("deepseek-v3", Dtype::Fp8, "h200", "nvlink", 8, 8).kv_read_efficiency(), hbm);
+        assert_eq!(scenario("glm-5", Dtype::Fp8, "b200", "nvlink5", 8, 8).kv_read_efficiency(), hbm);
+        assert_eq!(scenario("deepseek-v3", Dtype::Fp8, "mi300x", "xgmi", 8, 8).kv_read_efficiency(), hbm);
+    }
+
+    #[test]
+    fn a_chunk_beside_decode_costs_its_all_reduce_bytes_beyond_the_decode_batch_and_less_than_a_pass() {
+        let s = scenario("llama-3.1-70b", Dtype::Fp8, "h100-sxm", "nvlink", 8, 8);
+        for tokens in [64.0, 1024.0, 8192.0] {
+            let beside = s.prefill_ms(tokens, 1024.0, PrefillPass::Beside(64.0));
+            let alone = s.prefill_ms(tokens, 1024.0, PrefillPass::Standalone);
+            assert!(beside > 0.0 && beside < alone, "{tokens} tokens: beside {beside} ms, alone {alone} ms");
+        }
+        // The chunk's bytes are priced beyond the decode batch's own message: against a larger
+        // decode batch the same chunk adds what the all-reduce model charges for the difference.
+        let m = &s.model;
+        let bytes = |t: f64| t * m.hidden as f64 * 2.0;
+        let extra = |decode: f64| s.tp_allreduce(bytes(1024.0 + decode)).us - s.tp_allreduce(bytes(decode)).us;
+        let (small, large) =
+            (s.prefill_ms(1024.0, 1024.0, PrefillPass::Beside(1.0)), s.prefill_ms(1024.0, 1024.0, PrefillPass::Beside(256.0)));
+        let want = 2.0 * m.layers as f64 * (extra(256.0) - extra(1.0)) * 1e-3 * s.engine.comm_scale;
+        assert!((large - small - want).abs() < 1e-9, "{large} - {small} vs {want}");
+    }
+
+    #[test]
     fn kernels_per_step_follow_the_documented_per_layer_counts() {
         // Llama-3.1-70B: 80 GQA layers of 5 attention + 4 FFN kernels, two all-reduces each under TP.
         let llama_tp8 = scenario("llama-3.1-70b", Dtype::Fp8, "h200", "nvlink", 8, 8);
@@ -1661,8 +1715,8 @@ pub(crate) mod tests {
         // Regression: n prompts prefilled together were once charged attention as one prompt n times
         // as long (quadratic in n), so throughput fell with concurrency (found by the property test).
         let s = scenario("mixtral-8x7b", Dtype::Fp8, "h100-sxm", "nvlink", 2, 2);
-        let one = s.prefill_ms(2048.0, 2048.0, false);
-        let eight = s.prefill_ms(8.0 * 2048.0, 2048.0, false);
+        let one = s.prefill_ms(2048.0, 2048.0, PrefillPass::Beside(1.0));
+        let eight = s.prefill_ms(8.0 * 2048.0, 2048.0, PrefillPass::Beside(1.0));
         assert!(eight <= 8.0 * one * (1.0 + 1e-9), "{eight} vs 8 x {one}");
         let mut s = s;
         s.input_len = 4096;
@@ -1821,7 +1875,7 @@ pub(crate) mod tests {
         for c in [1, 32, 256] {
             assert_eq!(one.point(c), two.point(c));
         }
-        assert_eq!(one.prefill_ms(4096.0, 1024.0, true), two.prefill_ms(4096.0, 1024.0, true));
+        assert_eq!(one.prefill_ms(4096.0, 1024.0, PrefillPass::Standalone), two.prefill_ms(4096.0, 1024.0, PrefillPass::Standalone));
     }
 
     #[test]

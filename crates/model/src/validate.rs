@@ -688,7 +688,7 @@ pub fn constants() -> Vec<ConstantOrigin> {
             set_from: fit,
         },
         ConstantOrigin {
-            name: "hbm_efficiency (KV reads; weights without a kernels.toml rate)",
+            name: "hbm_efficiency (KV and weight reads without a kernels.toml rate)",
             value: e.hbm_efficiency,
             set_from: "assumption (typical decode GEMV); no e2e case",
         },

@@ -141,16 +141,6 @@ pub enum Scheduling {
     PrefillFirst,
 }
 
-impl Scheduling {
-    /// The name profiles and JSON use.
-    pub fn name(self) -> &'static str {
-        match self {
-            Scheduling::Mixed => "mixed",
-            Scheduling::PrefillFirst => "prefill-first",
-        }
-    }
-}
-
 /// The fused-MoE efficiency of tuned kernels: what `servetune plan`'s "tuned MoE kernels" fix
 /// assumes (crates/model/src/rank.rs) against the untuned default of its engine model.
 pub const TUNED_MOE_EFFICIENCY: f64 = 0.8;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use servetune_model::predict::Scenario;
+use servetune_model::predict::{PrefillPass, Scenario};
 use servetune_model::workload::{ClientEffects, ClientRun, Latency, LengthDist, VirtualBench, Workload};
 
 use crate::cost::{ParametricCost, Profile, Scheduling, StepBatch, StepCost};
@@ -33,9 +33,9 @@ impl StepCost for PlanCost {
             // streams the weights and pays the step overhead itself; mixed into decode (vLLM V1,
             // --enable-mixed-chunk) they ride along. The chunk's prompts are not known one by one:
             // each is taken to be the scenario's prompt length for its attention span.
-            let separate = separate_prefill(s, b);
-            ms += s.prefill_ms(b.prefill_tokens as f64, s.input_len.max(1) as f64, separate);
-            if separate {
+            let pass = prefill_pass(s, b);
+            ms += s.prefill_ms(b.prefill_tokens as f64, s.input_len.max(1) as f64, pass);
+            if pass == PrefillPass::Standalone {
                 ms += s.overhead_ms();
             }
             // Without prefill CUDA graphs (TensorRT-LLM; sglang before 0.5.10) the step runs eagerly.
@@ -49,10 +49,14 @@ impl StepCost for PlanCost {
     }
 }
 
-/// Whether a step's prefill tokens run as a pass of their own: always in a prefill-only step, and
-/// beside decode unless the engine mixes prompt chunks into decode steps.
-pub fn separate_prefill(s: &Scenario, b: &StepBatch) -> bool {
-    b.decode_batch == 0 || !s.engine.mixed_prefill
+/// How a step's prefill tokens run: as a pass of their own in a prefill-only step, and beside
+/// decode unless the engine keeps prompt chunks out of decode steps.
+pub fn prefill_pass(s: &Scenario, b: &StepBatch) -> PrefillPass {
+    if b.decode_batch == 0 || !s.engine.mixed_prefill {
+        PrefillPass::Standalone
+    } else {
+        PrefillPass::Beside(b.decode_batch as f64)
+    }
 }
 
 /// The engine limits of the predicted deployment; the parametric terms are a two-point summary of

@@ -180,7 +180,7 @@ impl Recorder {
 pub fn plan_split(s: &Scenario, b: &StepBatch, dur: Duration) -> Split {
     let dur_ms = dur.as_secs_f64() * 1e3;
     let prefill_ms = if b.prefill_tokens > 0 {
-        s.prefill_ms(b.prefill_tokens as f64, s.input_len.max(1) as f64, crate::from_plan::separate_prefill(s, b)).min(dur_ms)
+        s.prefill_ms(b.prefill_tokens as f64, s.input_len.max(1) as f64, crate::from_plan::prefill_pass(s, b)).min(dur_ms)
     } else {
         0.0
     };

@@ -181,19 +181,27 @@ fn under_prefill_first_every_round_of_equal_requests_is_a_burst_of_its_own() {
 fn the_plan_profile_schedules_as_its_engine_and_a_burst_waits_for_the_whole_prefill_under_sglang() {
     use servetune_sim::cost::Scheduling;
     use servetune_sim::from_plan::profile;
-    let mut sglang = scenario(None);
-    sglang.engine.request_latency_ms = 0.0;
+    let sglang = scenario(None);
     assert!(!sglang.engine.mixed_prefill, "sglang's default does not mix prompt chunks into decode steps");
     assert_eq!(profile(&sglang).scheduling, Scheduling::PrefillFirst);
     let mut mixed = sglang.clone();
     mixed.engine.mixed_prefill = true;
     assert_eq!(profile(&mixed).scheduling, Scheduling::Mixed);
-    // Ten rounds of 64 equal requests: under prefill-first a round's prompts are all prefilled
-    // before any decodes, so the round finishes together and the next arrives as a burst again, each
-    // TTFT holding part of the burst's prefill; mixed steps stagger the first round and the bursts
-    // dissolve into single arrivals.
-    let held = PlanBench.run(&sglang, &fixed(640), 64);
-    let ridden = PlanBench.run(&mixed, &fixed(640), 64);
-    assert!(held.ttft_ms.mean > 1.5 * ridden.ttft_ms.mean, "{:?} vs {:?}", held.ttft_ms, ridden.ttft_ms);
-    assert!(ridden.ttft_ms.p50 < held.ttft_ms.p50 / 2.0, "most mixed arrivals come alone: {:?} vs {:?}", ridden.ttft_ms, held.ttft_ms);
+    // Ten rounds of 64 equal requests, the same step cost, only the scheduling differs: under
+    // prefill-first a round's prompts are all prefilled before any decodes, so the round finishes
+    // together and the next arrives as a burst again, each TTFT holding part of the burst's
+    // prefill; mixed steps stagger the first round and the bursts dissolve into single arrivals.
+    use servetune_sim::from_plan::PlanCost;
+    use servetune_sim::vtime::{run_closed, Lengths};
+    let cost = PlanCost { scenario: sglang.clone() };
+    let reqs = vec![Lengths { input: 512, output: 256 }; 640];
+    let ttft = |scheduling| {
+        let tr = run_closed(&servetune_sim::Profile { scheduling, ..profile(&sglang) }, &cost, &reqs, 64);
+        let mut t: Vec<f64> = tr.records.iter().map(|r| r.first_token - r.sent).collect();
+        t.sort_by(f64::total_cmp);
+        (t.iter().sum::<f64>() / t.len() as f64, t[t.len() / 2])
+    };
+    let ((held_mean, held_p50), (mixed_mean, mixed_p50)) = (ttft(Scheduling::PrefillFirst), ttft(Scheduling::Mixed));
+    assert!(held_mean > 1.5 * mixed_mean, "mean TTFT {held_mean} s vs {mixed_mean} s");
+    assert!(mixed_p50 < held_p50 / 2.0, "most mixed arrivals come alone: p50 {mixed_p50} s vs {held_p50} s");
 }
