@@ -27,6 +27,15 @@ pub enum SchedulingArg {
     PrefillFirst,
 }
 
+impl From<SchedulingArg> for Scheduling {
+    fn from(a: SchedulingArg) -> Self {
+        match a {
+            SchedulingArg::Mixed => Scheduling::Mixed,
+            SchedulingArg::PrefillFirst => Scheduling::PrefillFirst,
+        }
+    }
+}
+
 /// Run a simulated sglang/vLLM-compatible server: continuous batching, paged KV cache and queueing,
 /// with step times from a preset or a profile file. For demos, what-if questions and testing clients.
 #[derive(Debug, Args)]
@@ -189,7 +198,7 @@ pub fn resolve(a: &SimArgs) -> Result<SimConfig, Failure> {
             // The step cost prices prompt chunks as the engine composes its steps: mixed steps let
             // them ride in decode, prefill-first runs them as passes of their own.
             if let Some(v) = a.scheduling {
-                s.engine.mixed_prefill = matches!(v, SchedulingArg::Mixed);
+                s.engine.mixed_prefill = Scheduling::from(v) == Scheduling::Mixed;
             }
             s.check_fit().map_err(|e| Failure::usage(format!("--from-plan: {e}")))?;
             let prof = servetune_sim::from_plan::profile(&s);
@@ -212,10 +221,7 @@ pub fn resolve(a: &SimArgs) -> Result<SimConfig, Failure> {
         p.chunked_prefill_size = v;
     }
     if let Some(v) = a.scheduling {
-        p.scheduling = match v {
-            SchedulingArg::Mixed => Scheduling::Mixed,
-            SchedulingArg::PrefillFirst => Scheduling::PrefillFirst,
-        };
+        p.scheduling = v.into();
     }
     if let Some(v) = &a.model {
         p.model = v.clone();

@@ -180,9 +180,22 @@ pub fn mla_decode_efficiency(gpu: &str, fp8_cache: bool, heads_per_rank: f64) ->
         return None;
     }
     let at = |h: u32| MLA_DECODE.iter().find(|(g, f, n, _)| *g == gpu && *f == fp8_cache && *n == h).map(|(_, _, _, e)| *e);
-    let (lo, hi) = (at(8)?, at(128)?);
-    let t = ((heads_per_rank.max(1.0).ln() - 8f64.ln()) / (128f64.ln() - 8f64.ln())).clamp(0.0, 1.0);
-    Some(lo + t * (hi - lo))
+    Some(log_interp(&[8.0, 128.0], &[at(8)?, at(128)?], heads_per_rank))
+}
+
+/// `row` at `x`, linear in log(x) between the columns at `xs` (ascending) and held beyond them.
+fn log_interp(xs: &[f64], row: &[f64], x: f64) -> f64 {
+    let x = x.max(f64::MIN_POSITIVE);
+    if x <= xs[0] {
+        return row[0];
+    }
+    for i in 1..xs.len() {
+        if x <= xs[i] {
+            let t = (x.ln() - xs[i - 1].ln()) / (xs[i].ln() - xs[i - 1].ln());
+            return row[i - 1] + t * (row[i] - row[i - 1]);
+        }
+    }
+    row[xs.len() - 1]
 }
 
 /// The tables' name for a catalog GPU.
@@ -282,18 +295,7 @@ pub const PREFILL_ATTENTION_OTHER: ([f64; 7], [f64; 7]) =
 pub fn prefill_attention_efficiency(gpu: &str, kind: PrefillAttention, prompt_len: f64) -> f64 {
     let (gqa, mla) = PREFILL_ATTENTION.iter().find(|(g, _, _)| *g == table_gpu(gpu)).map_or(PREFILL_ATTENTION_OTHER, |(_, g, m)| (*g, *m));
     let row = if kind == PrefillAttention::Mla { mla } else { gqa };
-    let l = PREFILL_ATTENTION_LENGTHS;
-    let x = prompt_len.max(1.0);
-    if x <= l[0] {
-        return row[0];
-    }
-    for i in 1..l.len() {
-        if x <= l[i] {
-            let t = (x.ln() - l[i - 1].ln()) / (l[i].ln() - l[i - 1].ln());
-            return row[i - 1] + t * (row[i] - row[i - 1]);
-        }
-    }
-    row[l.len() - 1]
+    log_interp(&PREFILL_ATTENTION_LENGTHS, &row, prompt_len)
 }
 
 #[cfg(test)]

@@ -1122,7 +1122,6 @@ impl Scenario {
     /// Time to prefill `tokens` prompt tokens (prompts of `prompt_len` each) on one replica, ms,
     /// as a pass of its own or beside a decode step ([`PrefillPass`]).
     pub fn prefill_ms(&self, tokens: f64, prompt_len: f64, pass: PrefillPass) -> f64 {
-        let standalone = pass == PrefillPass::Standalone;
         if tokens <= 0.0 {
             return 0.0;
         }
@@ -1168,20 +1167,26 @@ impl Scenario {
             * tokens
             / gpus
             / (g.bf16_tflops * 1e12);
-        let read_s = if standalone { self.weight_bytes_gpu() / (g.mem_bw_gbs * 1e9 * self.scaled(e.hbm_efficiency)) } else { 0.0 };
-        let bytes = tokens * m.hidden as f64 * 2.0;
-        let comm_us = if self.plan.tp <= 1 {
-            0.0
-        } else if standalone {
-            let qk_norm =
-                if self.qk_norm_allreduce() { c.full as f64 * self.tp_allreduce(tokens * QK_NORM_BYTES_PER_TOKEN).us } else { 0.0 };
-            2.0 * m.layers as f64 * self.tp_allreduce(bytes).us + qk_norm
+        let read_s = if pass == PrefillPass::Standalone {
+            self.weight_bytes_gpu() / (g.mem_bw_gbs * 1e9 * self.scaled(e.hbm_efficiency))
         } else {
+            0.0
+        };
+        let bytes = tokens * m.hidden as f64 * 2.0;
+        let comm_us = match pass {
+            _ if self.plan.tp <= 1 => 0.0,
+            PrefillPass::Standalone => {
+                let qk_norm =
+                    if self.qk_norm_allreduce() { c.full as f64 * self.tp_allreduce(tokens * QK_NORM_BYTES_PER_TOKEN).us } else { 0.0 };
+                2.0 * m.layers as f64 * self.tp_allreduce(bytes).us + qk_norm
+            }
             // Riding in a decode step's all-reduces: only the extra bytes cost time, as the
             // all-reduce model prices them (its algorithm and protocol for the larger message)
             // beyond the decode tokens' own message (at least one token's).
-            let decode = if let PrefillPass::Beside(d) = pass { d.max(1.0) } else { 1.0 } * m.hidden as f64 * 2.0;
-            2.0 * m.layers as f64 * (self.tp_allreduce(bytes + decode).us - self.tp_allreduce(decode).us).max(0.0)
+            PrefillPass::Beside(d) => {
+                let decode = d.max(1.0) * m.hidden as f64 * 2.0;
+                2.0 * m.layers as f64 * (self.tp_allreduce(bytes + decode).us - self.tp_allreduce(decode).us).max(0.0)
+            }
         };
         (gemm_s.max(read_s) + attn_s) * 1e3 + comm_us * 1e-3 * e.comm_scale
     }

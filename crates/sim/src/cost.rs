@@ -136,8 +136,8 @@ pub enum Scheduling {
     /// decoding requests wait for it: sglang's scheduler without `--enable-mixed-chunk`
     /// (`Scheduler.get_next_batch_to_run` takes a new prefill batch before the running decode
     /// batch). A burst of arrivals is therefore prefilled in full before any of them decodes, so
-    /// requests that start together also finish together (docs/reference.md, "sglang's
-    /// prefill-first scheduling").
+    /// requests that start together also finish together (docs/reference.md, "Engine
+    /// scheduling").
     PrefillFirst,
 }
 

@@ -1,8 +1,9 @@
 //! The engine as a pure state machine: a FCFS waiting queue, admission under
 //! `max_running_requests` and a paged KV cache, chunked prefill under a per-step token budget,
 //! one decode token per running request in each step that decodes, and recompute preemption when
-//! the KV cache runs out. Time is not read here: the caller asks for a step, times it with a [`StepCost`], and
-//! applies it. That makes the engine testable in virtual time and drivable in real time.
+//! the KV cache runs out. Time is not read here: the caller asks for a step, times it with a
+//! [`StepCost`], and applies it. That makes the engine testable in virtual time and drivable in
+//! real time.
 //!
 //! Scheduling ([`Scheduling`]): `mixed` fills each step's token budget with one decode token per
 //! running request and then prompt chunks (vLLM V1, TensorRT-LLM); `prefill-first` runs prompt
