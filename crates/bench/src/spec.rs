@@ -232,10 +232,21 @@ impl BenchConfig {
         }
         self.validate_limits()?;
         self.validate_schedule_size()?;
-        if let PromptSource::Random { prefix_len, prefix_groups, .. } = self.prompts {
+        if let PromptSource::Random { input, prefix_len, prefix_groups } = self.prompts {
             if prefix_len > 0 && prefix_groups == 0 {
                 return Err(bad("--prefix-groups 0 with --prefix-len > 0: give 1 or more groups"));
             }
+            let longest = prefix_len as u64 + input.max() as u64;
+            if longest > servetune_stats::MAX_TOKENS as u64 {
+                return Err(bad(format!(
+                    "--prefix-len {prefix_len} with --input-len {} makes prompts of up to {longest} tokens, more than {} (the longest context window of any model): give a shorter prefix",
+                    input.label(),
+                    servetune_stats::MAX_TOKENS
+                )));
+            }
+        }
+        if self.warmup > MAX_SCHEDULED {
+            return Err(bad(format!("--warmup {}: at most {MAX_SCHEDULED} warm-up requests; give fewer", self.warmup)));
         }
         Ok(())
     }
@@ -349,6 +360,19 @@ mod tests {
         assert!(c.validate().expect_err("refused").0.contains("schedules about"));
         let c = BenchConfig { loads: vec![open], stop: Stop { requests: Some(u64::MAX), duration: None }, ..config() };
         assert!(c.validate().is_err(), "u64::MAX requests plus warmup does not overflow, it is refused");
+    }
+
+    #[test]
+    fn prompts_past_any_context_window_and_endless_warmups_are_refused_with_their_flags() {
+        let huge_prefix =
+            PromptSource::Random { input: LengthDist::Fixed { len: 8 }, prefix_len: servetune_stats::MAX_TOKENS, prefix_groups: 1 };
+        let c = BenchConfig { prompts: huge_prefix, ..config() };
+        let e = c.validate().expect_err("refused").0;
+        assert!(e.contains("--prefix-len") && e.contains("--input-len 8"), "{e}");
+        let c = BenchConfig { warmup: u64::MAX, ..config() };
+        assert!(c.validate().expect_err("refused").0.contains("--warmup"));
+        let fits = PromptSource::Random { input: LengthDist::Fixed { len: 8 }, prefix_len: 1000, prefix_groups: 1 };
+        assert!(BenchConfig { prompts: fits, warmup: 10, ..config() }.validate().is_ok());
     }
 
     #[test]

@@ -85,7 +85,7 @@ fn sample_len(d: &LengthDist, rng: &mut StdRng) -> u32 {
         LengthDist::Uniform { lo, hi } => rng.gen_range(lo..=hi),
         LengthDist::Normal { mean, std } => {
             let n = Normal::new(mean, std).map(|n| n.sample(rng)).unwrap_or(mean);
-            n.round().max(1.0) as u32
+            n.round().clamp(1.0, d.max() as f64) as u32
         }
     }
 }

@@ -89,6 +89,15 @@ impl Plan {
         if self.pp > model.layers {
             return Err(ModelError::Input(format!("--pp {} is more than the model's {} layers", self.pp, model.layers)));
         }
+        let heads = match model.attention {
+            crate::spec::Attention::Gqa { heads, .. } | crate::spec::Attention::Mla { heads, .. } => heads,
+        };
+        if !self.dp_attention && self.tp > heads {
+            return Err(ModelError::Input(format!(
+                "--tp {} is more than the model's {heads} attention heads: each rank would hold less than one head (sglang and vLLM refuse it); lower --tp, or add --dp-attention",
+                self.tp
+            )));
+        }
         if self.ep > 1 && (model.moe.is_none() || !self.tp.is_multiple_of(self.ep)) {
             return Err(ModelError::Input(format!("--ep {} needs an MoE model and must divide --tp {}", self.ep, self.tp)));
         }

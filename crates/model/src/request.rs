@@ -597,6 +597,14 @@ impl PlanRequest {
     }
 }
 
+/// The most clients `plan` predicts for: its virtual run draws 10 x concurrency requests by
+/// default ([`MAX_REQUESTS`] at this figure).
+pub const MAX_CONCURRENCY: u32 = 100_000;
+
+/// The most requests one virtual run takes (`--requests`): it holds every request's lengths and
+/// runs about 15 s per million on one core.
+pub const MAX_REQUESTS: u64 = 1_000_000;
+
 /// Runs a plan: resolves the scenario, calibrates, predicts every concurrency, finds saturation,
 /// ranks plans and fixes, compares what-ifs. A plan that does not fit is a report with `fits:
 /// false` and the smallest change that fits, not an error. The steady state only (no
@@ -610,6 +618,16 @@ pub fn build_report(req: &PlanRequest) -> Result<PlanReport, ModelError> {
 pub fn build_report_with(req: &PlanRequest, bench: Option<&dyn VirtualBench>) -> Result<PlanReport, ModelError> {
     if req.concurrency.is_empty() || req.concurrency.contains(&0) {
         return Err(ModelError::Input("--concurrency: give one or more concurrencies, each 1 or more".into()));
+    }
+    if let Some(c) = req.concurrency.iter().copied().find(|c| *c > MAX_CONCURRENCY) {
+        return Err(ModelError::Input(format!(
+            "--concurrency {c}: at most {MAX_CONCURRENCY} clients (the virtual run holds each of its 10 x concurrency requests); give a smaller concurrency"
+        )));
+    }
+    if let Some(n) = req.workload.requests.filter(|n| *n > MAX_REQUESTS) {
+        return Err(ModelError::Input(format!(
+            "--requests {n}: at most {MAX_REQUESTS} (the virtual run holds every request and takes about 15 s per million); give fewer"
+        )));
     }
     if req.top == 0 {
         return Err(ModelError::Input("--top 0 shows no plan: give 1 or more".into()));
@@ -815,6 +833,37 @@ mod tests {
         let mut r = PlanRequest::new(glm_on_rtx(None));
         r.top = 0;
         assert!(build_report(&r).expect_err("top").to_string().contains("--top 0"));
+    }
+
+    #[test]
+    fn absurd_client_and_request_counts_are_refused_before_the_virtual_run_allocates_them() {
+        let mut r = PlanRequest::new(glm_on_rtx(Some(Dtype::Nvfp4)));
+        r.concurrency = vec![8, u32::MAX];
+        let e = build_report(&r).expect_err("concurrency").to_string();
+        assert!(e.contains(&format!("--concurrency {}", u32::MAX)) && e.contains(&MAX_CONCURRENCY.to_string()), "{e}");
+        r.concurrency = vec![MAX_CONCURRENCY];
+        r.workload.requests = Some(u64::MAX);
+        let e = build_report(&r).expect_err("requests").to_string();
+        assert!(e.contains(&format!("--requests {}", u64::MAX)) && e.contains(&MAX_REQUESTS.to_string()), "{e}");
+        // The limits themselves are accepted (steady state only: no virtual run here).
+        r.workload.requests = Some(MAX_REQUESTS);
+        assert!(build_report(&r).is_ok());
+    }
+
+    #[test]
+    fn more_tensor_parallel_ranks_than_attention_heads_are_refused_unless_attention_is_data_parallel() {
+        let mut s = ScenarioSpec::new(ModelSource::Catalog("glm-5".into()), "h200");
+        s.gpus = 128;
+        s.tp = Some(128);
+        let e = s.build().expect_err("tp 128 over 64 heads").to_string();
+        assert!(e.contains("--tp 128") && e.contains("64 attention heads"), "{e}");
+        s.dp_attention = true;
+        s.ep = 128;
+        assert!(s.build().is_ok(), "DP attention holds every head on each rank");
+        let mut s = ScenarioSpec::new(ModelSource::Catalog("glm-5".into()), "h200");
+        s.gpus = 64;
+        s.tp = Some(64);
+        assert!(s.build().is_ok(), "one head per rank is allowed");
     }
 
     #[test]

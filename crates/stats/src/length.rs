@@ -30,9 +30,26 @@ pub enum LengthDist {
     },
 }
 
+/// The longest length a distribution may draw, tokens: ten million, the longest context window of
+/// any released model (Llama 4 Scout's). A longer length is a typo, and a prompt of it would be
+/// built in memory before any request is sent.
+pub const MAX_TOKENS: u32 = 10_000_000;
+
 impl LengthDist {
     /// Parses `128`, `fixed:128`, `uniform:64..256`, `normal:128,32` (mean, standard deviation).
+    /// A distribution that could draw more than [`MAX_TOKENS`] is refused.
     pub fn parse(flag: &str, s: &str) -> Result<Self, InputError> {
+        let d = Self::parse_unbounded(flag, s)?;
+        if d.max() > MAX_TOKENS {
+            return Err(bad(format!(
+                "{flag} {s:?}: draws up to {} tokens, more than {MAX_TOKENS} (the longest context window of any model); give a shorter length",
+                d.max()
+            )));
+        }
+        Ok(d)
+    }
+
+    fn parse_unbounded(flag: &str, s: &str) -> Result<Self, InputError> {
         let hint = "write N, uniform:LO..HI or normal:MEAN,STD (token counts >= 1)";
         let err = || bad(format!("{flag} {s:?} is not a length: {hint}"));
         let t = s.trim();
@@ -108,6 +125,16 @@ impl LengthDist {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lengths_past_any_context_window_are_refused_naming_the_flag() {
+        for s in ["4294967295", "uniform:1..10000001", "normal:1e300,1e300", "normal:9000000,1000000"] {
+            let e = LengthDist::parse("--input-len", s).expect_err(s).to_string();
+            assert!(e.contains("--input-len") && e.contains(&MAX_TOKENS.to_string()), "{s}: {e}");
+        }
+        assert_eq!(LengthDist::parse("--input-len", "10000000"), Ok(LengthDist::Fixed { len: MAX_TOKENS }));
+        assert!(LengthDist::parse("--output-len", "normal:1000,100").is_ok());
+    }
 
     #[test]
     fn the_three_forms_parse_and_bad_ones_name_the_flag() {

@@ -16,7 +16,7 @@ mod saturation;
 mod slo;
 
 pub use duration::{parse_duration, MAX_DURATION};
-pub use length::LengthDist;
+pub use length::{LengthDist, MAX_TOKENS};
 pub use sample::{median, percentile, weighted_median};
 pub use saturation::{knee, LoadPoint, MIN_GAIN};
 pub use slo::{parse_slos, Slo, SloMetric};

@@ -109,7 +109,14 @@ pub struct Timeline {
     pub marks: Vec<StepMark>,
     /// Events in the file.
     pub events: u64,
+    /// GPU events left out because their start or duration is not a time ([`MAX_EVENT_US`]).
+    pub skipped: u64,
 }
+
+/// The longest GPU event taken, us (a day): a longer, negative or non-finite duration, or a start
+/// that is not finite, is a corrupt or hand-edited event, left out and counted
+/// ([`Timeline::skipped`]), so that one of them cannot turn every figure into infinity.
+pub const MAX_EVENT_US: f64 = 86_400e6;
 
 impl Timeline {
     /// Reads the trace at `path`.
@@ -135,7 +142,12 @@ impl Timeline {
         let complete = e.ph.is_none_or(|p| p == Ph::Complete);
         let (Some(ts), dur) = (e.ts, e.dur.unwrap_or(0.0)) else { return };
         match e.cat {
-            EventCat::Kernel | EventCat::Memcpy | EventCat::Memset if complete && dur >= 0.0 => {
+            EventCat::Kernel | EventCat::Memcpy | EventCat::Memset if complete => {
+                // A start this far out (1e15 us is 31 years) or a duration past a day is not a time.
+                if !(ts.is_finite() && ts.abs() < 1e17 && (0.0..=MAX_EVENT_US).contains(&dur)) {
+                    self.skipped += 1;
+                    return;
+                }
                 let name = self.intern(index, &e.name, e.cat);
                 self.kernels.push(Kernel { start: ts, dur: dur as f32, correlation: e.args.correlation.unwrap_or(-1), name });
             }

@@ -44,6 +44,13 @@ pub fn terminal(r: &TraceReport, w: &mut impl Write) -> io::Result<()> {
         "  {} events, {} on the GPU: {:.2} ms of kernels, {:.2} ms busy (overlap counted once) over {:.2} ms",
         r.events, r.gpu_events, r.kernel_ms, r.busy_ms, r.span_ms
     )?;
+    if r.skipped_gpu_events > 0 {
+        writeln!(
+            w,
+            "  {} GPU events left out: a start or duration that is not a time (negative, not finite, or over a day)",
+            r.skipped_gpu_events
+        )?;
+    }
     writeln!(w, "  steps found by {} ({} GPU events outside steps)", segmentation(r.segmentation), r.events_outside_steps)?;
     for p in &r.phases {
         writeln!(w)?;

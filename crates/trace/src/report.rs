@@ -14,7 +14,7 @@ use crate::{union_sorted, Category, Timeline, TraceError};
 /// The schema name and major version of the JSON document.
 pub const SCHEMA: &str = "servetune.trace/1";
 /// Minor version: additions that old readers may ignore.
-pub const SCHEMA_MINOR: u32 = 0;
+pub const SCHEMA_MINOR: u32 = 1;
 /// How many kernels the top list holds.
 pub const TOP_KERNELS: usize = 15;
 
@@ -31,6 +31,9 @@ pub struct TraceReport {
     pub events: u64,
     /// GPU kernels, copies and memsets.
     pub gpu_events: u64,
+    /// GPU events left out: a start or duration that is not a time (negative, not finite, or over
+    /// a day; since schema minor 1).
+    pub skipped_gpu_events: u64,
     /// Summed GPU event durations, ms (concurrent kernels counted each).
     pub kernel_ms: f64,
     /// Union of GPU event intervals, ms (concurrent kernels counted once).
@@ -159,6 +162,7 @@ pub fn report(t: &Timeline, file: &str, gap_ms: f64) -> TraceReport {
         file: file.to_string(),
         events: t.events,
         gpu_events: t.kernels.len() as u64,
+        skipped_gpu_events: t.skipped,
         kernel_ms: t.kernels.iter().map(|k| k.dur as f64).sum::<f64>() / 1e3,
         busy_ms: union_sorted(t.kernels.iter().map(|k| (k.start, k.end()))) / 1e3,
         span_ms: (end - start).max(0.0) / 1e3,

@@ -101,6 +101,27 @@ fn unknown_kernels_are_listed_not_dropped() {
 }
 
 #[test]
+fn gpu_events_whose_times_are_not_times_are_left_out_and_counted() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("corrupt.json");
+    let doc = r#"{"traceEvents":[
+        {"ph":"X","cat":"kernel","name":"sm90_xmma_gemm_bf16","ts":100,"dur":50,"pid":0,"tid":7},
+        {"ph":"X","cat":"kernel","name":"sm90_xmma_gemm_bf16","ts":1e308,"dur":1e308,"pid":0,"tid":7},
+        {"ph":"X","cat":"kernel","name":"flash_fwd_kernel","ts":200,"dur":-3,"pid":0,"tid":7},
+        {"ph":"X","cat":"kernel","name":"flash_fwd_kernel","ts":300,"dur":1e12,"pid":0,"tid":7},
+        {"ph":"X","cat":"kernel","name":"flash_fwd_kernel","ts":400,"dur":20,"pid":0,"tid":7}]}"#;
+    std::fs::write(&path, doc).expect("writes");
+    let r = analyze(&path, 1.0).expect("analyses the two good events");
+    assert_eq!((r.events, r.gpu_events, r.skipped_gpu_events), (5, 2, 3));
+    assert!(r.kernel_ms.is_finite() && (r.kernel_ms - 0.07).abs() < 1e-9, "{}", r.kernel_ms);
+    assert!((r.span_ms - 0.32).abs() < 1e-9, "{}", r.span_ms);
+    let mut out = Vec::new();
+    servetune_trace::render::terminal(&r, &mut out).expect("renders");
+    let text = String::from_utf8(out).expect("utf8");
+    assert!(text.contains("3 GPU events left out") && !text.contains("inf") && !text.contains("NaN"), "{text}");
+}
+
+#[test]
 fn a_trace_without_gpu_events_is_refused() {
     let err = analyze(&data("rank_non_gpu.json.gz"), 1.0).expect_err("no GPU events");
     assert!(matches!(err, TraceError::NoGpuEvents { .. }), "{err}");
