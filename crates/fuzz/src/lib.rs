@@ -1,6 +1,7 @@
 //! Time-bounded mutation fuzzing of the parsers that read untrusted input: the SSE stream parser
-//! (server bytes), `config.json` (user files), probe snapshots (sysfs/procfs text) and the
-//! simulator's HTTP request parsing (client bytes).
+//! (server bytes), `config.json` (user files), probe snapshots (sysfs/procfs text), the
+//! simulator's HTTP request parsing (client bytes) and profiler traces (`servetune trace`'s
+//! streaming JSON scanner and analysis).
 //!
 //! Coverage-guided fuzzers (cargo-fuzz, AFL) need a nightly toolchain or compiler plugins that CI
 //! does not have; this runner needs neither. Each target states an oracle beyond "no panic" where

@@ -30,7 +30,8 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
             "--seed" => a.seed = num("--seed")?,
             "-h" | "--help" => {
                 return Err(
-                    "usage: servetune-fuzz [sse|model_config|probe_tree|sim_request ...] [--seconds N (default 10)] [--seed S]".into()
+                    "usage: servetune-fuzz [sse|model_config|probe_tree|sim_request|trace ...] [--seconds N (default 10)] [--seed S]"
+                        .into(),
                 )
             }
             _ => a.names.push(x),

@@ -16,7 +16,99 @@ pub trait Target {
 
 /// Every target, by name. `probe_fixture` is the snapshot tree the probe target mutates.
 pub fn all_targets(probe_fixture: &Path) -> std::io::Result<Vec<Box<dyn Target>>> {
-    Ok(vec![Box::new(Sse), Box::new(ModelConfig), Box::new(ProbeTree::new(probe_fixture)?), Box::new(SimRequest)])
+    Ok(vec![
+        Box::new(Sse),
+        Box::new(ModelConfig),
+        Box::new(ProbeTree::new(probe_fixture)?),
+        Box::new(SimRequest),
+        Box::new(TraceFile::new()?),
+    ])
+}
+
+/// `servetune trace` over a profiler trace file (user-supplied, often hand-cut or truncated).
+/// Oracles: the streaming scanner hands out the same events whether the bytes arrive whole or
+/// one at a time, and an analysed trace reports only finite figures.
+#[derive(Debug)]
+pub struct TraceFile {
+    dir: tempfile::TempDir,
+}
+
+impl TraceFile {
+    /// A target writing each input to a file in its own temporary folder.
+    pub fn new() -> std::io::Result<Self> {
+        Ok(Self { dir: tempfile::tempdir()? })
+    }
+}
+
+/// A reader that gives one byte per read, to move every buffer boundary.
+struct Trickle<'a>(&'a [u8]);
+
+impl std::io::Read for Trickle<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match (self.0.split_first(), buf.first_mut()) {
+            (Some((b, rest)), Some(slot)) => {
+                *slot = *b;
+                self.0 = rest;
+                Ok(1)
+            }
+            _ => Ok(0),
+        }
+    }
+}
+
+fn trace_events(r: impl std::io::Read) -> (Vec<String>, bool) {
+    let mut seen = Vec::new();
+    let ok = servetune_trace::read::read_events(r, &mut |e| seen.push(format!("{:?} {:?} {:?} {}", e.cat, e.ts, e.dur, e.name))).is_ok();
+    (seen, ok)
+}
+
+impl Target for TraceFile {
+    fn name(&self) -> &'static str {
+        "trace"
+    }
+    fn dictionary(&self) -> &'static [&'static str] {
+        &[
+            "{\"traceEvents\":[",
+            "{\"ph\":\"X\",\"cat\":\"kernel\",\"name\":\"sm90_xmma_gemm\",\"ts\":",
+            "{\"ph\":\"X\",\"cat\":\"gpu_user_annotation\",\"name\":\"decode\",\"ts\":",
+            "\"cat\":\"gpu_memcpy\"",
+            "\"name\":\"ncclDevKernel_AllReduce_Sum_bf16_RING_LL\"",
+            ",\"dur\":",
+            "\"args\":{\"correlation\":",
+            "1e308",
+            "-1",
+            "NaN",
+            "\"\\u0000\"",
+            "]}",
+            "},",
+            "\"",
+            "[",
+        ]
+    }
+    fn check(&mut self, input: &[u8]) -> Result<(), String> {
+        let (whole, whole_ok) = trace_events(input);
+        let (trickled, trickled_ok) = trace_events(Trickle(input));
+        if whole != trickled || whole_ok != trickled_ok {
+            return Err(format!(
+                "the scanner depends on how reads fall: {} events ({whole_ok}) whole, {} ({trickled_ok}) byte by byte",
+                whole.len(),
+                trickled.len()
+            ));
+        }
+        let path = self.dir.path().join("t.json");
+        std::fs::write(&path, input).map_err(|e| format!("cannot write the input: {e}"))?;
+        let Ok(r) = servetune_trace::analyze(&path, 1.0) else { return Ok(()) };
+        let mut figures = vec![("kernel_ms", r.kernel_ms), ("busy_ms", r.busy_ms), ("span_ms", r.span_ms)];
+        for p in &r.phases {
+            figures.extend([("median_ms", p.median_ms), ("p90_ms", p.p90_ms), ("mean_ms", p.mean_ms), ("idle_ms", p.idle_ms)]);
+            figures.extend(p.categories.iter().map(|c| ("category ms", c.ms)));
+        }
+        figures.extend(r.top_kernels.iter().map(|k| ("kernel total_ms", k.total_ms)));
+        match figures.iter().find(|(_, v)| !v.is_finite()) {
+            Some((what, v)) => Err(format!("an analysed trace reports {what} = {v}")),
+            None => Ok(()),
+        }
+    }
 }
 
 /// The SSE parser over server bytes. Oracle: feeding the bytes whole or split at any point gives
