@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use rand_distr::{Distribution, Normal};
+use rand_distr::{Distribution, StandardNormal};
 use serde::Serialize;
 
 use crate::spec::{InputError, LengthDist, PromptSource};
@@ -83,10 +83,8 @@ fn sample_len(d: &LengthDist, rng: &mut StdRng) -> u32 {
     match *d {
         LengthDist::Fixed { len } => len,
         LengthDist::Uniform { lo, hi } => rng.gen_range(lo..=hi),
-        LengthDist::Normal { mean, std } => {
-            let n = Normal::new(mean, std).map(|n| n.sample(rng)).unwrap_or(mean);
-            n.round().clamp(1.0, d.max() as f64) as u32
-        }
+        // rand_distr's Normal draws mean + std x a standard normal; `draw` rounds and bounds it.
+        LengthDist::Normal { .. } => d.draw(0.0, StandardNormal.sample(rng)),
     }
 }
 

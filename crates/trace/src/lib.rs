@@ -143,7 +143,8 @@ impl Timeline {
         let (Some(ts), dur) = (e.ts, e.dur.unwrap_or(0.0)) else { return };
         match e.cat {
             EventCat::Kernel | EventCat::Memcpy | EventCat::Memset if complete => {
-                // A start this far out (1e15 us is 31 years) or a duration past a day is not a time.
+                // A start past 1e17 us (3,000 years from the clock's zero) or a duration past a day
+                // is not a time.
                 if !(ts.is_finite() && ts.abs() < 1e17 && (0.0..=MAX_EVENT_US).contains(&dur)) {
                     self.skipped += 1;
                     return;
