@@ -235,10 +235,10 @@ pub struct PlanArgs {
     /// Prefill rides inside decode steps (sglang --enable-mixed-chunk; always on for the vllm and trtllm engines) instead of its own passes; without it the virtual run schedules prompts first, alone, while decoding waits (sglang's default)
     #[arg(long)]
     pub mixed_prefill: bool,
-    /// Host overhead per decode step, ms: replaces the model's per-kernel floor (4.6 us x the kernels a step runs, fitted on public measurements; see VALIDATION.md)
+    /// Host overhead per decode step, ms: replaces the model's per-kernel floor (4.5 us x the kernels a step runs, 2.5x that on MI300X/MI325X, fitted on public measurements; see VALIDATION.md)
     #[arg(long, value_name = "MS")]
     pub step_overhead_ms: Option<f64>,
-    /// The serving path's latency outside the GPU (HTTP, tokenization, scheduler hand-offs), ms; it adds to TTFT only [default: the engine's: sglang 225.8, vLLM 19.5, TensorRT-LLM 77.6, fitted on public TTFTs: VALIDATION.md]
+    /// The serving path's latency outside the GPU (HTTP, tokenization, scheduler hand-offs), ms; it adds to TTFT only [default: the engine's: sglang 230.5, vLLM 19.7, TensorRT-LLM 77.7, fitted on public TTFTs: VALIDATION.md]
     #[arg(long, value_name = "MS")]
     pub request_latency_ms: Option<f64>,
     /// Share of each GPU's memory the engine may use for weights and KV cache, as sglang's --mem-fraction-static or vLLM's --gpu-memory-utilization sets it [default: the engine's: sglang 0.88, vLLM 0.9; the model also keeps 3 GB per GPU for activations and graphs]
@@ -430,7 +430,10 @@ pub fn run(a: PlanArgs) -> Result<(), Failure> {
         return Err(Failure::usage("--json - and --markdown - both ask for stdout: write one of them to a file"));
     }
     // The client-measured figures: the simulator's engine runs the workload in virtual time.
-    let r = servetune_model::build_report_with(&request(&a)?, Some(&servetune_sim::from_plan::PlanBench)).map_err(input)?;
+    // A progress line on a terminal while the runs go on (tens of seconds with --rank at 100k clients).
+    let req = request(&a)?;
+    let bench = crate::progress::CountingBench::new(&servetune_sim::from_plan::PlanBench);
+    let r = crate::progress::with_plan_progress(&bench, true, || servetune_model::build_report_with(&req, Some(&bench))).map_err(input)?;
     // With a document on stdout, the text report goes to stderr so stdout stays machine-readable.
     let _ = if is_stdout(&a.json) || is_stdout(&a.markdown) {
         report::write_terminal(&r, a.explain, std::io::stderr().lock())

@@ -58,3 +58,149 @@ pub fn finish(h: Option<tokio::task::JoinHandle<()>>) {
         let _ = e.flush();
     }
 }
+
+/// Counts the virtual runs a `plan` makes (each a benchmark workload run through the simulator's
+/// engine in virtual time) around the bench that makes them: with `--rank` at tens of thousands
+/// of clients they take tens of seconds, and the progress line says the work goes on.
+#[derive(Debug)]
+pub struct CountingBench<'a> {
+    inner: &'a dyn servetune_model::workload::VirtualBench,
+    /// Runs started.
+    pub started: std::sync::atomic::AtomicU64,
+    /// Runs finished.
+    pub done: std::sync::atomic::AtomicU64,
+    /// Requests the finished runs simulated.
+    pub requests: std::sync::atomic::AtomicU64,
+}
+
+impl<'a> CountingBench<'a> {
+    /// Wraps `inner`; the counts start at zero.
+    pub fn new(inner: &'a dyn servetune_model::workload::VirtualBench) -> Self {
+        Self { inner, started: 0.into(), done: 0.into(), requests: 0.into() }
+    }
+
+    /// The progress line: runs done and running, requests simulated, seconds since `since`.
+    pub fn line(&self, since: std::time::Instant) -> String {
+        let done = self.done.load(Ordering::Relaxed);
+        let running = self.started.load(Ordering::Relaxed).saturating_sub(done);
+        let requests = self.requests.load(Ordering::Relaxed);
+        format!(
+            "[plan] virtual runs: {done} done, {running} running, {} requests simulated, {:.1}s",
+            count(requests),
+            since.elapsed().as_secs_f64()
+        )
+    }
+}
+
+/// A count people read at a glance: 950, 12.3k, 4.56M.
+fn count(n: u64) -> String {
+    match n {
+        0..=9_999 => n.to_string(),
+        10_000..=999_999 => format!("{:.1}k", n as f64 / 1e3),
+        _ => format!("{:.2}M", n as f64 / 1e6),
+    }
+}
+
+impl servetune_model::workload::VirtualBench for CountingBench<'_> {
+    fn run(
+        &self,
+        s: &servetune_model::predict::Scenario,
+        w: &servetune_model::workload::Workload,
+        concurrency: u32,
+    ) -> servetune_model::workload::ClientRun {
+        self.started.fetch_add(1, Ordering::Relaxed);
+        let r = self.inner.run(s, w, concurrency);
+        self.requests.fetch_add(r.requests, Ordering::Relaxed);
+        self.done.fetch_add(1, Ordering::Relaxed);
+        r
+    }
+}
+
+/// Runs `work` while a thread redraws `bench`'s line on stderr every 250 ms, from the first second
+/// on (a quick plan draws nothing), and clears it at the end. Nothing is drawn when stderr is not
+/// a terminal or `enabled` is false.
+pub fn with_plan_progress<T>(bench: &CountingBench<'_>, enabled: bool, work: impl FnOnce() -> T) -> T {
+    if !enabled || !std::io::stderr().is_terminal() {
+        return work();
+    }
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let since = std::time::Instant::now();
+    std::thread::scope(|scope| {
+        let drawer = scope.spawn(|| {
+            let mut drawn = false;
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(250));
+                if since.elapsed() >= Duration::from_secs(1) && !stop.load(Ordering::Relaxed) {
+                    let mut e = std::io::stderr().lock();
+                    let _ = write!(e, "\r\x1b[2K{}", bench.line(since));
+                    let _ = e.flush();
+                    drawn = true;
+                }
+            }
+            if drawn {
+                let mut e = std::io::stderr().lock();
+                let _ = e.write_all(b"\r\x1b[2K");
+                let _ = e.flush();
+            }
+        });
+        let out = work();
+        stop.store(true, Ordering::Relaxed);
+        let _ = drawer.join();
+        out
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use servetune_model::workload::VirtualBench;
+
+    #[test]
+    fn the_counting_bench_passes_runs_through_and_counts_them() {
+        let inner = servetune_sim::from_plan::PlanBench;
+        let counting = CountingBench::new(&inner);
+        let s = servetune_model::predict::Scenario {
+            model: servetune_model::spec::catalog("llama-3.1-8b").expect("catalog model"),
+            quant: servetune_model::quant::Quant::preset(servetune_model::quant::Dtype::Fp8),
+            gpu: servetune_model::hw::gpu("h200").expect("catalog gpu"),
+            link: servetune_model::hw::link("nvlink").expect("catalog link"),
+            plan: servetune_model::predict::Plan { gpus: 1, tp: 1, pp: 1, ep: 1, dp_attention: false },
+            engine: servetune_model::predict::Engine::default(),
+            input_len: 256,
+            output_len: 64,
+            max_running: None,
+            cluster: None,
+        };
+        let w = servetune_model::workload::Workload {
+            requests: None,
+            input: servetune_stats::LengthDist::Fixed { len: 256 },
+            output: servetune_stats::LengthDist::Fixed { len: 64 },
+            seed: 7,
+        };
+        let direct = inner.run(&s, &w, 4);
+        let counted = counting.run(&s, &w, 4);
+        assert_eq!(counted.requests, direct.requests);
+        assert_eq!(counted.output_tokens_per_s, direct.output_tokens_per_s, "the wrapper changes no figure");
+        counting.run(&s, &w, 8);
+        assert_eq!(counting.done.load(Ordering::Relaxed), 2);
+        assert_eq!(counting.started.load(Ordering::Relaxed), 2);
+        assert!(direct.requests > 0);
+        assert_eq!(counting.requests.load(Ordering::Relaxed), direct.requests + counting.inner.run(&s, &w, 8).requests);
+        let line = counting.line(std::time::Instant::now());
+        assert!(line.starts_with("[plan] virtual runs: 2 done, 0 running, "), "{line}");
+    }
+
+    #[test]
+    fn counts_read_at_a_glance() {
+        assert_eq!(count(950), "950");
+        assert_eq!(count(12_345), "12.3k");
+        assert_eq!(count(4_560_000), "4.56M");
+    }
+
+    #[test]
+    fn with_plan_progress_returns_the_work_and_draws_nothing_when_disabled() {
+        let inner = servetune_sim::from_plan::PlanBench;
+        let counting = CountingBench::new(&inner);
+        assert_eq!(with_plan_progress(&counting, false, || 41 + 1), 42);
+    }
+}
