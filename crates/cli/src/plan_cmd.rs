@@ -432,7 +432,7 @@ pub fn run(a: PlanArgs) -> Result<(), Failure> {
     // The client-measured figures: the simulator's engine runs the workload in virtual time.
     // A progress line on a terminal while the runs go on (tens of seconds with --rank at 100k clients).
     let req = request(&a)?;
-    let bench = crate::progress::CountingBench::new(&servetune_sim::from_plan::PlanBench);
+    let bench = crate::progress::CountingBench::default();
     let r = crate::progress::with_plan_progress(&bench, true, || servetune_model::build_report_with(&req, Some(&bench))).map_err(input)?;
     // With a document on stdout, the text report goes to stderr so stdout stays machine-readable.
     let _ = if is_stdout(&a.json) || is_stdout(&a.markdown) {

@@ -60,33 +60,30 @@ pub fn finish(h: Option<tokio::task::JoinHandle<()>>) {
 }
 
 /// Counts the virtual runs a `plan` makes (each a benchmark workload run through the simulator's
-/// engine in virtual time) around the bench that makes them: with `--rank` at tens of thousands
-/// of clients they take tens of seconds, and the progress line says the work goes on.
-#[derive(Debug)]
-pub struct CountingBench<'a> {
-    inner: &'a dyn servetune_model::workload::VirtualBench,
+/// engine in virtual time) and the requests they have simulated so far: with `--rank` at tens of
+/// thousands of clients one run takes tens of seconds, and the progress line says how far it is.
+#[derive(Debug, Default)]
+pub struct CountingBench {
+    inner: servetune_sim::from_plan::CountedPlanBench,
     /// Runs started.
     pub started: std::sync::atomic::AtomicU64,
     /// Runs finished.
     pub done: std::sync::atomic::AtomicU64,
-    /// Requests the finished runs simulated.
-    pub requests: std::sync::atomic::AtomicU64,
 }
 
-impl<'a> CountingBench<'a> {
-    /// Wraps `inner`; the counts start at zero.
-    pub fn new(inner: &'a dyn servetune_model::workload::VirtualBench) -> Self {
-        Self { inner, started: 0.into(), done: 0.into(), requests: 0.into() }
+impl CountingBench {
+    /// Requests the runs have simulated so far, finished runs and running ones alike.
+    pub fn requests(&self) -> u64 {
+        self.inner.finished.load(Ordering::Relaxed)
     }
 
     /// The progress line: runs done and running, requests simulated, seconds since `since`.
     pub fn line(&self, since: std::time::Instant) -> String {
         let done = self.done.load(Ordering::Relaxed);
         let running = self.started.load(Ordering::Relaxed).saturating_sub(done);
-        let requests = self.requests.load(Ordering::Relaxed);
         format!(
             "[plan] virtual runs: {done} done, {running} running, {} requests simulated, {:.1}s",
-            count(requests),
+            count(self.requests()),
             since.elapsed().as_secs_f64()
         )
     }
@@ -101,7 +98,7 @@ fn count(n: u64) -> String {
     }
 }
 
-impl servetune_model::workload::VirtualBench for CountingBench<'_> {
+impl servetune_model::workload::VirtualBench for CountingBench {
     fn run(
         &self,
         s: &servetune_model::predict::Scenario,
@@ -110,7 +107,6 @@ impl servetune_model::workload::VirtualBench for CountingBench<'_> {
     ) -> servetune_model::workload::ClientRun {
         self.started.fetch_add(1, Ordering::Relaxed);
         let r = self.inner.run(s, w, concurrency);
-        self.requests.fetch_add(r.requests, Ordering::Relaxed);
         self.done.fetch_add(1, Ordering::Relaxed);
         r
     }
@@ -119,7 +115,7 @@ impl servetune_model::workload::VirtualBench for CountingBench<'_> {
 /// Runs `work` while a thread redraws `bench`'s line on stderr every 250 ms, from the first second
 /// on (a quick plan draws nothing), and clears it at the end. Nothing is drawn when stderr is not
 /// a terminal or `enabled` is false.
-pub fn with_plan_progress<T>(bench: &CountingBench<'_>, enabled: bool, work: impl FnOnce() -> T) -> T {
+pub fn with_plan_progress<T>(bench: &CountingBench, enabled: bool, work: impl FnOnce() -> T) -> T {
     if !enabled || !std::io::stderr().is_terminal() {
         return work();
     }
@@ -156,9 +152,7 @@ mod tests {
     use servetune_model::workload::VirtualBench;
 
     #[test]
-    fn the_counting_bench_passes_runs_through_and_counts_them() {
-        let inner = servetune_sim::from_plan::PlanBench;
-        let counting = CountingBench::new(&inner);
+    fn the_counting_bench_passes_runs_through_and_counts_runs_and_requests() {
         let s = servetune_model::predict::Scenario {
             model: servetune_model::spec::catalog("llama-3.1-8b").expect("catalog model"),
             quant: servetune_model::quant::Quant::preset(servetune_model::quant::Dtype::Fp8),
@@ -177,17 +171,20 @@ mod tests {
             output: servetune_stats::LengthDist::Fixed { len: 64 },
             seed: 7,
         };
-        let direct = inner.run(&s, &w, 4);
+        let direct = servetune_sim::from_plan::PlanBench.run(&s, &w, 4);
+        let counting = CountingBench::default();
         let counted = counting.run(&s, &w, 4);
+        assert!(direct.requests > 0);
         assert_eq!(counted.requests, direct.requests);
         assert_eq!(counted.output_tokens_per_s, direct.output_tokens_per_s, "the wrapper changes no figure");
-        counting.run(&s, &w, 8);
+        assert_eq!(counted.ttft_ms, direct.ttft_ms);
+        assert_eq!(counting.requests(), direct.requests, "every simulated request is counted as it completes");
+        let eight = counting.run(&s, &w, 8);
         assert_eq!(counting.done.load(Ordering::Relaxed), 2);
         assert_eq!(counting.started.load(Ordering::Relaxed), 2);
-        assert!(direct.requests > 0);
-        assert_eq!(counting.requests.load(Ordering::Relaxed), direct.requests + counting.inner.run(&s, &w, 8).requests);
+        assert_eq!(counting.requests(), direct.requests + eight.requests);
         let line = counting.line(std::time::Instant::now());
-        assert!(line.starts_with("[plan] virtual runs: 2 done, 0 running, "), "{line}");
+        assert!(line.starts_with("[plan] virtual runs: 2 done, 0 running, 120 requests simulated, "), "{line}");
     }
 
     #[test]
@@ -199,8 +196,7 @@ mod tests {
 
     #[test]
     fn with_plan_progress_returns_the_work_and_draws_nothing_when_disabled() {
-        let inner = servetune_sim::from_plan::PlanBench;
-        let counting = CountingBench::new(&inner);
+        let counting = CountingBench::default();
         assert_eq!(with_plan_progress(&counting, false, || 41 + 1), 42);
     }
 }

@@ -11,7 +11,7 @@ use servetune_model::predict::{PrefillPass, Scenario};
 use servetune_model::workload::{ClientEffects, ClientRun, Latency, LengthDist, VirtualBench, Workload};
 
 use crate::cost::{ParametricCost, Profile, Scheduling, StepBatch, StepCost};
-use crate::vtime::{run_closed, Lengths, Memo, Trace};
+use crate::vtime::{run_closed_counted, Lengths, Memo, Trace};
 
 /// Step cost from the model: decode at the batch and mean context, plus the prefill chunk.
 #[derive(Debug, Clone)]
@@ -117,15 +117,34 @@ pub fn draw_lengths(w: &Workload, n: u64) -> Vec<Lengths> {
 
 impl VirtualBench for PlanBench {
     fn run(&self, s: &Scenario, w: &Workload, concurrency: u32) -> ClientRun {
-        let dp = s.plan.dp().max(1);
-        let c = concurrency.max(1).div_ceil(dp);
-        let n = w.requests_at(concurrency).div_ceil(dp as u64).max(1);
-        let reqs = draw_lengths(w, n);
-        let prof = profile(s);
-        let cost = PlanCost { scenario: s.clone() };
-        let tr = run_closed(&prof, &Memo::new(&cost), &reqs, c);
-        summarize(&tr, &prof, &cost, w, c, dp)
+        run_plan(s, w, concurrency, None)
     }
+}
+
+/// [`PlanBench`] that counts, as they complete, the requests its runs simulate (one replica's:
+/// a plan with DP attention simulates 1 / dp of the workload and scales), for a progress line on
+/// another thread. The figures are [`PlanBench`]'s.
+#[derive(Debug, Clone, Default)]
+pub struct CountedPlanBench {
+    /// Requests completed so far, over every run.
+    pub finished: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl VirtualBench for CountedPlanBench {
+    fn run(&self, s: &Scenario, w: &Workload, concurrency: u32) -> ClientRun {
+        run_plan(s, w, concurrency, Some(&self.finished))
+    }
+}
+
+fn run_plan(s: &Scenario, w: &Workload, concurrency: u32, finished: Option<&std::sync::atomic::AtomicU64>) -> ClientRun {
+    let dp = s.plan.dp().max(1);
+    let c = concurrency.max(1).div_ceil(dp);
+    let n = w.requests_at(concurrency).div_ceil(dp as u64).max(1);
+    let reqs = draw_lengths(w, n);
+    let prof = profile(s);
+    let cost = PlanCost { scenario: s.clone() };
+    let tr = run_closed_counted(&prof, &Memo::new(&cost), &reqs, c, finished);
+    summarize(&tr, &prof, &cost, w, c, dp)
 }
 
 fn summarize(tr: &Trace, prof: &Profile, cost: &PlanCost, w: &Workload, c: u32, dp: u32) -> ClientRun {

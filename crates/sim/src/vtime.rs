@@ -114,6 +114,18 @@ fn prefill_part(cost: &dyn StepCost, b: &StepBatch, dt: f64) -> f64 {
 /// Runs `requests` in order with `concurrency` in flight (closed loop: a finished or refused
 /// request is replaced by the next at once), each with its own lengths.
 pub fn run_closed(profile: &Profile, cost: &dyn StepCost, requests: &[Lengths], concurrency: u32) -> Trace {
+    run_closed_counted(profile, cost, requests, concurrency, None)
+}
+
+/// [`run_closed`], adding 1 to `finished` as each request completes (a progress line reads it
+/// from another thread while the run goes on).
+pub fn run_closed_counted(
+    profile: &Profile,
+    cost: &dyn StepCost,
+    requests: &[Lengths],
+    concurrency: u32,
+    finished: Option<&std::sync::atomic::AtomicU64>,
+) -> Trace {
     let mut e = Engine::new(profile.clone(), 0);
     let n = requests.len();
     let (mut sent, mut admitted, mut first) = (vec![f64::NAN; n], vec![f64::NAN; n], vec![f64::NAN; n]);
@@ -179,6 +191,9 @@ pub fn run_closed(profile: &Profile, cost: &dyn StepCost, requests: &[Lengths], 
                         done: t,
                     };
                     tr.records.push(rec);
+                    if let Some(f) = finished {
+                        f.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
                     submit(&mut e, t, &mut next, &mut sent, &mut tr);
                 }
             }
