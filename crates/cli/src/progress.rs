@@ -125,7 +125,8 @@ pub fn with_plan_progress<T>(bench: &CountingBench, enabled: bool, work: impl Fn
         let drawer = scope.spawn(|| {
             let mut drawn = false;
             while !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(250));
+                // Woken early when the work ends, so a quick plan does not wait out the tick.
+                std::thread::park_timeout(Duration::from_millis(250));
                 if since.elapsed() >= Duration::from_secs(1) && !stop.load(Ordering::Relaxed) {
                     let mut e = std::io::stderr().lock();
                     let _ = write!(e, "\r\x1b[2K{}", bench.line(since));
@@ -141,6 +142,7 @@ pub fn with_plan_progress<T>(bench: &CountingBench, enabled: bool, work: impl Fn
         });
         let out = work();
         stop.store(true, Ordering::Relaxed);
+        drawer.thread().unpark();
         let _ = drawer.join();
         out
     })

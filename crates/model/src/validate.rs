@@ -1118,21 +1118,24 @@ mod tests {
     #[test]
     fn the_cdna3_floor_scale_minimizes_its_fit_rows_median_among_its_grid_neighbours() {
         let d = Engine::default();
-        let objective = |scale: f64| {
-            let v = run_with(&Engine { cdna3_floor_scale: scale, ..d }).expect("runs");
-            let errors: Vec<f64> = cdna3_fit_errors(&v).iter().map(|e| e.abs()).collect();
+        let objective = |v: &Validation| {
+            let errors: Vec<f64> = cdna3_fit_errors(v).iter().map(|e| e.abs()).collect();
             assert!(!errors.is_empty(), "CDNA 3 fit rows");
             servetune_stats::median(&errors).expect("rows")
         };
-        let at = objective(d.cdna3_floor_scale);
-        for step in [-0.1, 0.1] {
-            assert!(at <= objective(d.cdna3_floor_scale + step) + 1e-12, "scale {}", d.cdna3_floor_scale + step);
-        }
-        let one = run_with(&Engine { cdna3_floor_scale: 1.0, ..d }).expect("runs");
+        let at_scale = |scale: f64| run_with(&Engine { cdna3_floor_scale: scale, ..d }).expect("runs");
         let fitted = run_with(&d).expect("runs");
+        let at = objective(&fitted);
+        for step in [-0.1, 0.1] {
+            assert!(at <= objective(&at_scale(d.cdna3_floor_scale + step)) + 1e-12, "scale {}", d.cdna3_floor_scale + step);
+        }
+        let one = at_scale(1.0);
+        assert_eq!(one.rows.len(), fitted.rows.len());
         for (a, b) in one.rows.iter().zip(&fitted.rows) {
             assert_eq!(a.id, b.id);
-            if crate::hw::gpu(&a.gpu).is_ok_and(|g| g.arch != crate::hw::Arch::Cdna3) {
+            if crate::hw::gpu(&a.gpu).is_ok_and(|g| g.arch == crate::hw::Arch::Cdna3) {
+                assert!(b.predicted < a.predicted, "{}: a CDNA 3 row slows with the scaled floor", a.id);
+            } else {
                 assert_eq!(a.predicted, b.predicted, "{} is not CDNA 3 and must not move", a.id);
             }
         }
