@@ -83,20 +83,10 @@ pub fn probe(root: Option<&Path>) -> Result<Probed> {
     Ok(Probed { report, facts, findings })
 }
 
-/// The model catalog's GPU for an NVML name.
+/// The model catalog's GPU for an NVML name (`hw::resolve_gpu_name`: an exact product, never a
+/// relative: an "NVIDIA A100 80GB PCIe" is not the catalog's SXM A100).
 pub fn catalog_gpu(name: &str) -> Option<&'static str> {
-    let n = name.to_ascii_lowercase();
-    let table: &[(&str, &str)] = &[
-        ("rtx pro 6000", "rtx-pro-6000-se"),
-        ("h200", "h200"),
-        ("h100", "h100-sxm"),
-        ("b200", "b200"),
-        ("a100", "a100"),
-        ("l40s", "l40s"),
-        ("5090", "rtx-5090"),
-        ("4090", "rtx-4090"),
-    ];
-    table.iter().find(|(k, _)| n.contains(k)).map(|(_, v)| *v)
+    servetune_model::hw::resolve_gpu_name(name)
 }
 
 fn facts(r: &ProbeReport) -> BoxFacts {

@@ -116,8 +116,10 @@ fn models() -> PossibleValuesParser {
     PossibleValuesParser::new(spec::catalog_names())
 }
 
-fn gpus() -> PossibleValuesParser {
-    PossibleValuesParser::new(hw::gpu_names())
+/// A catalog GPU, by its catalog name or an alias (`hw::resolve_gpu_name`: nvidia-smi's product
+/// name, "h100", ...), read as its catalog name.
+fn gpu_name(s: &str) -> Result<String, String> {
+    hw::resolve_gpu_name(s).map(str::to_string).ok_or_else(|| hw::unknown_gpu_message(s))
 }
 
 fn links() -> PossibleValuesParser {
@@ -160,8 +162,9 @@ pub struct PlanArgs {
     /// KV-cache format (default: fp8 for quantized checkpoints, else bf16)
     #[arg(long, value_enum, value_name = "DTYPE")]
     pub kv_dtype: Option<KvArg>,
-    /// GPU model
-    #[arg(long, value_parser = gpus(), required_unless_present = "validate")]
+    /// GPU model: a catalog name or nvidia-smi's product name ("NVIDIA H100 80GB HBM3"); the catalog
+    /// is listed in the error for an unknown one and in docs/plan-data-sources.md
+    #[arg(long, value_parser = gpu_name, required_unless_present = "validate")]
     pub gpu: Option<String>,
     /// Number of GPUs (default: --nodes x --gpus-per-node, else 8)
     #[arg(long)]

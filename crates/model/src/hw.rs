@@ -172,6 +172,10 @@ struct Sourced {
 #[derive(Debug, Deserialize)]
 struct GpuEntry {
     name: String,
+    /// Other spellings of the same product (nvidia-smi's and amd-smi's names, AIConfigurator's
+    /// system names, shorthands), matched after [`normalize_gpu_name`].
+    #[serde(default)]
+    aliases: Vec<String>,
     arch: Arch,
     link: String,
     pcie_gen: Sourced,
@@ -220,6 +224,70 @@ pub fn gpu_names() -> Vec<&'static str> {
     gpu_file().gpus.iter().map(|g| g.name.as_str()).collect()
 }
 
+/// `name` as the catalog compares it: lower case, a vendor prefix ("NVIDIA", "AMD Instinct",
+/// "AMD", "GeForce") dropped, and every run of spaces, underscores and hyphens one hyphen. So
+/// "NVIDIA H100 80GB HBM3", "h100_80gb_hbm3" and "H100-80GB-HBM3" read alike.
+pub fn normalize_gpu_name(name: &str) -> String {
+    let lower = name.trim().to_ascii_lowercase();
+    let mut words: Vec<&str> = lower.split(|c: char| c.is_whitespace() || c == '_' || c == '-').filter(|w| !w.is_empty()).collect();
+    for prefix in ["nvidia", "amd", "instinct", "geforce"] {
+        if words.first() == Some(&prefix) {
+            words.remove(0);
+        }
+    }
+    words.join("-")
+}
+
+/// The catalog name of the GPU `name` denotes (a catalog name, or an alias of one: nvidia-smi's or
+/// amd-smi's product name, AIConfigurator's system name, a shorthand such as "h100"), or None. A
+/// product that differs from every catalog entry in its memory, clocks or links (an A100 PCIe, an
+/// H200 NVL) resolves to none, never to its nearest relative.
+pub fn resolve_gpu_name(name: &str) -> Option<&'static str> {
+    let n = normalize_gpu_name(name);
+    gpu_file()
+        .gpus
+        .iter()
+        .find(|g| normalize_gpu_name(&g.name) == n || g.aliases.iter().any(|a| normalize_gpu_name(a) == n))
+        .map(|g| g.name.as_str())
+}
+
+/// The catalog name closest to `name` when it is a near miss (an edit distance of at most 2 from
+/// a catalog name or alias, after [`normalize_gpu_name`]): "h2000" gives "h200".
+pub fn suggest_gpu_name(name: &str) -> Option<&'static str> {
+    let n = normalize_gpu_name(name);
+    let n = n.as_str();
+    gpu_file()
+        .gpus
+        .iter()
+        .flat_map(|g| std::iter::once(&g.name).chain(&g.aliases).map(move |a| (edit_distance(n, &normalize_gpu_name(a)), g.name.as_str())))
+        .filter(|(d, _)| *d <= 2)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, g)| g)
+}
+
+/// Levenshtein distance over bytes (the names are ASCII after normalizing; others only compare).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// The error for a GPU name the catalog does not hold: the catalog, a near miss, and how to add one.
+pub fn unknown_gpu_message(name: &str) -> String {
+    let hint = suggest_gpu_name(name).map(|g| format!("; did you mean '{g}'?")).unwrap_or_default();
+    format!(
+        "{name:?} is not in the GPU catalog{hint}; known: {} (nvidia-smi's product names such as \"NVIDIA H100 80GB HBM3\" are read too); a GPU outside the catalog needs an entry in crates/model/data/gpus.json",
+        gpu_names().join(", ")
+    )
+}
+
 /// Link catalog names within a node (`--link`), in the data file's order.
 pub fn link_names() -> Vec<&'static str> {
     link_file().links.iter().filter(|l| !l.kind.is_network()).map(|l| l.name.as_str()).collect()
@@ -230,13 +298,10 @@ pub fn net_names() -> Vec<&'static str> {
     link_file().links.iter().filter(|l| l.kind.is_network()).map(|l| l.name.as_str()).collect()
 }
 
-/// The GPU catalog entry `name`.
+/// The GPU catalog entry `name`: a catalog name or an alias of one ([`resolve_gpu_name`]).
 pub fn gpu(name: &str) -> Result<GpuSpec, ModelError> {
-    let g = gpu_file()
-        .gpus
-        .iter()
-        .find(|g| g.name == name)
-        .ok_or_else(|| ModelError::Input(format!("--gpu {name:?} is unknown; known: {}", gpu_names().join(", "))))?;
+    let canonical = resolve_gpu_name(name).ok_or_else(|| ModelError::Input(format!("--gpu {}", unknown_gpu_message(name))))?;
+    let g = gpu_file().gpus.iter().find(|g| g.name == canonical).ok_or_else(|| ModelError::Input(format!("--gpu {name:?} is unknown")))?;
     let values = [&g.memory_gb, &g.mem_bw_gbs, &g.bf16_tflops, &g.fp8_tflops, &g.fp4_tflops, &g.nvlink_gbs, &g.pcie_gen];
     let mut sources: Vec<&str> = Vec::new();
     for v in values {
@@ -405,6 +470,59 @@ mod tests {
         for n in link_names() {
             link(n).expect("link").validate(n).expect("valid");
         }
+    }
+
+    #[test]
+    fn every_name_and_alias_resolves_to_its_own_entry_and_to_no_other() {
+        let mut seen: std::collections::HashMap<String, &str> = std::collections::HashMap::new();
+        for g in &gpu_file().gpus {
+            for spelling in std::iter::once(&g.name).chain(&g.aliases) {
+                assert_eq!(resolve_gpu_name(spelling), Some(g.name.as_str()), "{spelling}");
+                if let Some(other) = seen.insert(normalize_gpu_name(spelling), &g.name) {
+                    assert_eq!(other, g.name, "{spelling} names both {other} and {}", g.name);
+                }
+            }
+            assert_eq!(gpu(&g.name).expect("catalog gpu").name, g.name);
+        }
+    }
+
+    #[test]
+    fn driver_product_names_resolve_to_the_same_product_and_relatives_to_none() {
+        for (driver_name, catalog) in [
+            ("NVIDIA H100 80GB HBM3", "h100-sxm"),
+            ("NVIDIA H100 PCIe", "h100-pcie"),
+            ("NVIDIA H100 NVL", "h100-nvl"),
+            ("NVIDIA H200", "h200"),
+            ("NVIDIA A100-SXM4-40GB", "a100-40gb"),
+            ("NVIDIA A100-SXM4-80GB", "a100"),
+            ("NVIDIA GeForce RTX 4090", "rtx-4090"),
+            ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "rtx-pro-6000-se"),
+            ("NVIDIA RTX 6000 Ada Generation", "rtx-6000-ada"),
+            ("NVIDIA L4", "l4"),
+            ("AMD Instinct MI300X", "mi300x"),
+            ("  nvidia   h20 ", "h20"),
+            ("b200_sxm", "b200"),
+        ] {
+            assert_eq!(resolve_gpu_name(driver_name), Some(catalog), "{driver_name}");
+            assert_eq!(gpu(driver_name).expect("resolves").name, catalog, "{driver_name}");
+        }
+        // Other memory, clocks or links than any catalog entry: no nearest relative is taken.
+        for relative in [
+            "NVIDIA A100 80GB PCIe",
+            "NVIDIA H200 NVL",
+            "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition",
+            "NVIDIA GH200 480GB",
+            "h2",
+            "",
+        ] {
+            assert_eq!(resolve_gpu_name(relative), None, "{relative}");
+            let e = gpu(relative).expect_err("unknown").to_string();
+            assert!(e.contains("known: rtx-pro-6000-se") && e.contains("gpus.json"), "{e}");
+        }
+        assert_eq!(suggest_gpu_name("h2000"), Some("h200"));
+        assert_eq!(suggest_gpu_name("NVIDIA H100 PCI"), Some("h100-pcie"));
+        assert_eq!(suggest_gpu_name("tpu-v5e"), None);
+        assert!(gpu("h2000").expect_err("near miss").to_string().contains("did you mean 'h200'?"));
     }
 
     #[test]

@@ -8,7 +8,8 @@
 //! differs by GPU and format: the same 8192 x 8192 GEMM reaches 84% of peak in BF16 on an H100 and
 //! 44% in FP8 on a B200 (its FP8 GEMMs take about 19 us at any M up to 64). These tables give the
 //! rate per (GPU, format) where kernels.toml measured one; elsewhere (AMD, MXFP4) the engine's
-//! figures stay. The A100 40 GB reads the A100 80 GB's tables (the same SM80 kernels).
+//! figures stay. The A100 40 GB reads the A100 80 GB's tables (the same SM80 kernels), the H800 the
+//! H100 SXM's ([`table_gpu`]).
 //!
 //! How each figure is derived (the test `the_decode_tables_are_the_kernel_files_medians`
 //! recomputes every one from kernels.toml and fails on a drift over 0.0005):
@@ -198,12 +199,14 @@ fn log_interp(xs: &[f64], row: &[f64], x: f64) -> f64 {
     row[xs.len() - 1]
 }
 
-/// The tables' name for a catalog GPU.
+/// The tables' name for a catalog GPU: the A100 40 GB reads the A100 80 GB's (the same SM80
+/// kernels), the H800 the H100 SXM's (the same GH100 configuration, 132 SMs and 3.35 TB/s of HBM3;
+/// only its NVLink and FP64 are cut).
 fn table_gpu(gpu: &str) -> &str {
-    if gpu == "a100-40gb" {
-        "a100"
-    } else {
-        gpu
+    match gpu {
+        "a100-40gb" => "a100",
+        "h800" => "h100-sxm",
+        g => g,
     }
 }
 
