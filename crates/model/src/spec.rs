@@ -499,8 +499,13 @@ fn need(v: &Value, keys: &[&str], source: &str, arch: &str) -> Result<u32, Model
 /// `llama4_text` as `llama4`); Qwen3-VL's language models are Qwen3's and Qwen3-MoE's (its
 /// interleaved multimodal rotary embedding costs what Qwen3's does), and are read as those. The
 /// vision encoder is not modelled: the requests are text.
-pub const SUPPORTED: [&str; 26] = [
+pub const SUPPORTED: [&str; 31] = [
     "llama",
+    "glm4",
+    "phi3",
+    "gemma2",
+    "gemma3",
+    "gemma3_text",
     "llama4",
     "llama4_text",
     "mistral",
@@ -539,7 +544,11 @@ const QWEN_MOE_ARCHS: [&str; 4] = ["qwen2_moe", "qwen3_moe", "qwen3_next", "qwen
 const HYBRID_ARCHS: [&str; 3] = ["qwen3_next", "qwen3_5", "qwen3_5_moe"];
 
 /// Architectures whose modelling code reads `sliding_window` for their sliding layers.
-const SLIDING_ARCHS: [&str; 4] = ["gpt_oss", "mistral", "mixtral", "llama4"];
+const SLIDING_ARCHS: [&str; 7] = ["gpt_oss", "mistral", "mixtral", "llama4", "phi3", "gemma2", "gemma3"];
+
+/// Architectures whose config class ties the output projection to the embeddings unless
+/// `tie_word_embeddings` says otherwise (transformers' Gemma2Config and Gemma3TextConfig).
+const TIED_BY_DEFAULT_ARCHS: [&str; 2] = ["gemma2", "gemma3"];
 
 /// Architectures whose configs carry a `sliding_window` that only `use_sliding_window: true` turns on.
 const OPT_IN_SLIDING_ARCHS: [&str; 7] = ["qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe"];
@@ -598,7 +607,11 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
             _ => field(v, &["intermediate_size"], source)?.unwrap_or(hidden.saturating_mul(4)),
         },
         vocab: need(v, &["vocab_size"], source, &arch)?,
-        tied_embeddings: v.get("tie_word_embeddings").or(root.get("tie_word_embeddings")).and_then(Value::as_bool).unwrap_or(false),
+        tied_embeddings: v
+            .get("tie_word_embeddings")
+            .or(root.get("tie_word_embeddings"))
+            .and_then(Value::as_bool)
+            .unwrap_or(TIED_BY_DEFAULT_ARCHS.contains(&arch.as_str())),
         attention,
         dsa,
         moe,
@@ -765,8 +778,9 @@ fn llama4_layer_kinds(v: &Value, source: &str, layers: u32) -> Result<LayerCount
 
 /// Layer kinds from `layer_types`, or the config class's default when it is absent: Qwen3-Next
 /// and Qwen3.5 put a full-attention layer every `full_attention_interval` layers (the rest linear);
-/// gpt-oss alternates sliding (even layers) and full; Mistral and Mixtral with a `sliding_window`
-/// slide in every layer; everything else is full attention. `dsa`: the model has a DSA indexer (its
+/// gpt-oss and Gemma 2 alternate sliding (even layers) and full; Gemma 3 slides in all but every
+/// `sliding_window_pattern`-th layer; Mistral, Mixtral and Phi-3 with a `sliding_window` slide in
+/// every layer; everything else is full attention. `dsa`: the model has a DSA indexer (its
 /// layers may be spelled "deepseek_sparse_attention").
 fn read_layer_kinds(v: &Value, source: &str, arch: &str, layers: u32, dsa: bool) -> Result<LayerCounts, ModelError> {
     let kinds: Vec<LayerKind> = match v.get("layer_types") {
@@ -833,9 +847,18 @@ fn default_layer_kinds(v: &Value, source: &str, arch: &str, layers: u32) -> Resu
             LayerCounts { full: layers / every, sliding: 0, linear: layers - layers / every }
         }
         "llama4" => llama4_layer_kinds(v, source, layers)?,
-        // Layer i slides when i is even.
-        "gpt_oss" => LayerCounts { full: layers / 2, sliding: layers - layers / 2, linear: 0 },
-        "mistral" | "mixtral" if field(v, &["sliding_window"], source)?.is_some() => all(LayerKind::Sliding),
+        // Layer i slides when i is even (gpt-oss; Gemma 2's decoder layers alike).
+        "gpt_oss" | "gemma2" => LayerCounts { full: layers / 2, sliding: layers - layers / 2, linear: 0 },
+        // Gemma 3 without `layer_types`: layer i is global when (i + 1) is a multiple of
+        // `sliding_window_pattern` (6 when absent, transformers' Gemma3TextConfig), else it slides.
+        "gemma3" => {
+            let every = field(v, &["sliding_window_pattern"], source)?.unwrap_or(6);
+            if every == 0 {
+                return Err(ModelError::Input(format!("{source}: field \"sliding_window_pattern\" is 0: it must be at least 1")));
+            }
+            LayerCounts { full: layers / every, sliding: layers - layers / every, linear: 0 }
+        }
+        "mistral" | "mixtral" | "phi3" if field(v, &["sliding_window"], source)?.is_some() => all(LayerKind::Sliding),
         _ => all(LayerKind::Full),
     })
 }
@@ -1583,6 +1606,57 @@ mod tests {
         assert_eq!(q.dense_layers, 2);
         let q = from_hf_config(&qwen3_next_with(r#","decoder_sparse_step":2,"intermediate_size":5120"#), "q.json").expect("qwen");
         assert_eq!(q.dense_layers, 4);
+    }
+
+    #[test]
+    fn gemma_phi3_and_glm4_configs_read_their_layer_kinds_windows_and_tied_embeddings() {
+        // Gemma 3 27B (multimodal wrapper, text model under text_config, the older
+        // sliding_window_pattern spelling): every sixth layer global, the rest a 1,024-token window.
+        let gemma3 = r#"{"model_type":"gemma3","text_config":{"model_type":"gemma3_text","hidden_size":5376,"intermediate_size":21504,"num_hidden_layers":62,"num_attention_heads":32,"num_key_value_heads":16,"head_dim":128,"sliding_window":1024,"sliding_window_pattern":6,"vocab_size":262208,"query_pre_attn_scalar":168}}"#;
+        let g = from_hf_config(gemma3, "g.json").expect("gemma3");
+        assert_eq!(g.arch, "gemma3");
+        assert_eq!((g.layer_counts.full, g.layer_counts.sliding, g.sliding_window), (10, 52, Some(1024)));
+        assert!(g.tied_embeddings, "Gemma ties its output projection unless told otherwise");
+        assert!(matches!(g.attention, Attention::Gqa { heads: 32, kv_heads: 16, head_dim: 128, .. }), "{:?}", g.attention);
+        // The newer spelling, layer_types, wins over the pattern.
+        let kinds: Vec<&str> = (0..62).map(|i| if i % 2 == 0 { "sliding_attention" } else { "full_attention" }).collect();
+        let typed = gemma3.replace(r#""sliding_window_pattern":6"#, &format!(r#""layer_types":{}"#, serde_json::json!(kinds)));
+        let g = from_hf_config(&typed, "g.json").expect("gemma3 layer_types");
+        assert_eq!((g.layer_counts.full, g.layer_counts.sliding), (31, 31));
+        let e = from_hf_config(&gemma3.replace(r#""sliding_window_pattern":6"#, r#""sliding_window_pattern":0"#), "g.json").expect_err("0");
+        assert!(e.to_string().contains("\"sliding_window_pattern\" is 0"), "{e}");
+        // Gemma 2 9B: even layers slide, a text-only config that states its tie.
+        let g2 = from_hf_config(
+            r#"{"model_type":"gemma2","hidden_size":3584,"intermediate_size":14336,"num_hidden_layers":42,"num_attention_heads":16,"num_key_value_heads":8,"head_dim":256,"sliding_window":4096,"vocab_size":256000,"tie_word_embeddings":false}"#,
+            "g2.json",
+        )
+        .expect("gemma2");
+        assert_eq!((g2.layer_counts.full, g2.layer_counts.sliding, g2.sliding_window, g2.tied_embeddings), (21, 21, Some(4096), false));
+        // Phi-4 (phi3 architecture): no window, all full; Phi-3-mini's 2,047-token window slides everywhere.
+        let phi = |window: &str| {
+            format!(
+                r#"{{"model_type":"phi3","hidden_size":5120,"intermediate_size":17920,"num_hidden_layers":40,"num_attention_heads":40,"num_key_value_heads":10,"vocab_size":100352,"sliding_window":{window}}}"#
+            )
+        };
+        let p = from_hf_config(&phi("null"), "p.json").expect("phi-4");
+        assert_eq!((p.layer_counts.full, p.sliding_window, p.tied_embeddings), (40, None, false));
+        let p = from_hf_config(&phi("2047"), "p.json").expect("phi-3");
+        assert_eq!((p.layer_counts.sliding, p.sliding_window), (40, Some(2047)));
+        // GLM-4-32B-0414: dense GQA with biased attention.
+        let glm = from_hf_config(
+            r#"{"model_type":"glm4","hidden_size":6144,"intermediate_size":23040,"num_hidden_layers":61,"num_attention_heads":48,"num_key_value_heads":2,"head_dim":128,"vocab_size":151552,"attention_bias":true}"#,
+            "glm.json",
+        )
+        .expect("glm4");
+        assert_eq!(glm.layer_counts.full, 61);
+        assert!(matches!(glm.attention, Attention::Gqa { kv_heads: 2, bias: true, .. }), "{:?}", glm.attention);
+        // A window on GLM-4, which has no sliding layers, is still refused by name.
+        let e = from_hf_config(
+            r#"{"model_type":"glm4","hidden_size":6144,"intermediate_size":23040,"num_hidden_layers":61,"num_attention_heads":48,"num_key_value_heads":2,"vocab_size":151552,"sliding_window":4096}"#,
+            "glm.json",
+        )
+        .expect_err("window");
+        assert!(e.to_string().contains("model_type \"glm4\" has no sliding-window layers"), "{e}");
     }
 
     #[test]
