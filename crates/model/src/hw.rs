@@ -251,28 +251,32 @@ pub fn resolve_gpu_name(name: &str) -> Option<&'static str> {
         .map(|g| g.name.as_str())
 }
 
-/// The catalog name closest to `name` when it is a near miss (an edit distance of at most 2 from
-/// a catalog name or alias, after [`normalize_gpu_name`]): "h2000" gives "h200".
+/// The catalog name `name` is a near miss of: one character inserted or dropped against a
+/// catalog name or alias, after [`normalize_gpu_name`] ("h2000" gives "h200"). A substituted
+/// character is never a near miss: product names differ by exactly that ("H200 NVL" against
+/// "H100 NVL", "A100 PCIe" against "H100 PCIe"), and a hint naming another GPU misleads.
 pub fn suggest_gpu_name(name: &str) -> Option<&'static str> {
     let n = normalize_gpu_name(name);
     let n = n.as_str();
     gpu_file()
         .gpus
         .iter()
-        .flat_map(|g| std::iter::once(&g.name).chain(&g.aliases).map(move |a| (edit_distance(n, &normalize_gpu_name(a)), g.name.as_str())))
-        .filter(|(d, _)| *d <= 2)
+        .flat_map(|g| std::iter::once(&g.name).chain(&g.aliases).map(move |a| (indel_distance(n, &normalize_gpu_name(a)), g.name.as_str())))
+        .filter(|(d, _)| *d <= 1)
         .min_by_key(|(d, _)| *d)
         .map(|(_, g)| g)
 }
 
-/// Levenshtein distance over bytes (the names are ASCII after normalizing; others only compare).
-fn edit_distance(a: &str, b: &str) -> usize {
+/// Insertions plus deletions turning `a` into `b`, over bytes (the names are ASCII after
+/// normalizing; others only compare): a substitution counts as two.
+fn indel_distance(a: &str, b: &str) -> usize {
     let (a, b) = (a.as_bytes(), b.as_bytes());
     let mut prev: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.iter().enumerate() {
         let mut cur = vec![i + 1; b.len() + 1];
         for (j, cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(ca != cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
+            let keep = if ca == cb { prev[j] } else { usize::MAX };
+            cur[j + 1] = keep.min(prev[j + 1] + 1).min(cur[j] + 1);
         }
         prev = cur;
     }
@@ -522,6 +526,10 @@ mod tests {
         assert_eq!(suggest_gpu_name("h2000"), Some("h200"));
         assert_eq!(suggest_gpu_name("NVIDIA H100 PCI"), Some("h100-pcie"));
         assert_eq!(suggest_gpu_name("tpu-v5e"), None);
+        // Another product one character away is not offered as the one meant.
+        for other in ["NVIDIA H200 NVL", "NVIDIA A100-PCIE-40GB", "NVIDIA A100 80GB PCIe", "h300"] {
+            assert_eq!(suggest_gpu_name(other), None, "{other}");
+        }
         assert!(gpu("h2000").expect_err("near miss").to_string().contains("did you mean 'h200'?"));
     }
 
