@@ -177,7 +177,9 @@ fn help_lists_catalog_values_and_every_flag_has_a_help_line() {
         .map(|n| format!("{} {}", n.name(), n.request_latency_ms()));
     // clap wraps the help text: compare with single spaces, case aside.
     let flat = out.split_whitespace().collect::<Vec<_>>().join(" ").to_lowercase();
-    for v in std::iter::once(floor).chain(latencies) {
+    let per_request = format!("the {} us per running request", e.request_step_us);
+    let cdna3 = format!("{}x that on mi300x/mi325x", e.cdna3_floor_scale);
+    for v in [floor, per_request, cdna3].into_iter().chain(latencies) {
         assert!(flat.contains(&v), "{v:?} missing from --help:\n{out}");
     }
     // clap puts a flag's help on the line after it (long help) or beside it; a flag with no help

@@ -447,9 +447,10 @@ fn write_header(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
     let e = &s.engine;
     writeln!(
         w,
-        "  engine: {}, overhead {:.1} ms/step, cuda-graphs {}, overlap {}, mixed-prefill {}, memory eff {:.2} (attention weights {:.2}{}), GEMM eff {:.2}, comm x{:.2}",
+        "  engine: {}, overhead {:.1} ms/step + {} us per running request, cuda-graphs {}, overlap {}, mixed-prefill {}, memory eff {:.2} (attention weights {:.2}{}), GEMM eff {:.2}, comm x{:.2}",
         e.serving.name(),
         s.overhead_ms(),
+        e.request_step_us,
         if e.cuda_graphs { "on" } else { "off" },
         e.overlap.name(),
         if e.mixed_prefill { "on" } else { "off" },
