@@ -408,9 +408,12 @@ fn init(a: InitArgs) -> Result<(), Failure> {
         servetune_model::spec::catalog(c).map_err(|e| Failure::usage(format!("--catalog-model: {e}")))?;
         s.catalog_model = Some(c.clone());
     }
-    if let Some(g) = &a.gpu {
-        servetune_model::hw::gpu(g).map_err(|e| Failure::usage(format!("--gpu: {e}")))?;
-    }
+    // The catalog name, however the GPU was spelled ("NVIDIA H100 80GB HBM3" is h100-sxm), so the
+    // journal and the report compare like with like.
+    let gpu = match &a.gpu {
+        Some(g) => Some(servetune_model::hw::gpu(g).map_err(|e| Failure::usage(format!("--gpu: {e}")))?.name),
+        None => None,
+    };
     if a.gpus == Some(0) {
         return Err(Failure::usage("--gpus 0: give the number of GPUs the server uses"));
     }
@@ -418,7 +421,7 @@ fn init(a: InitArgs) -> Result<(), Failure> {
         return Err(Failure::usage("--concurrency, --requests, --input-len and --output-len must be at least 1"));
     }
     let dur = |flag: &str, v: &str| servetune_stats::parse_duration(flag, v).map_err(|e| Failure::usage(e.0));
-    s.gpu = a.gpu.clone();
+    s.gpu = gpu;
     s.gpus = a.gpus;
     s.bench.concurrency = a.concurrency.clone();
     s.bench.requests = a.requests;

@@ -238,9 +238,12 @@ pub struct PlanArgs {
     /// Prefill rides inside decode steps (sglang --enable-mixed-chunk; always on for the vllm and trtllm engines) instead of its own passes; without it the virtual run schedules prompts first, alone, while decoding waits (sglang's default)
     #[arg(long)]
     pub mixed_prefill: bool,
-    /// Host overhead per decode step, ms: replaces the model's per-kernel floor (4.5 us x the kernels a step runs, 2.6x that on MI300X/MI325X, fitted on public measurements; see VALIDATION.md); the 22.5 us per running request stays
+    /// Host overhead per decode step, ms: replaces the model's per-kernel floor (4.5 us x the kernels a step runs, 2.6x that on MI300X/MI325X, fitted on public measurements; see VALIDATION.md); the 22.5 us per running request stays (--request-step-us)
     #[arg(long, value_name = "MS")]
     pub step_overhead_ms: Option<f64>,
+    /// Per-step cost of each running request, us (scheduling, sampling and output work that grows with the batch) [default: 22.5, fitted on public measurements; see VALIDATION.md]
+    #[arg(long, value_name = "US")]
+    pub request_step_us: Option<f64>,
     /// The serving path's latency outside the GPU (HTTP, tokenization, scheduler hand-offs), ms; it adds to TTFT only [default: the engine's: sglang 230.2, vLLM 19.4, TensorRT-LLM 77.6, fitted on public TTFTs: VALIDATION.md]
     #[arg(long, value_name = "MS")]
     pub request_latency_ms: Option<f64>,
@@ -329,6 +332,7 @@ pub fn scenario_spec(a: &PlanArgs) -> Result<ScenarioSpec, Failure> {
         overlap: a.overlap.into(),
         mixed_prefill: a.mixed_prefill,
         step_overhead_ms: a.step_overhead_ms,
+        request_step_us: a.request_step_us,
         request_latency_ms: a.request_latency_ms,
         mem_fraction: a.mem_fraction,
         engine: a.engine.into(),

@@ -170,7 +170,8 @@ pub struct SimArgs {
     pub max_connections: u32,
     /// Time steps with the performance model, the deployment as KEY=VALUE pairs (keys as plan's
     /// flags: model, gpu, gpus, link, quant, kv-dtype, tp, pp, ep, dp-attention, input-len,
-    /// output-len, max-running, overlap, cuda-graphs, mixed-prefill, step-overhead-ms, engine), e.g.
+    /// output-len, max-running, overlap, cuda-graphs, mixed-prefill, step-overhead-ms,
+    /// request-step-us, engine), e.g.
     /// --from-plan model=glm-5,quant=nvfp4,gpu=rtx-pro-6000-se,gpus=8,link=pcie-host-staged
     #[arg(long, value_name = "KEY=VALUE,...", conflicts_with = "profile")]
     pub from_plan: Option<String>,

@@ -239,7 +239,8 @@ pub fn normalize_gpu_name(name: &str) -> String {
 }
 
 /// The catalog name of the GPU `name` denotes (a catalog name, or an alias of one: nvidia-smi's or
-/// amd-smi's product name, AIConfigurator's system name, a shorthand such as "h100"), or None. A
+/// amd-smi's product name, AIConfigurator's system name such as "h100_sxm"), or None. A name several
+/// entries fit ("H100": SXM, PCIe or NVL) is an alias of none of them. A
 /// product that differs from every catalog entry in its memory, clocks or links (an A100 PCIe, an
 /// H200 NVL) resolves to none, never to its nearest relative.
 pub fn resolve_gpu_name(name: &str) -> Option<&'static str> {
@@ -251,43 +252,12 @@ pub fn resolve_gpu_name(name: &str) -> Option<&'static str> {
         .map(|g| g.name.as_str())
 }
 
-/// The catalog name `name` is a near miss of: one character inserted or dropped against a
-/// catalog name or alias, after [`normalize_gpu_name`] ("h2000" gives "h200"). A substituted
-/// character is never a near miss: product names differ by exactly that ("H200 NVL" against
-/// "H100 NVL", "A100 PCIe" against "H100 PCIe"), and a hint naming another GPU misleads.
-pub fn suggest_gpu_name(name: &str) -> Option<&'static str> {
-    let n = normalize_gpu_name(name);
-    let n = n.as_str();
-    gpu_file()
-        .gpus
-        .iter()
-        .flat_map(|g| std::iter::once(&g.name).chain(&g.aliases).map(move |a| (indel_distance(n, &normalize_gpu_name(a)), g.name.as_str())))
-        .filter(|(d, _)| *d <= 1)
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, g)| g)
-}
-
-/// Insertions plus deletions turning `a` into `b`, over bytes (the names are ASCII after
-/// normalizing; others only compare): a substitution counts as two.
-fn indel_distance(a: &str, b: &str) -> usize {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.iter().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let keep = if ca == cb { prev[j] } else { usize::MAX };
-            cur[j + 1] = keep.min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    prev[b.len()]
-}
-
-/// The error for a GPU name the catalog does not hold: the catalog, a near miss, and how to add one.
+/// The error for a GPU name the catalog does not hold: the catalog and how to add one. It offers no
+/// "did you mean": GPU names one character apart are different products (L40 and L40S, A10G and
+/// A10, GH200 and H200, H20 and H200), so a near miss is no evidence of a typo.
 pub fn unknown_gpu_message(name: &str) -> String {
-    let hint = suggest_gpu_name(name).map(|g| format!("; did you mean '{g}'?")).unwrap_or_default();
     format!(
-        "{name:?} is not in the GPU catalog{hint}; known: {} (nvidia-smi's product names such as \"NVIDIA H100 80GB HBM3\" are read too); a GPU outside the catalog needs an entry in crates/model/data/gpus.json",
+        "{name:?} is not in the GPU catalog; known: {} (nvidia-smi's product names such as \"NVIDIA H100 80GB HBM3\" are read too); a GPU outside the catalog needs an entry in crates/model/data/gpus.json",
         gpu_names().join(", ")
     )
 }
@@ -523,14 +493,12 @@ mod tests {
             let e = gpu(relative).expect_err("unknown").to_string();
             assert!(e.contains("known: rtx-pro-6000-se") && e.contains("gpus.json"), "{e}");
         }
-        assert_eq!(suggest_gpu_name("h2000"), Some("h200"));
-        assert_eq!(suggest_gpu_name("NVIDIA H100 PCI"), Some("h100-pcie"));
-        assert_eq!(suggest_gpu_name("tpu-v5e"), None);
-        // Another product one character away is not offered as the one meant.
-        for other in ["NVIDIA H200 NVL", "NVIDIA A100-PCIE-40GB", "NVIDIA A100 80GB PCIe", "h300"] {
-            assert_eq!(suggest_gpu_name(other), None, "{other}");
+        // Names one character from a catalog entry are other products, and none is guessed.
+        for other in ["NVIDIA L40", "NVIDIA A10G", "NVIDIA GH200 480GB", "h2", "NVIDIA H100", "NVIDIA A100-PCIE-40GB", "h2000"] {
+            assert_eq!(resolve_gpu_name(other), None, "{other}");
+            let e = gpu(other).expect_err("unknown").to_string();
+            assert!(e.contains("is not in the GPU catalog; known:") && !e.contains("did you mean"), "{e}");
         }
-        assert!(gpu("h2000").expect_err("near miss").to_string().contains("did you mean 'h200'?"));
     }
 
     #[test]

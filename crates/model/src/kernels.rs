@@ -202,7 +202,7 @@ fn log_interp(xs: &[f64], row: &[f64], x: f64) -> f64 {
 /// The tables' name for a catalog GPU: the A100 40 GB reads the A100 80 GB's (the same SM80
 /// kernels), the H800 the H100 SXM's (the same GH100 configuration, 132 SMs and 3.35 TB/s of HBM3;
 /// only its NVLink and FP64 are cut).
-fn table_gpu(gpu: &str) -> &str {
+pub(crate) fn table_gpu(gpu: &str) -> &str {
     match gpu {
         "a100-40gb" => "a100",
         "h800" => "h100-sxm",

@@ -142,7 +142,8 @@ pub const CDNA3_FLOOR_SCALE: f64 = 2.6;
 pub struct Engine {
     /// Per-step cost outside the modelled kernels that does not grow with the model's depth, ms
     /// (`--step-overhead-ms` sets it and drops [`Self::kernel_overhead_us`], so the flag gives
-    /// the whole per-step overhead). 0 by default: the fitted floor is per kernel.
+    /// the whole fixed per-step overhead; [`Self::request_step_us`], which grows with the batch,
+    /// stays unless `--request-step-us` sets it). 0 by default: the fitted floor is per kernel.
     pub step_overhead_ms: f64,
     /// Per-step cost outside the modelled GEMMs, attention and collectives for each kernel a
     /// decode step runs with CUDA graphs, us: a small kernel's latency floor and the gap to the
@@ -188,7 +189,8 @@ pub struct Engine {
     /// [`Self::kernel_overhead_us`] and [`Self::moe_efficiency`] (the argmin of
     /// `validate::fit_objective` on a 2.5 us grid; `validate::tests` checks its neighbours),
     /// never the test set; one figure for every engine and GPU (the fit set cannot tell them
-    /// apart: one source each). A stated `--step-overhead-ms` leaves it in place.
+    /// apart: one source each). A stated `--step-overhead-ms` leaves it in place;
+    /// `--request-step-us` replaces it.
     pub request_step_us: f64,
     /// Whether communication hides behind compute.
     pub overlap: Overlap,
@@ -394,7 +396,8 @@ pub const TRTLLM_REQUEST_LATENCY_MS: f64 = 77.6;
 /// GPUs: their FP8 decode kernels differ by engine (flashinfer 0.25-0.41 against trtllm-gen
 /// 0.72-0.97 on B200), so the engine's memory efficiency stays. Kernel data, not an e2e case.
 pub fn hopper_fp8_kv_efficiency(gpu: &str) -> Option<f64> {
-    match gpu {
+    // The H800 reads the H100 SXM's tables (crate::kernels::table_gpu).
+    match crate::kernels::table_gpu(gpu) {
         "h100-sxm" => Some(0.665),
         "h200" => Some(0.535),
         _ => None,
@@ -1505,6 +1508,20 @@ pub(crate) mod tests {
             max_running: None,
             cluster: None,
         }
+    }
+
+    #[test]
+    fn the_h800_reads_every_h100_sxm_kernel_rate() {
+        use crate::kernels::{dense_decode_table, mla_decode_efficiency, moe_decode_efficiency, MoeSplit};
+        assert_eq!(hopper_fp8_kv_efficiency("h800"), hopper_fp8_kv_efficiency("h100-sxm"));
+        assert!(hopper_fp8_kv_efficiency("h800").is_some());
+        for dt in [Dtype::Bf16, Dtype::Fp8] {
+            assert_eq!(dense_decode_table("h800", dt), dense_decode_table("h100-sxm", dt), "{dt:?}");
+            for split in [MoeSplit::Tp, MoeSplit::Ep] {
+                assert_eq!(moe_decode_efficiency("h800", dt, split), moe_decode_efficiency("h100-sxm", dt, split), "{dt:?}");
+            }
+        }
+        assert_eq!(mla_decode_efficiency("h800", false, 16.0), mla_decode_efficiency("h100-sxm", false, 16.0));
     }
 
     #[test]

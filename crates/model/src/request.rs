@@ -103,8 +103,11 @@ pub struct ScenarioSpec {
     pub overlap: Overlap,
     /// Prefill rides inside decode steps.
     pub mixed_prefill: bool,
-    /// Host overhead per step replacing the default, ms.
+    /// Host overhead per step replacing the default per-kernel floor, ms (the per-request cost
+    /// stays: [`Self::request_step_us`]).
     pub step_overhead_ms: Option<f64>,
+    /// Per-step cost of each running request replacing the fitted default, us.
+    pub request_step_us: Option<f64>,
     /// The serving path's latency outside the GPU (it adds to TTFT), replacing sglang's default, ms.
     pub request_latency_ms: Option<f64>,
     /// Fraction of memory bandwidth the fused-MoE kernels reach, replacing the default (untuned
@@ -147,6 +150,7 @@ impl ScenarioSpec {
             overlap: Overlap::None,
             mixed_prefill: false,
             step_overhead_ms: None,
+            request_step_us: None,
             request_latency_ms: None,
             moe_efficiency: None,
             mem_fraction: None,
@@ -196,6 +200,9 @@ impl ScenarioSpec {
             "mixed-prefill" => self.mixed_prefill = boolean(&what, v)?,
             "step-overhead-ms" => {
                 self.step_overhead_ms = Some(v.parse().map_err(|_| ModelError::Input(format!("{what}: not a number of milliseconds")))?)
+            }
+            "request-step-us" => {
+                self.request_step_us = Some(v.parse().map_err(|_| ModelError::Input(format!("{what}: not a number of microseconds")))?)
             }
             "request-latency-ms" => {
                 self.request_latency_ms =
@@ -255,13 +262,24 @@ impl ScenarioSpec {
             return Err(ModelError::Input("--max-running 0 runs nothing: give 1 or more, or leave it out".into()));
         }
         let defaults = self.engine.defaults();
-        // A stated per-step overhead is the whole of it: it replaces the fitted per-kernel floor.
+        // A stated per-step overhead replaces the fitted per-kernel floor; the per-request cost,
+        // which grows with the batch, stays unless `--request-step-us` states it too.
         let (step_overhead_ms, kernel_overhead_us) = match self.step_overhead_ms {
             Some(o) if !(o.is_finite() && o >= 0.0) => {
                 return Err(ModelError::Input(format!("--step-overhead-ms {o}: give milliseconds >= 0")))
             }
             Some(o) => (o, 0.0),
             None => (defaults.step_overhead_ms, defaults.kernel_overhead_us),
+        };
+        let request_step_us = match self.request_step_us {
+            Some(r) if !(r.is_finite() && r >= 0.0) => {
+                return Err(ModelError::Input(format!(
+                    "--request-step-us {r}: give microseconds >= 0 per running request per decode step (the fitted default is {})",
+                    defaults.request_step_us
+                )))
+            }
+            Some(r) => r,
+            None => defaults.request_step_us,
         };
         let request_latency_ms = match self.request_latency_ms {
             Some(l) if !(l.is_finite() && l >= 0.0) => {
@@ -293,6 +311,7 @@ impl ScenarioSpec {
             mixed_prefill: self.mixed_prefill || defaults.mixed_prefill,
             step_overhead_ms,
             kernel_overhead_us,
+            request_step_us,
             request_latency_ms,
             mem_fraction,
             ..defaults
@@ -817,6 +836,23 @@ mod tests {
     }
 
     #[test]
+    fn a_stated_per_request_cost_replaces_the_fitted_one_and_a_stated_overhead_keeps_it() {
+        let fitted = glm_on_rtx(None).build().expect("default");
+        let pairs = ScenarioSpec::parse_pairs("--from-plan", "model=glm-5,gpu=rtx-pro-6000-se,request-step-us=0").expect("pairs");
+        assert_eq!(pairs.request_step_us, Some(0.0));
+        let mut s = glm_on_rtx(None);
+        s.request_step_us = Some(0.0);
+        let none = s.build().expect("zero");
+        assert_eq!(none.engine.request_step_us, 0.0);
+        // At batch 64 the fitted cost adds 64 x request_step_us to the step.
+        let gap = fitted.decode_step_ms(64.0, 1536.0) - none.decode_step_ms(64.0, 1536.0);
+        assert!((gap - 64.0 * fitted.engine.request_step_us / 1e3).abs() < 1e-9, "{gap}");
+        let mut stated = glm_on_rtx(None);
+        stated.step_overhead_ms = Some(5.0);
+        assert_eq!(stated.build().expect("overhead").engine.request_step_us, fitted.engine.request_step_us);
+    }
+
+    #[test]
     fn impossible_numbers_are_refused_before_predicting() {
         let mut s = glm_on_rtx(None);
         s.link_bw_gbs = Some(-5.0);
@@ -830,6 +866,11 @@ mod tests {
         let mut s = glm_on_rtx(None);
         s.request_latency_ms = Some(34.0);
         assert_eq!(s.build().expect("vllm latency").engine.request_latency_ms, 34.0);
+        for bad in [f64::NAN, -1.0, f64::INFINITY] {
+            let mut s = glm_on_rtx(None);
+            s.request_step_us = Some(bad);
+            assert!(s.build().expect_err("per-request").to_string().contains("--request-step-us"), "{bad}");
+        }
         let mut r = PlanRequest::new(glm_on_rtx(None));
         r.top = 0;
         assert!(build_report(&r).expect_err("top").to_string().contains("--top 0"));

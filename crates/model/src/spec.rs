@@ -488,6 +488,33 @@ fn field(v: &Value, keys: &[&str], source: &str) -> Result<Option<u32>, ModelErr
     Ok(None)
 }
 
+/// Fields a config class fills in when its `config.json` leaves them out, as transformers loads
+/// them: Gemma 3's multimodal checkpoints state no `vocab_size` under `text_config` (the 27B and
+/// 12B), nor `head_dim` (the 12B, whose 3840 / 16 = 240 is not its 256). From transformers'
+/// Gemma2Config and Gemma3TextConfig; other architectures read only what their files state.
+fn class_defaults(arch: &str) -> Option<&'static [(&'static str, u32)]> {
+    const GEMMA2: &[(&str, u32)] =
+        &[("vocab_size", 256_000), ("head_dim", 256), ("num_attention_heads", 8), ("num_key_value_heads", 4), ("sliding_window", 4096)];
+    const GEMMA3: &[(&str, u32)] =
+        &[("vocab_size", 262_208), ("head_dim", 256), ("num_attention_heads", 8), ("num_key_value_heads", 4), ("sliding_window", 4096)];
+    match arch {
+        "gemma2" => Some(GEMMA2),
+        "gemma3" => Some(GEMMA3),
+        _ => None,
+    }
+}
+
+/// `v` with each of `defaults` added where `v` lacks the key (a key present, even as null, stays).
+fn overlay(defaults: &[(&str, u32)], v: &Value) -> Value {
+    let mut out = v.clone();
+    if let Some(map) = out.as_object_mut() {
+        for (k, d) in defaults {
+            map.entry(k.to_string()).or_insert_with(|| Value::from(*d));
+        }
+    }
+    out
+}
+
 /// A field the architecture needs.
 fn need(v: &Value, keys: &[&str], source: &str, arch: &str) -> Result<u32, ModelError> {
     field(v, keys, source)?
@@ -571,6 +598,14 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
         a => a,
     }
     .to_string();
+    let with_defaults;
+    let v = match class_defaults(&arch) {
+        Some(defaults) => {
+            with_defaults = overlay(defaults, v);
+            &with_defaults
+        }
+        None => v,
+    };
     let hidden = need(v, &["hidden_size"], source, &arch)?;
     let layers = need(v, &["num_hidden_layers"], source, &arch)?;
     let attention = read_attention(v, source, &arch, hidden)?;
@@ -1625,6 +1660,17 @@ mod tests {
         assert_eq!((g.layer_counts.full, g.layer_counts.sliding), (31, 31));
         let e = from_hf_config(&gemma3.replace(r#""sliding_window_pattern":6"#, r#""sliding_window_pattern":0"#), "g.json").expect_err("0");
         assert!(e.to_string().contains("\"sliding_window_pattern\" is 0"), "{e}");
+        // Gemma 3 12B as Google ships it: no vocab_size and no head_dim under text_config (the
+        // config class's 262,208 and 256 apply, not hidden / heads = 240).
+        let g12 = from_hf_config(
+            r#"{"model_type":"gemma3","text_config":{"model_type":"gemma3_text","hidden_size":3840,"intermediate_size":15360,"num_hidden_layers":48,"num_attention_heads":16,"num_key_value_heads":8,"sliding_window":1024}}"#,
+            "g12.json",
+        )
+        .expect("gemma3 12b");
+        assert!(matches!(g12.attention, Attention::Gqa { head_dim: 256, kv_heads: 8, .. }), "{:?}", g12.attention);
+        assert_eq!((g12.vocab, g12.layer_counts.full, g12.sliding_window), (262_208, 8, Some(1024)));
+        let total = g12.params().total / 1e9;
+        assert!((11.6..12.0).contains(&total), "Gemma 3 12B's language model is about 11.8B: {total}");
         // Gemma 2 9B: even layers slide, a text-only config that states its tie.
         let g2 = from_hf_config(
             r#"{"model_type":"gemma2","hidden_size":3584,"intermediate_size":14336,"num_hidden_layers":42,"num_attention_heads":16,"num_key_value_heads":8,"head_dim":256,"sliding_window":4096,"vocab_size":256000,"tie_word_embeddings":false}"#,
