@@ -410,10 +410,12 @@ fn init(a: InitArgs) -> Result<(), Failure> {
     }
     // The catalog name, however the GPU was spelled ("NVIDIA H100 80GB HBM3" is h100-sxm), so the
     // journal and the report compare like with like.
-    let gpu = match &a.gpu {
-        Some(g) => Some(servetune_model::hw::gpu(g).map_err(|e| Failure::usage(format!("--gpu: {e}")))?.name),
-        None => None,
-    };
+    let gpu = a
+        .gpu
+        .as_deref()
+        .map(|g| servetune_model::hw::gpu(g).map(|g| g.name))
+        .transpose()
+        .map_err(|e| Failure::usage(format!("--gpu: {e}")))?;
     if a.gpus == Some(0) {
         return Err(Failure::usage("--gpus 0: give the number of GPUs the server uses"));
     }

@@ -244,12 +244,17 @@ pub fn normalize_gpu_name(name: &str) -> String {
 /// product that differs from every catalog entry in its memory, clocks or links (an A100 PCIe, an
 /// H200 NVL) resolves to none, never to its nearest relative.
 pub fn resolve_gpu_name(name: &str) -> Option<&'static str> {
-    let n = normalize_gpu_name(name);
-    gpu_file()
-        .gpus
-        .iter()
-        .find(|g| normalize_gpu_name(&g.name) == n || g.aliases.iter().any(|a| normalize_gpu_name(a) == n))
-        .map(|g| g.name.as_str())
+    gpu_entry(name).map(|g| g.name.as_str())
+}
+
+/// The catalog entry `name` denotes ([`resolve_gpu_name`]): a catalog name as is, else by
+/// [`normalize_gpu_name`] against every name and alias.
+fn gpu_entry(name: &str) -> Option<&'static GpuEntry> {
+    let gpus = &gpu_file().gpus;
+    gpus.iter().find(|g| g.name == name).or_else(|| {
+        let n = normalize_gpu_name(name);
+        gpus.iter().find(|g| normalize_gpu_name(&g.name) == n || g.aliases.iter().any(|a| normalize_gpu_name(a) == n))
+    })
 }
 
 /// The error for a GPU name the catalog does not hold: the catalog and how to add one. It offers no
@@ -274,8 +279,7 @@ pub fn net_names() -> Vec<&'static str> {
 
 /// The GPU catalog entry `name`: a catalog name or an alias of one ([`resolve_gpu_name`]).
 pub fn gpu(name: &str) -> Result<GpuSpec, ModelError> {
-    let canonical = resolve_gpu_name(name).ok_or_else(|| ModelError::Input(format!("--gpu {}", unknown_gpu_message(name))))?;
-    let g = gpu_file().gpus.iter().find(|g| g.name == canonical).ok_or_else(|| ModelError::Input(format!("--gpu {name:?} is unknown")))?;
+    let g = gpu_entry(name).ok_or_else(|| ModelError::Input(format!("--gpu {}", unknown_gpu_message(name))))?;
     let values = [&g.memory_gb, &g.mem_bw_gbs, &g.bf16_tflops, &g.fp8_tflops, &g.fp4_tflops, &g.nvlink_gbs, &g.pcie_gen];
     let mut sources: Vec<&str> = Vec::new();
     for v in values {
@@ -480,24 +484,26 @@ mod tests {
             assert_eq!(resolve_gpu_name(driver_name), Some(catalog), "{driver_name}");
             assert_eq!(gpu(driver_name).expect("resolves").name, catalog, "{driver_name}");
         }
-        // Other memory, clocks or links than any catalog entry: no nearest relative is taken.
-        for relative in [
+        // Other memory, clocks or links than any catalog entry, a name several entries fit, or
+        // one character from an entry (another product): no nearest relative is taken, none is
+        // guessed, and the error lists the catalog.
+        for other in [
             "NVIDIA A100 80GB PCIe",
             "NVIDIA H200 NVL",
             "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition",
             "NVIDIA GH200 480GB",
+            "NVIDIA L40",
+            "NVIDIA A10G",
+            "NVIDIA H100",
+            "NVIDIA A100-PCIE-40GB",
+            "h2000",
             "h2",
             "",
         ] {
-            assert_eq!(resolve_gpu_name(relative), None, "{relative}");
-            let e = gpu(relative).expect_err("unknown").to_string();
-            assert!(e.contains("known: rtx-pro-6000-se") && e.contains("gpus.json"), "{e}");
-        }
-        // Names one character from a catalog entry are other products, and none is guessed.
-        for other in ["NVIDIA L40", "NVIDIA A10G", "NVIDIA GH200 480GB", "h2", "NVIDIA H100", "NVIDIA A100-PCIE-40GB", "h2000"] {
             assert_eq!(resolve_gpu_name(other), None, "{other}");
             let e = gpu(other).expect_err("unknown").to_string();
-            assert!(e.contains("is not in the GPU catalog; known:") && !e.contains("did you mean"), "{e}");
+            assert!(e.contains("is not in the GPU catalog; known: rtx-pro-6000-se") && e.contains("gpus.json"), "{e}");
+            assert!(!e.contains("did you mean"), "{e}");
         }
     }
 

@@ -1105,6 +1105,12 @@ impl Scenario {
         }
     }
 
+    /// The overhead of a decode step of `b` running requests: [`Self::overhead_ms`] plus each
+    /// request's [`Engine::request_step_us`], ms.
+    pub fn decode_overhead_ms(&self, b: f64) -> f64 {
+        self.overhead_ms() + self.engine.request_step_us * b / 1e3
+    }
+
     /// What a step carrying prompt tokens adds when the engine runs it without CUDA graphs while
     /// decode has them ([`Engine::prefill_graphs`]): each kernel's launch, ms (0 when decode runs
     /// eagerly too: [`Self::overhead_ms`] already counts the launches).
@@ -1235,7 +1241,7 @@ impl Scenario {
     pub fn decode_step_ms(&self, b: f64, mean_ctx: f64) -> f64 {
         let pp = self.plan.pp as f64;
         let (st, _) = self.stage((b / pp).max(1.0 / pp), mean_ctx);
-        let overhead = self.overhead_ms() + self.engine.request_step_us * b / 1e3;
+        let overhead = self.decode_overhead_ms(b);
         match self.engine.overlap {
             Overlap::None => ((st.weights + st.kv).max(st.compute) + st.communication) * pp + overhead,
             Overlap::Full => (st.weights + st.kv).max(st.compute).max(st.communication) * pp + overhead,
@@ -1256,7 +1262,7 @@ impl Scenario {
         let kv = st.kv * pp;
         let compute = st.compute * pp;
         let communication = st.communication * pp;
-        let overhead = self.overhead_ms() + self.engine.request_step_us * b / 1e3;
+        let overhead = self.decode_overhead_ms(b);
         // b / output_len requests finish per step; their replacements' prefill passes (sglang runs
         // them as separate batches between decode steps) are amortized over the decode steps.
         let n = b / self.output_len.max(1) as f64;
