@@ -218,6 +218,12 @@ fn gpu_name(s: &Settings, f: &BoxFacts) -> Option<String> {
     s.gpu.clone().or_else(|| f.gpu_model.clone())
 }
 
+/// The catalog link between the GPUs: the probed NVLink / P2P state on the campaign's GPU (the
+/// stated one, else the probed one).
+fn link(s: &Settings, f: &BoxFacts) -> &'static str {
+    servetune_model::hw::probed_link(gpu_name(s, f).as_deref(), f.nvlink, f.p2p_ok)
+}
+
 fn gpu_count(s: &Settings, f: &BoxFacts) -> u32 {
     s.gpus.unwrap_or(f.gpus)
 }
@@ -229,7 +235,7 @@ pub fn model_box(s: &Settings, f: &BoxFacts) -> Option<ModelBox> {
         quant: s.quant.clone(),
         gpu: gpu_name(s, f)?,
         gpus: gpu_count(s, f).max(1),
-        link: f.link().to_string(),
+        link: link(s, f).to_string(),
         input_len: s.bench.input_len,
         output_len: s.bench.output_len,
         tpot_ms: s.goal.bound_ms(SloMetric::Tpot),
@@ -267,7 +273,7 @@ pub fn context(s: &Settings, f: &BoxFacts, port: u16) -> Result<Context> {
     v.insert("servetune".into(), exe.display().to_string());
     v.insert("gpu".into(), gpu_name(s, f).unwrap_or_else(|| "unknown".into()));
     v.insert("gpus".into(), gpu_count(s, f).max(1).to_string());
-    v.insert("link".into(), f.link().into());
+    v.insert("link".into(), link(s, f).into());
     v.insert("quant".into(), s.quant.clone());
     v.insert("input_len".into(), s.bench.input_len.to_string());
     v.insert("output_len".into(), s.bench.output_len.to_string());

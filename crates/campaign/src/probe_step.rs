@@ -84,7 +84,7 @@ pub fn probe(root: Option<&Path>) -> Result<Probed> {
 }
 
 /// The model catalog's GPU for an NVML name (`hw::resolve_gpu_name`: an exact product, never a
-/// relative: an "NVIDIA A100 80GB PCIe" is not the catalog's SXM A100).
+/// relative: an "NVIDIA A100 80GB PCIe" is the catalog's a100-pcie, never its SXM A100).
 pub fn catalog_gpu(name: &str) -> Option<&'static str> {
     servetune_model::hw::resolve_gpu_name(name)
 }
@@ -114,12 +114,9 @@ fn facts(r: &ProbeReport) -> BoxFacts {
 }
 
 impl BoxFacts {
-    /// The model catalog's link for this box.
+    /// The model catalog's link for this box: what the probe saw, on the GPU's own NVLink or PCIe
+    /// generation (`hw::probed_link`).
     pub fn link(&self) -> &'static str {
-        match (self.nvlink, self.p2p_ok) {
-            (true, _) => "nvlink",
-            (false, true) => "pcie5-p2p",
-            (false, false) => "pcie-host-staged",
-        }
+        servetune_model::hw::probed_link(self.gpu_model.as_deref(), self.nvlink, self.p2p_ok)
     }
 }

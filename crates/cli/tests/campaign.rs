@@ -99,6 +99,49 @@ fn bad_input_exits_2_naming_the_problem() {
 }
 
 #[test]
+fn init_gpu_takes_the_drivers_product_name_and_stores_the_catalog_name() {
+    let d = tempfile::tempdir().expect("tmp");
+    let lxc = fixture("proxmox-lxc-8gpu");
+    for (i, (given, stored)) in
+        [("NVIDIA H100 80GB HBM3", "h100-sxm"), ("NVIDIA GH200 480GB", "gh200-96gb"), ("b200_sxm", "b200"), ("h200", "h200")]
+            .into_iter()
+            .enumerate()
+    {
+        let dir = d.path().join(format!("c{i}"));
+        let base = ["init", s(&dir), "--engine", "sim", "--model", "qwen3-30b-a3b", "--goal", "output_tok_s>=1", "--probe-root", s(&lxc)];
+        let (code, out, err) = campaign(&[&base[..], &["--gpu", given, "--gpus", "1"]].concat());
+        assert_eq!(code, 0, "{given}: {out}{err}");
+        let settings: String = db(&dir).query_row("SELECT settings FROM campaign", [], |r| r.get(0)).expect("settings");
+        let v: serde_json::Value = serde_json::from_str(&settings).expect("settings are JSON");
+        assert_eq!(v["gpu"], stored, "{given}: {settings}");
+    }
+    // A name several entries fit, and a relative the catalog does not hold: exit 2, nothing written.
+    for given in ["NVIDIA GH200", "NVIDIA A10G"] {
+        let dir = d.path().join("refused");
+        let (code, out, err) = campaign(&[
+            "init",
+            s(&dir),
+            "--engine",
+            "sim",
+            "--model",
+            "qwen3-30b-a3b",
+            "--goal",
+            "output_tok_s>=1",
+            "--probe-root",
+            s(&lxc),
+            "--gpu",
+            given,
+        ]);
+        assert_eq!(code, 2, "{given}: {out}{err}");
+        assert!(
+            err.contains("--gpu") && err.contains(&format!("{given:?} is not in the GPU catalog")) && err.contains("gh200-144gb"),
+            "{err}"
+        );
+        assert!(!dir.join("journal.sqlite").exists(), "{given}: a refused init wrote a journal");
+    }
+}
+
+#[test]
 fn journal_refuses_newer_major_and_corrupt_files_without_writing() {
     let d = tempfile::tempdir().expect("tmp");
     let dir = d.path().join("c");

@@ -240,9 +240,9 @@ pub fn normalize_gpu_name(name: &str) -> String {
 
 /// The catalog name of the GPU `name` denotes (a catalog name, or an alias of one: nvidia-smi's or
 /// amd-smi's product name, AIConfigurator's system name such as "h100_sxm"), or None. A name several
-/// entries fit ("H100": SXM, PCIe or NVL) is an alias of none of them. A
-/// product that differs from every catalog entry in its memory, clocks or links (an A100 PCIe, an
-/// H200 NVL) resolves to none, never to its nearest relative.
+/// entries fit ("H100": SXM, PCIe or NVL; "GH200": 96 or 144 GB) is an alias of none of them. A
+/// product that differs from every catalog entry in its memory, clocks or links (an RTX PRO 6000
+/// Max-Q, an H20 with 141 GB) resolves to none, never to its nearest relative.
 pub fn resolve_gpu_name(name: &str) -> Option<&'static str> {
     gpu_entry(name).map(|g| g.name.as_str())
 }
@@ -387,6 +387,30 @@ pub fn default_link(gpu: &GpuSpec) -> &str {
     &gpu.link
 }
 
+/// The catalog link between the GPUs of a probed box: what the probe saw (active NVLink, PCIe
+/// peer-to-peer, or neither) on the link catalog's entry for this GPU (`gpu`: a catalog name or an
+/// alias, None if the GPU is not in the catalog). NVLink is the GPU's own generation (`nvlink5` on
+/// a B200, `nvlink3` on an A100, `nvlink-h800` on an H800), and PCIe P2P its PCIe generation
+/// (`pcie4-p2p` on an L40S or A100 PCIe; Gen6 reads Gen5's, the newest the catalog holds). A GPU
+/// the catalog does not hold takes NVLink4 and PCIe Gen5.
+pub fn probed_link(gpu: Option<&str>, nvlink: bool, p2p: bool) -> &'static str {
+    let g = gpu.and_then(gpu_entry);
+    let own = g.and_then(|g| entry(&g.link));
+    if nvlink {
+        return own.filter(|l| l.kind == LinkKind::Nvlink).map_or("nvlink", |l| l.name.as_str());
+    }
+    if !p2p {
+        return "pcie-host-staged";
+    }
+    if let Some(l) = own.filter(|l| l.kind == LinkKind::PcieP2p) {
+        return l.name.as_str();
+    }
+    match g.map(|g| g.pcie_gen.value as u32) {
+        Some(gen) if gen <= 4 => "pcie4-p2p",
+        _ => "pcie5-p2p",
+    }
+}
+
 /// The catalog link a P2P fix moves a `kind` link to, if any: host-staged PCIe becomes PCIe P2P.
 pub fn p2p_replacement(kind: LinkKind) -> Option<&'static str> {
     match kind {
@@ -480,6 +504,12 @@ mod tests {
             ("AMD Instinct MI300X", "mi300x"),
             ("  nvidia   h20 ", "h20"),
             ("b200_sxm", "b200"),
+            ("NVIDIA A100 80GB PCIe", "a100-pcie"),
+            ("NVIDIA A100-PCIE-40GB", "a100-pcie-40gb"),
+            ("NVIDIA H200 NVL", "h200-nvl"),
+            ("NVIDIA GH200 480GB", "gh200-96gb"),
+            ("NVIDIA GH200 120GB", "gh200-96gb"),
+            ("NVIDIA GH200 144G HBM3e", "gh200-144gb"),
         ] {
             assert_eq!(resolve_gpu_name(driver_name), Some(catalog), "{driver_name}");
             assert_eq!(gpu(driver_name).expect("resolves").name, catalog, "{driver_name}");
@@ -488,14 +518,13 @@ mod tests {
         // one character from an entry (another product): no nearest relative is taken, none is
         // guessed, and the error lists the catalog.
         for other in [
-            "NVIDIA A100 80GB PCIe",
-            "NVIDIA H200 NVL",
             "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition",
-            "NVIDIA GH200 480GB",
+            "NVIDIA H100 SXM5 64GB",
             "NVIDIA L40",
             "NVIDIA A10G",
             "NVIDIA H100",
-            "NVIDIA A100-PCIE-40GB",
+            "NVIDIA GH200",
+            "NVIDIA H20 141GB HBM3e",
             "h2000",
             "h2",
             "",
@@ -600,6 +629,32 @@ mod tests {
                 LinkKind::HostStaged => panic!("{n} defaults to a host-staged link"),
                 LinkKind::Infiniband | LinkKind::Roce | LinkKind::Ethernet => panic!("{n} defaults to a network between nodes"),
             }
+        }
+    }
+
+    #[test]
+    fn a_probed_box_links_over_its_own_gpus_nvlink_or_pcie_generation() {
+        // NVLink active: the GPU's own NVLink generation.
+        assert_eq!(probed_link(Some("b200"), true, true), "nvlink5");
+        assert_eq!(probed_link(Some("NVIDIA A100-SXM4-80GB"), true, true), "nvlink3");
+        assert_eq!(probed_link(Some("h800"), true, true), "nvlink-h800");
+        assert_eq!(probed_link(Some("NVIDIA H100 80GB HBM3"), true, true), "nvlink");
+        // A PCIe card with a bridge: NVLink4 as the catalog's generic NVLink.
+        assert_eq!(probed_link(Some("h100-pcie"), true, true), "nvlink");
+        // PCIe peer-to-peer: the GPU's PCIe generation, even for an SXM GPU whose NVLink is down.
+        assert_eq!(probed_link(Some("l40s"), false, true), "pcie4-p2p");
+        assert_eq!(probed_link(Some("NVIDIA A100 80GB PCIe"), false, true), "pcie4-p2p");
+        assert_eq!(probed_link(Some("a100"), false, true), "pcie4-p2p");
+        assert_eq!(probed_link(Some("rtx-pro-6000-se"), false, true), "pcie5-p2p");
+        assert_eq!(probed_link(Some("b300"), false, true), "pcie5-p2p");
+        // No peer-to-peer: staged through host memory whatever the GPU.
+        assert_eq!(probed_link(Some("l40s"), false, false), "pcie-host-staged");
+        assert_eq!(probed_link(Some("b200"), false, false), "pcie-host-staged");
+        // Not in the catalog: NVLink4 or PCIe Gen5.
+        assert_eq!(probed_link(None, true, true), "nvlink");
+        assert_eq!(probed_link(Some("Tesla T4"), false, true), "pcie5-p2p");
+        for (gpu, nv, p2p) in [("b200", true, true), ("l40s", false, true), ("h200", false, false)] {
+            link(probed_link(Some(gpu), nv, p2p)).expect("a catalog link");
         }
     }
 

@@ -199,13 +199,22 @@ fn log_interp(xs: &[f64], row: &[f64], x: f64) -> f64 {
     row[xs.len() - 1]
 }
 
-/// The tables' name for a catalog GPU: the A100 40 GB reads the A100 80 GB's (the same SM80
-/// kernels), the H800 the H100 SXM's (the same GH100 configuration, 132 SMs and 3.35 TB/s of HBM3;
-/// only its NVLink and FP64 are cut).
+/// The tables' name for a catalog GPU whose tables are another's: the kernels' achieved share of
+/// peak bandwidth carries over between products of one die and one memory generation.
+/// - The A100 40 GB and the A100 PCIe cards read the A100 80 GB SXM's (the same GA100 and SM80
+///   kernels; HBM2/HBM2e at 1,555 to 2,039 GB/s).
+/// - The H800 reads the H100 SXM's (the same GH100 configuration, 132 SMs and 3.35 TB/s of HBM3;
+///   only its NVLink and FP64 are cut).
+/// - The GH200 with 96 GB of HBM3 reads the H100 SXM's too (the same GH100 and HBM3 generation, but
+///   4.0 TB/s against 3.35: an assumption; the H200's HBM3e tables reach lower shares, so its
+///   true rates may sit between the two).
+/// - The H200 NVL and the GH200 with 144 GB of HBM3e read the H200's (the same GH100 with HBM3e at
+///   4.8 to 4.9 TB/s; the H200 NVL's lower power limit slows its compute, not its memory).
 pub(crate) fn table_gpu(gpu: &str) -> &str {
     match gpu {
-        "a100-40gb" => "a100",
-        "h800" => "h100-sxm",
+        "a100-40gb" | "a100-pcie" | "a100-pcie-40gb" => "a100",
+        "h800" | "gh200-96gb" => "h100-sxm",
+        "h200-nvl" | "gh200-144gb" => "h200",
         g => g,
     }
 }

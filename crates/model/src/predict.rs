@@ -1517,17 +1517,35 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn the_h800_reads_every_h100_sxm_kernel_rate() {
-        use crate::kernels::{dense_decode_table, mla_decode_efficiency, moe_decode_efficiency, MoeSplit};
-        assert_eq!(hopper_fp8_kv_efficiency("h800"), hopper_fp8_kv_efficiency("h100-sxm"));
-        assert!(hopper_fp8_kv_efficiency("h800").is_some());
-        for dt in [Dtype::Bf16, Dtype::Fp8] {
-            assert_eq!(dense_decode_table("h800", dt), dense_decode_table("h100-sxm", dt), "{dt:?}");
-            for split in [MoeSplit::Tp, MoeSplit::Ep] {
-                assert_eq!(moe_decode_efficiency("h800", dt, split), moe_decode_efficiency("h100-sxm", dt, split), "{dt:?}");
+    fn relatives_read_every_kernel_rate_of_the_gpu_whose_tables_they_share() {
+        use crate::kernels::{
+            dense_decode_table, mla_decode_efficiency, moe_decode_efficiency, prefill_attention_efficiency, MoeSplit, PrefillAttention,
+        };
+        for (relative, tables) in [
+            ("h800", "h100-sxm"),
+            ("gh200-96gb", "h100-sxm"),
+            ("gh200-144gb", "h200"),
+            ("h200-nvl", "h200"),
+            ("a100-pcie", "a100"),
+            ("a100-pcie-40gb", "a100"),
+            ("a100-40gb", "a100"),
+        ] {
+            assert_eq!(hopper_fp8_kv_efficiency(relative), hopper_fp8_kv_efficiency(tables), "{relative}");
+            for dt in [Dtype::Bf16, Dtype::Fp8, Dtype::Int4] {
+                assert_eq!(dense_decode_table(relative, dt), dense_decode_table(tables, dt), "{relative} {dt:?}");
+                for split in [MoeSplit::Tp, MoeSplit::Ep] {
+                    assert_eq!(moe_decode_efficiency(relative, dt, split), moe_decode_efficiency(tables, dt, split), "{relative} {dt:?}");
+                }
             }
+            assert_eq!(mla_decode_efficiency(relative, false, 16.0), mla_decode_efficiency(tables, false, 16.0), "{relative}");
+            assert_eq!(
+                prefill_attention_efficiency(relative, PrefillAttention::Gqa, 4096.0),
+                prefill_attention_efficiency(tables, PrefillAttention::Gqa, 4096.0)
+            );
         }
-        assert_eq!(mla_decode_efficiency("h800", false, 16.0), mla_decode_efficiency("h100-sxm", false, 16.0));
+        // The relatives do read tables: the Hopper ones an FP8-KV rate, all a BF16 GEMM rate.
+        assert!(hopper_fp8_kv_efficiency("h800").is_some() && hopper_fp8_kv_efficiency("gh200-144gb").is_some());
+        assert!(dense_decode_table("a100-pcie", Dtype::Bf16).is_some() && dense_decode_table("gh200-96gb", Dtype::Bf16).is_some());
     }
 
     #[test]
