@@ -215,7 +215,10 @@ fn p2p_question(v: &View<'_>, lay: Layout) -> Option<Step> {
     }
     let m = v.model.as_ref();
     let cur = m.and_then(|m| plan_step::predict(m, lay)).map(|p| p.output_tok_s);
-    let new = m.and_then(|m| plan_step::with_link(m, lay, if v.facts.nvlink { "nvlink" } else { "pcie5-p2p" })).map(|p| p.output_tok_s);
+    // The link with P2P on, on this GPU's own NVLink or PCIe generation (`hw::probed_link`).
+    let new = m
+        .and_then(|m| plan_step::with_link(m, lay, servetune_model::hw::probed_link(Some(&m.gpu), v.facts.nvlink, true)))
+        .map(|p| p.output_tok_s);
     let gain = gain_of(cur, new);
     let gain_words = match (cur, new, gain) {
         (Some(c), Some(n), Some(g)) => format!("plan predicts {c:.0} -> {n:.0} output tok/s ({:+.0}%)", (g - 1.0) * 100.0),

@@ -389,17 +389,29 @@ pub fn default_link(gpu: &GpuSpec) -> &str {
 
 /// The catalog link between the GPUs of a probed box: what the probe saw (active NVLink, PCIe
 /// peer-to-peer, or neither) on the link catalog's entry for this GPU (`gpu`: a catalog name or an
-/// alias, None if the GPU is not in the catalog). NVLink is the GPU's own generation (`nvlink5` on
-/// a B200, `nvlink3` on an A100, `nvlink-h800` on an H800), and PCIe P2P its PCIe generation
-/// (`pcie4-p2p` on an L40S or A100 PCIe; Gen6 reads Gen5's, the newest the catalog holds). A GPU
-/// the catalog does not hold takes NVLink4 and PCIe Gen5.
+/// alias, None if the GPU is not in the catalog).
+/// - NVLink is the GPU's own generation (`nvlink5` on a B200, `nvlink3` on an A100, `nvlink-h800`
+///   on an H800). On a PCIe card NVLink is a bridge joining two (or four) cards, so a collective
+///   over the box still crosses PCIe: such a card takes its PCIe P2P link.
+/// - PCIe P2P is the GPU's PCIe generation (`pcie4-p2p` on an L40S or A100 PCIe; Gen6 reads
+///   Gen5's, the newest the catalog holds).
+/// - An AMD GPU takes its xGMI link whatever the probe saw: the probe reads NVIDIA's driver only,
+///   and the catalog's AMD boxes are fully connected by xGMI.
+/// - A GPU the catalog does not hold takes NVLink4 and PCIe Gen5.
 pub fn probed_link(gpu: Option<&str>, nvlink: bool, p2p: bool) -> &'static str {
     let g = gpu.and_then(gpu_entry);
     let own = g.and_then(|g| entry(&g.link));
-    if nvlink {
-        return own.filter(|l| l.kind == LinkKind::Nvlink).map_or("nvlink", |l| l.name.as_str());
+    if let Some(l) = own.filter(|l| l.kind == LinkKind::Xgmi) {
+        return l.name.as_str();
     }
-    if !p2p {
+    if nvlink {
+        match own {
+            Some(l) if l.kind == LinkKind::Nvlink => return l.name.as_str(),
+            None => return "nvlink",
+            // A bridged PCIe card: its PCIe P2P link below.
+            Some(_) => {}
+        }
+    } else if !p2p {
         return "pcie-host-staged";
     }
     if let Some(l) = own.filter(|l| l.kind == LinkKind::PcieP2p) {
@@ -639,8 +651,12 @@ mod tests {
         assert_eq!(probed_link(Some("NVIDIA A100-SXM4-80GB"), true, true), "nvlink3");
         assert_eq!(probed_link(Some("h800"), true, true), "nvlink-h800");
         assert_eq!(probed_link(Some("NVIDIA H100 80GB HBM3"), true, true), "nvlink");
-        // A PCIe card with a bridge: NVLink4 as the catalog's generic NVLink.
-        assert_eq!(probed_link(Some("h100-pcie"), true, true), "nvlink");
+        // A PCIe card with a bridge: the bridge joins pairs, a collective over the box crosses PCIe.
+        assert_eq!(probed_link(Some("h100-pcie"), true, true), "pcie5-p2p");
+        assert_eq!(probed_link(Some("NVIDIA A100 80GB PCIe"), true, false), "pcie4-p2p");
+        // AMD: its xGMI mesh, which the NVIDIA-only probe cannot see.
+        assert_eq!(probed_link(Some("mi300x"), false, false), "xgmi");
+        assert_eq!(probed_link(Some("AMD Instinct MI355X"), false, false), "xgmi4");
         // PCIe peer-to-peer: the GPU's PCIe generation, even for an SXM GPU whose NVLink is down.
         assert_eq!(probed_link(Some("l40s"), false, true), "pcie4-p2p");
         assert_eq!(probed_link(Some("NVIDIA A100 80GB PCIe"), false, true), "pcie4-p2p");

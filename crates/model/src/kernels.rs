@@ -8,8 +8,9 @@
 //! differs by GPU and format: the same 8192 x 8192 GEMM reaches 84% of peak in BF16 on an H100 and
 //! 44% in FP8 on a B200 (its FP8 GEMMs take about 19 us at any M up to 64). These tables give the
 //! rate per (GPU, format) where kernels.toml measured one; elsewhere (AMD, MXFP4) the engine's
-//! figures stay. The A100 40 GB reads the A100 80 GB's tables (the same SM80 kernels), the H800 the
-//! H100 SXM's ([`table_gpu`]).
+//! figures stay. Relatives read another GPU's tables ([`table_gpu`]): the A100 40 GB and the A100
+//! PCIe cards the A100 80 GB SXM's, the H800 and the 96 GB GH200 the H100 SXM's, the H200 NVL and
+//! the 144 GB GH200 the H200's.
 //!
 //! How each figure is derived (the test `the_decode_tables_are_the_kernel_files_medians`
 //! recomputes every one from kernels.toml and fails on a drift over 0.0005):

@@ -403,7 +403,7 @@ pub const TRTLLM_REQUEST_LATENCY_MS: f64 = 77.5;
 /// GPUs: their FP8 decode kernels differ by engine (flashinfer 0.25-0.41 against trtllm-gen
 /// 0.72-0.97 on B200), so the engine's memory efficiency stays. Kernel data, not an e2e case.
 pub fn hopper_fp8_kv_efficiency(gpu: &str) -> Option<f64> {
-    // The H800 reads the H100 SXM's tables (crate::kernels::table_gpu).
+    // Relatives (H800, GH200, H200 NVL) read these tables through crate::kernels::table_gpu.
     match crate::kernels::table_gpu(gpu) {
         "h100-sxm" => Some(0.665),
         "h200" => Some(0.535),
