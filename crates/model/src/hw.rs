@@ -414,12 +414,19 @@ pub fn probed_link(gpu: Option<&str>, nvlink: bool, p2p: bool) -> &'static str {
     } else if !p2p {
         return "pcie-host-staged";
     }
-    if let Some(l) = own.filter(|l| l.kind == LinkKind::PcieP2p) {
-        return l.name.as_str();
+    match own.filter(|l| l.kind == LinkKind::PcieP2p) {
+        Some(l) => l.name.as_str(),
+        None => pcie_p2p_link(g.map_or(5, |g| g.pcie_gen.value as u32)),
     }
-    match g.map(|g| g.pcie_gen.value as u32) {
-        Some(gen) if gen <= 4 => "pcie4-p2p",
-        _ => "pcie5-p2p",
+}
+
+/// The catalog's PCIe peer-to-peer link for PCIe generation `gen`: `pcie4-p2p` up to Gen4,
+/// `pcie5-p2p` from Gen5 (Gen6 reads Gen5's, the newest the catalog holds).
+pub fn pcie_p2p_link(gen: u32) -> &'static str {
+    if gen <= 4 {
+        "pcie4-p2p"
+    } else {
+        "pcie5-p2p"
     }
 }
 

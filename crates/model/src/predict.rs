@@ -1547,7 +1547,8 @@ pub(crate) mod tests {
             assert_eq!(mla_decode_efficiency(relative, false, 16.0), mla_decode_efficiency(tables, false, 16.0), "{relative}");
             assert_eq!(
                 prefill_attention_efficiency(relative, PrefillAttention::Gqa, 4096.0),
-                prefill_attention_efficiency(tables, PrefillAttention::Gqa, 4096.0)
+                prefill_attention_efficiency(tables, PrefillAttention::Gqa, 4096.0),
+                "{relative}"
             );
         }
         // The relatives do read tables: the Hopper ones an FP8-KV rate, all a BF16 GEMM rate.

@@ -456,7 +456,7 @@ fn quant_of(q: &str) -> Option<Dtype> {
 /// NVLink4 on Hopper, NVLink5 on Blackwell, xGMI on CDNA3, xGMI4 on CDNA4), never another
 /// generation's.
 fn link_of(interconnect: &str, gpu: &hw::GpuSpec) -> Option<String> {
-    let pcie = if gpu.pcie_gen >= 5 { "pcie5-p2p" } else { "pcie4-p2p" };
+    let pcie = hw::pcie_p2p_link(gpu.pcie_gen);
     let own = |kind: hw::LinkKind| -> Option<String> {
         let name = hw::default_link(gpu);
         hw::link(name).ok().filter(|l| l.kind == kind).map(|_| name.to_string())
