@@ -241,7 +241,9 @@ pub fn model_box(s: &Settings, f: &BoxFacts) -> Option<ModelBox> {
         tpot_ms: s.goal.bound_ms(SloMetric::Tpot),
         ttft_ms: s.goal.bound_ms(SloMetric::Ttft),
         max_concurrency: s.bench.concurrency.iter().copied().max().unwrap_or(1),
+        sweep: s.bench.concurrency.clone(),
         serving: servetune_model::predict::EngineName::from_name(&s.engine.name).unwrap_or_default(),
+        calibration: None,
     })
     .filter(|m| plan_step::check(m).is_ok())
 }
@@ -423,6 +425,8 @@ pub struct Snapshot {
     pub questions: Vec<QuestionRow>,
     /// Fingerprint ids of probes with the current environment's hash.
     pub env_ids: Vec<i64>,
+    /// The current environment's newest calibration (`crate::verdict`), when it has one.
+    pub calibration: Option<plan_step::Calibration>,
 }
 
 impl Snapshot {
@@ -431,7 +435,17 @@ impl Snapshot {
         let settings = load_settings(j)?;
         let (env_id, env) = current_env(j)?;
         let env_ids = j.fingerprints()?.into_iter().filter(|f| f.kind == "probe" && f.hash == env.facts.hash).map(|f| f.id).collect();
-        Ok(Self { settings, env_id, env, experiments: j.experiments()?, findings: j.findings()?, questions: j.questions()?, env_ids })
+        let calibration = crate::verdict::calibration_for(j, &env.facts.hash, None)?;
+        Ok(Self {
+            settings,
+            env_id,
+            env,
+            experiments: j.experiments()?,
+            findings: j.findings()?,
+            questions: j.questions()?,
+            env_ids,
+            calibration,
+        })
     }
 
     /// The planner's view.
@@ -456,7 +470,7 @@ impl Snapshot {
             experiments: self.experiments.iter().filter(|e| e.env_fingerprint.is_some_and(|id| self.env_ids.contains(&id))).collect(),
             findings: &self.findings,
             questions: &self.questions,
-            model: model_box(s, &self.env.facts),
+            model: model_box(s, &self.env.facts).map(|m| m.calibrated(self.calibration)),
             base_knobs: effective_knobs(s, &self.env.facts, &BTreeMap::new())?,
         })
     }
@@ -500,6 +514,7 @@ fn start_step(j: &mut Journal, dir: &Path, snap: &Snapshot, step: Step, o: &RunO
     match &step.kind {
         StepKind::NeedsPerson { key, question, how } => {
             let id = j.ask(key, question, how, step.gain, &step.evidence)?;
+            crate::verdict::record_gain(j, &step, planner::best_experiment(&snap.view()?), None, Some(id))?;
             let q =
                 j.questions()?.into_iter().find(|q| q.id == id).ok_or_else(|| CampaignError::Runtime(format!("question {id} vanished")))?;
             Ok(Outcome::NeedsPerson { question: q })
@@ -517,6 +532,7 @@ fn start_step(j: &mut Journal, dir: &Path, snap: &Snapshot, step: Step, o: &RunO
             let id = j.plan_experiment(&key, &title, knobs, &origin, Some(snap.env_id))?.ok_or_else(|| {
                 CampaignError::Runtime(format!("the planner proposed {} again although it is in the journal", knobs_title(knobs)))
             })?;
+            crate::verdict::record_gain(j, &step, planner::best_experiment(&snap.view()?), Some(id), None)?;
             let snap = Snapshot::read(j)?;
             run_experiment(j, dir, &snap, id, o, say)
         }
@@ -876,7 +892,9 @@ fn benchmark(j: &mut Journal, snap: &Snapshot, id: i64, mut up: Up, o: &RunOptio
         }
         Err(why) => return fail(j, id, ExpState::Benchmarking, bench_failure(why), say),
     };
-    gap_finding(j, snap, id, &up.knobs, &summary)?;
+    if let Some(m) = model_box(&snap.settings, &snap.env.facts) {
+        crate::verdict::record_measurement(j, &m, &snap.env.facts.hash, id, &up.knobs, &summary)?;
+    }
     let best = summary.best_output_tok_s(true);
     let knee = summary.knee_concurrency.map_or(String::new(), |c| format!(", knee at concurrency {c}"));
     let line = format!("experiment {id} done: best {best:.1} output tok/s{knee}");
@@ -963,36 +981,6 @@ fn record_log_findings(j: &Journal, e: &EngineTemplate, logs: &[PathBuf], id: i6
             experiment: Some(id),
         })?;
     }
-    Ok(())
-}
-
-/// Records the gap between the model's prediction and the measurement at the best point.
-fn gap_finding(j: &Journal, snap: &Snapshot, id: i64, knobs: &BTreeMap<String, String>, sm: &bench_step::BenchSummary) -> Result<()> {
-    let Some(m) = model_box(&snap.settings, &snap.env.facts) else { return Ok(()) };
-    let Some(p) = sm.points.iter().max_by(|a, b| a.output_tok_s.total_cmp(&b.output_tok_s)) else { return Ok(()) };
-    let lay = planner::layout(knobs, m.gpus);
-    let Some(pred) = plan_step::predict_at(&m, lay, p.concurrency) else { return Ok(()) };
-    if pred <= 0.0 {
-        return Ok(());
-    }
-    let ratio = p.output_tok_s / pred;
-    let (sev, fix) = if !(0.7..=1.3).contains(&ratio) {
-        ("warning", "calibrate the model with servetune plan --calibrate on this bench JSON; a residual that stays large points at a misconfiguration (kernels, backend, flags)")
-    } else {
-        ("info", "none: the model explains the measurement")
-    };
-    j.add_finding(&NewFinding {
-        source: "analysis",
-        code: "plan_gap",
-        severity: sev,
-        title: &format!("measured {:.0}% of the model's prediction", ratio * 100.0),
-        evidence: &format!(
-            "experiment {id}: {:.1} output tok/s measured vs {pred:.1} predicted at concurrency {}",
-            p.output_tok_s, p.concurrency
-        ),
-        fix,
-        experiment: Some(id),
-    })?;
     Ok(())
 }
 

@@ -20,8 +20,9 @@ pub const FILE_NAME: &str = "journal.sqlite";
 pub const SCHEMA_MAJOR: i64 = 1;
 /// Schema minor version: additions an older binary of the same major can ignore. 1 added the
 /// `fabrics` table (interconnect measurements, `campaign fabric`); 2 added experiments.slurm_job and
-/// server_port (the Slurm executor).
-pub const SCHEMA_MINOR: i64 = 2;
+/// server_port (the Slurm executor); 3 added the `calibrations` and `predictions` tables (the
+/// box's calibration and the track record, [`crate::verdict`]).
+pub const SCHEMA_MINOR: i64 = 3;
 /// The minor version that added the `fabrics` table; a journal of an older minor gets the table
 /// when its first fabric document is recorded (or when it is opened), and reads as having none until then.
 const FABRICS_MINOR: i64 = 1;
@@ -56,6 +57,17 @@ CREATE TABLE notes(id INTEGER PRIMARY KEY, at INTEGER NOT NULL, text TEXT NOT NU
 const FABRICS_TABLE: &str = "
 CREATE TABLE IF NOT EXISTS fabrics(id INTEGER PRIMARY KEY, env_fingerprint INTEGER NOT NULL REFERENCES fingerprints(id),
   source TEXT NOT NULL, body TEXT NOT NULL, created_at INTEGER NOT NULL);
+";
+
+/// Minor 3: the model fitted to an experiment's sweep (`calibrations`, one per measured
+/// experiment, keyed by the environment it was measured in) and every prediction the campaign
+/// acted on (`predictions`: a measured experiment's points, or a step's gain), as JSON bodies
+/// ([`crate::verdict`]).
+pub(crate) const VERDICT_TABLES: &str = "
+CREATE TABLE IF NOT EXISTS calibrations(id INTEGER PRIMARY KEY, experiment INTEGER NOT NULL, env_hash TEXT NOT NULL,
+  fabric INTEGER, body TEXT NOT NULL, created_at INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS predictions(id INTEGER PRIMARY KEY, kind TEXT NOT NULL, experiment INTEGER, question INTEGER,
+  body TEXT NOT NULL, created_at INTEGER NOT NULL);
 ";
 
 /// An experiment's state.
@@ -377,7 +389,8 @@ fn check(path: &Path) -> Result<()> {
 }
 
 /// Brings a journal of an older minor version up to this one (additions only, in one transaction):
-/// the `fabrics` table (1.1) and experiments.slurm_job / server_port (1.2), each added when missing.
+/// the `fabrics` table (1.1), experiments.slurm_job / server_port (1.2) and the `calibrations` and
+/// `predictions` tables (1.3), each added when missing.
 fn migrate(conn: &mut Connection) -> Result<()> {
     let minor: i64 = conn
         .query_row("SELECT value FROM meta WHERE key = 'schema_minor'", [], |r| r.get::<_, String>(0))
@@ -389,6 +402,7 @@ fn migrate(conn: &mut Connection) -> Result<()> {
     }
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     tx.execute_batch(FABRICS_TABLE)?;
+    tx.execute_batch(VERDICT_TABLES)?;
     let has_job: i64 = tx.query_row("SELECT COUNT(*) FROM pragma_table_info('experiments') WHERE name = 'slurm_job'", [], |r| r.get(0))?;
     if has_job == 0 {
         tx.execute_batch("ALTER TABLE experiments ADD COLUMN slurm_job INTEGER; ALTER TABLE experiments ADD COLUMN server_port INTEGER;")?;
@@ -422,6 +436,7 @@ impl Journal {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         tx.execute_batch(SCHEMA)?;
         tx.execute_batch(FABRICS_TABLE)?;
+        tx.execute_batch(VERDICT_TABLES)?;
         tx.execute(
             "INSERT INTO meta(key, value) VALUES ('schema_major', ?1), ('schema_minor', ?2)",
             params![SCHEMA_MAJOR.to_string(), SCHEMA_MINOR.to_string()],
@@ -453,6 +468,11 @@ impl Journal {
         configure(&conn)?;
         migrate(&mut conn)?;
         Ok(Self { conn, path })
+    }
+
+    /// The connection, for the tables another module owns ([`crate::verdict`]).
+    pub(crate) fn conn(&self) -> &Connection {
+        &self.conn
     }
 
     /// The file.

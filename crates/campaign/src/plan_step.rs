@@ -1,12 +1,17 @@
 //! The one place the campaign calls servetune-model: a scenario for the box and an experiment's
-//! knobs, the best predicted throughput under the goal, and the what-ifs the planner prices (a P2P
-//! link, tuned MoE kernels, another parallelism plan, a higher running-request cap).
+//! knobs, the predicted throughput at each of the campaign's sweep points, and the what-ifs the
+//! planner prices (a P2P link, tuned MoE kernels, another parallelism plan, a higher running cap).
+//!
+//! Every prediction the campaign shows goes through [`scenario`], so one [`ModelBox`] (the box, the
+//! workload, the sweep and, when the box has one, its [`Calibration`]) gives one number per point:
+//! the planner's gains, the gap finding, the report's charts and `campaign next` all agree.
 
 use serde::{Deserialize, Serialize};
+use servetune_model::calibrate::{self, Measured};
 use servetune_model::hw;
 use servetune_model::predict::{EngineName, Scenario};
 use servetune_model::quant::Dtype;
-use servetune_model::rank::{self, ConcurrencyRange};
+use servetune_model::rank::{self, ConcurrencyRange, TUNED_MOE_EFFICIENCY};
 use servetune_model::request::LinkSource;
 use servetune_model::{ModelSource, ScenarioSpec};
 use servetune_stats::{Slo, SloMetric};
@@ -16,21 +21,70 @@ use servetune_stats::{Slo, SloMetric};
 pub struct ModelBox {
     /// Catalog model name.
     pub model: String,
+    /// The checkpoint's format (`--quant`).
     pub quant: String,
+    /// Catalog GPU name.
     pub gpu: String,
+    /// GPUs in the deployment.
     pub gpus: u32,
+    /// Catalog link between the GPUs.
     pub link: String,
+    /// Prompt tokens per request.
     pub input_len: u32,
+    /// Output tokens per request.
     pub output_len: u32,
     /// Goal latency bounds the model can judge (mean against the threshold).
     pub tpot_ms: Option<f64>,
+    /// Goal TTFT bound, ms.
     pub ttft_ms: Option<f64>,
     /// Highest concurrency the campaign benchmarks.
     pub max_concurrency: u32,
+    /// The concurrencies the campaign benchmarks: a "best" prediction is the best of these points,
+    /// as a measured best is the best of the measured ones.
+    #[serde(default)]
+    pub sweep: Vec<u32>,
     /// The serving engine whose defaults the model takes (sglang's for an engine it does not
     /// know, such as llama.cpp or the simulator).
     #[serde(default)]
     pub serving: EngineName,
+    /// The box's calibration, when an experiment in this environment has been measured; every
+    /// prediction made with this box applies it.
+    #[serde(default)]
+    pub calibration: Option<Calibration>,
+}
+
+impl ModelBox {
+    /// The same box without its calibration: the model's own prediction.
+    pub fn uncalibrated(&self) -> ModelBox {
+        ModelBox { calibration: None, ..self.clone() }
+    }
+
+    /// The same box with `c` (or none).
+    pub fn calibrated(&self, c: Option<Calibration>) -> ModelBox {
+        ModelBox { calibration: c, ..self.clone() }
+    }
+}
+
+/// Efficiency factors fitted to one measured sweep of this box (`servetune plan --calibrate`'s
+/// fit: a memory-bandwidth scale, the per-step overhead and, with four or more points, a
+/// communication scale), with the journal records it came from. Calibration, not a prediction:
+/// every figure made with it says so.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Calibration {
+    /// The journal's calibration record.
+    pub id: i64,
+    /// The experiment whose sweep it was fitted to.
+    pub experiment: i64,
+    /// Multiplier on every memory-streaming rate.
+    pub memory_efficiency_scale: f64,
+    /// The whole per-step overhead, ms.
+    pub step_overhead_ms: f64,
+    /// Multiplier on communication time (1 when fewer than four points were measured).
+    pub comm_scale: f64,
+    /// Root-mean-square of ln(predicted / measured) over the fitted points.
+    pub rms_log_error: f64,
+    /// Points fitted.
+    pub points: usize,
 }
 
 /// The parallelism and cap of one experiment.
@@ -76,7 +130,11 @@ pub fn scenario(mb: &ModelBox, l: Layout) -> Result<Scenario, String> {
     spec.output_len = mb.output_len;
     spec.max_running = l.max_running;
     spec.engine = mb.serving;
-    spec.build().map_err(|e| e.to_string())
+    let mut s = spec.build().map_err(|e| e.to_string())?;
+    if let Some(c) = &mb.calibration {
+        s.engine = calibrate::apply(&s.engine, c.memory_efficiency_scale, c.step_overhead_ms, c.comm_scale);
+    }
+    Ok(s)
 }
 
 /// The goal's latency bounds as objectives the model judges (its prediction is deterministic, so
@@ -87,9 +145,20 @@ fn slo(mb: &ModelBox) -> (Vec<Slo>, ConcurrencyRange) {
     (slos, ConcurrencyRange { max: Some(mb.max_concurrency) })
 }
 
+/// The best point of `s` over the campaign's sweep (the goal's latency bounds met), or over the
+/// model's concurrency ladder up to the highest point when no sweep is known.
 fn best(s: &Scenario, mb: &ModelBox) -> Option<Predicted> {
     let (slos, range) = slo(mb);
-    rank::best(s, &slos, range).map(|b| Predicted { output_tok_s: b.point.output_tokens_per_s, concurrency: b.concurrency })
+    if mb.sweep.is_empty() {
+        return rank::best(s, &slos, range).map(|b| Predicted { output_tok_s: b.point.output_tokens_per_s, concurrency: b.concurrency });
+    }
+    s.check_fit().ok()?;
+    mb.sweep
+        .iter()
+        .map(|&c| (c, s.point(c)))
+        .filter(|(_, p)| rank::meets(s, p, &slos))
+        .map(|(c, p)| Predicted { output_tok_s: p.output_tokens_per_s, concurrency: c })
+        .max_by(|a, b| a.output_tok_s.total_cmp(&b.output_tok_s))
 }
 
 /// The best prediction of `l` on `mb`.
@@ -112,14 +181,18 @@ pub fn with_link(mb: &ModelBox, l: Layout, link: &str) -> Option<Predicted> {
 }
 
 /// The prediction with tuned fused-MoE kernels (expert reads at 80% of bandwidth, the model's
-/// tuned-kernel assumption); `None` for dense models or when already tuned.
+/// tuned-kernel assumption, times the box's calibrated memory scale); `None` for dense models or
+/// when the model's own rate for this GPU and format is already at the tuned level. Whether the
+/// kernels are tuned is the model's question, not the calibration's: a memory scale fitted to a
+/// sweep moves every stream at once and cannot tell the MoE kernels from the rest.
 pub fn with_tuned_moe(mb: &ModelBox, l: Layout) -> Option<Predicted> {
-    let mut s = scenario(mb, l).ok()?;
-    s.model.moe?;
-    if s.expert_stream_efficiency() >= 0.8 {
+    let own = scenario(&mb.uncalibrated(), l).ok()?;
+    own.model.moe?;
+    if own.expert_stream_efficiency() >= TUNED_MOE_EFFICIENCY {
         return None;
     }
-    s.engine.moe_efficiency = 0.8;
+    let mut s = scenario(mb, l).ok()?;
+    s.engine.moe_efficiency = TUNED_MOE_EFFICIENCY;
     s.engine.moe_table = false;
     best(&s, mb)
 }
@@ -132,10 +205,10 @@ pub fn better_plans(mb: &ModelBox, l: Layout) -> Vec<Alternative> {
     rank::rank(&base, &slos, range)
         .into_iter()
         .filter(|r| r.plan != base.plan && !r.plan.dp_attention && r.plan.dp() == 1 && r.gain.is_some_and(|g| g > 1.0))
-        .map(|r| Alternative {
-            layout: Layout { tp: r.plan.tp, pp: r.plan.pp, ep: r.plan.ep, max_running: l.max_running },
-            label: r.label,
-            predicted: Predicted { output_tok_s: r.output_tokens_per_s, concurrency: r.concurrency },
+        .filter_map(|r| {
+            let layout = Layout { tp: r.plan.tp, pp: r.plan.pp, ep: r.plan.ep, max_running: l.max_running };
+            // Priced again on the campaign's sweep (and calibration), as every other prediction is.
+            Some(Alternative { layout, label: r.label, predicted: predict(mb, layout)? })
         })
         .collect()
 }
@@ -186,4 +259,113 @@ pub fn step_at(mb: &ModelBox, l: Layout, concurrency: u32) -> Option<StepAt> {
         tp: s.plan.tp,
         moe_efficiency: s.model.moe.map(|_| s.expert_stream_efficiency()),
     })
+}
+
+/// Fits the model to one measured sweep of `l` on `mb` (the box's own, uncalibrated model):
+/// `(concurrency, output tok/s)` points. The returned factors carry `id` and `experiment` 0 until
+/// the journal stores them. `None` when the model cannot price the plan or no point produced tokens.
+pub fn calibrate(mb: &ModelBox, l: Layout, points: &[(u32, f64)]) -> Option<Calibration> {
+    let s = scenario(&mb.uncalibrated(), l).ok()?;
+    s.check_fit().ok()?;
+    let pts: Vec<Measured> = points
+        .iter()
+        .filter(|(c, t)| *c > 0 && t.is_finite() && *t > 0.0)
+        .map(|&(concurrency, output_tokens_per_s)| Measured { concurrency, output_tokens_per_s })
+        .collect();
+    let f = calibrate::fit(&s, &pts)?;
+    Some(Calibration {
+        id: 0,
+        experiment: 0,
+        memory_efficiency_scale: f.memory_efficiency_scale,
+        step_overhead_ms: f.step_overhead_ms,
+        comm_scale: f.comm_scale,
+        rms_log_error: f.rms_log_error,
+        points: pts.len(),
+    })
+}
+
+/// A term of the model's step that would explain a measurement on its own.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TermChange {
+    /// Which term, in words ("the TP8 all-reduce", "memory reads", "the per-step overhead").
+    pub term: String,
+    /// The term's time per step in the prediction, ms.
+    pub predicted_ms: f64,
+    /// The factor it would have to be multiplied by for the model to give the measurement.
+    pub factor: f64,
+    /// The measurement that would settle whether it is this term.
+    pub settle_with: String,
+}
+
+/// The scenario with one step term multiplied by a factor.
+type ScaledBy<'a> = &'a dyn Fn(f64) -> Scenario;
+
+/// Which single term of the step, scaled alone, makes the model give `measured` output tok/s at
+/// `concurrency` for `l` on `mb` (its calibration included), and by how much: the all-reduce
+/// (communication time), memory reads (every streaming rate) and the per-step overhead. Terms that
+/// cannot reach the measurement within a factor of 20 either way are left out.
+pub fn explain_gap(mb: &ModelBox, l: Layout, concurrency: u32, measured: f64) -> Vec<TermChange> {
+    let Ok(base) = scenario(mb, l) else { return Vec::new() };
+    if base.check_fit().is_err() || !(measured.is_finite() && measured > 0.0) {
+        return Vec::new();
+    }
+    let p = base.point(concurrency);
+    let rate = |f: &dyn Fn(f64) -> Scenario, x: f64| f(x).point(concurrency).output_tokens_per_s;
+    // Each term as a function of its factor x (x = 1 is the prediction); throughput falls as x grows.
+    let comm = |x: f64| Scenario {
+        engine: servetune_model::predict::Engine { comm_scale: base.engine.comm_scale * x, ..base.engine },
+        ..base.clone()
+    };
+    let mem = |x: f64| Scenario {
+        engine: servetune_model::predict::Engine { stream_scale: base.engine.stream_scale / x, ..base.engine },
+        ..base.clone()
+    };
+    let over_ms = base.overhead_ms();
+    let over = |x: f64| Scenario {
+        engine: servetune_model::predict::Engine { step_overhead_ms: over_ms * x, kernel_overhead_us: 0.0, ..base.engine },
+        ..base.clone()
+    };
+    let tp = base.plan.tp;
+    let terms: [(String, f64, ScaledBy<'_>, &str); 3] = [
+        (
+            format!("the TP{tp} all-reduce"),
+            p.step_ms.communication,
+            &comm,
+            "run `servetune fabric allreduce` on the box and record it with `servetune campaign fabric`",
+        ),
+        (
+            "memory reads (weights, experts and KV)".into(),
+            p.step_ms.weights + p.step_ms.kv,
+            &mem,
+            "profile one serving step with `servetune trace` and compare the GEMM and MoE kernels' time with the model's",
+        ),
+        (
+            "the per-step overhead".into(),
+            over_ms,
+            &over,
+            "profile one serving step with `servetune trace`: host gaps between kernels are the overhead",
+        ),
+    ];
+    let mut out = Vec::new();
+    for (term, predicted_ms, f, settle) in terms {
+        if predicted_ms <= 0.0 {
+            continue;
+        }
+        // Bisection on ln(x) in [1/20, 20]: the rate is monotone in each factor.
+        let (mut lo, mut hi) = ((1.0f64 / 20.0).ln(), 20.0f64.ln());
+        let at = |lx: f64| rate(f, lx.exp());
+        if !(at(lo) >= measured && at(hi) <= measured) {
+            continue;
+        }
+        for _ in 0..50 {
+            let mid = (lo + hi) / 2.0;
+            if at(mid) > measured {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        out.push(TermChange { term, predicted_ms, factor: ((lo + hi) / 2.0).exp(), settle_with: settle.into() });
+    }
+    out
 }

@@ -60,8 +60,13 @@ pub struct Step {
     pub title: String,
     pub source: StepSource,
     pub kind: StepKind,
-    /// Expected gain over the current best as a factor (1.25 = +25%), from the model.
+    /// Expected gain over the current best as a factor (1.25 = +25%), from the model with the
+    /// box's calibration when it has one (the figure steps are ranked by).
     pub gain: Option<f64>,
+    /// The model's own gain, without the calibration.
+    pub raw_gain: Option<f64>,
+    /// The experiment the calibration behind `gain` was fitted to (`None`: `gain` is raw).
+    pub calibrated_on: Option<i64>,
     /// The model's numbers: current and predicted output tok/s.
     pub current_tok_s: Option<f64>,
     pub predicted_tok_s: Option<f64>,
@@ -106,6 +111,11 @@ pub fn layout(knobs: &BTreeMap<String, String>, gpus: u32) -> Layout {
     Layout { tp: n("tp", gpus), pp: n("pp", 1), ep: n("ep", 1), max_running: knobs.get("max_running").and_then(|v| v.parse().ok()) }
 }
 
+/// The best finished experiment in the view's environment: what a step's gain is measured against.
+pub fn best_experiment(v: &View<'_>) -> Option<i64> {
+    best_done(v).map(|(e, _)| e.id)
+}
+
 fn best_done<'a>(v: &View<'a>) -> Option<(&'a Experiment, &'a BenchSummary)> {
     v.experiments
         .iter()
@@ -132,7 +142,7 @@ pub fn plan(v: &View<'_>) -> Verdict {
         }
     }
     let current = best.map_or(v.base_knobs.clone(), |(e, _)| e.knobs.clone());
-    let lay = layout(&current, v.facts.gpus);
+    let lay = crate::verdict::measured_layout(&current, v.facts.gpus, best.map(|(_, r)| r));
     let mut asks: Vec<Step> = Vec::new();
     let mut runs: Vec<Step> = Vec::new();
     asks.extend(p2p_question(v, lay));
@@ -142,6 +152,8 @@ pub fn plan(v: &View<'_>) -> Verdict {
         source: StepSource::Baseline,
         kind: StepKind::Runnable { knobs: v.base_knobs.clone() },
         gain: None,
+        raw_gain: None,
+        calibrated_on: None,
         current_tok_s: None,
         predicted_tok_s: v.model.as_ref().and_then(|m| plan_step::predict(m, lay)).map(|p| p.output_tok_s),
         basis: "measure the starting point before changing anything".into(),
@@ -200,6 +212,28 @@ fn fixes_the_box(v: &View<'_>, s: &Step) -> bool {
         })
 }
 
+/// The current and the what-if output tok/s of a step.
+type Pair = (Option<f64>, Option<f64>);
+
+/// Prices a what-if with the box as the planner sees it (calibrated when it can be) and with the
+/// model alone: ((current, new) with the calibration, the raw gain, the calibration's experiment).
+fn priced(v: &View<'_>, price: impl Fn(&ModelBox) -> Pair) -> (Pair, Option<f64>, Option<i64>) {
+    let Some(m) = v.model.as_ref() else { return ((None, None), None, None) };
+    let shown = price(m);
+    let raw = if m.calibration.is_some() { price(&m.uncalibrated()) } else { shown };
+    (shown, gain_of(raw.0, raw.1), m.calibration.map(|c| c.experiment))
+}
+
+/// What a gain rests on, for the words of a step: nothing for the model alone, else the
+/// calibration's experiment and the model's own figure.
+fn calibration_words(raw_gain: Option<f64>, calibrated_on: Option<i64>) -> String {
+    match (calibrated_on, raw_gain) {
+        (Some(e), Some(r)) => format!(", calibrated on experiment {e}; the model alone {:+.0}%", (r - 1.0) * 100.0),
+        (Some(e), None) => format!(", calibrated on experiment {e}"),
+        (None, _) => String::new(),
+    }
+}
+
 fn gain_of(cur: Option<f64>, new: Option<f64>) -> Option<f64> {
     match (cur, new) {
         (Some(c), Some(n)) if c > 0.0 => Some(n / c),
@@ -213,15 +247,23 @@ fn p2p_question(v: &View<'_>, lay: Layout) -> Option<Step> {
     if question_state(v, &key).is_some_and(|s| s != QuestionState::Open) {
         return None;
     }
-    let m = v.model.as_ref();
-    let cur = m.and_then(|m| plan_step::predict(m, lay)).map(|p| p.output_tok_s);
     // The link with P2P on, on this GPU's own NVLink or PCIe generation (`hw::probed_link`).
-    let new = m
-        .and_then(|m| plan_step::with_link(m, lay, servetune_model::hw::probed_link(Some(&m.gpu), v.facts.nvlink, true)))
-        .map(|p| p.output_tok_s);
+    let price = |m: &ModelBox| {
+        let cur = plan_step::predict(m, lay).map(|p| p.output_tok_s);
+        let new =
+            plan_step::with_link(m, lay, servetune_model::hw::probed_link(Some(&m.gpu), v.facts.nvlink, true)).map(|p| p.output_tok_s);
+        (cur, new)
+    };
+    let ((cur, new), raw_gain, calibrated_on) = priced(v, price);
     let gain = gain_of(cur, new);
     let gain_words = match (cur, new, gain) {
-        (Some(c), Some(n), Some(g)) => format!("plan predicts {c:.0} -> {n:.0} output tok/s ({:+.0}%)", (g - 1.0) * 100.0),
+        (Some(c), Some(n), Some(g)) => {
+            format!(
+                "plan predicts {c:.0} -> {n:.0} output tok/s ({:+.0}%{})",
+                (g - 1.0) * 100.0,
+                calibration_words(raw_gain, calibrated_on)
+            )
+        }
         _ => "the model cannot price it for this model/GPU".into(),
     };
     let critical = v.findings.iter().any(|f| f.id == *fid && f.severity == "critical");
@@ -245,6 +287,8 @@ fn p2p_question(v: &View<'_>, lay: Layout) -> Option<Step> {
             how: "after moving, re-probe with servetune campaign probe DIR, then answer --done; answer --declined to go on without P2P".into(),
         },
         gain,
+        raw_gain,
+        calibrated_on,
         current_tok_s: cur,
         predicted_tok_s: new,
         basis,
@@ -278,6 +322,8 @@ fn failure_question(v: &View<'_>) -> Option<Step> {
             how: "fix the cause, then answer --done to run it again, or --declined to leave it failed".into(),
         },
         gain: None,
+        raw_gain: None,
+        calibrated_on: None,
         current_tok_s: None,
         predicted_tok_s: None,
         basis: "no experiment has succeeded in this environment".into(),
@@ -306,11 +352,18 @@ fn plan_rank(v: &View<'_>, best: &Experiment, lay: Layout) -> Vec<Step> {
                 return None;
             }
             let gain = gain_of(cur, Some(alt.predicted.output_tok_s)).filter(|g| *g >= MIN_STEP_GAIN)?;
+            let raw = m.uncalibrated();
+            let raw_gain = gain_of(
+                plan_step::predict(&raw, lay).map(|p| p.output_tok_s),
+                plan_step::predict(&raw, alt.layout).map(|p| p.output_tok_s),
+            );
             Some(Step {
                 title: format!("try {} (plan ranks it above {})", alt.label, layout_label(lay)),
                 source: StepSource::PlanRank,
                 kind: StepKind::Runnable { knobs },
                 gain: Some(gain),
+                raw_gain,
+                calibrated_on: m.calibration.map(|c| c.experiment),
                 current_tok_s: cur,
                 predicted_tok_s: Some(alt.predicted.output_tok_s),
                 basis: format!(
@@ -356,8 +409,11 @@ fn running_cap(v: &View<'_>, best: &Experiment, r: &BenchSummary, lay: Layout) -
     }
     let m = v.model.as_ref();
     let conc = last.concurrency;
-    let cur = m.and_then(|m| plan_step::predict_at(m, Layout { max_running: Some(running.round() as u32), ..lay }, conc));
-    let new = m.and_then(|m| plan_step::predict_at(m, Layout { max_running: Some(new_cap), ..lay }, conc));
+    let price = |m: &ModelBox| {
+        let cur = plan_step::predict_at(m, Layout { max_running: Some(running.round() as u32), ..lay }, conc);
+        (cur, plan_step::predict_at(m, Layout { max_running: Some(new_cap), ..lay }, conc))
+    };
+    let ((cur, new), raw_gain, calibrated_on) = priced(v, price);
     let gain = gain_of(cur, new);
     if m.is_some() && gain.is_none_or(|g| g < MIN_STEP_GAIN) {
         return None;
@@ -367,6 +423,8 @@ fn running_cap(v: &View<'_>, best: &Experiment, r: &BenchSummary, lay: Layout) -
         source: StepSource::RunningCap,
         kind: StepKind::Runnable { knobs },
         gain,
+        raw_gain,
+        calibrated_on,
         current_tok_s: cur,
         predicted_tok_s: new,
         basis: format!(
@@ -394,6 +452,8 @@ fn kv_full(v: &View<'_>, best: &Experiment, r: &BenchSummary) -> Option<Step> {
         source: StepSource::KvFull,
         kind: StepKind::Runnable { knobs },
         gain: None,
+        raw_gain: None,
+        calibrated_on: None,
         current_tok_s: None,
         predicted_tok_s: None,
         basis: format!("KV usage reached {:.0}% at concurrency {}", full.server_max_kv_usage.unwrap_or(1.0) * 100.0, full.concurrency),
@@ -408,9 +468,10 @@ fn moe_question(v: &View<'_>, lay: Layout) -> Option<Step> {
     if question_state(v, &key).is_some_and(|s| s != QuestionState::Open) {
         return None;
     }
-    let m = v.model.as_ref()?;
-    let cur = plan_step::predict(m, lay).map(|p| p.output_tok_s);
-    let new = plan_step::with_tuned_moe(m, lay).map(|p| p.output_tok_s);
+    v.model.as_ref()?;
+    let price =
+        |m: &ModelBox| (plan_step::predict(m, lay).map(|p| p.output_tok_s), plan_step::with_tuned_moe(m, lay).map(|p| p.output_tok_s));
+    let ((cur, new), raw_gain, calibrated_on) = priced(v, price);
     let gain = gain_of(cur, new).filter(|g| *g >= MIN_STEP_GAIN)?;
     Some(Step {
         title: "tune the fused-MoE kernels for this model and GPU".into(),
@@ -418,14 +479,17 @@ fn moe_question(v: &View<'_>, lay: Layout) -> Option<Step> {
         kind: StepKind::NeedsPerson {
             key,
             question: format!(
-                "The server runs untuned default MoE kernel configs. Run the engine's fused-MoE tuning for this model on these GPUs and install the config file? Plan predicts {:.0} -> {:.0} output tok/s ({:+.0}%).",
+                "The server runs untuned default MoE kernel configs. Run the engine's fused-MoE tuning for this model on these GPUs and install the config file? Plan predicts {:.0} -> {:.0} output tok/s ({:+.0}%{}).",
                 cur.unwrap_or(0.0),
                 new.unwrap_or(0.0),
-                (gain - 1.0) * 100.0
+                (gain - 1.0) * 100.0,
+                calibration_words(raw_gain, calibrated_on)
             ),
             how: "run the tuning (hours of GPU time), put the config where the engine loads it, then answer --done; --declined to skip".into(),
         },
         gain: Some(gain),
+        raw_gain,
+        calibrated_on,
         current_tok_s: cur,
         predicted_tok_s: new,
         basis: format!("log line: {}", f.evidence),
@@ -508,7 +572,9 @@ mod tests {
             tpot_ms: None,
             ttft_ms: None,
             max_concurrency: 32,
+            sweep: vec![4, 16, 32],
             serving: Default::default(),
+            calibration: None,
         }
     }
 

@@ -16,8 +16,9 @@ use crate::Result;
 /// The report's schema.
 pub const SCHEMA: &str = "servetune.report/1";
 /// Additions within the major version a reader of `servetune.report/1` may ignore: 1 added
-/// `schema_minor` and `fabric` (measured per-pair bandwidth and latency).
-pub const SCHEMA_MINOR: u32 = 1;
+/// `schema_minor` and `fabric` (measured per-pair bandwidth and latency); 2 added `track_record`,
+/// `calibrations`, calibrated predictions with intervals, grouped warnings and the steps' raw gains.
+pub const SCHEMA_MINOR: u32 = 2;
 
 /// The status report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -52,6 +53,10 @@ pub struct Report {
     /// document (`campaign fabric`), oldest environment first.
     pub fabric: Vec<FabricLine>,
     pub analysis: Vec<String>,
+    /// Each step the campaign acted on with a predicted gain, against the gain measured since.
+    pub track_record: Vec<crate::verdict::TrackLine>,
+    /// The box's calibrations: the model fitted to each measured experiment's sweep.
+    pub calibrations: Vec<CalibrationLine>,
     pub next_steps: Vec<StepLine>,
     /// Why nothing is left, when that is the case.
     pub stop_reason: Option<String>,
@@ -87,6 +92,9 @@ pub struct Curve {
     pub environment: String,
     /// Concurrency at bench's saturation knee.
     pub knee_concurrency: Option<u32>,
+    /// The experiment whose calibration the predictions use (`None`: the model's own figures).
+    pub calibrated_on: Option<i64>,
+    /// The measured points with their predictions.
     pub points: Vec<CurvePoint>,
 }
 
@@ -100,8 +108,16 @@ pub struct CurvePoint {
     pub tpot_p50_ms: f64,
     pub tpot_p90_ms: f64,
     pub tpot_p99_ms: f64,
-    /// `servetune plan`'s output tok/s for this experiment's layout in its environment.
+    /// The prediction the campaign stood by when the point was measured: the model with the box's
+    /// calibration from an earlier experiment in the same environment (see the curve's
+    /// `calibrated_on`), else the model's own. The same number as the verdict finding's.
     pub predicted_output_tok_s: Option<f64>,
+    /// The model's own prediction, without calibration.
+    pub uncalibrated_output_tok_s: Option<f64>,
+    /// The prediction's interval.
+    pub predicted_low: Option<f64>,
+    /// The prediction's interval.
+    pub predicted_high: Option<f64>,
 }
 
 /// The model's step of one experiment at its best measured concurrency.
@@ -171,10 +187,33 @@ pub struct LaunchLine {
     pub engine_version: Option<String>,
 }
 
-/// A warning or finding.
+/// One calibration of the box: the model fitted to an experiment's sweep (calibration, not a
+/// prediction).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CalibrationLine {
+    /// The experiment it was fitted to.
+    pub experiment: i64,
+    /// The environment it belongs to, in words.
+    pub environment: String,
+    /// The fabric record of that environment it was made with, if any.
+    pub fabric: Option<i64>,
+    /// Whether later predictions use it (`crate::verdict::usable`: it fits its own sweep within the
+    /// model's held-out error).
+    pub used: bool,
+    /// The fitted factors.
+    #[serde(flatten)]
+    pub factors: crate::plan_step::Calibration,
+}
+
+/// A warning or finding; one line for a finding that repeats across experiments.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct WarningLine {
+    /// The first journal finding of the group.
     pub finding: i64,
+    /// Every journal finding the line stands for.
+    pub findings: Vec<i64>,
+    /// The experiments it was found in (empty for the box's own findings).
+    pub experiments: Vec<i64>,
     pub severity: String,
     pub title: String,
     pub evidence: String,
@@ -201,7 +240,14 @@ pub struct StepLine {
     pub rank: usize,
     pub title: String,
     pub needs_person: bool,
+    /// The predicted gain the step is ranked by (calibrated when the box has a calibration).
     pub gain: Option<f64>,
+    /// The model's own gain, without calibration.
+    pub raw_gain: Option<f64>,
+    /// The experiment the calibration came from.
+    pub calibrated_on: Option<i64>,
+    /// The gain's interval, from the track record so far.
+    pub interval: Option<crate::verdict::Interval>,
     pub basis: String,
     pub evidence: Vec<String>,
 }
@@ -233,21 +279,10 @@ pub fn build(j: &Journal) -> Result<Report> {
     };
     let tasks = task_lines(&tasks_rows, &snap);
     let launch_commands = launch_lines(j, exps);
-    let warnings = snap
-        .findings
-        .iter()
-        .filter(|f| f.severity != "info" || f.source == "analysis")
-        .map(|f| WarningLine {
-            finding: f.id,
-            severity: f.severity.clone(),
-            title: f.title.clone(),
-            evidence: f.evidence.clone(),
-            fix: f.fix.clone(),
-        })
-        .collect();
+    let warnings = warning_lines(&snap.findings);
     let results = exps.iter().map(result_line).collect();
-    let (next_steps, stop_reason) = next_lines(&snap)?;
-    let (curves, breakdown) = curves(j, &snap);
+    let (next_steps, stop_reason) = next_lines(j, &snap)?;
+    let (curves, breakdown) = curves(j, &snap)?;
     let standing = standing(&snap, &breakdown);
     let analysis = analysis(&snap).into_iter().chain(plateau_lines(&snap, &breakdown)).collect();
     Ok(Report {
@@ -269,6 +304,8 @@ pub fn build(j: &Journal) -> Result<Report> {
         p2p: p2p_matrices(j)?,
         fabric: fabric_lines(j)?,
         analysis,
+        track_record: crate::verdict::track_record(j)?,
+        calibrations: calibration_lines(j)?,
         next_steps,
         stop_reason,
         open_questions: snap
@@ -290,35 +327,52 @@ fn experiment_facts(j: &Journal, snap: &Snapshot, e: &crate::journal::Experiment
         .map_or_else(|| snap.env.facts.clone(), |b| b.facts)
 }
 
-fn curves(j: &Journal, snap: &Snapshot) -> (Vec<Curve>, Vec<BreakdownLine>) {
+fn curves(j: &Journal, snap: &Snapshot) -> Result<(Vec<Curve>, Vec<BreakdownLine>)> {
     let mut curves = Vec::new();
     let mut breakdown = Vec::new();
+    let records = crate::verdict::point_records(j)?;
     for e in snap.experiments.iter().filter(|e| e.state == ExpState::Done) {
         let Some(r) = &e.result else { continue };
         let facts = experiment_facts(j, snap, e);
         let mb = crate::campaign::model_box(&snap.settings, &facts);
-        // Without a cap knob the model is given the cap the server showed (most requests running).
-        let shown = r.points.iter().filter_map(|p| p.server_max_running).fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
-        let lay = mb.as_ref().map(|m| planner::layout(&e.knobs, m.gpus)).map(|mut l| {
-            if l.max_running.is_none() {
-                l.max_running = shown.filter(|x| *x >= 1.0).map(|x| x.round() as u32);
-            }
-            l
+        // The predictions stored when the experiment was measured; a journal older than schema
+        // 1.3 has none, and gets the model's own figure through the same path.
+        let stored = records.iter().rfind(|x| x.experiment == e.id).cloned();
+        let rec = stored.or_else(|| {
+            let m = mb.as_ref()?;
+            let layout = crate::verdict::measured_layout(&e.knobs, m.gpus, Some(r));
+            let points = r
+                .points
+                .iter()
+                .map(|p| crate::verdict::PointPrediction {
+                    concurrency: p.concurrency,
+                    raw: crate::plan_step::predict_at(m, layout, p.concurrency),
+                    calibrated: None,
+                })
+                .collect();
+            let (width, width_basis) = crate::verdict::width(&[]);
+            Some(crate::verdict::PointsRecord { experiment: e.id, layout, calibration: None, points, width, width_basis })
         });
-        let predict = |c: u32| mb.as_ref().zip(lay).and_then(|(m, l)| crate::plan_step::predict_at(m, l, c));
         let points = r
             .points
             .iter()
             .filter(|p| p.completed > 0)
-            .map(|p| CurvePoint {
-                concurrency: p.concurrency,
-                output_tok_s: p.output_tok_s,
-                ttft_p50_ms: p.ttft_p50_ms,
-                ttft_p99_ms: p.ttft_p99_ms,
-                tpot_p50_ms: p.tpot_p50_ms,
-                tpot_p90_ms: p.tpot_p90_ms,
-                tpot_p99_ms: p.tpot_p99_ms,
-                predicted_output_tok_s: predict(p.concurrency),
+            .map(|p| {
+                let pred = rec.as_ref().and_then(|x| x.at(p.concurrency)).copied();
+                let shown = pred.and_then(|x| x.shown());
+                CurvePoint {
+                    concurrency: p.concurrency,
+                    output_tok_s: p.output_tok_s,
+                    ttft_p50_ms: p.ttft_p50_ms,
+                    ttft_p99_ms: p.ttft_p99_ms,
+                    tpot_p50_ms: p.tpot_p50_ms,
+                    tpot_p90_ms: p.tpot_p90_ms,
+                    tpot_p99_ms: p.tpot_p99_ms,
+                    predicted_output_tok_s: shown,
+                    uncalibrated_output_tok_s: pred.and_then(|x| x.raw),
+                    predicted_low: shown.zip(rec.as_ref()).map(|(v, x)| v / (1.0 + x.width)),
+                    predicted_high: shown.zip(rec.as_ref()).map(|(v, x)| v * (1.0 + x.width)),
+                }
             })
             .collect();
         curves.push(Curve {
@@ -326,14 +380,16 @@ fn curves(j: &Journal, snap: &Snapshot) -> (Vec<Curve>, Vec<BreakdownLine>) {
             title: e.title.clone(),
             environment: environment_words(&facts),
             knee_concurrency: r.knee_concurrency,
+            calibrated_on: rec.as_ref().and_then(|x| x.calibration).map(|c| c.experiment),
             points,
         });
         let best = result_line(e).at_concurrency;
-        if let Some(step) = mb.as_ref().zip(lay).zip(best).and_then(|((m, l), c)| crate::plan_step::step_at(m, l, c)) {
+        let m = mb.as_ref().zip(rec.as_ref()).map(|(m, x)| (m.calibrated(x.calibration), x.layout));
+        if let Some(step) = m.zip(best).and_then(|((m, l), c)| crate::plan_step::step_at(&m, l, c)) {
             breakdown.push(BreakdownLine { experiment: e.id, title: e.title.clone(), step });
         }
     }
-    (curves, breakdown)
+    Ok((curves, breakdown))
 }
 
 fn standing(snap: &Snapshot, breakdown: &[BreakdownLine]) -> Standing {
@@ -456,23 +512,64 @@ fn launch_lines(j: &Journal, exps: &[crate::journal::Experiment]) -> Vec<LaunchL
         .collect()
 }
 
-fn next_lines(snap: &Snapshot) -> Result<(Vec<StepLine>, Option<String>)> {
-    Ok(match planner::plan(&snap.view()?) {
-        Verdict::Steps(steps) => (
-            steps
+/// Findings as report lines: the box's and the analysis' one by one, and a finding that repeats
+/// across experiments (the same code, title and fix, such as a log warning every launch prints)
+/// once, listing its experiments.
+fn warning_lines(findings: &[crate::journal::FindingRow]) -> Vec<WarningLine> {
+    let mut out: Vec<WarningLine> = Vec::new();
+    for f in findings.iter().filter(|f| f.severity != "info" || f.source == "analysis") {
+        let repeats = f.source != "analysis";
+        if let Some(w) = out.iter_mut().find(|w| repeats && w.severity == f.severity && w.title == f.title && w.fix == f.fix) {
+            w.findings.push(f.id);
+            w.experiments.extend(f.experiment);
+            continue;
+        }
+        out.push(WarningLine {
+            finding: f.id,
+            findings: vec![f.id],
+            experiments: f.experiment.into_iter().collect(),
+            severity: f.severity.clone(),
+            title: f.title.clone(),
+            evidence: f.evidence.clone(),
+            fix: f.fix.clone(),
+        });
+    }
+    out
+}
+
+fn calibration_lines(j: &Journal) -> Result<Vec<CalibrationLine>> {
+    let probes = j.fingerprints()?;
+    Ok(crate::verdict::calibrations(j)?
+        .into_iter()
+        .map(|(c, hash, fabric)| {
+            let environment = probes
                 .iter()
-                .enumerate()
-                .map(|(i, s)| StepLine {
-                    rank: i + 1,
-                    title: s.title.clone(),
-                    needs_person: matches!(s.kind, StepKind::NeedsPerson { .. }),
-                    gain: s.gain,
-                    basis: s.basis.clone(),
-                    evidence: s.evidence.clone(),
-                })
-                .collect(),
-            None,
-        ),
+                .filter(|f| f.kind == "probe" && f.hash == hash)
+                .find_map(|f| serde_json::from_value::<crate::campaign::EnvBody>(f.body.clone()).ok())
+                .map_or_else(|| format!("environment {hash}"), |b| environment_words(&b.facts));
+            CalibrationLine { experiment: c.experiment, environment, fabric, used: crate::verdict::usable(&c), factors: c }
+        })
+        .collect())
+}
+
+/// A planner step as the report shows it: its gain with what it rests on and its interval.
+pub fn step_line(j: &Journal, rank: usize, s: &planner::Step) -> Result<StepLine> {
+    Ok(StepLine {
+        rank,
+        title: s.title.clone(),
+        needs_person: matches!(s.kind, StepKind::NeedsPerson { .. }),
+        gain: s.gain,
+        raw_gain: s.raw_gain,
+        calibrated_on: s.calibrated_on,
+        interval: s.gain.map(|g| crate::verdict::gain_interval(j, g, s.calibrated_on.is_some())).transpose()?,
+        basis: s.basis.clone(),
+        evidence: s.evidence.clone(),
+    })
+}
+
+fn next_lines(j: &Journal, snap: &Snapshot) -> Result<(Vec<StepLine>, Option<String>)> {
+    Ok(match planner::plan(&snap.view()?) {
+        Verdict::Steps(steps) => (steps.iter().enumerate().map(|(i, s)| step_line(j, i + 1, s)).collect::<Result<Vec<_>>>()?, None),
         Verdict::GoalMet { experiment, output_tok_s } => {
             (Vec::new(), Some(format!("goal met: experiment {experiment} reached {output_tok_s:.1} output tok/s")))
         }
@@ -586,6 +683,60 @@ pub(crate) fn gain_words(g: Option<f64>) -> String {
     g.map_or("gain unknown".into(), |g| format!("{:+.0}%", (g - 1.0) * 100.0))
 }
 
+/// A next step's gain in words: the figure it is ranked by, what it rests on (calibrated on which
+/// experiment, with the model's own figure beside it) and its interval.
+pub fn step_gain_words(s: &StepLine) -> String {
+    let Some(g) = s.gain else { return gain_words(None) };
+    let mut w = gain_words(Some(g));
+    if let Some(e) = s.calibrated_on {
+        w += &format!(" calibrated on experiment {e}; uncalibrated {}", gain_words(s.raw_gain));
+    } else {
+        w += " uncalibrated";
+    }
+    if let Some(i) = &s.interval {
+        w += &format!("; interval {}..{}", gain_words(Some(i.low)), gain_words(Some(i.high)));
+    }
+    w
+}
+
+/// The journal records a warning line stands for: its findings and experiments.
+pub fn finding_records(f: &WarningLine) -> String {
+    let ids: Vec<String> = f.findings.iter().map(|i| i.to_string()).collect();
+    let mut s = format!("finding{} {}", if ids.len() > 1 { "s" } else { "" }, ids.join(", "));
+    if !f.experiments.is_empty() {
+        let e: Vec<String> = f.experiments.iter().map(|i| i.to_string()).collect();
+        s += &format!("; experiment{} {}", if e.len() > 1 { "s" } else { "" }, e.join(", "));
+    }
+    s
+}
+
+/// The journal records a track-record line rests on.
+pub fn track_records(t: &crate::verdict::TrackLine) -> String {
+    let mut s = format!("prediction {}, against experiment {}", t.record, t.reference);
+    if let Some(q) = t.question {
+        s += &format!(", question {q}");
+    }
+    if let Some(e) = t.experiment {
+        s += &format!(", measured by experiment {e}");
+    }
+    s
+}
+
+/// Track-record lines in words (terminal and Markdown).
+fn track_words(t: &crate::verdict::TrackLine) -> String {
+    let cal = t
+        .predicted_calibrated
+        .map_or(String::new(), |c| format!(", calibrated {} (on experiment {})", gain_words(Some(c)), t.calibrated_on.unwrap_or(0)));
+    let iv = t.interval.as_ref().map_or(String::new(), |i| format!(", interval {}..{}", gain_words(Some(i.low)), gain_words(Some(i.high))));
+    let m = match (t.measured, t.inside) {
+        (Some(m), Some(true)) => format!("measured {} (inside)", gain_words(Some(m))),
+        (Some(m), Some(false)) => format!("measured {} (OUTSIDE the interval)", gain_words(Some(m))),
+        (Some(m), None) => format!("measured {}", gain_words(Some(m))),
+        (None, _) => "not measured yet".into(),
+    };
+    format!("{}: predicted {} by the model alone{cal}{iv}; {m} [{}]", t.step, gain_words(t.predicted_raw), track_records(t))
+}
+
 /// The terminal status: counts, then tasks grouped done / in progress / not done.
 pub fn write_terminal(r: &Report, mut w: impl Write) -> io::Result<()> {
     writeln!(w, "campaign: {} on {} (engine {})", r.goal, r.model, r.engine)?;
@@ -604,7 +755,13 @@ pub fn write_terminal(r: &Report, mut w: impl Write) -> io::Result<()> {
     if !r.next_steps.is_empty() {
         writeln!(w, "\nNext steps:")?;
         for s in &r.next_steps {
-            writeln!(w, "  {}. {}{} ({})", s.rank, if s.needs_person { "[needs a person] " } else { "" }, s.title, gain_words(s.gain))?;
+            writeln!(w, "  {}. {}{} ({})", s.rank, if s.needs_person { "[needs a person] " } else { "" }, s.title, step_gain_words(s))?;
+        }
+    }
+    if !r.track_record.is_empty() {
+        writeln!(w, "\nTrack record (predicted against measured gain):")?;
+        for t in &r.track_record {
+            writeln!(w, "  {}", track_words(t))?;
         }
     }
     if let Some(s) = &r.stop_reason {
@@ -620,18 +777,22 @@ fn write_markdown_sweeps(r: &Report, w: &mut impl Write) -> io::Result<()> {
         return Ok(());
     }
     writeln!(w, "\n### Sweeps (bench, with `servetune plan`'s prediction)\n")?;
-    writeln!(w, "| experiment | concurrency | output tok/s | predicted tok/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | TPOT p90 ms | TPOT p99 ms |")?;
-    writeln!(w, "|---|---|---|---|---|---|---|---|---|")?;
+    writeln!(w, "| experiment | concurrency | output tok/s | predicted tok/s | model alone tok/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | TPOT p90 ms | TPOT p99 ms |")?;
+    writeln!(w, "|---|---|---|---|---|---|---|---|---|---|")?;
     for c in &r.curves {
         for p in &c.points {
             let knee = if c.knee_concurrency == Some(p.concurrency) { " (knee)" } else { "" };
             writeln!(
                 w,
-                "| {} | {}{knee} | {:.1} | {} | {:.1} | {:.1} | {:.2} | {:.2} | {:.2} |",
+                "| {} | {}{knee} | {:.1} | {} | {} | {:.1} | {:.1} | {:.2} | {:.2} | {:.2} |",
                 c.experiment,
                 p.concurrency,
                 p.output_tok_s,
-                p.predicted_output_tok_s.map_or("-".into(), |v| format!("{v:.1}")),
+                p.predicted_output_tok_s.map_or("-".into(), |v| match c.calibrated_on {
+                    Some(e) => format!("{v:.1} (calibrated on experiment {e})"),
+                    None => format!("{v:.1}"),
+                }),
+                p.uncalibrated_output_tok_s.map_or("-".into(), |v| format!("{v:.1}")),
                 p.ttft_p50_ms,
                 p.ttft_p99_ms,
                 p.tpot_p50_ms,
@@ -733,7 +894,7 @@ pub fn write_markdown(r: &Report, mut w: impl Write) -> io::Result<()> {
     }
     writeln!(w, "## Warnings and findings\n")?;
     for f in &r.warnings {
-        writeln!(w, "- **{}** ({}, finding {}): {}. Fix: {}", f.title, f.severity, f.finding, f.evidence, f.fix)?;
+        writeln!(w, "- **{}** ({}, {}): {}. Fix: {}", f.title, f.severity, finding_records(f), f.evidence, f.fix)?;
     }
     writeln!(w, "\n## Results\n\n| experiment | configuration | state | best output tok/s | at concurrency | TPOT p90 ms | knee | failure |\n|---|---|---|---|---|---|---|---|")?;
     let num = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.1}"));
@@ -757,6 +918,32 @@ pub fn write_markdown(r: &Report, mut w: impl Write) -> io::Result<()> {
     for a in &r.analysis {
         writeln!(w, "- {a}")?;
     }
+    writeln!(w, "\n## Track record\n")?;
+    if r.track_record.is_empty() {
+        writeln!(w, "- (no step with a predicted gain taken yet)")?;
+    }
+    for t in &r.track_record {
+        writeln!(w, "- {}", track_words(t))?;
+    }
+    if !r.calibrations.is_empty() {
+        writeln!(w, "\n### Calibrations (the model fitted to each measured sweep)\n")?;
+        writeln!(w, "| fitted to | environment | memory scale | overhead ms/step | communication scale | rms log error | points | used |\n|---|---|---|---|---|---|---|---|")?;
+        for c in &r.calibrations {
+            let f = &c.factors;
+            writeln!(
+                w,
+                "| experiment {} | {} | {:.2} | {:.1} | {:.2} | {:.3} | {} | {} |",
+                c.experiment,
+                c.environment,
+                f.memory_efficiency_scale,
+                f.step_overhead_ms,
+                f.comm_scale,
+                f.rms_log_error,
+                f.points,
+                if c.used { "yes" } else { "no: fits its own sweep worse than the model's held-out error" }
+            )?;
+        }
+    }
     writeln!(w, "\n## Next steps\n")?;
     for s in &r.next_steps {
         writeln!(
@@ -765,7 +952,7 @@ pub fn write_markdown(r: &Report, mut w: impl Write) -> io::Result<()> {
             s.rank,
             if s.needs_person { "(needs a person) " } else { "" },
             s.title,
-            gain_words(s.gain),
+            step_gain_words(s),
             s.basis,
             s.evidence.join(", ")
         )?;

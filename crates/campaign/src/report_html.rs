@@ -5,7 +5,7 @@
 use std::io::{self, Write};
 
 use crate::journal::TaskState;
-use crate::report::{gain_words, Report};
+use crate::report::Report;
 use crate::report_svg::{
     self as svg, esc, BarChart, Callout, Group, Heatmap, LegendEntry, LineChart, Mark, Segment, Series, ValueHeatmap, PALETTE,
 };
@@ -37,6 +37,7 @@ pub fn write_html(r: &Report, mut w: impl Write) -> io::Result<()> {
     launch(r, &mut o);
     warnings(r, &mut o);
     results(r, &mut o);
+    track_record(r, &mut o);
     analysis(r, &mut o);
     o.push_str("</body></html>\n");
     w.write_all(o.as_bytes())
@@ -112,13 +113,13 @@ fn warnings(r: &Report, o: &mut String) {
         o.push_str("<table><tr><th>finding</th><th>severity</th><th>evidence</th><th>fix</th><th>record</th></tr>");
         for f in &r.warnings {
             o.push_str(&format!(
-                "<tr><td>{}</td><td class=\"sev-{}\">{}</td><td>{}</td><td>{}</td><td class=\"rec\">finding {}</td></tr>",
+                "<tr><td>{}</td><td class=\"sev-{}\">{}</td><td>{}</td><td>{}</td><td class=\"rec\">{}</td></tr>",
                 esc(&f.title),
                 esc(&f.severity),
                 esc(&f.severity),
                 esc(&f.evidence),
                 esc(&f.fix),
-                f.finding
+                esc(&crate::report::finding_records(f))
             ));
         }
         o.push_str("</table>");
@@ -287,11 +288,19 @@ fn versus_chart(r: &Report) -> BarChart {
                 title: format!("measured {:.1} tok/s at concurrency {} (experiment {})", best.output_tok_s, best.concurrency, c.experiment),
             }];
             if let Some(p) = best.predicted_output_tok_s {
+                let how = c.calibrated_on.map_or("the model alone".to_string(), |e| format!("calibrated on experiment {e}"));
                 segments.push(Segment {
                     series: 1,
                     value: p,
+                    title: format!("predicted {p:.1} tok/s ({how}) at concurrency {} (experiment {})", best.concurrency, c.experiment),
+                });
+            }
+            if let Some(p) = best.uncalibrated_output_tok_s.filter(|_| c.calibrated_on.is_some()) {
+                segments.push(Segment {
+                    series: 2,
+                    value: p,
                     title: format!(
-                        "servetune plan predicts {p:.1} tok/s at concurrency {} (experiment {})",
+                        "the model alone predicts {p:.1} tok/s at concurrency {} (experiment {})",
                         best.concurrency, c.experiment
                     ),
                 });
@@ -304,7 +313,92 @@ fn versus_chart(r: &Report) -> BarChart {
         caption: "Measured output tok/s at each experiment's best point, and the model's prediction for it".into(),
         x_label: "experiment (best concurrency)".into(),
         y_label: "output throughput (tok/s)".into(),
-        series: vec!["measured (bench)".into(), "predicted (plan)".into()],
+        series: vec![
+            "measured (bench)".into(),
+            "predicted (model, calibrated where a calibration existed)".into(),
+            "model alone (uncalibrated)".into(),
+        ],
+        groups,
+        stacked: false,
+    }
+}
+
+/// The track record: each step's predicted gain (the model alone, and calibrated) against the gain
+/// measured, as a table and a chart.
+fn track_record(r: &Report, o: &mut String) {
+    o.push_str("<section id=\"track-record\"><h2>Track record: predicted against measured gain</h2>");
+    if r.track_record.is_empty() {
+        o.push_str("<p>No step with a predicted gain has been taken yet.</p>");
+    } else {
+        o.push_str("<table><tr><th>step</th><th>against</th><th>predicted (model alone)</th><th>predicted (calibrated)</th><th>interval</th><th>measured</th><th>inside</th><th>record</th></tr>");
+        let g = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{:+.1}%", (v - 1.0) * 100.0));
+        for t in &r.track_record {
+            o.push_str(&format!(
+                "<tr><td>{}</td><td class=\"rec\">experiment {}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td><td class=\"rec\">{}</td></tr>",
+                esc(&t.step),
+                t.reference,
+                g(t.predicted_raw),
+                t.predicted_calibrated.map_or("-".into(), |v| format!("{} (calibrated on experiment {})", g(Some(v)), t.calibrated_on.unwrap_or(0))),
+                t.interval.as_ref().map_or("-".into(), |i| format!("{}..{}", g(Some(i.low)), g(Some(i.high)))),
+                g(t.measured),
+                t.inside.map_or("not measured yet", |x| if x { "yes" } else { "no" }),
+                esc(&crate::report::track_records(t))
+            ));
+        }
+        o.push_str("</table>");
+        svg::bar_chart(&track_chart(r), o);
+    }
+    if !r.calibrations.is_empty() {
+        o.push_str("<h3>Calibrations of the box</h3><p>The model fitted to each measured sweep (calibration, not a prediction). Later predictions in the same environment use the newest one and say so.</p><table><tr><th>fitted to</th><th>environment</th><th>memory scale</th><th>overhead ms/step</th><th>communication scale</th><th>rms log error</th><th>points</th><th>used</th></tr>");
+        for c in &r.calibrations {
+            let f = &c.factors;
+            o.push_str(&format!(
+                "<tr><td class=\"rec\">experiment {}</td><td>{}</td><td class=\"n\">{:.2}</td><td class=\"n\">{:.1}</td><td class=\"n\">{:.2}</td><td class=\"n\">{:.3}</td><td class=\"n\">{}</td><td>{}</td></tr>",
+                c.experiment,
+                esc(&c.environment),
+                f.memory_efficiency_scale,
+                f.step_overhead_ms,
+                f.comm_scale,
+                f.rms_log_error,
+                f.points,
+                if c.used { "yes" } else { "no: fits its own sweep worse than the model's held-out error" }
+            ));
+        }
+        o.push_str("</table>");
+    }
+    o.push_str("</section>\n");
+}
+
+fn track_chart(r: &Report) -> BarChart {
+    let pct = |v: f64| (v - 1.0) * 100.0;
+    let groups = r
+        .track_record
+        .iter()
+        .map(|t| {
+            let mut segments = Vec::new();
+            for (series, v, what) in [
+                (0, t.predicted_raw, "predicted by the model alone"),
+                (1, t.predicted_calibrated, "predicted, calibrated"),
+                (2, t.measured, "measured"),
+            ] {
+                if let Some(v) = v {
+                    segments.push(Segment {
+                        series,
+                        value: pct(v).max(0.0),
+                        title: format!("{what}: {:+.1}% ({})", pct(v), crate::report::track_records(t)),
+                    });
+                }
+            }
+            Group { label: format!("step {}", t.record), segments }
+        })
+        .collect();
+    BarChart {
+        name: "track-record".into(),
+        caption: "Each step's predicted gain against the gain measured (negative gains drawn at zero; the table has the signed figures)"
+            .into(),
+        x_label: "step (prediction record)".into(),
+        y_label: "gain (%)".into(),
+        series: vec!["model alone".into(), "calibrated".into(), "measured".into()],
         groups,
         stacked: false,
     }
@@ -420,7 +514,7 @@ fn analysis(r: &Report, o: &mut String) {
                 "<li>{}<b>{}</b> ({}): {} <span class=\"rec\">[evidence: {}]</span></li>",
                 if s.needs_person { "<span class=\"person\">needs a person:</span> " } else { "" },
                 esc(&s.title),
-                esc(&gain_words(s.gain)),
+                esc(&crate::report::step_gain_words(s)),
                 esc(&s.basis),
                 esc(&s.evidence.join(", "))
             ));

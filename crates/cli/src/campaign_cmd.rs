@@ -451,8 +451,10 @@ fn next(dir: &Path) -> Result<(), Failure> {
         }
         Verdict::NothingLeft { reason } => crate::say!("nothing left: {reason}"),
         Verdict::Steps(steps) => {
+            let j = Journal::open(dir).map_err(lib)?;
             for (i, s) in steps.iter().enumerate() {
-                let gain = s.gain.map_or("gain unknown".into(), |g| format!("expected {:+.0}%", (g - 1.0) * 100.0));
+                let line = report::step_line(&j, i + 1, s).map_err(lib)?;
+                let gain = if s.gain.is_some() { format!("expected {}", report::step_gain_words(&line)) } else { "gain unknown".into() };
                 match &s.kind {
                     StepKind::Runnable { knobs } => {
                         let k: Vec<String> = knobs.iter().map(|(k, v)| format!("{k}={v}")).collect();

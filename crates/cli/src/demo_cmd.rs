@@ -55,6 +55,10 @@ const REQUESTS: u64 = 128;
 const INPUT_TOKENS: u32 = 64;
 const OUTPUT_TOKENS: u32 = 32;
 
+/// What the demo's servers are, said wherever their numbers are shown (the demo's output and the
+/// report's notes): their timing is calibration to the team's measurements, not the model's.
+const REPLAY: &str = "The simulated servers replay the team's measured curves: the reference-kvm and reference-lxc presets are cost terms fitted to the team's ~485 tok/s (KVM) and ~806 tok/s (LXC). Their measurements are calibration data for this story, not a test of the model; the model's own predictions are set against them in the findings and the track record.";
+
 /// The demo's engine: the simulator with the profile that the probe's link selects.
 fn template(profiles: &Path) -> Result<engine::EngineTemplate, Failure> {
     let profile = serde_json::to_string(&format!("{}/{{link}}.json", profiles.display())).map_err(|e| Failure::runtime(e.to_string()))?;
@@ -172,9 +176,11 @@ pub fn run(a: DemoArgs) -> Result<(), Failure> {
     let opts = RunOptions { cancel: cancel_on_ctrl_c() };
     crate::say!("servetune demo: GLM-5 NVFP4, TP8 on 8 RTX PRO 6000, tuned by a campaign on the simulator (goal {GOAL})");
 
+    crate::say!("  {REPLAY}");
     crate::say!("\n1. A campaign starts on the Proxmox KVM guest (probe fixture {}).", kvm.display());
     start(&dir, &kvm, &profiles)?;
     let j = Journal::open(&dir).map_err(lib)?;
+    j.add_note(REPLAY).map_err(lib)?;
     for f in j.findings().map_err(lib)?.iter().filter(|f| f.severity != "info") {
         crate::say!("  probe finding {} ({}): {}", f.id, f.severity, f.title);
     }
@@ -255,6 +261,25 @@ fn finish(dir: &Path, code: u8) -> Result<(), Failure> {
     crate::say!("\n5. Where it stands (campaign stopped with exit {code}):\n  {}", r.standing.headline);
     for a in &r.analysis {
         crate::say!("  - {a}");
+    }
+    if !r.track_record.is_empty() {
+        crate::say!("  Track record (each step's predicted gain against the gain measured):");
+        for t in &r.track_record {
+            let g = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{:+.1}%", (v - 1.0) * 100.0));
+            crate::say!(
+                "  - {}: model alone {}, calibrated {}{}, measured {}{}",
+                t.step,
+                g(t.predicted_raw),
+                g(t.predicted_calibrated),
+                t.calibrated_on.map_or(String::new(), |e| format!(" (on experiment {e})")),
+                g(t.measured),
+                match t.inside {
+                    Some(true) => " (inside the interval)",
+                    Some(false) => " (outside the interval)",
+                    None => "",
+                }
+            );
+        }
     }
     let write = |name: &str, f: &dyn Fn(&mut Vec<u8>) -> std::io::Result<()>| -> Result<PathBuf, Failure> {
         let p = dir.join(name);

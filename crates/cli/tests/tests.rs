@@ -7,6 +7,7 @@ mod bench_hostile;
 mod bench_llama;
 mod bench_mock;
 mod campaign;
+mod campaign_verdicts;
 mod demo;
 mod fabric;
 mod openai_client;

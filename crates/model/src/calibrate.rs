@@ -46,7 +46,10 @@ pub struct Fit {
     pub rms_log_error: f64,
 }
 
-fn apply(base: &Engine, mem: f64, over: f64, comm: f64) -> Engine {
+/// `base` with fitted factors: every memory-streaming rate times `mem`, the whole per-step
+/// overhead `over` ms (the per-kernel floor folded in), communication time times `comm`. The
+/// campaign applies a stored calibration with it.
+pub fn apply(base: &Engine, mem: f64, over: f64, comm: f64) -> Engine {
     Engine { stream_scale: base.stream_scale * mem, step_overhead_ms: over, kernel_overhead_us: 0.0, comm_scale: comm, ..*base }
 }
 

@@ -76,6 +76,10 @@ fn ladder(max: u32) -> Vec<u32> {
     v
 }
 
+/// The fraction of memory bandwidth tuned fused-MoE kernels reach in the model: the tuned-kernel
+/// fix's assumption, shared by `plan --rank`'s fixes, the campaign's MoE question and the simulator.
+pub const TUNED_MOE_EFFICIENCY: f64 = 0.8;
+
 /// The best throughput of `s` under `slos` within `range`; None when it does not fit or no
 /// concurrency meets the objectives.
 pub fn best(s: &Scenario, slos: &[Slo], range: ConcurrencyRange) -> Option<Best> {
@@ -251,9 +255,9 @@ pub fn fixes_with(base: &Scenario, slos: &[Slo], range: ConcurrencyRange, client
             Scenario { engine: e, ..base.clone() },
         ));
     }
-    if base.model.moe.is_some() && base.expert_stream_efficiency() < 0.8 {
+    if base.model.moe.is_some() && base.expert_stream_efficiency() < TUNED_MOE_EFFICIENCY {
         let mut e = base.engine;
-        e.moe_efficiency = 0.8;
+        e.moe_efficiency = TUNED_MOE_EFFICIENCY;
         e.moe_table = false;
         cands.push((
             "tune the fused-MoE kernels".into(),
