@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 
 use clap::{Args, Subcommand};
@@ -474,19 +474,41 @@ fn next(dir: &Path) -> Result<(), Failure> {
 }
 
 /// Ctrl-C sets the flag; the running step tears its server down and is recorded as interrupted.
+/// The signal that stopped a campaign step (0 until one came).
+static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+/// A flag set by the first SIGINT, SIGTERM or SIGHUP (an ssh disconnect): each is handled as
+/// Ctrl-C is, so the step drains, keeps its partial bench JSON, tears the server down and is
+/// recorded as interrupted. [`stop_code`] gives the exit code, 128 + the signal's number.
 pub(crate) fn cancel_on_ctrl_c() -> Arc<AtomicBool> {
+    use tokio::signal::unix::{signal, SignalKind};
     let flag = Arc::new(AtomicBool::new(false));
     let f = Arc::clone(&flag);
+    // Registered before the thread starts, so a signal that comes at once is not missed.
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return flag };
+    let streams = rt.block_on(async { Ok::<_, std::io::Error>((signal(SignalKind::interrupt())?, signal(SignalKind::terminate())?, signal(SignalKind::hangup())?)) });
+    let Ok((mut int, mut term, mut hup)) = streams else { return flag };
     std::thread::spawn(move || {
-        let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
         rt.block_on(async {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                crate::tell!("\nstopping: tearing the server down and recording the step as interrupted");
-                f.store(true, Ordering::Relaxed);
-            }
+            let (n, name) = tokio::select! {
+                _ = int.recv() => (libc::SIGINT, "SIGINT"),
+                _ = term.recv() => (libc::SIGTERM, "SIGTERM"),
+                _ = hup.recv() => (libc::SIGHUP, "SIGHUP"),
+            };
+            STOP_SIGNAL.store(n, Ordering::Relaxed);
+            crate::tell!("\n{name}: stopping: the partial sweep is kept, the server torn down and the step recorded as interrupted");
+            f.store(true, Ordering::Relaxed);
         });
     });
     flag
+}
+
+/// The exit code after a stop signal: 128 + its number (130 for SIGINT when none was recorded).
+pub(crate) fn stop_code() -> u8 {
+    match STOP_SIGNAL.load(Ordering::Relaxed) {
+        n @ 1..=31 => 128 + n as u8,
+        _ => 130,
+    }
 }
 
 fn continue_cmd(c: &ContinueArgs) -> Result<(), Failure> {
@@ -495,7 +517,7 @@ fn continue_cmd(c: &ContinueArgs) -> Result<(), Failure> {
         let out = campaign::continue_once(&c.dir, &opts, &mut |l| crate::say!("{l}")).map_err(lib)?;
         match out {
             Outcome::Progress { .. } if opts.cancel.load(Ordering::Relaxed) => {
-                return Err(Failure { code: 130, msg: "interrupted".into() })
+                return Err(Failure { code: stop_code(), msg: "interrupted: the step was torn down and recorded as interrupted; continue runs it again".into() })
             }
             Outcome::Progress { .. } if c.until_blocked => continue,
             Outcome::Progress { .. } => return Ok(()),

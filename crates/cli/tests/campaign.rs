@@ -447,8 +447,10 @@ fn llama_cpp_server_two_configurations_benchmarked_torn_down_and_fingerprinted()
     }
 }
 
-#[test]
-fn ctrl_c_tears_the_server_down_and_records_the_step_as_interrupted() {
+/// Sends `signal` to `campaign continue` while it benchmarks: the server is torn down, the step is
+/// recorded as interrupted with its partial bench JSON kept, the exit code is 128 + the signal's
+/// number, and the next `continue` runs the step again.
+fn stopped_by(signal: &str, code: i32) {
     let d = tempfile::tempdir().expect("tmp");
     let dir = d.path().join("c");
     sim_campaign(&dir, "proxmox-lxc-8gpu");
@@ -461,12 +463,14 @@ fn ctrl_c_tears_the_server_down_and_records_the_step_as_interrupted() {
         assert!(t.elapsed() < Duration::from_secs(30), "the step never reached benchmarking: {:?}", state(&db(&dir)));
         std::thread::sleep(Duration::from_millis(20));
     }
-    let st = StdCommand::new("kill").args(["-INT", &child.id().to_string()]).status().expect("kill -INT");
+    let st = StdCommand::new("kill").args([&format!("-{signal}"), &child.id().to_string()]).status().expect("kill");
     assert!(st.success());
     let out = child.wait_with_output().expect("wait");
-    assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(out.status.code(), Some(code), "{signal}: {}", String::from_utf8_lossy(&out.stdout));
     let c = db(&dir);
-    assert_eq!(state(&c).as_deref(), Some("interrupted"));
+    assert_eq!(state(&c).as_deref(), Some("interrupted"), "{signal}");
+    let bench: Option<String> = c.query_row("SELECT bench_path FROM experiments WHERE id = 1", [], |r| r.get(0)).expect("bench path");
+    assert!(bench.is_some_and(|p| Path::new(&p).is_file()), "{signal}: the partial sweep's bench JSON is kept");
     let argv: String = c
         .query_row("SELECT f.body FROM experiments e JOIN fingerprints f ON f.id = e.fingerprint WHERE e.id = 1", [], |r| r.get(0))
         .expect("fp");
@@ -476,6 +480,17 @@ fn ctrl_c_tears_the_server_down_and_records_the_step_as_interrupted() {
     let (code, out, err) = campaign(&["continue", s(&dir)]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("experiment 1 was interrupted: re-queued") && out.contains("experiment 1 done"), "{out}");
+}
+
+#[test]
+fn ctrl_c_tears_the_server_down_and_records_the_step_as_interrupted() {
+    stopped_by("INT", 130);
+}
+
+#[test]
+fn sigterm_and_sighup_stop_continue_as_ctrl_c_does_keeping_the_partial_sweep() {
+    stopped_by("TERM", 143);
+    stopped_by("HUP", 129);
 }
 
 #[test]
