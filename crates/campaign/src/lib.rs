@@ -28,6 +28,7 @@ pub mod report;
 pub mod report_compare;
 pub mod report_html;
 pub mod report_svg;
+pub mod text;
 pub mod verdict;
 
 /// A campaign error: the user's input (exit 2) or the environment at run time (exit 1).

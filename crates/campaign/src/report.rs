@@ -11,6 +11,7 @@ use crate::campaign::{LaunchFingerprint, Snapshot};
 use crate::journal::{ExpState, Journal, TaskState};
 use crate::planner::{self, StepKind, Verdict};
 use crate::probe_step::BoxFacts;
+use crate::text::md;
 use crate::Result;
 
 /// The report's schema.
@@ -668,13 +669,7 @@ fn plateau_lines(snap: &Snapshot, breakdown: &[BreakdownLine]) -> Vec<String> {
 
 /// A POSIX-shell-quoted command line with its environment in front.
 pub fn shell_line(f: &LaunchFingerprint) -> String {
-    let q = |s: &str| {
-        if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./:=@,+".contains(c)) {
-            s.to_string()
-        } else {
-            format!("'{}'", s.replace('\'', "'\\''"))
-        }
-    };
+    let q = crate::text::shell_quote;
     let env = f.env.iter().map(|(k, v)| format!("{k}={}", q(v)));
     env.chain(f.argv.iter().map(|a| q(a))).collect::<Vec<_>>().join(" ")
 }
@@ -738,7 +733,14 @@ fn track_words(t: &crate::verdict::TrackLine) -> String {
 }
 
 /// The terminal status: counts, then tasks grouped done / in progress / not done.
-pub fn write_terminal(r: &Report, mut w: impl Write) -> io::Result<()> {
+pub fn write_terminal(r: &Report, mut out: impl Write) -> io::Result<()> {
+    // Rendered whole, then sent with outside text's control characters escaped (`text::term`).
+    let mut w: Vec<u8> = Vec::new();
+    write_terminal_raw(r, &mut w)?;
+    out.write_all(crate::text::term(&String::from_utf8_lossy(&w)).as_bytes())
+}
+
+fn write_terminal_raw(r: &Report, w: &mut Vec<u8>) -> io::Result<()> {
     writeln!(w, "campaign: {} on {} (engine {})", r.goal, r.model, r.engine)?;
     writeln!(w, "{}", r.standing.headline)?;
     writeln!(w, "tasks: {} done, {} in progress, {} not done", r.counts.done, r.counts.in_progress, r.counts.not_done)?;
@@ -819,7 +821,7 @@ fn write_markdown_sweeps(r: &Report, w: &mut impl Write) -> io::Result<()> {
                 s.overhead_ms,
                 s.prefill_ms,
                 s.total_ms,
-                s.bottleneck.replace('|', "/")
+                md(&s.bottleneck)
             )?;
         }
     }
@@ -841,12 +843,12 @@ pub(crate) fn measured_words(v: f64) -> String {
 fn write_markdown_fabric(r: &Report, w: &mut impl Write) -> io::Result<()> {
     for f in &r.fabric {
         let m = &f.matrices;
-        writeln!(w, "\n### GPU-to-GPU bandwidth and latency: {} (fabric record {})\n", f.environment, f.record)?;
+        writeln!(w, "\n### GPU-to-GPU bandwidth and latency: {} (fabric record {})\n", md(&f.environment), f.record)?;
         writeln!(
             w,
-            "Measured by `servetune fabric p2p` ({} backend), recorded from `{}`{}.",
-            m.backend,
-            f.source,
+            "Measured by `servetune fabric p2p` ({} backend), recorded from {}{}.",
+            md(&m.backend),
+            md(&f.source),
             m.link.as_ref().map_or(String::new(), |l| format!("; the link `servetune plan --fabric` takes: {l}"))
         )?;
         for x in [&m.bandwidth, &m.latency] {
@@ -864,13 +866,17 @@ fn write_markdown_fabric(r: &Report, w: &mut impl Write) -> io::Result<()> {
 
 /// The Markdown report.
 pub fn write_markdown(r: &Report, mut w: impl Write) -> io::Result<()> {
-    writeln!(w, "# Campaign status: {}\n", r.goal)?;
+    writeln!(w, "# Campaign status: {}\n", md(&r.goal))?;
     writeln!(
         w,
-        "Model `{}`, engine `{}`. Tasks: **{} done, {} in progress, {} not done**.\n",
-        r.model, r.engine, r.counts.done, r.counts.in_progress, r.counts.not_done
+        "Model {}, engine {}. Tasks: **{} done, {} in progress, {} not done**.\n",
+        md(&r.model),
+        md(&r.engine),
+        r.counts.done,
+        r.counts.in_progress,
+        r.counts.not_done
     )?;
-    writeln!(w, "{}\n", r.standing.headline)?;
+    writeln!(w, "{}\n", md(&r.standing.headline))?;
     for (state, head) in [(TaskState::Done, "Done"), (TaskState::InProgress, "In progress"), (TaskState::NotDone, "Not done")] {
         writeln!(w, "## {head}\n")?;
         let lines: Vec<&TaskLine> = r.tasks.iter().filter(|t| t.state == state).collect();
@@ -878,7 +884,7 @@ pub fn write_markdown(r: &Report, mut w: impl Write) -> io::Result<()> {
             writeln!(w, "- (none)")?;
         }
         for t in lines {
-            writeln!(w, "- {} ({}): {}", t.title, t.record, t.outcome)?;
+            writeln!(w, "- {} ({}): {}", md(&t.title), md(&t.record), md(&t.outcome))?;
         }
         writeln!(w)?;
     }
@@ -886,15 +892,16 @@ pub fn write_markdown(r: &Report, mut w: impl Write) -> io::Result<()> {
     for l in &r.launch_commands {
         writeln!(
             w,
-            "Experiment {} (engine version {}):\n\n```sh\n{}\n```\n",
+            "Experiment {} (engine version {}):\n\n{fence}sh\n{}\n{fence}\n",
             l.experiment,
-            l.engine_version.as_deref().unwrap_or("unknown"),
-            l.command
+            md(l.engine_version.as_deref().unwrap_or("unknown")),
+            crate::text::term(&l.command),
+            fence = crate::text::fence(&l.command)
         )?;
     }
     writeln!(w, "## Warnings and findings\n")?;
     for f in &r.warnings {
-        writeln!(w, "- **{}** ({}, {}): {}. Fix: {}", f.title, f.severity, finding_records(f), f.evidence, f.fix)?;
+        writeln!(w, "- **{}** ({}, {}): {}. Fix: {}", md(&f.title), md(&f.severity), finding_records(f), md(&f.evidence), md(&f.fix))?;
     }
     writeln!(w, "\n## Results\n\n| experiment | configuration | state | best output tok/s | at concurrency | TPOT p90 ms | knee | failure |\n|---|---|---|---|---|---|---|---|")?;
     let num = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.1}"));
@@ -903,27 +910,27 @@ pub fn write_markdown(r: &Report, mut w: impl Write) -> io::Result<()> {
             w,
             "| {} | {} | {} | {} | {} | {} | {} | {} |",
             x.experiment,
-            x.title.replace('|', "/"),
+            md(&x.title),
             x.state.as_str(),
             num(x.best_output_tok_s),
             x.at_concurrency.map_or("-".into(), |c| c.to_string()),
             num(x.tpot_p90_ms),
             x.knee_concurrency.map_or("-".into(), |c| c.to_string()),
-            x.failure.as_deref().unwrap_or("-").replace('|', "/")
+            md(x.failure.as_deref().unwrap_or("-"))
         )?;
     }
     write_markdown_sweeps(r, &mut w)?;
     write_markdown_fabric(r, &mut w)?;
     writeln!(w, "\n## Analysis\n")?;
     for a in &r.analysis {
-        writeln!(w, "- {a}")?;
+        writeln!(w, "- {}", md(a))?;
     }
     writeln!(w, "\n## Track record\n")?;
     if r.track_record.is_empty() {
         writeln!(w, "- (no step with a predicted gain taken yet)")?;
     }
     for t in &r.track_record {
-        writeln!(w, "- {}", track_words(t))?;
+        writeln!(w, "- {}", md(&track_words(t)))?;
     }
     if !r.calibrations.is_empty() {
         writeln!(w, "\n### Calibrations (the model fitted to each measured sweep)\n")?;
@@ -934,7 +941,7 @@ pub fn write_markdown(r: &Report, mut w: impl Write) -> io::Result<()> {
                 w,
                 "| experiment {} | {} | {:.2} | {:.1} | {:.2} | {:.3} | {} | {} |",
                 c.experiment,
-                c.environment,
+                md(&c.environment),
                 f.memory_efficiency_scale,
                 f.step_overhead_ms,
                 f.comm_scale,
@@ -951,19 +958,19 @@ pub fn write_markdown(r: &Report, mut w: impl Write) -> io::Result<()> {
             "{}. {}{} ({}): {} [evidence: {}]",
             s.rank,
             if s.needs_person { "(needs a person) " } else { "" },
-            s.title,
-            step_gain_words(s),
-            s.basis,
-            s.evidence.join(", ")
+            md(&s.title),
+            md(&step_gain_words(s)),
+            md(&s.basis),
+            md(&s.evidence.join(", "))
         )?;
     }
     if let Some(s) = &r.stop_reason {
-        writeln!(w, "Nothing left: {s}")?;
+        writeln!(w, "Nothing left: {}", md(s))?;
     }
     if !r.open_questions.is_empty() {
         writeln!(w, "\n## Open questions\n")?;
         for q in &r.open_questions {
-            writeln!(w, "- Q{}: {} ({})", q.id, q.text, q.how)?;
+            writeln!(w, "- Q{}: {} ({})", q.id, md(&q.text), md(&q.how))?;
         }
     }
     Ok(())

@@ -12,6 +12,7 @@ use crate::bench_step::PointSummary;
 use crate::campaign::{EnvBody, LaunchFingerprint, Snapshot};
 use crate::journal::{ExpState, Experiment, Journal};
 use crate::report_svg::{self as svg, esc, LineChart, Mark, Series, PALETTE};
+use crate::text::md;
 use crate::{CampaignError, Result};
 
 /// The comparison's schema.
@@ -243,7 +244,14 @@ fn or_dash(x: &Option<String>) -> &str {
 }
 
 /// The comparison for a terminal.
-pub fn write_terminal(c: &Comparison, mut w: impl Write) -> io::Result<()> {
+pub fn write_terminal(c: &Comparison, mut out: impl Write) -> io::Result<()> {
+    // Rendered whole, then sent with outside text's control characters escaped (`text::term`).
+    let mut w: Vec<u8> = Vec::new();
+    write_terminal_raw(c, &mut w)?;
+    out.write_all(crate::text::term(&String::from_utf8_lossy(&w)).as_bytes())
+}
+
+fn write_terminal_raw(c: &Comparison, w: &mut Vec<u8>) -> io::Result<()> {
     for k in &c.caveats {
         writeln!(w, "NOTE: {k}")?;
     }
@@ -271,10 +279,10 @@ pub fn write_terminal(c: &Comparison, mut w: impl Write) -> io::Result<()> {
 pub fn write_markdown(c: &Comparison, mut w: impl Write) -> io::Result<()> {
     writeln!(w, "# Campaign comparison\n")?;
     for k in &c.caveats {
-        writeln!(w, "> **Note:** {k}\n")?;
+        writeln!(w, "> **Note:** {}\n", md(k))?;
     }
-    writeln!(w, "- A: `{}`, experiment {} ({})", c.a.dir, c.a.experiment, c.a.title)?;
-    writeln!(w, "- B: `{}`, experiment {} ({})\n", c.b.dir, c.b.experiment, c.b.title)?;
+    writeln!(w, "- A: {}, experiment {} ({})", md(&c.a.dir), c.a.experiment, md(&c.a.title))?;
+    writeln!(w, "- B: {}, experiment {} ({})\n", md(&c.b.dir), c.b.experiment, md(&c.b.title))?;
     writeln!(w, "## Throughput\n\n| concurrency | A output tok/s | B output tok/s | change |\n|---|---|---|---|")?;
     for t in &c.throughput {
         writeln!(w, "| {} | {:.1} | {:.1} | {} |", t.concurrency, t.a_output_tok_s, t.b_output_tok_s, pct(t.change))?;
@@ -285,7 +293,7 @@ pub fn write_markdown(c: &Comparison, mut w: impl Write) -> io::Result<()> {
     }
     writeln!(w, "\n## What changed\n\n| kind | field | A | B |\n|---|---|---|---|")?;
     for d in &c.differences {
-        writeln!(w, "| {:?} | {} | {} | {} |", d.kind, d.field, or_dash(&d.a).replace('|', "/"), or_dash(&d.b).replace('|', "/"))?;
+        writeln!(w, "| {:?} | {} | {} | {} |", d.kind, md(&d.field), md(or_dash(&d.a)), md(or_dash(&d.b)))?;
     }
     Ok(())
 }

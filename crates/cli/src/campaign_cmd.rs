@@ -486,7 +486,9 @@ pub(crate) fn cancel_on_ctrl_c() -> Arc<AtomicBool> {
     let f = Arc::clone(&flag);
     // Registered before the thread starts, so a signal that comes at once is not missed.
     let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return flag };
-    let streams = rt.block_on(async { Ok::<_, std::io::Error>((signal(SignalKind::interrupt())?, signal(SignalKind::terminate())?, signal(SignalKind::hangup())?)) });
+    let streams = rt.block_on(async {
+        Ok::<_, std::io::Error>((signal(SignalKind::interrupt())?, signal(SignalKind::terminate())?, signal(SignalKind::hangup())?))
+    });
     let Ok((mut int, mut term, mut hup)) = streams else { return flag };
     std::thread::spawn(move || {
         rt.block_on(async {
@@ -517,7 +519,10 @@ fn continue_cmd(c: &ContinueArgs) -> Result<(), Failure> {
         let out = campaign::continue_once(&c.dir, &opts, &mut |l| crate::say!("{l}")).map_err(lib)?;
         match out {
             Outcome::Progress { .. } if opts.cancel.load(Ordering::Relaxed) => {
-                return Err(Failure { code: stop_code(), msg: "interrupted: the step was torn down and recorded as interrupted; continue runs it again".into() })
+                return Err(Failure {
+                    code: stop_code(),
+                    msg: "interrupted: the step was torn down and recorded as interrupted; continue runs it again".into(),
+                })
             }
             Outcome::Progress { .. } if c.until_blocked => continue,
             Outcome::Progress { .. } => return Ok(()),

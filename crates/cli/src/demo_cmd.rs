@@ -143,7 +143,10 @@ fn until_blocked(dir: &Path, opts: &RunOptions, quiet: bool) -> Result<Stop, Fai
         .map_err(lib)?;
         match out {
             Outcome::Progress { .. } if opts.cancel.load(Ordering::Relaxed) => {
-                return Err(Failure { code: crate::campaign_cmd::stop_code(), msg: "interrupted: the step was torn down and recorded as interrupted".into() })
+                return Err(Failure {
+                    code: crate::campaign_cmd::stop_code(),
+                    msg: "interrupted: the step was torn down and recorded as interrupted".into(),
+                })
             }
             // Without -q the step's own lines (above) already end with this one.
             Outcome::Progress { line, .. } if quiet => crate::say!("  {line}"),

@@ -5,8 +5,7 @@
 /// server or lose results (println! would panic).
 macro_rules! say {
     ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stdout(), $($arg)*);
+        $crate::out_line(&format!($($arg)*));
     }};
 }
 pub(crate) use say;
@@ -15,10 +14,30 @@ pub(crate) use say;
 macro_rules! tell {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), $($arg)*);
+        let _ = writeln!(std::io::stderr(), "{}", servetune_campaign::text::term(&format!($($arg)*)));
     }};
 }
 pub(crate) use tell;
+
+/// The first error writing to standard output (a full disk, a closed file); `main` turns it into
+/// exit 1. A closed pipe (`servetune ... | head`) is not an error.
+static STDOUT_ERROR: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// One line to standard output with outside text's control characters escaped (a server's model
+/// id or a snapshot's GPU name cannot drive the terminal); a failed write is remembered.
+pub(crate) fn out_line(line: &str) {
+    use std::io::Write as _;
+    if let Err(e) = writeln!(std::io::stdout(), "{}", servetune_campaign::text::term(line)) {
+        stdout_failed(&e);
+    }
+}
+
+/// Records a failed write to standard output (see [`STDOUT_ERROR`]).
+pub(crate) fn stdout_failed(e: &std::io::Error) {
+    if e.kind() != std::io::ErrorKind::BrokenPipe {
+        let _ = STDOUT_ERROR.set(e.to_string());
+    }
+}
 
 mod bench_cmd;
 mod campaign_cmd;
@@ -111,6 +130,16 @@ fn main() -> ExitCode {
         Cmd::Completions(a) => completions::completions(a, Cli::command()),
         Cmd::Man(_) => completions::man(Cli::command()),
     };
+    {
+        use std::io::Write as _;
+        if let Err(e) = std::io::stdout().flush() {
+            stdout_failed(&e);
+        }
+    }
+    if let (Some(e), Ok(())) = (STDOUT_ERROR.get(), &res) {
+        tell!("error: cannot write to standard output ({e}): nothing or only part of the output was written; write to a file with room (for a report, --json/--markdown FILE)");
+        return ExitCode::from(1);
+    }
     match res {
         Ok(()) => ExitCode::SUCCESS,
         // 3 and 4 are campaign outcomes (a question, nothing left), not errors.

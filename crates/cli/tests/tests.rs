@@ -7,6 +7,7 @@ mod bench_hostile;
 mod bench_llama;
 mod bench_mock;
 mod campaign;
+mod campaign_hostile;
 mod campaign_verdicts;
 mod demo;
 mod fabric;
