@@ -113,6 +113,16 @@ pub fn settings(goal_text: &str, engine: EngineTemplate, model: &str, quant: &st
 pub fn init(o: &InitOptions) -> Result<Journal> {
     let probed = probe_step::probe(o.probe_root.as_deref())?;
     let mut settings = o.settings.clone();
+    if journal::path_in(&o.dir).exists() {
+        return Err(CampaignError::Input(format!(
+            "{} already holds a campaign ({}): continue it, or give a new directory",
+            o.dir.display(),
+            journal::path_in(&o.dir).display()
+        )));
+    }
+    // Secrets go to DIR/secrets.json (owner-only); the journal keeps placeholders.
+    settings.knobs = crate::secrets::seal_knobs(&o.dir, &settings.engine, &settings.knobs, &settings.secret_env)?;
+    settings.model = crate::secrets::seal_url(&o.dir, &settings.model)?;
     let env = env_body(&probed, o.probe_root.as_deref());
     if let Executor::Slurm(cfg) = &settings.executor {
         if cfg.nodes > 1 && settings.engine.multi_node.is_empty() {
@@ -304,6 +314,7 @@ pub fn add(dir: &Path, knobs: &BTreeMap<String, String>, force: bool) -> Result<
     let mut j = Journal::open(dir)?;
     let s = load_settings(&j)?;
     s.engine.check_knobs(knobs)?;
+    let knobs = &crate::secrets::seal_knobs(dir, &s.engine, knobs, &s.secret_env)?;
     let (env_id, env) = current_env(&j)?;
     let eff = effective_knobs(&s, &env.facts, knobs)?;
     let mut key = exp_key(&s.engine.name, &eff, &env.facts.hash);
@@ -543,10 +554,7 @@ fn start_step(j: &mut Journal, dir: &Path, snap: &Snapshot, step: Step, o: &RunO
 pub fn strip_secrets(env: &BTreeMap<String, String>, argv: &[String], secret_env: &[String]) -> (BTreeMap<String, String>, Vec<String>) {
     const REDACTED: &str = "<redacted>";
     let secret_vals: Vec<String> = secret_env.iter().filter_map(|n| std::env::var(n).ok()).filter(|v| !v.is_empty()).collect();
-    let is_secret_name = |n: &str| {
-        let u = n.to_ascii_uppercase();
-        ["KEY", "TOKEN", "SECRET", "PASSWORD"].iter().any(|w| u.contains(w)) || secret_env.iter().any(|s| s == n)
-    };
+    let is_secret_name = |n: &str| crate::secrets::is_secret_name(n, secret_env);
     let env = env
         .iter()
         .map(|(k, v)| (k.clone(), if is_secret_name(k) || secret_vals.contains(v) { REDACTED.into() } else { v.clone() }))
@@ -676,9 +684,10 @@ fn resume_experiment(j: &mut Journal, dir: &Path, snap: &Snapshot, id: i64, o: &
     let mut knobs = s.knobs.clone();
     knobs.extend(e.knobs.clone());
     let rendered = s.engine.render(&ctx, &knobs)?;
+    let (argv, env) = crate::secrets::unseal_launch(dir, &rendered.argv, &rendered.env)?;
     let spec = LaunchSpec {
-        argv: rendered.argv.clone(),
-        env: rendered.env.clone(),
+        argv,
+        env,
         log_path: PathBuf::from(&log),
         port,
         health: s.engine.health.clone(),
@@ -735,9 +744,10 @@ fn launch(
     };
     j.transition(id, &[ExpState::Planned], ExpState::Launching, &up, &format!("launch on port {port}: {}", shown(&rendered.argv)))?;
     say(&format!("experiment {id} (attempt {attempt}): {}", e.title));
+    let (argv, env) = crate::secrets::unseal_launch(dir, &rendered.argv, &rendered.env)?;
     let mut spec = LaunchSpec {
-        argv: rendered.argv.clone(),
-        env: rendered.env.clone(),
+        argv,
+        env,
         log_path: log_path.clone(),
         port,
         health: s.engine.health.clone(),
@@ -772,7 +782,7 @@ fn launch(
                     )?;
                     say(&format!("  port {} was taken; retrying on port {new_port}", spec.port));
                     rendered = s.engine.render(&context(s, &snap.env.facts, new_port)?, &knobs)?;
-                    spec.argv = rendered.argv.clone();
+                    spec.argv = crate::secrets::unseal_launch(dir, &rendered.argv, &rendered.env)?.0;
                     spec.port = new_port;
                     continue;
                 }

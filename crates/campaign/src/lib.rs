@@ -28,6 +28,7 @@ pub mod report;
 pub mod report_compare;
 pub mod report_html;
 pub mod report_svg;
+pub mod secrets;
 pub mod text;
 pub mod verdict;
 

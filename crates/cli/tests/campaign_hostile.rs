@@ -66,3 +66,60 @@ fn a_failed_write_to_standard_output_exits_1_naming_it() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("No space left on device"), "{err}");
 }
+
+/// An engine whose knob sets HF_TOKEN, and whose "server" writes the token and the model it got to
+/// a file, then exits.
+fn secret_engine(tmp: &Path, seen: &Path) -> PathBuf {
+    let engines = tmp.join("engines.toml");
+    let body = format!(
+        "[[engine]]\nname = \"tell\"\nargv = [\"sh\", \"-c\", \"printf '%s %s' \\\"$HF_TOKEN\\\" '{{model}}' > {}; exit 3\"]\nhealth = \"/health\"\ngenerate = \"/v1/completions\"\nready_timeout_s = 5\nknobs = [{{ name = \"hf_token\", domain = \"text\", env = \"HF_TOKEN\" }}]\n",
+        seen.display()
+    );
+    std::fs::write(&engines, body).expect("engines");
+    engines
+}
+
+#[test]
+fn secret_knob_values_and_url_passwords_reach_the_server_but_no_journal_or_report() {
+    let d = tempfile::tempdir().expect("tmp");
+    let dir = d.path().join("c");
+    let seen = d.path().join("seen");
+    let engines = secret_engine(d.path(), &seen);
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../probe/tests/fixtures/no-gpu");
+    let out = servetune()
+        .args(["campaign", "init", s(&dir), "--engine", "tell", "--engines", s(&engines)])
+        .args(["--model", "https://me:pa55word@models.example/org/m", "--goal", "output_tok_s>=1", "--probe-root", s(&root)])
+        .args(["--set", "hf_token=hf_s3cret", "--concurrency", "1", "--requests", "1"])
+        .output()
+        .expect("init");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = servetune().args(["campaign", "continue", s(&dir)]).output().expect("continue");
+    let said = [out.stdout, out.stderr].concat();
+    assert_eq!(std::fs::read_to_string(&seen).expect("the server ran"), "hf_s3cret https://me:pa55word@models.example/org/m");
+    let report = d.path().join("r.md");
+    let json = d.path().join("r.json");
+    assert_eq!(
+        servetune()
+            .args(["campaign", "report", s(&dir), "--markdown", s(&report), "--json", s(&json)])
+            .output()
+            .expect("report")
+            .status
+            .code(),
+        Some(0)
+    );
+    for secret in ["hf_s3cret", "pa55word"] {
+        let hay = [
+            std::fs::read(dir.join("journal.sqlite")).expect("journal"),
+            std::fs::read(dir.join("journal.sqlite-wal")).unwrap_or_default(),
+            std::fs::read(&report).expect("md"),
+            std::fs::read(&json).expect("json"),
+            said.clone(),
+        ];
+        for (i, h) in hay.iter().enumerate() {
+            assert!(!String::from_utf8_lossy(h).contains(secret), "{secret} written in place {i}");
+        }
+    }
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(dir.join("secrets.json")).expect("the secrets file").permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "readable by its owner only");
+}
