@@ -221,7 +221,8 @@ pub fn report(t: &Timeline, file: &str, gap_ms: f64) -> TraceReport {
     let start = t.kernels.iter().map(|k| k.start).fold(f64::INFINITY, f64::min);
     let end = t.kernels.iter().map(|k| k.end()).fold(f64::NEG_INFINITY, f64::max);
     let kernel_us: f64 = t.kernels.iter().map(|k| k.dur as f64).sum();
-    let other_us: f64 = t.kernels.iter().filter(|k| t.category(k) == Category::Other).map(|k| k.dur as f64).sum();
+    // + 0.0: an empty f64 sum is -0.0, which would print as "-0.00".
+    let other_us: f64 = t.kernels.iter().filter(|k| t.category(k) == Category::Other).map(|k| k.dur as f64).sum::<f64>() + 0.0;
     let steps = stats.iter().enumerate().map(|(i, s)| step_row(i, s, start)).collect();
     TraceReport {
         schema: SCHEMA,
@@ -286,7 +287,8 @@ fn summarize(phase: Phase, steps: &[&StepStat]) -> PhaseSummary {
     let pct = |ms: f64| if total > 0.0 { 100.0 * ms / total } else { 0.0 };
     // Per token: over the steps whose annotation gives tokens.
     let with_tokens: Vec<&&StepStat> = steps.iter().filter(|s| s.window.tokens.is_some_and(|t| t > 0)).collect();
-    let tokens: u64 = with_tokens.iter().filter_map(|s| s.window.tokens).sum();
+    // Saturating: the counts come from names in the file, which may be anything.
+    let tokens: u64 = with_tokens.iter().filter_map(|s| s.window.tokens).fold(0u64, u64::saturating_add);
     let per_token =
         |f: &dyn Fn(&StepStat) -> f64| (tokens > 0).then(|| with_tokens.iter().map(|s| f(s)).sum::<f64>() * 1e3 / tokens as f64);
     let categories = Category::ALL
@@ -304,7 +306,7 @@ fn summarize(phase: Phase, steps: &[&StepStat]) -> PhaseSummary {
     let allreduces: u64 = steps.iter().map(|s| s.allreduce_calls as u64).sum();
     let mean_of = |f: &dyn Fn(&StepStat) -> Option<u64>| {
         let known: Vec<u64> = steps.iter().filter_map(|s| f(s)).collect();
-        (!known.is_empty()).then(|| known.iter().sum::<u64>() as f64 / known.len() as f64)
+        (!known.is_empty()).then(|| known.iter().map(|k| *k as f64).sum::<f64>() / known.len() as f64)
     };
     // The rule most of the kind's steps used (an annotation family marks all of them alike; graph
     // segmentation may decide some by graph and some by duration).

@@ -238,19 +238,22 @@ pub fn parse_step_name(name: &str) -> Option<StepInfo> {
     if name.starts_with("ProfilerStep#") {
         return Some(StepInfo { family: Family::ProfilerStep, kind: None, tokens: None, requests: None });
     }
-    let n = name.to_ascii_lowercase();
-    // Collective ranges (`nccl:all_reduce`) and Python frames are not steps.
-    if n.starts_with("nccl:") || n.contains(".py(") {
-        return None;
-    }
-    let kind = if n.contains("prefill") || n.contains("extend") {
-        Some(Phase::Prefill)
-    } else if n.contains("decode") {
-        Some(Phase::Decode)
-    } else if n.contains("execute_model") || n.contains("forward_batch") || n.contains("model_forward") {
-        None
-    } else {
-        return None;
+    // Other names only when the whole name is a step's: "prefill", "decode_step", "step decode",
+    // "ForwardMode.EXTEND", "execute_model" (not "decode_attention" or "## decoder fp8 ##").
+    let words: Vec<String> =
+        name.split(|c: char| !c.is_ascii_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_ascii_lowercase).collect();
+    let phase_word = |w: &str| match w {
+        "prefill" | "extend" => Some(Some(Phase::Prefill)),
+        "decode" => Some(Some(Phase::Decode)),
+        "mixed" => Some(Some(Phase::Mixed)),
+        "idle" => Some(Some(Phase::Idle)),
+        _ => None,
+    };
+    let w: Vec<&str> = words.iter().map(String::as_str).collect();
+    let kind = match w.as_slice() {
+        [p] | [p, "step"] | ["step", p] | ["forwardmode", p] => phase_word(p)?,
+        ["execute", "model"] | ["forward", "batch"] | ["model", "forward"] => None,
+        _ => return None,
     };
     Some(StepInfo { family: Family::Named, kind, tokens: None, requests: None })
 }
@@ -377,7 +380,13 @@ fn annotation_windows(t: &Timeline) -> Option<(Segmentation, Family, Vec<Window>
 /// those ids give the step's window.
 fn cpu_windows(t: &Timeline, fam: Family) -> Vec<Window> {
     let mut ranges: Vec<(i64, i64, usize)> = Vec::new();
-    let marks: Vec<&crate::StepMark> = t.marks.iter().filter(|m| !m.gpu && m.info.family == fam).collect();
+    // Marks come sorted by start; a range inside the previous one belongs to it.
+    let mut marks: Vec<&crate::StepMark> = Vec::new();
+    for m in t.marks.iter().filter(|m| !m.gpu && m.info.family == fam) {
+        if marks.last().is_none_or(|p| m.end > p.end) {
+            marks.push(m);
+        }
+    }
     for (i, m) in marks.iter().enumerate() {
         let lo = t.launches.partition_point(|l| l.ts < m.start);
         let hi = t.launches.partition_point(|l| l.ts <= m.end);
@@ -420,30 +429,55 @@ fn model_work(c: Category) -> bool {
     !matches!(c, Category::MemcpyMemset | Category::NormElementwise | Category::Other)
 }
 
-/// Steps from graph replays: a step starts at a host-to-device copy (the engine copying the
-/// step's inputs) that follows model work, so every graph a forward pass replays (one per layer
-/// with piecewise graphs) and the eager kernels around them are one step. A stretch without model
-/// work joins the step before it; kernels before the first input copy are a step cut by the
-/// profiler's start, left out. Without any input copy, one step per replay (eager kernels within
-/// the gap after a replay join it, the rest cut by gaps).
+/// Steps from graph replays. A step starts:
+/// - at a host-to-device copy that follows model work (the engine copying the step's inputs), so
+///   every graph a forward pass replays (one per layer with piecewise graphs) and the eager
+///   kernels around them (attention between the pieces, sampling after) are one step;
+/// - at a replay that starts a forward pass, when no copy started the step already: the forward
+///   pass's first graph is the one whose first kernel is the rarest first kernel among the replays
+///   (with piecewise graphs the middle layers' pieces all start alike, the first piece once per
+///   pass; with whole-pass graphs every replay starts alike);
+/// - in a trace without any input copy, also at an eager kernel of that same name (an eager
+///   forward pass starting) and after an idle gap over `gap_us`.
+///
+/// A stretch without model work joins the step before it; kernels before the first start are a
+/// step cut by the profiler's start, left out.
 fn graph_windows(t: &Timeline, gap_us: f64) -> Vec<Window> {
     let launches: HashSet<i64> = t.graph_launches.iter().copied().collect();
     let is_copy_in = |k: &crate::Kernel| t.category(k) == Category::MemcpyMemset && is_host_to_device(&t.names[k.name as usize]);
+    // The first kernel of each replay, and how many replays start with each name.
+    let mut seen: HashSet<i64> = HashSet::new();
+    let mut firsts: Vec<(usize, u32)> = Vec::new();
+    let mut count: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
+    for (i, k) in t.kernels.iter().enumerate() {
+        if launches.contains(&k.correlation) && seen.insert(k.correlation) {
+            firsts.push((i, k.name));
+            *count.entry(k.name).or_default() += 1;
+        }
+    }
+    let start_name = firsts.iter().min_by_key(|(i, n)| (count[n], *i)).map(|(_, n)| *n);
+    let pass_starts: HashSet<usize> = firsts.iter().filter(|(_, n)| Some(*n) == start_name).map(|(i, _)| *i).collect();
+    let copies = t.kernels.iter().any(|k| is_copy_in(k));
     // Step starts.
     let mut starts: Vec<f64> = Vec::new();
     let mut work_since = true;
-    for k in &t.kernels {
+    let mut prev_end = f64::NEG_INFINITY;
+    for (i, k) in t.kernels.iter().enumerate() {
+        let replay = launches.contains(&k.correlation);
         if is_copy_in(k) {
             if work_since {
                 starts.push(k.start);
                 work_since = false;
             }
-        } else if model_work(t.category(k)) || launches.contains(&k.correlation) {
+        } else if (pass_starts.contains(&i) || (!copies && !replay && (k.start - prev_end > gap_us || Some(k.name) == start_name)))
+            && work_since
+        {
+            starts.push(k.start);
+        }
+        if replay || model_work(t.category(k)) {
             work_since = true;
         }
-    }
-    if starts.is_empty() {
-        return per_replay_windows(t, &launches, gap_us);
+        prev_end = prev_end.max(k.end());
     }
     struct Seg {
         w: Window,
@@ -468,6 +502,8 @@ fn graph_windows(t: &Timeline, gap_us: f64) -> Vec<Window> {
     for s in segs.into_iter().flatten() {
         match out.last_mut() {
             Some(prev) if !s.work => prev.end = prev.end.max(s.w.end),
+            // The tail of a step the profiler cut: left out.
+            None if !s.work => {}
             _ => {
                 let n = s.replays.len() as u32;
                 let (kind, source) = match n {
@@ -482,41 +518,6 @@ fn graph_windows(t: &Timeline, gap_us: f64) -> Vec<Window> {
         }
     }
     normalize(out)
-}
-
-/// One window per graph replay; eager kernels within `gap_us` after a replay join it, the rest
-/// are cut by gaps and taken as prefill.
-fn per_replay_windows(t: &Timeline, launches: &HashSet<i64>, gap_us: f64) -> Vec<Window> {
-    let mut graphs: std::collections::HashMap<i64, Window> = std::collections::HashMap::new();
-    for k in t.kernels.iter().filter(|k| launches.contains(&k.correlation)) {
-        let w = graphs.entry(k.correlation).or_insert(Window {
-            kind: Some(Phase::Decode),
-            source: PhaseSource::CudaGraph,
-            graph_replays: 1,
-            ..Window::new(k.start, k.end())
-        });
-        w.start = w.start.min(k.start);
-        w.end = w.end.max(k.end());
-    }
-    let mut windows: Vec<Window> = graphs.into_values().collect();
-    windows.sort_by(|a, b| a.start.total_cmp(&b.start));
-    let mut eager = Vec::new();
-    let mut gi = 0;
-    for k in t.kernels.iter().filter(|k| !launches.contains(&k.correlation)) {
-        while gi + 1 < windows.len() && windows[gi + 1].start <= k.start {
-            gi += 1;
-        }
-        match windows.get_mut(gi) {
-            Some(w) if w.start <= k.start && k.start <= w.end + gap_us => w.end = w.end.max(k.end()),
-            _ => eager.push((k.start, k.end())),
-        }
-    }
-    windows.extend(gap_windows(eager.into_iter(), gap_us).into_iter().map(|w| Window {
-        kind: Some(Phase::Prefill),
-        source: PhaseSource::CudaGraph,
-        ..w
-    }));
-    normalize(windows)
 }
 
 /// Windows from runs of intervals separated by more than `gap_us`.
@@ -657,10 +658,20 @@ mod tests {
     }
 
     #[test]
-    fn without_input_copies_each_graph_replay_is_a_decode_step_and_eager_kernels_prefill() {
+    fn without_input_copies_each_graph_replay_is_a_decode_step_and_eager_kernels_after_a_gap_prefill() {
+        // Each replay starts with the embedding; sampling runs eagerly after it; a prefill runs
+        // eagerly after an idle gap.
         let mut t = timeline(
-            &["nvjet_gemm", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "flash_fwd_kernel"],
-            &[(0.0, 50.0, 0, 10), (50.0, 60.0, 1, 10), (65.0, 70.0, 0, -1), (500.0, 550.0, 0, 11), (5000.0, 9000.0, 2, 99)],
+            &["nvjet_gemm", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "flash_fwd_kernel", "indexSelectLargeIndex", "argmax_kernel"],
+            &[
+                (0.0, 5.0, 3, 10),
+                (5.0, 50.0, 0, 10),
+                (50.0, 60.0, 1, 10),
+                (65.0, 70.0, 4, -1),
+                (500.0, 505.0, 3, 11),
+                (505.0, 550.0, 0, 11),
+                (5000.0, 9000.0, 2, 99),
+            ],
         );
         t.graph_launches = vec![10, 11];
         let s = segment(&t, 100.0);
@@ -678,13 +689,15 @@ mod tests {
 
     #[test]
     fn piecewise_graphs_between_input_copies_are_one_step() {
-        // Two forward passes of three piecewise graphs each, attention run eagerly between them,
+        // Two forward passes of three piecewise graphs each (the first starts with the
+        // embedding, the others with the output projection), attention run eagerly between them,
         // each pass after its input copy and followed by sampling.
         let names = [
             "Memcpy HtoD (Pinned -> Device)",
             "nvjet_tst_64x8_64x16_4x1_v_bz_TNT",
             "kernel_unified_attention_2d",
             "void at::native::argmax_kernel",
+            "void at::native::indexSelectLargeIndex",
         ];
         let mut ks = Vec::new();
         let mut corr = 100;
@@ -693,7 +706,8 @@ mod tests {
             ks.push((t0, t0 + 2.0, 0, -1));
             for piece in 0..3 {
                 let p0 = t0 + 10.0 + piece as f64 * 100.0;
-                ks.push((p0, p0 + 60.0, 1, corr));
+                ks.push((p0, p0 + 5.0, if piece == 0 { 4 } else { 1 }, corr));
+                ks.push((p0 + 5.0, p0 + 60.0, 1, corr));
                 ks.push((p0 + 61.0, p0 + 90.0, 2, -1));
                 corr += 1;
             }
@@ -708,6 +722,29 @@ mod tests {
         assert_eq!((s.windows[0].start, s.windows[0].end), (0.0, 410.0));
         let (_, outside) = split(&t, &s.windows);
         assert_eq!(outside, 0);
+    }
+
+    #[test]
+    fn without_input_copies_each_forward_pass_starts_at_its_first_graph() {
+        // Piecewise passes of three graphs, no copies: a pass starts at the graph whose first
+        // kernel (the embedding) is the rarest.
+        let names = ["nvjet_tst_64x8_64x16_4x1_v_bz_TNT", "kernel_unified_attention_2d", "void at::native::indexSelectLargeIndex"];
+        let mut ks = Vec::new();
+        let mut corr = 100;
+        for step in 0..3 {
+            let t0 = step as f64 * 1000.0;
+            for piece in 0..3 {
+                let p0 = t0 + piece as f64 * 100.0;
+                ks.push((p0, p0 + 5.0, if piece == 0 { 2 } else { 0 }, corr));
+                ks.push((p0 + 5.0, p0 + 60.0, 0, corr));
+                ks.push((p0 + 61.0, p0 + 90.0, 1, -1));
+                corr += 1;
+            }
+        }
+        let mut t = timeline(&names, &ks);
+        t.graph_launches = (100..109).collect();
+        let s = segment(&t, 1.0);
+        assert_eq!(s.windows.iter().map(|w| (w.start, w.graph_replays)).collect::<Vec<_>>(), [(0.0, 3), (1000.0, 3), (2000.0, 3)]);
     }
 
     #[test]
@@ -758,7 +795,7 @@ mod tests {
         t.marks = vec![
             mark("ProfilerStep#3", 0.0, 200.0),
             mark("execute_context_1(512)_generation_3(3)", 0.0, 120.0),
-            mark("decode_attention", 10.0, 20.0),
+            mark("decode", 10.0, 20.0),
         ];
         let s = segment(&t, 1.0);
         assert_eq!(s.family, Some(Family::Vllm));
@@ -795,7 +832,10 @@ mod tests {
         assert_eq!(p("decode_step"), Some((Named, Some(Phase::Decode), None, None)));
         assert_eq!(p("ForwardMode.EXTEND"), Some((Named, Some(Phase::Prefill), None, None)));
         assert_eq!(p("execute_model"), Some((Named, None, None, None)));
+        assert_eq!(p("prefill"), Some((Named, Some(Phase::Prefill), None, None)));
         assert_eq!(p("nccl:all_reduce"), None);
+        assert_eq!(p("decode_attention"), None);
+        assert_eq!(p("## decoder fp8 None ##"), None);
         assert_eq!(p("aten::mm"), None);
         assert_eq!(p("python/torch/nn/modules/module.py(1750): _call_impl"), None);
     }

@@ -167,6 +167,28 @@ fn without_annotations_graph_replays_grouped_per_step_are_the_engines_steps() {
 }
 
 #[test]
+fn without_annotations_or_input_copies_each_forward_pass_is_still_a_step() {
+    for engine in [Engine::SglangCuda, Engine::VllmFull, Engine::VllmPiecewise] {
+        let mut spec = Spec::typical(engine);
+        spec.annotations = Annotations::None;
+        spec.prefill_stall_us = 0.0;
+        let (mut doc, truth) = synth::draw(&spec);
+        let events = doc["traceEvents"].as_array_mut().expect("events");
+        events.retain(|e| e["cat"] != "gpu_memcpy" && e["name"] != "cudaMemcpyAsync");
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("t.json");
+        synth::write_doc(&doc, &path).expect("writes");
+        let r = analyze(&path, 1.0).expect("analyses");
+        assert_eq!(r.segmentation, Segmentation::CudaGraphs);
+        assert_eq!(r.steps.len(), truth.steps.len(), "{engine:?}");
+        if engine != Engine::VllmPiecewise {
+            let want: Vec<Phase> = truth.steps.iter().map(|t| if t.kind == Phase::Mixed { Phase::Prefill } else { t.kind }).collect();
+            assert_eq!(r.steps.iter().map(|s| s.phase).collect::<Vec<_>>(), want, "{engine:?}");
+        }
+    }
+}
+
+#[test]
 fn without_annotations_a_piecewise_forward_pass_is_one_step_not_one_per_layer() {
     let mut spec = Spec::typical(Engine::VllmPiecewise);
     spec.annotations = Annotations::None;
@@ -373,4 +395,19 @@ fn terminal_view_of_a_vllm_trace() {
     let mut out = Vec::new();
     servetune_trace::render::terminal(&r, &mut out).expect("renders");
     insta::assert_snapshot!(String::from_utf8(out).expect("utf8"));
+}
+
+#[test]
+fn counts_in_annotation_names_cannot_overflow_the_figures() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("huge.json");
+    let doc = r#"{"traceEvents":[
+        {"ph":"X","cat":"gpu_user_annotation","name":"execute_context_1(18446744073709551615)_generation_1(5)","ts":0,"dur":100,"pid":0,"tid":7},
+        {"ph":"X","cat":"gpu_user_annotation","name":"execute_context_1(18446744073709551615)_generation_0(0)","ts":100,"dur":100,"pid":0,"tid":7},
+        {"ph":"X","cat":"kernel","name":"nvjet_tst_64x8","ts":10,"dur":50,"pid":0,"tid":7},
+        {"ph":"X","cat":"kernel","name":"nvjet_tst_64x8","ts":110,"dur":50,"pid":0,"tid":7}]}"#;
+    std::fs::write(&path, doc).expect("writes");
+    let r = analyze(&path, 1.0).expect("analyses");
+    assert_eq!(r.steps[0].tokens, Some(u64::MAX));
+    assert!(r.phases.iter().all(|p| p.us_per_token.is_none_or(f64::is_finite) && p.tokens_per_step.is_none_or(f64::is_finite)));
 }
