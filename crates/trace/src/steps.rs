@@ -457,7 +457,7 @@ fn graph_windows(t: &Timeline, gap_us: f64) -> Vec<Window> {
     }
     let start_name = firsts.iter().min_by_key(|(i, n)| (count[n], *i)).map(|(_, n)| *n);
     let pass_starts: HashSet<usize> = firsts.iter().filter(|(_, n)| Some(*n) == start_name).map(|(i, _)| *i).collect();
-    let copies = t.kernels.iter().any(|k| is_copy_in(k));
+    let copies = t.kernels.iter().any(is_copy_in);
     // Step starts.
     let mut starts: Vec<f64> = Vec::new();
     let mut work_since = true;
