@@ -20,9 +20,9 @@ fn segmentation(r: &TraceReport) -> String {
 
 fn source(s: PhaseSource) -> &'static str {
     match s {
-        PhaseSource::Annotation => "the annotation",
-        PhaseSource::CudaGraph => "guessed: one graph replay is decode, eager is prefill",
-        PhaseSource::Duration => "guessed: duration against the median",
+        PhaseSource::Annotation => "kind from the annotation",
+        PhaseSource::CudaGraph => "kind guessed: one graph replay is decode, eager is prefill",
+        PhaseSource::Duration => "kind guessed: duration against the median",
     }
 }
 
@@ -59,7 +59,7 @@ pub fn terminal(r: &TraceReport, w: &mut impl Write) -> io::Result<()> {
         writeln!(w)?;
         writeln!(
             w,
-            "{}: {} steps (kind from {}), median {:.3} ms, p90 {:.3} ms, mean {:.3} ms",
+            "{}: {} steps ({}), median {:.3} ms, p90 {:.3} ms, mean {:.3} ms",
             p.phase.name(),
             p.steps,
             source(p.phase_source),
