@@ -10,10 +10,12 @@ use servetune_trace::{Predicted, TraceError, TraceReport};
 use crate::Failure;
 
 /// Where a serving step's GPU time goes: reads a PyTorch profiler / Kineto trace (.json or
-/// .json.gz, as sglang's /start_profile, vLLM's profiler or torch.profiler write it) as a stream,
-/// cuts it into prefill and decode steps, splits each step by kernel category (NCCL, custom
-/// all-reduce, MoE, attention, GEMM, norm/element-wise, copies, GPU idle) and lists the top
-/// kernels, NCCL calls and the kernels no rule knew.
+/// .json.gz, as sglang's /start_profile, vLLM's profiler, TensorRT-LLM's TLLM_TORCH_PROFILE_TRACE
+/// or torch.profiler write it) as a stream, cuts it into the steps the engine ran (by its own step
+/// annotations, else CUDA graph replays, else idle gaps), gives each step's kind, tokens and
+/// requests, splits each step by kernel category (NCCL, custom all-reduce, MoE, attention, GEMM,
+/// norm/element-wise, copies, GPU idle) and lists the top kernels, NCCL calls and the kernels no
+/// rule knew.
 #[derive(Debug, Args)]
 #[command(
     after_help = "Examples:\n  servetune trace rank0.trace.json.gz\n  servetune trace t.json.gz --json split.json\n  servetune trace t.json.gz --vs-plan model=qwen3-32b,gpu=h100-sxm,gpus=4 --concurrency 32\n  servetune trace t.json.gz --vs-plan-json plan.json --concurrency 32"
@@ -34,7 +36,7 @@ pub struct TraceArgs {
     /// Requests running when the trace was taken: the prediction's concurrency
     #[arg(long, value_name = "N")]
     pub concurrency: Option<u32>,
-    /// GPU idle longer than this ends a step when neither annotations nor CUDA graphs mark steps (ms)
+    /// GPU idle longer than this ends a step when neither step annotations nor CUDA graphs mark steps (ms)
     #[arg(long, value_name = "MS", default_value_t = 1.0)]
     pub gap_ms: f64,
 }
@@ -92,6 +94,7 @@ fn prediction(a: &TraceArgs) -> Result<Option<Predicted>, Failure> {
             communication_ms: st.communication,
             overhead_ms: st.overhead,
             step_ms: st.total - st.prefill,
+            allreduces_per_step: Some(p.detail.allreduces + p.detail.qk_norm_allreduces),
         }));
     }
     match &a.vs_plan_json {
@@ -134,6 +137,10 @@ fn from_plan_json(path: &Path, concurrency: Option<u32>) -> Result<Predicted, Fa
         communication_ms: f("communication")?,
         overhead_ms: f("overhead")?,
         step_ms: f("total")? - f("prefill")?,
+        // Older plan documents may lack the detail: no count to check then.
+        allreduces_per_step: point["detail"]["allreduces"]
+            .as_f64()
+            .map(|a| a + point["detail"]["qk_norm_allreduces"].as_f64().unwrap_or(0.0)),
     })
 }
 

@@ -1,11 +1,17 @@
-//! `servetune trace`: real traces, bad input, the JSON schema, the comparison with the model.
+//! `servetune trace`: traces drawn as the engines write them (`servetune_trace::synth`), bad
+//! input, the JSON schema, the comparison with the model.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use servetune_trace::synth::{self, Engine, Spec};
 
 use crate::common::servetune;
 
-fn hta(name: &str) -> PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../trace/tests/data/hta").join(name)
+/// An engine's typical trace, written into `dir`.
+fn drawn(dir: &Path, engine: Engine) -> PathBuf {
+    let path = dir.join(format!("{engine:?}.trace.json.gz"));
+    synth::write(&Spec::typical(engine), &path).expect("writes");
+    path
 }
 
 fn run(args: &[&str]) -> (i32, String, String) {
@@ -14,42 +20,75 @@ fn run(args: &[&str]) -> (i32, String, String) {
 }
 
 #[test]
-fn trace_prints_the_split_nccl_calls_and_unknown_kernels() {
-    let f = hta("nccl_data.json.gz");
+fn trace_prints_the_steps_split_nccl_calls_and_unknown_kernels() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let f = drawn(dir.path(), Engine::SglangCuda);
     let (code, out, err) = run(&["trace", &f.to_string_lossy()]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("AllReduce      RING/LL: 15 calls"), "{out}");
-    assert!(out.contains("Broadcast      RING/LL: 6 calls"), "{out}");
-    assert!(out.contains("kernels no rule knew (category other)") && out.contains("nchwToNhwcKernel"), "{out}");
+    assert!(out.contains("8 steps found by the engine's step annotations on the GPU (sglang's step[...]"), "{out}");
+    assert!(
+        out.contains("prefill: 2 steps (kind from the annotation)") && out.contains("decode: 5 steps") && out.contains("mixed: 1 steps"),
+        "{out}"
+    );
+    assert!(out.contains("step[prefill bs=2 toks=3000]") && out.contains("us/token"), "{out}");
+    assert!(out.contains("AllReduce      RING/LL: 32 calls"), "{out}");
+    assert!(out.contains("kernels no rule knew (category other): 1") && out.contains("sglang_fixture_unknown_kernel"), "{out}");
     assert!(out.contains("idle (host overhead)") && out.contains("median"), "{out}");
 }
 
 #[test]
 fn trace_json_matches_its_schema_with_and_without_a_comparison() {
-    let f = hta("sampled_rank-0.json.gz");
-    let f = f.to_string_lossy();
-    let (doc, _) = crate::schemas::check("trace/schema/trace.schema.json", &["trace", &f]);
-    assert!(doc["comparison"].is_null());
-    let (doc, _) = crate::schemas::check(
-        "trace/schema/trace.schema.json",
-        &["trace", &f, "--vs-plan", "model=llama-3.1-70b,gpu=h100-sxm,gpus=4", "--concurrency", "16"],
-    );
-    assert_eq!(doc["comparison"]["rows"].as_array().map(Vec::len), Some(5));
+    let dir = tempfile::tempdir().expect("tmp");
+    for engine in [Engine::VllmPiecewise, Engine::TrtLlm] {
+        let f = drawn(dir.path(), engine);
+        let f = f.to_string_lossy();
+        let (doc, _) = crate::schemas::check("trace/schema/trace.schema.json", &["trace", &f]);
+        assert!(doc["comparison"].is_null());
+        assert_eq!(doc["schema_minor"], 2);
+        assert_eq!(doc["steps"].as_array().map(Vec::len), Some(8), "{engine:?}");
+        let (doc, _) = crate::schemas::check(
+            "trace/schema/trace.schema.json",
+            &["trace", &f, "--vs-plan", "model=llama-3.1-70b,gpu=h100-sxm,gpus=4", "--concurrency", "16"],
+        );
+        assert_eq!(doc["comparison"]["rows"].as_array().map(Vec::len), Some(5));
+        assert_eq!(doc["comparison"]["allreduce_calls"]["predicted_per_step"], 160.0);
+    }
+    // Without annotations (graph replays) and with host ranges only: the same schema.
+    for annotations in [synth::Annotations::None, synth::Annotations::Host] {
+        let mut spec = Spec::typical(Engine::SglangRocm);
+        spec.annotations = annotations;
+        let f = dir.path().join("rocm.json");
+        synth::write(&spec, &f).expect("writes");
+        crate::schemas::check("trace/schema/trace.schema.json", &["trace", &f.to_string_lossy()]);
+    }
 }
 
 #[test]
-fn vs_plan_names_the_largest_mismatch_in_words() {
-    let f = hta("sampled_rank-0.json.gz");
+fn vs_plan_names_the_largest_mismatch_and_checks_the_all_reduce_count() {
+    let dir = tempfile::tempdir().expect("tmp");
+    // vLLM serving Llama-3.1-70B at TP 4: 80 layers, two all-reduces each.
+    let mut spec = Spec::typical(Engine::VllmFull);
+    spec.layers = 80;
+    let f = dir.path().join("vllm-70b.trace.json.gz");
+    synth::write(&spec, &f).expect("writes");
     let (code, out, err) =
-        run(&["trace", &f.to_string_lossy(), "--vs-plan", "model=llama-3.1-70b,gpu=h100-sxm,gpus=4", "--concurrency", "16"]);
+        run(&["trace", &f.to_string_lossy(), "--vs-plan", "model=llama-3.1-70b,gpu=h100-sxm,gpus=4", "--concurrency", "4"]);
     assert_eq!(code, 0, "{err}");
     let line = out.lines().find(|l| l.contains("largest mismatch:")).expect("a mismatch line");
     assert!(line.contains("% measured against") && line.contains("% predicted"), "{line}");
+    assert!(out.contains("all-reduce calls: 160.0 all-reduces per decode step, as the model counts"), "{out}");
+    // A trace of 8 layers against the 80-layer model: the count says so.
+    let f = drawn(dir.path(), Engine::VllmFull);
+    let (code, out, err) =
+        run(&["trace", &f.to_string_lossy(), "--vs-plan", "model=llama-3.1-70b,gpu=h100-sxm,gpus=4", "--concurrency", "4"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("all-reduce calls: 16.0 all-reduces per decode step measured against 160 in the model (-90%)"), "{out}");
 }
 
 #[test]
 fn vs_plan_without_a_concurrency_is_refused() {
-    let f = hta("sampled_rank-0.json.gz");
+    let dir = tempfile::tempdir().expect("tmp");
+    let f = drawn(dir.path(), Engine::VllmFull);
     let (code, _, err) = run(&["trace", &f.to_string_lossy(), "--vs-plan", "model=llama-3.1-70b,gpu=h100-sxm,gpus=4"]);
     assert_eq!(code, 2);
     assert!(err.contains("--concurrency"), "{err}");
@@ -60,9 +99,11 @@ fn bad_traces_exit_2_with_the_reason() {
     let dir = tempfile::tempdir().expect("tmp");
     let not_json = dir.path().join("notes.json");
     std::fs::write(&not_json, "these are notes, not a trace\n").expect("write");
-    let whole = std::fs::read(hta("sampled_rank-0.json.gz")).expect("read");
+    let whole = std::fs::read(drawn(dir.path(), Engine::SglangCuda)).expect("read");
     let cut = dir.path().join("cut.json.gz");
     std::fs::write(&cut, &whole[..whole.len() / 2]).expect("write");
+    let host_only = dir.path().join("host.json.gz");
+    synth::write_doc(&synth::host_only(), &host_only).expect("write");
     let no_events = dir.path().join("empty.json");
     std::fs::write(&no_events, r#"{"schemaVersion": 1, "traceEvents": []}"#).expect("write");
     let other_json = dir.path().join("other.json");
@@ -70,7 +111,7 @@ fn bad_traces_exit_2_with_the_reason() {
     for (file, reason) in [
         (not_json, "not Chrome-trace JSON"),
         (cut, "gzip stream is truncated"),
-        (hta("rank_non_gpu.json.gz"), "no GPU events"),
+        (host_only, "no GPU events"),
         (no_events, "no GPU events"),
         (other_json, "without a traceEvents array"),
         (dir.path().join("missing.json"), "cannot open"),
@@ -184,7 +225,7 @@ fn vs_plan_json_gives_the_same_comparison_as_vs_plan() {
     let (code, _, err) =
         run(&["plan", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--gpus", "4", "--concurrency", "8,16", "--json", &plan_s]);
     assert_eq!(code, 0, "{err}");
-    let f = hta("sampled_rank-0.json.gz");
+    let f = drawn(dir.path(), Engine::TrtLlm);
     let f = f.to_string_lossy();
     let rows = |args: &[&str]| {
         let (code, out, err) = run(&[&["trace", &f, "--json", "-"], args].concat());

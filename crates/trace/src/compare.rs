@@ -25,6 +25,9 @@ pub struct Predicted {
     pub overhead_ms: f64,
     /// The decode step without the amortized prefill share.
     pub step_ms: f64,
+    /// All-reduces one GPU runs per decode step in the model (TP all-reduces and q/k-norm
+    /// all-reduces; null when the prediction does not say; since schema minor 2).
+    pub allreduces_per_step: Option<f64>,
 }
 
 /// A row of the side-by-side table.
@@ -84,6 +87,36 @@ pub struct Comparison {
     pub largest_mismatch: Term,
     /// That mismatch in words.
     pub summary: String,
+    /// All-reduce kernels per decode step, measured against the model's count (null when the
+    /// prediction gives no count; since schema minor 2).
+    pub allreduce_calls: Option<AllreduceCheck>,
+}
+
+/// All-reduce calls per decode step, measured and in the model.
+#[derive(Debug, Clone, Serialize)]
+pub struct AllreduceCheck {
+    /// The model's all-reduces per step.
+    pub predicted_per_step: f64,
+    /// NCCL all-reduce, custom and fused all-reduce kernels per measured step.
+    pub measured_per_step: f64,
+    /// The two in words.
+    pub summary: String,
+}
+
+fn allreduce_check(predicted: f64, measured: f64) -> AllreduceCheck {
+    let summary = if (predicted - measured).abs() < 0.5 {
+        format!("{measured:.1} all-reduces per decode step, as the model counts")
+    } else if measured < 0.5 {
+        format!(
+            "no all-reduce kernel in the decode steps against {predicted:.0} in the model (one GPU, or a trace of another rank or stream?)"
+        )
+    } else {
+        format!(
+            "{measured:.1} all-reduces per decode step measured against {predicted:.0} in the model ({:+.0}%)",
+            100.0 * (measured - predicted) / predicted.max(1e-9)
+        )
+    };
+    AllreduceCheck { predicted_per_step: predicted, measured_per_step: measured, summary }
 }
 
 fn measured(p: &PhaseSummary, term: Term) -> f64 {
@@ -132,7 +165,8 @@ pub fn compare(r: &TraceReport, predicted: Predicted) -> Option<Comparison> {
         summary =
             format!("the split agrees with the prediction within {AGREE_POINTS:.0} points of the step; closest to a mismatch: {summary}");
     }
-    Some(Comparison { measured_step_ms: p.mean_ms, largest_mismatch: worst.term, summary, rows, predicted })
+    let allreduce_calls = predicted.allreduces_per_step.map(|n| allreduce_check(n, p.allreduce_calls_per_step));
+    Some(Comparison { measured_step_ms: p.mean_ms, largest_mismatch: worst.term, summary, rows, predicted, allreduce_calls })
 }
 
 /// Shares closer than this (percentage points of the step) are called agreeing: a trace's

@@ -9,6 +9,7 @@ pub mod render;
 pub mod report;
 pub mod scan;
 pub mod steps;
+pub mod synth;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -17,7 +18,7 @@ pub use classify::{classify, parse_nccl, Category};
 pub use compare::{compare, Predicted};
 use read::{EventCat, Phase as Ph, RawEvent};
 pub use report::{analyze, TraceReport, SCHEMA};
-pub use steps::Phase;
+pub use steps::{Family, Phase};
 
 /// What can go wrong reading a trace.
 #[derive(Debug, thiserror::Error)]
@@ -83,15 +84,33 @@ impl Kernel {
     }
 }
 
-/// A step annotation (a `record_function` range, as it ran on the GPU) naming an engine step.
-#[derive(Debug, Clone, Copy)]
+/// A step annotation (a `record_function` range, or sglang's forward frame) naming an engine step.
+#[derive(Debug, Clone)]
 pub struct StepMark {
     /// Start, us.
     pub start: f64,
     /// End, us.
     pub end: f64,
-    /// What the name says the step is.
-    pub phase: Option<Phase>,
+    /// What the name says of the step.
+    pub info: steps::StepInfo,
+    /// Whether the range is the GPU-side copy (gpu_user_annotation) rather than the host range.
+    pub gpu: bool,
+    /// The host thread that ran the range.
+    pub tid: u64,
+    /// The name as the trace gives it.
+    pub name: String,
+}
+
+/// A host call that put work on the GPU (a kernel or graph launch, a copy, a memset), kept to map
+/// host step ranges onto the GPU.
+#[derive(Debug, Clone, Copy)]
+pub struct Launch {
+    /// When it was called, us.
+    pub ts: f64,
+    /// Its correlation id (the kernels it launched carry the same).
+    pub correlation: i64,
+    /// The thread that called it.
+    pub tid: u64,
 }
 
 /// The parts of a trace the analysis uses, kept compactly (names interned).
@@ -101,11 +120,15 @@ pub struct Timeline {
     pub names: Vec<String>,
     /// Category of each name.
     pub categories: Vec<Category>,
+    /// Whether each name is an all-reduce (NCCL AllReduce, custom or fused all-reduce).
+    pub allreduce: Vec<bool>,
     /// GPU events.
     pub kernels: Vec<Kernel>,
     /// Correlation ids of `cudaGraphLaunch`/`hipGraphLaunch` calls.
     pub graph_launches: Vec<i64>,
-    /// Step annotations.
+    /// Host launch calls, by time.
+    pub launches: Vec<Launch>,
+    /// Step annotations, GPU and host, by start.
     pub marks: Vec<StepMark>,
     /// Events in the file.
     pub events: u64,
@@ -117,6 +140,16 @@ pub struct Timeline {
 /// that is not finite, is a corrupt or hand-edited event, left out and counted
 /// ([`Timeline::skipped`]), so that one of them cannot turn every figure into infinity.
 pub const MAX_EVENT_US: f64 = 86_400e6;
+
+/// Whether a host runtime call puts work on the GPU.
+fn is_launch(name: &str) -> bool {
+    name.contains("Launch") || name.contains("Memcpy") || name.contains("Memset")
+}
+
+/// Whether a time is one (finite, within 3,000 years of the clock's zero).
+fn is_time(ts: f64) -> bool {
+    ts.is_finite() && ts.abs() < 1e17
+}
 
 impl Timeline {
     /// Reads the trace at `path`.
@@ -134,6 +167,7 @@ impl Timeline {
         // Unstable: no merge buffer of half the kernels (the order of equal starts is irrelevant:
         // every figure is a union or a sum).
         t.kernels.sort_unstable_by(|a, b| a.start.total_cmp(&b.start));
+        t.launches.sort_unstable_by(|a, b| a.ts.total_cmp(&b.ts));
         t.marks.sort_by(|a, b| a.start.total_cmp(&b.start));
         Ok(t)
     }
@@ -141,27 +175,38 @@ impl Timeline {
     fn add(&mut self, index: &mut HashMap<String, u32>, e: RawEvent<'_>) {
         let complete = e.ph.is_none_or(|p| p == Ph::Complete);
         let (Some(ts), dur) = (e.ts, e.dur.unwrap_or(0.0)) else { return };
+        let tid = e.tid.map_or(0, |t| t.0);
         match e.cat {
             EventCat::Kernel | EventCat::Memcpy | EventCat::Memset if complete => {
                 // A start past 1e17 us (3,000 years from the clock's zero) or a duration past a day
                 // is not a time.
-                if !(ts.is_finite() && ts.abs() < 1e17 && (0.0..=MAX_EVENT_US).contains(&dur)) {
+                if !(is_time(ts) && (0.0..=MAX_EVENT_US).contains(&dur)) {
                     self.skipped += 1;
                     return;
                 }
                 let name = self.intern(index, &e.name, e.cat);
                 self.kernels.push(Kernel { start: ts, dur: dur as f32, correlation: e.args.correlation.unwrap_or(-1), name });
             }
-            EventCat::Runtime if e.name.contains("GraphLaunch") => {
-                if let Some(c) = e.args.correlation {
+            EventCat::Runtime if is_launch(&e.name) => {
+                let Some(c) = e.args.correlation else { return };
+                if e.name.contains("GraphLaunch") {
                     self.graph_launches.push(c);
                 }
+                if is_time(ts) {
+                    self.launches.push(Launch { ts, correlation: c, tid });
+                }
             }
-            // Host-side ranges would need every launch's correlation kept to map them onto the
-            // GPU; the GPU-side copy of the same range (gpu_user_annotation) needs nothing.
-            EventCat::GpuUserAnnotation if complete => {
-                if let Some(phase) = steps::step_phase(&e.name) {
-                    self.marks.push(StepMark { start: ts, end: ts + dur, phase });
+            EventCat::GpuUserAnnotation | EventCat::UserAnnotation | EventCat::PythonFunction if complete => {
+                // Only sglang's model-runner frames among Python frames (cheap test first).
+                if e.cat == EventCat::PythonFunction && !e.name.contains("model_runner.py") {
+                    return;
+                }
+                if !(is_time(ts) && (0.0..=MAX_EVENT_US).contains(&dur)) {
+                    return;
+                }
+                if let Some(info) = steps::parse_step_name(&e.name) {
+                    let gpu = e.cat == EventCat::GpuUserAnnotation;
+                    self.marks.push(StepMark { start: ts, end: ts + dur, info, gpu, tid, name: e.name.into_owned() });
                 }
             }
             _ => {}
@@ -172,14 +217,21 @@ impl Timeline {
         if let Some(i) = index.get(name) {
             return *i;
         }
-        let i = self.names.len() as u32;
         let category = match cat {
             EventCat::Memcpy | EventCat::Memset => Category::MemcpyMemset,
             _ => classify(name),
         };
-        self.categories.push(category);
-        self.names.push(name.to_string());
+        let i = self.push_name(name, category);
         index.insert(name.to_string(), i);
+        i
+    }
+
+    /// Adds a kernel name of a known category; returns its index.
+    pub fn push_name(&mut self, name: &str, category: Category) -> u32 {
+        let i = self.names.len() as u32;
+        self.categories.push(category);
+        self.allreduce.push(classify::is_allreduce(name, category));
+        self.names.push(name.to_string());
         i
     }
 

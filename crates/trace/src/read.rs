@@ -27,6 +27,8 @@ pub enum EventCat {
     Runtime,
     /// A `record_function` range on the host (`cat` "user_annotation").
     UserAnnotation,
+    /// A Python function on the host (`cat` "python_function", with_stack=True).
+    PythonFunction,
     /// A `record_function` range as it ran on the GPU (`cat` "gpu_user_annotation").
     GpuUserAnnotation,
     /// Anything else (cpu_op, python_function, flow events, ...).
@@ -49,6 +51,7 @@ impl<'de> Deserialize<'de> for EventCat {
                     "gpu_memset" | "Memset" => EventCat::Memset,
                     "cuda_runtime" | "Runtime" | "cuda_driver" => EventCat::Runtime,
                     "user_annotation" => EventCat::UserAnnotation,
+                    "python_function" => EventCat::PythonFunction,
                     "gpu_user_annotation" => EventCat::GpuUserAnnotation,
                     _ => EventCat::Other,
                 })
@@ -64,6 +67,51 @@ pub struct EventArgs {
     /// Links a kernel to the runtime call that launched it.
     #[serde(default)]
     pub correlation: Option<i64>,
+}
+
+/// A thread id: Kineto writes a number, some writers a string (hashed to a number here).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Tid(pub u64);
+
+impl<'de> Deserialize<'de> for Tid {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Tid;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a thread id")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Tid, E> {
+                Ok(Tid(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Tid, E> {
+                Ok(Tid(v as u64))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Tid, E> {
+                Ok(Tid(v.to_bits()))
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Tid, E> {
+                // FNV-1a: stable across runs, unlike the std hasher's random keys.
+                Ok(Tid(s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))))
+            }
+            // Anything else is not a thread id the analysis can use: thread 0, not a refusal.
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Tid, E> {
+                Ok(Tid(0))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Tid, E> {
+                Ok(Tid(0))
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut a: A) -> Result<Tid, A::Error> {
+                while a.next_element::<de::IgnoredAny>()?.is_some() {}
+                Ok(Tid(0))
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, mut a: A) -> Result<Tid, A::Error> {
+                while a.next_entry::<de::IgnoredAny, de::IgnoredAny>()?.is_some() {}
+                Ok(Tid(0))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// One `traceEvents` entry, the fields used (the name borrowed from the read buffer).
@@ -84,6 +132,9 @@ pub struct RawEvent<'a> {
     /// Duration, us.
     #[serde(default)]
     pub dur: Option<f64>,
+    /// Thread (host events: the thread that ran the range or the launch).
+    #[serde(default)]
+    pub tid: Option<Tid>,
     /// Extra fields.
     #[serde(default)]
     pub args: EventArgs,

@@ -3,29 +3,31 @@
 use std::io::{self, Write};
 
 use crate::report::TraceReport;
-use crate::steps::{Phase, PhaseSource, Segmentation};
+use crate::steps::{PhaseSource, Segmentation};
 
-fn segmentation(s: Segmentation) -> &'static str {
-    match s {
-        Segmentation::StepAnnotations => "the engine's step annotations",
-        Segmentation::CudaGraphs => "CUDA graph launches",
-        Segmentation::IdleGaps => "idle gaps",
-    }
-}
+/// How many steps the terminal lists one by one (`--json` has them all).
+pub const STEPS_LISTED: usize = 12;
 
-fn phase(p: Phase) -> &'static str {
-    match p {
-        Phase::Prefill => "prefill",
-        Phase::Decode => "decode",
+fn segmentation(r: &TraceReport) -> String {
+    let fam = r.step_annotations.map_or("", |f| f.words());
+    match r.segmentation {
+        Segmentation::StepAnnotations => format!("the engine's step annotations on the GPU ({fam})"),
+        Segmentation::CpuAnnotations => format!("the engine's step annotations on the host, mapped to the GPU by launch ({fam})"),
+        Segmentation::CudaGraphs => "CUDA graph replays grouped per step (a step starts at its input copy)".into(),
+        Segmentation::IdleGaps => format!("idle gaps over {} ms (no step annotations, no CUDA graphs)", r.gap_ms),
     }
 }
 
 fn source(s: PhaseSource) -> &'static str {
     match s {
-        PhaseSource::Annotation => "annotation name",
-        PhaseSource::CudaGraph => "graph-launched or eager",
-        PhaseSource::Duration => "duration against the median",
+        PhaseSource::Annotation => "kind from the annotation",
+        PhaseSource::CudaGraph => "kind guessed: one graph replay is decode, eager is prefill",
+        PhaseSource::Duration => "kind guessed: duration against the median",
     }
+}
+
+fn opt(v: Option<u64>) -> String {
+    v.map_or("-".into(), |v| v.to_string())
 }
 
 fn short(name: &str, n: usize) -> String {
@@ -51,26 +53,67 @@ pub fn terminal(r: &TraceReport, w: &mut impl Write) -> io::Result<()> {
             r.skipped_gpu_events
         )?;
     }
-    writeln!(w, "  steps found by {} ({} GPU events outside steps)", segmentation(r.segmentation), r.events_outside_steps)?;
+    writeln!(w, "  {} steps found by {} ({} GPU events outside steps)", r.steps.len(), segmentation(r), r.events_outside_steps)?;
+    writeln!(w, "  kernels no rule knew (other): {:.2}% of kernel time", r.other_pct)?;
     for p in &r.phases {
         writeln!(w)?;
         writeln!(
             w,
-            "{}: {} steps (phase by {}), median {:.3} ms, p90 {:.3} ms, mean {:.3} ms",
-            phase(p.phase),
+            "{}: {} steps ({}), median {:.3} ms, p90 {:.3} ms, mean {:.3} ms",
+            p.phase.name(),
             p.steps,
             source(p.phase_source),
             p.median_ms,
             p.p90_ms,
             p.mean_ms
         )?;
+        match (p.tokens_per_step, p.requests_per_step, p.us_per_token) {
+            (Some(t), Some(q), Some(u)) => writeln!(w, "  {t:.1} tokens and {q:.1} requests per step (annotation), {u:.2} us per token")?,
+            (None, Some(q), _) => writeln!(w, "  {q:.1} requests per step (annotation; tokens not given)")?,
+            _ => {}
+        }
+        let per_token = p.us_per_token.is_some();
         for c in &p.categories {
-            writeln!(w, "  {:<22} {:>9.3} ms {:>6.1}%", c.category.name(), c.ms, c.pct)?;
+            let tok = c.us_per_token.filter(|_| per_token).map_or(String::new(), |u| format!(" {u:>9.2} us/token"));
+            writeln!(w, "  {:<22} {:>9.3} ms {:>6.1}%{tok}", c.category.name(), c.ms, c.pct)?;
         }
         writeln!(w, "  {:<22} {:>9.3} ms {:>6.1}%", "idle (host overhead)", p.idle_ms, p.idle_pct)?;
         writeln!(w, "  overlap between streams: {:.3} ms per step (counted once above)", p.overlap_ms)?;
-        if p.nccl_calls_per_step > 0.0 {
-            writeln!(w, "  NCCL: {:.1} calls per step, mean {:.1} us", p.nccl_calls_per_step, p.nccl_mean_us)?;
+        if p.nccl_calls_per_step > 0.0 || p.allreduce_calls_per_step > 0.0 {
+            writeln!(
+                w,
+                "  all-reduces: {:.1} per step; NCCL: {:.1} calls per step, mean {:.1} us",
+                p.allreduce_calls_per_step, p.nccl_calls_per_step, p.nccl_mean_us
+            )?;
+        }
+    }
+    if !r.steps.is_empty() {
+        writeln!(w)?;
+        let n = r.steps.len().min(STEPS_LISTED);
+        writeln!(w, "steps ({} of {}; all with --json)", n, r.steps.len())?;
+        writeln!(
+            w,
+            "  {:>4} {:>11} {:>9} {:<8} {:>7} {:>6} {:>7} {:>5}  annotation",
+            "#", "start ms", "ms", "kind", "tokens", "reqs", "kernels", "AR"
+        )?;
+        for s in &r.steps[..n] {
+            let kind = if s.phase_source.guessed() { format!("{}?", s.phase.name()) } else { s.phase.name().to_string() };
+            writeln!(
+                w,
+                "  {:>4} {:>11.3} {:>9.3} {:<8} {:>7} {:>6} {:>7} {:>5}  {}",
+                s.index,
+                s.start_ms,
+                s.ms,
+                kind,
+                opt(s.tokens),
+                opt(s.requests),
+                s.kernels,
+                s.allreduce_calls,
+                s.annotation.as_deref().map_or(String::new(), |a| short(a, 60))
+            )?;
+        }
+        if r.steps.iter().any(|s| s.phase_source.guessed()) {
+            writeln!(w, "  (kind?: guessed, no annotation says it)")?;
         }
     }
     writeln!(w)?;
@@ -121,6 +164,9 @@ pub fn terminal(r: &TraceReport, w: &mut impl Write) -> io::Result<()> {
             )?;
         }
         writeln!(w, "  largest mismatch: {}", c.summary)?;
+        if let Some(a) = &c.allreduce_calls {
+            writeln!(w, "  all-reduce calls: {}", a.summary)?;
+        }
     }
     Ok(())
 }

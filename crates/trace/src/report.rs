@@ -1,5 +1,6 @@
-//! The analysis as one typed, serializable result (`servetune.trace/1`): steps by phase, the
-//! split by category, top kernels, NCCL calls and the kernels no rule knew.
+//! The analysis as one typed, serializable result (`servetune.trace/1`): the steps as the engine
+//! ran them (each with its kind, tokens, requests and split), steps by kind, top kernels, NCCL
+//! calls and the kernels no rule knew.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -8,13 +9,13 @@ use serde::Serialize;
 
 use crate::classify::{parse_nccl, NcclAlgo, NcclProto};
 use crate::compare::Comparison;
-use crate::steps::{segment, split, Phase, PhaseSource, Segmentation, StepStat};
+use crate::steps::{segment, split, Family, Phase, PhaseSource, Segmentation, StepStat};
 use crate::{union_sorted, Category, Timeline, TraceError};
 
 /// The schema name and major version of the JSON document.
 pub const SCHEMA: &str = "servetune.trace/1";
 /// Minor version: additions that old readers may ignore.
-pub const SCHEMA_MINOR: u32 = 1;
+pub const SCHEMA_MINOR: u32 = 2;
 /// How many kernels the top list holds.
 pub const TOP_KERNELS: usize = 15;
 
@@ -42,12 +43,18 @@ pub struct TraceReport {
     pub span_ms: f64,
     /// How the steps were found.
     pub segmentation: Segmentation,
+    /// Whose annotations marked the steps (null when graphs or gaps cut them; since minor 2).
+    pub step_annotations: Option<Family>,
     /// The idle gap that ends a step when gaps cut the trace, ms.
     pub gap_ms: f64,
     /// GPU events that fell in no step.
     pub events_outside_steps: u64,
-    /// Steps by phase (prefill first), phases without steps left out.
+    /// Steps by kind (prefill, mixed, decode, idle), kinds without steps left out.
     pub phases: Vec<PhaseSummary>,
+    /// Share of summed kernel time in kernels no rule knew (category "other"), % (since minor 2).
+    pub other_pct: f64,
+    /// Every step in time order (since minor 2).
+    pub steps: Vec<StepRow>,
     /// Kernels by total time.
     pub top_kernels: Vec<KernelRow>,
     /// NCCL kernels by collective, algorithm and protocol.
@@ -58,13 +65,59 @@ pub struct TraceReport {
     pub comparison: Option<Comparison>,
 }
 
-/// The steps of one phase.
+/// One step as the engine ran it.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepRow {
+    /// Its place in the trace, from 0.
+    pub index: usize,
+    /// Start, ms after the trace's first GPU event.
+    pub start_ms: f64,
+    /// Wall time on the GPU, ms.
+    pub ms: f64,
+    /// Its kind.
+    pub phase: Phase,
+    /// How the kind was decided.
+    pub phase_source: PhaseSource,
+    /// Tokens it ran, from the engine's annotation (null when not given).
+    pub tokens: Option<u64>,
+    /// Requests in it, from the engine's annotation (null when not given).
+    pub requests: Option<u64>,
+    /// The annotation that marked it (null when graphs or gaps did).
+    pub annotation: Option<String>,
+    /// CUDA/HIP graph replays in it.
+    pub graph_replays: u32,
+    /// GPU events in it.
+    pub kernels: u64,
+    /// Union of its kernels, ms.
+    pub busy_ms: f64,
+    /// GPU idle inside it, ms.
+    pub idle_ms: f64,
+    /// All-reduce kernels (NCCL, custom, fused with the norm).
+    pub allreduce_calls: u32,
+    /// NCCL kernels (every collective).
+    pub nccl_calls: u32,
+    /// Time by category (union of the category's kernels), categories without time left out.
+    pub categories: Vec<StepCategory>,
+}
+
+/// One category's time in one step.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepCategory {
+    /// The category.
+    pub category: Category,
+    /// ms.
+    pub ms: f64,
+}
+
+/// The steps of one kind.
 #[derive(Debug, Clone, Serialize)]
 pub struct PhaseSummary {
-    /// Prefill or decode.
+    /// Prefill, mixed, decode or idle.
     pub phase: Phase,
-    /// How the phase was decided (of the first step; all steps of a trace use one rule).
+    /// How the kind was decided (the rule most of the kind's steps used).
     pub phase_source: PhaseSource,
+    /// Whether the kind was guessed rather than read from the engine's annotations (since minor 2).
+    pub kind_guessed: bool,
     /// Steps.
     pub steps: usize,
     /// Median step, ms.
@@ -85,6 +138,15 @@ pub struct PhaseSummary {
     pub nccl_calls_per_step: f64,
     /// Mean NCCL kernel duration, us (0 without NCCL kernels).
     pub nccl_mean_us: f64,
+    /// All-reduce kernels per step: NCCL all-reduces, custom and fused all-reduces (since minor 2).
+    pub allreduce_calls_per_step: f64,
+    /// Mean tokens per step over the steps whose annotation gives them (null when none does;
+    /// since minor 2).
+    pub tokens_per_step: Option<f64>,
+    /// Mean requests per step over the steps whose annotation gives them (null when none does).
+    pub requests_per_step: Option<f64>,
+    /// Step wall time per token over the steps with tokens, us (null without tokens).
+    pub us_per_token: Option<f64>,
 }
 
 /// One category's time in a step.
@@ -96,6 +158,9 @@ pub struct CategoryShare {
     pub ms: f64,
     /// Share of the step, %.
     pub pct: f64,
+    /// Its time per token over the steps whose annotation gives tokens, us (null without
+    /// tokens; since minor 2).
+    pub us_per_token: Option<f64>,
 }
 
 /// One kernel name's total.
@@ -143,19 +208,22 @@ pub fn analyze(path: &Path, gap_ms: f64) -> Result<TraceReport, TraceError> {
 
 /// The report of a timeline already read.
 pub fn report(t: &Timeline, file: &str, gap_ms: f64) -> TraceReport {
-    let (segmentation, windows) = segment(t, gap_ms * 1e3);
-    let (stats, outside) = split(t, &windows);
+    let found = segment(t, gap_ms * 1e3);
+    let (stats, outside) = split(t, &found.windows);
     let mut phases = Vec::new();
-    for phase in [Phase::Prefill, Phase::Decode] {
-        let steps: Vec<&StepStat> = stats.iter().filter(|s| s.phase == phase).collect();
-        let source = windows.iter().find(|(w, _)| w.phase == Some(phase)).map(|(_, s)| *s);
-        if let (false, Some(source)) = (steps.is_empty(), source) {
-            phases.push(summarize(phase, source, &steps));
+    for phase in Phase::ALL {
+        let steps: Vec<&StepStat> = stats.iter().filter(|s| s.phase() == phase).collect();
+        if !steps.is_empty() {
+            phases.push(summarize(phase, &steps));
         }
     }
     let (top, other, nccl) = kernel_tables(t);
     let start = t.kernels.iter().map(|k| k.start).fold(f64::INFINITY, f64::min);
     let end = t.kernels.iter().map(|k| k.end()).fold(f64::NEG_INFINITY, f64::max);
+    let kernel_us: f64 = t.kernels.iter().map(|k| k.dur as f64).sum();
+    // + 0.0: an empty f64 sum is -0.0, which would print as "-0.00".
+    let other_us: f64 = t.kernels.iter().filter(|k| t.category(k) == Category::Other).map(|k| k.dur as f64).sum::<f64>() + 0.0;
+    let steps = stats.iter().enumerate().map(|(i, s)| step_row(i, s, start)).collect();
     TraceReport {
         schema: SCHEMA,
         schema_minor: SCHEMA_MINOR,
@@ -163,17 +231,45 @@ pub fn report(t: &Timeline, file: &str, gap_ms: f64) -> TraceReport {
         events: t.events,
         gpu_events: t.kernels.len() as u64,
         skipped_gpu_events: t.skipped,
-        kernel_ms: t.kernels.iter().map(|k| k.dur as f64).sum::<f64>() / 1e3,
+        kernel_ms: kernel_us / 1e3,
         busy_ms: union_sorted(t.kernels.iter().map(|k| (k.start, k.end()))) / 1e3,
         span_ms: (end - start).max(0.0) / 1e3,
-        segmentation,
+        segmentation: found.segmentation,
+        step_annotations: found.family,
         gap_ms,
         events_outside_steps: outside,
         phases,
+        other_pct: if kernel_us > 0.0 { 100.0 * other_us / kernel_us } else { 0.0 },
+        steps,
         top_kernels: top,
         nccl,
         other_kernels: other,
         comparison: None,
+    }
+}
+
+fn step_row(index: usize, s: &StepStat, t0: f64) -> StepRow {
+    let w = &s.window;
+    StepRow {
+        index,
+        start_ms: (w.start - t0) / 1e3,
+        ms: s.ms,
+        phase: s.phase(),
+        phase_source: w.source,
+        tokens: w.tokens,
+        requests: w.requests,
+        annotation: w.name.clone(),
+        graph_replays: s.graph_replays,
+        kernels: s.kernels,
+        busy_ms: s.busy_ms,
+        idle_ms: (s.ms - s.busy_ms).max(0.0),
+        allreduce_calls: s.allreduce_calls,
+        nccl_calls: s.nccl_calls,
+        categories: Category::ALL
+            .iter()
+            .filter(|c| s.category_ms[c.index()] > 0.0)
+            .map(|c| StepCategory { category: *c, ms: s.category_ms[c.index()] })
+            .collect(),
     }
 }
 
@@ -183,17 +279,23 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted.get(rank - 1).copied().unwrap_or(0.0)
 }
 
-fn summarize(phase: Phase, source: PhaseSource, steps: &[&StepStat]) -> PhaseSummary {
+fn summarize(phase: Phase, steps: &[&StepStat]) -> PhaseSummary {
     let n = steps.len() as f64;
     let mut durs: Vec<f64> = steps.iter().map(|s| s.ms).collect();
     durs.sort_by(f64::total_cmp);
     let total: f64 = durs.iter().sum();
     let pct = |ms: f64| if total > 0.0 { 100.0 * ms / total } else { 0.0 };
+    // Per token: over the steps whose annotation gives tokens.
+    let with_tokens: Vec<&&StepStat> = steps.iter().filter(|s| s.window.tokens.is_some_and(|t| t > 0)).collect();
+    // Saturating: the counts come from names in the file, which may be anything.
+    let tokens: u64 = with_tokens.iter().filter_map(|s| s.window.tokens).fold(0u64, u64::saturating_add);
+    let per_token =
+        |f: &dyn Fn(&StepStat) -> f64| (tokens > 0).then(|| with_tokens.iter().map(|s| f(s)).sum::<f64>() * 1e3 / tokens as f64);
     let categories = Category::ALL
         .iter()
         .map(|c| {
             let sum: f64 = steps.iter().map(|s| s.category_ms[c.index()]).sum();
-            CategoryShare { category: *c, ms: sum / n, pct: pct(sum) }
+            CategoryShare { category: *c, ms: sum / n, pct: pct(sum), us_per_token: per_token(&|s| s.category_ms[c.index()]) }
         })
         .filter(|c| c.ms > 0.0)
         .collect();
@@ -201,9 +303,20 @@ fn summarize(phase: Phase, source: PhaseSource, steps: &[&StepStat]) -> PhaseSum
     let overlap: f64 = steps.iter().map(|s| s.kernel_ms - s.busy_ms).sum();
     let calls: u32 = steps.iter().map(|s| s.nccl_calls).sum();
     let nccl_ms: f64 = steps.iter().map(|s| s.nccl_ms).sum();
+    let allreduces: u64 = steps.iter().map(|s| s.allreduce_calls as u64).sum();
+    let mean_of = |f: &dyn Fn(&StepStat) -> Option<u64>| {
+        let known: Vec<u64> = steps.iter().filter_map(|s| f(s)).collect();
+        (!known.is_empty()).then(|| known.iter().map(|k| *k as f64).sum::<f64>() / known.len() as f64)
+    };
+    // The rule most of the kind's steps used (an annotation family marks all of them alike; graph
+    // segmentation may decide some by graph and some by duration).
+    let sources = [PhaseSource::Annotation, PhaseSource::CudaGraph, PhaseSource::Duration];
+    let phase_source =
+        sources.into_iter().max_by_key(|src| steps.iter().filter(|s| s.window.source == *src).count()).unwrap_or(PhaseSource::Duration);
     PhaseSummary {
         phase,
-        phase_source: source,
+        phase_source,
+        kind_guessed: steps.iter().any(|s| s.window.source.guessed()),
         steps: steps.len(),
         median_ms: percentile(&durs, 0.5),
         p90_ms: percentile(&durs, 0.9),
@@ -214,6 +327,10 @@ fn summarize(phase: Phase, source: PhaseSource, steps: &[&StepStat]) -> PhaseSum
         overlap_ms: overlap / n,
         nccl_calls_per_step: calls as f64 / n,
         nccl_mean_us: if calls > 0 { nccl_ms * 1e3 / calls as f64 } else { 0.0 },
+        allreduce_calls_per_step: allreduces as f64 / n,
+        tokens_per_step: mean_of(&|s| s.window.tokens),
+        requests_per_step: mean_of(&|s| s.window.requests),
+        us_per_token: per_token(&|s| s.ms),
     }
 }
 

@@ -1,4 +1,4 @@
-//! Integration tests of servetune-trace: real traces nobody here wrote.
+//! Integration tests of servetune-trace, on traces this project draws itself (`synth`).
 
-mod real;
+mod fixtures;
 mod roundtrip;
