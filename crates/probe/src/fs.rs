@@ -232,7 +232,8 @@ pub fn copy_recorded(rec: &Recorded, dir: &Path) -> std::io::Result<usize> {
         // Store under the canonical path so files read through symlinked directories land where
         // the captured links point.
         let canon = std::fs::canonicalize(f).unwrap_or_else(|_| PathBuf::from(f));
-        let Ok(bytes) = std::fs::read(&canon) else { continue };
+        // The same rule as a snapshot's reader: a regular file, at most MAX_FILE.
+        let Ok(bytes) = servetune_io::read_regular(&canon, f, MAX_FILE) else { continue };
         let d = dst(&canon.to_string_lossy());
         if let Some(parent) = d.parent() {
             std::fs::create_dir_all(parent)?;
