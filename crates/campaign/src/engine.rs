@@ -59,6 +59,24 @@ impl Domain {
         }
     }
 
+    /// Checks the domain itself: integer bounds in order, float bounds finite and in order, a
+    /// choice with at least one word. The error says what to write instead.
+    fn validate(&self) -> std::result::Result<(), String> {
+        match self {
+            Domain::Int { min, max } if min > max => {
+                Err(format!("domain int {{ min = {min}, max = {max} }} is empty: min must be at most max"))
+            }
+            Domain::Float { min, max } if !(min.is_finite() && max.is_finite()) => {
+                Err(format!("domain float {{ min = {min}, max = {max} }}: the bounds must be finite numbers"))
+            }
+            Domain::Float { min, max } if min > max => {
+                Err(format!("domain float {{ min = {min}, max = {max} }} is empty: min must be at most max"))
+            }
+            Domain::Choice(c) if c.is_empty() => Err("domain choice = [] allows nothing: list the allowed words".into()),
+            _ => Ok(()),
+        }
+    }
+
     /// The domain in words.
     pub fn describe(&self) -> String {
         match self {
@@ -152,6 +170,26 @@ fn default_ready_timeout() -> u64 {
     600
 }
 
+/// The longest `ready_timeout_s` a template may ask for: a week. Loading the largest models
+/// takes under an hour; more than this is a typo (and a deadline that far ahead is no deadline).
+pub const MAX_READY_TIMEOUT_S: u64 = 7 * 24 * 3600;
+
+/// The most an `--engines` file may hold (the built-ins are a few KB).
+pub const MAX_ENGINE_FILE: u64 = 4 << 20;
+
+/// An environment variable name a shell and `execve` both take: a letter or `_`, then letters,
+/// digits and `_`.
+fn is_env_name(s: &str) -> bool {
+    let mut b = s.bytes();
+    b.next().is_some_and(|c| c.is_ascii_alphabetic() || c == b'_') && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
+}
+
+/// A request path the executor writes into its request line: starts with `/`, no spaces or
+/// control characters (which would end the line early or smuggle a header).
+fn is_request_path(s: &str) -> bool {
+    s.starts_with('/') && s.bytes().all(|c| c.is_ascii_graphic())
+}
+
 #[derive(Debug, Deserialize)]
 struct EngineFile {
     #[serde(default)]
@@ -223,6 +261,7 @@ impl EngineTemplate {
             }
             Ok(())
         };
+        self.validate_settings(&bad)?;
         check_words("argv", &self.argv, &[])?;
         check_words("tail", &self.tail, &[])?;
         check_words("multi_node", &self.multi_node, &[])?;
@@ -243,6 +282,46 @@ impl EngineTemplate {
                         )));
                     }
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// The template's plain settings: paths, the readiness time, environment names, knob names
+    /// and domains.
+    fn validate_settings(&self, bad: &dyn Fn(String) -> CampaignError) -> Result<()> {
+        for (what, path) in [("health", Some(&self.health)), ("generate", Some(&self.generate)), ("metrics", self.metrics.as_ref())] {
+            if let Some(p) = path.filter(|p| !is_request_path(p)) {
+                return Err(bad(format!("{what} = {p:?} is not a request path: give a path that starts with / and has no spaces or control characters, e.g. \"/health\"")));
+            }
+        }
+        if let Some(VersionQuery::Http { path, .. }) = &self.version {
+            if !is_request_path(path) {
+                return Err(bad(format!("version http path = {path:?} is not a request path: give a path that starts with / and has no spaces, e.g. \"/version\"")));
+            }
+        }
+        if !(1..=MAX_READY_TIMEOUT_S).contains(&self.ready_timeout_s) {
+            return Err(bad(format!(
+                "ready_timeout_s = {} is out of range: give seconds from 1 to {MAX_READY_TIMEOUT_S} (a week)",
+                self.ready_timeout_s
+            )));
+        }
+        if let Some(v) = self.env.keys().find(|v| !is_env_name(v)) {
+            return Err(bad(format!(
+                "env {v:?} is not an environment variable name: use letters, digits and _, not starting with a digit (e.g. NCCL_ALGO)"
+            )));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for k in &self.knobs {
+            if !seen.insert(k.name.as_str()) {
+                return Err(bad(format!("knob {} is defined twice: keep one", k.name)));
+            }
+            if k.name.is_empty() || k.name.contains(['{', '}']) || k.name.chars().any(char::is_whitespace) {
+                return Err(bad(format!("knob name {:?} cannot be a placeholder: use letters, digits and _ (e.g. max_running)", k.name)));
+            }
+            k.domain.validate().map_err(|m| bad(format!("knob {}: {m}", k.name)))?;
+            if let Some(v) = k.env.as_deref().filter(|v| !is_env_name(v)) {
+                return Err(bad(format!("knob {}: env = {v:?} is not an environment variable name: use letters, digits and _, not starting with a digit (e.g. NCCL_ALGO)", k.name)));
             }
         }
         Ok(())
@@ -331,8 +410,8 @@ pub fn builtins() -> Vec<EngineTemplate> {
 pub fn all(user: Option<&Path>) -> Result<Vec<EngineTemplate>> {
     let mut out = builtins();
     if let Some(p) = user {
-        let text =
-            std::fs::read_to_string(p).map_err(|e| CampaignError::Input(format!("--engines {}: cannot read it ({e})", p.display())))?;
+        let text = servetune_io::read_text(p, &format!("--engines {}", p.display()), MAX_ENGINE_FILE)
+            .map_err(|e| CampaignError::Input(e.to_string()))?;
         for t in parse(&text, &format!("--engines {}", p.display()))? {
             out.retain(|b| b.name != t.name);
             out.push(t);
@@ -406,5 +485,50 @@ mod tests {
         assert!(matches!(&e, CampaignError::Input(m) if m.contains("mem_fraction=1.5") && m.contains("0.1 to 0.98")), "{e}");
         let e = sg.render(&ctx(), &BTreeMap::from([("bogus".into(), "1".into())])).expect_err("knob");
         assert!(matches!(&e, CampaignError::Input(m) if m.contains("no knob \"bogus\"")), "{e}");
+    }
+
+    fn one_knob(knob: &str) -> String {
+        format!("[[engine]]\nname = \"x\"\nargv = [\"srv\"]\nhealth = \"/h\"\ngenerate = \"/v1/completions\"\nknobs = [{knob}]\n")
+    }
+
+    #[test]
+    fn engine_files_with_empty_or_nan_domains_bad_env_names_or_bad_paths_are_refused_naming_the_knob_and_fix() {
+        let cases = [
+            (
+                one_knob("{ name = \"tp\", domain = { int = { min = 8, max = 1 } } }"),
+                "knob tp: domain int { min = 8, max = 1 } is empty: min must be at most max",
+            ),
+            (
+                one_knob("{ name = \"f\", domain = { float = { min = nan, max = 1.0 } } }"),
+                "knob f: domain float { min = NaN, max = 1 }: the bounds must be finite",
+            ),
+            (one_knob("{ name = \"f\", domain = { float = { min = 0.0, max = inf } } }"), "the bounds must be finite"),
+            (one_knob("{ name = \"f\", domain = { float = { min = 2.0, max = 1.0 } } }"), "is empty: min must be at most max"),
+            (one_knob("{ name = \"c\", domain = { choice = [] } }"), "knob c: domain choice = [] allows nothing"),
+            (
+                one_knob("{ name = \"a\", domain = \"text\", env = \"NCCL ALGO\" }"),
+                "knob a: env = \"NCCL ALGO\" is not an environment variable name",
+            ),
+            (one_knob("{ name = \"a\", domain = \"text\", env = \"A=B\" }"), "env = \"A=B\" is not an environment variable name"),
+            (one_knob("{ name = \"a\", domain = \"text\" }, { name = \"a\", domain = \"text\" }"), "knob a is defined twice"),
+            (one_knob("").replace("knobs = []", "env = { \"1X\" = \"y\" }"), "env \"1X\" is not an environment variable name"),
+            (one_knob("").replace("\"/h\"", "\"/h HTTP/1.1\\r\\nX: y\""), "health = \"/h HTTP/1.1\\r\\nX: y\" is not a request path"),
+            (
+                one_knob("").replace("knobs = []", "ready_timeout_s = 0"),
+                "ready_timeout_s = 0 is out of range: give seconds from 1 to 604800",
+            ),
+        ];
+        for (text, says) in cases {
+            let e = parse(&text, "f.toml").expect_err(says);
+            assert!(matches!(&e, CampaignError::Input(m) if m.starts_with("engine \"x\": ") && m.contains(says)), "{e}\n{text}");
+        }
+        parse(&one_knob("{ name = \"f\", domain = { float = { min = 0.5, max = 0.5 } }, env = \"_X1\" }"), "f.toml")
+            .expect("a one-value domain is fine");
+    }
+
+    #[test]
+    fn an_engines_file_that_is_a_device_is_refused_at_its_limit() {
+        let e = all(Some(Path::new("/dev/zero"))).expect_err("endless");
+        assert!(matches!(&e, CampaignError::Input(m) if m.starts_with("--engines /dev/zero: larger than 4 MiB")), "{e}");
     }
 }

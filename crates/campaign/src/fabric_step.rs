@@ -86,14 +86,16 @@ pub fn matrices_of(body: &serde_json::Value, record: i64) -> Result<PairMatrices
         .map_err(|e| CampaignError::Runtime(format!("journal: {e}")))
 }
 
+/// The most a fabric document may hold: its matrices and sweep for 64 GPUs are a few MB.
+pub const MAX_FABRIC_FILE: u64 = 64 << 20;
+
 /// `servetune campaign fabric DIR FILE`: reads `file`, checks it and records it against the
 /// current environment (the newest probe).
 pub fn record(dir: &Path, file: &Path) -> Result<Recorded> {
     let mut j = Journal::open(dir)?;
     let source = file.display().to_string();
-    let text = std::fs::read_to_string(file).map_err(|e| {
-        CampaignError::Input(format!("{source}: cannot read it ({e}); give the file servetune fabric p2p --json FILE wrote"))
-    })?;
+    let text = servetune_io::read_text(file, &source, MAX_FABRIC_FILE)
+        .map_err(|e| CampaignError::Input(format!("{e} (give the file servetune fabric p2p --json FILE wrote)")))?;
     let (body, matrices) = parse(&text, &source)?;
     let (env_id, env) = current_env(&j)?;
     let id = j.add_fabric(env_id, &source, &body)?;
@@ -124,6 +126,16 @@ mod tests {
         assert_eq!(m.latency.title, "P2P=Enabled Latency Matrix (4 B)");
         assert_eq!((m.gpus, m.backend.as_str()), (vec![0, 1], "sim"));
         assert!(m.link.is_some_and(|l| l.contains("beta 53.80 GB/s")));
+    }
+
+    #[test]
+    fn a_document_with_a_negative_link_bandwidth_is_refused_naming_the_field() {
+        let bad = DOC.replace("\"beta_gbs\":53.8", "\"beta_gbs\":-53.8");
+        let e = parse(&bad, "f.json").expect_err("negative bandwidth");
+        assert!(
+            matches!(&e, CampaignError::Input(m) if m.starts_with("f.json field \"link\": link bandwidth (beta_gbs) -53.8 is not a bandwidth")),
+            "{e}"
+        );
     }
 
     #[test]

@@ -156,19 +156,16 @@ fn progress(label: &'static str) -> impl FnMut(usize, usize) {
 
 fn output(r: &FabricReport, json: &Option<PathBuf>, md: &Option<PathBuf>) -> Result<(), Failure> {
     if json.as_ref().is_none_or(|j| j.as_os_str() != "-") {
-        let _ = report::write_terminal(r, std::io::stdout().lock());
+        let mut out = std::io::stdout().lock();
+        crate::plan_cmd::written(report::write_terminal(r, &mut out).and_then(|_| out.flush()), "stdout")?;
     }
     if let Some(p) = json {
-        let text = serde_json::to_string_pretty(r).map_err(|e| Failure::runtime(e.to_string()))?;
-        if p.as_os_str() == "-" {
-            crate::say!("{text}");
-        } else {
-            std::fs::write(p, text + "\n").map_err(|e| Failure::runtime(format!("cannot write {}: {e}", p.display())))?;
-        }
+        crate::plan_cmd::write_file(p, &|w| {
+            serde_json::to_writer_pretty(&mut *w, r).map_err(std::io::Error::other).and_then(|_| writeln!(w))
+        })?;
     }
     if let Some(p) = md {
-        let mut f = std::fs::File::create(p).map_err(|e| Failure::runtime(format!("cannot write {}: {e}", p.display())))?;
-        report::write_markdown(r, &mut f).map_err(|e| Failure::runtime(format!("cannot write {}: {e}", p.display())))?;
+        crate::plan_cmd::write_file(p, &|w| report::write_markdown(r, w))?;
     }
     Ok(())
 }

@@ -283,22 +283,44 @@ fn input(e: ModelError) -> Failure {
     Failure::usage(e.to_string())
 }
 
-fn read(flag: &str, p: &Path) -> Result<String, Failure> {
-    std::fs::read_to_string(p).map_err(|e| Failure::usage(format!("{flag} {}: cannot read it ({e})", p.display())))
+/// The most a `--model-config` may hold: published config.json files are under 100 KB.
+const MAX_MODEL_CONFIG: u64 = 16 * servetune_io::MIB;
+
+/// The most a `--fabric` or `--calibrate` document may hold: both are summaries (matrices,
+/// per-run figures) of a few hundred KB at most; per-request records are not in them.
+const MAX_DOCUMENT: u64 = 64 * servetune_io::MIB;
+
+/// Reads a flag's file, at most `limit` bytes of it; a FIFO or a device within the I/O crate's
+/// deadline.
+fn read(flag: &str, p: &Path, limit: u64) -> Result<String, Failure> {
+    servetune_io::read_text(p, &format!("{flag} {}", p.display()), limit).map_err(|e| Failure::usage(e.to_string()))
+}
+
+/// A report written to stdout or stderr: a write error is the command's failure (exit 1), except
+/// a reader that went away (`| head`), which only ends the output.
+pub(crate) fn written(r: std::io::Result<()>, to: &str) -> Result<(), Failure> {
+    match r {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(Failure::runtime(format!("cannot write the report to {to} ({e}); nothing was written, or only a part")))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// The deployment the flags describe (reads --model-config and --fabric).
 pub fn scenario_spec(a: &PlanArgs) -> Result<ScenarioSpec, Failure> {
     let model = match (&a.model, &a.model_config) {
         (Some(m), _) => ModelSource::Catalog(m.clone()),
-        (None, Some(p)) => ModelSource::Config { text: read("--model-config", p)?, path: p.display().to_string() },
+        (None, Some(p)) => ModelSource::Config { text: read("--model-config", p, MAX_MODEL_CONFIG)?, path: p.display().to_string() },
         (None, None) => return Err(Failure::usage("give --model NAME (see --help for the catalog) or --model-config config.json")),
     };
     let gpu = a.gpu.clone().ok_or_else(|| Failure::usage(format!("give --gpu; known: {}", hw::gpu_names().join(", "))))?;
     let link = match (&a.fabric, &a.link) {
         (Some(p), _) => {
             let src = p.display().to_string();
-            LinkSource::Measured(FabricInput::parse(&read("--fabric", p)?, &src).and_then(|f| f.link_profile(&src)).map_err(input)?)
+            LinkSource::Measured(
+                FabricInput::parse(&read("--fabric", p, MAX_DOCUMENT)?, &src).and_then(|f| f.link_profile(&src)).map_err(input)?,
+            )
         }
         (None, Some(l)) => LinkSource::Catalog(l.clone()),
         (None, None) => LinkSource::Default,
@@ -375,7 +397,7 @@ pub fn request(a: &PlanArgs) -> Result<PlanRequest, Failure> {
     let calibration = match &a.calibrate {
         Some(p) => {
             let src = p.display().to_string();
-            BenchInput::parse(&read("--calibrate", p)?, &src).and_then(|b| b.measured(&src)).map_err(input)?
+            BenchInput::parse(&read("--calibrate", p, MAX_DOCUMENT)?, &src).and_then(|b| b.measured(&src)).map_err(input)?
         }
         None => Vec::new(),
     };
@@ -394,14 +416,14 @@ pub fn request(a: &PlanArgs) -> Result<PlanRequest, Failure> {
     })
 }
 
-fn write_file(p: &Path, f: &dyn Fn(&mut dyn Write) -> std::io::Result<()>) -> Result<(), Failure> {
-    let mut out: Box<dyn Write> = if p.as_os_str() == "-" {
-        Box::new(std::io::stdout())
-    } else {
-        Box::new(std::io::BufWriter::new(
-            std::fs::File::create(p).map_err(|e| Failure::runtime(format!("cannot write {}: {e}", p.display())))?,
-        ))
-    };
+/// Writes a document to `p`, or to stdout for `-`; a write error is a failure (exit 1).
+pub(crate) fn write_file(p: &Path, f: &dyn Fn(&mut dyn Write) -> std::io::Result<()>) -> Result<(), Failure> {
+    if p.as_os_str() == "-" {
+        let mut out = std::io::stdout().lock();
+        return written(f(&mut out).and_then(|_| out.flush()), "stdout");
+    }
+    let mut out =
+        std::io::BufWriter::new(std::fs::File::create(p).map_err(|e| Failure::runtime(format!("cannot write {}: {e}", p.display())))?);
     f(&mut out).and_then(|_| out.flush()).map_err(|e| Failure::runtime(format!("cannot write {}: {e}", p.display())))
 }
 
@@ -420,7 +442,8 @@ fn run_validate(a: &PlanArgs) -> Result<(), Failure> {
     if is_stdout(&a.json) {
         crate::tell!("{table}");
     } else {
-        crate::say!("{table}");
+        let mut out = std::io::stdout().lock();
+        written(writeln!(out, "{table}").and_then(|_| out.flush()), "stdout")?;
     }
     if let Some(p) = &a.json {
         write_file(p, &|w| serde_json::to_writer_pretty(&mut *w, &v).map_err(std::io::Error::other).and_then(|_| writeln!(w)))?;
@@ -442,11 +465,12 @@ pub fn run(a: PlanArgs) -> Result<(), Failure> {
     let bench = crate::progress::CountingBench::default();
     let r = crate::progress::with_plan_progress(&bench, true, || servetune_model::build_report_with(&req, Some(&bench))).map_err(input)?;
     // With a document on stdout, the text report goes to stderr so stdout stays machine-readable.
-    let _ = if is_stdout(&a.json) || is_stdout(&a.markdown) {
-        report::write_terminal(&r, a.explain, std::io::stderr().lock())
+    if is_stdout(&a.json) || is_stdout(&a.markdown) {
+        written(report::write_terminal(&r, a.explain, std::io::stderr().lock()), "stderr")?;
     } else {
-        report::write_terminal(&r, a.explain, std::io::stdout().lock())
-    };
+        let mut out = std::io::stdout().lock();
+        written(report::write_terminal(&r, a.explain, &mut out).and_then(|_| out.flush()), "stdout")?;
+    }
     if let Some(p) = &a.json {
         write_file(p, &|w| serde_json::to_writer_pretty(&mut *w, &r).map_err(std::io::Error::other).and_then(|_| writeln!(w)))?;
     }

@@ -63,16 +63,19 @@ pub fn run(a: ProbeArgs) -> Result<(), Failure> {
     };
     let terminal = !a.quiet && a.json.as_ref().is_none_or(|j| j.as_os_str() != "-");
     if terminal {
-        let mut out = std::io::stdout().lock();
-        let _ = servetune_probe::render::write_terminal(&report, &mut out);
+        let out = std::io::stdout().lock();
+        crate::plan_cmd::written(servetune_probe::render::write_terminal(&report, out), "stdout")?;
     } else {
-        // The terminal report opens with the warnings; without it they go to stderr.
+        // The terminal report opens with the warnings; without it they go to stderr (escaped:
+        // a warning may quote a snapshot's file names).
         for w in &report.warnings {
-            crate::tell!("warning: {w}");
+            crate::tell!("warning: {}", servetune_probe::render::printable(w));
         }
     }
     match &a.json {
-        Some(p) => crate::write_json(p, &report),
+        Some(p) => crate::plan_cmd::write_file(p, &|w| {
+            serde_json::to_writer_pretty(&mut *w, &report).map_err(std::io::Error::other).and_then(|_| writeln!(w))
+        }),
         None => Ok(()),
     }
 }

@@ -89,3 +89,14 @@ fn plan_fabric_without_a_link_is_refused() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("no link profile"), "{err}");
 }
+
+#[test]
+fn fabric_to_a_full_device_exits_1_instead_of_0_with_nothing_written() {
+    let base = ["fabric", "p2p", "--backend", "sim", "--sim-gpus", "2", "--max-size", "1M"];
+    for extra in [&[][..], &["--json", "-"]] {
+        let args = [&base[..], extra].concat();
+        let (code, err) = crate::probe::to_a_full_device(&args);
+        assert_eq!(code, 1, "{args:?}: {err}");
+        assert!(err.contains("error: cannot write the report to stdout (No space left on device"), "{args:?}: {err}");
+    }
+}

@@ -555,3 +555,77 @@ fn engine_names_its_defaults_in_the_header_and_shifts_ttft_by_its_latency() {
     usage_error(&["--model", "glm-5", "--gpu", "rtx-pro-6000-se", "--engine", "tgi"], "--engine");
     usage_error(&["--validate", "--engine", "vllm"], "--engine does not apply to --validate");
 }
+
+#[test]
+fn numbers_at_the_boundary_exit_2_naming_the_flag_and_the_accepted_range() {
+    let one = ["--model", "glm-5", "--quant", "nvfp4", "--gpu", "rtx-pro-6000-se", "--concurrency", "1"];
+    let two_nodes = [
+        "--model",
+        "deepseek-v3",
+        "--gpu",
+        "h100-sxm",
+        "--gpus",
+        "16",
+        "--gpus-per-node",
+        "8",
+        "--net",
+        "ib-ndr",
+        "--tp",
+        "8",
+        "--pp",
+        "2",
+    ];
+    let cases: [(&[&str], &[&str], &str); 7] = [
+        (&one, &["--request-step-us", "1e308"], "--request-step-us 1e308 is out of range: give microseconds from 0 to 1000000"),
+        (&one, &["--step-overhead-ms", "inf"], "--step-overhead-ms inf is out of range: give milliseconds from 0 to 10000"),
+        (&one, &["--request-latency-ms", "1e300"], "--request-latency-ms 1e300 is out of range: give milliseconds from 0 to 600000"),
+        (
+            &one,
+            &["--link-bw", "1e-300"],
+            "--link-latency/--link-bw: link bandwidth (beta_gbs) 1e-300 is not a bandwidth this tool takes: give GB/s from 0.001 to 100000",
+        ),
+        (
+            &one,
+            &["--link-latency", "1e308"],
+            "link latency (alpha_us) 1e308 is not a latency this tool takes: give microseconds from 0 to 1000000",
+        ),
+        (&two_nodes, &["--net-latency", "1e308"], "--net-latency/--net-bw: link latency (alpha_us) 1e308"),
+        (&two_nodes, &["--net-bw", "NaN"], "--net-latency/--net-bw: link bandwidth (beta_gbs) NaN"),
+    ];
+    for (base, extra, needle) in cases {
+        usage_error(&[base, extra].concat(), needle);
+    }
+    let dir = tempfile::tempdir().expect("tmp");
+    let f = dir.path().join("tiny.json");
+    let doc = serde_json::json!({"schema": "servetune.fabric/1", "link": {"name": "measured-p2p", "alpha_us": 1.0, "beta_gbs": 1e-300, "mode": "p2p", "source": "test"}});
+    std::fs::write(&f, doc.to_string()).expect("write");
+    let fs = f.to_string_lossy().to_string();
+    usage_error(
+        &[&one[..], &["--fabric", &fs]].concat(),
+        "tiny.json field \"link\": link bandwidth (beta_gbs) 1e-300 is not a bandwidth this tool takes",
+    );
+}
+
+#[test]
+fn file_inputs_that_are_endless_devices_are_refused_at_their_limit() {
+    usage_error(
+        &["--model-config", "/dev/zero", "--gpu", "h200"],
+        "--model-config /dev/zero: larger than 16 MiB, the most this input may hold",
+    );
+    let gpu = ["--model", "glm-5", "--quant", "nvfp4", "--gpu", "rtx-pro-6000-se"];
+    usage_error(&[&gpu[..], &["--fabric", "/dev/zero"]].concat(), "--fabric /dev/zero: larger than 64 MiB");
+    usage_error(&[&gpu[..], &["--calibrate", "/dev/zero"]].concat(), "--calibrate /dev/zero: larger than 64 MiB");
+    let dir = tempfile::tempdir().expect("tmp");
+    usage_error(&["--model-config", &dir.path().to_string_lossy(), "--gpu", "h200"], "is a directory; give a file");
+}
+
+#[test]
+fn plan_to_a_full_device_exits_1_instead_of_0_with_nothing_written() {
+    let base = ["plan", "--model", "glm-5", "--quant", "nvfp4", "--gpu", "rtx-pro-6000-se", "--concurrency", "1"];
+    for extra in [&[][..], &["--json", "-"], &["--markdown", "-"]] {
+        let args = [&base[..], extra].concat();
+        let (code, err) = crate::probe::to_a_full_device(&args);
+        assert_eq!(code, 1, "{args:?}: {err}");
+        assert!(err.contains("error: cannot write the report to stdout (No space left on device"), "{args:?}: {err}");
+    }
+}

@@ -65,3 +65,54 @@ fn probe_root_on_a_partial_capture_warns_on_stderr_and_in_the_report() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("warning: --root") && err.contains("has no sys/bus/pci/devices"), "{err}");
 }
+
+/// Runs `servetune ARGS` with stdout on `/dev/full` (every write fails with "no space left");
+/// returns the exit code and stderr. Shared by the plan and fabric tests.
+pub(crate) fn to_a_full_device(args: &[&str]) -> (i32, String) {
+    let full = std::fs::OpenOptions::new().write(true).open("/dev/full").expect("/dev/full");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_servetune")).args(args).stdout(full).output().expect("run");
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn probe_to_a_full_device_exits_1_saying_the_report_was_not_written() {
+    let fx = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../probe/tests/fixtures/proxmox-kvm-8gpu");
+    let fx = fx.to_string_lossy();
+    for args in [vec!["probe", "--root", &fx], vec!["probe", "--root", &fx, "--json", "-"]] {
+        let (code, err) = to_a_full_device(&args);
+        assert_eq!(code, 1, "{args:?}: {err}");
+        assert!(err.contains("error: cannot write the report to stdout (No space left on device"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn probe_root_escapes_control_characters_of_snapshot_gpu_names_on_the_terminal() {
+    let fx = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../probe/tests/fixtures/no-gpu");
+    let dir = tempfile::tempdir().expect("tmp");
+    for part in ["proc", "sys"] {
+        let ok = std::process::Command::new("cp").arg("-a").arg(fx.join(part)).arg(dir.path()).status().expect("cp").success();
+        assert!(ok, "copy {part}");
+    }
+    let nvml = serde_json::json!({"error": null, "driver_version": "1\u{1b}[31m", "gpus": [], "topology": [], "p2p": {}});
+    std::fs::write(dir.path().join("nvml.json"), nvml.to_string()).expect("write");
+    let out = servetune().arg("probe").arg("--root").arg(dir.path()).output().expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains('\u{1b}'), "a raw escape reached the terminal:\n{text}");
+    assert!(text.contains("driver 1\\x1b[31m"), "{text}");
+}
+
+#[test]
+fn probe_root_with_a_fifo_in_the_snapshot_finishes_and_names_it() {
+    let fx = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../probe/tests/fixtures/no-gpu");
+    let dir = tempfile::tempdir().expect("tmp");
+    let ok = std::process::Command::new("cp").arg("-a").arg(fx.join(".")).arg(dir.path()).status().expect("cp").success();
+    assert!(ok, "copy the fixture");
+    let cpuinfo = dir.path().join("proc/cpuinfo");
+    let _ = std::fs::remove_file(&cpuinfo);
+    assert!(std::process::Command::new("mkfifo").arg(&cpuinfo).status().expect("mkfifo").success());
+    let out = servetune().arg("probe").arg("-q").arg("--root").arg(dir.path()).output().expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("/proc/cpuinfo: is a FIFO, not a regular file, so it is not read"), "{err}");
+}

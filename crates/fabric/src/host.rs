@@ -44,7 +44,9 @@ pub fn nodes() -> Vec<Node> {
                 .filter_map(|e| {
                     let name = e.file_name().to_string_lossy().to_string();
                     let id = name.strip_prefix("node")?.parse().ok()?;
-                    let cpus = parse_cpulist(&std::fs::read_to_string(e.path().join("cpulist")).ok()?);
+                    // A page of text; bounded as every file read is.
+                    let list = servetune_io::read_regular(&e.path().join("cpulist"), "cpulist", servetune_io::MIB).ok()?;
+                    let cpus = parse_cpulist(&String::from_utf8_lossy(&list));
                     (!cpus.is_empty()).then_some(Node { id, cpus })
                 })
                 .collect()

@@ -227,11 +227,14 @@ impl AllReduce for NcclAllReduce {
         for mut ch in children {
             let mut err = String::new();
             if let Some(mut s) = ch.stderr.take() {
-                let _ = s.read_to_string(&mut err);
+                // NCCL's INFO log is a few MB; past the limit the rest is drained, not kept (a
+                // worker blocked on a full pipe would never exit).
+                let _ = s.by_ref().take(WORKER_OUTPUT_LIMIT).read_to_string(&mut err);
+                let _ = std::io::copy(&mut s, &mut std::io::sink());
             }
             let mut line = String::new();
             if let Some(s) = ch.stdout.take() {
-                let _ = BufReader::new(s).read_line(&mut line);
+                let _ = BufReader::new(s.take(WORKER_OUTPUT_LIMIT)).read_line(&mut line);
             }
             let st = ch.wait().map_err(|e| FabricError::Runtime(format!("worker: {e}")))?;
             log.push_str(&err);
@@ -248,6 +251,9 @@ impl AllReduce for NcclAllReduce {
         Ok(AllReduceRun { ranks: ranks.len(), points, transports: transports(&log), env: env.to_vec() })
     }
 }
+
+/// The most of a worker's stderr (its NCCL log) or of its result line that is read.
+const WORKER_OUTPUT_LIMIT: u64 = 64 << 20;
 
 #[cfg(test)]
 mod tests {

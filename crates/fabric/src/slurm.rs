@@ -115,11 +115,11 @@ impl AllReduce for SlurmAllReduce {
         let mut outs = Vec::new();
         let mut errors = Vec::new();
         for r in 0..n {
-            let body = std::fs::read_to_string(self.dir.join(format!("rank-{r}.json"))).unwrap_or_default();
+            let body = rank_file(&self.dir.join(format!("rank-{r}.json"))).unwrap_or_default();
             match body.lines().find_map(|l| serde_json::from_str::<WorkerOut>(l.trim()).ok()) {
                 Some(w) => outs.push(w),
                 None => {
-                    let err = std::fs::read_to_string(self.dir.join(format!("rank-{r}.err"))).unwrap_or_default();
+                    let err = rank_file(&self.dir.join(format!("rank-{r}.err"))).unwrap_or_default();
                     errors.push(format!("rank {r}: {}", err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no result")));
                 }
             }
@@ -141,7 +141,7 @@ impl AllReduce for SlurmAllReduce {
         let mut log = String::new();
         for e in std::fs::read_dir(&self.dir).into_iter().flatten().flatten() {
             if e.file_name().to_string_lossy().starts_with("nccl-") && e.file_name().to_string_lossy().ends_with(".log") {
-                log.push_str(&std::fs::read_to_string(e.path()).unwrap_or_default());
+                log.push_str(&rank_file(&e.path()).unwrap_or_default());
             }
         }
         Ok(AllReduceRun { ranks: n, points, transports: nccl::transports(&log), env: env.to_vec() })
@@ -191,10 +191,10 @@ fn hand_over(dir: &Path, rank: usize, make: impl FnOnce() -> Result<String, Fabr
     }
     let until = Instant::now() + ID_WAIT;
     loop {
-        if let Ok(id) = std::fs::read_to_string(&id_path) {
+        if let Some(id) = rank_file(&id_path) {
             return Ok(id.trim().to_string());
         }
-        if let Ok(why) = std::fs::read_to_string(&failed_path) {
+        if let Some(why) = rank_file(&failed_path) {
             return Err(if why.starts_with("no NVIDIA driver found") {
                 FabricError::NoDriver { searched: crate::cuda::searched() }
             } else {
@@ -209,6 +209,16 @@ fn hand_over(dir: &Path, rank: usize, make: impl FnOnce() -> Result<String, Fabr
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// The most a rank's result, log or rendezvous file is read: results are one JSON line, NCCL's
+/// INFO log a few MB per rank.
+const MAX_RANK_FILE: u64 = 64 << 20;
+
+/// A file a rank wrote on the shared folder, bounded; `None` when it is missing or unreadable
+/// (a too-large file is then treated as no result, and the run says which rank gave none).
+fn rank_file(p: &Path) -> Option<String> {
+    servetune_io::read_bytes(p, &p.display().to_string(), MAX_RANK_FILE).ok().map(|b| String::from_utf8_lossy(&b).into_owned())
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! Time-bounded mutation fuzzing of the parsers that read untrusted input: the SSE stream parser
 //! (server bytes), `config.json` (user files), probe snapshots (sysfs/procfs text), the
-//! simulator's HTTP request parsing (client bytes) and profiler traces (`servetune trace`'s
-//! streaming JSON scanner and analysis).
+//! simulator's HTTP request parsing (client bytes), profiler traces (`servetune trace`'s
+//! streaming JSON scanner and analysis), the campaign's HTTP response reader (server bytes), engine
+//! template files, fabric documents, and hostile snapshot trees (symlinks out, loops, FIFOs).
 //!
 //! Coverage-guided fuzzers (cargo-fuzz, AFL) need a nightly toolchain or compiler plugins that CI
 //! does not have; this runner needs neither. Each target states an oracle beyond "no panic" where

@@ -30,7 +30,7 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
             "--seed" => a.seed = num("--seed")?,
             "-h" | "--help" => {
                 return Err(
-                    "usage: servetune-fuzz [sse|model_config|probe_tree|sim_request|trace ...] [--seconds N (default 10)] [--seed S]"
+                    "usage: servetune-fuzz [sse|model_config|probe_tree|sim_request|trace|http_response|engine_toml|fabric_doc|snapshot_tree ...] [--seconds N (default 10)] [--seed S]"
                         .into(),
                 )
             }

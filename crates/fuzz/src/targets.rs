@@ -22,6 +22,10 @@ pub fn all_targets(probe_fixture: &Path) -> std::io::Result<Vec<Box<dyn Target>>
         Box::new(ProbeTree::new(probe_fixture)?),
         Box::new(SimRequest),
         Box::new(TraceFile::new()?),
+        Box::new(HttpResponse),
+        Box::new(EngineToml),
+        Box::new(FabricDoc),
+        Box::new(SnapshotTree::new()?),
     ])
 }
 
@@ -364,6 +368,263 @@ impl Target for SimRequest {
             if first != parse_request(api, body).is_ok() {
                 return Err(format!("{api:?}: the same body parsed differently twice"));
             }
+        }
+        Ok(())
+    }
+}
+
+/// The campaign's HTTP/1.1 response reader over server bytes (health, model list and one-token
+/// replies of a launched engine). Oracles: the same response and verdict whether the bytes
+/// arrive whole or one at a time, and a body never larger than the limit.
+#[derive(Debug)]
+pub struct HttpResponse;
+
+/// Small enough that the fuzzer reaches the body limit.
+const HTTP_MAX_BODY: usize = 256;
+
+impl Target for HttpResponse {
+    fn name(&self) -> &'static str {
+        "http_response"
+    }
+    fn dictionary(&self) -> &'static [&'static str] {
+        &[
+            "HTTP/1.1 200 OK\r\n",
+            "HTTP/1.0 503 Service Unavailable\r\n",
+            "HTTP/1.1 100 Continue\r\n\r\n",
+            "Transfer-Encoding: chunked\r\n",
+            "Transfer-Encoding: gzip, chunked\r\n",
+            "Content-Length: ",
+            "\r\n\r\n",
+            "\r\n",
+            "0\r\n\r\n",
+            "5;foo=bar\r\n",
+            "FFFFFFFFFFFFFFFF\r\n",
+            "\u{e9}",
+            "\u{1F600}",
+            "{\"data\":[{\"id\":\"m\"}]}",
+        ]
+    }
+    fn check(&mut self, input: &[u8]) -> Result<(), String> {
+        use servetune_campaign::http::read_response;
+        let whole = read_response(&mut &input[..], HTTP_MAX_BODY);
+        let trickled = read_response(&mut Trickle(input), HTTP_MAX_BODY);
+        match (&whole, &trickled) {
+            (Ok(a), Ok(b)) if a != b => return Err(format!("the response depends on how reads fall: {a:?} whole, {b:?} byte by byte")),
+            (Ok(_), Err(e)) | (Err(e), Ok(_)) => {
+                return Err(format!("the verdict depends on how reads fall: whole {}, byte by byte {}", whole.is_ok(), trickled.is_ok())
+                    + &format!(" ({e})"))
+            }
+            _ => {}
+        }
+        if let Ok(r) = whole {
+            // U+FFFD for an invalid byte is 3 bytes for 1: bound the raw bytes, not the text.
+            let raw = r.body.chars().map(|c| if c == char::REPLACEMENT_CHARACTER { 1 } else { c.len_utf8() }).sum::<usize>();
+            if raw > HTTP_MAX_BODY {
+                return Err(format!("a body of {raw} bytes passed the {HTTP_MAX_BODY}-byte limit"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An `--engines` file (the campaign's launch templates). Oracles: an accepted template's knob
+/// domains are sane (integer bounds in order, float bounds finite and in order, a choice with a
+/// word), its environment names are names, and it renders with its defaults without a panic.
+#[derive(Debug)]
+pub struct EngineToml;
+
+impl Target for EngineToml {
+    fn name(&self) -> &'static str {
+        "engine_toml"
+    }
+    fn dictionary(&self) -> &'static [&'static str] {
+        &[
+            "[[engine]]\n",
+            "name = \"x\"\n",
+            "argv = [\"srv\", \"--port\", \"{port}\"]\n",
+            "health = \"/health\"\n",
+            "generate = \"/v1/completions\"\n",
+            "knobs = [",
+            "{ name = \"tp\", domain = { int = { min = 1, max = 8 } }, default = \"{gpus}\", args = [\"--tp\", \"{value}\"] }",
+            "{ name = \"f\", domain = { float = { min = nan, max = inf } }, env = \"X\" }",
+            "domain = { choice = [] }",
+            "env = { \"A=B\" = \"1\" }\n",
+            "ready_timeout_s = 18446744073709551615\n",
+            "{",
+            "}",
+            "-9223372036854775808",
+        ]
+    }
+    fn check(&mut self, input: &[u8]) -> Result<(), String> {
+        use servetune_campaign::engine::{parse, Context, Domain};
+        let text = String::from_utf8_lossy(input);
+        let Ok(templates) = parse(&text, "fuzz.toml") else { return Ok(()) };
+        let mut ctx = Context::default();
+        for (k, v) in [("model", "m"), ("host", "127.0.0.1"), ("port", "8000"), ("gpus", "8"), ("servetune", "st"), ("nnodes", "1")] {
+            ctx.values.insert(k.into(), v.into());
+        }
+        for t in &templates {
+            for k in &t.knobs {
+                let sane = match &k.domain {
+                    Domain::Int { min, max } => min <= max,
+                    Domain::Float { min, max } => min.is_finite() && max.is_finite() && min <= max,
+                    Domain::Choice(c) => !c.is_empty(),
+                    Domain::Text => true,
+                };
+                if !sane {
+                    return Err(format!("accepted knob {} with domain {:?}", k.name, k.domain));
+                }
+            }
+            let names = t.env.keys().chain(t.knobs.iter().filter_map(|k| k.env.as_ref()));
+            if let Some(bad) = names.into_iter().find(|n| n.is_empty() || n.contains(['=', '\0', ' '])) {
+                return Err(format!("accepted the environment name {bad:?}"));
+            }
+            let _ = t.render(&ctx, &Default::default());
+        }
+        Ok(())
+    }
+}
+
+/// A `servetune fabric p2p --json` document, as `plan --fabric` and `campaign fabric` read it.
+/// Oracles: an accepted link has a finite latency and a finite, positive bandwidth within the
+/// model's ranges; accepted matrices hold only finite, non-negative values.
+#[derive(Debug)]
+pub struct FabricDoc;
+
+impl Target for FabricDoc {
+    fn name(&self) -> &'static str {
+        "fabric_doc"
+    }
+    fn dictionary(&self) -> &'static [&'static str] {
+        &[
+            "{\"schema\":\"servetune.fabric/1.1\",",
+            "\"kind\":\"p2p\",",
+            "\"link\":{\"name\":\"measured-p2p\",\"alpha_us\":0.5,\"beta_gbs\":53.8,\"mode\":\"p2p\",\"source\":\"sim\"},",
+            "\"mode\":\"host_staged\"",
+            "\"p2p\":{\"gpus\":[0,1]},",
+            "\"matrices\":[{\"title\":\"P2P=Enabled Latency Matrix (4 B)\",\"unit\":\"us\",\"values\":[[2.0,0.5],[0.5,2.0]]}]",
+            "\"unit\":\"GB/s\"",
+            "-53.8",
+            "1e-300",
+            "1e308",
+            "null",
+            "]}",
+        ]
+    }
+    fn check(&mut self, input: &[u8]) -> Result<(), String> {
+        use servetune_model::hw::{LINK_BANDWIDTH_GBS, LINK_LATENCY_US};
+        use servetune_model::inputs::FabricInput;
+        let text = String::from_utf8_lossy(input);
+        let Ok(doc) = FabricInput::parse(&text, "fuzz.json") else { return Ok(()) };
+        if let Ok(l) = doc.link_profile("fuzz.json") {
+            if !(LINK_LATENCY_US.contains(&l.alpha_us) && LINK_BANDWIDTH_GBS.contains(&l.beta_gbs)) {
+                return Err(format!("accepted a link of {} us and {} GB/s", l.alpha_us, l.beta_gbs));
+            }
+        }
+        if let Ok(ms) = doc.checked_matrices("fuzz.json") {
+            if let Some(v) = ms.iter().flat_map(|m| m.values.iter().flatten().flatten()).find(|v| !(v.is_finite() && **v >= 0.0)) {
+                return Err(format!("accepted a matrix value {v}"));
+            }
+        }
+        // The campaign's reading of the same document must not panic either.
+        let _ = servetune_campaign::fabric_step::parse(&text, "fuzz.json");
+        Ok(())
+    }
+}
+
+/// A probe snapshot tree built from the input: each entry is a kind byte, a path byte (one of the
+/// paths a probe reads) and, for a file, its content up to a NUL. Kinds: a regular file, a
+/// directory, a symlink out of the snapshot (relative or absolute), a symlink loop, a FIFO.
+/// Oracles: the probe returns (a FIFO would block it), and nothing of a file outside the snapshot
+/// reaches the report.
+#[derive(Debug)]
+pub struct SnapshotTree {
+    dir: tempfile::TempDir,
+}
+
+/// Text only a file outside the snapshot holds.
+const OUTSIDE_MARKER: &str = "OUTSIDE-THE-SNAPSHOT-7f3a";
+
+/// Paths a probe reads, relative to a snapshot's root.
+const SNAPSHOT_PATHS: &[&str] = &[
+    "nvml.json",
+    "proc/cpuinfo",
+    "proc/1/cgroup",
+    "proc/1/environ",
+    "proc/sys/kernel/osrelease",
+    "servetune/cpuid",
+    "sys/class/dmi/id/sys_vendor",
+    "sys/class/dmi/id/product_name",
+    "sys/bus/pci/devices",
+    "sys/bus/pci/devices/0000:01:00.0",
+    "sys/bus/pci/devices/0000:01:00.0/class",
+    "sys/bus/pci/devices/0000:01:00.0/vendor",
+    "sys/bus/pci/devices/0000:01:00.0/config",
+    "sys/bus/pci/devices/0000:01:00.0/current_link_speed",
+    "sys/bus/pci/devices/0000:01:00.0/iommu_group",
+    "sys/devices/system/node/node0/cpulist",
+    "sys/module/nvidia_uvm/parameters/uvm_disable_hmm",
+];
+
+impl SnapshotTree {
+    /// A target with its own temporary folder: `outside` holds the marker, `snap/` the tree.
+    pub fn new() -> std::io::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        std::fs::write(dir.path().join("outside"), format!("model name\t: {OUTSIDE_MARKER}\n{OUTSIDE_MARKER}\n"))?;
+        Ok(Self { dir })
+    }
+
+    /// Builds the tree the input describes under `snap`. An entry that cannot be made (its folder
+    /// is a link or a FIFO made by an earlier entry) is left out: such a tree is still hostile.
+    fn build(&self, snap: &Path, input: &[u8]) {
+        let outside = self.dir.path().join("outside");
+        let mut rest = input;
+        while let [kind, pick, tail @ ..] = rest {
+            rest = tail;
+            let rel = SNAPSHOT_PATHS[*pick as usize % SNAPSHOT_PATHS.len()];
+            let p = snap.join(rel);
+            if let Some(parent) = p.parent() {
+                let _ = std::fs::create_dir_all(parent);
+            }
+            let depth = rel.matches('/').count() + 1;
+            let _ = match kind % 6 {
+                0 => {
+                    let end = tail.iter().position(|b| *b == 0).unwrap_or(tail.len());
+                    rest = tail.get(end + 1..).unwrap_or_default();
+                    if p.symlink_metadata().is_ok() {
+                        continue;
+                    }
+                    std::fs::write(&p, &tail[..end])
+                }
+                1 => std::fs::create_dir_all(&p),
+                2 => std::os::unix::fs::symlink(format!("{}outside", "../".repeat(depth)), &p),
+                3 => std::os::unix::fs::symlink(&outside, &p),
+                4 => std::os::unix::fs::symlink(p.file_name().unwrap_or_default(), &p),
+                _ => std::process::Command::new("mkfifo").arg(&p).stderr(std::process::Stdio::null()).status().map(|_| ()),
+            };
+        }
+    }
+}
+
+impl Target for SnapshotTree {
+    fn name(&self) -> &'static str {
+        "snapshot_tree"
+    }
+    fn dictionary(&self) -> &'static [&'static str] {
+        &["\u{0}\u{0}", "\u{2}\u{1}", "\u{3}\u{0}", "\u{5}\u{1}", "\u{4}\u{8}", "model name\t: x\n", "{}", "\u{0}"]
+    }
+    fn check(&mut self, input: &[u8]) -> Result<(), String> {
+        let snap = self.dir.path().join("snap");
+        let _ = std::fs::remove_dir_all(&snap);
+        std::fs::create_dir_all(&snap).map_err(|e| format!("fuzzer: {e}"))?;
+        self.build(&snap, input);
+        let r = servetune_probe::probe_root(&snap, 0);
+        let text = match &r {
+            Ok(report) => serde_json::to_string(report).map_err(|e| format!("the probe report does not serialize: {e}"))?,
+            Err(e) => e.clone(),
+        };
+        if text.contains(OUTSIDE_MARKER) {
+            return Err("a file outside the snapshot reached the report".into());
         }
         Ok(())
     }

@@ -142,20 +142,33 @@ pub struct LinkProfile {
     pub source: String,
 }
 
+/// The link and network latencies a flag or a measurement may give, microseconds: from 0 (a
+/// latency too small to measure) to one second, a thousand times the slowest network hop.
+pub const LINK_LATENCY_US: std::ops::RangeInclusive<f64> = 0.0..=1e6;
+
+/// The link and network bandwidths a flag or a measurement may give, GB/s: from 1 MB/s (below
+/// any real interconnect; slower would turn one step into hours) to 100,000 GB/s (over 50 times
+/// NVLink 5).
+pub const LINK_BANDWIDTH_GBS: std::ops::RangeInclusive<f64> = 1e-3..=1e5;
+
 impl LinkProfile {
-    /// Refuses a latency or bandwidth that is not finite and positive (alpha may be 0), naming
-    /// `origin` (the flag or file the link came from).
+    /// Refuses a latency or bandwidth that is not finite or outside [`LINK_LATENCY_US`] and
+    /// [`LINK_BANDWIDTH_GBS`], naming `origin` (the flag or file the link came from).
     pub fn validate(&self, origin: &str) -> Result<(), ModelError> {
-        if !(self.alpha_us.is_finite() && self.alpha_us >= 0.0) {
+        if !(self.alpha_us.is_finite() && LINK_LATENCY_US.contains(&self.alpha_us)) {
             return Err(ModelError::Input(format!(
-                "{origin}: link latency (alpha_us) {} is not a latency: give microseconds >= 0",
-                self.alpha_us
+                "{origin}: link latency (alpha_us) {:?} is not a latency this tool takes: give microseconds from {} to {}",
+                self.alpha_us,
+                LINK_LATENCY_US.start(),
+                LINK_LATENCY_US.end()
             )));
         }
-        if !(self.beta_gbs.is_finite() && self.beta_gbs > 0.0) {
+        if !(self.beta_gbs.is_finite() && LINK_BANDWIDTH_GBS.contains(&self.beta_gbs)) {
             return Err(ModelError::Input(format!(
-                "{origin}: link bandwidth (beta_gbs) {} is not a bandwidth: give GB/s > 0",
-                self.beta_gbs
+                "{origin}: link bandwidth (beta_gbs) {:?} is not a bandwidth this tool takes: give GB/s from {} to {}",
+                self.beta_gbs,
+                LINK_BANDWIDTH_GBS.start(),
+                LINK_BANDWIDTH_GBS.end()
             )));
         }
         Ok(())

@@ -126,9 +126,13 @@ impl FabricInput {
     }
 
     /// The per-pair matrices checked: a `p2p` document with at least one bandwidth (GB/s) and one
-    /// latency (us) matrix, each square over the swept GPUs, every value finite and not negative.
+    /// latency (us) matrix, each square over the swept GPUs, every value finite and not negative;
+    /// its measured link, when it has one, within the ranges a link may have.
     pub fn checked_matrices(&self, source: &str) -> Result<&[FabricMatrix], ModelError> {
         let bad = |m: String| ModelError::Input(format!("{source}: {m}"));
+        if let Some(l) = &self.link {
+            l.validate(&format!("{source} field \"link\""))?;
+        }
         if let Some(k) = self.kind.as_deref().filter(|k| *k != "p2p") {
             return Err(bad(format!(
                 "field \"kind\" is {k:?}: it holds no per-pair matrices; record the document servetune fabric p2p --json FILE writes"
@@ -234,6 +238,28 @@ mod tests {
         let no_latency = r#"{"schema":"servetune.fabric/1.1","kind":"p2p","matrices":[{"title":"b","unit":"GB/s","values":[[1.0]]}]}"#;
         let e = FabricInput::parse(no_latency, "f.json").expect("parse").checked_matrices("f.json").expect_err("no latency");
         assert!(e.to_string().contains("no us matrix"), "{e}");
+    }
+
+    #[test]
+    fn a_document_whose_link_has_a_negative_or_absurd_bandwidth_is_refused_with_its_matrices() {
+        let doc = |beta: &str| {
+            format!(
+                r#"{{"schema":"servetune.fabric/1.1","kind":"p2p","p2p":{{"gpus":[0]}},
+                "link":{{"name":"measured-p2p","alpha_us":1.0,"beta_gbs":{beta},"mode":"p2p","source":"sim"}},
+                "matrices":[{{"title":"b","unit":"GB/s","values":[[1.0]]}},{{"title":"l","unit":"us","values":[[1.0]]}}]}}"#
+            )
+        };
+        FabricInput::parse(&doc("53.8"), "f.json").expect("parse").checked_matrices("f.json").expect("a sane link");
+        for (beta, says) in
+            [("-5", "beta_gbs) -5.0 is not a bandwidth"), ("1e-300", "beta_gbs) 1e-300 is not"), ("1e308", "beta_gbs) 1e308 is not")]
+        {
+            let f = FabricInput::parse(&doc(beta), "f.json").expect("parse");
+            for e in [f.checked_matrices("f.json").expect_err(beta), f.link_profile("f.json").expect_err(beta)] {
+                let m = e.to_string();
+                assert!(m.starts_with("f.json field \"link\": link bandwidth (") && m.contains(says), "{m}");
+                assert!(m.ends_with("give GB/s from 0.001 to 100000"), "{m}");
+            }
+        }
     }
 
     #[test]

@@ -265,16 +265,22 @@ impl ScenarioSpec {
         // A stated per-step overhead replaces the fitted per-kernel floor; the per-request cost,
         // which grows with the batch, stays unless `--request-step-us` states it too.
         let (step_overhead_ms, kernel_overhead_us) = match self.step_overhead_ms {
-            Some(o) if !(o.is_finite() && o >= 0.0) => {
-                return Err(ModelError::Input(format!("--step-overhead-ms {o}: give milliseconds >= 0")))
+            Some(o) if !(o.is_finite() && STEP_OVERHEAD_MS.contains(&o)) => {
+                return Err(ModelError::Input(format!(
+                    "--step-overhead-ms {o:?} is out of range: give milliseconds from {} to {}",
+                    STEP_OVERHEAD_MS.start(),
+                    STEP_OVERHEAD_MS.end()
+                )))
             }
             Some(o) => (o, 0.0),
             None => (defaults.step_overhead_ms, defaults.kernel_overhead_us),
         };
         let request_step_us = match self.request_step_us {
-            Some(r) if !(r.is_finite() && r >= 0.0) => {
+            Some(r) if !(r.is_finite() && REQUEST_STEP_US.contains(&r)) => {
                 return Err(ModelError::Input(format!(
-                    "--request-step-us {r}: give microseconds >= 0 per running request per decode step (the fitted default is {})",
+                    "--request-step-us {r:?} is out of range: give microseconds from {} to {} per running request per decode step (the fitted default is {})",
+                    REQUEST_STEP_US.start(),
+                    REQUEST_STEP_US.end(),
                     defaults.request_step_us
                 )))
             }
@@ -282,9 +288,11 @@ impl ScenarioSpec {
             None => defaults.request_step_us,
         };
         let request_latency_ms = match self.request_latency_ms {
-            Some(l) if !(l.is_finite() && l >= 0.0) => {
+            Some(l) if !(l.is_finite() && REQUEST_LATENCY_MS.contains(&l)) => {
                 return Err(ModelError::Input(format!(
-                    "--request-latency-ms {l}: give milliseconds >= 0 (sglang {}, vLLM {}, TensorRT-LLM {}: VALIDATION.md)",
+                    "--request-latency-ms {l:?} is out of range: give milliseconds from {} to {} (sglang {}, vLLM {}, TensorRT-LLM {}: VALIDATION.md)",
+                    REQUEST_LATENCY_MS.start(),
+                    REQUEST_LATENCY_MS.end(),
                     crate::predict::SGLANG_REQUEST_LATENCY_MS,
                     crate::predict::VLLM_REQUEST_LATENCY_MS,
                     crate::predict::TRTLLM_REQUEST_LATENCY_MS
@@ -293,9 +301,14 @@ impl ScenarioSpec {
             Some(l) => l,
             None => defaults.request_latency_ms,
         };
-        let moe_efficiency = fraction(self.moe_efficiency, defaults.moe_efficiency, |f| {
-            format!("moe-efficiency {f}: give the fraction of memory bandwidth the MoE kernels reach, above 0 and at most 1")
-        })?;
+        let moe_efficiency = match self.moe_efficiency {
+            Some(f) if !(f.is_finite() && (MIN_MOE_EFFICIENCY..=1.0).contains(&f)) => {
+                return Err(ModelError::Input(format!(
+                    "moe-efficiency {f:?}: give the fraction of memory bandwidth the MoE kernels reach, from {MIN_MOE_EFFICIENCY} to 1"
+                )))
+            }
+            given => given.unwrap_or(defaults.moe_efficiency),
+        };
         let mem_fraction = fraction(self.mem_fraction, defaults.mem_fraction, |f| {
             format!(
                 "--mem-fraction {f}: give the share of each GPU's memory the engine may use, above 0 and at most 1 (sglang's --mem-fraction-static, vLLM's --gpu-memory-utilization)"
@@ -457,6 +470,20 @@ fn split_pairs<'a>(flag: &str, s: &'a str, example: &str) -> Result<Vec<(&'a str
 }
 
 /// A stated fraction in (0, 1], else `default`; `why` words the refusal of any other value.
+/// `--step-overhead-ms`: host time per decode step, up to 10 s (the fitted floor is well under 1 ms;
+/// a step that long is a stalled server, not a setting).
+pub const STEP_OVERHEAD_MS: std::ops::RangeInclusive<f64> = 0.0..=1e4;
+
+/// `--request-step-us`: per running request per decode step, up to 1 s (the fitted value is 25 us).
+pub const REQUEST_STEP_US: std::ops::RangeInclusive<f64> = 0.0..=1e6;
+
+/// `--request-latency-ms`: the serving path's latency outside the GPU, up to 10 minutes.
+pub const REQUEST_LATENCY_MS: std::ops::RangeInclusive<f64> = 0.0..=6e5;
+
+/// The lowest MoE efficiency taken: below 1% of memory bandwidth a step's time is a typo's
+/// (and reaches durations no clock holds).
+pub const MIN_MOE_EFFICIENCY: f64 = 0.01;
+
 fn fraction(given: Option<f64>, default: f64, why: impl FnOnce(f64) -> String) -> Result<f64, ModelError> {
     match given {
         Some(f) if !(f.is_finite() && f > 0.0 && f <= 1.0) => Err(ModelError::Input(why(f))),
@@ -1009,7 +1036,9 @@ mod tests {
         assert_eq!((net.alpha_us, net.beta_gbs), (5.0, 20.0));
         assert!(net.source.starts_with("measured (--net-bw); measured (--net-latency)"), "{}", net.source);
         measured.net_bw_gbs = Some(-1.0);
-        assert!(measured.build().expect_err("negative").to_string().contains("--net-latency/--net-bw: link bandwidth (beta_gbs) -1"));
+        assert!(measured.build().expect_err("negative").to_string().contains(
+            "--net-latency/--net-bw: link bandwidth (beta_gbs) -1.0 is not a bandwidth this tool takes: give GB/s from 0.001 to 100000"
+        ));
         let mut one = deepseek_on_h100(8);
         one.net = Some("ib-ndr".into());
         assert!(one.build().expect_err("net on one node").to_string().contains("--nodes or --gpus-per-node"));

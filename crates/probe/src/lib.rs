@@ -191,15 +191,25 @@ fn check_capture(dir: &Path) -> Result<Vec<String>, String> {
 /// not a capture; a warning in the report for each part of a capture it lacks.
 pub fn probe_root(dir: &Path, now: u64) -> Result<ProbeReport, String> {
     let warnings = check_capture(dir)?;
-    let nvml = match std::fs::read_to_string(dir.join("nvml.json")) {
-        Ok(t) => Some(
-            serde_json::from_str::<gpu::NvmlSnapshot>(&t)
-                .map_err(|e| format!("--root {}: nvml.json is not a recorded NVML snapshot ({e})", dir.display()))?,
-        ),
-        Err(_) => None,
+    let root = fs::Root::at(dir);
+    let nvml = match root.read_file("/nvml.json") {
+        Ok(Some(bytes)) => Some(serde_json::from_slice::<gpu::NvmlSnapshot>(&bytes).map_err(|e| {
+            format!(
+                "--root {}: nvml.json is not a recorded NVML snapshot ({e}); give the nvml.json servetune probe --capture wrote",
+                dir.display()
+            )
+        })?),
+        Ok(None) => None,
+        Err(why) => {
+            return Err(format!(
+                "--root {}: nvml.json cannot be read: {why}; give the nvml.json servetune probe --capture wrote (a regular file)",
+                dir.display()
+            ))
+        }
     };
-    let mut r = report(gather(&fs::Root::at(dir), &gpu::Recorded(nvml), None), now);
+    let mut r = report(gather(&root, &gpu::Recorded(nvml), None), now);
     r.warnings = warnings;
+    r.warnings.extend(root.notes().into_iter().map(|n| format!("--root {}: {n}", dir.display())));
     Ok(r)
 }
 

@@ -1,8 +1,68 @@
 //! The terminal report: sections, the matrices like `nvidia-smi topo`, then findings by severity.
+//!
+//! Much of a report is outside data (GPU names from NVML or a snapshot, file contents, paths), so
+//! everything written goes through [`Printable`]: a control character is shown escaped, never
+//! sent raw to a terminal, where an escape sequence in a GPU name could rewrite the screen.
 
 use std::io::{self, Write};
 
 use crate::ProbeReport;
+
+/// A writer that passes text through with its control characters escaped: C0 controls other
+/// than newline and tab, DEL, and the C1 controls (U+0080 to U+009F, 8-bit CSI among them)
+/// become `\xNN` or `\u{NN}`.
+#[derive(Debug)]
+pub struct Printable<W: Write> {
+    w: W,
+    /// A UTF-8 lead byte 0xC2 seen at the end of the last write (a C1 control starts with it).
+    pending_c2: bool,
+}
+
+impl<W: Write> Printable<W> {
+    /// Wraps `w`.
+    pub fn new(w: W) -> Self {
+        Self { w, pending_c2: false }
+    }
+}
+
+impl<W: Write> Write for Printable<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let mut out = Vec::with_capacity(buf.len());
+        for &b in buf {
+            if std::mem::take(&mut self.pending_c2) {
+                if (0x80..=0x9f).contains(&b) {
+                    out.extend(format!("\\u{{{b:x}}}").bytes());
+                    continue;
+                }
+                out.push(0xc2);
+            }
+            match b {
+                b'\n' | b'\t' => out.push(b),
+                0x00..=0x1f | 0x7f => out.extend(format!("\\x{b:02x}").bytes()),
+                0xc2 => self.pending_c2 = true,
+                _ => out.push(b),
+            }
+        }
+        self.w.write_all(&out)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if std::mem::take(&mut self.pending_c2) {
+            self.w.write_all(&[0xc2])?;
+        }
+        self.w.flush()
+    }
+}
+
+/// `s` with its control characters escaped as [`Printable`] writes them (for one line of
+/// outside data printed elsewhere, such as a warning on stderr).
+pub fn printable(s: &str) -> String {
+    let mut p = Printable::new(Vec::new());
+    // Writing to a Vec cannot fail.
+    let _ = p.write_all(s.as_bytes()).and_then(|_| p.flush());
+    String::from_utf8_lossy(&p.w).into_owned()
+}
 
 /// A GPU-by-GPU matrix laid out as `nvidia-smi topo` prints it.
 fn matrix(w: &mut impl Write, names: &[String], m: &[Vec<String>]) -> io::Result<()> {
@@ -39,8 +99,15 @@ fn write_tree(w: &mut impl Write, r: &ProbeReport) -> io::Result<()> {
     walk(w, &top, 0)
 }
 
-/// The terminal report: warnings, then virtualization, host, PCIe, GPUs, findings.
-pub fn write_terminal(r: &ProbeReport, mut w: impl Write) -> io::Result<()> {
+/// The terminal report: warnings, then virtualization, host, PCIe, GPUs, findings; control
+/// characters in it escaped ([`Printable`]).
+pub fn write_terminal(r: &ProbeReport, w: impl Write) -> io::Result<()> {
+    let mut w = Printable::new(w);
+    write_sections(r, &mut w)?;
+    w.flush()
+}
+
+fn write_sections(r: &ProbeReport, mut w: impl Write) -> io::Result<()> {
     for warning in &r.warnings {
         writeln!(w, "warning: {warning}")?;
     }
@@ -181,4 +248,19 @@ fn write_findings(w: &mut impl Write, r: &ProbeReport) -> io::Result<()> {
         writeln!(w, "\ncould not read (the probe went on without them): {}", r.unreadable.join(", "))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_in_outside_text_are_escaped_and_text_is_kept() {
+        assert_eq!(printable("NVIDIA \x1b]0;pwned\x07H100\u{9b}2J"), "NVIDIA \\x1b]0;pwned\\x07H100\\u{9b}2J");
+        assert_eq!(printable("GPU0 Ä\u{e9}\tok\n"), "GPU0 Ä\u{e9}\tok\n");
+        // A C1 control split across two writes is still caught.
+        let mut p = Printable::new(Vec::new());
+        p.write_all(b"a\xc2").and_then(|_| p.write_all(b"\x9bb")).and_then(|_| p.flush()).expect("write");
+        assert_eq!(p.w, b"a\\u{9b}b");
+    }
 }

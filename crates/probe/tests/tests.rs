@@ -149,3 +149,131 @@ fn terminal_reports_of_the_fixtures() {
         insta::assert_snapshot!(name, String::from_utf8_lossy(&out));
     }
 }
+
+/// A writable copy of a fixture (symlinks kept as symlinks).
+fn copy_of(name: &str) -> tempfile::TempDir {
+    fn copy(from: &std::path::Path, to: &std::path::Path) {
+        std::fs::create_dir_all(to).expect("dir");
+        for e in std::fs::read_dir(from).expect("read fixture").map(|e| e.expect("entry")) {
+            let (src, dst) = (e.path(), to.join(e.file_name()));
+            let t = e.file_type().expect("type");
+            if t.is_symlink() {
+                std::os::unix::fs::symlink(std::fs::read_link(&src).expect("link"), &dst).expect("symlink");
+            } else if t.is_dir() {
+                copy(&src, &dst);
+            } else {
+                std::fs::copy(&src, &dst).expect("copy");
+            }
+        }
+    }
+    let dir = tempfile::tempdir().expect("tmp");
+    copy(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name), &dir.path().join("snap"));
+    dir
+}
+
+fn mkfifo(p: &std::path::Path) {
+    let _ = std::fs::remove_file(p);
+    assert!(std::process::Command::new("mkfifo").arg(p).status().expect("mkfifo").success(), "mkfifo {}", p.display());
+}
+
+/// `probe_root` on another thread: a probe blocked on a FIFO fails the test instead of hanging it.
+fn probe_within_a_minute(dir: &std::path::Path) -> Result<ProbeReport, String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let d = dir.to_path_buf();
+    std::thread::spawn(move || {
+        let _ = tx.send(probe_root(&d, 0));
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(60)).expect("probe_root returned (it did not block on a FIFO)")
+}
+
+#[test]
+fn symlinks_out_of_the_snapshot_are_not_followed_and_are_noted() {
+    let dir = copy_of("proxmox-kvm-8gpu");
+    let snap = dir.path().join("snap");
+    let host_file = dir.path().join("host-cpuinfo");
+    std::fs::write(&host_file, "processor : 0\nmodel name : HOST-SECRET-CPU\n").expect("write");
+    // Relative: ../../host-cpuinfo from snap/proc leaves the root. Absolute: the captured
+    // machine's path, looked up inside the snapshot, where nothing is.
+    std::fs::remove_file(snap.join("proc/cpuinfo")).expect("rm");
+    std::os::unix::fs::symlink("../../host-cpuinfo", snap.join("proc/cpuinfo")).expect("symlink");
+    std::fs::remove_file(snap.join("proc/sys/kernel/osrelease")).expect("rm");
+    std::os::unix::fs::symlink(&host_file, snap.join("proc/sys/kernel/osrelease")).expect("symlink");
+    let r = probe_within_a_minute(&snap).expect("probe");
+    let json = serde_json::to_string(&r).expect("json");
+    assert!(!json.contains("HOST-SECRET-CPU"), "a host file reached the report");
+    assert_eq!(r.host.cpu_model, None);
+    assert_eq!(r.host.kernel, None);
+    assert!(
+        r.warnings.iter().any(|w| w.contains("/proc/cpuinfo: a symlink on its way leads out of the snapshot, so it is not read")),
+        "{:?}",
+        r.warnings
+    );
+    // The fixture's own relative links inside the root still resolve.
+    assert_eq!(r.pcie.len(), 8);
+}
+
+#[test]
+fn a_fifo_in_the_snapshot_is_never_opened() {
+    let dir = copy_of("proxmox-kvm-8gpu");
+    let snap = dir.path().join("snap");
+    mkfifo(&snap.join("proc/cpuinfo"));
+    mkfifo(&snap.join("sys/module/nvidia_uvm/parameters/uvm_disable_hmm"));
+    let r = probe_within_a_minute(&snap).expect("probe");
+    assert_eq!(r.host.cpu_model, None);
+    assert!(!r.uvm_params.contains_key("uvm_disable_hmm"), "{:?}", r.uvm_params);
+    let w = r.warnings.join("\n");
+    assert!(w.contains("/proc/cpuinfo: is a FIFO, not a regular file, so it is not read"), "{w}");
+    assert!(w.contains("uvm_disable_hmm: is a FIFO"), "{w}");
+}
+
+#[test]
+fn a_huge_sysfs_file_is_skipped_at_the_size_limit() {
+    let dir = copy_of("proxmox-kvm-8gpu");
+    let snap = dir.path().join("snap");
+    // Sparse: 3 GB long, no disk used; a reader without a limit would allocate all of it.
+    let f = std::fs::File::create(snap.join("proc/cpuinfo")).expect("create");
+    f.set_len(3 << 30).expect("sparse file");
+    let r = probe_within_a_minute(&snap).expect("probe");
+    assert_eq!(r.host.cpu_model, None);
+    assert!(r.warnings.iter().any(|w| w.contains("/proc/cpuinfo: larger than 16 MiB")), "{:?}", r.warnings);
+}
+
+#[test]
+fn a_symlink_loop_in_the_snapshot_is_noted_not_followed_forever() {
+    let dir = copy_of("proxmox-kvm-8gpu");
+    let snap = dir.path().join("snap");
+    std::fs::remove_file(snap.join("proc/cpuinfo")).expect("rm");
+    std::os::unix::fs::symlink("cpuinfo", snap.join("proc/cpuinfo")).expect("loop");
+    let r = probe_within_a_minute(&snap).expect("probe");
+    assert!(r.warnings.iter().any(|w| w.contains("/proc/cpuinfo: more than 40 symlinks on its way (a loop)")), "{:?}", r.warnings);
+}
+
+#[test]
+fn an_unreadable_nvml_json_is_an_error_naming_the_file_and_cause_not_a_missing_driver() {
+    let dir = copy_of("proxmox-kvm-8gpu");
+    let snap = dir.path().join("snap");
+    mkfifo(&snap.join("nvml.json"));
+    let e = probe_within_a_minute(&snap).expect_err("a FIFO nvml.json");
+    assert!(e.contains("nvml.json cannot be read: /nvml.json: is a FIFO, not a regular file"), "{e}");
+    assert!(!e.contains("no NVIDIA driver"), "{e}");
+    std::fs::remove_file(snap.join("nvml.json")).expect("rm");
+    std::fs::create_dir(snap.join("nvml.json")).expect("dir");
+    let e = probe_within_a_minute(&snap).expect_err("a directory nvml.json");
+    assert!(e.contains("nvml.json cannot be read: /nvml.json: is a directory"), "{e}");
+}
+
+#[test]
+fn control_characters_in_a_snapshot_gpu_name_are_escaped_on_the_terminal() {
+    let dir = copy_of("proxmox-kvm-8gpu");
+    let snap = dir.path().join("snap");
+    let nvml = std::fs::read_to_string(snap.join("nvml.json")).expect("nvml");
+    let mut v: serde_json::Value = serde_json::from_str(&nvml).expect("json");
+    v["gpus"][0]["name"] = serde_json::Value::from("NVIDIA \u{1b}]2;owned\u{7}\u{1b}[2J H100");
+    std::fs::write(snap.join("nvml.json"), v.to_string()).expect("write");
+    let r = probe_within_a_minute(&snap).expect("probe");
+    let mut out = Vec::new();
+    servetune_probe::render::write_terminal(&r, &mut out).expect("render");
+    let text = String::from_utf8(out).expect("utf-8");
+    assert!(!text.contains('\u{1b}') && !text.contains('\u{7}'), "a raw control character reached the terminal");
+    assert!(text.contains("NVIDIA \\x1b]2;owned\\x07\\x1b[2J H100"), "{text}");
+}
