@@ -273,7 +273,8 @@ fn read_limited(path: &Path, limit: u64) -> Result<String, SimError> {
             limit >> 20
         )));
     }
-    String::from_utf8(buf).map_err(|_| SimError::Input(format!("--profile {}: not UTF-8 text: give a TOML or JSON profile", path.display())))
+    String::from_utf8(buf)
+        .map_err(|_| SimError::Input(format!("--profile {}: not UTF-8 text: give a TOML or JSON profile", path.display())))
 }
 
 impl Profile {

@@ -101,7 +101,10 @@ pub fn check_cost(s: &Scenario, prof: &Profile) -> Result<(), CostOutOfRange> {
     let cost = PlanCost { scenario: s.clone() };
     let batches = [
         ("a decode batch of 1".to_string(), StepBatch { prefill_tokens: 0, decode_batch: 1, context_tokens: ctx }),
-        (format!("a decode batch of {cap}"), StepBatch { prefill_tokens: 0, decode_batch: cap, context_tokens: ctx.saturating_mul(cap as u64) }),
+        (
+            format!("a decode batch of {cap}"),
+            StepBatch { prefill_tokens: 0, decode_batch: cap, context_tokens: ctx.saturating_mul(cap as u64) },
+        ),
         (
             format!("a prefill chunk of {} tokens", prof.chunked_prefill_size),
             StepBatch { prefill_tokens: prof.chunked_prefill_size, decode_batch: 0, context_tokens: 0 },

@@ -244,7 +244,9 @@ fn make_dir(root: &Path, dir: &Path) -> std::io::Result<()> {
         return Ok(());
     }
     match std::fs::symlink_metadata(dir) {
-        Ok(m) if m.file_type().is_symlink() => Err(std::io::Error::other("it is a symbolic link; the simulator writes only real directories")),
+        Ok(m) if m.file_type().is_symlink() => {
+            Err(std::io::Error::other("it is a symbolic link; the simulator writes only real directories"))
+        }
         Ok(m) if m.is_dir() => Ok(()),
         Ok(_) => Err(std::io::Error::other("it exists and is not a directory")),
         Err(_) => std::fs::create_dir(dir),

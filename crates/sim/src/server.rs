@@ -262,7 +262,11 @@ async fn profile(st: Arc<St>, req: Request<Incoming>, start: bool) -> Response<B
 /// prefix cache, so there is nothing to drop; it answers as sglang does when the flush succeeded.
 fn flush_cache(st: &St, req: &Request<Incoming>) -> Response<Body> {
     if !matches!(req.method().as_str(), "POST" | "GET") {
-        let mut r = openai_error(StatusCode::METHOD_NOT_ALLOWED, &format!("method {} is not allowed on /flush_cache: use POST", req.method()), None);
+        let mut r = openai_error(
+            StatusCode::METHOD_NOT_ALLOWED,
+            &format!("method {} is not allowed on /flush_cache: use POST", req.method()),
+            None,
+        );
         r.headers_mut().insert(http::header::ALLOW, http::HeaderValue::from_static("GET, POST"));
         return r;
     }
