@@ -69,7 +69,7 @@ impl ParametricCost {
             }
             let ms = if name == "per_context_token_us" { v / 1e3 } else { v };
             if ms > MAX_TERM_MS {
-                return Err(format!("cost.{name} = {v}: more than the simulator's limit of an hour per step: give a smaller value"));
+                return Err(format!("cost.{name} = {v:?}: more than the simulator's limit of an hour per step: give a smaller value"));
             }
         }
         if self.overhead_ms + self.per_decode_token_ms + self.per_prefill_token_ms <= 0.0 {
