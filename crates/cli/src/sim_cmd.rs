@@ -175,6 +175,10 @@ pub struct SimArgs {
     /// --from-plan model=glm-5,quant=nvfp4,gpu=rtx-pro-6000-se,gpus=8,link=pcie-host-staged
     #[arg(long, value_name = "KEY=VALUE,...", conflicts_with = "profile")]
     pub from_plan: Option<String>,
+    /// The only directory /stop_profile writes traces under; a client's output_dir names a
+    /// subdirectory of it, never a path [default: servetune-profile in the system temp directory]
+    #[arg(long, value_name = "DIR")]
+    pub profile_dir: Option<PathBuf>,
     /// With --from-plan: the fraction of memory bandwidth the fused-MoE kernels reach, replacing
     /// the kernel tables' rate for the GPU and format (untuned kernels reach less than tuned
     /// ones; absent: the tables' rate, else the model's default), e.g. 0.8
@@ -203,6 +207,12 @@ pub fn resolve(a: &SimArgs) -> Result<SimConfig, Failure> {
             }
             s.check_fit().map_err(|e| Failure::usage(format!("--from-plan: {e}")))?;
             let prof = servetune_sim::from_plan::profile(&s);
+            servetune_sim::from_plan::check_cost(&s, &prof).map_err(|e| {
+                Failure::usage(format!(
+                    "--from-plan {pairs}{}: {e}; a number in it is out of range (step-overhead-ms, request-step-us, request-latency-ms, moe-efficiency): give a realistic value",
+                    a.moe_efficiency.map(|f| format!(" --moe-efficiency {f:?}")).unwrap_or_default()
+                ))
+            })?;
             cost = Some(std::sync::Arc::new(servetune_sim::from_plan::PlanCost { scenario: s }));
             prof
         }
@@ -254,7 +264,8 @@ pub fn resolve(a: &SimArgs) -> Result<SimConfig, Failure> {
     } else {
         Mode::Engine
     };
-    let cfg = SimConfig { profile: p, cost, seed: a.seed, metrics_style: style, faults, mode, limits };
+    let profile_dir = a.profile_dir.clone().unwrap_or_else(servetune_sim::default_profile_dir);
+    let cfg = SimConfig { profile: p, cost, seed: a.seed, metrics_style: style, faults, mode, limits, profile_dir };
     cfg.validate().map_err(input)?;
     Ok(cfg)
 }

@@ -291,6 +291,69 @@ fn sim_from_plan_steps_at_the_predicted_decode_time() {
 }
 
 #[test]
+fn sim_from_plan_refuses_huge_or_tiny_numbers_with_exit_2_naming_the_pair() {
+    let base = "model=llama-3.1-8b,gpu=h100-sxm,gpus=1";
+    for pair in ["request-step-us=1e308", "step-overhead-ms=1e300"] {
+        let plan = format!("{base},{pair}");
+        sim_usage_error(&["--from-plan", &plan], pair);
+        sim_usage_error(&["--from-plan", &plan], "out of range");
+    }
+    // A MoE model whose kernels reach almost none of the memory bandwidth: finite, positive, and
+    // a step far past an hour.
+    sim_usage_error(&["--from-plan", "model=qwen3-30b-a3b,gpu=h100-sxm,gpus=1", "--moe-efficiency", "1e-300"], "--moe-efficiency 1e-300");
+}
+
+#[test]
+fn sim_refuses_a_profile_file_over_the_size_limit() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = dir.path().join("huge.toml");
+    std::fs::write(&p, vec![b'#'; (16 << 20) + 1]).expect("write");
+    sim_usage_error(&["--profile", &p.to_string_lossy()], "larger than the limit of 16 MiB");
+    let p = dir.path().join("cost.toml");
+    std::fs::write(&p, "name = \"x\"\nmax_running_requests = 4\nkv_tokens = 4096\n[cost]\noverhead_ms = 1e300\nper_decode_token_ms = 0.0\nper_prefill_token_ms = 0.0\nper_context_token_us = 0.0\n")
+        .expect("write");
+    sim_usage_error(&["--profile", &p.to_string_lossy()], "cost.overhead_ms = 1e300: more than the simulator's limit");
+}
+
+#[test]
+fn sim_answers_the_engines_informational_endpoints_in_their_shapes() {
+    let s = sim(SimConfig::new(flat_profile(1.0, 8, 1 << 16)));
+    let (code, body) = raw_http(s.url(), "GET", "/server_info", "");
+    assert_eq!(code, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert!(v["internal_states"][0]["effective_max_running_requests_per_dp"] == 8, "{v}");
+    assert!(v["servetune_sim"]["step_pricing"].as_str().is_some_and(|p| p.contains("per_prefill_token_ms")), "{v}");
+    let (code, body) = raw_http(s.url(), "GET", "/get_model_info", "");
+    assert_eq!(code, 200);
+    assert!(body.contains("\"is_generation\":true") && body.contains("\"model_path\""), "{body}");
+    let (code, body) = raw_http(s.url(), "GET", "/version", "");
+    assert_eq!(code, 200);
+    assert!(body.contains("\"version\":\"servetune-sim "), "{body}");
+    let (code, body) = raw_http(s.url(), "GET", "/v1/models", "");
+    assert_eq!(code, 200);
+    for k in ["\"root\"", "\"parent\"", "\"max_model_len\"", "\"permission\""] {
+        assert!(body.contains(k), "{k} in {body}");
+    }
+    for method in ["POST", "GET"] {
+        let (code, body) = raw_http(s.url(), method, "/flush_cache", "");
+        assert_eq!(code, 200, "{method} {body}");
+        assert!(body.starts_with("Cache flushed."), "{body}");
+    }
+}
+
+#[test]
+fn sim_from_plan_says_how_prefill_is_priced() {
+    let p = crate::common::Proc::start(&["sim", "--listen", "127.0.0.1:0", "--from-plan", "model=llama-3.1-8b,gpu=h100-sxm,gpus=1"]);
+    let (code, body) = raw_http(&p.url, "GET", "/get_server_info", "");
+    assert_eq!(code, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+    let per_token = v["servetune_sim"]["cost"]["per_prefill_token_ms"].as_f64().expect("per_prefill_token_ms");
+    assert!(per_token > 0.0, "prompts are not free: {v}");
+    let how = v["servetune_sim"]["step_pricing"].as_str().expect("step_pricing");
+    assert!(how.contains("performance model") && how.contains("prefill"), "{how}");
+}
+
+#[test]
 fn sim_refuses_absurd_durations_with_exit_2() {
     for flag in ["--stall-for", "--crash-after", "--slow-start", "--header-timeout", "--body-timeout", "--idle-timeout"] {
         sim_usage_error(&["--preset", "tiny", flag, "1e30s"], "longer than the limit of a week");

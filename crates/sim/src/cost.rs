@@ -24,11 +24,23 @@ pub trait StepCost: Send + Sync + std::fmt::Debug {
     /// How long a step of batch `b` takes.
     fn step(&self, b: &StepBatch) -> Duration;
 
+    /// How this cost prices a step, in words (`/server_info` shows it).
+    fn pricing(&self) -> String {
+        PARAMETRIC_PRICING.to_string()
+    }
+
     /// Where the step's time goes, for `/start_profile` traces (all GEMM unless the cost knows).
     fn split(&self, b: &StepBatch) -> crate::profile::Split {
         crate::profile::Split { matmul_ms: self.step(b).as_secs_f64() * 1e3, ..Default::default() }
     }
 }
+
+/// How [`ParametricCost`] prices a step, in words.
+pub const PARAMETRIC_PRICING: &str = "the profile's terms: overhead_ms per step, plus per_decode_token_ms per request in the decode batch, per_prefill_token_ms per prefilled prompt token and per_context_token_us per context token attention reads";
+
+/// The largest value a cost term may have: a step of one request, token or context token
+/// costing more than [`MAX_STEP`] is not a deployment the simulator can run.
+pub const MAX_TERM_MS: f64 = 3_600_000.0;
 
 /// `overhead + decode * per_decode + prefill * per_prefill + context * per_context`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -54,6 +66,10 @@ impl ParametricCost {
         ] {
             if !(v.is_finite() && v >= 0.0) {
                 return Err(format!("cost.{name} = {v}: must be a finite number >= 0"));
+            }
+            let ms = if name == "per_context_token_us" { v / 1e3 } else { v };
+            if ms > MAX_TERM_MS {
+                return Err(format!("cost.{name} = {v:?}: more than the simulator's limit of an hour per step: give a smaller value"));
             }
         }
         if self.overhead_ms + self.per_decode_token_ms + self.per_prefill_token_ms <= 0.0 {
@@ -240,11 +256,31 @@ pub fn preset(name: &str) -> Result<Profile, SimError> {
     }
 }
 
+/// The largest profile file read (16 MiB): a profile is a few hundred bytes.
+pub const MAX_PROFILE_BYTES: u64 = 16 << 20;
+
+/// Reads `path` as UTF-8 text of at most `limit` bytes; the error names the file and the limit.
+fn read_limited(path: &Path, limit: u64) -> Result<String, SimError> {
+    use std::io::Read as _;
+    let cannot = |e: std::io::Error| SimError::Input(format!("--profile {}: cannot read it ({e})", path.display()));
+    let f = std::fs::File::open(path).map_err(cannot)?;
+    let mut buf = Vec::new();
+    f.take(limit + 1).read_to_end(&mut buf).map_err(cannot)?;
+    if buf.len() as u64 > limit {
+        return Err(SimError::Input(format!(
+            "--profile {}: larger than the limit of {} MiB for a profile file: give the profile itself (a few lines of TOML or JSON)",
+            path.display(),
+            limit >> 20
+        )));
+    }
+    String::from_utf8(buf)
+        .map_err(|_| SimError::Input(format!("--profile {}: not UTF-8 text: give a TOML or JSON profile", path.display())))
+}
+
 impl Profile {
     /// Reads a profile from a TOML or JSON file (by extension; TOML otherwise).
     pub fn load(path: &Path) -> Result<Self, SimError> {
-        let text =
-            std::fs::read_to_string(path).map_err(|e| SimError::Input(format!("--profile {}: cannot read it ({e})", path.display())))?;
+        let text = read_limited(path, MAX_PROFILE_BYTES)?;
         let p: Profile = if path.extension().is_some_and(|e| e == "json") {
             serde_json::from_str(&text).map_err(|e| SimError::Input(format!("--profile {}: not a valid profile: {e}", path.display())))?
         } else {

@@ -10,7 +10,7 @@ use rand::{Rng, SeedableRng};
 use servetune_model::predict::{PrefillPass, Scenario};
 use servetune_model::workload::{ClientEffects, ClientRun, Latency, LengthDist, VirtualBench, Workload};
 
-use crate::cost::{ParametricCost, Profile, Scheduling, StepBatch, StepCost};
+use crate::cost::{ParametricCost, Profile, Scheduling, StepBatch, StepCost, MAX_STEP};
 use crate::vtime::{run_closed_counted, Lengths, Memo, Trace};
 
 /// Step cost from the model: decode at the batch and mean context, plus the prefill chunk.
@@ -20,8 +20,9 @@ pub struct PlanCost {
     pub scenario: Scenario,
 }
 
-impl StepCost for PlanCost {
-    fn step(&self, b: &StepBatch) -> Duration {
+impl PlanCost {
+    /// The model's time for a step of batch `b`, ms, before any bound.
+    pub fn step_ms(&self, b: &StepBatch) -> f64 {
         let s = &self.scenario;
         let mut ms = 0.0;
         if b.decode_batch > 0 {
@@ -41,12 +42,90 @@ impl StepCost for PlanCost {
             // Without prefill CUDA graphs (TensorRT-LLM; sglang before 0.5.10) the step runs eagerly.
             ms += s.eager_prefill_ms();
         }
-        Duration::from_secs_f64(ms.max(0.01) / 1e3)
+        ms
+    }
+}
+
+impl StepCost for PlanCost {
+    fn step(&self, b: &StepBatch) -> Duration {
+        step_duration(self.step_ms(b))
+    }
+
+    fn pricing(&self) -> String {
+        let s = &self.scenario;
+        let chunk = if s.engine.mixed_prefill {
+            "prompt chunks ride in decode steps (mixed prefill) and add their GEMM, attention and all-reduce time to the step"
+        } else {
+            "prompt chunks run as a pass of their own (prefill-first), paying the weight reads and the step overhead themselves"
+        };
+        format!(
+            "the performance model (servetune plan) for {}: a decode step by its batch and mean context; {chunk}, priced by the model's prefill for the chunk's tokens at a {}-token prompt's attention span; cost.per_prefill_token_ms is that price per token for a full chunk, cost.overhead_ms and cost.per_decode_token_ms summarise decode at batch 1 and 64 (display only)",
+            s.model.name, s.input_len
+        )
     }
 
     fn split(&self, b: &StepBatch) -> crate::profile::Split {
         crate::profile::plan_split(&self.scenario, b, self.step(b))
     }
+}
+
+/// A step of `ms` milliseconds as a duration: at least 10 us, at most [`MAX_STEP`] (a cost that
+/// is not finite is held to it too). [`check_cost`] refuses a deployment whose steps come near
+/// either bound at the boundary, so this only keeps a bug from panicking the engine thread.
+fn step_duration(ms: f64) -> Duration {
+    if ms.is_nan() {
+        return MAX_STEP;
+    }
+    Duration::try_from_secs_f64(ms.max(0.01) / 1e3).map_or(MAX_STEP, |d| d.min(MAX_STEP))
+}
+
+/// Why [`check_cost`] refuses a deployment: the step that the model prices out of range.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("the model prices a step of {what} at {ms} ms, {why}")]
+pub struct CostOutOfRange {
+    /// The step, in words ("a decode batch of 64").
+    pub what: String,
+    /// Its predicted time, ms (may be infinite or NaN).
+    pub ms: f64,
+    /// What is wrong with it.
+    pub why: &'static str,
+}
+
+/// Checks that the model's step times for this deployment are finite and at most [`MAX_STEP`]
+/// at the batches the engine can run (one request, the running cap, a full prefill chunk, and
+/// both at once), so a huge or tiny number in the scenario (a per-request cost of 1e308 us, a
+/// MoE efficiency of 1e-300) is refused before the server starts instead of stalling it for ever.
+pub fn check_cost(s: &Scenario, prof: &Profile) -> Result<(), CostOutOfRange> {
+    let cap = prof.max_running_requests.max(1);
+    let ctx = (s.input_len as u64).saturating_add(s.output_len as u64 / 2);
+    let cost = PlanCost { scenario: s.clone() };
+    let batches = [
+        ("a decode batch of 1".to_string(), StepBatch { prefill_tokens: 0, decode_batch: 1, context_tokens: ctx }),
+        (
+            format!("a decode batch of {cap}"),
+            StepBatch { prefill_tokens: 0, decode_batch: cap, context_tokens: ctx.saturating_mul(cap as u64) },
+        ),
+        (
+            format!("a prefill chunk of {} tokens", prof.chunked_prefill_size),
+            StepBatch { prefill_tokens: prof.chunked_prefill_size, decode_batch: 0, context_tokens: 0 },
+        ),
+        (
+            format!("a decode batch of {cap} with a prefill chunk"),
+            StepBatch { prefill_tokens: prof.chunked_prefill_size, decode_batch: cap, context_tokens: ctx.saturating_mul(cap as u64) },
+        ),
+    ];
+    for (what, b) in batches {
+        let ms = cost.step_ms(&b);
+        let why = if !ms.is_finite() {
+            "not a finite number"
+        } else if ms > MAX_STEP.as_secs_f64() * 1e3 {
+            "longer than the simulator's limit of an hour per step"
+        } else {
+            continue;
+        };
+        return Err(CostOutOfRange { what, ms, why });
+    }
+    Ok(())
 }
 
 /// How a step's prefill tokens run: as a pass of their own in a prefill-only step, and beside
@@ -59,12 +138,15 @@ pub fn prefill_pass(s: &Scenario, b: &StepBatch) -> PrefillPass {
     }
 }
 
-/// The engine limits of the predicted deployment; the parametric terms are a two-point summary of
-/// the model (batch 1 and batch 64) for display only: the step cost itself is [`PlanCost`].
+/// The engine limits of the predicted deployment; the parametric terms summarise the model for
+/// display only (decode at batch 1 and batch 64; prefill per token of a full chunk, as a pass of
+/// its own): the step cost itself is [`PlanCost`], and [`StepCost::pricing`] says how it prices.
 pub fn profile(s: &Scenario) -> Profile {
     let ctx = s.input_len as f64 + s.output_len as f64 / 2.0;
     let t1 = s.decode_step_ms(1.0, ctx);
     let t64 = s.decode_step_ms(64.0, ctx);
+    let chunk = 8192u32;
+    let per_prefill = s.prefill_ms(chunk as f64, s.input_len.max(1) as f64, PrefillPass::Standalone) / chunk as f64;
     Profile {
         name: format!(
             "from-plan: {} {} on {} x {} ({}, {})",
@@ -80,7 +162,7 @@ pub fn profile(s: &Scenario) -> Profile {
         max_running_requests: s.max_concurrency().max(1),
         kv_tokens: (s.max_kv_tokens() / s.plan.dp().max(1) as u64).max(64),
         page_size: 64,
-        chunked_prefill_size: 8192,
+        chunked_prefill_size: chunk,
         eos_mean_tokens: s.output_len.max(1),
         // An engine that does not mix prompt chunks into decode steps (sglang's default) runs them
         // first, alone, while decoding waits.
@@ -88,7 +170,7 @@ pub fn profile(s: &Scenario) -> Profile {
         cost: ParametricCost {
             overhead_ms: t1,
             per_decode_token_ms: ((t64 - t1) / 63.0).max(0.0),
-            per_prefill_token_ms: 0.0,
+            per_prefill_token_ms: if per_prefill.is_finite() { per_prefill.max(0.0) } else { 0.0 },
             per_context_token_us: 0.0,
         },
         moe_efficiency: s.model.moe.as_ref().map(|_| s.engine.moe_efficiency),

@@ -10,11 +10,13 @@
 //! - [`stream`]: the one streaming body type, with the stream faults, and the exact-timing source;
 //! - [`conn`]: accepting and serving connections: time limits, the connection cap, fd back-off;
 //! - [`server`]: the HTTP endpoints (OpenAI, sglang native, health, metrics);
+//! - [`compat`]: the informational endpoints in the shapes sglang's and vLLM's clients read;
 //! - [`metrics`]: Prometheus text in sglang's or vLLM's naming;
 //! - [`vtime`]: the engine run in virtual time, without sleeping.
 
 #![warn(missing_docs)]
 
+pub mod compat;
 pub mod conn;
 pub mod cost;
 pub mod driver;
@@ -175,6 +177,15 @@ pub struct SimConfig {
     pub mode: Mode,
     /// Connection time limits and cap.
     pub limits: Limits,
+    /// The only directory `/stop_profile` writes traces under (a client names at most a
+    /// subdirectory of it, never a path).
+    pub profile_dir: std::path::PathBuf,
+}
+
+/// The default profile directory: `servetune-profile` in the system temp directory, the
+/// directory `servetune bench --profile` names in its `/start_profile` request.
+pub fn default_profile_dir() -> std::path::PathBuf {
+    std::env::temp_dir().join("servetune-profile")
 }
 
 impl SimConfig {
@@ -188,6 +199,7 @@ impl SimConfig {
             faults: Faults::default(),
             mode: Mode::Engine,
             limits: Limits::default(),
+            profile_dir: default_profile_dir(),
         }
     }
 

@@ -65,12 +65,15 @@ pub struct StepRecord {
     pub prefill: bool,
 }
 
-/// What `/start_profile` asks.
+/// What `/start_profile` asks (sglang's body; its other fields, such as `activities`, are
+/// accepted and have no effect).
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct StartProfile {
-    /// Directory for the trace (default: the system temp directory).
+    /// Where the trace goes: a name of a subdirectory of the simulator's profile directory, or
+    /// that directory itself as an absolute path (what `servetune bench --profile` sends). Any
+    /// other path is refused: a client never chooses where on the server's disk a file goes.
     #[serde(default)]
-    pub output_dir: Option<PathBuf>,
+    pub output_dir: Option<String>,
     /// Steps to record; all steps until `/stop_profile` when absent.
     #[serde(default)]
     pub num_steps: Option<u64>,
@@ -88,6 +91,16 @@ pub enum ProfileError {
     /// `num_steps` 0.
     #[error("num_steps 0 records nothing: give 1 or more, or leave it out to record until /stop_profile")]
     ZeroSteps,
+    /// `output_dir` names a path outside the profile directory.
+    #[error("output_dir {given:?} is {why}: servetune sim writes profiles only under its profile directory {dir} (--profile-dir); give a plain name (one path component, no '/', '\\', '.' or '..') for a subdirectory there, or leave output_dir out")]
+    OutsideDir {
+        /// What the client gave.
+        given: String,
+        /// What is wrong with it.
+        why: &'static str,
+        /// The profile directory.
+        dir: String,
+    },
     /// The trace could not be written.
     #[error("cannot write the trace to {path}: {source}")]
     Write {
@@ -106,10 +119,43 @@ struct Recording {
 }
 
 /// Shared between the HTTP handlers and the engine thread; cheap to check while not recording.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Recorder {
     on: Arc<AtomicBool>,
     rec: Arc<Mutex<Option<Recording>>>,
+    /// The only directory traces are written under.
+    root: Arc<PathBuf>,
+}
+
+/// The longest name a client may give for a profile subdirectory, bytes.
+pub const MAX_NAME_BYTES: usize = 128;
+
+/// Where a trace goes for `output_dir`: the profile directory `root` itself, or one subdirectory
+/// of it named by a plain name. A path elsewhere (absolute, with a separator, `.` or `..`) is
+/// refused.
+pub fn trace_dir(root: &Path, output_dir: Option<&str>) -> Result<PathBuf, ProfileError> {
+    let Some(given) = output_dir else { return Ok(root.to_path_buf()) };
+    let refuse = |why| Err(ProfileError::OutsideDir { given: given.to_string(), why, dir: root.display().to_string() });
+    let p = Path::new(given);
+    if p.is_absolute() {
+        // sglang's clients (and `servetune bench --profile`) send an absolute directory; the
+        // profile directory itself is where the trace goes anyway.
+        let same = p == root || (p.canonicalize().ok().is_some_and(|c| root.canonicalize().ok().is_some_and(|r| r == c)));
+        return if same { Ok(root.to_path_buf()) } else { refuse("an absolute path outside the profile directory") };
+    }
+    if given.is_empty() {
+        return refuse("empty");
+    }
+    if given.len() > MAX_NAME_BYTES {
+        return refuse("longer than 128 bytes");
+    }
+    if given.contains(['/', '\\', '\0']) {
+        return refuse("a path (it has a separator)");
+    }
+    if given == "." || given == ".." {
+        return refuse("not a name");
+    }
+    Ok(root.join(given))
 }
 
 impl std::fmt::Debug for Recorder {
@@ -130,16 +176,26 @@ pub struct Written {
 }
 
 impl Recorder {
+    /// A recorder that writes traces under `root` only.
+    pub fn new(root: PathBuf) -> Self {
+        Self { on: Arc::default(), rec: Arc::default(), root: Arc::new(root) }
+    }
+
+    /// The profile directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
     /// Starts recording.
     pub fn start(&self, req: StartProfile) -> Result<(), ProfileError> {
         if req.num_steps == Some(0) {
             return Err(ProfileError::ZeroSteps);
         }
+        let dir = trace_dir(&self.root, req.output_dir.as_deref())?;
         let mut g = self.rec.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if g.is_some() {
             return Err(ProfileError::AlreadyRunning);
         }
-        let dir = req.output_dir.unwrap_or_else(std::env::temp_dir);
         *g = Some(Recording { dir, remaining: req.num_steps, t0: Instant::now(), steps: Vec::new() });
         self.on.store(true, Ordering::Release);
         Ok(())
@@ -168,9 +224,32 @@ impl Recorder {
             g.take().ok_or(ProfileError::NotRunning)?
         };
         let stamp = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
-        let path = r.dir.join(format!("{stamp}-TP-0.trace.json"));
+        let n = TRACE_SEQ.fetch_add(1, Ordering::Relaxed);
+        let path = r.dir.join(format!("{stamp}-{}-{n}-TP-0.trace.json", std::process::id()));
+        make_dir(&self.root, &r.dir).map_err(|source| ProfileError::Write { path: r.dir.display().to_string(), source })?;
         let split_ms = write_trace(&path, &r.steps, tp)?;
         Ok(Written { trace_path: path.display().to_string(), steps: r.steps.len(), split_ms })
+    }
+}
+
+/// Traces written by this process, for unique file names.
+static TRACE_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Creates the profile directory `root` and, when `dir` is a subdirectory of it, that one; a
+/// subdirectory that exists as a symbolic link is refused, so a trace never lands outside `root`
+/// through one.
+fn make_dir(root: &Path, dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(root)?;
+    if dir == root {
+        return Ok(());
+    }
+    match std::fs::symlink_metadata(dir) {
+        Ok(m) if m.file_type().is_symlink() => {
+            Err(std::io::Error::other("it is a symbolic link; the simulator writes only real directories"))
+        }
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(std::io::Error::other("it exists and is not a directory")),
+        Err(_) => std::fs::create_dir(dir),
     }
 }
 
@@ -209,7 +288,8 @@ const ALLREDUCE: &str = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL";
 /// Writes `steps` as a Kineto trace at `path`; returns the summed split it drew.
 pub fn write_trace(path: &Path, steps: &[StepRecord], tp: u32) -> Result<Split, ProfileError> {
     let err = |source| ProfileError::Write { path: path.display().to_string(), source };
-    let f = std::fs::File::create(path).map_err(err)?;
+    // A new file only: never through a link, never over an existing file.
+    let f = std::fs::OpenOptions::new().write(true).create_new(true).open(path).map_err(err)?;
     let mut w = BufWriter::with_capacity(1 << 20, f);
     let sum = write_events(&mut w, steps, tp).map_err(err)?;
     w.flush().map_err(err)?;
@@ -272,9 +352,9 @@ mod tests {
 
     #[test]
     fn recording_stops_after_num_steps_and_refuses_a_second_start() {
-        let r = Recorder::default();
-        let dir = std::env::temp_dir();
-        r.start(StartProfile { output_dir: Some(dir.clone()), num_steps: Some(2) }).expect("starts");
+        let root = std::env::temp_dir().join(format!("servetune-sim-profile-test-{}", std::process::id()));
+        let r = Recorder::new(root.clone());
+        r.start(StartProfile { output_dir: Some("run-1".into()), num_steps: Some(2) }).expect("starts");
         assert!(matches!(r.start(StartProfile::default()), Err(ProfileError::AlreadyRunning)));
         let b = StepBatch { prefill_tokens: 0, decode_batch: 4, context_tokens: 100 };
         for _ in 0..5 {
@@ -283,11 +363,25 @@ mod tests {
         let w = r.stop(2).expect("writes");
         assert_eq!(w.steps, 2);
         assert!((w.split_ms.matmul_ms - 2.0).abs() < 1e-9);
+        assert!(Path::new(&w.trace_path).starts_with(root.join("run-1")), "{}", w.trace_path);
         let text = std::fs::read_to_string(&w.trace_path).expect("trace");
-        let _ = std::fs::remove_file(&w.trace_path);
+        let _ = std::fs::remove_dir_all(&root);
         let doc: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
         assert_eq!(doc["servetune_sim"]["steps"], 2);
         assert!(matches!(r.stop(2), Err(ProfileError::NotRunning)));
         assert!(matches!(r.start(StartProfile { output_dir: None, num_steps: Some(0) }), Err(ProfileError::ZeroSteps)));
+    }
+
+    #[test]
+    fn a_client_names_a_subdirectory_of_the_profile_directory_never_a_path() {
+        let root = Path::new("/srv/profiles");
+        assert_eq!(trace_dir(root, None).ok(), Some(root.to_path_buf()));
+        assert_eq!(trace_dir(root, Some("run-7")).ok(), Some(root.join("run-7")));
+        assert_eq!(trace_dir(root, Some("/srv/profiles")).ok(), Some(root.to_path_buf()), "the directory itself, as bench sends it");
+        for bad in ["/etc", "/srv/profiles/../x", "..", ".", "a/b", "a\\b", "../x", "", "x\0y"] {
+            let e = trace_dir(root, Some(bad)).expect_err(bad);
+            assert!(e.to_string().contains("--profile-dir") && e.to_string().contains("/srv/profiles"), "{e}");
+        }
+        assert!(trace_dir(root, Some(&"n".repeat(200))).is_err());
     }
 }

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Either, Full, Limited};
 use hyper::body::Incoming;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc::{self, UnboundedReceiver};
@@ -25,10 +25,12 @@ use crate::engine::{Engine, EngineRequest, Finish};
 use crate::profile::{ProfileError, Recorder, StartProfile};
 use crate::stream::{exact_source, SseBody, StreamFaults};
 use crate::wire::{self, chance, Ask, ChunkWriter, Endpoint};
-use crate::{metrics, Mode, SimConfig, SimError};
+use crate::{compat, metrics, Mode, SimConfig, SimError};
 
 /// The largest request body read (bytes); a larger one is answered 400.
 const MAX_BODY: usize = 32 << 20;
+/// How long `/stop_profile` waits for the trace to be written before answering 500.
+const PROFILE_WRITE_LIMIT: Duration = Duration::from_secs(120);
 
 /// A running simulated server. Dropping it stops it.
 #[derive(Debug)]
@@ -96,6 +98,8 @@ pub(crate) struct St {
     /// Exact mode: requests whose schedule is still running (the `/metrics` running gauge).
     exact_running: Arc<AtomicU64>,
     started: Instant,
+    /// Unix seconds at start (`created` of `/v1/models`, sglang's `startup_time`).
+    started_unix: u64,
     pub(crate) notices: Notices,
 }
 
@@ -110,7 +114,7 @@ pub async fn start(cfg: SimConfig, listen: std::net::SocketAddr) -> Result<SimSe
     cfg.validate()?;
     let cost = cfg.cost.clone().unwrap_or_else(|| Arc::new(cfg.profile.cost));
     let stall = Stall { every: cfg.faults.stall_every, dur: cfg.faults.stall_for };
-    let recorder = Recorder::default();
+    let recorder = Recorder::new(cfg.profile_dir.clone());
     let engine = driver::spawn(Engine::new(cfg.profile.clone(), cfg.seed), cost, stall, recorder.clone())
         .map_err(|e| SimError::Runtime(format!("cannot start the engine thread: {e}")))?;
     let listener = TcpListener::bind(listen)
@@ -127,6 +131,7 @@ pub async fn start(cfg: SimConfig, listen: std::net::SocketAddr) -> Result<SimSe
         next_id: AtomicU64::new(1),
         exact_running: Arc::default(),
         started: Instant::now(),
+        started_unix: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
         notices: Notices(notice_tx),
     });
     let loop_st = Arc::clone(&st);
@@ -173,6 +178,9 @@ pub(crate) async fn handle(st: Arc<St>, req: Request<Incoming>) -> Response<Body
     if path == "/start_profile" || path == "/stop_profile" {
         return profile(st, req, path == "/start_profile").await;
     }
+    if path == "/flush_cache" {
+        return flush_cache(&st, &req);
+    }
     let Some(ep) = Endpoint::from_path(&path) else {
         return openai_error(StatusCode::NOT_FOUND, &format!("no route {path}"), None);
     };
@@ -189,12 +197,10 @@ pub(crate) async fn handle(st: Arc<St>, req: Request<Incoming>) -> Response<Body
     match ep {
         Endpoint::Health => health(&st),
         Endpoint::HealthGenerate => health_generate(&st).await,
-        Endpoint::ServerInfo => json_resp(StatusCode::OK, &server_info(cfg)),
-        Endpoint::ModelInfo => json_resp(StatusCode::OK, &json!({"model_path": cfg.profile.model, "is_generation": true})),
-        Endpoint::Models => json_resp(
-            StatusCode::OK,
-            &json!({"object": "list", "data": [{"id": cfg.profile.model, "object": "model", "created": 0, "owned_by": "servetune-sim", "max_model_len": cfg.profile.kv_tokens}]}),
-        ),
+        Endpoint::ServerInfo => json_resp(StatusCode::OK, &compat::server_info(cfg, &st.engine.snapshot(), st.started_unix)),
+        Endpoint::ModelInfo => json_resp(StatusCode::OK, &compat::model_info(&cfg.profile)),
+        Endpoint::Models => json_resp(StatusCode::OK, &compat::models(&cfg.profile, st.started_unix)),
+        Endpoint::Version => json_resp(StatusCode::OK, &compat::version()),
         Endpoint::Metrics => {
             let mut snap = st.engine.snapshot();
             if let Mode::Exact(_) = cfg.mode {
@@ -206,8 +212,9 @@ pub(crate) async fn handle(st: Arc<St>, req: Request<Incoming>) -> Response<Body
     }
 }
 
-/// `/start_profile` (optional JSON `{"output_dir", "num_steps"}`) and `/stop_profile`, which
-/// writes the trace and answers where (sglang answers GET and POST on both).
+/// `/start_profile` (optional JSON `{"output_dir", "num_steps"}`; `output_dir` names a
+/// subdirectory of the profile directory, never a path: [`crate::profile::trace_dir`]) and
+/// `/stop_profile`, which writes the trace and answers where (sglang answers GET and POST on both).
 async fn profile(st: Arc<St>, req: Request<Incoming>, start: bool) -> Response<Body> {
     if !matches!(req.method().as_str(), "POST" | "GET") {
         return openai_error(StatusCode::METHOD_NOT_ALLOWED, &format!("method {} is not allowed here: use POST", req.method()), None);
@@ -226,7 +233,7 @@ async fn profile(st: Arc<St>, req: Request<Incoming>, start: bool) -> Response<B
             match serde_json::from_slice(&body) {
                 Ok(a) => a,
                 Err(e) => {
-                    let msg = format!("the body is not {{\"output_dir\": DIR, \"num_steps\": N}}: {e}");
+                    let msg = format!("the body is not {{\"output_dir\": NAME, \"num_steps\": N}}: {e}");
                     return openai_error(StatusCode::BAD_REQUEST, &msg, None);
                 }
             }
@@ -238,12 +245,35 @@ async fn profile(st: Arc<St>, req: Request<Incoming>, start: bool) -> Response<B
     }
     let recorder = st.recorder.clone();
     let tp = st.cfg.profile.tp_size;
-    match tokio::task::spawn_blocking(move || recorder.stop(tp)).await {
+    let write = tokio::task::spawn_blocking(move || recorder.stop(tp));
+    let Ok(written) = tokio::time::timeout(PROFILE_WRITE_LIMIT, write).await else {
+        let msg = format!("writing the trace took longer than {} s: check the profile directory's disk", PROFILE_WRITE_LIMIT.as_secs());
+        return openai_error(StatusCode::INTERNAL_SERVER_ERROR, &msg, None);
+    };
+    match written {
         Ok(Ok(w)) => json_resp(StatusCode::OK, &serde_json::to_value(&w).unwrap_or_default()),
         Ok(Err(e @ ProfileError::Write { .. })) => openai_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string(), None),
         Ok(Err(e)) => refused(e),
         Err(e) => openai_error(StatusCode::INTERNAL_SERVER_ERROR, &format!("writing the trace failed: {e}"), None),
     }
+}
+
+/// sglang's `/flush_cache` (GET or POST, an optional `?timeout=` query): the simulator keeps no
+/// prefix cache, so there is nothing to drop; it answers as sglang does when the flush succeeded.
+fn flush_cache(st: &St, req: &Request<Incoming>) -> Response<Body> {
+    if !matches!(req.method().as_str(), "POST" | "GET") {
+        let mut r = openai_error(
+            StatusCode::METHOD_NOT_ALLOWED,
+            &format!("method {} is not allowed on /flush_cache: use POST", req.method()),
+            None,
+        );
+        r.headers_mut().insert(http::header::ALLOW, http::HeaderValue::from_static("GET, POST"));
+        return r;
+    }
+    if !st.engine.is_alive() {
+        return full(StatusCode::SERVICE_UNAVAILABLE, "text/plain", "the engine thread has stopped");
+    }
+    full(StatusCode::OK, "text/plain", compat::FLUSH_CACHE_OK)
 }
 
 fn health(st: &St) -> Response<Body> {
@@ -254,22 +284,6 @@ fn health(st: &St) -> Response<Body> {
     } else {
         full(StatusCode::OK, "text/plain", "")
     }
-}
-
-fn server_info(cfg: &SimConfig) -> Value {
-    let p = &cfg.profile;
-    json!({
-        "model_path": p.model,
-        "served_model_name": p.model,
-        "tp_size": p.tp_size,
-        "max_running_requests": p.max_running_requests,
-        "max_total_num_tokens": p.kv_tokens,
-        "page_size": p.page_size,
-        "chunked_prefill_size": p.chunked_prefill_size,
-        "enable_mixed_chunk": p.scheduling == crate::cost::Scheduling::Mixed,
-        "version": concat!("servetune-sim ", env!("CARGO_PKG_VERSION")),
-        "servetune_sim": { "profile": p.name, "cost": p.cost, "seed": cfg.seed, "eos_mean_tokens": p.eos_mean_tokens },
-    })
 }
 
 async fn health_generate(st: &St) -> Response<Body> {

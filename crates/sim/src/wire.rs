@@ -57,12 +57,14 @@ pub enum Endpoint {
     Health,
     /// `GET /health_generate`: generates one token.
     HealthGenerate,
-    /// `GET /get_server_info` (or `/server_info`): the engine's limits, sglang-style.
+    /// `GET /get_server_info` (or `/server_info`): the engine's limits and per-replica state, sglang-style.
     ServerInfo,
-    /// `GET /get_model_info`.
+    /// `GET /get_model_info` (or `/model_info`).
     ModelInfo,
     /// `GET /v1/models`.
     Models,
+    /// `GET /version` (vLLM's).
+    Version,
     /// `GET /metrics`: Prometheus text.
     Metrics,
     /// `POST` to one of the generation APIs.
@@ -76,8 +78,9 @@ impl Endpoint {
             "/health" => Endpoint::Health,
             "/health_generate" => Endpoint::HealthGenerate,
             "/get_server_info" | "/server_info" => Endpoint::ServerInfo,
-            "/get_model_info" => Endpoint::ModelInfo,
+            "/get_model_info" | "/model_info" => Endpoint::ModelInfo,
             "/v1/models" => Endpoint::Models,
+            "/version" => Endpoint::Version,
             "/metrics" => Endpoint::Metrics,
             other => return Api::from_path(other).map(Endpoint::Generate),
         })
@@ -438,7 +441,9 @@ pub fn error_body(status: u16, message: &str, param: Option<&str>) -> Vec<u8> {
     serde_json::to_vec(&v).unwrap_or_default()
 }
 
-const WORDS: &[&str] = &[
+/// The output vocabulary: every generated token is one of these words, with its leading space (a
+/// client's word-level tokenizer built from them counts the simulator's tokens exactly).
+pub const WORDS: &[&str] = &[
     " the",
     " model",
     " serves",

@@ -133,3 +133,49 @@ fn sim_health_stops_saying_200_when_the_engine_thread_dies() {
     }
     assert!(health.starts_with("HTTP/1.1 503") && health.contains("engine thread has stopped"), "{health}");
 }
+
+/// A profile directory of its own under the system temp directory, removed when dropped.
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!("servetune-sim-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn sim_writes_profiles_only_under_its_profile_directory() {
+    let root = TempDir::new("profiles");
+    let outside = TempDir::new("outside");
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("rt");
+    let mut cfg = SimConfig::new(profile());
+    cfg.profile_dir = root.0.clone();
+    let srv = rt.block_on(servetune_sim::start(cfg, "127.0.0.1:0".parse().expect("addr"))).expect("start");
+    let addr = srv.addr.to_string();
+    let elsewhere = outside.0.display().to_string();
+    for bad in [elsewhere.as_str(), "../escape", "a/b", "..", "/etc", "a\\b"] {
+        let body = serde_json::json!({"output_dir": bad, "num_steps": 2}).to_string();
+        let out = crate::post(&addr, "/start_profile", &body);
+        assert!(out.starts_with("HTTP/1.1 400"), "{bad}: {out}");
+        assert!(out.contains("--profile-dir") && out.contains("give a plain name"), "{bad}: {out}");
+    }
+    assert!(!outside.0.exists(), "nothing was written outside the profile directory");
+    let out = crate::post(&addr, "/start_profile", r#"{"output_dir": "run-1", "num_steps": 2, "activities": ["CPU", "GPU"]}"#);
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    let gen = crate::post(&addr, "/v1/completions", r#"{"prompt":"a b","max_tokens":4,"ignore_eos":true}"#);
+    assert!(gen.starts_with("HTTP/1.1 200"), "{gen}");
+    let out = crate::post(&addr, "/stop_profile", "");
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    let body = out.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or_default();
+    let v: serde_json::Value = serde_json::from_str(body).expect("json");
+    let path = std::path::PathBuf::from(v["trace_path"].as_str().expect("trace_path"));
+    assert!(path.starts_with(root.0.join("run-1")) && path.exists(), "{}", path.display());
+}
