@@ -526,6 +526,47 @@ mod tests {
         assert!(basis.contains("1 earlier error"), "{basis}");
     }
 
+    fn cal(experiment: i64, rms_log_error: f64) -> Calibration {
+        Calibration {
+            id: 0,
+            experiment,
+            memory_efficiency_scale: 0.9,
+            step_overhead_ms: 4.0,
+            comm_scale: 1.0,
+            rms_log_error,
+            points: 3,
+        }
+    }
+
+    #[test]
+    fn a_new_environment_or_fabric_record_starts_without_a_calibration_and_a_misfit_is_not_used() {
+        let d = tempfile::tempdir().expect("tmp");
+        let row = crate::journal::CampaignRow {
+            goal: "g".into(),
+            model: "m".into(),
+            engine: "sim".into(),
+            settings: "{}".into(),
+            created_at: 0,
+        };
+        let mut j = Journal::create(d.path(), &row).expect("journal");
+        let env_a = j.add_fingerprint("probe", "a", &serde_json::json!({})).expect("probe a");
+        j.add_fingerprint("probe", "b", &serde_json::json!({})).expect("probe b");
+        add_calibration(&j, "a", None, &cal(1, 0.01)).expect("add");
+        assert_eq!(calibration_for(&j, "a", None).expect("read").map(|c| c.experiment), Some(1));
+        assert_eq!(calibration_for(&j, "a", Some(1)).expect("read"), None, "only experiments before the one judged");
+        assert_eq!(calibration_for(&j, "b", None).expect("read"), None, "another box has none");
+        // A misfit (worse than the held-out error on its own points) is stored but not used.
+        add_calibration(&j, "a", None, &cal(2, 0.5)).expect("add");
+        assert_eq!(calibration_for(&j, "a", None).expect("read").map(|c| c.experiment), Some(1));
+        // A new fabric record of the box starts over.
+        let doc = serde_json::json!({"schema": "servetune.fabric/1"});
+        let rec = j.add_fabric(env_a, "p2p.json", &doc).expect("fabric");
+        assert_eq!(fabric_of(&j, "a").expect("fabric"), Some(rec));
+        assert_eq!(calibration_for(&j, "a", None).expect("read"), None);
+        add_calibration(&j, "a", Some(rec), &cal(3, 0.02)).expect("add");
+        assert_eq!(calibration_for(&j, "a", None).expect("read").map(|c| c.experiment), Some(3));
+    }
+
     #[test]
     fn the_held_out_error_is_the_committed_validation_headline() {
         // VALIDATION.md's tail is `servetune plan --validate`'s output (a CLI test checks that).
