@@ -229,7 +229,6 @@ pub fn wait_ready(
 ) -> Result<String, NotReady> {
     let submitted = Instant::now();
     let mut started: Option<Instant> = None;
-    let t = Duration::from_secs(2);
     loop {
         if cancel.load(Ordering::Relaxed) {
             return Err(NotReady::Interrupted);
@@ -257,7 +256,10 @@ pub fn wait_ready(
         }
         tick(srv.waiting_for());
         if let Some(ep) = ep {
-            if let Some(ready) = probe_ready(srv, &ep, spec, t) {
+            // Every request of the check ends by the ready deadline: the wait is the one the
+            // template's ready_timeout_s (or --ready-timeout) names, never a fixed one past it.
+            let deadline = started.map_or_else(|| Instant::now() + spec.ready_timeout, |at| at + spec.ready_timeout);
+            if let Some(ready) = probe_ready(srv, &ep, spec, deadline) {
                 return ready;
             }
         }
@@ -265,13 +267,15 @@ pub fn wait_ready(
     }
 }
 
-/// One readiness check: `None` while not ready yet.
-fn probe_ready(srv: &mut dyn Launched, ep: &Endpoint, spec: &LaunchSpec, t: Duration) -> Option<Result<String, NotReady>> {
-    if !matches!(http::get(ep, &spec.health, t), Ok(r) if r.status == 200) {
+/// One readiness check: `None` while not ready yet. Each request waits at most its own cap (2 s for
+/// the health and model lists, 30 s for the one-token generation) and never past `deadline`.
+fn probe_ready(srv: &mut dyn Launched, ep: &Endpoint, spec: &LaunchSpec, deadline: Instant) -> Option<Result<String, NotReady>> {
+    let left = |cap: Duration| deadline.saturating_duration_since(Instant::now()).min(cap).max(Duration::from_millis(10));
+    if !matches!(http::get(ep, &spec.health, left(Duration::from_secs(2))), Ok(r) if r.status == 200) {
         return None;
     }
-    let model = served_model(ep, t);
-    match one_token(ep, &spec.generate, model.as_deref(), Duration::from_secs(30)) {
+    let model = served_model(ep, left(Duration::from_secs(2)));
+    match one_token(ep, &spec.generate, model.as_deref(), left(Duration::from_secs(30))) {
         Ok(OneToken::Ok) => Some(Ok(model.unwrap_or_default())),
         Ok(OneToken::Invalid(why)) => {
             let ended = srv.exited();

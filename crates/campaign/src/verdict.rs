@@ -527,27 +527,14 @@ mod tests {
     }
 
     fn cal(experiment: i64, rms_log_error: f64) -> Calibration {
-        Calibration {
-            id: 0,
-            experiment,
-            memory_efficiency_scale: 0.9,
-            step_overhead_ms: 4.0,
-            comm_scale: 1.0,
-            rms_log_error,
-            points: 3,
-        }
+        Calibration { id: 0, experiment, memory_efficiency_scale: 0.9, step_overhead_ms: 4.0, comm_scale: 1.0, rms_log_error, points: 3 }
     }
 
     #[test]
     fn a_new_environment_or_fabric_record_starts_without_a_calibration_and_a_misfit_is_not_used() {
         let d = tempfile::tempdir().expect("tmp");
-        let row = crate::journal::CampaignRow {
-            goal: "g".into(),
-            model: "m".into(),
-            engine: "sim".into(),
-            settings: "{}".into(),
-            created_at: 0,
-        };
+        let row =
+            crate::journal::CampaignRow { goal: "g".into(), model: "m".into(), engine: "sim".into(), settings: "{}".into(), created_at: 0 };
         let mut j = Journal::create(d.path(), &row).expect("journal");
         let env_a = j.add_fingerprint("probe", "a", &serde_json::json!({})).expect("probe a");
         j.add_fingerprint("probe", "b", &serde_json::json!({})).expect("probe b");

@@ -7,6 +7,7 @@ usage: fake_server.py --port PORT --mode MODE
   port_in_use      binds the port twice, so the second bind fails with EADDRINUSE, and exits 1
   crash_mid_bench  serves /health and /v1/completions, then kills itself with SIGKILL on the
                    fourth completion (the readiness check is the first)
+  never_generates  answers /health and /v1/models, but never answers a completion
 """
 import argparse
 import json
@@ -18,6 +19,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 COMPLETIONS = 0
+MODE = ""
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -45,6 +47,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         global COMPLETIONS
+        if MODE == "never_generates":
+            while True:
+                time.sleep(1)
         n = int(self.headers.get("Content-Length", "0"))
         req = json.loads(self.rfile.read(n) or b"{}")
         COMPLETIONS += 1
@@ -67,6 +72,8 @@ def main():
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--mode", required=True)
     a = ap.parse_args()
+    global MODE
+    MODE = a.mode
     print(f"fake_server: loading weights (mode {a.mode})", flush=True)
     if a.mode == "oom":
         print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB (GPU 0; 95.00 GiB total capacity)", file=sys.stderr, flush=True)

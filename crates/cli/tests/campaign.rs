@@ -306,7 +306,7 @@ fn fake_campaign(dir: &Path, tmp: &Path) {
     std::fs::write(
         &engines,
         format!(
-            "[[engine]]\nname = \"fake\"\nargv = [\"python3\", {:?}, \"--port\", \"{{port}}\"]\nhealth = \"/health\"\ngenerate = \"/v1/completions\"\nready_timeout_s = 4\nknobs = [{{ name = \"mode\", domain = {{ choice = [\"oom\", \"never_ready\", \"port_in_use\", \"crash_mid_bench\"] }}, args = [\"--mode\", \"{{value}}\"] }}]\n",
+            "[[engine]]\nname = \"fake\"\nargv = [\"python3\", {:?}, \"--port\", \"{{port}}\"]\nhealth = \"/health\"\ngenerate = \"/v1/completions\"\nready_timeout_s = 4\nknobs = [{{ name = \"mode\", domain = {{ choice = [\"oom\", \"never_ready\", \"port_in_use\", \"crash_mid_bench\", \"never_generates\"] }}, args = [\"--mode\", \"{{value}}\"] }}]\n",
             s(&script)
         ),
     )
@@ -348,6 +348,7 @@ fn fake_servers_failing_each_way_are_classified_with_evidence_and_a_corrective_s
         ("never_ready", "timeout", "not ready before the time limit"),
         ("port_in_use", "port_in_use", "Address already in use"),
         ("crash_mid_bench", "crash", "signal 9"),
+        ("never_generates", "timeout", "not ready before the time limit"),
     ];
     for (mode, _, _) in cases {
         assert_eq!(campaign(&["add", s(&dir), "--set", &format!("mode={mode}")]).0, 0);
@@ -356,7 +357,13 @@ fn fake_servers_failing_each_way_are_classified_with_evidence_and_a_corrective_s
     assert_eq!(code, 2, "the same configuration is not queued twice");
     assert!(err.contains("--force"), "{err}");
     for (i, (mode, kind, evidence)) in cases.iter().enumerate() {
+        let t = Instant::now();
         let (code, out, err) = campaign(&["continue", s(&dir)]);
+        if *mode == "never_generates" {
+            // The template's ready_timeout_s is 4 s: the one-token check ends by it, not after a
+            // fixed 30 s wait of its own (a generous bound on a shared machine).
+            assert!(t.elapsed() < Duration::from_secs(25), "{mode}: held {:?} past its 4 s ready deadline", t.elapsed());
+        }
         assert_eq!(code, 0, "{mode}: {out}{err}");
         assert!(out.contains(&format!("failed: {kind}")), "{mode}: {out}");
         assert!(out.contains("corrective step:"), "{mode}: {out}");
