@@ -16,15 +16,14 @@ pub fn term(s: &str) -> String {
     o
 }
 
-/// `s` as inline Markdown text: one line, Markdown's punctuation and HTML's `<`, `>`, `&`
-/// escaped, control characters escaped as on a terminal. Safe in a table cell and a list item.
+/// `s` as inline Markdown text: one line, Markdown's punctuation and HTML's `<` and `&` escaped
+/// (a lone `>` opens nothing inside a line), control characters escaped as on a terminal. Safe in a table cell and a list item.
 pub fn md(s: &str) -> String {
     let mut o = String::with_capacity(s.len() + 8);
     for c in term(s).chars() {
         match c {
             '\n' | '\r' | '\t' => o.push(' '),
             '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
             '&' => o.push_str("&amp;"),
             '\\' | '|' | '`' | '*' | '_' | '[' | ']' | '#' => {
                 o.push('\\');
@@ -64,7 +63,7 @@ mod tests {
 
     #[test]
     fn markdown_cells_keep_pipes_and_html_as_text() {
-        assert_eq!(md("a|b <script>x</script>"), "a\\|b &lt;script&gt;x&lt;/script&gt;");
+        assert_eq!(md("a|b <script>x</script>"), "a\\|b &lt;script>x&lt;/script>");
         assert_eq!(md("line\nbreak"), "line break");
         assert_eq!(md("[link](javascript:x)"), "\\[link\\](javascript:x)");
     }

@@ -197,9 +197,16 @@ pub fn resolve(a: &SimArgs) -> Result<SimConfig, Failure> {
         (Some(pairs), _) => {
             let mut spec = servetune_model::ScenarioSpec::parse_pairs("--from-plan", pairs).map_err(input)?;
             if let Some(f) = a.moe_efficiency {
+                if !(servetune_model::request::MIN_MOE_EFFICIENCY..=1.0).contains(&f) {
+                    return Err(Failure::usage(format!(
+                        "--moe-efficiency {f:e}: give the fraction of memory bandwidth the fused-MoE kernels reach, from {} to 1",
+                        servetune_model::request::MIN_MOE_EFFICIENCY
+                    )));
+                }
                 spec.moe_efficiency = Some(f);
             }
-            let mut s = spec.build().map_err(input)?;
+            // The model names its flags (--request-step-us); here the value came from a pair.
+            let mut s = spec.build().map_err(|e| Failure::usage(format!("--from-plan {pairs}: {e}")))?;
             // The step cost prices prompt chunks as the engine composes its steps: mixed steps let
             // them ride in decode, prefill-first runs them as passes of their own.
             if let Some(v) = a.scheduling {

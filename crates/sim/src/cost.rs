@@ -157,9 +157,9 @@ pub enum Scheduling {
     PrefillFirst,
 }
 
-/// The fused-MoE efficiency of tuned kernels: what `servetune plan`'s "tuned MoE kernels" fix
-/// assumes (crates/model/src/rank.rs) against the untuned default of its engine model.
-pub const TUNED_MOE_EFFICIENCY: f64 = 0.8;
+/// The fused-MoE efficiency of tuned kernels: the model's one figure (`servetune plan`'s "tuned
+/// MoE kernels" fix and the campaign's MoE question use the same), against the untuned default.
+pub use servetune_model::rank::TUNED_MOE_EFFICIENCY;
 
 impl Profile {
     /// The log line of an engine running untuned fused-MoE kernels: sglang's own warning when no
