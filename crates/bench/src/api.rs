@@ -158,8 +158,8 @@ struct OpenAiEvent<'a> {
     usage: Option<Usage>,
     #[serde(default)]
     error: Option<Value>,
-    #[serde(default)]
-    object: Option<String>,
+    #[serde(default, borrow)]
+    object: Option<std::borrow::Cow<'a, str>>,
     #[serde(default)]
     message: Option<String>,
 }
@@ -194,13 +194,20 @@ fn error_text(v: &Value) -> String {
 
 /// Parses one event's JSON. `Err` means the event is not valid JSON of any expected shape.
 pub fn parse_event(api: Api, data: &str) -> Result<EventInfo, String> {
+    parse_event_with(api, data, true)
+}
+
+/// [`parse_event`], collecting [`EventInfo::text`] only when `keep_text` (a tokenizer counts it)
+/// or when the API's counting needs it (sglang's cumulative text): a stream read without a
+/// tokenizer then allocates nothing for an event's text.
+pub fn parse_event_with(api: Api, data: &str, keep_text: bool) -> Result<EventInfo, String> {
     match api {
-        Api::OpenaiCompletions | Api::OpenaiChat => parse_openai(data),
+        Api::OpenaiCompletions | Api::OpenaiChat => parse_openai(data, keep_text),
         Api::Sglang => parse_sglang(data),
     }
 }
 
-fn parse_openai(data: &str) -> Result<EventInfo, String> {
+fn parse_openai(data: &str, keep_text: bool) -> Result<EventInfo, String> {
     let ev: OpenAiEvent<'_> = serde_json::from_str(data).map_err(|e| format!("malformed JSON event: {e}"))?;
     let mut info = EventInfo::default();
     if let Some(err) = &ev.error {
@@ -216,21 +223,27 @@ fn parse_openai(data: &str) -> Result<EventInfo, String> {
             if !t.is_empty() {
                 info.has_token = true;
                 info.has_content = true;
-                info.text.push_str(t);
+                if keep_text {
+                    info.text.push_str(t);
+                }
             }
         }
         for d in [&c.delta, &c.message].into_iter().flatten() {
             for r in [&d.reasoning_content, &d.reasoning].into_iter().flatten() {
                 if !r.is_empty() {
                     info.has_token = true;
-                    info.text.push_str(r);
+                    if keep_text {
+                        info.text.push_str(r);
+                    }
                 }
             }
             if let Some(t) = &d.content {
                 if !t.is_empty() {
                     info.has_token = true;
                     info.has_content = true;
-                    info.text.push_str(t);
+                    if keep_text {
+                        info.text.push_str(t);
+                    }
                 }
             }
         }

@@ -4,15 +4,15 @@
 //! [`ErrorKind`] with a detail from which the API key has been redacted.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{header, HeaderValue, Method, Request, Uri};
-use http_body_util::{BodyExt, Full, Limited};
-use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::TokioExecutor;
+use http::{header, HeaderValue, Method, Uri};
+use hyper::body::Incoming;
 
-use crate::api::{parse_event, Api, EventInfo};
+use crate::api::{parse_event, parse_event_with, Api, EventInfo};
+use crate::conn::{Lease, Pool, SendError, Target};
 use crate::record::{Chunk, ErrorKind, RequestRecord};
 use crate::spec::{InputError, Limits};
 use crate::sse::SseParser;
@@ -164,7 +164,8 @@ pub enum SimpleError {
 /// A pooled HTTP/1.1 client bound to one server.
 #[derive(Clone)]
 pub struct HttpClient {
-    client: Client<HttpConnector, Full<Bytes>>,
+    /// Keep-alive connections, shared by the clones of this client.
+    pool: Arc<Pool>,
     base: String,
     origin: Option<Origin>,
     auth: Option<HeaderValue>,
@@ -191,14 +192,9 @@ impl HttpClient {
     /// A client for `base_url` sending `api_key` (to that origin only), with these time limits.
     pub fn new(base_url: &str, api_key: Option<&str>, limits: Limits) -> Result<Self, InputError> {
         let base = normalize_base_url(base_url)?;
-        let mut conn = HttpConnector::new();
-        conn.set_nodelay(true);
-        conn.set_connect_timeout(Some(limits.connect));
-        let client =
-            Client::builder(TokioExecutor::new()).pool_max_idle_per_host(usize::MAX).pool_idle_timeout(Duration::from_secs(60)).build(conn);
         let auth = api_key.map(|k| bearer("--api-key-env", k)).transpose()?;
         let origin = Origin::of(&base);
-        Ok(Self { client, base, origin, auth, other_auth: None, limits, redactor: Redactor::new(api_key) })
+        Ok(Self { pool: Arc::default(), base, origin, auth, other_auth: None, limits, redactor: Redactor::new(api_key) })
     }
 
     /// Also sends `key` to the origin of `url` (`--metrics-api-key-env`), and redacts it too.
@@ -237,15 +233,13 @@ impl HttpClient {
         self.other_auth.as_ref().filter(|(origin, _)| *origin == o).map(|(_, v)| v.clone())
     }
 
-    fn request(&self, method: Method, url: &str, body: Bytes) -> Result<Request<Full<Bytes>>, String> {
-        let mut b = Request::builder().method(method).uri(url);
-        if !body.is_empty() {
-            b = b.header(header::CONTENT_TYPE, "application/json");
-        }
-        if let Some(a) = self.auth_for(url) {
-            b = b.header(header::AUTHORIZATION, a);
-        }
-        b.body(Full::new(body)).map_err(|e| format!("cannot build a request for {}: {e}", strip_userinfo(url)))
+    fn target(&self, method: Method, url: &str, body: Bytes) -> Result<Target, String> {
+        Target::new(method, url, self.auth_for(url), body).map_err(|e| format!("cannot build a request for {}: {e}", strip_userinfo(url)))
+    }
+
+    /// The connections this client opened so far (kept alive and reused between requests).
+    pub fn connections_opened(&self) -> u64 {
+        self.pool.opened()
     }
 
     /// GET or POST a URL (absolute, or a path under the base) and read at most 16 MiB of the
@@ -253,16 +247,19 @@ impl HttpClient {
     pub async fn simple(&self, method: Method, path_or_url: &str, body: Bytes, limit: Duration) -> Result<Simple, SimpleError> {
         let url = if path_or_url.starts_with("http") { path_or_url.to_string() } else { format!("{}{}", self.base, path_or_url) };
         let shown = strip_userinfo(&url);
-        let req = self.request(method, &url, body).map_err(SimpleError::Other)?;
+        let t = self.target(method, &url, body).map_err(SimpleError::Other)?;
         let work = async {
-            let resp = self.client.request(req).await.map_err(|e| classify(&shown, &e))?;
+            let (resp, mut lease) = self.pool.send(&t, &shown, self.limits.connect).await.map_err(|e| match e {
+                SendError::Connect(d) => SimpleError::Connect(d),
+                SendError::ConnectTimeout(d) => SimpleError::Timeout(d),
+                SendError::Closed(d) => SimpleError::Other(d),
+            })?;
             let status = resp.status().as_u16();
-            let body = Limited::new(resp.into_body(), 16 << 20)
-                .collect()
+            let body = collect(&mut lease, resp.into_body(), 16 << 20)
                 .await
-                .map_err(|e| SimpleError::Other(format!("{shown}: the response body broke off: {e}")))?
-                .to_bytes();
-            Ok(Simple { status, body })
+                .map_err(|e| SimpleError::Other(format!("{shown}: the response body broke off: {e}")))?;
+            lease.release();
+            Ok(Simple { status, body: Bytes::from(body) })
         };
         match tokio::time::timeout(limit, work).await {
             Ok(r) => r.map_err(|e| match e {
@@ -276,11 +273,13 @@ impl HttpClient {
 
     /// Sends one benchmark request and records everything about it into `rec`.
     /// `rec.actual_ns` is stamped here, just before the request goes out. The whole-request limit
-    /// is the caller's; the first-byte and idle limits are applied here.
+    /// is the caller's; the first-byte and idle limits are applied here. A connection whose
+    /// response was read to its end goes back to the pool; any other is closed.
     pub async fn execute(&self, x: &Exec<'_>, body: Bytes, rec: &mut RequestRecord) {
         let url = format!("{}{}", self.base, x.api.path());
-        if let Some(resp) = self.send(x, &url, body, rec).await {
-            self.read_response(x, &url, resp, rec).await;
+        if let Some((resp, mut lease)) = self.send(x, &url, body, rec).await {
+            self.read_response(x, &url, resp, &mut lease, rec).await;
+            lease.release();
         }
         if rec.ok() {
             check_tokens(rec);
@@ -289,22 +288,22 @@ impl HttpClient {
     }
 
     /// Step 1: the request goes out and its response head comes back within the first-byte limit.
-    async fn send(&self, x: &Exec<'_>, url: &str, body: Bytes, rec: &mut RequestRecord) -> Option<http::Response<hyper::body::Incoming>> {
-        let req = match self.request(Method::POST, url, body) {
-            Ok(r) => r,
+    async fn send(&self, x: &Exec<'_>, url: &str, body: Bytes, rec: &mut RequestRecord) -> Option<(http::Response<Incoming>, Lease<'_>)> {
+        let t = match self.target(Method::POST, url, body) {
+            Ok(t) => t,
             Err(e) => {
                 rec.fail(ErrorKind::Connect, e, since(x.t0));
                 return None;
             }
         };
         rec.actual_ns = since(x.t0);
-        match tokio::time::timeout(self.limits.first_byte, self.client.request(req)).await {
+        match tokio::time::timeout(self.limits.first_byte, self.pool.send(&t, url, self.limits.connect)).await {
             Ok(Ok(r)) => Some(r),
             Ok(Err(e)) => {
-                let (kind, detail) = match classify(url, &e) {
-                    SimpleError::Connect(d) => (ErrorKind::Connect, d),
-                    SimpleError::Timeout(d) => (ErrorKind::NoResponse, d),
-                    SimpleError::Other(d) => (ErrorKind::Disconnected, d),
+                let (kind, detail) = match e {
+                    SendError::Connect(d) => (ErrorKind::Connect, d),
+                    SendError::ConnectTimeout(d) => (ErrorKind::NoResponse, d),
+                    SendError::Closed(d) => (ErrorKind::Disconnected, d),
                 };
                 rec.fail(kind, detail, since(x.t0));
                 None
@@ -318,13 +317,12 @@ impl HttpClient {
     }
 
     /// Step 2: a non-200 status, one JSON document, or an event stream.
-    async fn read_response(&self, x: &Exec<'_>, url: &str, resp: http::Response<hyper::body::Incoming>, rec: &mut RequestRecord) {
+    async fn read_response(&self, x: &Exec<'_>, url: &str, resp: http::Response<Incoming>, lease: &mut Lease<'_>, rec: &mut RequestRecord) {
         let status = resp.status().as_u16();
         rec.status = Some(status);
         if status != 200 {
-            let limit = self.limits.idle;
-            let body = tokio::time::timeout(limit, Limited::new(resp.into_body(), 4096).collect()).await;
-            let body = body.ok().and_then(Result::ok).map(|b| b.to_bytes()).unwrap_or_default();
+            let body = tokio::time::timeout(self.limits.idle, collect(lease, resp.into_body(), 4096)).await;
+            let body = body.ok().and_then(Result::ok).unwrap_or_default();
             let text = String::from_utf8_lossy(&body);
             let detail = http_status_detail(status, url, text.trim());
             return rec.fail(ErrorKind::HttpStatus, detail, since(x.t0));
@@ -332,24 +330,24 @@ impl HttpClient {
         let ctype = resp.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_ascii_lowercase();
         let body = resp.into_body();
         if x.stream && ctype.contains("text/event-stream") {
-            return self.read_stream(x, body, rec).await;
+            return self.read_stream(x, body, lease, rec).await;
         }
         if x.stream && !ctype.contains("json") {
             let d = format!("the response is not an event stream (content-type {ctype:?}); is {url} the right API path?");
             return rec.fail(ErrorKind::MalformedEvent, d, since(x.t0));
         }
-        self.read_document(x, body, rec).await;
+        self.read_document(x, body, lease, rec).await;
     }
 
     /// Non-streaming (or a server that ignored `stream`): one JSON document.
-    async fn read_document(&self, x: &Exec<'_>, body: hyper::body::Incoming, rec: &mut RequestRecord) {
-        let collected = tokio::time::timeout(self.limits.idle, Limited::new(body, 64 << 20).collect()).await;
+    async fn read_document(&self, x: &Exec<'_>, body: Incoming, lease: &mut Lease<'_>, rec: &mut RequestRecord) {
+        let collected = tokio::time::timeout(self.limits.idle, collect(lease, body, 64 << 20)).await;
         let body = match collected {
-            Ok(Ok(b)) => b.to_bytes(),
+            Ok(Ok(b)) => b,
             Ok(Err(e)) => return rec.fail(ErrorKind::TruncatedStream, format!("the response body broke off: {e}"), since(x.t0)),
             Err(_) => return rec.fail(ErrorKind::Stalled, stalled(self.limits.idle), since(x.t0)),
         };
-        let now = since(x.t0);
+        let now = arrival(x.t0, lease);
         let text = String::from_utf8_lossy(&body);
         let info = match parse_event(x.api, &text) {
             Ok(i) => i,
@@ -372,38 +370,59 @@ impl HttpClient {
         rec.end_ns = now;
     }
 
-    /// An event stream: each frame within the idle limit, every event into the record.
-    async fn read_stream(&self, x: &Exec<'_>, mut body: hyper::body::Incoming, rec: &mut RequestRecord) {
+    /// An event stream: every event into the record, each chunk timed by the read that brought
+    /// it. The first byte must come within the first-byte limit, each later one within the idle
+    /// limit of the one before.
+    async fn read_stream(&self, x: &Exec<'_>, mut body: Incoming, lease: &mut Lease<'_>, rec: &mut RequestRecord) {
         let mut parser = SseParser::default();
         let mut st = StreamState::new(x.api, x.tokenizer.is_some());
+        let mut live = LiveCount { counter: x.tokens_counter, pending: 0 };
+        rec.reserve_chunks();
         // A server that queues a request may send the head at once and the first byte of the body
         // only when it is scheduled: that first wait is bounded by the first-byte limit, later
-        // silences by the idle limit.
+        // silences by the idle limit. One timer serves the whole stream and is moved only when it
+        // fires (or once, at the first byte): a timer per frame would cost a timer-wheel insert
+        // and removal per arrival.
         let mut first = true;
+        let mut last = Instant::now();
+        let mut limit = self.limits.first_byte;
+        let deadline = tokio::time::sleep(limit);
+        tokio::pin!(deadline);
         loop {
-            let limit = if first { self.limits.first_byte } else { self.limits.idle };
-            let frame = match tokio::time::timeout(limit, body.frame()).await {
-                Err(_) if first => {
-                    let d = format!("no byte of the event stream within --first-byte-timeout {}", secs(limit));
-                    return rec.fail(ErrorKind::NoResponse, d, since(x.t0));
+            let frame = tokio::select! {
+                biased;
+                f = lease.frame(&mut body) => f,
+                () = &mut deadline => {
+                    let due = last.checked_add(limit).unwrap_or(last);
+                    if due > Instant::now() {
+                        deadline.as_mut().reset(due.into());
+                        continue;
+                    }
+                    return rec.fail(if first { ErrorKind::NoResponse } else { ErrorKind::Stalled }, silent(first, limit), since(x.t0));
                 }
-                Err(_) => return rec.fail(ErrorKind::Stalled, stalled(self.limits.idle), since(x.t0)),
-                Ok(None) => break,
-                Ok(Some(Err(e))) => {
+            };
+            let frame = match frame {
+                None => break,
+                Some(Err(e)) => {
                     return rec.fail(ErrorKind::TruncatedStream, format!("the connection broke mid-stream: {e}"), since(x.t0));
                 }
-                Ok(Some(Ok(frame))) => frame,
+                Some(Ok(frame)) => frame,
             };
             let Ok(data) = frame.into_data() else {
                 continue;
             };
-            first = false;
-            let now = since(x.t0);
+            let now = arrival(x.t0, lease);
+            last = lease.last_read().unwrap_or_else(Instant::now);
+            if first {
+                first = false;
+                limit = self.limits.idle;
+                deadline.as_mut().reset(last.checked_add(limit).unwrap_or(last).into());
+            }
             let before = rec.output_tokens_chunks;
-            if let Err(e) = parser.feed(&data, &mut |ev| st.on_event(&ev.data, now, rec)) {
+            if let Err(e) = parser.feed_ref(&data, &mut |ev| st.on_event(ev.data, now, rec)) {
                 return rec.fail(ErrorKind::MalformedEvent, e.to_string(), now);
             }
-            x.tokens_counter.fetch_add(rec.output_tokens_chunks - before, Ordering::Relaxed);
+            live.add(rec.output_tokens_chunks - before);
             if let Some((k, d)) = st.err.take() {
                 return rec.fail(k, d, now);
             }
@@ -415,12 +434,12 @@ impl HttpClient {
                 return rec.fail(ErrorKind::TooManyTokens, d, now);
             }
         }
-        let now = since(x.t0);
+        let now = arrival(x.t0, lease);
         let before = rec.output_tokens_chunks;
-        if let Err(e) = parser.finish(&mut |ev| st.on_event(&ev.data, now, rec)) {
+        if let Err(e) = parser.finish_ref(&mut |ev| st.on_event(ev.data, now, rec)) {
             return rec.fail(ErrorKind::MalformedEvent, e.to_string(), now);
         }
-        x.tokens_counter.fetch_add(rec.output_tokens_chunks - before, Ordering::Relaxed);
+        live.add(rec.output_tokens_chunks - before);
         if let Some((k, d)) = st.err.take() {
             return rec.fail(k, d, now);
         }
@@ -432,6 +451,57 @@ impl HttpClient {
             return rec.fail(ErrorKind::TruncatedStream, "the stream ended without [DONE] or a finish_reason", now);
         }
         check_streamed_tokens(rec);
+    }
+}
+
+/// Reads a whole body of at most `max` bytes, driving its connection.
+async fn collect(lease: &mut Lease<'_>, mut body: Incoming, max: usize) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    while let Some(frame) = lease.frame(&mut body).await {
+        let frame = frame.map_err(|e| e.to_string())?;
+        if let Ok(d) = frame.into_data() {
+            if out.len() + d.len() > max {
+                return Err(format!("the body is longer than {max} bytes"));
+            }
+            out.extend_from_slice(&d);
+        }
+    }
+    Ok(out)
+}
+
+/// The time of the read that brought the data just taken from `lease`, in ns since `t0` (now,
+/// when the connection has read nothing yet).
+fn arrival(t0: Instant, lease: &Lease<'_>) -> u64 {
+    match lease.last_read() {
+        Some(at) => u64::try_from(at.saturating_duration_since(t0).as_nanos()).unwrap_or(u64::MAX),
+        None => since(t0),
+    }
+}
+
+/// The live token count for the progress display, added to in batches: one shared atomic add per
+/// arrival would bounce its cache line between the runtime's threads.
+struct LiveCount<'a> {
+    counter: &'a AtomicU64,
+    pending: u64,
+}
+
+impl LiveCount<'_> {
+    /// Tokens added before the count is published.
+    const BATCH: u64 = 32;
+
+    fn add(&mut self, n: u64) {
+        self.pending += n;
+        if self.pending >= Self::BATCH {
+            self.counter.fetch_add(std::mem::take(&mut self.pending), Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for LiveCount<'_> {
+    fn drop(&mut self) {
+        if self.pending > 0 {
+            self.counter.fetch_add(self.pending, Ordering::Relaxed);
+        }
     }
 }
 
@@ -493,6 +563,15 @@ fn stalled(idle: Duration) -> String {
     format!("the response went silent for --idle-timeout {}", secs(idle))
 }
 
+/// The detail of a stream that went silent: before its first byte, or after.
+fn silent(first: bool, limit: Duration) -> String {
+    if first {
+        format!("no byte of the event stream within --first-byte-timeout {}", secs(limit))
+    } else {
+        stalled(limit)
+    }
+}
+
 fn secs(d: Duration) -> String {
     format!("{:.1}s", d.as_secs_f64())
 }
@@ -542,7 +621,7 @@ impl StreamState {
         if d.is_empty() {
             return;
         }
-        let info = match parse_event(self.api, d) {
+        let mut info = match parse_event_with(self.api, d, self.keep_text) {
             Ok(i) => i,
             Err(e) => {
                 self.err = Some((ErrorKind::MalformedEvent, format!("{e} in event {:?}", truncate(d, 120))));
@@ -559,8 +638,8 @@ impl StreamState {
         if info.usage_completion_tokens.is_some() {
             rec.output_tokens_server = info.usage_completion_tokens;
         }
-        if info.finish_reason.is_some() {
-            rec.finish_reason = info.finish_reason.clone();
+        if let Some(f) = info.finish_reason.take() {
+            rec.finish_reason = Some(f);
         }
         if info.cumulative_text {
             self.on_cumulative(&info, now, rec);
@@ -594,27 +673,6 @@ fn truncate(s: &str, n: usize) -> &str {
     match s.char_indices().nth(n) {
         Some((i, _)) => &s[..i],
         None => s,
-    }
-}
-
-/// Sorts a client error: no connection, a timeout, or a connection that broke before an answer.
-fn classify(url: &str, e: &hyper_util::client::legacy::Error) -> SimpleError {
-    use std::error::Error as _;
-    let mut cause = String::new();
-    let mut src = e.source();
-    while let Some(s) = src {
-        cause = s.to_string();
-        src = s.source();
-    }
-    if e.is_connect() {
-        if cause.to_ascii_lowercase().contains("timed out") {
-            return SimpleError::Timeout(format!("cannot connect to {url}: {cause} (--connect-timeout)"));
-        }
-        SimpleError::Connect(format!("cannot connect to {url}: {cause}"))
-    } else if cause.is_empty() {
-        SimpleError::Other(format!("{url}: the connection closed before a response: {e}"))
-    } else {
-        SimpleError::Other(format!("{url}: the connection closed before a response: {e}: {cause}"))
     }
 }
 

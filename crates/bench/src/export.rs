@@ -7,6 +7,7 @@ use std::io::{self, Write};
 use crate::record::RequestRecord;
 use crate::report::{Goodput, RunReport};
 use crate::runner::BenchReport;
+use crate::selfcheck::ClientCheck;
 
 /// Percentiles from fewer requests than this are marked with their sample count.
 pub const FEW_SAMPLES: u64 = 100;
@@ -167,8 +168,24 @@ fn run_lines(r: &RunReport) -> Vec<String> {
     if let Some(m) = &r.server_metrics {
         lines.extend(m.summary.iter().map(|s| format!("server: {s}")));
     }
+    if let Some(c) = &r.client {
+        lines.push(client_line(c));
+    }
     lines.extend(r.notes.iter().cloned());
     lines
+}
+
+/// The client's self-check in words.
+fn client_line(c: &ClientCheck) -> String {
+    let w = c.wake_delay_ms;
+    let cpu = match (c.cpu_user_s, c.cpu_system_s) {
+        (Some(u), Some(s)) => {
+            let per = c.cpu_us_per_output_token.map(|p| format!(", {p:.2} us per output token")).unwrap_or_default();
+            format!("CPU {u:.2}s user + {s:.2}s system{per}")
+        }
+        _ => "CPU not measured on this system".to_string(),
+    };
+    format!("client self-check: {cpu}; a woken task waited {:.3} ms p50, {:.3} ms p99 (max {:.3} ms)", w.p50, w.p99, w.max)
 }
 
 fn goodput_line(g: &Goodput, failed: u64) -> String {

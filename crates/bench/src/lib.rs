@@ -11,6 +11,7 @@
 
 pub mod api;
 pub mod client;
+pub mod conn;
 pub mod definitions;
 pub mod export;
 pub mod record;
@@ -19,6 +20,7 @@ pub mod runner;
 pub mod saturation;
 pub mod schedule;
 pub mod scrape;
+pub mod selfcheck;
 pub mod spec;
 pub mod sse;
 pub mod stats;

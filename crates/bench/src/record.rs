@@ -190,6 +190,13 @@ impl RequestRecord {
         }
     }
 
+    /// Makes room for the chunks an honest stream sends (`max_tokens`, up to 64k), so the record
+    /// does not grow by copies while tokens arrive.
+    pub fn reserve_chunks(&mut self) {
+        let want = self.output_tokens_requested.min(1 << 16) as usize;
+        self.chunks.reserve(want.saturating_sub(self.chunks.len()));
+    }
+
     /// Marks the request failed with `kind` (the first failure wins) and ends it at `now_ns`.
     pub fn fail(&mut self, kind: ErrorKind, detail: impl Into<String>, now_ns: u64) {
         if self.error.is_none() {

@@ -18,6 +18,7 @@ use serde::Serialize;
 
 use crate::record::{ErrorKind, RequestRecord, CHUNK_SLACK};
 use crate::scrape::ServerMetrics;
+use crate::selfcheck::ClientCheck;
 use crate::spec::{Load, Slo, SloMetric};
 use crate::stats::{Recorder, Summary};
 
@@ -167,6 +168,9 @@ pub struct RunReport {
     pub goodput: Option<Goodput>,
     /// What the server's metrics said.
     pub server_metrics: Option<ServerMetrics>,
+    /// The client's self-check: its CPU and how late it read (`null` when the run was not
+    /// measured live, e.g. a report rebuilt from records).
+    pub client: Option<ClientCheck>,
     /// Warnings and observations, in words.
     pub notes: Vec<String>,
 }
@@ -445,6 +449,7 @@ pub fn compute(records: &[RequestRecord], ctx: &RunContext<'_>, server_metrics: 
         achieved_send_rate_per_s: send_rate(&measured),
         goodput,
         server_metrics,
+        client: None,
         notes,
     }
 }

@@ -158,8 +158,9 @@ pub struct DefinitionsReport {
 pub const SCHEMA: &str = "servetune.bench/1";
 /// The report's minor version: 1 added `schema_minor`, typed error kinds (`no_response`,
 /// `stalled`, `disconnected`, `too_many_tokens`, `no_tokens`), `http_statuses`, `chunks_dropped`,
-/// `failed_scrapes`, a null `style` for unrecognised metrics, and the per-wait timeouts.
-pub const SCHEMA_MINOR: u32 = 1;
+/// `failed_scrapes`, a null `style` for unrecognised metrics, and the per-wait timeouts; 2 added
+/// each run's `client` self-check (CPU per token, wake-up delay).
+pub const SCHEMA_MINOR: u32 = 2;
 
 /// Everything resolved before the first request.
 #[derive(Debug)]

@@ -14,6 +14,24 @@ pub struct SseEvent {
     pub data: String,
 }
 
+/// One dispatched event, borrowed from the parser: valid for the call it is handed to. The
+/// parser keeps its buffers between events, so reading a stream this way allocates nothing per
+/// event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SseRef<'a> {
+    /// The `event:` field, empty when absent.
+    pub event: &'a str,
+    /// The `data:` lines joined with `\n`.
+    pub data: &'a str,
+}
+
+impl SseRef<'_> {
+    /// An owned copy.
+    pub fn owned(self) -> SseEvent {
+        SseEvent { event: self.event.to_string(), data: self.data.to_string() }
+    }
+}
+
 /// Why the stream cannot be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SseError {
@@ -54,8 +72,18 @@ impl SseParser {
         Self { buf: Vec::new(), scanned: 0, skip_lf: false, event: String::new(), data: String::new(), has_data: false, max_line }
     }
 
-    /// Feeds bytes; calls `on_event` for each event completed by them.
-    pub fn feed(&mut self, mut bytes: &[u8], on_event: &mut impl FnMut(SseEvent)) -> Result<(), SseError> {
+    /// Feeds bytes; calls `on_event` with an owned copy of each event completed by them.
+    pub fn feed(&mut self, bytes: &[u8], on_event: &mut impl FnMut(SseEvent)) -> Result<(), SseError> {
+        self.feed_ref(bytes, &mut |e| on_event(e.owned()))
+    }
+
+    /// Ends the stream, as [`SseParser::finish_ref`], with owned events.
+    pub fn finish(&mut self, on_event: &mut impl FnMut(SseEvent)) -> Result<(), SseError> {
+        self.finish_ref(&mut |e| on_event(e.owned()))
+    }
+
+    /// Feeds bytes; calls `on_event` with each event completed by them, borrowed.
+    pub fn feed_ref(&mut self, mut bytes: &[u8], on_event: &mut impl FnMut(SseRef<'_>)) -> Result<(), SseError> {
         // A CR ended the previous read: an LF opening this one completes that line end. Only the
         // first byte of a non-empty read can be that LF (clearing the flag after skipping it, not
         // only when bytes remain, keeps a lone "\n" read from also swallowing the next "\n").
@@ -127,7 +155,7 @@ impl SseParser {
 
     /// Ends the stream. Per the spec an event not closed by a blank line is discarded; the unfinished
     /// line is processed first, so a final `data: [DONE]` without a newline is still seen.
-    pub fn finish(&mut self, on_event: &mut impl FnMut(SseEvent)) -> Result<(), SseError> {
+    pub fn finish_ref(&mut self, on_event: &mut impl FnMut(SseRef<'_>)) -> Result<(), SseError> {
         if !self.buf.is_empty() {
             let line = std::mem::take(&mut self.buf);
             self.line(&line, on_event)?;
@@ -144,7 +172,7 @@ impl SseParser {
         self.buf.len()
     }
 
-    fn line(&mut self, line: &[u8], on_event: &mut impl FnMut(SseEvent)) -> Result<(), SseError> {
+    fn line(&mut self, line: &[u8], on_event: &mut impl FnMut(SseRef<'_>)) -> Result<(), SseError> {
         // The same limit as for an unfinished line, so the verdict never depends on how reads fall
         // (a long line inside one read was accepted, the same line split across reads was not).
         if line.len() > self.max_line {
@@ -186,12 +214,13 @@ impl SseParser {
         Ok(())
     }
 
-    fn dispatch(&mut self, on_event: &mut impl FnMut(SseEvent)) {
+    fn dispatch(&mut self, on_event: &mut impl FnMut(SseRef<'_>)) {
         if self.has_data {
-            on_event(SseEvent { event: std::mem::take(&mut self.event), data: std::mem::take(&mut self.data) });
-        } else {
-            self.event.clear();
+            on_event(SseRef { event: &self.event, data: &self.data });
         }
+        // Cleared, not replaced: the next event reuses the capacity.
+        self.event.clear();
+        self.data.clear();
         self.has_data = false;
     }
 }

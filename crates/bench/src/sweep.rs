@@ -24,6 +24,7 @@ use crate::report::{self, RunContext, RunReport};
 use crate::runner::{assemble, unix_now, Outcome, Prepared, Progress};
 use crate::schedule;
 use crate::scrape::{self, ServerMetrics};
+use crate::selfcheck::SelfCheck;
 use crate::spec::{Load, Stop};
 use crate::tokenizer::Tokenizer;
 use crate::workload::Workload;
@@ -241,7 +242,9 @@ impl Shared {
             tokens_counter: &self.progress.tokens,
         };
         let mut abort = self.abort.clone();
+        // Biased: the request is polled first, and the two limits only when it is pending.
         let finish = tokio::select! {
+            biased;
             _ = self.client.execute(&x, Bytes::from(body), &mut rec) => Finish::Done,
             _ = tokio::time::sleep(self.timeout) => Finish::TimedOut,
             _ = abort.wait_for(|a| *a) => Finish::Aborted,
@@ -298,6 +301,7 @@ pub async fn run_point(p: &Prepared, point: &SweepPoint, ctl: &Control, index: (
         abort: abort_rx,
         tracker: Arc::default(),
     });
+    let check = SelfCheck::start();
     let (scrape_stop_tx, scraper) = start_scraper(p, t0);
     let interrupted = Arc::new(AtomicBool::new(false));
     let watcher = tokio::spawn(watch_stop(Arc::clone(&sh), ctl.stopping.clone(), abort_tx, cfg.drain_timeout, Arc::clone(&interrupted)));
@@ -317,9 +321,14 @@ pub async fn run_point(p: &Prepared, point: &SweepPoint, ctl: &Control, index: (
     let server_metrics = finish_scraper(p, scraper, load).await;
     let mut records = sh.records.lock().map(|mut r| std::mem::take(&mut *r)).unwrap_or_default();
     records.sort_by_key(|r| r.index);
+    // The self-check ends with the requests, before the report's own computing.
+    let client = check.finish(records.iter().map(|r| r.output_tokens_chunks).sum()).await;
     let was_interrupted = interrupted.load(Ordering::Relaxed);
     let ctx = RunContext { load, partial: was_interrupted, ignore_eos: cfg.ignore_eos, slos: &cfg.slos, last_intended_ns };
     let mut report = report::compute(&records, &ctx, server_metrics);
+    let itl = &report.latency_ms.itl;
+    report.notes.extend(client.warnings((itl.count > 0).then_some(itl.p50)));
+    report.client = Some(client);
     report.requests.lost = sh.tracker.panicked.load(Ordering::Relaxed);
     if report.requests.lost > 0 {
         report

@@ -362,3 +362,23 @@ fn tokenizer_gives_exact_prompt_lengths_end_to_end() {
         assert_eq!(r["output_tokens_tokenizer"], 5, "{r}");
     }
 }
+
+#[test]
+fn each_run_reports_the_clients_self_check() {
+    let s = timed(ms(0), ms(2));
+    let (code, v, err) = bench_json(&["--url", s.url(), "--concurrency", "8", "--requests", "64", "--output-len", "16"]);
+    assert_eq!(code, 0, "{err}");
+    let c = &v["runs"][0]["client"];
+    assert!(c["wake_delay_ms"]["samples"].as_u64().expect("samples") > 0, "{c:#}");
+    let (p50, p99, max) = (
+        num(&v, "runs.0.client.wake_delay_ms.p50"),
+        num(&v, "runs.0.client.wake_delay_ms.p99"),
+        num(&v, "runs.0.client.wake_delay_ms.max"),
+    );
+    assert!(p50 <= p99 && p99 <= max, "{c:#}");
+    if cfg!(target_os = "linux") {
+        for k in ["cpu_user_s", "cpu_system_s", "cpu_us_per_output_token", "cpu_busy"] {
+            assert!(c[k].as_f64().is_some_and(|x| x >= 0.0), "{k} in {c:#}");
+        }
+    }
+}
