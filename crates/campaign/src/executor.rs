@@ -9,7 +9,6 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
@@ -325,17 +324,40 @@ fn truncate(s: &str, n: usize) -> String {
     s.chars().take(n).collect()
 }
 
-/// The last `n` lines of the file at `path` (empty when it cannot be read).
+/// How much of a server log's end [`log_tail`] reads, and the longest line it keeps.
+const LOG_TAIL_BYTES: u64 = 8 << 20;
+const LOG_LINE_BYTES: usize = 8 << 10;
+
+/// The last `n` lines of the file at `path` (empty when it cannot be read), read byte-safe: only
+/// the file's last 8 MiB, each line decoded on its own (an invalid UTF-8 byte becomes U+FFFD and
+/// hides nothing after it) and cut at 8 KiB (a 2 GB line costs 8 MiB, not 2 GB).
 pub fn log_tail(path: &Path, n: usize) -> Vec<String> {
-    let Ok(f) = File::open(path) else { return Vec::new() };
-    let mut lines: std::collections::VecDeque<String> = std::collections::VecDeque::with_capacity(n);
-    for l in BufReader::new(f).lines().map_while(|l| l.ok()) {
-        if lines.len() == n {
-            lines.pop_front();
-        }
-        lines.push_back(l);
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = File::open(path) else { return Vec::new() };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let start = len.saturating_sub(LOG_TAIL_BYTES);
+    if f.seek(SeekFrom::Start(start)).is_err() {
+        return Vec::new();
     }
-    lines.into()
+    let mut buf = Vec::new();
+    if f.take(LOG_TAIL_BYTES).read_to_end(&mut buf).is_err() {
+        return Vec::new();
+    }
+    let mut parts: Vec<&[u8]> = buf.split(|b| *b == b'\n').collect();
+    if start > 0 && parts.len() > 1 {
+        parts.remove(0); // the first piece starts mid-line
+    }
+    if parts.last().is_some_and(|l| l.is_empty()) {
+        parts.pop();
+    }
+    let from = parts.len().saturating_sub(n);
+    parts[from..]
+        .iter()
+        .map(|l| {
+            let l = l.strip_suffix(b"\r").unwrap_or(l);
+            String::from_utf8_lossy(&l[..l.len().min(LOG_LINE_BYTES)]).into_owned()
+        })
+        .collect()
 }
 
 /// The engine's version: from the running server or a command; `None` when it does not say.
@@ -374,4 +396,33 @@ fn run_bounded(argv: &[String], limit: Duration) -> Option<String> {
     let mut s = String::from_utf8_lossy(&out.stdout).into_owned();
     s += &String::from_utf8_lossy(&out.stderr);
     Some(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_invalid_utf8_byte_in_a_server_log_hides_no_later_line() {
+        let d = tempfile::tempdir().expect("tmp");
+        let p = d.path().join("server.log");
+        std::fs::write(&p, b"loading\n\xff\xfe garbage\ntorch.OutOfMemoryError: CUDA out of memory\n").expect("write");
+        let t = log_tail(&p, 10);
+        assert_eq!(t.len(), 3, "{t:?}");
+        assert!(t[1].contains('\u{fffd}') && t[2].contains("CUDA out of memory"), "{t:?}");
+    }
+
+    #[test]
+    fn a_huge_log_line_is_cut_and_the_last_lines_kept() {
+        let d = tempfile::tempdir().expect("tmp");
+        let p = d.path().join("server.log");
+        // 20 MiB of lines, then a 1 MiB line and two short ones: only the file's end is read.
+        let mut body = b"y\n".repeat(10 << 20);
+        body.extend(vec![b'x'; 1 << 20]);
+        body.extend_from_slice(b"\nfirst\nlast\n");
+        std::fs::write(&p, body).expect("write");
+        let t = log_tail(&p, 3);
+        assert_eq!(t[1..], ["first".to_string(), "last".to_string()], "{:?}", t.iter().map(String::len).collect::<Vec<_>>());
+        assert_eq!(t[0].len(), LOG_LINE_BYTES, "the 1 MiB line is cut");
+    }
 }
