@@ -342,13 +342,51 @@ pub fn path_in(dir: &Path) -> PathBuf {
     dir.join(FILE_NAME)
 }
 
-fn configure(conn: &Connection) -> Result<()> {
+fn configure(conn: &Connection) -> rusqlite::Result<()> {
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     // FULL: a commit survives power loss too, not only a killed process.
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
     Ok(())
+}
+
+/// An SQLite error on the journal at `path` in words that name the cause and the fix: another
+/// process holding it, a directory or file the user cannot write, a full disk; `None` for the
+/// errors that mean the file itself is damaged.
+fn environment_error(path: &Path, e: &rusqlite::Error) -> Option<CampaignError> {
+    use rusqlite::ErrorCode as C;
+    let code = e.sqlite_error_code()?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let msg = match code {
+        C::DatabaseBusy | C::DatabaseLocked => format!(
+            "{}: locked by another process (another servetune campaign command on this campaign, or a program reading it) for over 10 s; wait for it to finish, or stop it (fuser {} names it)",
+            path.display(),
+            path.display()
+        ),
+        C::ReadOnly | C::CannotOpen | C::PermissionDenied if !writable(dir) || !writable(path) => format!(
+            "{}: cannot write the journal there (permission denied or a read-only file system: the journal writes {} and its -wal and -shm files beside it); run as a user who can write {}, or copy the campaign directory somewhere writable",
+            path.display(),
+            path.display(),
+            dir.display()
+        ),
+        C::DiskFull => format!("{}: the disk is full; free space on {} and run the command again (nothing measured is lost: the journal commits each step)", path.display(), dir.display()),
+        _ => return None,
+    };
+    Some(CampaignError::Runtime(msg))
+}
+
+/// Whether this process may write `p` (a file or a directory).
+fn writable(p: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt as _;
+    let Ok(c) = std::ffi::CString::new(p.as_os_str().as_bytes()) else { return false };
+    access_w(&c)
+}
+
+#[expect(unsafe_code, reason = "access(2) only checks a path's permissions; the string is NUL-terminated and borrowed")]
+fn access_w(c: &std::ffi::CStr) -> bool {
+    // SAFETY: `c` is a valid NUL-terminated string for the duration of the call.
+    unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
 }
 
 /// Checks the file read-only: SQLite's integrity check, then the schema version. Writes nothing.
@@ -359,14 +397,12 @@ fn check(path: &Path) -> Result<()> {
             path.display()
         ))
     };
-    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
-        .map_err(|e| corrupt(e.to_string()))?;
+    let damaged = |e: rusqlite::Error| environment_error(path, &e).unwrap_or_else(|| corrupt(e.to_string()));
+    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX).map_err(damaged)?;
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
-    let mut stmt = conn.prepare("PRAGMA integrity_check").map_err(|e| corrupt(e.to_string()))?;
-    let lines: Vec<String> = stmt
-        .query_map([], |r| r.get::<_, String>(0))
-        .and_then(|rows| rows.collect::<std::result::Result<_, _>>())
-        .map_err(|e| corrupt(e.to_string()))?;
+    let mut stmt = conn.prepare("PRAGMA integrity_check").map_err(damaged)?;
+    let lines: Vec<String> =
+        stmt.query_map([], |r| r.get::<_, String>(0)).and_then(|rows| rows.collect::<std::result::Result<_, _>>()).map_err(damaged)?;
     if lines != ["ok"] {
         return Err(corrupt(lines.join("; ")));
     }
@@ -391,7 +427,7 @@ fn check(path: &Path) -> Result<()> {
 /// Brings a journal of an older minor version up to this one (additions only, in one transaction):
 /// the `fabrics` table (1.1), experiments.slurm_job / server_port (1.2) and the `calibrations` and
 /// `predictions` tables (1.3), each added when missing.
-fn migrate(conn: &mut Connection) -> Result<()> {
+fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
     let minor: i64 = conn
         .query_row("SELECT value FROM meta WHERE key = 'schema_minor'", [], |r| r.get::<_, String>(0))
         .optional()?
@@ -464,9 +500,15 @@ impl Journal {
             )));
         }
         check(&path)?;
-        let mut conn = Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
-        configure(&conn)?;
-        migrate(&mut conn)?;
+        let named = |e: CampaignError| match e {
+            CampaignError::Runtime(m) => CampaignError::Runtime(format!("{}: {m}", path.display())),
+            other => other,
+        };
+        let said = |e: rusqlite::Error| environment_error(&path, &e).unwrap_or_else(|| named(e.into()));
+        let mut conn =
+            Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX).map_err(said)?;
+        configure(&conn).map_err(said)?;
+        migrate(&mut conn).map_err(said)?;
         Ok(Self { conn, path })
     }
 

@@ -123,3 +123,17 @@ fn secret_knob_values_and_url_passwords_reach_the_server_but_no_journal_or_repor
     let mode = std::fs::metadata(dir.join("secrets.json")).expect("the secrets file").permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, "readable by its owner only");
 }
+
+#[test]
+fn a_journal_another_process_holds_is_called_locked_with_its_path_not_corrupt() {
+    let d = tempfile::tempdir().expect("tmp");
+    let dir = hostile_journal(d.path());
+    let mut c = rusqlite::Connection::open(dir.join("journal.sqlite")).expect("open");
+    let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Exclusive).expect("lock");
+    let out = servetune().args(["campaign", "note", s(&dir), "a note"]).output().expect("run");
+    drop(tx);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("locked by another process") && err.contains("journal.sqlite"), "{err}");
+    assert!(!err.contains("corrupt"), "{err}");
+}
