@@ -172,7 +172,11 @@ fn chat_streams_with_usage_and_a_role_chunk() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(v["runs"][0]["requests"]["token_count_mismatches"], 0, "usage agrees with chunks");
     assert_eq!(v["runs"][0]["requests"]["stopped_early"], 0);
-    assert!(v["runs"][0]["notes"].as_array().is_some_and(|n| n.is_empty()), "{}", v["runs"][0]["notes"]);
+    // No note about the stream (the client's self-check may warn on a loaded machine: not this test's subject).
+    let notes = v["runs"][0]["notes"].as_array().expect("notes");
+    let about_the_stream: Vec<_> =
+        notes.iter().filter_map(|n| n.as_str()).filter(|n| !n.contains("the client read late") && !n.contains("the client used")).collect();
+    assert!(about_the_stream.is_empty(), "{notes:?}");
 }
 
 #[test]
