@@ -14,6 +14,7 @@
 pub mod bench_step;
 pub mod campaign;
 pub mod classify;
+pub mod controller;
 pub mod engine;
 pub mod executor;
 pub mod executor_slurm;

@@ -514,6 +514,8 @@ pub(crate) fn stop_code() -> u8 {
 }
 
 fn continue_cmd(c: &ContinueArgs) -> Result<(), Failure> {
+    // One controller per campaign, held for the whole run (all steps of --until-blocked).
+    let _controller = servetune_campaign::controller::acquire(&c.dir).map_err(lib)?;
     let opts = RunOptions { cancel: cancel_on_ctrl_c() };
     loop {
         let out = campaign::continue_once(&c.dir, &opts, &mut |l| crate::say!("{l}")).map_err(lib)?;

@@ -134,6 +134,7 @@ enum Stop {
 
 /// `servetune campaign continue DIR --until-blocked`, through the library.
 fn until_blocked(dir: &Path, opts: &RunOptions, quiet: bool) -> Result<Stop, Failure> {
+    let _controller = servetune_campaign::controller::acquire(dir).map_err(lib)?;
     loop {
         let out = campaign::continue_once(dir, opts, &mut |l| {
             if !quiet {

@@ -137,3 +137,35 @@ fn a_journal_another_process_holds_is_called_locked_with_its_path_not_corrupt() 
     assert!(err.contains("locked by another process") && err.contains("journal.sqlite"), "{err}");
     assert!(!err.contains("corrupt"), "{err}");
 }
+
+#[test]
+fn a_second_continue_on_a_running_campaign_names_the_first_ones_pid() {
+    let d = tempfile::tempdir().expect("tmp");
+    let dir = d.path().join("c");
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../probe/tests/fixtures/proxmox-lxc-8gpu");
+    let out = servetune()
+        .args(["campaign", "init", s(&dir), "--engine", "sim", "--model", "qwen3-30b-a3b", "--goal", "output_tok_s>=100000"])
+        .args(["--probe-root", s(&root), "--concurrency", "4,16", "--requests", "32", "--input-len", "64", "--output-len", "64"])
+        .output()
+        .expect("init");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let bin = assert_cmd::cargo::cargo_bin("servetune");
+    let mut first = std::process::Command::new(&bin)
+        .args(["campaign", "continue", s(&dir)])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("first");
+    // Wait until the first one holds the campaign (its pid is in the lock file).
+    let lock = dir.join("controller.lock");
+    let t = std::time::Instant::now();
+    while std::fs::read_to_string(&lock).unwrap_or_default().trim() != first.id().to_string() {
+        assert!(t.elapsed() < std::time::Duration::from_secs(30), "the first continue never took the campaign");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let second = servetune().args(["campaign", "continue", s(&dir)]).output().expect("second");
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(1), "{err}");
+    assert!(err.contains(&format!("another servetune campaign continue (pid {})", first.id())), "{err}");
+    assert!(first.wait().expect("wait").success(), "the first one went on undisturbed");
+}

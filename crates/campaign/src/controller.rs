@@ -1,0 +1,78 @@
+//! One controller per campaign: `campaign continue` (and the demo) hold an exclusive lock on
+//! `DIR/controller.lock` for as long as they run steps, with their pid written in it, so a second
+//! one started on the same campaign stops at once saying which process holds it, instead of
+//! racing the first through the planner. The lock is the kernel's (`flock`): it goes with the
+//! process, so a `kill -9` leaves no stale lock behind.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::AsRawFd;
+use std::path::Path;
+
+use crate::{CampaignError, Result};
+
+/// The lock file beside the journal.
+pub const FILE: &str = "controller.lock";
+
+/// The held lock; dropping it releases it.
+#[derive(Debug)]
+pub struct Controller {
+    _file: File,
+}
+
+#[expect(unsafe_code, reason = "flock(2) on a file this process owns; no memory is shared")]
+fn try_lock(f: &File) -> std::io::Result<bool> {
+    // SAFETY: the descriptor is valid for the call; flock only changes the lock on it.
+    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(false)
+    } else {
+        Err(e)
+    }
+}
+
+/// Takes the campaign in `dir` for this process, or says who has it.
+pub fn acquire(dir: &Path) -> Result<Controller> {
+    // A directory without a campaign is refused as every command refuses it, before any file is made.
+    if !crate::journal::path_in(dir).is_file() {
+        crate::journal::Journal::open(dir)?;
+    }
+    let p = dir.join(FILE);
+    let io = |e: std::io::Error| CampaignError::Runtime(format!("{}: cannot take the campaign's controller lock ({e})", p.display()));
+    let mut f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&p).map_err(io)?;
+    if !try_lock(&f).map_err(io)? {
+        let mut pid = String::new();
+        let _ = f.read_to_string(&mut pid);
+        let pid = pid.trim();
+        return Err(CampaignError::Runtime(format!(
+            "{}: another servetune campaign continue{} is running this campaign; wait for it to stop, or stop it (its step is then recorded as interrupted)",
+            dir.display(),
+            if pid.is_empty() { String::new() } else { format!(" (pid {pid})") }
+        )));
+    }
+    f.set_len(0).map_err(io)?;
+    f.seek(SeekFrom::Start(0)).map_err(io)?;
+    write!(f, "{}", std::process::id()).map_err(io)?;
+    Ok(Controller { _file: f })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_controller_is_told_the_first_ones_pid_and_gets_it_once_released() {
+        let d = tempfile::tempdir().expect("tmp");
+        assert!(acquire(d.path()).is_err(), "no campaign there");
+        std::fs::write(crate::journal::path_in(d.path()), b"").expect("journal file");
+        let first = acquire(d.path()).expect("first");
+        let e = acquire(d.path()).expect_err("second");
+        assert!(e.to_string().contains(&format!("pid {}", std::process::id())), "{e}");
+        drop(first);
+        assert!(acquire(d.path()).is_ok(), "released with the first");
+    }
+}
