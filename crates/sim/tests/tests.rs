@@ -74,7 +74,13 @@ fn a_streamed_completion_paces_tokens_and_ends_with_usage_and_done() {
     assert_eq!(events[7], "data: [DONE]");
     // Five 10 ms steps (one prefill step emitting the first token, four decode steps).
     assert!(took >= Duration::from_millis(50), "{took:?}");
-    let snap = srv.snapshot();
+    // The engine thread counts the request after its last event is sent: give it a moment.
+    let mut snap = srv.snapshot();
+    let until = Instant::now() + Duration::from_secs(5);
+    while snap.requests_finished < 1 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
+        snap = srv.snapshot();
+    }
     assert_eq!(snap.stats.generation_tokens, 5);
     assert_eq!(snap.requests_finished, 1);
 }
