@@ -902,15 +902,50 @@ fn benchmark(j: &mut Journal, snap: &Snapshot, id: i64, mut up: Up, o: &RunOptio
         }
         Err(why) => return fail(j, id, ExpState::Benchmarking, bench_failure(why), say),
     };
-    if let Some(m) = model_box(&snap.settings, &snap.env.facts) {
-        crate::verdict::record_measurement(j, &m, &snap.env.facts.hash, id, &up.knobs, &summary)?;
-    }
+    let line = record_done(j, snap, id, &up.knobs, summary, &up.bench_path)?;
+    say(&format!("  {line}"));
+    Ok(Outcome::Progress { experiment: id, state: ExpState::Done, line })
+}
+
+/// Records a measured sweep: the model's verdict and calibration, then the experiment done. When
+/// the journal cannot take it (a full disk, a lost file system), the measurement is not lost: the
+/// sweep's summary is written beside the journal (`exp-ID.result.json`) when it can be, the bench
+/// JSON written during the sweep is named, and the error says both.
+fn record_done(
+    j: &mut Journal,
+    snap: &Snapshot,
+    id: i64,
+    knobs: &BTreeMap<String, String>,
+    summary: bench_step::BenchSummary,
+    bench_json: &Path,
+) -> Result<String> {
     let best = summary.best_output_tok_s(true);
     let knee = summary.knee_concurrency.map_or(String::new(), |c| format!(", knee at concurrency {c}"));
     let line = format!("experiment {id} done: best {best:.1} output tok/s{knee}");
-    j.transition(id, &[ExpState::Benchmarking], ExpState::Done, &Update { result: Some(summary), ..Update::default() }, &line)?;
-    say(&format!("  {line}"));
-    Ok(Outcome::Progress { experiment: id, state: ExpState::Done, line })
+    let kept = summary.clone();
+    let recorded = (|| {
+        if let Some(m) = model_box(&snap.settings, &snap.env.facts) {
+            crate::verdict::record_measurement(j, &m, &snap.env.facts.hash, id, knobs, &summary)?;
+        }
+        j.transition(id, &[ExpState::Benchmarking], ExpState::Done, &Update { result: Some(summary), ..Update::default() }, &line)
+    })();
+    recorded.map_err(|e| keep_measured(j.path(), id, &kept, bench_json, e))?;
+    Ok(line)
+}
+
+/// The error of a journal that could not take a measured sweep, after keeping the sweep beside it.
+fn keep_measured(journal: &Path, id: i64, summary: &bench_step::BenchSummary, bench_json: &Path, e: CampaignError) -> CampaignError {
+    let dir = journal.parent().unwrap_or(Path::new("."));
+    let file = dir.join(format!("exp-{id}.result.json"));
+    let kept = serde_json::to_vec_pretty(summary).map_err(std::io::Error::other).and_then(|b| std::fs::write(&file, b));
+    let where_ = match kept {
+        Ok(()) => format!("its summary is kept in {} and its requests in {}", file.display(), bench_json.display()),
+        Err(w) => format!("it could not be kept in {} ({w}); its requests are in {}", file.display(), bench_json.display()),
+    };
+    CampaignError::Runtime(format!(
+        "{}: the measured sweep of experiment {id} could not be recorded ({e}); {where_}. Free space and run campaign continue again (the step is then re-run)",
+        journal.display()
+    ))
 }
 
 fn bench_failure(why: String) -> Failure {
@@ -1041,6 +1076,28 @@ mod tests {
         assert_eq!(e["MY_PASS"], "<redacted>");
         assert_eq!(e["NCCL_ALGO"], "Ring");
         assert_eq!(a, ["srv", "<redacted>"]);
+    }
+
+    #[test]
+    fn a_sweep_the_journal_cannot_take_is_kept_beside_it_and_named() {
+        let d = tempfile::tempdir().expect("tmp");
+        let journal = d.path().join("journal.sqlite");
+        let summary = bench_step::BenchSummary {
+            points: Vec::new(),
+            knee_concurrency: Some(64),
+            knee_evidence: None,
+            partial: false,
+            error_example: None,
+        };
+        let full = CampaignError::Runtime("journal: database or disk is full".into());
+        let e = keep_measured(&journal, 7, &summary, &d.path().join("exp-7-a1.bench.json"), full).to_string();
+        let file = d.path().join("exp-7.result.json");
+        assert!(
+            e.contains("database or disk is full") && e.contains(&file.display().to_string()) && e.contains("exp-7-a1.bench.json"),
+            "{e}"
+        );
+        let back: bench_step::BenchSummary = serde_json::from_slice(&std::fs::read(&file).expect("kept")).expect("json");
+        assert_eq!(back, summary);
     }
 
     #[test]
