@@ -206,6 +206,17 @@ pub struct CalibrationLine {
     pub factors: crate::plan_step::Calibration,
 }
 
+impl CalibrationLine {
+    /// Whether it is used, in words.
+    pub fn used_words(&self) -> &'static str {
+        if self.used {
+            "yes"
+        } else {
+            "no: fits its own sweep worse than the model's held-out error"
+        }
+    }
+}
+
 /// A warning or finding; one line for a finding that repeats across experiments.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct WarningLine {
@@ -282,7 +293,8 @@ pub fn build(j: &Journal) -> Result<Report> {
     let launch_commands = launch_lines(j, exps);
     let warnings = warning_lines(&snap.findings);
     let results = exps.iter().map(result_line).collect();
-    let (next_steps, stop_reason) = next_lines(j, &snap)?;
+    let track_record = crate::verdict::track_record(j)?;
+    let (next_steps, stop_reason) = next_lines(&track_record, &snap)?;
     let (curves, breakdown) = curves(j, &snap)?;
     let standing = standing(&snap, &breakdown);
     let analysis = analysis(&snap).into_iter().chain(plateau_lines(&snap, &breakdown)).collect();
@@ -305,7 +317,7 @@ pub fn build(j: &Journal) -> Result<Report> {
         p2p: p2p_matrices(j)?,
         fabric: fabric_lines(j)?,
         analysis,
-        track_record: crate::verdict::track_record(j)?,
+        track_record,
         calibrations: calibration_lines(j)?,
         next_steps,
         stop_reason,
@@ -553,24 +565,25 @@ fn calibration_lines(j: &Journal) -> Result<Vec<CalibrationLine>> {
         .collect())
 }
 
-/// A planner step as the report shows it: its gain with what it rests on and its interval.
-pub fn step_line(j: &Journal, rank: usize, s: &planner::Step) -> Result<StepLine> {
-    Ok(StepLine {
+/// A planner step as the report shows it: its gain with what it rests on and its interval from
+/// the campaign's `track` record.
+pub fn step_line(track: &[crate::verdict::TrackLine], rank: usize, s: &planner::Step) -> StepLine {
+    StepLine {
         rank,
         title: s.title.clone(),
         needs_person: matches!(s.kind, StepKind::NeedsPerson { .. }),
         gain: s.gain,
         raw_gain: s.raw_gain,
         calibrated_on: s.calibrated_on,
-        interval: s.gain.map(|g| crate::verdict::gain_interval(j, g, s.calibrated_on.is_some())).transpose()?,
+        interval: s.gain.map(|g| crate::verdict::gain_interval_of(track, g, s.calibrated_on.is_some())),
         basis: s.basis.clone(),
         evidence: s.evidence.clone(),
-    })
+    }
 }
 
-fn next_lines(j: &Journal, snap: &Snapshot) -> Result<(Vec<StepLine>, Option<String>)> {
+fn next_lines(track: &[crate::verdict::TrackLine], snap: &Snapshot) -> Result<(Vec<StepLine>, Option<String>)> {
     Ok(match planner::plan(&snap.view()?) {
-        Verdict::Steps(steps) => (steps.iter().enumerate().map(|(i, s)| step_line(j, i + 1, s)).collect::<Result<Vec<_>>>()?, None),
+        Verdict::Steps(steps) => (steps.iter().enumerate().map(|(i, s)| step_line(track, i + 1, s)).collect(), None),
         Verdict::GoalMet { experiment, output_tok_s } => {
             (Vec::new(), Some(format!("goal met: experiment {experiment} reached {output_tok_s:.1} output tok/s")))
         }
@@ -717,8 +730,8 @@ pub fn track_records(t: &crate::verdict::TrackLine) -> String {
     s
 }
 
-/// Track-record lines in words (terminal and Markdown).
-fn track_words(t: &crate::verdict::TrackLine) -> String {
+/// A track-record line in words (terminal, Markdown and the demo).
+pub fn track_words(t: &crate::verdict::TrackLine) -> String {
     let cal = t
         .predicted_calibrated
         .map_or(String::new(), |c| format!(", calibrated {} (on experiment {})", gain_words(Some(c)), t.calibrated_on.unwrap_or(0)));
@@ -947,7 +960,7 @@ pub fn write_markdown(r: &Report, mut w: impl Write) -> io::Result<()> {
                 f.comm_scale,
                 f.rms_log_error,
                 f.points,
-                if c.used { "yes" } else { "no: fits its own sweep worse than the model's held-out error" }
+                c.used_words()
             )?;
         }
     }

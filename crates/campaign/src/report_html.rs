@@ -361,7 +361,7 @@ fn track_record(r: &Report, o: &mut String) {
                 f.comm_scale,
                 f.rms_log_error,
                 f.points,
-                if c.used { "yes" } else { "no: fits its own sweep worse than the model's held-out error" }
+                c.used_words()
             ));
         }
         o.push_str("</table>");

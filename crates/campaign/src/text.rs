@@ -3,18 +3,9 @@
 //! Markdown (cells and lines escaped, so `|` and raw HTML stay text), and a POSIX shell (quoted).
 //! Every renderer of journal text goes through these; HTML escaping is `report_svg::esc`.
 
-/// `s` with control characters (C0 but newline and tab, DEL, C1) written as `\u{..}` escapes.
-pub fn term(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
-        if (c.is_control() && c != '\n' && c != '\t') || ('\u{80}'..='\u{9f}').contains(&c) {
-            o.push_str(&c.escape_unicode().to_string());
-        } else {
-            o.push(c);
-        }
-    }
-    o
-}
+/// `s` with control characters (C0 but newline and tab, DEL, C1) shown escaped (`\x1b`,
+/// `\u{9b}`): the probe's one escaper, used for every terminal line.
+pub use servetune_probe::render::printable as term;
 
 /// `s` as inline Markdown text: one line, Markdown's punctuation and HTML's `<` and `&` escaped
 /// (a lone `>` opens nothing inside a line), control characters escaped as on a terminal. Safe in a table cell and a list item.
@@ -56,7 +47,7 @@ mod tests {
 
     #[test]
     fn terminal_escapes_are_shown_not_sent() {
-        assert_eq!(term("GPU\x1b]0;pwned\x07 name"), "GPU\\u{1b}]0;pwned\\u{7} name");
+        assert_eq!(term("GPU\x1b]0;pwned\x07 name"), "GPU\\x1b]0;pwned\\x07 name");
         assert_eq!(term("a\u{9b}31m"), "a\\u{9b}31m");
         assert_eq!(term("two\nlines\tok"), "two\nlines\tok");
     }

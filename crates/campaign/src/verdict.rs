@@ -136,13 +136,6 @@ pub struct GainRecord {
     pub interval: Option<Interval>,
 }
 
-impl GainRecord {
-    /// The gain the campaign stood by.
-    pub fn shown(&self) -> Option<f64> {
-        self.calibrated.or(self.raw)
-    }
-}
-
 /// One line of the track record: a step's predicted gain against the gain measured.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TrackLine {
@@ -430,10 +423,9 @@ fn gain_errors(lines: &[TrackLine], calibrated: bool) -> Vec<f64> {
 
 /// The interval of a gain the campaign is about to act on (`calibrated`: made with the box's
 /// calibration), from the track record so far.
-pub fn gain_interval(j: &Journal, gain: f64, calibrated: bool) -> Result<Interval> {
-    let lines = track_record(j)?;
-    let (w, basis) = width(&gain_errors(&lines, calibrated));
-    Ok(Interval::around(gain, w, basis))
+pub fn gain_interval_of(track: &[TrackLine], gain: f64, calibrated: bool) -> Interval {
+    let (w, basis) = width(&gain_errors(track, calibrated));
+    Interval::around(gain, w, basis)
 }
 
 /// Stores a step's predicted gain when the campaign acts on it: a runnable step's `experiment`, or
@@ -456,7 +448,7 @@ pub fn record_gain(
         raw: step.raw_gain,
         calibrated: step.calibrated_on.map(|_| shown),
         calibrated_on: step.calibrated_on,
-        interval: Some(gain_interval(j, shown, step.calibrated_on.is_some())?),
+        interval: Some(gain_interval_of(&track_record(j)?, shown, step.calibrated_on.is_some())),
     };
     add_prediction(j, "gain", experiment, question, &rec).map(|_| ())
 }
@@ -501,12 +493,6 @@ fn after_answer(j: &Journal, q: &QuestionRow, exps: &[Experiment]) -> Result<Opt
     }
     let at: Option<i64> = j.conn().query_row("SELECT answered_at FROM questions WHERE id = ?1", [q.id], |r| r.get(0)).optional()?.flatten();
     Ok(at.and_then(|at| exps.iter().filter(|e| e.state == ExpState::Done && e.created_at >= at).map(|e| e.id).min()))
-}
-
-/// Whether a stored verdict table exists and holds anything (journals older than minor 3 hold none).
-pub fn has_records(j: &Journal) -> Result<bool> {
-    let n: Option<i64> = j.conn().query_row("SELECT COUNT(*) FROM predictions", [], |r| r.get(0)).optional()?;
-    Ok(n.unwrap_or(0) > 0)
 }
 
 #[cfg(test)]

@@ -451,9 +451,9 @@ fn next(dir: &Path) -> Result<(), Failure> {
         }
         Verdict::NothingLeft { reason } => crate::say!("nothing left: {reason}"),
         Verdict::Steps(steps) => {
-            let j = Journal::open(dir).map_err(lib)?;
+            let track = servetune_campaign::verdict::track_record(&Journal::open(dir).map_err(lib)?).map_err(lib)?;
             for (i, s) in steps.iter().enumerate() {
-                let line = report::step_line(&j, i + 1, s).map_err(lib)?;
+                let line = report::step_line(&track, i + 1, s);
                 let gain = if s.gain.is_some() { format!("expected {}", report::step_gain_words(&line)) } else { "gain unknown".into() };
                 match &s.kind {
                     StepKind::Runnable { knobs } => {

@@ -269,20 +269,7 @@ fn finish(dir: &Path, code: u8) -> Result<(), Failure> {
     if !r.track_record.is_empty() {
         crate::say!("  Track record (each step's predicted gain against the gain measured):");
         for t in &r.track_record {
-            let g = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{:+.1}%", (v - 1.0) * 100.0));
-            crate::say!(
-                "  - {}: model alone {}, calibrated {}{}, measured {}{}",
-                t.step,
-                g(t.predicted_raw),
-                g(t.predicted_calibrated),
-                t.calibrated_on.map_or(String::new(), |e| format!(" (on experiment {e})")),
-                g(t.measured),
-                match t.inside {
-                    Some(true) => " (inside the interval)",
-                    Some(false) => " (outside the interval)",
-                    None => "",
-                }
-            );
+            crate::say!("  - {}", report::track_words(t));
         }
     }
     let write = |name: &str, f: &dyn Fn(&mut Vec<u8>) -> std::io::Result<()>| -> Result<PathBuf, Failure> {

@@ -52,7 +52,7 @@ fn status_on_a_terminal_shows_control_characters_escaped() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(!out.stdout.contains(&0x1b) && !out.stdout.contains(&0x07), "{text}");
-    assert!(text.contains("model \\u{1b}[2Jwipe\\u{7} id"), "shown escaped: {text}");
+    assert!(text.contains("model \\x1b[2Jwipe\\x07 id"), "shown escaped: {text}");
 }
 
 #[test]
