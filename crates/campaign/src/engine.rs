@@ -166,6 +166,38 @@ pub struct EngineTemplate {
     pub logs: Vec<LogPattern>,
 }
 
+/// Which serving engine a template launches: a built-in one, or another (a template of the
+/// user's own), for the few places that say something engine-specific.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineKind {
+    /// SGLang (`sglang`).
+    Sglang,
+    /// vLLM (`vllm`).
+    Vllm,
+    /// llama.cpp's server (`llama-server`).
+    LlamaServer,
+    /// llama-cpp-python's server (`llama-cpp-python`).
+    LlamaCppPython,
+    /// servetune's simulator (`sim`).
+    Sim,
+    /// A template of the user's own.
+    Other,
+}
+
+impl EngineKind {
+    /// The kind of the built-in template named `name`; [`EngineKind::Other`] for any other name.
+    pub fn of(name: &str) -> Self {
+        match name {
+            "sglang" => EngineKind::Sglang,
+            "vllm" => EngineKind::Vllm,
+            "llama-server" => EngineKind::LlamaServer,
+            "llama-cpp-python" => EngineKind::LlamaCppPython,
+            "sim" => EngineKind::Sim,
+            _ => EngineKind::Other,
+        }
+    }
+}
+
 fn default_ready_timeout() -> u64 {
     600
 }
@@ -235,6 +267,11 @@ fn fill(s: &str, vals: &BTreeMap<String, String>) -> std::result::Result<String,
 }
 
 impl EngineTemplate {
+    /// Which engine this template launches.
+    pub fn kind(&self) -> EngineKind {
+        EngineKind::of(&self.name)
+    }
+
     /// Checks every placeholder and default; the error names the engine and the fix.
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| CampaignError::Input(format!("engine {:?}: {m}", self.name));

@@ -9,10 +9,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::bench_step::BenchSummary;
 use crate::engine::EngineTemplate;
+use crate::finding::{Code, Evidence, Severity, Source};
 use crate::goal::Goal;
 use crate::journal::{ExpState, Experiment, FindingRow, QuestionRow, QuestionState};
+use crate::knobs::KnobValues;
 use crate::plan_step::{self, Layout, ModelBox};
-use crate::probe_step::{BoxFacts, VM_NO_P2P};
+use crate::probe_step::{BoxFacts, FindingId};
 
 /// Gains below this factor are not worth a step (the model's own error is larger).
 pub const MIN_STEP_GAIN: f64 = 1.02;
@@ -73,7 +75,7 @@ pub struct Step {
     /// Why, in words.
     pub basis: String,
     /// Journal records it rests on ("experiment 3", "finding 2").
-    pub evidence: Vec<String>,
+    pub evidence: Vec<Evidence>,
 }
 
 /// What the campaign should do next.
@@ -94,7 +96,7 @@ pub struct View<'a> {
     pub engine: &'a EngineTemplate,
     pub facts: &'a BoxFacts,
     /// The current probe's findings: (journal finding id, code).
-    pub probe_findings: Vec<(i64, String)>,
+    pub probe_findings: Vec<(i64, FindingId)>,
     /// Experiments in the current environment.
     pub experiments: Vec<&'a Experiment>,
     pub findings: &'a [FindingRow],
@@ -103,12 +105,15 @@ pub struct View<'a> {
     pub model: Option<ModelBox>,
     /// The knobs of the baseline (campaign knobs plus template defaults).
     pub base_knobs: BTreeMap<String, String>,
+    /// The baseline's knobs the planner reads, parsed.
+    pub base_values: KnobValues,
 }
 
 /// An experiment's layout from its knobs.
-pub fn layout(knobs: &BTreeMap<String, String>, gpus: u32) -> Layout {
-    let n = |k: &str, d: u32| knobs.get(k).and_then(|v| v.parse().ok()).unwrap_or(d);
-    Layout { tp: n("tp", gpus), pp: n("pp", 1), ep: n("ep", 1), max_running: knobs.get("max_running").and_then(|v| v.parse().ok()) }
+/// An unset `tp` spans every GPU of the box, an unset `pp` or `ep` is 1 (no pipeline, no expert
+/// parallelism), and an unset `max_running` is the engine's own cap, unknown to the model.
+pub fn layout(knobs: &KnobValues, gpus: u32) -> Layout {
+    Layout { tp: knobs.tp.unwrap_or(gpus), pp: knobs.pp.unwrap_or(1), ep: knobs.ep.unwrap_or(1), max_running: knobs.max_running }
 }
 
 /// The best finished experiment in the view's environment: what a step's gain is measured against.
@@ -141,7 +146,7 @@ pub fn plan(v: &View<'_>) -> Verdict {
             return Verdict::GoalMet { experiment: e.id, output_tok_s: tok };
         }
     }
-    let current = best.map_or(v.base_knobs.clone(), |(e, _)| e.knobs.clone());
+    let current = best.map_or(v.base_values, |(e, _)| e.values);
     let lay = crate::verdict::measured_layout(&current, v.facts.gpus, best.map(|(_, r)| r));
     let mut asks: Vec<Step> = Vec::new();
     let mut runs: Vec<Step> = Vec::new();
@@ -208,7 +213,7 @@ pub fn plan(v: &View<'_>) -> Verdict {
 fn fixes_the_box(v: &View<'_>, s: &Step) -> bool {
     s.source == StepSource::ProbeFinding
         && v.probe_findings.iter().any(|(id, _)| {
-            s.evidence.contains(&format!("finding {id}")) && v.findings.iter().any(|f| f.id == *id && f.severity == "critical")
+            s.evidence.contains(&Evidence::Finding(*id)) && v.findings.iter().any(|f| f.id == *id && f.severity == Severity::Critical)
         })
 }
 
@@ -242,7 +247,7 @@ fn gain_of(cur: Option<f64>, new: Option<f64>) -> Option<f64> {
 }
 
 fn p2p_question(v: &View<'_>, lay: Layout) -> Option<Step> {
-    let (fid, _) = v.probe_findings.iter().find(|(_, code)| code == VM_NO_P2P)?;
+    let (fid, _) = v.probe_findings.iter().find(|(_, code)| *code == FindingId::VmNoP2p)?;
     let key = format!("p2p:{}", v.facts.hash);
     if question_state(v, &key).is_some_and(|s| s != QuestionState::Open) {
         return None;
@@ -266,7 +271,7 @@ fn p2p_question(v: &View<'_>, lay: Layout) -> Option<Step> {
         }
         _ => "the model cannot price it for this model/GPU".into(),
     };
-    let critical = v.findings.iter().any(|f| f.id == *fid && f.severity == "critical");
+    let critical = v.findings.iter().any(|f| f.id == *fid && f.severity == Severity::Critical);
     let basis = if critical {
         format!(
             "{gain_words}; asked before any knob tuning: a critical probe finding says the box itself is wrong ({} guest without GPU peer-to-peer), and knob results measured on a box that is about to change do not carry over",
@@ -292,7 +297,7 @@ fn p2p_question(v: &View<'_>, lay: Layout) -> Option<Step> {
         current_tok_s: cur,
         predicted_tok_s: new,
         basis,
-        evidence: vec![format!("finding {fid}")],
+        evidence: vec![Evidence::Finding(*fid)],
     })
 }
 
@@ -327,7 +332,7 @@ fn failure_question(v: &View<'_>) -> Option<Step> {
         current_tok_s: None,
         predicted_tok_s: None,
         basis: "no experiment has succeeded in this environment".into(),
-        evidence: vec![format!("experiment {}", e.id)],
+        evidence: vec![Evidence::Experiment(e.id)],
     })
 }
 
@@ -372,7 +377,7 @@ fn plan_rank(v: &View<'_>, best: &Experiment, lay: Layout) -> Vec<Step> {
                     alt.predicted.concurrency,
                     cur.unwrap_or(0.0)
                 ),
-                evidence: vec![format!("experiment {}", best.id)],
+                evidence: vec![Evidence::Experiment(best.id)],
             })
         })
         .take(2)
@@ -433,14 +438,22 @@ fn running_cap(v: &View<'_>, best: &Experiment, r: &BenchSummary, lay: Layout) -
             prev.concurrency,
             last.server_max_queued.unwrap_or(0.0)
         ),
-        evidence: vec![format!("experiment {}", best.id)],
+        evidence: vec![Evidence::Experiment(best.id)],
     })
 }
+
+/// The share of GPU memory taken as the start when an experiment did not set `mem_fraction` (the
+/// engine chose it): vLLM's default utilization is 0.9 and SGLang picks a static fraction near it
+/// on large GPUs. A step from it says that it assumed it.
+const UNSET_MEM_FRACTION: f64 = 0.88;
 
 fn kv_full(v: &View<'_>, best: &Experiment, r: &BenchSummary) -> Option<Step> {
     let knob = v.engine.knob("mem_fraction")?;
     let full = r.points.iter().find(|p| p.server_max_kv_usage.is_some_and(|k| k >= 0.99))?;
-    let cur: f64 = best.knobs.get(&knob.name).and_then(|x| x.parse().ok()).unwrap_or(0.88);
+    let (cur, assumed) = match best.values.mem_fraction {
+        Some(x) => (x, ""),
+        None => (UNSET_MEM_FRACTION, " (unset: the engine's own, taken as 0.88)"),
+    };
     let new = ((cur + 0.04) * 100.0).round() / 100.0;
     let mut knobs = best.knobs.clone();
     knobs.insert(knob.name.clone(), format!("{new}"));
@@ -448,7 +461,7 @@ fn kv_full(v: &View<'_>, best: &Experiment, r: &BenchSummary) -> Option<Step> {
         return None;
     }
     Some(Step {
-        title: format!("give the KV cache more memory ({} {cur} -> {new}); an fp8 KV cache is the other way", knob.name),
+        title: format!("give the KV cache more memory ({} {cur}{assumed} -> {new}); an fp8 KV cache is the other way", knob.name),
         source: StepSource::KvFull,
         kind: StepKind::Runnable { knobs },
         gain: None,
@@ -457,13 +470,13 @@ fn kv_full(v: &View<'_>, best: &Experiment, r: &BenchSummary) -> Option<Step> {
         current_tok_s: None,
         predicted_tok_s: None,
         basis: format!("KV usage reached {:.0}% at concurrency {}", full.server_max_kv_usage.unwrap_or(1.0) * 100.0, full.concurrency),
-        evidence: vec![format!("experiment {}", best.id)],
+        evidence: vec![Evidence::Experiment(best.id)],
     })
 }
 
 fn moe_question(v: &View<'_>, lay: Layout) -> Option<Step> {
     let ids: Vec<i64> = v.experiments.iter().map(|e| e.id).collect();
-    let f = v.findings.iter().find(|f| f.code == "moe_default_config" && f.experiment.is_some_and(|e| ids.contains(&e)))?;
+    let f = v.findings.iter().find(|f| f.code == Code::MoeDefaultConfig && f.experiment.is_some_and(|e| ids.contains(&e)))?;
     let key = format!("moe:{}", v.facts.hash);
     if question_state(v, &key).is_some_and(|s| s != QuestionState::Open) {
         return None;
@@ -493,7 +506,7 @@ fn moe_question(v: &View<'_>, lay: Layout) -> Option<Step> {
         current_tok_s: cur,
         predicted_tok_s: new,
         basis: format!("log line: {}", f.evidence),
-        evidence: vec![format!("finding {}", f.id)],
+        evidence: vec![Evidence::Finding(f.id)],
     })
 }
 
@@ -542,6 +555,7 @@ mod tests {
             updated_at: 0,
             slurm_job: None,
             server_port: None,
+            values: KnobValues::parse(&knobs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(), "a test").expect("valid knobs"),
         }
     }
 
@@ -585,7 +599,7 @@ mod tests {
     fn steps_in(
         f: &BoxFacts,
         m: ModelBox,
-        probe_findings: Vec<(i64, String)>,
+        probe_findings: Vec<(i64, FindingId)>,
         goal: f64,
         e: &Experiment,
         findings: &[FindingRow],
@@ -602,33 +616,34 @@ mod tests {
             questions: &[],
             model: Some(m),
             base_knobs: e.knobs.clone(),
+            base_values: e.values,
         };
         plan(&v)
     }
 
     /// A KVM guest without P2P whose baseline plateaued behind the running cap, with the probe's
     /// P2P finding at `severity`: the ranked steps.
-    fn kvm_steps(severity: &str) -> Vec<Step> {
+    fn kvm_steps(severity: Severity) -> Vec<Step> {
         let f = BoxFacts { vm: "kvm".into(), container: "none".into(), p2p_ok: false, hash: "kvm".into(), ..facts() };
         let m = ModelBox { link: "pcie-host-staged".into(), ..model() };
         let finding = FindingRow {
             id: 3,
-            source: "probe".into(),
-            code: VM_NO_P2P.into(),
-            severity: severity.into(),
+            source: Source::Probe,
+            code: Code::Probe(FindingId::VmNoP2p),
+            severity,
             title: "kvm guest without GPU peer-to-peer".into(),
             evidence: "P2P read is not OK on 28 of 28 GPU pairs".into(),
             fix: "move".into(),
             experiment: None,
         };
         let e = exp(&BASE, vec![point(4, 580.0, 4.0, 0.0), point(16, 600.0, 4.0, 12.0), point(32, 620.0, 4.0, 28.0)]);
-        let Verdict::Steps(s) = steps_in(&f, m, vec![(3, VM_NO_P2P.into())], 1e6, &e, &[finding]) else { panic!("expected steps") };
+        let Verdict::Steps(s) = steps_in(&f, m, vec![(3, FindingId::VmNoP2p)], 1e6, &e, &[finding]) else { panic!("expected steps") };
         s
     }
 
     #[test]
     fn a_critical_finding_about_the_box_is_asked_before_knob_tuning_with_a_larger_gain() {
-        let s = kvm_steps("critical");
+        let s = kvm_steps(Severity::Critical);
         let p2p = &s[0];
         assert_eq!(p2p.source, StepSource::ProbeFinding, "{s:?}");
         assert!(matches!(&p2p.kind, StepKind::NeedsPerson { key, .. } if key == "p2p:kvm"), "{p2p:?}");
@@ -641,7 +656,7 @@ mod tests {
 
     #[test]
     fn without_a_critical_finding_the_box_question_ranks_by_its_gain() {
-        let s = kvm_steps("warning");
+        let s = kvm_steps(Severity::Warning);
         assert!(matches!(s[0].kind, StepKind::Runnable { .. }), "{s:?}");
         let p2p = s.iter().find(|s| s.source == StepSource::ProbeFinding).expect("still proposed");
         assert!(s[0].gain > p2p.gain, "{s:?}");
@@ -657,7 +672,7 @@ mod tests {
         let cap = s.iter().find(|s| s.source == StepSource::RunningCap).expect("a cap step");
         assert!(matches!(&cap.kind, StepKind::Runnable { knobs } if knobs["max_running"] == "8"), "{cap:?}");
         assert!(cap.gain.is_some_and(|g| g > MIN_STEP_GAIN), "{cap:?}");
-        assert_eq!(cap.evidence, ["experiment 1"]);
+        assert_eq!(cap.evidence, [Evidence::Experiment(1)]);
     }
 
     #[test]
@@ -676,9 +691,9 @@ mod tests {
         let e = exp(&BASE, vec![point(4, 580.0, 4.0, 0.0)]);
         let f = FindingRow {
             id: 7,
-            source: "log".into(),
-            code: "moe_default_config".into(),
-            severity: "warning".into(),
+            source: Source::Log,
+            code: Code::MoeDefaultConfig,
+            severity: Severity::Warning,
             title: "t".into(),
             evidence: "Using default MoE config. Performance might be sub-optimal!".into(),
             fix: "tune".into(),
@@ -690,7 +705,7 @@ mod tests {
         let Verdict::Steps(s) = steps_in(&facts(), slow, Vec::new(), 1e6, &e, std::slice::from_ref(&f)) else { panic!("expected steps") };
         let q = s.iter().find(|s| s.source == StepSource::LogWarning).expect("a MoE step");
         assert!(matches!(&q.kind, StepKind::NeedsPerson { key, .. } if key == "moe:h"));
-        assert!(q.gain.is_some_and(|g| g > 1.0) && q.evidence == ["finding 7"], "{q:?}");
+        assert!(q.gain.is_some_and(|g| g > 1.0) && q.evidence == [Evidence::Finding(7)], "{q:?}");
         // On the RTX PRO 6000 the tables' BF16 fused-MoE rate (0.81) is already past the tuned
         // assumption (0.8): nothing to gain, so nothing to ask.
         let Verdict::Steps(s) = steps(1e6, &e, &[f]) else { panic!("expected steps") };

@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
+pub use servetune_probe::findings::FindingId;
 use servetune_probe::findings::Severity;
 use servetune_probe::ProbeReport;
 
@@ -37,8 +38,9 @@ pub struct BoxFacts {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProbeFinding {
     /// The probe's finding id, e.g. `vm_no_p2p`.
-    pub code: String,
-    pub severity: String,
+    pub code: FindingId,
+    /// How much it matters.
+    pub severity: crate::finding::Severity,
     pub title: String,
     pub evidence: String,
     pub fix: String,
@@ -52,9 +54,6 @@ pub struct Probed {
     pub findings: Vec<ProbeFinding>,
 }
 
-/// The probe finding id that means "a VM guest without GPU peer-to-peer".
-pub const VM_NO_P2P: &str = "vm_no_p2p";
-
 /// Probes the live box, or the snapshot tree at `root` (a `servetune probe --capture` directory).
 pub fn probe(root: Option<&Path>) -> Result<Probed> {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
@@ -67,13 +66,12 @@ pub fn probe(root: Option<&Path>) -> Result<Probed> {
         .findings
         .iter()
         .map(|f| ProbeFinding {
-            code: serde_json::to_value(f.id).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
+            code: f.id,
             severity: match f.severity {
-                Severity::Critical => "critical",
-                Severity::Warning => "warning",
-                Severity::Info => "info",
-            }
-            .into(),
+                Severity::Critical => crate::finding::Severity::Critical,
+                Severity::Warning => crate::finding::Severity::Warning,
+                Severity::Info => crate::finding::Severity::Info,
+            },
             title: f.title.clone(),
             evidence: f.evidence.clone(),
             fix: f.fix.clone(),

@@ -11,6 +11,7 @@ use serde::Serialize;
 use crate::bench_step::PointSummary;
 use crate::campaign::{EnvBody, LaunchFingerprint, Snapshot};
 use crate::journal::{ExpState, Experiment, Journal};
+use crate::report_html::{table, Cell};
 use crate::report_svg::{self as svg, esc, LineChart, Mark, Series, PALETTE};
 use crate::text::md;
 use crate::{CampaignError, Result};
@@ -338,37 +339,33 @@ pub fn write_html(c: &Comparison, mut w: impl Write) -> io::Result<()> {
     };
     o.push_str("<h2>Throughput</h2>");
     svg::line_chart(&chart, &mut o);
-    o.push_str("<h2>Tables</h2><table><tr><th>concurrency</th><th>A tok/s</th><th>B tok/s</th><th>change</th></tr>");
-    for t in &c.throughput {
-        o.push_str(&format!(
-            "<tr><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td></tr>",
-            t.concurrency,
-            t.a_output_tok_s,
-            t.b_output_tok_s,
-            pct(t.change)
-        ));
-    }
-    o.push_str("</table><h2>Latency</h2><table><tr><th>concurrency</th><th>metric</th><th>A ms</th><th>B ms</th><th>change</th></tr>");
-    for l in &c.latency {
-        o.push_str(&format!(
-            "<tr><td>{}</td><td>{}</td><td>{:.2}</td><td>{:.2}</td><td>{}</td></tr>",
-            l.concurrency,
-            l.metric,
-            l.a_ms,
-            l.b_ms,
-            pct(l.change)
-        ));
-    }
-    o.push_str("</table><h2>What changed</h2><table><tr><th>kind</th><th>field</th><th>A</th><th>B</th></tr>");
-    for d in &c.differences {
-        o.push_str(&format!(
-            "<tr><td>{:?}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            d.kind,
-            esc(&d.field),
-            esc(or_dash(&d.a)),
-            esc(or_dash(&d.b))
-        ));
-    }
-    o.push_str("</table></body></html>\n");
+    o.push_str("<h2>Tables</h2>");
+    let rows = c.throughput.iter().map(|t| {
+        vec![
+            Cell::text(t.concurrency.to_string()),
+            Cell::text(format!("{:.1}", t.a_output_tok_s)),
+            Cell::text(format!("{:.1}", t.b_output_tok_s)),
+            Cell::text(pct(t.change)),
+        ]
+    });
+    table(&mut o, &["concurrency", "A tok/s", "B tok/s", "change"], rows);
+    o.push_str("<h2>Latency</h2>");
+    let rows = c.latency.iter().map(|l| {
+        vec![
+            Cell::text(l.concurrency.to_string()),
+            Cell::text(&l.metric),
+            Cell::text(format!("{:.2}", l.a_ms)),
+            Cell::text(format!("{:.2}", l.b_ms)),
+            Cell::text(pct(l.change)),
+        ]
+    });
+    table(&mut o, &["concurrency", "metric", "A ms", "B ms", "change"], rows);
+    o.push_str("<h2>What changed</h2>");
+    let rows = c
+        .differences
+        .iter()
+        .map(|d| vec![Cell::text(format!("{:?}", d.kind)), Cell::text(&d.field), Cell::text(or_dash(&d.a)), Cell::text(or_dash(&d.b))]);
+    table(&mut o, &["kind", "field", "A", "B"], rows);
+    o.push_str("</body></html>\n");
     w.write_all(o.as_bytes())
 }

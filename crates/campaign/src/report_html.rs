@@ -105,47 +105,91 @@ fn launch(r: &Report, o: &mut String) {
     o.push_str("</section>\n");
 }
 
+/// One table cell: its HTML (escaped when made from text) and its class.
+pub(crate) struct Cell {
+    class: Option<String>,
+    html: String,
+}
+
+impl Cell {
+    /// Text, escaped, no class.
+    pub(crate) fn text(s: impl AsRef<str>) -> Self {
+        Self { class: None, html: esc(s.as_ref()) }
+    }
+
+    /// A number, right-aligned (`n`).
+    pub(crate) fn num(s: impl AsRef<str>) -> Self {
+        Self { class: Some("n".into()), html: esc(s.as_ref()) }
+    }
+
+    /// A journal record reference, in small grey type (`rec`).
+    pub(crate) fn rec(s: impl AsRef<str>) -> Self {
+        Self { class: Some("rec".into()), html: esc(s.as_ref()) }
+    }
+
+    /// Text with a class of the report's style sheet.
+    pub(crate) fn class(class: &str, s: impl AsRef<str>) -> Self {
+        Self { class: Some(esc(class)), html: esc(s.as_ref()) }
+    }
+}
+
+/// The one HTML table writer of the reports: a header row, then one row per item.
+pub(crate) fn table(o: &mut String, head: &[&str], rows: impl IntoIterator<Item = Vec<Cell>>) {
+    o.push_str("<table><tr>");
+    for h in head {
+        o.push_str(&format!("<th>{}</th>", esc(h)));
+    }
+    o.push_str("</tr>");
+    for row in rows {
+        o.push_str("<tr>");
+        for c in row {
+            match &c.class {
+                Some(class) => o.push_str(&format!("<td class=\"{class}\">{}</td>", c.html)),
+                None => o.push_str(&format!("<td>{}</td>", c.html)),
+            }
+        }
+        o.push_str("</tr>");
+    }
+    o.push_str("</table>");
+}
+
 fn warnings(r: &Report, o: &mut String) {
     o.push_str("<section id=\"warnings\"><h2>Warnings and findings</h2>");
     if r.warnings.is_empty() {
         o.push_str("<p>None.</p>");
     } else {
-        o.push_str("<table><tr><th>finding</th><th>severity</th><th>evidence</th><th>fix</th><th>record</th></tr>");
-        for f in &r.warnings {
-            o.push_str(&format!(
-                "<tr><td>{}</td><td class=\"sev-{}\">{}</td><td>{}</td><td>{}</td><td class=\"rec\">{}</td></tr>",
-                esc(&f.title),
-                esc(&f.severity),
-                esc(&f.severity),
-                esc(&f.evidence),
-                esc(&f.fix),
-                esc(&crate::report::finding_records(f))
-            ));
-        }
-        o.push_str("</table>");
+        let rows = r.warnings.iter().map(|f| {
+            vec![
+                Cell::text(&f.title),
+                Cell::class(&format!("sev-{}", f.severity), f.severity.name()),
+                Cell::text(&f.evidence),
+                Cell::text(&f.fix),
+                Cell::rec(crate::report::finding_records(f)),
+            ]
+        });
+        table(o, &["finding", "severity", "evidence", "fix", "record"], rows);
     }
     o.push_str("</section>\n");
 }
 
 fn results(r: &Report, o: &mut String) {
     o.push_str("<section id=\"results\"><h2>Results</h2>");
-    o.push_str("<table><tr><th>experiment</th><th>configuration</th><th>state</th><th>best output tok/s</th><th>at concurrency</th><th>TPOT p90 ms</th><th>knee</th><th>failure</th></tr>");
     let num = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.1}"));
     let int = |x: Option<u32>| x.map_or("-".into(), |v| v.to_string());
-    for x in &r.results {
-        o.push_str(&format!(
-            "<tr><td class=\"rec\">experiment {}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
-            x.experiment,
-            esc(&x.title),
-            x.state.as_str(),
-            num(x.best_output_tok_s),
-            int(x.at_concurrency),
-            num(x.tpot_p90_ms),
-            int(x.knee_concurrency),
-            esc(x.failure.as_deref().unwrap_or("-"))
-        ));
-    }
-    o.push_str("</table>");
+    let rows = r.results.iter().map(|x| {
+        vec![
+            Cell::rec(format!("experiment {}", x.experiment)),
+            Cell::text(&x.title),
+            Cell::text(x.state.as_str()),
+            Cell::num(num(x.best_output_tok_s)),
+            Cell::num(int(x.at_concurrency)),
+            Cell::num(num(x.tpot_p90_ms)),
+            Cell::num(int(x.knee_concurrency)),
+            Cell::text(x.failure.as_deref().unwrap_or("-")),
+        ]
+    });
+    let head = ["experiment", "configuration", "state", "best output tok/s", "at concurrency", "TPOT p90 ms", "knee", "failure"];
+    table(o, &head, rows);
     if r.curves.iter().all(|c| c.points.is_empty()) {
         o.push_str("<p>No measured sweep yet: the charts appear once an experiment is done.</p>");
     } else {
@@ -330,41 +374,44 @@ fn track_record(r: &Report, o: &mut String) {
     if r.track_record.is_empty() {
         o.push_str("<p>No step with a predicted gain has been taken yet.</p>");
     } else {
-        o.push_str("<table><tr><th>step</th><th>against</th><th>predicted (model alone)</th><th>predicted (calibrated)</th><th>interval</th><th>measured</th><th>inside</th><th>record</th></tr>");
         let g = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{:+.1}%", (v - 1.0) * 100.0));
-        for t in &r.track_record {
-            o.push_str(&format!(
-                "<tr><td>{}</td><td class=\"rec\">experiment {}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td><td class=\"rec\">{}</td></tr>",
-                esc(&t.step),
-                t.reference,
-                g(t.predicted_raw),
-                t.predicted_calibrated.map_or("-".into(), |v| format!("{} (calibrated on experiment {})", g(Some(v)), t.calibrated_on.unwrap_or(0))),
-                t.interval.as_ref().map_or("-".into(), |i| format!("{}..{}", g(Some(i.low)), g(Some(i.high)))),
-                g(t.measured),
-                t.inside.map_or("not measured yet", |x| if x { "yes" } else { "no" }),
-                esc(&crate::report::track_records(t))
-            ));
-        }
-        o.push_str("</table>");
+        let rows = r.track_record.iter().map(|t| {
+            vec![
+                Cell::text(&t.step),
+                Cell::rec(format!("experiment {}", t.reference)),
+                Cell::num(g(t.predicted_raw)),
+                Cell::num(
+                    t.predicted_calibrated
+                        .map_or("-".into(), |v| format!("{} (calibrated on experiment {})", g(Some(v)), t.calibrated_on.unwrap_or(0))),
+                ),
+                Cell::num(t.interval.as_ref().map_or("-".into(), |i| format!("{}..{}", g(Some(i.low)), g(Some(i.high))))),
+                Cell::num(g(t.measured)),
+                Cell::text(t.inside.map_or("not measured yet", |x| if x { "yes" } else { "no" })),
+                Cell::rec(crate::report::track_records(t)),
+            ]
+        });
+        let head = ["step", "against", "predicted (model alone)", "predicted (calibrated)", "interval", "measured", "inside", "record"];
+        table(o, &head, rows);
         svg::bar_chart(&track_chart(r), o);
     }
     if !r.calibrations.is_empty() {
-        o.push_str("<h3>Calibrations of the box</h3><p>The model fitted to each measured sweep (calibration, not a prediction). Later predictions in the same environment use the newest one and say so.</p><table><tr><th>fitted to</th><th>environment</th><th>memory scale</th><th>overhead ms/step</th><th>communication scale</th><th>rms log error</th><th>points</th><th>used</th></tr>");
-        for c in &r.calibrations {
+        o.push_str("<h3>Calibrations of the box</h3><p>The model fitted to each measured sweep (calibration, not a prediction). Later predictions in the same environment use the newest one and say so.</p>");
+        let rows = r.calibrations.iter().map(|c| {
             let f = &c.factors;
-            o.push_str(&format!(
-                "<tr><td class=\"rec\">experiment {}</td><td>{}</td><td class=\"n\">{:.2}</td><td class=\"n\">{:.1}</td><td class=\"n\">{:.2}</td><td class=\"n\">{:.3}</td><td class=\"n\">{}</td><td>{}</td></tr>",
-                c.experiment,
-                esc(&c.environment),
-                f.memory_efficiency_scale,
-                f.step_overhead_ms,
-                f.comm_scale,
-                f.rms_log_error,
-                f.points,
-                c.used_words()
-            ));
-        }
-        o.push_str("</table>");
+            vec![
+                Cell::rec(format!("experiment {}", c.experiment)),
+                Cell::text(&c.environment),
+                Cell::num(format!("{:.2}", f.memory_efficiency_scale)),
+                Cell::num(format!("{:.1}", f.step_overhead_ms)),
+                Cell::num(format!("{:.2}", f.comm_scale)),
+                Cell::num(format!("{:.3}", f.rms_log_error)),
+                Cell::num(f.points.to_string()),
+                Cell::text(c.used_words()),
+            ]
+        });
+        let head =
+            ["fitted to", "environment", "memory scale", "overhead ms/step", "communication scale", "rms log error", "points", "used"];
+        table(o, &head, rows);
     }
     o.push_str("</section>\n");
 }

@@ -21,6 +21,7 @@ use rusqlite::{params, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
 use crate::bench_step::BenchSummary;
+use crate::finding::{Code, Severity, Source};
 use crate::journal::{ExpState, Experiment, Journal, NewFinding, QuestionRow, QuestionState};
 use crate::plan_step::{self, Calibration, Layout, ModelBox};
 use crate::planner::StepSource;
@@ -262,7 +263,7 @@ pub fn gain_records(j: &Journal) -> Result<Vec<StoredGain>> {
 
 /// The layout the model prices for a measured sweep: the knobs, and when no cap knob is set, the
 /// running cap the server showed (requests queued while at most that many ran).
-pub fn measured_layout(knobs: &std::collections::BTreeMap<String, String>, gpus: u32, r: Option<&BenchSummary>) -> Layout {
+pub fn measured_layout(knobs: &crate::knobs::KnobValues, gpus: u32, r: Option<&BenchSummary>) -> Layout {
     let mut l = crate::planner::layout(knobs, gpus);
     if l.max_running.is_none() {
         let shown = r
@@ -309,7 +310,7 @@ pub fn record_measurement(
     mb: &ModelBox,
     env_hash: &str,
     id: i64,
-    knobs: &std::collections::BTreeMap<String, String>,
+    knobs: &crate::knobs::KnobValues,
     sm: &BenchSummary,
 ) -> Result<()> {
     let lay = measured_layout(knobs, mb.gpus, Some(sm));
@@ -371,9 +372,9 @@ fn verdict_finding(j: &Journal, cal_box: &ModelBox, rec: &PointsRecord, sm: &Ben
     if iv.contains(measured) {
         return j
             .add_finding(&NewFinding {
-                source: "analysis",
-                code: "plan_gap",
-                severity: "info",
+                source: Source::Analysis,
+                code: Code::PlanGap,
+                severity: Severity::Info,
                 title: &title,
                 evidence: &evidence,
                 fix: "none: the model explains the measurement (inside the interval)",
@@ -396,9 +397,9 @@ fn verdict_finding(j: &Journal, cal_box: &ModelBox, rec: &PointsRecord, sm: &Ben
             .join("; or "),
     };
     j.add_finding(&NewFinding {
-        source: "analysis",
-        code: "plan_gap",
-        severity: "warning",
+        source: Source::Analysis,
+        code: Code::PlanGap,
+        severity: Severity::Warning,
         title: &format!("{title}: outside the interval"),
         evidence: &evidence,
         fix: &fix,

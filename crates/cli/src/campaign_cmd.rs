@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 
 use clap::{Args, Subcommand};
-use servetune_campaign::campaign::{self, Answer, InitOptions, Outcome, RunOptions};
+use servetune_campaign::campaign::{self, Answer, InitOptions, RunOptions, Stopped};
 use servetune_campaign::engine;
 use servetune_campaign::journal::Journal;
 use servetune_campaign::planner::{StepKind, Verdict};
@@ -464,8 +464,8 @@ fn next(dir: &Path) -> Result<(), Failure> {
                         crate::say!("{}. [needs a person] {} ({gain})\n   question: {question}", i + 1, s.title)
                     }
                 }
-                if !s.evidence.is_empty() {
-                    crate::say!("   evidence: {}", s.evidence.join(", "));
+                if !line.evidence.is_empty() {
+                    crate::say!("   evidence: {}", line.evidence.join(", "));
                 }
             }
         }
@@ -513,36 +513,40 @@ pub(crate) fn stop_code() -> u8 {
     }
 }
 
+/// The exit code a stopped `continue` ends with: 0 after a step, 3 for a question, 4 when nothing
+/// is left, 128 + the signal's number after a stop signal.
+pub(crate) fn stopped_code(s: &Stopped) -> u8 {
+    match s {
+        Stopped::Stepped => 0,
+        Stopped::Interrupted => stop_code(),
+        Stopped::NeedsPerson(_) => EXIT_NEEDS_PERSON,
+        Stopped::NothingLeft { .. } => EXIT_NOTHING_LEFT,
+    }
+}
+
 fn continue_cmd(c: &ContinueArgs) -> Result<(), Failure> {
-    // One controller per campaign, held for the whole run (all steps of --until-blocked).
-    let _controller = servetune_campaign::controller::acquire(&c.dir).map_err(lib)?;
     let opts = RunOptions { cancel: cancel_on_ctrl_c() };
-    loop {
-        let out = campaign::continue_once(&c.dir, &opts, &mut |l| crate::say!("{l}")).map_err(lib)?;
-        match out {
-            Outcome::Progress { .. } if opts.cancel.load(Ordering::Relaxed) => {
-                return Err(Failure {
-                    code: stop_code(),
-                    msg: "interrupted: the step was torn down and recorded as interrupted; continue runs it again".into(),
-                })
-            }
-            Outcome::Progress { .. } if c.until_blocked => continue,
-            Outcome::Progress { .. } => return Ok(()),
-            Outcome::NeedsPerson { question: q } => {
-                crate::say!("needs a person (question {}): {}", q.id, q.text);
-                crate::say!("  {}", q.how);
-                crate::say!(
-                    "  answer with: servetune campaign answer {0} {1} \"...\"   or   servetune campaign answer {0} {1} --done   or   --declined",
-                    c.dir.display(),
-                    q.id
-                );
-                return Err(Failure { code: EXIT_NEEDS_PERSON, msg: format!("stopped to ask question {}", q.id) });
-            }
-            Outcome::NothingLeft { goal_met, reason } => {
-                crate::say!("{reason}");
-                let why = if goal_met { "goal met" } else { "no step with a positive expected gain" };
-                return Err(Failure { code: EXIT_NOTHING_LEFT, msg: format!("nothing left: {why}") });
-            }
+    let stopped = campaign::continue_until(&c.dir, &opts, c.until_blocked, &mut |l| crate::say!("{l}"), &mut |_| {}).map_err(lib)?;
+    let code = stopped_code(&stopped);
+    match stopped {
+        Stopped::Stepped => Ok(()),
+        Stopped::Interrupted => {
+            Err(Failure { code, msg: "interrupted: the step was torn down and recorded as interrupted; continue runs it again".into() })
+        }
+        Stopped::NeedsPerson(q) => {
+            crate::say!("needs a person (question {}): {}", q.id, q.text);
+            crate::say!("  {}", q.how);
+            crate::say!(
+                "  answer with: servetune campaign answer {0} {1} \"...\"   or   servetune campaign answer {0} {1} --done   or   --declined",
+                c.dir.display(),
+                q.id
+            );
+            Err(Failure { code, msg: format!("stopped to ask question {}", q.id) })
+        }
+        Stopped::NothingLeft { goal_met, reason } => {
+            crate::say!("{reason}");
+            let why = if goal_met { "goal met" } else { "no step with a positive expected gain" };
+            Err(Failure { code, msg: format!("nothing left: {why}") })
         }
     }
 }

@@ -15,17 +15,16 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
 
 use clap::Args;
-use servetune_campaign::campaign::{self, Answer, InitOptions, Outcome, RunOptions};
-use servetune_campaign::journal::{Journal, QuestionRow};
+use servetune_campaign::campaign::{self, Answer, InitOptions, RunOptions, Stopped};
+use servetune_campaign::journal::Journal;
 use servetune_campaign::{engine, fabric_step, report, report_html, CampaignError};
 use servetune_fabric::measure::{self, P2pOptions};
 use servetune_fabric::sim::SimFabric;
 use servetune_sim::cost::preset;
 
-use crate::campaign_cmd::cancel_on_ctrl_c;
+use crate::campaign_cmd::{cancel_on_ctrl_c, stopped_code};
 use crate::Failure;
 
 /// Run the whole story on the simulator: KVM baseline, the P2P question, the move to LXC, the
@@ -126,49 +125,38 @@ fn fixture(a: &DemoArgs, name: &str) -> Result<PathBuf, Failure> {
     Ok(p.canonicalize().unwrap_or(p))
 }
 
-/// How a run of `continue` ended, as the CLI's exit code says it.
-enum Stop {
-    Asked(QuestionRow),
-    NothingLeft { goal_met: bool, reason: String },
-}
-
-/// `servetune campaign continue DIR --until-blocked`, through the library.
-fn until_blocked(dir: &Path, opts: &RunOptions, quiet: bool) -> Result<Stop, Failure> {
-    let _controller = servetune_campaign::controller::acquire(dir).map_err(lib)?;
-    loop {
-        let out = campaign::continue_once(dir, opts, &mut |l| {
-            if !quiet {
-                crate::say!("    {l}");
-            }
-        })
-        .map_err(lib)?;
-        match out {
-            Outcome::Progress { .. } if opts.cancel.load(Ordering::Relaxed) => {
-                return Err(Failure {
-                    code: crate::campaign_cmd::stop_code(),
-                    msg: "interrupted: the step was torn down and recorded as interrupted".into(),
-                })
-            }
-            // Without -q the step's own lines (above) already end with this one.
-            Outcome::Progress { line, .. } if quiet => crate::say!("  {line}"),
-            Outcome::Progress { .. } => {}
-            Outcome::NeedsPerson { question } => return Ok(Stop::Asked(question)),
-            Outcome::NothingLeft { goal_met, reason } => return Ok(Stop::NothingLeft { goal_met, reason }),
+/// `servetune campaign continue DIR --until-blocked`: the campaign command's own loop. A stop
+/// signal ends the demo with the exit code `continue` gives it.
+fn until_blocked(dir: &Path, opts: &RunOptions, quiet: bool) -> Result<Stopped, Failure> {
+    let mut say = |l: &str| {
+        if !quiet {
+            crate::say!("    {l}");
         }
+    };
+    // Without -q the step's own lines (above) already end with its summary line.
+    let mut stepped = |l: &str| {
+        if quiet {
+            crate::say!("  {l}");
+        }
+    };
+    let stopped = campaign::continue_until(dir, opts, true, &mut say, &mut stepped).map_err(lib)?;
+    if stopped == Stopped::Interrupted {
+        return Err(Failure { code: stopped_code(&stopped), msg: "interrupted: the step was torn down and recorded as interrupted".into() });
     }
+    Ok(stopped)
 }
 
-fn say_stop(stop: &Stop) -> u8 {
+/// Says how `continue` stopped and returns its exit code.
+fn say_stop(stop: &Stopped) -> u8 {
+    let code = stopped_code(stop);
     match stop {
-        Stop::Asked(q) => {
-            crate::say!("  campaign continue -> exit 3, needs a person (question {}): {}", q.id, q.text);
-            3
+        Stopped::NeedsPerson(q) => crate::say!("  campaign continue -> exit {code}, needs a person (question {}): {}", q.id, q.text),
+        Stopped::NothingLeft { goal_met, reason } => {
+            crate::say!("  campaign continue -> exit {code}, {}: {reason}", if *goal_met { "goal met" } else { "nothing left" });
         }
-        Stop::NothingLeft { goal_met, reason } => {
-            crate::say!("  campaign continue -> exit 4, {}: {reason}", if *goal_met { "goal met" } else { "nothing left" });
-            4
-        }
+        Stopped::Stepped | Stopped::Interrupted => crate::say!("  campaign continue -> exit {code}"),
     }
+    code
 }
 
 /// Runs the demo.
@@ -185,7 +173,7 @@ pub fn run(a: DemoArgs) -> Result<(), Failure> {
     start(&dir, &kvm, &profiles)?;
     let j = Journal::open(&dir).map_err(lib)?;
     j.add_note(REPLAY).map_err(lib)?;
-    for f in j.findings().map_err(lib)?.iter().filter(|f| f.severity != "info") {
+    for f in j.findings().map_err(lib)?.iter().filter(|f| f.severity != servetune_campaign::finding::Severity::Info) {
         crate::say!("  probe finding {} ({}): {}", f.id, f.severity, f.title);
     }
     drop(j);
@@ -198,7 +186,7 @@ pub fn run(a: DemoArgs) -> Result<(), Failure> {
     crate::say!("\n2. servetune campaign continue --until-blocked");
     let first = until_blocked(&dir, &opts, a.quiet)?;
     say_stop(&first);
-    let Stop::Asked(q) = first else {
+    let Stopped::NeedsPerson(q) = first else {
         return Err(Failure::runtime("the KVM campaign did not stop at the P2P question; see the journal"));
     };
 

@@ -1,0 +1,282 @@
+//! The continue loop: [`continue_once`] recovers what a dead controller left (a stale heartbeat,
+//! an interrupted step: re-queued, its server's process group killed), reads the journal into a
+//! [`Snapshot`] and the planner's [`View`], then runs a queued experiment, starts the planner's top
+//! step (asking a person when that step needs one), or stops. [`continue_until`] is the loop that
+//! `servetune campaign continue` and the demo both run: it holds the controller lock, runs one
+//! step or steps until one is blocked, and says how it [`Stopped`].
+
+use super::*;
+
+/// What one `continue` did.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum Outcome {
+    /// An experiment ran to an end state (done, failed or interrupted).
+    Progress { experiment: i64, state: ExpState, line: String },
+    /// The next step needs a person.
+    NeedsPerson { question: QuestionRow },
+    /// Nothing left: the goal is met, or no step has a positive expected gain.
+    NothingLeft { goal_met: bool, reason: String },
+}
+
+/// Options of a run.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Set by Ctrl-C: tear down and record the step as interrupted.
+    pub cancel: Arc<AtomicBool>,
+}
+
+/// Re-queues steps whose owner died (stale heartbeat) and interrupted ones; kills what is left of
+/// their servers. Returns what it did, in words.
+pub fn recover(j: &mut Journal) -> Result<Vec<String>> {
+    let me = i64::from(std::process::id());
+    let mut said = Vec::new();
+    for e in j.experiments()? {
+        if e.state == ExpState::Interrupted {
+            j.transition(e.id, &[ExpState::Interrupted], ExpState::Planned, &Update::default(), "re-queued after an interrupt")?;
+            said.push(format!("experiment {} was interrupted: re-queued", e.id));
+            continue;
+        }
+        if !e.state.is_active() {
+            continue;
+        }
+        let owner_alive = e.owner_pid.is_some_and(|p| p != me && process_alive(p));
+        let age = now_ms() - e.heartbeat_at.unwrap_or(0);
+        if owner_alive && age < journal::STALE_AFTER_MS {
+            return Err(CampaignError::Runtime(format!(
+                "experiment {} is {} by another servetune (pid {}, heartbeat {:.1}s ago): wait for it, or stop that process",
+                e.id,
+                e.state.as_str(),
+                e.owner_pid.unwrap_or(0),
+                age as f64 / 1000.0
+            )));
+        }
+        if let Some(line) = reattach(j, &e, owner_alive, age)? {
+            said.push(line);
+            continue;
+        }
+        if let Some(g) = e.server_pgid {
+            executor::kill_group(g as i32);
+        }
+        let why = format!(
+            "stale: owner pid {} {} while {} (last heartbeat {:.1}s ago); re-queued",
+            e.owner_pid.unwrap_or(0),
+            if owner_alive { "stopped beating" } else { "is gone" },
+            e.state.as_str(),
+            age as f64 / 1000.0
+        );
+        j.transition(e.id, &[e.state], ExpState::Planned, &Update::default(), &why)?;
+        said.push(format!("experiment {}: {why}", e.id));
+    }
+    Ok(said)
+}
+
+/// A stale step whose Slurm job still runs is taken over (same attempt, new owner) instead of being
+/// submitted again; `continue_once` then follows it from readiness on. A job that ended while
+/// nobody watched is cancelled if needed and the step re-queued as usual.
+pub(super) fn reattach(j: &mut Journal, e: &Experiment, owner_alive: bool, age: i64) -> Result<Option<String>> {
+    let (Some(job), Some(port), Some(log)) = (e.slurm_job, e.server_port, e.log_path.as_deref()) else { return Ok(None) };
+    let settings = load_settings(j)?;
+    let nodes = match &settings.executor {
+        Executor::Slurm(c) => c.nodes.max(1) as usize,
+        Executor::Local => 1,
+    };
+    let mut srv = SlurmServer::attach(job, port, Path::new(log), nodes);
+    let state = srv.state().map_or_else(|| "unknown".to_string(), |s| format!("{} (from {})", s.state.name(), s.source));
+    if !srv.is_live() {
+        j.add_event("slurm", &format!("experiment {}: Slurm job {job} is {state}; not re-attached", e.id))?;
+        return Ok(None);
+    }
+    let why = format!(
+        "re-attached to Slurm job {job} ({state}): owner pid {} {} (last heartbeat {:.1}s ago); not submitted again",
+        e.owner_pid.unwrap_or(0),
+        if owner_alive { "stopped beating" } else { "is gone" },
+        age as f64 / 1000.0
+    );
+    let owner = Owner { pid: i64::from(std::process::id()), pgid: None };
+    j.transition(e.id, &[e.state], ExpState::Launching, &Update { owner: Some(owner), ..Update::default() }, &why)?;
+    Ok(Some(format!("experiment {}: {why}", e.id)))
+}
+
+#[expect(unsafe_code, reason = "kill(pid, 0) only asks whether a process exists; no memory is shared")]
+pub(super) fn process_alive(pid: i64) -> bool {
+    // SAFETY: signal 0 performs the permission and existence check only.
+    pid > 0 && unsafe { libc::kill(pid as i32, 0) == 0 }
+}
+
+/// The planner's input from the journal.
+pub struct Snapshot {
+    pub settings: Settings,
+    pub env_id: i64,
+    pub env: EnvBody,
+    pub experiments: Vec<Experiment>,
+    pub findings: Vec<journal::FindingRow>,
+    pub questions: Vec<QuestionRow>,
+    /// Fingerprint ids of probes with the current environment's hash.
+    pub env_ids: Vec<i64>,
+    /// The current environment's newest calibration (`crate::verdict`), when it has one.
+    pub calibration: Option<plan_step::Calibration>,
+}
+
+impl Snapshot {
+    /// Reads everything the planner needs.
+    pub fn read(j: &Journal) -> Result<Self> {
+        let settings = load_settings(j)?;
+        let (env_id, env) = current_env(j)?;
+        let env_ids = j.fingerprints()?.into_iter().filter(|f| f.kind == "probe" && f.hash == env.facts.hash).map(|f| f.id).collect();
+        let calibration = crate::verdict::calibration_for(j, &env.facts.hash, None)?;
+        Ok(Self {
+            settings,
+            env_id,
+            env,
+            experiments: j.experiments()?,
+            findings: j.findings()?,
+            questions: j.questions()?,
+            env_ids,
+            calibration,
+        })
+    }
+
+    /// The planner's view.
+    pub fn view(&self) -> Result<View<'_>> {
+        let s = &self.settings;
+        let base_knobs = effective_knobs(s, &self.env.facts, &BTreeMap::new())?;
+        let probe_findings = self
+            .env
+            .findings
+            .iter()
+            .filter_map(|pf| {
+                self.findings
+                    .iter()
+                    .find(|f| f.source == Source::Probe && f.code == Code::Probe(pf.code) && f.evidence == pf.evidence)
+                    .map(|f| (f.id, pf.code))
+            })
+            .collect();
+        Ok(View {
+            goal: &s.goal,
+            engine: &s.engine,
+            facts: &self.env.facts,
+            probe_findings,
+            experiments: self.experiments.iter().filter(|e| e.env_fingerprint.is_some_and(|id| self.env_ids.contains(&id))).collect(),
+            findings: &self.findings,
+            questions: &self.questions,
+            model: model_box(s, &self.env.facts).map(|m| m.calibrated(self.calibration)),
+            base_values: crate::knobs::KnobValues::parse(&base_knobs, "the campaign's knobs")?,
+            base_knobs,
+        })
+    }
+}
+
+/// The ranked next steps without running anything.
+pub fn next(dir: &Path) -> Result<Verdict> {
+    let j = Journal::open(dir)?;
+    let snap = Snapshot::read(&j)?;
+    Ok(planner::plan(&snap.view()?))
+}
+
+/// One `continue`: recover, then run a queued experiment, or the top runnable step, or stop.
+pub fn continue_once(dir: &Path, o: &RunOptions, say: &mut dyn FnMut(&str)) -> Result<Outcome> {
+    let mut j = Journal::open(dir)?;
+    for line in recover(&mut j)? {
+        say(&line);
+    }
+    let snap = Snapshot::read(&j)?;
+    let me = i64::from(std::process::id());
+    if let Some(e) = snap.experiments.iter().find(|e| e.state == ExpState::Launching && e.owner_pid == Some(me) && e.slurm_job.is_some()) {
+        return resume_experiment(&mut j, dir, &snap, e.id, o, say);
+    }
+    if let Some(e) = snap.experiments.iter().find(|e| e.state == ExpState::Planned) {
+        return run_experiment(&mut j, dir, &snap, e.id, o, say);
+    }
+    match planner::plan(&snap.view()?) {
+        Verdict::GoalMet { experiment, output_tok_s } => Ok(Outcome::NothingLeft {
+            goal_met: true,
+            reason: format!("goal met: experiment {experiment} reached {output_tok_s:.1} output tok/s (goal {})", snap.settings.goal.text),
+        }),
+        Verdict::NothingLeft { reason } => Ok(Outcome::NothingLeft { goal_met: false, reason }),
+        Verdict::Steps(steps) => {
+            let top = steps.into_iter().next().ok_or_else(|| CampaignError::Runtime("the planner returned no step".into()))?;
+            start_step(&mut j, dir, &snap, top, o, say)
+        }
+    }
+}
+
+/// How a run of `continue` ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Stopped {
+    /// One step ran and `until_blocked` was not asked for.
+    Stepped,
+    /// A stop signal came: the step was torn down and recorded as interrupted.
+    Interrupted,
+    /// The next step needs a person.
+    NeedsPerson(QuestionRow),
+    /// Nothing left: the goal is met, or no step has a positive expected gain.
+    NothingLeft {
+        /// The goal is met.
+        goal_met: bool,
+        /// Why, in words.
+        reason: String,
+    },
+}
+
+/// The `continue` loop (`servetune campaign continue`, and the demo): holds the campaign's
+/// controller lock for the whole run, and runs one step, or steps until one needs a person or
+/// nothing is left when `until_blocked`. `say` gets every progress line; `stepped` gets each
+/// finished step's summary line.
+pub fn continue_until(
+    dir: &Path,
+    o: &RunOptions,
+    until_blocked: bool,
+    say: &mut dyn FnMut(&str),
+    stepped: &mut dyn FnMut(&str),
+) -> Result<Stopped> {
+    let _controller = crate::controller::acquire(dir)?;
+    loop {
+        match continue_once(dir, o, say)? {
+            Outcome::Progress { .. } if o.cancel.load(std::sync::atomic::Ordering::Relaxed) => return Ok(Stopped::Interrupted),
+            Outcome::Progress { line, .. } => {
+                stepped(&line);
+                if !until_blocked {
+                    return Ok(Stopped::Stepped);
+                }
+            }
+            Outcome::NeedsPerson { question } => return Ok(Stopped::NeedsPerson(question)),
+            Outcome::NothingLeft { goal_met, reason } => return Ok(Stopped::NothingLeft { goal_met, reason }),
+        }
+    }
+}
+
+pub(super) fn start_step(
+    j: &mut Journal,
+    dir: &Path,
+    snap: &Snapshot,
+    step: Step,
+    o: &RunOptions,
+    say: &mut dyn FnMut(&str),
+) -> Result<Outcome> {
+    match &step.kind {
+        StepKind::NeedsPerson { key, question, how } => {
+            let id = j.ask(key, question, how, step.gain, &step.evidence)?;
+            crate::verdict::record_gain(j, &step, planner::best_experiment(&snap.view()?), None, Some(id))?;
+            let q =
+                j.questions()?.into_iter().find(|q| q.id == id).ok_or_else(|| CampaignError::Runtime(format!("question {id} vanished")))?;
+            Ok(Outcome::NeedsPerson { question: q })
+        }
+        StepKind::Runnable { knobs } => {
+            let s = &snap.settings;
+            let key = exp_key(&s.engine.name, knobs, &snap.env.facts.hash);
+            let title = if knobs.is_empty() { step.title.clone() } else { format!("{}: {}", step.title, knobs_title(knobs)) };
+            let origin = format!(
+                "{:?} step; {}; evidence: {}",
+                step.source,
+                step.basis,
+                if step.evidence.is_empty() { "-".into() } else { step.evidence.iter().map(|e| e.name()).collect::<Vec<_>>().join(", ") }
+            );
+            let id = j.plan_experiment(&key, &title, knobs, &origin, Some(snap.env_id))?.ok_or_else(|| {
+                CampaignError::Runtime(format!("the planner proposed {} again although it is in the journal", knobs_title(knobs)))
+            })?;
+            crate::verdict::record_gain(j, &step, planner::best_experiment(&snap.view()?), Some(id), None)?;
+            let snap = Snapshot::read(j)?;
+            run_experiment(j, dir, &snap, id, o, say)
+        }
+    }
+}
