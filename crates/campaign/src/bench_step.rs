@@ -16,10 +16,13 @@ use servetune_bench::{export, run_sweep as bench_sweep, BenchError, BenchReport,
 /// The sweep every experiment of a campaign runs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BenchPlan {
+    /// Concurrency points, in the order they run.
     pub concurrency: Vec<u32>,
     /// Measured requests per point.
     pub requests: u64,
+    /// Prompt tokens per request.
     pub input_len: u32,
+    /// Output tokens per request.
     pub output_len: u32,
     /// Per-request time limit, seconds.
     pub timeout_s: f64,
@@ -30,30 +33,44 @@ pub struct BenchPlan {
 /// One load point, as the journal keeps it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PointSummary {
+    /// Requests kept in flight.
     pub concurrency: u32,
+    /// Requests that completed.
     pub completed: u64,
+    /// Requests that failed.
     pub failed: u64,
+    /// Output throughput, output tokens per second.
     pub output_tok_s: f64,
+    /// Median time to first token, ms.
     pub ttft_p50_ms: f64,
+    /// 99th-percentile time to first token, ms.
     pub ttft_p99_ms: f64,
+    /// Median time per output token, ms.
     pub tpot_p50_ms: f64,
+    /// 90th-percentile time per output token, ms.
     pub tpot_p90_ms: f64,
+    /// 99th-percentile time per output token, ms.
     pub tpot_p99_ms: f64,
     /// Every goal latency objective met (None without objectives).
     pub slos_met: Option<bool>,
     /// Server metrics: most requests running, queued, and the highest KV usage (0..1).
     pub server_max_running: Option<f64>,
+    /// Most requests queued at once (server metrics).
     pub server_max_queued: Option<f64>,
+    /// Highest KV-cache usage, 0..1 (server metrics).
     pub server_max_kv_usage: Option<f64>,
 }
 
 /// A sweep's summary.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BenchSummary {
+    /// The load points, in the order they ran.
     pub points: Vec<PointSummary>,
     /// Concurrency at the saturation knee, with bench's evidence.
     pub knee_concurrency: Option<u32>,
+    /// Bench's evidence for the knee, in words.
     pub knee_evidence: Option<String>,
+    /// The sweep stopped early (a stop signal or a failure): the points are those measured.
     pub partial: bool,
     /// An example error when requests failed.
     pub error_example: Option<String>,

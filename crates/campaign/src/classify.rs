@@ -95,11 +95,13 @@ pub struct ExitInfo {
 /// A classified failure with its evidence and corrective step.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Failure {
+    /// What went wrong.
     pub kind: FailureKind,
     /// How the server ended (absent when it was still running, e.g. a timeout we ended).
     pub exit: Option<ExitInfo>,
     /// The log lines (or facts) that decided the kind.
     pub evidence: Vec<String>,
+    /// The step that fixes it, in words.
     pub corrective: String,
     /// One line of context in words.
     pub summary: String,

@@ -32,9 +32,19 @@ pub const CONTEXT_PLACEHOLDERS: &[&str] = &[
 #[serde(rename_all = "snake_case")]
 pub enum Domain {
     /// An integer in [min, max].
-    Int { min: i64, max: i64 },
+    Int {
+        /// The least value.
+        min: i64,
+        /// The greatest value.
+        max: i64,
+    },
     /// A number in [min, max].
-    Float { min: f64, max: f64 },
+    Float {
+        /// The least value.
+        min: f64,
+        /// The greatest value.
+        max: f64,
+    },
     /// One of these words.
     Choice(Vec<String>),
     /// Any text (a path, an interpreter).
@@ -91,9 +101,12 @@ impl Domain {
 /// A setting the planner or a person may turn.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Knob {
+    /// The knob's name (`--set NAME=VALUE`).
     pub name: String,
+    /// What it sets, in words.
     #[serde(default)]
     pub help: String,
+    /// The values it takes.
     pub domain: Domain,
     /// Used when no value is given; may hold context placeholders (`{gpus}`).
     #[serde(default)]
@@ -111,7 +124,12 @@ pub struct Knob {
 #[serde(rename_all = "snake_case")]
 pub enum VersionQuery {
     /// GET `path` on the running server and read the JSON `field`.
-    Http { path: String, field: String },
+    Http {
+        /// The path to GET.
+        path: String,
+        /// The JSON field holding the version.
+        field: String,
+    },
     /// Run this argv (placeholders allowed) and take the first line it prints.
     Command(Vec<String>),
 }
@@ -129,16 +147,21 @@ pub enum LogSignal {
 /// A log line pattern.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LogPattern {
+    /// A substring of a log line.
     pub contains: String,
+    /// What the line means.
     pub signal: LogSignal,
 }
 
 /// A launch template.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EngineTemplate {
+    /// The name `--engine` takes.
     pub name: String,
+    /// What it launches, in words.
     #[serde(default)]
     pub description: String,
+    /// The launch command's words, with placeholders (`{model}`, `{port}`, knobs' `{value}`).
     pub argv: Vec<String>,
     /// Words after the knobs' args (for flags that swallow the rest, like sim's --from-plan).
     #[serde(default)]
@@ -148,20 +171,26 @@ pub struct EngineTemplate {
     /// A template without them cannot run on several nodes.
     #[serde(default)]
     pub multi_node: Vec<String>,
+    /// Environment variables set for the server (placeholders allowed).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     /// Path that answers 200 once the server is up.
     pub health: String,
     /// OpenAI completions path for the one-token readiness generation and the benchmark.
     pub generate: String,
+    /// The Prometheus metrics path, when the engine serves one.
     #[serde(default)]
     pub metrics: Option<String>,
+    /// How to ask the engine its version.
     #[serde(default)]
     pub version: Option<VersionQuery>,
+    /// How long the server may take to become ready, seconds.
     #[serde(default = "default_ready_timeout")]
     pub ready_timeout_s: u64,
+    /// The knobs a campaign may set.
     #[serde(default)]
     pub knobs: Vec<Knob>,
+    /// Log lines that mean something to the planner.
     #[serde(default)]
     pub logs: Vec<LogPattern>,
 }
@@ -231,12 +260,14 @@ struct EngineFile {
 /// What the campaign fills in.
 #[derive(Debug, Clone, Default)]
 pub struct Context {
+    /// Placeholder name to value.
     pub values: BTreeMap<String, String>,
 }
 
 /// A launch command, ready to spawn.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Rendered {
+    /// The command's words, placeholders filled.
     pub argv: Vec<String>,
     /// Variables set for the server (template env and env knobs).
     pub env: BTreeMap<String, String>,

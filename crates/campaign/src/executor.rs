@@ -30,12 +30,19 @@ const TAIL_LINES: usize = 60;
 /// What to launch and how to know it is ready.
 #[derive(Debug, Clone)]
 pub struct LaunchSpec {
+    /// The command's words.
     pub argv: Vec<String>,
+    /// Environment variables set for the server.
     pub env: BTreeMap<String, String>,
+    /// Where its stdout and stderr go.
     pub log_path: PathBuf,
+    /// The port it listens on.
     pub port: u16,
+    /// The path that answers 200 once it is up.
     pub health: String,
+    /// The completions path for the one-token readiness generation.
     pub generate: String,
+    /// How long it may take to become ready.
     pub ready_timeout: Duration,
 }
 
@@ -74,7 +81,9 @@ pub struct Server {
     child: Child,
     /// Its process group (its own pid).
     pub pgid: i32,
+    /// The port it listens on.
     pub port: u16,
+    /// Where its stdout and stderr go.
     pub log_path: PathBuf,
 }
 
@@ -92,6 +101,7 @@ pub enum NotReady {
 pub struct Teardown {
     /// SIGKILL was needed after the grace period.
     pub killed: bool,
+    /// How it exited, when it did.
     pub exit: Option<ExitInfo>,
     /// The port accepted a new listener afterwards.
     pub port_free: bool,

@@ -45,6 +45,7 @@ pub struct Recorded {
     pub id: i64,
     /// The environment it was recorded for.
     pub facts: BoxFacts,
+    /// The bandwidth and latency matrices the document holds.
     pub matrices: PairMatrices,
     /// Said when the document's GPU count differs from the probe's.
     pub note: Option<String>,

@@ -11,6 +11,8 @@
 //! [`plan_step`] only (and a fabric document's typed reading through [`fabric_step`]), so a change
 //! of those crates' APIs is absorbed in one place each.
 
+#![warn(missing_docs)]
+
 pub mod bench_step;
 pub mod campaign;
 pub mod classify;
@@ -30,6 +32,9 @@ pub mod probe_step;
 pub mod report;
 pub mod report_compare;
 pub mod report_html;
+// The chart module's public items are documented by the engineer polishing its charts (its own
+// branch); until that lands, its missing docs do not fail this crate's `-D warnings`.
+#[allow(missing_docs)]
 pub mod report_svg;
 pub mod secrets;
 pub mod text;

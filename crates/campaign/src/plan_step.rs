@@ -90,24 +90,33 @@ pub struct Calibration {
 /// The parallelism and cap of one experiment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Layout {
+    /// Tensor parallelism.
     pub tp: u32,
+    /// Pipeline parallelism.
     pub pp: u32,
+    /// Expert parallelism.
     pub ep: u32,
+    /// The running-request cap, when one is set or shown.
     pub max_running: Option<u32>,
 }
 
 /// A prediction: best output tok/s under the goal, at which concurrency.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Predicted {
+    /// Output tokens per second.
     pub output_tok_s: f64,
+    /// The concurrency it is reached at.
     pub concurrency: u32,
 }
 
 /// Another plan the model ranks above the current one.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Alternative {
+    /// The alternative's parallelism.
     pub layout: Layout,
+    /// The alternative in words.
     pub label: String,
+    /// What the model predicts for it.
     pub predicted: Predicted,
 }
 
@@ -216,17 +225,25 @@ pub fn better_plans(mb: &ModelBox, l: Layout) -> Vec<Alternative> {
 /// The model's step at one concurrency, by term (ms), with the dominant term in words.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepAt {
+    /// The concurrency priced.
     pub concurrency: u32,
     /// Requests the model lets run at once (the cap and KV capacity applied).
     pub running: u32,
+    /// Streaming the weights, ms per step.
     pub weights_ms: f64,
+    /// Reading the KV cache, ms per step.
     pub kv_ms: f64,
+    /// Compute, ms per step.
     pub compute_ms: f64,
+    /// Communication (all-reduce and friends), ms per step.
     pub communication_ms: f64,
+    /// Fixed per-step overhead, ms.
     pub overhead_ms: f64,
+    /// Prefill's share of the step, ms.
     pub prefill_ms: f64,
     /// The step by the model's overlap rule (not the sum of the terms).
     pub total_ms: f64,
+    /// The output tok/s the step gives.
     pub predicted_output_tok_s: f64,
     /// The dominant term with its numbers, as `servetune plan` words it.
     pub bottleneck: String,

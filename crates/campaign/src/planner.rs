@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::bench_step::BenchSummary;
 use crate::engine::EngineTemplate;
-use crate::finding::{Code, Evidence, Severity, Source};
+use crate::finding::{Code, Evidence, Severity};
 use crate::goal::Goal;
 use crate::journal::{ExpState, Experiment, FindingRow, QuestionRow, QuestionState};
 use crate::knobs::KnobValues;
@@ -51,16 +51,29 @@ pub enum StepSource {
 #[serde(rename_all = "snake_case")]
 pub enum StepKind {
     /// The exact experiment: the knobs it sets (on top of the campaign's).
-    Runnable { knobs: BTreeMap<String, String> },
+    Runnable {
+        /// The experiment's knobs.
+        knobs: BTreeMap<String, String>,
+    },
     /// A person must act; the question and how to answer it.
-    NeedsPerson { key: String, question: String, how: String },
+    NeedsPerson {
+        /// The question's key: it is asked once per key.
+        key: String,
+        /// The question.
+        question: String,
+        /// How to act on it and answer, in words.
+        how: String,
+    },
 }
 
 /// A candidate next step.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Step {
+    /// What the step does, in words.
     pub title: String,
+    /// Which rule proposed it.
     pub source: StepSource,
+    /// Runnable (with its knobs) or needs a person (with the question).
     pub kind: StepKind,
     /// Expected gain over the current best as a factor (1.25 = +25%), from the model with the
     /// box's calibration when it has one (the figure steps are ranked by).
@@ -71,6 +84,7 @@ pub struct Step {
     pub calibrated_on: Option<i64>,
     /// The model's numbers: current and predicted output tok/s.
     pub current_tok_s: Option<f64>,
+    /// The model's predicted output tok/s after the step.
     pub predicted_tok_s: Option<f64>,
     /// Why, in words.
     pub basis: String,
@@ -84,22 +98,35 @@ pub enum Verdict {
     /// Run or ask the first of these steps (ranked).
     Steps(Vec<Step>),
     /// The goal is met by this experiment.
-    GoalMet { experiment: i64, output_tok_s: f64 },
+    GoalMet {
+        /// The experiment that met it.
+        experiment: i64,
+        /// Its best output tok/s.
+        output_tok_s: f64,
+    },
     /// No step with a positive expected gain.
-    NothingLeft { reason: String },
+    NothingLeft {
+        /// Why, in words.
+        reason: String,
+    },
 }
 
 /// Everything the planner reads.
 #[derive(Debug, Clone)]
 pub struct View<'a> {
+    /// The campaign's goal.
     pub goal: &'a Goal,
+    /// The engine template experiments launch.
     pub engine: &'a EngineTemplate,
+    /// The current environment's facts.
     pub facts: &'a BoxFacts,
     /// The current probe's findings: (journal finding id, code).
     pub probe_findings: Vec<(i64, FindingId)>,
     /// Experiments in the current environment.
     pub experiments: Vec<&'a Experiment>,
+    /// Every finding of the journal.
     pub findings: &'a [FindingRow],
+    /// Every question of the journal.
     pub questions: &'a [QuestionRow],
     /// The model's view of the box, when the model can price this campaign.
     pub model: Option<ModelBox>,
@@ -514,6 +541,7 @@ fn moe_question(v: &View<'_>, lay: Layout) -> Option<Step> {
 mod tests {
     use super::*;
     use crate::bench_step::PointSummary;
+    use crate::finding::Source;
 
     fn point(c: u32, tok: f64, running: f64, queued: f64) -> PointSummary {
         PointSummary {

@@ -23,12 +23,15 @@ pub struct BoxFacts {
     pub gpu_name: Option<String>,
     /// The model catalog's name for it, when known.
     pub gpu_model: Option<String>,
+    /// The number of GPUs.
     pub gpus: u32,
     /// Every GPU pair can read its peer directly.
     pub p2p_ok: bool,
     /// Any NVLink is active.
     pub nvlink: bool,
+    /// The NVIDIA driver version, when read.
     pub driver_version: Option<String>,
+    /// The CUDA version the driver supports, when read.
     pub cuda_version: Option<String>,
     /// Hash of the identifying facts (not the probe time).
     pub hash: String,
@@ -41,16 +44,22 @@ pub struct ProbeFinding {
     pub code: FindingId,
     /// How much it matters.
     pub severity: crate::finding::Severity,
+    /// One line: what is wrong and what it costs.
     pub title: String,
+    /// The facts that raised it, naming where they were read.
     pub evidence: String,
+    /// What to do about it.
     pub fix: String,
 }
 
 /// A probe's outcome.
 #[derive(Debug, Clone)]
 pub struct Probed {
+    /// The whole probe report (JSON).
     pub report: serde_json::Value,
+    /// The facts the campaign needs.
     pub facts: BoxFacts,
+    /// The probe's findings.
     pub findings: Vec<ProbeFinding>,
 }
 

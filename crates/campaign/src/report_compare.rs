@@ -24,19 +24,28 @@ pub const SCHEMA: &str = "servetune.compare/1";
 pub struct Side {
     /// The campaign directory as given.
     pub dir: String,
+    /// The experiment compared.
     pub experiment: i64,
+    /// Its configuration, in words.
     pub title: String,
+    /// The model it served.
     pub model: String,
+    /// The engine it ran on.
     pub engine: String,
+    /// The GPU model, when known.
     pub gpu: Option<String>,
+    /// The number of GPUs.
     pub gpus: u32,
 }
 
 /// Throughput at one concurrency on both sides.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ThroughputDelta {
+    /// The concurrency both sides measured.
     pub concurrency: u32,
+    /// Side A's output tok/s.
     pub a_output_tok_s: f64,
+    /// Side B's output tok/s.
     pub b_output_tok_s: f64,
     /// b / a - 1.
     pub change: f64,
@@ -45,11 +54,15 @@ pub struct ThroughputDelta {
 /// A latency percentile at one concurrency on both sides.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LatencyDelta {
+    /// The concurrency both sides measured.
     pub concurrency: u32,
     /// e.g. "TTFT p99".
     pub metric: String,
+    /// Side A's value, ms.
     pub a_ms: f64,
+    /// Side B's value, ms.
     pub b_ms: f64,
+    /// b / a - 1.
     pub change: f64,
 }
 
@@ -58,8 +71,11 @@ pub struct LatencyDelta {
 pub struct FieldDiff {
     /// environment, engine, version, flag or env.
     pub kind: DiffKind,
+    /// The field's name.
     pub field: String,
+    /// Side A's value, if it has one.
     pub a: Option<String>,
+    /// Side B's value, if it has one.
     pub b: Option<String>,
 }
 
@@ -67,12 +83,19 @@ pub struct FieldDiff {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DiffKind {
+    /// The model.
     Model,
+    /// The GPUs.
     Hardware,
+    /// The environment (virtualization, container, P2P).
     Environment,
+    /// An engine, driver or CUDA version.
     Version,
+    /// A knob.
     Knob,
+    /// A launch flag.
     Flags,
+    /// An environment variable.
     EnvVar,
 }
 
@@ -81,12 +104,17 @@ pub enum DiffKind {
 pub struct Comparison {
     /// Always "servetune.compare/1".
     pub schema: &'static str,
+    /// Side A.
     pub a: Side,
+    /// Side B.
     pub b: Side,
     /// Said first: the two sides run different models or hardware.
     pub caveats: Vec<String>,
+    /// Throughput at each shared concurrency.
     pub throughput: Vec<ThroughputDelta>,
+    /// Latency percentiles at each shared concurrency.
     pub latency: Vec<LatencyDelta>,
+    /// Fingerprint fields that differ.
     pub differences: Vec<FieldDiff>,
 }
 

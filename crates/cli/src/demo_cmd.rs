@@ -141,7 +141,10 @@ fn until_blocked(dir: &Path, opts: &RunOptions, quiet: bool) -> Result<Stopped, 
     };
     let stopped = campaign::continue_until(dir, opts, true, &mut say, &mut stepped).map_err(lib)?;
     if stopped == Stopped::Interrupted {
-        return Err(Failure { code: stopped_code(&stopped), msg: "interrupted: the step was torn down and recorded as interrupted".into() });
+        return Err(Failure {
+            code: stopped_code(&stopped),
+            msg: "interrupted: the step was torn down and recorded as interrupted".into(),
+        });
     }
     Ok(stopped)
 }

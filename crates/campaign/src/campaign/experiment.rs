@@ -13,11 +13,17 @@ pub(super) const ENV_PREFIXES: &[&str] = &["CUDA_", "NCCL_", "NVIDIA_", "HF_", "
 /// An experiment's launch fingerprint.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LaunchFingerprint {
+    /// The engine template's name.
     pub engine: String,
+    /// The launch command, secrets stripped.
     pub argv: Vec<String>,
+    /// The environment variables that matter to serving (CUDA_, NCCL_, ...), secrets stripped.
     pub env: BTreeMap<String, String>,
+    /// The engine's version as the server or its command reported it.
     pub engine_version: Option<String>,
+    /// The NVIDIA driver version.
     pub driver_version: Option<String>,
+    /// The CUDA version the driver supports.
     pub cuda_version: Option<String>,
     /// NCCL's version, when the environment says (NCCL_VERSION).
     pub nccl_version: Option<String>,

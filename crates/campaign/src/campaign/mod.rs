@@ -40,21 +40,27 @@ pub const TEARDOWN_GRACE: Duration = Duration::from_secs(10);
 /// The campaign's resolved settings, stored in the journal.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Settings {
+    /// The goal, parsed.
     pub goal: Goal,
+    /// The engine template every experiment launches.
     pub engine: EngineTemplate,
     /// What `{model}` becomes (a path, an HF id or a catalog name).
     pub model: String,
     /// The model catalog name the performance model prices, when it knows the model.
     pub catalog_model: Option<String>,
+    /// The quantization the performance model prices (e.g. nvfp4, fp8).
     pub quant: String,
     /// The GPU model and count, when given instead of (or over) the probe's.
     pub gpu: Option<String>,
+    /// The GPU count, when given instead of the probe's.
     pub gpus: Option<u32>,
+    /// The sweep every experiment runs.
     pub bench: BenchPlan,
     /// Knobs every experiment sets.
     pub knobs: BTreeMap<String, String>,
     /// Environment variables whose values are secrets (stripped from fingerprints).
     pub secret_env: Vec<String>,
+    /// The readiness deadline in seconds, over the template's `ready_timeout_s`.
     pub ready_timeout_s: Option<u64>,
     /// Where experiments run: this machine, or a Slurm cluster.
     #[serde(default)]
@@ -75,18 +81,24 @@ pub enum Executor {
 /// `campaign init`'s inputs.
 #[derive(Debug, Clone)]
 pub struct InitOptions {
+    /// The campaign directory (journal, logs, bench JSON).
     pub dir: PathBuf,
+    /// The resolved settings.
     pub settings: Settings,
+    /// A probe snapshot tree to read instead of the live box.
     pub probe_root: Option<PathBuf>,
 }
 
 /// The environment as the journal knows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EnvBody {
+    /// The facts the campaign needs.
     pub facts: BoxFacts,
+    /// The probe's findings.
     pub findings: Vec<ProbeFinding>,
     /// Where the probe came from: "live" or the snapshot directory.
     pub source: String,
+    /// The whole probe report.
     pub report: serde_json::Value,
 }
 
@@ -356,8 +368,11 @@ pub fn strip_secrets(env: &BTreeMap<String, String>, argv: &[String], secret_env
 /// How a person answers.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Answer {
+    /// An answer in words.
     Text(String),
+    /// The person did what was asked.
     Done,
+    /// The person will not do it: go on without it.
     Declined,
 }
 

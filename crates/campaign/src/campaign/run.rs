@@ -11,11 +11,26 @@ use super::*;
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub enum Outcome {
     /// An experiment ran to an end state (done, failed or interrupted).
-    Progress { experiment: i64, state: ExpState, line: String },
+    Progress {
+        /// The experiment.
+        experiment: i64,
+        /// The state it ended in.
+        state: ExpState,
+        /// What happened, in one line.
+        line: String,
+    },
     /// The next step needs a person.
-    NeedsPerson { question: QuestionRow },
+    NeedsPerson {
+        /// The question asked.
+        question: QuestionRow,
+    },
     /// Nothing left: the goal is met, or no step has a positive expected gain.
-    NothingLeft { goal_met: bool, reason: String },
+    NothingLeft {
+        /// The goal is met.
+        goal_met: bool,
+        /// Why, in words.
+        reason: String,
+    },
 }
 
 /// Options of a run.
@@ -105,11 +120,17 @@ pub(super) fn process_alive(pid: i64) -> bool {
 
 /// The planner's input from the journal.
 pub struct Snapshot {
+    /// The campaign's settings.
     pub settings: Settings,
+    /// The journal id of the current environment's probe fingerprint.
     pub env_id: i64,
+    /// The current environment.
     pub env: EnvBody,
+    /// Every experiment, oldest first.
     pub experiments: Vec<Experiment>,
+    /// Every finding, oldest first.
     pub findings: Vec<journal::FindingRow>,
+    /// Every question, oldest first.
     pub questions: Vec<QuestionRow>,
     /// Fingerprint ids of probes with the current environment's hash.
     pub env_ids: Vec<i64>,

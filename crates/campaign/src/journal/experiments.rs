@@ -121,25 +121,41 @@ impl TaskState {
 /// One experiment.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Experiment {
+    /// The journal experiment id.
     pub id: i64,
     /// Idempotent key: engine, knobs and environment hash.
     pub key: String,
+    /// Its configuration, in words.
     pub title: String,
+    /// The knobs it sets, as the launch command's words.
     pub knobs: BTreeMap<String, String>,
     /// Why it was planned (the planner step or the person who added it).
     pub origin: String,
+    /// Where it is in its life.
     pub state: ExpState,
+    /// Why it failed, classified, when it did.
     pub failure: Option<Failure>,
+    /// Launch attempts so far.
     pub attempt: i64,
+    /// The probe fingerprint of the environment it runs in.
     pub env_fingerprint: Option<i64>,
+    /// The launch fingerprint of its current attempt.
     pub fingerprint: Option<i64>,
+    /// The server log of the current attempt.
     pub log_path: Option<String>,
+    /// The bench JSON of the current attempt.
     pub bench_path: Option<String>,
+    /// The measured sweep, once done.
     pub result: Option<BenchSummary>,
+    /// The controller process that runs it.
     pub owner_pid: Option<i64>,
+    /// The server's process group.
     pub server_pgid: Option<i64>,
+    /// When the controller last said it is alive, ms since the epoch.
     pub heartbeat_at: Option<i64>,
+    /// When it was planned, ms since the epoch.
     pub created_at: i64,
+    /// When it last changed, ms since the epoch.
     pub updated_at: i64,
     /// The Slurm job of the current attempt (Slurm executor).
     pub slurm_job: Option<u64>,
@@ -153,28 +169,41 @@ pub struct Experiment {
 /// A task of the status report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TaskRow {
+    /// The journal task id.
     pub id: i64,
+    /// What the task is, in words.
     pub title: String,
+    /// Its state.
     pub state: TaskState,
+    /// The experiment it follows, if any.
     pub experiment: Option<i64>,
+    /// The question it follows, if any.
     pub question: Option<i64>,
 }
 
 /// Who runs an experiment: this process and, once launched, the server's process group.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Owner {
+    /// The controller's process id.
     pub pid: i64,
+    /// The server's process group, once launched.
     pub pgid: Option<i64>,
 }
 
 /// Fields a transition sets (None leaves a field as it is).
 #[derive(Debug, Clone, Default)]
 pub struct Update {
+    /// Set the failure.
     pub failure: Option<Failure>,
+    /// Set the measured sweep.
     pub result: Option<BenchSummary>,
+    /// Set the server log path.
     pub log_path: Option<String>,
+    /// Set the bench JSON path.
     pub bench_path: Option<String>,
+    /// Set the launch fingerprint.
     pub fingerprint: Option<i64>,
+    /// Set the environment's probe fingerprint.
     pub env_fingerprint: Option<i64>,
     /// Set (or, with `Some(Owner{..})`, replace) the owner; `None` keeps it.
     pub owner: Option<Owner>,

@@ -35,10 +35,13 @@ pub const STALE_AFTER_MS: i64 = 15_000;
 pub struct CampaignRow {
     /// The goal as the user wrote it.
     pub goal: String,
+    /// The model, as given.
     pub model: String,
+    /// The engine template's name.
     pub engine: String,
     /// The resolved settings (engine template, bench plan, box overrides) as JSON.
     pub settings: String,
+    /// When the campaign was created, ms since the epoch.
     pub created_at: i64,
 }
 

@@ -51,32 +51,47 @@ impl QuestionState {
 /// A fingerprint: of the box (`probe`) or of one experiment's launch (`experiment`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FingerprintRow {
+    /// The journal fingerprint id.
     pub id: i64,
+    /// `probe` (the box) or `experiment` (one launch).
     pub kind: String,
     /// Stable hash of the body's identifying parts (what makes two environments the same).
     pub hash: String,
+    /// The fingerprinted facts (JSON).
     pub body: serde_json::Value,
+    /// When it was recorded, ms since the epoch.
     pub created_at: i64,
 }
 
 /// A finding from the probe, a server log or the analysis.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FindingRow {
+    /// The journal finding id.
     pub id: i64,
+    /// Where it came from.
     pub source: Source,
+    /// Which rule or signal raised it.
     pub code: Code,
+    /// How much it matters.
     pub severity: Severity,
+    /// One line: what is wrong and what it costs.
     pub title: String,
+    /// The facts that raised it, naming where they were read.
     pub evidence: String,
+    /// What to do about it.
     pub fix: String,
+    /// The experiment it was found in (none for the box's own findings).
     pub experiment: Option<i64>,
 }
 
 /// A question for a person.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct QuestionRow {
+    /// The journal question id.
     pub id: i64,
+    /// Its key: a question is asked once per key.
     pub key: String,
+    /// The question.
     pub text: String,
     /// How to act on it, in words.
     pub how: String,
@@ -84,32 +99,44 @@ pub struct QuestionRow {
     pub gain: Option<f64>,
     /// Journal records the question rests on ("finding 3").
     pub evidence: Vec<Evidence>,
+    /// Open, done or declined.
     pub state: QuestionState,
+    /// The answer in words, when one was given.
     pub answer: Option<String>,
 }
 
 /// One state change.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EventRow {
+    /// The journal event id.
     pub id: i64,
+    /// When, ms since the epoch.
     pub at: i64,
+    /// The experiment whose state changed, if any.
     pub experiment: Option<i64>,
+    /// The state it left.
     pub from_state: Option<String>,
+    /// The state it entered (or what happened).
     pub to_state: String,
+    /// What happened, in words.
     pub detail: String,
 }
 
 /// A note.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct NoteRow {
+    /// The journal note id.
     pub id: i64,
+    /// When, ms since the epoch.
     pub at: i64,
+    /// The note.
     pub text: String,
 }
 
 /// An interconnect measurement (`servetune fabric p2p --json`) recorded for an environment.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FabricRow {
+    /// The journal fabric record id.
     pub id: i64,
     /// The probe fingerprint of the environment it was measured in.
     pub env_fingerprint: i64,
@@ -117,18 +144,26 @@ pub struct FabricRow {
     pub source: String,
     /// The whole fabric document.
     pub body: serde_json::Value,
+    /// When it was recorded, ms since the epoch.
     pub created_at: i64,
 }
 
 /// A finding to record.
 #[derive(Debug, Clone)]
 pub struct NewFinding<'a> {
+    /// Where it came from.
     pub source: Source,
+    /// Which rule or signal raised it.
     pub code: Code,
+    /// How much it matters.
     pub severity: Severity,
+    /// One line: what is wrong and what it costs.
     pub title: &'a str,
+    /// The facts that raised it, naming where they were read.
     pub evidence: &'a str,
+    /// What to do about it.
     pub fix: &'a str,
+    /// The experiment it was found in (none for the box's own findings).
     pub experiment: Option<i64>,
 }
 

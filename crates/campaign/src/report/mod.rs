@@ -189,6 +189,7 @@ pub struct FabricLine {
     pub environment: String,
     /// The file it was recorded from.
     pub source: String,
+    /// The bandwidth and latency matrices.
     #[serde(flatten)]
     pub matrices: crate::fabric_step::PairMatrices,
 }
