@@ -246,19 +246,22 @@ fn throughput_chart(r: &Report) -> LineChart {
             .points
             .iter()
             .map(|p| Mark {
-                x: f64::from(p.concurrency),
-                y: p.output_tok_s,
-                title: format!("{:.1} output tok/s at concurrency {} (experiment {})", p.output_tok_s, p.concurrency, c.experiment),
+                x: f64::from(p.measured.concurrency),
+                y: p.measured.output_tok_s,
+                title: format!(
+                    "{:.1} output tok/s at concurrency {} (experiment {})",
+                    p.measured.output_tok_s, p.measured.concurrency, c.experiment
+                ),
             })
             .collect();
         series.push(Series { name: legend_name(c), color: color(i), dash: None, marks });
-        if let Some(p) = c.knee_concurrency.and_then(|k| c.points.iter().find(|p| p.concurrency == k)) {
+        if let Some(p) = c.knee_concurrency.and_then(|k| c.points.iter().find(|p| p.measured.concurrency == k)) {
             callouts.push(Callout {
-                x: f64::from(p.concurrency),
-                y: p.output_tok_s,
-                label: format!("knee c={}", p.concurrency),
+                x: f64::from(p.measured.concurrency),
+                y: p.measured.output_tok_s,
+                label: format!("knee c={}", p.measured.concurrency),
                 color: color(i),
-                title: format!("saturation knee of experiment {} at concurrency {}", c.experiment, p.concurrency),
+                title: format!("saturation knee of experiment {} at concurrency {}", c.experiment, p.measured.concurrency),
             });
         }
     }
@@ -282,10 +285,12 @@ enum Latency {
 fn latency_chart(r: &Report, which: Latency) -> LineChart {
     type Pick = fn(&crate::report::CurvePoint) -> f64;
     let pcts: &[(&str, Option<&'static str>, Pick)] = match which {
-        Latency::Ttft => &[("p50", None, |p| p.ttft_p50_ms), ("p99", Some("6 4"), |p| p.ttft_p99_ms)],
-        Latency::Tpot => {
-            &[("p50", None, |p| p.tpot_p50_ms), ("p90", Some("2 3"), |p| p.tpot_p90_ms), ("p99", Some("6 4"), |p| p.tpot_p99_ms)]
-        }
+        Latency::Ttft => &[("p50", None, |p| p.measured.ttft_p50_ms), ("p99", Some("6 4"), |p| p.measured.ttft_p99_ms)],
+        Latency::Tpot => &[
+            ("p50", None, |p| p.measured.tpot_p50_ms),
+            ("p90", Some("2 3"), |p| p.measured.tpot_p90_ms),
+            ("p99", Some("6 4"), |p| p.measured.tpot_p99_ms),
+        ],
     };
     let metric = match which {
         Latency::Ttft => "TTFT",
@@ -300,9 +305,14 @@ fn latency_chart(r: &Report, which: Latency) -> LineChart {
                 .points
                 .iter()
                 .map(|p| Mark {
-                    x: f64::from(p.concurrency),
+                    x: f64::from(p.measured.concurrency),
                     y: pick(p),
-                    title: format!("{metric} {pct} {:.1} ms at concurrency {} (experiment {})", pick(p), p.concurrency, c.experiment),
+                    title: format!(
+                        "{metric} {pct} {:.1} ms at concurrency {} (experiment {})",
+                        pick(p),
+                        p.measured.concurrency,
+                        c.experiment
+                    ),
                 })
                 .collect();
             series.push(Series { name: format!("exp {} {metric} {pct}", c.experiment), color: color(i), dash: *dash, marks });
@@ -325,18 +335,24 @@ fn versus_chart(r: &Report) -> BarChart {
         .curves
         .iter()
         .filter_map(|c| {
-            let best = c.points.iter().max_by(|a, b| a.output_tok_s.total_cmp(&b.output_tok_s))?;
+            let best = c.points.iter().max_by(|a, b| a.measured.output_tok_s.total_cmp(&b.measured.output_tok_s))?;
             let mut segments = vec![Segment {
                 series: 0,
-                value: best.output_tok_s,
-                title: format!("measured {:.1} tok/s at concurrency {} (experiment {})", best.output_tok_s, best.concurrency, c.experiment),
+                value: best.measured.output_tok_s,
+                title: format!(
+                    "measured {:.1} tok/s at concurrency {} (experiment {})",
+                    best.measured.output_tok_s, best.measured.concurrency, c.experiment
+                ),
             }];
             if let Some(p) = best.predicted_output_tok_s {
                 let how = c.calibrated_on.map_or("the model alone".to_string(), |e| format!("calibrated on experiment {e}"));
                 segments.push(Segment {
                     series: 1,
                     value: p,
-                    title: format!("predicted {p:.1} tok/s ({how}) at concurrency {} (experiment {})", best.concurrency, c.experiment),
+                    title: format!(
+                        "predicted {p:.1} tok/s ({how}) at concurrency {} (experiment {})",
+                        best.measured.concurrency, c.experiment
+                    ),
                 });
             }
             if let Some(p) = best.uncalibrated_output_tok_s.filter(|_| c.calibrated_on.is_some()) {
@@ -345,11 +361,11 @@ fn versus_chart(r: &Report) -> BarChart {
                     value: p,
                     title: format!(
                         "the model alone predicts {p:.1} tok/s at concurrency {} (experiment {})",
-                        best.concurrency, c.experiment
+                        best.measured.concurrency, c.experiment
                     ),
                 });
             }
-            Some(Group { label: format!("exp {} (c={})", c.experiment, best.concurrency), segments })
+            Some(Group { label: format!("exp {} (c={})", c.experiment, best.measured.concurrency), segments })
         })
         .collect();
     BarChart {

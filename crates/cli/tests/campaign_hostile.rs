@@ -21,7 +21,7 @@ fn hostile_journal(tmp: &Path) -> PathBuf {
     }
     let c = rusqlite::Connection::open(dir.join("journal.sqlite")).expect("open");
     c.execute(
-        "INSERT INTO findings(source, code, severity, title, evidence, fix, experiment, created_at) VALUES ('log', 'x', 'warning', ?1, ?2, ?3, 1, 0)",
+        "INSERT INTO findings(source, code, severity, title, evidence, fix, experiment, created_at) VALUES ('log', 'moe_default_config', 'warning', ?1, ?2, ?3, 1, 0)",
         ["title\x1b]0;pwned\x07 | cell", "a|b <script>alert(1)</script> [x](javascript:y)", "run `rm -rf /`\nnext line"],
     )
     .expect("insert");

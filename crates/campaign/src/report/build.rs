@@ -107,13 +107,7 @@ pub(super) fn curves(j: &Journal, snap: &Snapshot) -> Result<(Vec<Curve>, Vec<Br
                 let pred = rec.as_ref().and_then(|x| x.at(p.concurrency)).copied();
                 let shown = pred.and_then(|x| x.shown());
                 CurvePoint {
-                    concurrency: p.concurrency,
-                    output_tok_s: p.output_tok_s,
-                    ttft_p50_ms: p.ttft_p50_ms,
-                    ttft_p99_ms: p.ttft_p99_ms,
-                    tpot_p50_ms: p.tpot_p50_ms,
-                    tpot_p90_ms: p.tpot_p90_ms,
-                    tpot_p99_ms: p.tpot_p99_ms,
+                    measured: p.clone(),
                     predicted_output_tok_s: shown,
                     uncalibrated_output_tok_s: pred.and_then(|x| x.raw),
                     predicted_low: shown.zip(rec.as_ref()).map(|(v, x)| v / (1.0 + x.width)),

@@ -124,23 +124,13 @@ pub struct Curve {
     pub points: Vec<CurvePoint>,
 }
 
-/// One load point of a sweep (bench's numbers) and the model's prediction for it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// One load point of a sweep: the point as the journal keeps it (bench's numbers) and the model's
+/// prediction for it. Serialized flat, as the schema's `point`: the measured figures it names
+/// (concurrency, output tok/s, TTFT and TPOT percentiles), then the prediction.
+#[derive(Debug, Clone, PartialEq)]
 pub struct CurvePoint {
-    /// The number of requests kept in flight.
-    pub concurrency: u32,
-    /// Measured output throughput, output tokens per second.
-    pub output_tok_s: f64,
-    /// Median time to first token, ms.
-    pub ttft_p50_ms: f64,
-    /// 99th-percentile time to first token, ms.
-    pub ttft_p99_ms: f64,
-    /// Median time per output token, ms.
-    pub tpot_p50_ms: f64,
-    /// 90th-percentile time per output token, ms.
-    pub tpot_p90_ms: f64,
-    /// 99th-percentile time per output token, ms.
-    pub tpot_p99_ms: f64,
+    /// The measured point, as the journal keeps it.
+    pub measured: crate::bench_step::PointSummary,
     /// The prediction the campaign stood by when the point was measured: the model with the box's
     /// calibration from an earlier experiment in the same environment (see the curve's
     /// `calibrated_on`), else the model's own. The same number as the verdict finding's.
@@ -151,6 +141,26 @@ pub struct CurvePoint {
     pub predicted_low: Option<f64>,
     /// The prediction's interval.
     pub predicted_high: Option<f64>,
+}
+
+impl Serialize for CurvePoint {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let m = &self.measured;
+        let mut st = s.serialize_struct("CurvePoint", 11)?;
+        st.serialize_field("concurrency", &m.concurrency)?;
+        st.serialize_field("output_tok_s", &m.output_tok_s)?;
+        st.serialize_field("ttft_p50_ms", &m.ttft_p50_ms)?;
+        st.serialize_field("ttft_p99_ms", &m.ttft_p99_ms)?;
+        st.serialize_field("tpot_p50_ms", &m.tpot_p50_ms)?;
+        st.serialize_field("tpot_p90_ms", &m.tpot_p90_ms)?;
+        st.serialize_field("tpot_p99_ms", &m.tpot_p99_ms)?;
+        st.serialize_field("predicted_output_tok_s", &self.predicted_output_tok_s)?;
+        st.serialize_field("uncalibrated_output_tok_s", &self.uncalibrated_output_tok_s)?;
+        st.serialize_field("predicted_low", &self.predicted_low)?;
+        st.serialize_field("predicted_high", &self.predicted_high)?;
+        st.end()
+    }
 }
 
 /// The model's step of one experiment at its best measured concurrency.

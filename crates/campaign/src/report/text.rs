@@ -121,23 +121,23 @@ pub(super) fn write_markdown_sweeps(r: &Report, w: &mut impl Write) -> io::Resul
     writeln!(w, "|---|---|---|---|---|---|---|---|---|---|")?;
     for c in &r.curves {
         for p in &c.points {
-            let knee = if c.knee_concurrency == Some(p.concurrency) { " (knee)" } else { "" };
+            let knee = if c.knee_concurrency == Some(p.measured.concurrency) { " (knee)" } else { "" };
             writeln!(
                 w,
                 "| {} | {}{knee} | {:.1} | {} | {} | {:.1} | {:.1} | {:.2} | {:.2} | {:.2} |",
                 c.experiment,
-                p.concurrency,
-                p.output_tok_s,
+                p.measured.concurrency,
+                p.measured.output_tok_s,
                 p.predicted_output_tok_s.map_or("-".into(), |v| match c.calibrated_on {
                     Some(e) => format!("{v:.1} (calibrated on experiment {e})"),
                     None => format!("{v:.1}"),
                 }),
                 p.uncalibrated_output_tok_s.map_or("-".into(), |v| format!("{v:.1}")),
-                p.ttft_p50_ms,
-                p.ttft_p99_ms,
-                p.tpot_p50_ms,
-                p.tpot_p90_ms,
-                p.tpot_p99_ms
+                p.measured.ttft_p50_ms,
+                p.measured.ttft_p99_ms,
+                p.measured.tpot_p50_ms,
+                p.measured.tpot_p90_ms,
+                p.measured.tpot_p99_ms
             )?;
         }
     }
