@@ -173,7 +173,12 @@ fn json_err(e: serde_json::Error) -> CampaignError {
 
 /// The newest fabric record measured in the environment with probe hash `env_hash`.
 pub fn fabric_of(j: &Journal, env_hash: &str) -> Result<Option<i64>> {
-    let ids: Vec<i64> = j.fingerprints()?.into_iter().filter(|f| f.kind == "probe" && f.hash == env_hash).map(|f| f.id).collect();
+    let ids: Vec<i64> = j
+        .fingerprints()?
+        .into_iter()
+        .filter(|f| f.kind == crate::journal::FingerprintKind::Probe && f.hash == env_hash)
+        .map(|f| f.id)
+        .collect();
     Ok(j.fabrics()?.into_iter().filter(|f| ids.contains(&f.env_fingerprint)).map(|f| f.id).max())
 }
 
@@ -523,8 +528,8 @@ mod tests {
         let row =
             crate::journal::CampaignRow { goal: "g".into(), model: "m".into(), engine: "sim".into(), settings: "{}".into(), created_at: 0 };
         let mut j = Journal::create(d.path(), &row).expect("journal");
-        let env_a = j.add_fingerprint("probe", "a", &serde_json::json!({})).expect("probe a");
-        j.add_fingerprint("probe", "b", &serde_json::json!({})).expect("probe b");
+        let env_a = j.add_fingerprint(crate::journal::FingerprintKind::Probe, "a", &serde_json::json!({})).expect("probe a");
+        j.add_fingerprint(crate::journal::FingerprintKind::Probe, "b", &serde_json::json!({})).expect("probe b");
         add_calibration(&j, "a", None, &cal(1, 0.01)).expect("add");
         assert_eq!(calibration_for(&j, "a", None).expect("read").map(|c| c.experiment), Some(1));
         assert_eq!(calibration_for(&j, "a", Some(1)).expect("read"), None, "only experiments before the one judged");

@@ -279,7 +279,8 @@ struct EnginesArgs {
     engines: Option<PathBuf>,
 }
 
-fn lib(e: CampaignError) -> Failure {
+/// A campaign error as the CLI's failure: bad input exits 2, a run-time failure 1.
+pub(crate) fn lib(e: CampaignError) -> Failure {
     match e {
         CampaignError::Input(m) => Failure::usage(m),
         CampaignError::Runtime(m) => Failure::runtime(m),

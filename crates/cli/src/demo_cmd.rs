@@ -19,12 +19,12 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use servetune_campaign::campaign::{self, Answer, InitOptions, RunOptions, Stopped};
 use servetune_campaign::journal::Journal;
-use servetune_campaign::{engine, fabric_step, report, report_html, CampaignError};
+use servetune_campaign::{engine, fabric_step, report, report_html};
 use servetune_fabric::measure::{self, P2pOptions};
 use servetune_fabric::sim::SimFabric;
 use servetune_sim::cost::preset;
 
-use crate::campaign_cmd::{cancel_on_ctrl_c, stopped_code};
+use crate::campaign_cmd::{cancel_on_ctrl_c, lib, stopped_code};
 use crate::Failure;
 
 /// Run the whole story on the simulator: KVM baseline, the P2P question, the move to LXC, the
@@ -82,13 +82,6 @@ logs = [
     );
     let mut all = engine::parse(&text, "the demo's engine").map_err(lib)?;
     all.pop().ok_or_else(|| Failure::runtime("the demo's engine template did not parse"))
-}
-
-fn lib(e: CampaignError) -> Failure {
-    match e {
-        CampaignError::Input(m) => Failure::usage(m),
-        CampaignError::Runtime(m) => Failure::runtime(m),
-    }
 }
 
 /// Removes what an earlier demo wrote in `out` (only the demo's own files), then writes the

@@ -524,7 +524,7 @@ pub(super) fn fingerprint(j: &Journal, s: &Settings, snap: &Snapshot, up: &Up) -
     };
     let body = serde_json::to_value(&lf).map_err(|e| CampaignError::Runtime(e.to_string()))?;
     let hash = journal::stable_hash(&body.to_string());
-    j.add_fingerprint("experiment", &hash, &body)
+    j.add_fingerprint(journal::FingerprintKind::Experiment, &hash, &body)
 }
 
 pub(super) fn record_log_findings(j: &Journal, e: &EngineTemplate, logs: &[PathBuf], id: i64) -> Result<()> {

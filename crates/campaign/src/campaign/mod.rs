@@ -195,7 +195,7 @@ fn env_body(p: &probe_step::Probed, root: Option<&Path>) -> EnvBody {
 
 fn record_env(j: &Journal, env: &EnvBody) -> Result<i64> {
     let body = serde_json::to_value(env).map_err(|e| CampaignError::Runtime(e.to_string()))?;
-    let id = j.add_fingerprint("probe", &env.facts.hash, &body)?;
+    let id = j.add_fingerprint(journal::FingerprintKind::Probe, &env.facts.hash, &body)?;
     for f in &env.findings {
         j.add_finding(&NewFinding {
             source: Source::Probe,
@@ -239,7 +239,7 @@ pub fn load_settings(j: &Journal) -> Result<Settings> {
 /// The current environment: its fingerprint id and body.
 pub fn current_env(j: &Journal) -> Result<(i64, EnvBody)> {
     let fp = j
-        .latest_fingerprint("probe")?
+        .latest_fingerprint(journal::FingerprintKind::Probe)?
         .ok_or_else(|| CampaignError::Runtime("the journal holds no probe of the box: run servetune campaign probe DIR".into()))?;
     let body: EnvBody =
         serde_json::from_value(fp.body).map_err(|e| CampaignError::Runtime(format!("journal probe fingerprint {}: {e}", fp.id)))?;

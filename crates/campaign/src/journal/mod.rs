@@ -21,7 +21,7 @@ pub mod records;
 pub mod schema;
 
 pub use experiments::{ExpState, Experiment, Owner, TaskRow, TaskState, Update};
-pub use records::{EventRow, FabricRow, FindingRow, FingerprintRow, NewFinding, NoteRow, QuestionRow, QuestionState};
+pub use records::{EventRow, FabricRow, FindingRow, FingerprintKind, FingerprintRow, NewFinding, NoteRow, QuestionRow, QuestionState};
 use schema::{check, configure, environment_error, migrate, FABRICS_TABLE, SCHEMA, VERDICT_TABLES};
 pub use schema::{SCHEMA_MAJOR, SCHEMA_MINOR};
 
@@ -240,7 +240,7 @@ mod tests {
         let d = tempfile::tempdir().expect("tempdir");
         let mut j = Journal::create(d.path(), &row()).expect("create");
         j.conn.execute_batch("DROP TABLE fabrics; UPDATE meta SET value = '0' WHERE key = 'schema_minor';").expect("make it 1.0");
-        let env = j.add_fingerprint("probe", "h", &serde_json::json!({"vm": "kvm"})).expect("probe");
+        let env = j.add_fingerprint(FingerprintKind::Probe, "h", &serde_json::json!({"vm": "kvm"})).expect("probe");
         assert_eq!(j.fabrics().expect("none"), Vec::new());
         let doc = serde_json::json!({"schema": "servetune.fabric/1.1", "kind": "p2p"});
         let id = j.add_fabric(env, "p2p.json", &doc).expect("record");
@@ -288,7 +288,7 @@ mod tests {
     }
 
     #[test]
-    fn a_finding_with_a_severity_this_servetune_does_not_know_is_refused_naming_its_row() {
+    fn a_finding_or_fingerprint_name_this_servetune_does_not_know_is_refused_naming_its_row() {
         let d = tempfile::tempdir().expect("tempdir");
         let j = Journal::create(d.path(), &row()).expect("create");
         let f = NewFinding {
@@ -306,6 +306,9 @@ mod tests {
         assert!(e.to_string().contains(&format!("finding {id} has the severity \"dire\"")), "{e}");
         j.conn.execute("UPDATE findings SET severity = 'info', code = 'no_such_rule' WHERE id = ?1", [id]).expect("edit by hand");
         assert!(j.findings().expect_err("unknown code").to_string().contains(&format!("finding {id} has the code \"no_such_rule\"")));
+        let fp = j.add_fingerprint(FingerprintKind::Probe, "h", &serde_json::json!({})).expect("probe");
+        j.conn.execute("UPDATE fingerprints SET kind = 'vm' WHERE id = ?1", [fp]).expect("edit by hand");
+        assert!(j.fingerprints().expect_err("unknown kind").to_string().contains(&format!("fingerprint {fp} has the kind \"vm\"")));
     }
 
     #[test]

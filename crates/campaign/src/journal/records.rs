@@ -48,13 +48,37 @@ impl QuestionState {
     }
 }
 
+/// What a fingerprint is of; stored as its name (`probe`, `experiment`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FingerprintKind {
+    /// The box: a probe of the environment.
+    Probe,
+    /// One experiment's launch.
+    Experiment,
+}
+
+impl FingerprintKind {
+    /// The name the journal stores.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FingerprintKind::Probe => "probe",
+            FingerprintKind::Experiment => "experiment",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        [FingerprintKind::Probe, FingerprintKind::Experiment].into_iter().find(|k| k.as_str() == s)
+    }
+}
+
 /// A fingerprint: of the box (`probe`) or of one experiment's launch (`experiment`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FingerprintRow {
     /// The journal fingerprint id.
     pub id: i64,
-    /// `probe` (the box) or `experiment` (one launch).
-    pub kind: String,
+    /// The box (`probe`) or one launch (`experiment`).
+    pub kind: FingerprintKind,
     /// Stable hash of the body's identifying parts (what makes two environments the same).
     pub hash: String,
     /// The fingerprinted facts (JSON).
@@ -169,9 +193,15 @@ pub struct NewFinding<'a> {
 
 pub(super) fn fp_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<FingerprintRow> {
     let body: String = r.get(3)?;
+    let id: i64 = r.get(0)?;
+    let kind: String = r.get(1)?;
+    let kind = FingerprintKind::parse(&kind).ok_or_else(|| {
+        let e = unknown("kind", &kind, &format!("fingerprint {id}"), "probe, experiment");
+        rusqlite::Error::FromSqlConversionFailure(1, rusqlite::types::Type::Text, Box::new(e))
+    })?;
     Ok(FingerprintRow {
-        id: r.get(0)?,
-        kind: r.get(1)?,
+        id,
+        kind,
         hash: r.get(2)?,
         body: serde_json::from_str(&body).unwrap_or(serde_json::Value::String(body)),
         created_at: r.get(4)?,
@@ -180,18 +210,20 @@ pub(super) fn fp_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<FingerprintRow> 
 
 impl Journal {
     /// Records a fingerprint; returns its id (an identical one of the same kind is reused).
-    pub fn add_fingerprint(&self, kind: &str, hash: &str, body: &serde_json::Value) -> Result<i64> {
+    pub fn add_fingerprint(&self, kind: FingerprintKind, hash: &str, body: &serde_json::Value) -> Result<i64> {
         let text = body.to_string();
         if let Some(id) = self
             .conn
-            .query_row("SELECT id FROM fingerprints WHERE kind = ?1 AND hash = ?2 AND body = ?3", params![kind, hash, text], |r| r.get(0))
+            .query_row("SELECT id FROM fingerprints WHERE kind = ?1 AND hash = ?2 AND body = ?3", params![kind.as_str(), hash, text], |r| {
+                r.get(0)
+            })
             .optional()?
         {
             return Ok(id);
         }
         self.conn.execute(
             "INSERT INTO fingerprints(kind, hash, body, created_at) VALUES (?1, ?2, ?3, ?4)",
-            params![kind, hash, text, now_ms()],
+            params![kind.as_str(), hash, text, now_ms()],
         )?;
         Ok(self.conn.last_insert_rowid())
     }
@@ -202,10 +234,14 @@ impl Journal {
     }
 
     /// The newest fingerprint of `kind`.
-    pub fn latest_fingerprint(&self, kind: &str) -> Result<Option<FingerprintRow>> {
+    pub fn latest_fingerprint(&self, kind: FingerprintKind) -> Result<Option<FingerprintRow>> {
         Ok(self
             .conn
-            .query_row("SELECT id, kind, hash, body, created_at FROM fingerprints WHERE kind = ?1 ORDER BY id DESC LIMIT 1", [kind], fp_row)
+            .query_row(
+                "SELECT id, kind, hash, body, created_at FROM fingerprints WHERE kind = ?1 ORDER BY id DESC LIMIT 1",
+                [kind.as_str()],
+                fp_row,
+            )
             .optional()?)
     }
 

@@ -180,7 +180,7 @@ pub(super) fn environment_words(f: &BoxFacts) -> String {
 }
 
 pub(super) fn p2p_matrices(j: &Journal) -> Result<Vec<P2pMatrix>> {
-    let probes: Vec<_> = j.fingerprints()?.into_iter().filter(|f| f.kind == "probe").collect();
+    let probes: Vec<_> = j.fingerprints()?.into_iter().filter(|f| f.kind == crate::journal::FingerprintKind::Probe).collect();
     let mut out: Vec<(String, P2pMatrix)> = Vec::new();
     for f in probes {
         let Ok(body) = serde_json::from_value::<crate::campaign::EnvBody>(f.body) else { continue };
@@ -284,7 +284,7 @@ pub(super) fn calibration_lines(j: &Journal) -> Result<Vec<CalibrationLine>> {
         .map(|(c, hash, fabric)| {
             let environment = probes
                 .iter()
-                .filter(|f| f.kind == "probe" && f.hash == hash)
+                .filter(|f| f.kind == crate::journal::FingerprintKind::Probe && f.hash == hash)
                 .find_map(|f| serde_json::from_value::<crate::campaign::EnvBody>(f.body.clone()).ok())
                 .map_or_else(|| format!("environment {hash}"), |b| environment_words(&b.facts));
             CalibrationLine { experiment: c.experiment, environment, fabric, used: crate::verdict::usable(&c), factors: c }
