@@ -3,7 +3,7 @@
 //! ask), `answer`, and `view` (the planner's input from the journal).
 //!
 //! This module holds the campaign's settings and setup (`init`, `reprobe`, `add`, `answer`, the
-//! launch context and the model's view of the box); [`run`] is the continue loop and [`experiment`]
+//! launch context and the model's view of the box); `run` is the continue loop ([`continue_until`]) and `experiment`
 //! one experiment's launch, benchmark and record.
 
 use std::collections::BTreeMap;

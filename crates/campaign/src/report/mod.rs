@@ -2,8 +2,8 @@
 //! struct), then rendered by small exporters (terminal, Markdown here; HTML in [`crate::report_html`])
 //! that write to `impl Write`. Every number carries the journal record it comes from.
 //!
-//! This module holds the report's types (the `servetune.report/1` document); [`build`] computes
-//! one from the journal and [`text`] renders it as terminal text and Markdown.
+//! This module holds the report's types (the `servetune.report/1` document); [`build()`] computes
+//! one from the journal and the `text` module renders it as terminal text and Markdown.
 
 use std::collections::BTreeMap;
 use std::io::{self, Write};
@@ -183,7 +183,7 @@ pub struct P2pMatrix {
     pub environment: String,
     /// Which capability (read, write, ...).
     pub capability: String,
-    /// rows[i][j]: GPU i to GPU j.
+    /// `rows[i][j]`: GPU i to GPU j.
     pub rows: Vec<Vec<String>>,
 }
 
