@@ -247,26 +247,7 @@ pub fn launch(s: &Scenario, plan: &Plan, concurrency: u32) -> Launch {
         ));
     }
     if with_router {
-        let urls: Vec<String> = out.servers.iter().map(|x| format!("http://127.0.0.1:{}", x.port)).collect();
-        match engine {
-            EngineName::Sglang => {
-                let mut a: Vec<String> = ["python", "-m", "sglang_router.launch_router"].map(String::from).to_vec();
-                push(&mut a, "--host", "0.0.0.0");
-                push(&mut a, "--port", base);
-                a.push("--worker-urls".into());
-                a.extend(urls);
-                out.router = Some(a);
-            }
-            _ => {
-                notes.push(format!(
-                    "{} replicas on ports {}..{}: put a load balancer in front of them (any HTTP round-robin proxy), or send each benchmark client's share to its own port",
-                    replicas,
-                    base + 1,
-                    base + replicas as u16
-                ));
-                out.client_port = base + 1;
-            }
-        }
+        add_router(&mut out, &mut notes, base, replicas);
     }
     notes.push(format!(
         "running cap {cap} per server: the plan's concurrency {concurrency} over {replicas} replica{}, as predicted",
@@ -274,6 +255,26 @@ pub fn launch(s: &Scenario, plan: &Plan, concurrency: u32) -> Launch {
     ));
     out.notes = notes;
     out
+}
+
+/// The router in front of several replicas: sglang's own, or a note for the engines without one.
+fn add_router(out: &mut Launch, notes: &mut Vec<String>, base: u16, replicas: u32) {
+    let urls: Vec<String> = out.servers.iter().map(|x| format!("http://127.0.0.1:{}", x.port)).collect();
+    if out.engine == EngineName::Sglang {
+        let mut a: Vec<String> = ["python", "-m", "sglang_router.launch_router"].map(String::from).to_vec();
+        push(&mut a, "--host", "0.0.0.0");
+        push(&mut a, "--port", base);
+        a.push("--worker-urls".into());
+        a.extend(urls);
+        out.router = Some(a);
+    } else {
+        notes.push(format!(
+            "{replicas} replicas on ports {}..{}: put a load balancer in front of them (any HTTP round-robin proxy), or send each benchmark client's share to its own port",
+            base + 1,
+            base + replicas as u16
+        ));
+        out.client_port = base + 1;
+    }
 }
 
 /// An argument as a POSIX shell reads it: bare when it is plain, else single-quoted;
