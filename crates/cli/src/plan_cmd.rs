@@ -250,10 +250,10 @@ pub struct PlanArgs {
     /// Share of each GPU's memory the engine may use for weights and KV cache, as sglang's --mem-fraction-static or vLLM's --gpu-memory-utilization sets it [default: the engine's: sglang 0.88, vLLM 0.9; the model also keeps 3 GB per GPU for activations and graphs]
     #[arg(long, value_name = "F")]
     pub mem_fraction: Option<f64>,
-    /// Explain the bottleneck at every concurrency
+    /// Show everything behind the headline: the step time by term, the steady-state rates, the client's full table and the bottleneck at every concurrency
     #[arg(long)]
     pub explain: bool,
-    /// Rank every feasible plan on these GPUs, and the fixes
+    /// Rank every feasible plan on these GPUs with its interval and ties, searching past --concurrency's largest up to what the KV cache holds when the best plan sits there; print the fixes and the best plans' launch commands
     #[arg(long)]
     pub rank: bool,
     /// Ranked plans to show
