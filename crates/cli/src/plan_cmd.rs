@@ -250,10 +250,10 @@ pub struct PlanArgs {
     /// Share of each GPU's memory the engine may use for weights and KV cache, as sglang's --mem-fraction-static or vLLM's --gpu-memory-utilization sets it [default: the engine's: sglang 0.88, vLLM 0.9; the model also keeps 3 GB per GPU for activations and graphs]
     #[arg(long, value_name = "F")]
     pub mem_fraction: Option<f64>,
-    /// Explain the bottleneck at every concurrency
+    /// Show everything behind the headline: the step time by term, the steady-state rates, the client's full table and the bottleneck at every concurrency
     #[arg(long)]
     pub explain: bool,
-    /// Rank every feasible plan on these GPUs, and the fixes
+    /// Rank every feasible plan on these GPUs with its interval and ties, searching past --concurrency's largest up to what the KV cache holds when the best plan sits there; print the fixes and the best plans' launch commands
     #[arg(long)]
     pub rank: bool,
     /// Ranked plans to show
@@ -277,6 +277,12 @@ pub struct PlanArgs {
     /// Write the report as Markdown to FILE; `-` for stdout (the text report then goes to stderr)
     #[arg(long, value_name = "FILE")]
     pub markdown: Option<PathBuf>,
+    /// Write each ranked plan's launch command as an executable shell script into DIR (created if missing)
+    #[arg(long, value_name = "DIR", requires = "rank")]
+    pub emit_launch: Option<PathBuf>,
+    /// With --validate: write the prediction-interval table (residuals by GPU architecture x engine x model kind) to FILE; the committed one is crates/model/data/validation/intervals.json
+    #[arg(long, value_name = "FILE", requires = "validate")]
+    pub write_intervals: Option<PathBuf>,
 }
 
 fn input(e: ModelError) -> Failure {
@@ -448,7 +454,51 @@ fn run_validate(a: &PlanArgs) -> Result<(), Failure> {
     if let Some(p) = &a.json {
         write_file(p, &|w| serde_json::to_writer_pretty(&mut *w, &v).map_err(std::io::Error::other).and_then(|_| writeln!(w)))?;
     }
+    if let Some(p) = &a.write_intervals {
+        let t = servetune_model::interval::table(&v.rows).map_err(input)?;
+        write_file(p, &|w| serde_json::to_writer_pretty(&mut *w, &t).map_err(std::io::Error::other).and_then(|_| writeln!(w)))?;
+    }
     Ok(())
+}
+
+/// A file name for a ranked plan's script: its rank and label, e.g. `01-tp4-ep4-x2-replicas.sh`.
+fn script_name(i: usize, label: &str) -> String {
+    let slug: String = label.to_lowercase().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+    let slug = slug.split('-').filter(|p| !p.is_empty()).collect::<Vec<_>>().join("-");
+    format!("{:02}-{slug}.sh", i + 1)
+}
+
+/// `--emit-launch DIR`: one executable script per ranked plan; refuses a DIR that is not a
+/// directory, creates a missing one.
+fn emit_launch(dir: &Path, r: &report::PlanReport) -> Result<Vec<PathBuf>, Failure> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(Failure::usage(format!(
+            "--emit-launch {}: this is a file, not a directory; give a directory to write the launch scripts into (it is created if missing)",
+            dir.display()
+        )));
+    }
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Failure::runtime(format!("--emit-launch {}: cannot create the directory: {e}", dir.display())))?;
+    let mut written = Vec::new();
+    for (i, x) in r.ranked_plans.iter().enumerate() {
+        let p = dir.join(script_name(i, &x.label));
+        let title = format!(
+            "servetune plan: {} for {} on {} x {} ({}): predicted {:.0} output tok/s at concurrency {}",
+            x.label,
+            r.model,
+            r.scenario.plan.gpus,
+            r.scenario.gpu.name,
+            x.launch.engine.name(),
+            x.output_tokens_per_s,
+            x.concurrency
+        );
+        let text = servetune_model::launch::script(&x.launch, &title);
+        let fail = |e: std::io::Error| Failure::runtime(format!("cannot write {}: {e}", p.display()));
+        std::fs::write(&p, text).map_err(fail)?;
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).map_err(fail)?;
+        written.push(p);
+    }
+    Ok(written)
 }
 
 /// Runs `servetune plan`.
@@ -476,6 +526,10 @@ pub fn run(a: PlanArgs) -> Result<(), Failure> {
     }
     if let Some(p) = &a.markdown {
         write_file(p, &|w| report::write_markdown(&r, w))?;
+    }
+    if let Some(dir) = &a.emit_launch {
+        let files = emit_launch(dir, &r)?;
+        crate::tell!("wrote {} launch script{} to {}", files.len(), if files.len() == 1 { "" } else { "s" }, dir.display());
     }
     if r.fits {
         Ok(())

@@ -4,6 +4,8 @@
 use serde::Serialize;
 use servetune_stats::{Slo, SloMetric};
 
+use crate::interval::Interval;
+use crate::launch::Launch;
 use crate::predict::{Bottleneck, Overlap, Plan, Point, Scenario};
 use crate::workload::{VirtualBench, Workload};
 
@@ -53,6 +55,49 @@ pub struct Ranked {
     pub gain: Option<f64>,
     /// What limits it there.
     pub bottleneck: Bottleneck,
+    /// How far `output_tokens_per_s` may be off: its family's validation residuals.
+    pub interval: Interval,
+    /// The low end of `output_tokens_per_s`'s interval.
+    pub output_tokens_per_s_low: f64,
+    /// The high end.
+    pub output_tokens_per_s_high: f64,
+    /// Whether its rate is within the model's median error (the interval's) of the best plan's, so
+    /// the model cannot tell the two apart: only a measurement can.
+    pub tied_with_best: bool,
+    /// Why `concurrency` is the best one.
+    pub concurrency_reason: ConcurrencyReason,
+    /// The highest concurrency looked at for this plan (the asked range, or its KV cache's).
+    pub searched_up_to: u32,
+    /// The engine's command that serves it as predicted.
+    pub launch: Launch,
+}
+
+/// Why a plan's best concurrency is where it is.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ConcurrencyReason {
+    /// The KV cache (or the running-request limit) holds this many requests; more only queue.
+    KvCapacity {
+        /// Requests that run at once.
+        requests: u32,
+    },
+    /// The range searched ends here (the KV cache holds more).
+    RangeEnd {
+        /// The end of the range.
+        max: u32,
+    },
+    /// The next concurrency tried gives less output (the step slows more than the batch grows).
+    Peak {
+        /// The next concurrency tried.
+        next: u32,
+        /// Its output tokens/s (steady state).
+        next_tokens_per_s: f64,
+    },
+    /// The next concurrency tried misses an objective (`--slo`).
+    Objective {
+        /// The next concurrency tried.
+        next: u32,
+    },
 }
 
 /// A scenario's best operating point.
@@ -62,6 +107,10 @@ pub struct Best {
     pub concurrency: u32,
     /// The prediction there.
     pub point: Point,
+    /// Why there.
+    pub why: ConcurrencyReason,
+    /// The highest concurrency looked at.
+    pub up_to: u32,
 }
 
 /// Concurrencies tried: 1, 2, 3, 4, 6, 8, 12, ... (powers of two and 1.5x between) up to `max`,
@@ -84,15 +133,30 @@ pub const TUNED_MOE_EFFICIENCY: f64 = 0.8;
 /// concurrency meets the objectives.
 pub fn best(s: &Scenario, slos: &[Slo], range: ConcurrencyRange) -> Option<Best> {
     s.check_fit().ok()?;
-    let mut best: Option<Best> = None;
-    let cap = range.max.map_or(s.max_concurrency(), |m| m.min(s.max_concurrency()));
-    for c in ladder(cap) {
+    let kv = s.max_concurrency();
+    let cap = range.max.map_or(kv, |m| m.min(kv));
+    let steps = ladder(cap);
+    let mut best: Option<(usize, Point)> = None;
+    for (i, &c) in steps.iter().enumerate() {
         let p = s.point(c);
-        if meets(s, &p, slos) && best.as_ref().is_none_or(|b| p.output_tokens_per_s > b.point.output_tokens_per_s) {
-            best = Some(Best { concurrency: c, point: p });
+        if meets(s, &p, slos) && best.as_ref().is_none_or(|(_, b)| p.output_tokens_per_s > b.output_tokens_per_s) {
+            best = Some((i, p));
         }
     }
-    best
+    let (i, point) = best?;
+    let why = match steps.get(i + 1) {
+        None if cap < kv => ConcurrencyReason::RangeEnd { max: cap },
+        None => ConcurrencyReason::KvCapacity { requests: kv },
+        Some(&next) => {
+            let p = s.point(next);
+            if meets(s, &p, slos) {
+                ConcurrencyReason::Peak { next, next_tokens_per_s: p.output_tokens_per_s }
+            } else {
+                ConcurrencyReason::Objective { next }
+            }
+        }
+    };
+    Some(Best { concurrency: steps[i], point, why, up_to: cap })
 }
 
 /// [`best`], and with a client the workload run at the chosen concurrency
@@ -146,15 +210,39 @@ pub fn enumerate(base: &Scenario) -> Vec<Plan> {
     out
 }
 
-/// Plans ranked by output tok/s under the objectives, best first (steady state).
+/// Plans ranked by output tok/s under the objectives within `range`, best first (steady state;
+/// the campaign's question, bounded by its sweep).
 pub fn rank(base: &Scenario, slos: &[Slo], range: ConcurrencyRange) -> Vec<Ranked> {
-    rank_with(base, slos, range, None)
+    rank_within(base, slos, range, None)
+}
+
+/// [`rank_within`], searched further when the best plan's best concurrency sits at the end of
+/// `range` and its KV cache holds more: then every plan is ranked up to what its KV cache holds
+/// (`plan --rank`'s default; each [`Ranked::searched_up_to`] says how far, and a concurrency
+/// above `range.max` says the search went on).
+pub fn rank_with(base: &Scenario, slos: &[Slo], range: ConcurrencyRange, client: Client) -> Vec<Ranked> {
+    let ranked = rank_within(base, slos, range, client);
+    match (range.max, ranked.first()) {
+        (Some(max), Some(top)) if top.concurrency >= max && top.searched_up_to == max => {
+            rank_within(base, slos, ConcurrencyRange { max: None }, client)
+        }
+        _ => ranked,
+    }
+}
+
+/// The range a ranking actually searched: `range`, or the KV caches' when [`rank_with`] went on.
+pub fn searched_range(range: ConcurrencyRange, ranked: &[Ranked]) -> ConcurrencyRange {
+    match range.max {
+        Some(m) if ranked.iter().any(|r| r.searched_up_to > m) => ConcurrencyRange { max: None },
+        _ => range,
+    }
 }
 
 /// [`rank`], each plan's rate what `client` would measure at its best concurrency. Plans are
 /// scored on threads of their own (each virtual run is independent).
-pub fn rank_with(base: &Scenario, slos: &[Slo], range: ConcurrencyRange, client: Client) -> Vec<Ranked> {
+pub fn rank_within(base: &Scenario, slos: &[Slo], range: ConcurrencyRange, client: Client) -> Vec<Ranked> {
     let plans = enumerate(base);
+    let interval = crate::interval::for_scenario(base);
     let scored: Vec<Option<(Plan, Best)>> = std::thread::scope(|scope| {
         let handles: Vec<_> = plans
             .iter()
@@ -176,8 +264,9 @@ pub fn rank_with(base: &Scenario, slos: &[Slo], range: ConcurrencyRange, client:
     let mut out: Vec<Ranked> = scored
         .into_iter()
         .flatten()
-        .map(|(plan, Best { concurrency, point: p })| {
+        .map(|(plan, Best { concurrency, point: p, why, up_to })| {
             let rate = crate::report::headline_rate(&p);
+            let (low, high) = interval.of(rate);
             Ranked {
                 label: plan.label(),
                 plan,
@@ -187,11 +276,29 @@ pub fn rank_with(base: &Scenario, slos: &[Slo], range: ConcurrencyRange, client:
                 tpot_ms: p.client.map_or(p.tpot_ms, |c| c.tpot_ms.p50),
                 gain: (current > 0.0).then(|| rate / current),
                 bottleneck: p.bottleneck,
+                interval: interval.clone(),
+                output_tokens_per_s_low: low,
+                output_tokens_per_s_high: high,
+                tied_with_best: false,
+                concurrency_reason: why,
+                searched_up_to: up_to,
+                launch: crate::launch::launch(&Scenario { plan, ..base.clone() }, &plan, concurrency),
             }
         })
         .collect();
     out.sort_by(|a, b| b.output_tokens_per_s.total_cmp(&a.output_tokens_per_s));
+    mark_ties(&mut out);
     out
+}
+
+/// Marks the plans whose rate is within the model's median error of the best plan's: a
+/// difference the model cannot vouch for (the errors of two plans on one box are not independent,
+/// so the median error, not the whole interval, is the bar).
+fn mark_ties(ranked: &mut [Ranked]) {
+    let Some(top) = ranked.first().map(|r| r.output_tokens_per_s) else { return };
+    for r in ranked.iter_mut() {
+        r.tied_with_best = r.output_tokens_per_s > 0.0 && top / r.output_tokens_per_s - 1.0 <= r.interval.median_abs_error;
+    }
 }
 
 /// A change to the deployment and what it buys.
@@ -218,6 +325,8 @@ pub fn fixes(base: &Scenario, slos: &[Slo], range: ConcurrencyRange) -> Vec<Fix>
 /// [`rank_with`]'s answer for the same client (its first plan is the "switch to" fix, and the
 /// current plan's rate is taken from it when it is there).
 pub fn fixes_with(base: &Scenario, slos: &[Slo], range: ConcurrencyRange, client: Client, ranked: &[Ranked]) -> Vec<Fix> {
+    // Over the range the ranking searched, so "switch to" and the other fixes compare alike.
+    let range = searched_range(range, ranked);
     let current =
         ranked.iter().find(|r| r.plan == base.plan).map_or_else(|| best_tput(base, slos, range, client), |r| r.output_tokens_per_s);
     let mut cands: Vec<(String, String, Scenario)> = Vec::new();
@@ -356,7 +465,7 @@ mod tests {
         };
         let range = ConcurrencyRange { max: Some(64) };
         let steady = rank(&s, &[], range);
-        let client = rank_with(&s, &[], range, Some((&Fraction, &w)));
+        let client = rank_within(&s, &[], range, Some((&Fraction, &w)));
         assert_eq!(steady.len(), client.len());
         for r in &client {
             let st = steady.iter().find(|x| x.plan == r.plan).expect("same plans");

@@ -8,9 +8,10 @@ use serde::Serialize;
 use servetune_stats::{knee, LoadPoint, Slo, MIN_GAIN};
 
 use crate::calibrate::Fit;
+use crate::interval::Interval;
 use crate::predict::{Bottleneck, Memory, Overlap, Point, Scenario};
 use crate::quant::Dtype;
-use crate::rank::{ConcurrencyRange, Fix, Ranked};
+use crate::rank::{ConcurrencyRange, ConcurrencyReason, Fix, Ranked};
 use crate::spec::ParamCounts;
 use crate::workload::Workload;
 
@@ -216,6 +217,16 @@ pub fn suggestion_words(f: &FitSuggestion) -> String {
     }
 }
 
+/// The objectives and the concurrencies a ranking searched, in words.
+fn ranking_words(r: &PlanReport) -> String {
+    let searched = crate::rank::searched_range(r.concurrency_range, &r.ranked_plans);
+    let mut s = slo_words(&r.slos, &searched);
+    if searched != r.concurrency_range {
+        s = if r.slos.is_empty() { String::new() } else { format!("{s}, ") } + "concurrency up to what each plan's KV cache holds";
+    }
+    s
+}
+
 fn slo_words(slos: &[Slo], range: &ConcurrencyRange) -> String {
     let mut parts = Vec::new();
     if let Some(c) = range.max {
@@ -375,7 +386,11 @@ pub fn effects_words(p: &Point) -> String {
 pub fn write_terminal(r: &PlanReport, explain: bool, mut w: impl Write) -> io::Result<()> {
     write_header(r, &mut w)?;
     write_memory(r, &mut w)?;
-    write_points(r, explain, &mut w)?;
+    if explain {
+        write_points(r, explain, &mut w)?;
+    } else {
+        write_points_brief(r, &mut w)?;
+    }
     if let Some(sat) = &r.saturation {
         writeln!(
             w,
@@ -387,6 +402,7 @@ pub fn write_terminal(r: &PlanReport, explain: bool, mut w: impl Write) -> io::R
     }
     write_fixes(r, &mut w)?;
     write_ranked(r, &mut w)?;
+    write_launches(r, &mut w)?;
     write_versus(r, &mut w)?;
     write_calibration(r, &mut w)
 }
@@ -406,6 +422,7 @@ fn write_header(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
         s.link.name,
         s.plan.label()
     )?;
+    write_answer(r, w)?;
     writeln!(
         w,
         "  input {} / output {} tokens; link {}: alpha {:.1} us, beta {:.1} GB/s ({})",
@@ -525,7 +542,7 @@ fn write_fixes(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
     if r.fixes.is_empty() {
         return Ok(());
     }
-    writeln!(w, "\nwhat gains most (best throughput with {}):", slo_words(&r.slos, &r.concurrency_range))?;
+    writeln!(w, "\nwhat gains most (best throughput with {}):", ranking_words(r))?;
     for f in &r.fixes {
         writeln!(w, "  {}  {} -> {:.0} tok/s: {}", gain_words(f.gain), f.fix, f.output_tokens_per_s, f.how)?;
     }
@@ -563,15 +580,22 @@ fn write_ranked(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
     }
     let multi = r.scenario.cluster.as_ref();
     let on = multi.map_or(String::new(), |c| format!(" ({} nodes x {}, net {})", c.nodes, c.gpus_per_node, c.net.name));
-    writeln!(w, "\nranked plans on {} GPUs{on} ({}):", r.scenario.plan.gpus, slo_words(&r.slos, &r.concurrency_range))?;
+    writeln!(w, "\nranked plans on {} GPUs{on} ({}):", r.scenario.plan.gpus, ranking_words(r))?;
     let rows: Vec<Vec<String>> = r
         .ranked_plans
         .iter()
-        .map(|x| {
+        .enumerate()
+        .map(|(i, x)| {
             let mut row = vec![
                 x.label.clone(),
                 x.concurrency.to_string(),
                 format!("{:.0}", x.output_tokens_per_s),
+                format!("{:.0}-{:.0}", x.output_tokens_per_s_low, x.output_tokens_per_s_high),
+                match (i, x.tied_with_best) {
+                    (0, _) => "best".into(),
+                    (_, true) => "tied".into(),
+                    _ => String::new(),
+                },
                 format!("{:.1}", x.tokens_per_s_per_gpu),
                 format!("{:.1}", x.tpot_ms),
                 gain_words(x.gain),
@@ -582,14 +606,15 @@ fn write_ranked(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
             row
         })
         .collect();
-    let mut headers = vec!["plan", "at conc", "out tok/s", "tok/s/GPU", "TPOT ms", "vs current"];
+    let mut headers = vec!["plan", "at conc", "out tok/s", "interval", "best?", "tok/s/GPU", "TPOT ms", "vs current"];
     if multi.is_some() {
         headers.push("bound by");
     }
     write!(w, "{}", table(&headers, &rows))?;
     writeln!(
         w,
-        "at conc: the concurrency giving the plan's most output under the objectives; vs current: over the current plan's best{}",
+        "at conc: the concurrency giving the plan's most output under the objectives; interval: the rate's {}; best?: tied with the best (within the model's median error); vs current: over the current plan's best{}",
+        r.ranked_plans.first().map_or(String::new(), |x| format!("{:.0}% interval", x.interval.coverage * 100.0)),
         client_words(r)
     )?;
     if let (Some(_), Some(top)) = (multi, r.ranked_plans.first()) {
@@ -711,18 +736,155 @@ fn write_markdown_rankings(r: &PlanReport, w: &mut impl Write) -> io::Result<()>
         }
     }
     if !r.ranked_plans.is_empty() {
-        writeln!(w, "\n## Ranked plans\n\n| plan | at conc | out tok/s | tok/s/GPU | vs current |\n|---|---|---|---|---|")?;
+        writeln!(w, "\n## Ranked plans\n\n| plan | at conc | out tok/s | interval | tied with best | tok/s/GPU | vs current |\n|---|---|---|---|---|---|---|")?;
         for x in &r.ranked_plans {
             writeln!(
                 w,
-                "| {} | {} | {:.0} | {:.1} | {} |",
+                "| {} | {} | {:.0} | {:.0}-{:.0} | {} | {:.1} | {} |",
                 x.label,
                 x.concurrency,
                 x.output_tokens_per_s,
+                x.output_tokens_per_s_low,
+                x.output_tokens_per_s_high,
+                if x.tied_with_best { "yes" } else { "" },
                 x.tokens_per_s_per_gpu,
                 gain_words(x.gain)
             )?;
         }
+        if let Some(top) = r.ranked_plans.first() {
+            writeln!(w, "\nInterval: {}. Launch of {}:\n\n```sh", top.interval.source_words(), top.label)?;
+            for s in &top.launch.servers {
+                writeln!(w, "CUDA_VISIBLE_DEVICES={} {}", s.cuda_visible_devices, crate::launch::command_line(&top.launch, &s.argv))?;
+            }
+            if let Some(router) = &top.launch.router {
+                writeln!(w, "{}", crate::launch::command_line(&top.launch, router))?;
+            }
+            writeln!(w, "```")?;
+        }
+    }
+    Ok(())
+}
+
+/// Why a plan's best concurrency is where it is, in words.
+pub fn concurrency_words(c: u32, why: &ConcurrencyReason) -> String {
+    match why {
+        ConcurrencyReason::KvCapacity { requests } => format!(
+            "concurrency {c}: the KV cache (or the running-request limit) holds {requests} requests at once; more clients only queue"
+        ),
+        ConcurrencyReason::RangeEnd { max } => format!("concurrency {c}: the end of the range searched ({max}); higher was not tried"),
+        ConcurrencyReason::Peak { next, next_tokens_per_s } => format!(
+            "concurrency {c}: the most output of the concurrencies tried; at {next} the steady rate is {next_tokens_per_s:.0} tok/s, no more"
+        ),
+        ConcurrencyReason::Objective { next } => format!("concurrency {c}: at {next} an objective (--slo) is missed"),
+    }
+}
+
+/// "80% interval 5,400-8,700 tok/s (23 validation cases of hopper x sglang x moe)".
+fn interval_words(i: &Interval, rate: f64) -> String {
+    let (lo, hi) = i.of(rate);
+    format!("{:.0}% interval {lo:.0}-{hi:.0} tok/s ({})", i.coverage * 100.0, i.source_words())
+}
+
+/// What the headline rate is: a benchmark client's measurement, or the steady state.
+fn rate_words(r: &PlanReport) -> String {
+    match &r.workload {
+        Some(wl) => format!(
+            "output tok/s a benchmark client would measure (closed loop, {} requests, input {}, output {})",
+            wl.requests.map_or_else(|| format!("{} x concurrency", crate::workload::DEFAULT_REQUESTS_PER_CONCURRENCY), |n| n.to_string()),
+            wl.input.label(),
+            wl.output.label()
+        ),
+        None => "output tok/s in the steady state (every request running, prefill amortized)".into(),
+    }
+}
+
+/// The one headline: with `--rank`, the best plan, its interval, ties, why that concurrency and
+/// whether the search went past the asked range; without, the current plan's best point asked.
+fn write_answer(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
+    if let Some(top) = r.ranked_plans.first() {
+        writeln!(w, "answer: {} at concurrency {}: {:.0} {}", top.label, top.concurrency, top.output_tokens_per_s, rate_words(r))?;
+        writeln!(w, "  {}", interval_words(&top.interval, top.output_tokens_per_s))?;
+        writeln!(w, "  {}", concurrency_words(top.concurrency, &top.concurrency_reason))?;
+        if let Some(max) = r.concurrency_range.max.filter(|m| top.searched_up_to > *m) {
+            writeln!(
+                w,
+                "  the best plan sat at the end of the asked range (--concurrency up to {max}), so every plan was searched further, up to what its KV cache holds"
+            )?;
+        }
+        let tied: Vec<&Ranked> = r.ranked_plans.iter().skip(1).filter(|x| x.tied_with_best).collect();
+        if !tied.is_empty() {
+            writeln!(
+                w,
+                "  tied (within the model's median error of {:.0}%, so it cannot order them): {}; to separate them, launch each (below) and run `servetune bench --url http://HOST:PORT --concurrency N` on each",
+                top.interval.median_abs_error * 100.0,
+                tied.iter().map(|x| format!("{} {:.0} tok/s at {}", x.label, x.output_tokens_per_s, x.concurrency)).collect::<Vec<_>>().join(", ")
+            )?;
+        }
+        return Ok(());
+    }
+    let Some(best) = r.points.iter().max_by(|a, b| headline_rate(a).total_cmp(&headline_rate(b))) else { return Ok(()) };
+    let rate = headline_rate(best);
+    writeln!(w, "answer: {} at concurrency {}: {rate:.0} {}", r.scenario.plan.label(), best.concurrency, rate_words(r))?;
+    writeln!(w, "  {}", interval_words(&crate::interval::for_scenario(&r.scenario), rate))?;
+    let top_asked = r.points.iter().map(|p| p.concurrency).max().unwrap_or(0);
+    if best.concurrency == top_asked && r.max_concurrency > top_asked {
+        writeln!(
+            w,
+            "  the highest concurrency asked; the KV cache holds {} requests: give --concurrency up to {} (or --rank, which searches that far)",
+            r.max_concurrency, r.max_concurrency
+        )?;
+    }
+    Ok(())
+}
+
+/// Without `--explain`: what a client measures at each concurrency with its interval, the
+/// figures named, and the bottleneck at the last; the step-time terms stay behind `--explain`.
+fn write_points_brief(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
+    let Some(last) = r.points.last() else { return Ok(()) };
+    let i = crate::interval::for_scenario(&r.scenario);
+    let rows: Vec<Vec<String>> = r
+        .points
+        .iter()
+        .map(|p| {
+            let rate = headline_rate(p);
+            let (lo, hi) = i.of(rate);
+            let (tpot, ttft) = p.client.map_or((p.tpot_ms, p.ttft_ms), |c| (c.tpot_ms.p50, c.ttft_ms.p50));
+            vec![p.concurrency.to_string(), format!("{rate:.0}"), format!("{lo:.0}-{hi:.0}"), format!("{tpot:.1}"), format!("{ttft:.0}")]
+        })
+        .collect();
+    writeln!(w, "\n{}:", rate_words(r))?;
+    write!(w, "{}", table(&["conc", "out tok/s", "interval", "TPOT p50 ms", "TTFT p50 ms"], &rows))?;
+    writeln!(
+        w,
+        "interval: the {:.0}% interval of the rate ({}); --explain adds the steady-state rates and the step time by term",
+        i.coverage * 100.0,
+        i.source_words()
+    )?;
+    writeln!(w, "\nbottleneck:\n  {}", point_words(last))
+}
+
+/// The launch commands of the best plan and those tied with it (`--emit-launch DIR` writes every
+/// ranked plan's as a script).
+fn write_launches(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
+    let shown: Vec<&Ranked> = r.ranked_plans.iter().filter(|x| x.tied_with_best).take(3).collect();
+    for x in shown {
+        let l = &x.launch;
+        writeln!(w, "\nlaunch {} with {} (clients to port {}):", x.label, l.engine.name(), l.client_port)?;
+        for s in &l.servers {
+            if let Some((name, yaml)) = &s.config_file {
+                writeln!(w, "  # {name}:\n{}", yaml.lines().map(|y| format!("  #   {y}")).collect::<Vec<_>>().join("\n"))?;
+            }
+            writeln!(w, "  CUDA_VISIBLE_DEVICES={} {}", s.cuda_visible_devices, crate::launch::command_line(l, &s.argv))?;
+        }
+        if let Some(router) = &l.router {
+            writeln!(w, "  {}", crate::launch::command_line(l, router))?;
+        }
+        for n in &l.notes {
+            writeln!(w, "  note: {n}")?;
+        }
+    }
+    if !r.ranked_plans.is_empty() {
+        writeln!(w, "(--emit-launch DIR writes every ranked plan's launch as a script)")?;
     }
     Ok(())
 }

@@ -213,6 +213,9 @@ pub struct Row {
     pub aic_predicted: Option<f64>,
     /// Its (estimate - measured) / measured.
     pub aic_error: Option<f64>,
+    /// Dense or MoE: with the GPU's architecture and the engine, the family whose residuals give
+    /// a prediction's interval ([`crate::interval`]).
+    pub model_kind: crate::interval::ModelKind,
 }
 
 /// Why a case was not scored.
@@ -583,6 +586,7 @@ fn score(c: &E2eCase, engine: &Engine, bench: Option<&dyn VirtualBench>, latency
         note: note.to_string(),
         aic_predicted: None,
         aic_error: None,
+        model_kind: crate::interval::ModelKind::of(&s.model),
     })
 }
 
