@@ -281,8 +281,14 @@ pub struct PlanArgs {
     #[arg(long, value_name = "DIR", requires = "rank")]
     pub emit_launch: Option<PathBuf>,
     /// With --validate: write the prediction-interval table (residuals by GPU architecture x engine x model kind) to FILE; the committed one is crates/model/data/validation/intervals.json
-    #[arg(long, value_name = "FILE", requires = "validate")]
+    #[arg(long, value_name = "FILE", requires = "validate", conflicts_with = "holdout")]
     pub write_intervals: Option<PathBuf>,
+    /// With --validate: also score each deployment calibrated on its lowest measured concurrency (as `--calibrate` does with one point) at its other concurrencies, beside the raw error on the same rows
+    #[arg(long, requires = "validate")]
+    pub calibrated: bool,
+    /// With --validate: score the frozen holdout (crates/model/data/validation/holdout.toml, raw and calibrated) instead of e2e.toml; log every look in HOLDOUT.md beside it
+    #[arg(long, requires = "validate")]
+    pub holdout: bool,
 }
 
 fn input(e: ModelError) -> Failure {
@@ -443,7 +449,15 @@ fn run_validate(a: &PlanArgs) -> Result<(), Failure> {
             "--engine does not apply to --validate: every case runs with the engine its source used (e2e.toml's engine); drop --engine",
         ));
     }
-    let v = validate::run_with_bench(&Engine::default(), Some(&servetune_sim::from_plan::PlanBench)).map_err(input)?;
+    let bench = servetune_sim::from_plan::PlanBench;
+    let (data, mut v) = if a.holdout {
+        (validate::Data::Holdout, validate::run_holdout(&Engine::default(), Some(&bench)).map_err(input)?)
+    } else {
+        (validate::Data::E2e, validate::run_with_bench(&Engine::default(), Some(&bench)).map_err(input)?)
+    };
+    if a.calibrated || a.holdout {
+        v.calibrated = Some(validate::run_calibrated(data, &Engine::default(), Some(&bench)).map_err(input)?);
+    }
     let table = validate::markdown(&v);
     if is_stdout(&a.json) {
         crate::tell!("{table}");
