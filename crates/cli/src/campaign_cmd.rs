@@ -82,9 +82,9 @@ struct InitArgs {
     /// Goal: output_tok_s>=N, optionally ' at ' latency objectives (tpot:p90<50ms)
     #[arg(long)]
     goal: String,
-    /// Checkpoint format for the model's predictions (bf16, fp8, nvfp4, mxfp4, int4)
-    #[arg(long, default_value = "bf16")]
-    quant: String,
+    /// Checkpoint format for the model's predictions (bf16, fp8, nvfp4, mxfp4, int4) [default: the format of the model's published checkpoint, as `servetune plan` takes it: --catalog-model's, or --model's when it is a catalog name; bf16 for a model outside the catalog]
+    #[arg(long, value_name = "DTYPE")]
+    quant: Option<String>,
     /// Knob values every experiment sets, KEY=VALUE (repeatable)
     #[arg(long = "set", value_name = "KNOB=VALUE")]
     set: Vec<String>,
@@ -106,9 +106,11 @@ struct InitArgs {
     /// Measured requests per concurrency
     #[arg(long, default_value_t = 32)]
     requests: u64,
-    #[arg(long, default_value_t = 256)]
+    /// Prompt length of every benchmark request, in tokens
+    #[arg(long, default_value_t = 256, value_name = "TOKENS")]
     input_len: u32,
-    #[arg(long, default_value_t = 64)]
+    /// Output length of every benchmark request, in tokens
+    #[arg(long, default_value_t = 64, value_name = "TOKENS")]
     output_len: u32,
     /// Per-request time limit
     #[arg(long, default_value = "120s", value_name = "DURATION")]
@@ -401,10 +403,18 @@ fn executor(a: &InitArgs) -> Result<campaign::Executor, Failure> {
     }))
 }
 
+/// The format of the catalog model `name`'s published checkpoint, as `servetune plan` defaults
+/// `--quant` to it; bf16 for a name outside the catalog.
+fn published_quant(name: &str) -> String {
+    let dtype = servetune_model::spec::catalog(name).ok().and_then(|m| m.checkpoint);
+    dtype.unwrap_or(servetune_model::quant::Dtype::Bf16).name().to_string()
+}
+
 fn init(a: InitArgs) -> Result<(), Failure> {
     let all = engine::all(a.engines.as_deref()).map_err(lib)?;
     let tmpl = engine::find(&all, &a.engine).map_err(lib)?;
-    let mut s = campaign::settings(&a.goal, tmpl, &a.model, &a.quant, knobs(&a.set)?).map_err(lib)?;
+    let quant = a.quant.clone().unwrap_or_else(|| published_quant(a.catalog_model.as_deref().unwrap_or(&a.model)));
+    let mut s = campaign::settings(&a.goal, tmpl, &a.model, &quant, knobs(&a.set)?).map_err(lib)?;
     if let Some(c) = &a.catalog_model {
         servetune_model::spec::catalog(c).map_err(|e| Failure::usage(format!("--catalog-model: {e}")))?;
         s.catalog_model = Some(c.clone());
