@@ -165,6 +165,7 @@ struct DirArg {
 #[derive(Debug, Args)]
 #[command(after_help = "Example:\n  servetune campaign probe c1 --probe-root crates/probe/tests/fixtures/proxmox-lxc-8gpu")]
 struct ProbeArgs {
+    /// Campaign directory
     dir: PathBuf,
     /// Analyse a probe snapshot instead of this box
     #[arg(long, value_name = "DIR")]
@@ -185,6 +186,7 @@ struct FabricArgs {
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:\n  servetune campaign continue c1\n  servetune campaign continue c1 --until-blocked")]
 struct ContinueArgs {
+    /// Campaign directory
     dir: PathBuf,
     /// Keep going until a person is needed (3) or nothing is left (4)
     #[arg(long)]
@@ -196,6 +198,7 @@ struct ContinueArgs {
     after_help = "Examples:\n  servetune campaign answer c1 1 --done\n  servetune campaign answer c1 2 --declined\n  servetune campaign answer c1 3 \"bare metal is not possible until March\""
 )]
 struct AnswerArgs {
+    /// Campaign directory
     dir: PathBuf,
     /// Question number (from status, next or continue)
     question: i64,
@@ -214,7 +217,9 @@ struct AnswerArgs {
     after_help = "Examples:\n  servetune campaign add c1 --set n_threads=1\n  servetune campaign add c1 --set max_running=256 --force"
 )]
 struct AddArgs {
+    /// Campaign directory
     dir: PathBuf,
+    /// Knob values of the experiment to add, KEY=VALUE (repeatable; the knobs of the campaign's engine template)
     #[arg(long = "set", value_name = "KNOB=VALUE", required = true)]
     set: Vec<String>,
     /// Run it even if the same configuration already ran in this environment
@@ -268,7 +273,9 @@ struct CompareArgs {
 
 #[derive(Debug, Args)]
 struct NoteArgs {
+    /// Campaign directory
     dir: PathBuf,
+    /// The note, kept in the journal with the time it was written
     text: String,
 }
 
@@ -277,6 +284,7 @@ struct NoteArgs {
     after_help = "Examples:\n  servetune campaign engines\n  servetune campaign engines --engines my-engines.toml\n\nA template file holds [[engine]] tables: name, argv (a list of words with {placeholders}), health,\ngenerate, metrics, version = { http = { path, field } } or { command = [...] }, ready_timeout_s,\nknobs = [{ name, help, domain = { int = { min, max } } | { float = {..} } | { choice = [..] } | \"text\",\ndefault, args = [\"--flag\", \"{value}\"], env = \"VAR\" }], logs = [{ contains, signal }]."
 )]
 struct EnginesArgs {
+    /// User engine templates (TOML, [[engine]] tables) to list with the built-in ones
     #[arg(long, value_name = "FILE")]
     engines: Option<PathBuf>,
 }
