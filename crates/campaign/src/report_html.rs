@@ -330,7 +330,7 @@ fn latency_chart(r: &Report, which: Latency) -> LineChart {
             if log_y { ", log scale" } else { "" }
         ),
         x_label: "concurrency (requests in flight, log scale)".into(),
-        y_label: format!("{metric} (ms{})", if log_y { ", log scale" } else { "" }),
+        y_label: format!("{metric} (ms){}", if log_y { ", log scale" } else { "" }),
         series,
         callouts: Vec::new(),
         legend: Some(legend),

@@ -10,9 +10,11 @@
 use std::fmt::Write;
 
 /// Colour-blind-safe palette, one colour per series: Okabe and Ito's eight, then two of Paul
-/// Tol's (wine, olive) so up to ten series never share a colour.
+/// Tol's (wine, olive) so up to ten series never share a colour. Ordered so that the first six
+/// (the step-time terms of the breakdown chart) are six clearly different hues: sky blue, the
+/// nearest to the first blue, comes seventh.
 pub const PALETTE: [&str; 10] =
-    ["#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#000000", "#f0e442", "#882255", "#999933"];
+    ["#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#000000", "#56b4e9", "#f0e442", "#882255", "#999933"];
 
 const W: f64 = 960.0;
 const H: f64 = 380.0;
@@ -665,7 +667,7 @@ mod tests {
         c.log_y = false;
         let linear = p50_height(&c);
         assert!(linear < 1.0, "on a linear axis set by the p99 the p50 lies on the floor: {linear}");
-        assert!(log > (H - TOP - BOTTOM) * 0.2, "on the log axis the p50 is well above the floor: {log}");
+        assert!(log > (H - TOP - BOTTOM) * 0.1, "on the log axis the p50 (a decade above the axis floor of 10 ms) is off the floor: {log}");
     }
 
     #[test]

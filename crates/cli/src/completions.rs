@@ -127,7 +127,9 @@ mod tests {
         let dir = tempfile::tempdir().expect("tmp");
         let into = dir.path().join("man1");
         pages(crate::Cli::command(), &into).expect("pages");
-        for name in ["servetune", "servetune-plan", "servetune-campaign", "servetune-campaign-init", "servetune-fabric-p2p", "servetune-bench"] {
+        for name in
+            ["servetune", "servetune-plan", "servetune-campaign", "servetune-campaign-init", "servetune-fabric-p2p", "servetune-bench"]
+        {
             assert!(into.join(format!("{name}.1")).is_file(), "{name}.1 missing");
         }
         let plan = std::fs::read_to_string(into.join("servetune-plan.1")).expect("plan page");
@@ -148,7 +150,8 @@ mod tests {
         fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
             for arg in cmd.get_arguments().filter(|a| !a.is_hide_set()) {
                 if arg.get_help().is_none() && arg.get_long_help().is_none() {
-                    missing.push(format!("{path} {}", arg.get_long().map(|l| format!("--{l}")).unwrap_or_else(|| arg.get_id().to_string())));
+                    missing
+                        .push(format!("{path} {}", arg.get_long().map(|l| format!("--{l}")).unwrap_or_else(|| arg.get_id().to_string())));
                 }
             }
             for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
