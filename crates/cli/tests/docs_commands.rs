@@ -286,3 +286,22 @@ fn every_command_in_the_readme_and_docs_runs_as_written() {
     }
     assert!(ran >= 10, "only {ran} blocks ran: the README's tour alone has more");
 }
+
+#[test]
+fn every_relative_link_points_to_a_file_in_the_repository() {
+    let mut checked = 0;
+    for file in doc_files() {
+        let text = std::fs::read_to_string(repo().join(&file)).expect("a doc file");
+        let dir = repo().join(&file).parent().expect("the file's folder").to_path_buf();
+        for piece in text.split("](").skip(1) {
+            let Some(target) = piece.split(')').next() else { continue };
+            if target.contains("://") || target.starts_with('#') || target.starts_with("mailto:") || target.contains(' ') {
+                continue;
+            }
+            let path = target.split('#').next().unwrap_or("");
+            assert!(dir.join(path).exists(), "{file}: the link ({target}) names no file in the repository");
+            checked += 1;
+        }
+    }
+    assert!(checked > 20, "only {checked} links found: the README alone links every command page");
+}
