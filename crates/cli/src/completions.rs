@@ -21,9 +21,9 @@ pub enum Shell {
 /// Print a shell completion script to stdout.
 #[derive(Debug, Args)]
 #[command(after_help = "Install (one of):\n  \
-    servetune completions bash > ~/.local/share/bash-completion/completions/servetune\n  \
-    servetune completions zsh > ~/.zfunc/_servetune     # with fpath+=(~/.zfunc) before compinit in ~/.zshrc\n  \
-    servetune completions fish > ~/.config/fish/completions/servetune.fish")]
+    mkdir -p ~/.local/share/bash-completion/completions && servetune completions bash > ~/.local/share/bash-completion/completions/servetune\n  \
+    mkdir -p ~/.zfunc && servetune completions zsh > ~/.zfunc/_servetune     # with fpath+=(~/.zfunc) before compinit in ~/.zshrc\n  \
+    mkdir -p ~/.config/fish/completions && servetune completions fish > ~/.config/fish/completions/servetune.fish")]
 pub struct CompletionsArgs {
     /// The shell to complete for
     #[arg(value_enum)]
