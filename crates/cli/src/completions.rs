@@ -52,7 +52,12 @@ pub fn man(a: ManArgs, cmd: clap::Command) -> Result<(), Failure> {
         None => write_stdout(&page(cmd)?),
         Some(dir) => {
             pages(cmd, &dir)?;
-            eprintln!("wrote the man pages to {}; read them with `man servetune` (with that directory on MANPATH)", dir.display());
+            let root = dir.parent().filter(|_| dir.ends_with("man1")).unwrap_or(&dir);
+            eprintln!(
+                "wrote the man pages to {}; read them with `man servetune-plan` and so on (if man does not find them: export MANPATH=\"{}:$MANPATH\")",
+                dir.display(),
+                root.display()
+            );
             Ok(())
         }
     }
