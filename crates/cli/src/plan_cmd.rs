@@ -122,6 +122,14 @@ fn gpu_name(s: &str) -> Result<String, String> {
     hw::resolve_gpu_name(s).map(str::to_string).ok_or_else(|| hw::unknown_gpu_message(s))
 }
 
+/// `--gpu`'s help: what it takes, and the catalog's names.
+fn gpu_help() -> String {
+    format!(
+        "GPU model: a catalog name or nvidia-smi's product name (\"NVIDIA H100 80GB HBM3\"); the catalog (crates/model/data/gpus.json): {}",
+        hw::gpu_names().join(", ")
+    )
+}
+
 fn links() -> PossibleValuesParser {
     PossibleValuesParser::new(hw::link_names())
 }
@@ -162,9 +170,8 @@ pub struct PlanArgs {
     /// KV-cache format (default: fp8 for quantized checkpoints, else bf16)
     #[arg(long, value_enum, value_name = "DTYPE")]
     pub kv_dtype: Option<KvArg>,
-    /// GPU model: a catalog name or nvidia-smi's product name ("NVIDIA H100 80GB HBM3"); the catalog
-    /// is listed in the error for an unknown one and in docs/plan-data-sources.md
-    #[arg(long, value_parser = gpu_name, required_unless_present = "validate")]
+    // GPU model: the help lists the catalog (gpu_help).
+    #[arg(long, value_parser = gpu_name, required_unless_present = "validate", help = gpu_help())]
     pub gpu: Option<String>,
     /// Number of GPUs (default: --nodes x --gpus-per-node, else 8)
     #[arg(long)]
