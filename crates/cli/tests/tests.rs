@@ -11,6 +11,7 @@ mod campaign_hostile;
 mod campaign_verdicts;
 mod demo;
 mod fabric;
+mod hostile_inputs;
 mod openai_client;
 mod plan;
 mod probe;
