@@ -134,7 +134,7 @@ fn a_trace_event_inflated_to_megabytes_is_refused_not_held() {
     gzip(&bomb, br#"{"traceEvents":[{"ph":"X","cat":"kernel","name":""#, &[b'a'; 1 << 20], 20, br#"","ts":1,"dur":1}]}"#);
     let (code, out, err) = run(&["trace", s(&bomb)]);
     assert_eq!(code, 2, "{out}{err}");
-    assert!(err.contains("is larger than 1 MiB, the most one traceEvents entry may hold"), "{err}");
+    assert!(err.contains("is larger than 1 MiB, the most one traceEvents entry may hold") && err.contains("not a Kineto trace"), "{err}");
 }
 
 /// A sim campaign on the LXC probe fixture (as the campaign tests make it).

@@ -56,11 +56,11 @@ pub enum TraceError {
         events: u64,
     },
     /// The trace is over a size limit (its decompressed JSON, or one entry of it).
-    #[error("{path}: {reason}; give a real trace, or raise the limit with --max-json-mb if this one is (it takes memory in proportion)")]
+    #[error("{path}: {reason}")]
     TooLarge {
         /// The file.
         path: String,
-        /// Which limit, and how large.
+        /// Which limit, how large, and what to do.
         reason: String,
     },
     /// A setting is out of range.

@@ -277,10 +277,16 @@ fn classify_error(path: &Path, gz: bool, e: ScanError) -> TraceError {
             let what = if gz { "once decompressed it holds" } else { "it holds" };
             TraceError::TooLarge {
                 path,
-                reason: format!("{what} more than {} of JSON, the limit for this file (a gzip bomb?)", size(limit)),
+                reason: format!(
+                    "{what} more than {} of JSON, the limit for this file (a gzip bomb?); give a real trace, or raise the limit with --max-json-mb if this one is (memory grows with it)",
+                    size(limit)
+                ),
             }
         }
-        ScanError::TooLarge(what) => TraceError::TooLarge { path, reason: what },
+        ScanError::TooLarge(what) => TraceError::TooLarge {
+            path,
+            reason: format!("{what}; a profiler's event is well under a KB, so this is not a Kineto trace (or it is damaged)"),
+        },
         ScanError::Io(e) => {
             let what = if gz { "the gzip stream is truncated or corrupt" } else { "the file could not be read" };
             TraceError::Truncated { path, reason: format!("{what} ({e})") }
@@ -317,7 +323,7 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "t.json.gz: once decompressed it holds more than 40 bytes of JSON, the limit for this file (a gzip bomb?); \
-             give a real trace, or raise the limit with --max-json-mb if this one is (it takes memory in proportion)"
+             give a real trace, or raise the limit with --max-json-mb if this one is (memory grows with it)"
         );
     }
 
