@@ -215,6 +215,25 @@ mod tests {
     }
 
     #[test]
+    fn a_health_body_larger_than_the_cap_is_refused_not_held() {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = l.local_addr().expect("addr").port();
+        let server = std::thread::spawn(move || {
+            let Ok((mut c, _)) = l.accept() else { return 0usize };
+            let mut b = [0u8; 4096];
+            let _ = c.read(&mut b);
+            let _ = c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 3000000000\r\n\r\n");
+            let chunk = vec![b'x'; 1 << 20];
+            // Until the client hangs up: it must stop well before the 3 GB it was promised.
+            (0..3000).take_while(|_| c.write_all(&chunk).is_ok()).count()
+        });
+        let e = get(&Endpoint::local(port), "/health", Duration::from_secs(20)).expect_err("over the cap");
+        assert!(matches!(&e, HttpError::Failed(m) if m.contains("the body is longer than 16777216 bytes")), "{e:?}");
+        let sent_mib = server.join().expect("server");
+        assert!(sent_mib < 100, "the client read {sent_mib} MiB of a body capped at 16 MiB");
+    }
+
+    #[test]
     fn a_closed_port_is_a_connect_error() {
         let port = TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
         let e = get(&Endpoint::local(port), "/health", Duration::from_secs(5)).expect_err("closed");
