@@ -52,6 +52,16 @@ fn bench_dataset_over_its_limit_is_refused_naming_the_flag_and_the_limit() {
     assert!(t.elapsed() < Duration::from_secs(20), "the size is checked before reading: {:?}", t.elapsed());
 }
 
+#[test]
+fn bench_tokenizer_over_its_limit_is_refused_naming_the_flag_and_the_limit() {
+    let d = tempfile::tempdir().expect("tmp");
+    let big = sparse(d.path(), "tokenizer.json", (256 << 20) + 1);
+    let (code, out, err) =
+        run(&["bench", "--url", "http://127.0.0.1:9", "--concurrency", "1", "--requests", "1", "--tokenizer", s(&big), "--quiet"]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains(&format!("--tokenizer {}: larger than 256 MiB, the most this input may hold", big.display())), "{err}");
+}
+
 /// Whether a thread of `pid` waits in the kernel for a FIFO's other end (an `open` blocked on it).
 fn waits_on_a_fifo(pid: u32) -> bool {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
