@@ -9,10 +9,10 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::net::{IpAddr, SocketAddr};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 

@@ -214,7 +214,8 @@ pub const MAX_DATASET: u64 = 1024 * servetune_io::MIB;
 /// The file is read with a limit of [`MAX_DATASET`]; a FIFO or a device must reach its end within
 /// servetune-io's stream deadline.
 pub fn load_dataset(path: &Path) -> Result<Vec<String>, InputError> {
-    let raw = servetune_io::read_text(path, &format!("--dataset {}", path.display()), MAX_DATASET).map_err(|e| InputError(e.to_string()))?;
+    let raw =
+        servetune_io::read_text(path, &format!("--dataset {}", path.display()), MAX_DATASET).map_err(|e| InputError(e.to_string()))?;
     let fmt_err = |what: String| {
         InputError(format!("--dataset {}: {what}; expected JSONL lines with a \"prompt\" field, or a ShareGPT JSON array", path.display()))
     };
