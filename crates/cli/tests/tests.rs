@@ -13,6 +13,7 @@ mod demo;
 mod docs_commands;
 mod fabric;
 mod help;
+mod hostile_inputs;
 mod openai_client;
 mod plan;
 mod probe;
