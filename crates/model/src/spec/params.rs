@@ -63,7 +63,7 @@ impl ModelSpec {
     }
 
     /// Parameters of one attention layer's attention (with the DSA indexer); linear-attention
-    /// layers have [`LinearAttention::params`] instead.
+    /// layers have [`LinearAttention::params`](super::LinearAttention::params) instead.
     pub fn attention_params_per_layer(&self) -> f64 {
         let h = self.hidden as f64;
         let mut p = match self.attention {
@@ -102,7 +102,7 @@ impl ModelSpec {
         p
     }
 
-    /// The share of layers that run the DSA indexer ([`Dsa::indexer_layers`]; 0 without one).
+    /// The share of layers that run the DSA indexer ([`Dsa::indexer_layers`](super::Dsa::indexer_layers); 0 without one).
     pub fn indexer_share(&self) -> f64 {
         self.dsa.map_or(0.0, |d| d.indexer_layers as f64 / self.layers.max(1) as f64)
     }
