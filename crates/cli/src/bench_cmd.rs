@@ -14,7 +14,7 @@ use servetune_bench::spec::{self, parse_duration, Arrival, BenchConfig, LengthDi
 use servetune_bench::{export, sweep, BenchError, Control, Progress, Stopping, SweepObserver};
 use tokio::sync::watch;
 
-use crate::Failure;
+use crate::{ExitCode, Failure};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum ApiArg {
@@ -435,12 +435,13 @@ enum StopSignal {
 }
 
 impl StopSignal {
-    fn exit_code(self) -> u8 {
-        match self {
-            StopSignal::Hangup => 129,
-            StopSignal::Interrupt => 130,
-            StopSignal::Terminate => 143,
-        }
+    fn exit_code(self) -> ExitCode {
+        use crate::exit::{SIGHUP, SIGINT, SIGTERM};
+        ExitCode::Signal(match self {
+            StopSignal::Hangup => SIGHUP,
+            StopSignal::Interrupt => SIGINT,
+            StopSignal::Terminate => SIGTERM,
+        })
     }
 
     fn name(self) -> &'static str {

@@ -14,12 +14,7 @@ use servetune_campaign::planner::{StepKind, Verdict};
 use servetune_campaign::CampaignError;
 use servetune_campaign::{report, report_compare, report_html};
 
-use crate::Failure;
-
-/// Exit code: the next step needs a person.
-const EXIT_NEEDS_PERSON: u8 = 3;
-/// Exit code: nothing left (goal met, or no step with a positive expected gain).
-const EXIT_NOTHING_LEFT: u8 = 4;
+use crate::{ExitCode, Failure};
 
 /// Run a tuning campaign: a crash-safe journal of experiments on real servers, the next step with
 /// its expected gain, and a question when a person is needed.
@@ -525,21 +520,21 @@ pub(crate) fn cancel_on_ctrl_c() -> Arc<AtomicBool> {
 }
 
 /// The exit code after a stop signal: 128 + its number (130 for SIGINT when none was recorded).
-pub(crate) fn stop_code() -> u8 {
+pub(crate) fn stop_code() -> ExitCode {
     match STOP_SIGNAL.load(Ordering::Relaxed) {
-        n @ 1..=31 => 128 + n as u8,
-        _ => 130,
+        n @ 1..=31 => ExitCode::Signal(n as u8),
+        _ => ExitCode::Signal(crate::exit::SIGINT),
     }
 }
 
 /// The exit code a stopped `continue` ends with: 0 after a step, 3 for a question, 4 when nothing
 /// is left, 128 + the signal's number after a stop signal.
-pub(crate) fn stopped_code(s: &Stopped) -> u8 {
+pub(crate) fn stopped_code(s: &Stopped) -> ExitCode {
     match s {
-        Stopped::Stepped => 0,
+        Stopped::Stepped => ExitCode::Ok,
         Stopped::Interrupted => stop_code(),
-        Stopped::NeedsPerson(_) => EXIT_NEEDS_PERSON,
-        Stopped::NothingLeft { .. } => EXIT_NOTHING_LEFT,
+        Stopped::NeedsPerson(_) => ExitCode::NeedsPerson,
+        Stopped::NothingLeft { .. } => ExitCode::NothingLeft,
     }
 }
 

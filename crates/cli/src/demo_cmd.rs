@@ -25,7 +25,7 @@ use servetune_fabric::sim::SimFabric;
 use servetune_sim::cost::preset;
 
 use crate::campaign_cmd::{cancel_on_ctrl_c, lib, stopped_code};
-use crate::Failure;
+use crate::{ExitCode, Failure};
 
 /// Run the whole story on the simulator: KVM baseline, the P2P question, the move to LXC, the
 /// campaign going on by itself, and the status report (report.html, report.md, the journal).
@@ -143,7 +143,7 @@ fn until_blocked(dir: &Path, opts: &RunOptions, quiet: bool) -> Result<Stopped, 
 }
 
 /// Says how `continue` stopped and returns its exit code.
-fn say_stop(stop: &Stopped) -> u8 {
+fn say_stop(stop: &Stopped) -> ExitCode {
     let code = stopped_code(stop);
     match stop {
         Stopped::NeedsPerson(q) => crate::say!("  campaign continue -> exit {code}, needs a person (question {}): {}", q.id, q.text),
@@ -243,7 +243,7 @@ fn start(dir: &Path, kvm: &Path, profiles: &Path) -> Result<(), Failure> {
 }
 
 /// Writes report.html, report.md and report.json, and says where they are.
-fn finish(dir: &Path, code: u8) -> Result<(), Failure> {
+fn finish(dir: &Path, code: ExitCode) -> Result<(), Failure> {
     let j = Journal::open(dir).map_err(lib)?;
     let r = report::build(&j).map_err(lib)?;
     crate::say!("\n5. Where it stands (campaign stopped with exit {code}):\n  {}", r.standing.headline);

@@ -43,6 +43,7 @@ mod bench_cmd;
 mod campaign_cmd;
 mod completions;
 mod demo_cmd;
+mod exit;
 mod fabric_cmd;
 mod plan_cmd;
 mod probe_cmd;
@@ -50,8 +51,6 @@ mod probe_slurm;
 mod progress;
 mod sim_cmd;
 mod trace_cmd;
-
-use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
@@ -87,19 +86,21 @@ enum Cmd {
     Man(completions::ManArgs),
 }
 
+pub use exit::ExitCode;
+
 /// An error with its exit code.
 #[derive(Debug)]
 pub struct Failure {
-    pub code: u8,
+    pub code: ExitCode,
     pub msg: String,
 }
 
 impl Failure {
     pub fn usage(msg: impl Into<String>) -> Self {
-        Self { code: 2, msg: msg.into() }
+        Self { code: ExitCode::Usage, msg: msg.into() }
     }
     pub fn runtime(msg: impl Into<String>) -> Self {
-        Self { code: 1, msg: msg.into() }
+        Self { code: ExitCode::Failure, msg: msg.into() }
     }
 }
 
@@ -115,7 +116,7 @@ pub fn write_json(path: &std::path::Path, doc: &impl serde::Serialize) -> Result
     writeln!(f, "{text}").map_err(|e| Failure::runtime(format!("cannot write {}: {e}", path.display())))
 }
 
-fn main() -> ExitCode {
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     raise_fd_limit();
     let res = match cli.cmd {
@@ -138,18 +139,18 @@ fn main() -> ExitCode {
     }
     if let (Some(e), Ok(())) = (STDOUT_ERROR.get(), &res) {
         tell!("error: cannot write to standard output ({e}): nothing or only part of the output was written; write to a file with room (for a report, --json/--markdown FILE)");
-        return ExitCode::from(1);
+        return ExitCode::Failure.into();
     }
     match res {
-        Ok(()) => ExitCode::SUCCESS,
-        // 3 and 4 are campaign outcomes (a question, nothing left), not errors.
-        Err(f) if matches!(f.code, 3 | 4) => {
+        Ok(()) => ExitCode::Ok.into(),
+        // Campaign outcomes (a question, nothing left) are not errors.
+        Err(f) if f.code.is_outcome() => {
             tell!("{}", f.msg);
-            ExitCode::from(f.code)
+            f.code.into()
         }
         Err(f) => {
             tell!("error: {}", f.msg);
-            ExitCode::from(f.code)
+            f.code.into()
         }
     }
 }

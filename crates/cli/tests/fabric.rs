@@ -65,7 +65,7 @@ fn simulated_p2p_feeds_plan_fabric() {
     ]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("link measured-p2p"), "{out}");
-    assert!(out.contains("alpha 0.5 us, beta 53.8 GB/s"), "{out}");
+    assert!(out.contains("alpha 1.0 us, beta 50.0 GB/s"), "{out}");
 }
 
 #[test]

@@ -1,87 +1,170 @@
-//! Every machine-readable output against its committed JSON Schema (`crates/*/schema/`), with a
-//! small validator for the subset the schemas use: type, const, enum, required, properties, items, $ref.
+//! Every machine-readable output against its committed JSON Schema (`crates/*/schema/`), checked
+//! by a JSON Schema 2020-12 validator (the `jsonschema` crate), so every keyword the schemas use
+//! counts: `type`, `const`, `enum`, `required`, `properties`, `additionalProperties`, `items`,
+//! `minimum`, `exclusiveMinimum`, `oneOf`, `$ref`. Each document that passes is then broken once
+//! for each of `required`, `minimum` (or `exclusiveMinimum`) and `additionalProperties`, wherever
+//! the schema states one along the document, and every broken copy must fail.
 
 use serde_json::Value;
 
 use crate::common::servetune;
 
-fn type_ok(t: &str, v: &Value) -> bool {
-    match t {
-        "object" => v.is_object(),
-        "array" => v.is_array(),
-        "string" => v.is_string(),
-        "integer" => v.is_u64() || v.is_i64(),
-        "number" => v.is_number(),
-        "boolean" => v.is_boolean(),
-        "null" => v.is_null(),
-        _ => false,
+/// Every schema in the repository; [`every_schema_in_the_repository_is_checked`] keeps the list
+/// whole, and each has a test below (or in `trace.rs`) that runs [`check`] on a real document.
+const SCHEMAS: [&str; 6] = [
+    "bench/schema/bench.schema.json",
+    "campaign/schema/report.schema.json",
+    "fabric/schema/fabric.schema.json",
+    "model/schema/plan.schema.json",
+    "probe/schema/probe.schema.json",
+    "trace/schema/trace.schema.json",
+];
+
+fn crates_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The schema `file` (under `crates/`) and its validator.
+fn load(file: &str) -> (Value, jsonschema::Validator) {
+    let text = std::fs::read_to_string(crates_dir().join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let schema: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let v = jsonschema::validator_for(&schema).unwrap_or_else(|e| panic!("{file} is not a valid JSON Schema: {e}"));
+    (schema, v)
+}
+
+fn errors(v: &jsonschema::Validator, doc: &Value) -> Vec<String> {
+    v.iter_errors(doc).map(|e| format!("{}: {e}", e.instance_path())).collect()
+}
+
+/// One way to break a document: a pointer into it and the rule the change breaks.
+#[derive(Debug)]
+struct Break {
+    rule: &'static str,
+    at: String,
+    doc: Value,
+}
+
+/// `schema` with local `$ref`s followed.
+fn resolve<'a>(root: &'a Value, mut schema: &'a Value) -> &'a Value {
+    while let Some(r) = schema.get("$ref").and_then(Value::as_str) {
+        schema = r.trim_start_matches("#/").split('/').fold(root, |s, k| &s[k]);
+    }
+    schema
+}
+
+/// Walks the document along its schema (through `properties`, `items` and `$ref`; not into
+/// `oneOf`, where breaking one branch may satisfy another) and collects, at every place the schema
+/// states one of the three rules, a copy of the whole document that breaks it there.
+fn breaks(root: &Value, schema: &Value, whole: &Value, at: &str, doc: &Value, out: &mut Vec<Break>) {
+    let schema = resolve(root, schema);
+    let mut broken = |rule: &'static str, change: &dyn Fn(&mut Value)| {
+        // One break per rule and place in the schema: array elements alike are one place.
+        let place = |a: &str| a.split('/').map(|s| if s.parse::<usize>().is_ok() { "*" } else { s }).collect::<Vec<_>>().join("/");
+        if out.iter().any(|b| b.rule == rule && place(&b.at) == place(at)) {
+            return;
+        }
+        let mut copy = whole.clone();
+        change(copy.pointer_mut(at).expect("the walk follows the document"));
+        out.push(Break { rule, at: at.to_string(), doc: copy });
+    };
+    if let (Some(min), Some(_)) = (schema.get("minimum").and_then(Value::as_f64), doc.as_f64()) {
+        broken("minimum", &|v| *v = serde_json::json!(min - 1.0));
+    }
+    if let (Some(min), Some(_)) = (schema.get("exclusiveMinimum").and_then(Value::as_f64), doc.as_f64()) {
+        broken("minimum", &|v| *v = serde_json::json!(min));
+    }
+    let Some(obj) = doc.as_object() else {
+        if let (Some(items), Some(arr)) = (schema.get("items"), doc.as_array()) {
+            for (i, x) in arr.iter().enumerate() {
+                breaks(root, items, whole, &format!("{at}/{i}"), x, out);
+            }
+        }
+        return;
+    };
+    if let Some(k) = schema.get("required").and_then(Value::as_array).and_then(|r| r.first()).and_then(Value::as_str) {
+        broken("required", &|v| {
+            v.as_object_mut().expect("object").remove(k);
+        });
+    }
+    if schema.get("additionalProperties") == Some(&Value::Bool(false)) {
+        broken("additionalProperties", &|v| {
+            v.as_object_mut().expect("object").insert("not_in_the_schema".into(), Value::Bool(true));
+        });
+    }
+    for (k, s) in schema.get("properties").and_then(Value::as_object).into_iter().flatten() {
+        if let Some(x) = obj.get(k) {
+            let key = k.replace('~', "~0").replace('/', "~1");
+            breaks(root, s, whole, &format!("{at}/{key}"), x, out);
+        }
     }
 }
 
-fn validate(schema: &Value, root: &Value, v: &Value, path: &str, errs: &mut Vec<String>) {
-    if let Some(r) = schema.get("$ref").and_then(Value::as_str) {
-        let target = r.trim_start_matches("#/").split('/').fold(root, |s, k| &s[k]);
-        return validate(target, root, v, path, errs);
+/// Checks that `doc` passes `schema_file`, and that a copy breaking `required`, `minimum` and
+/// `additionalProperties` (each wherever the schema states it along the document) fails; each
+/// rule must occur somewhere along the document, or the check would prove nothing about it.
+fn validate_and_break(schema_file: &str, doc: &Value) -> Value {
+    let (schema, v) = load(schema_file);
+    let errs = errors(&v, doc);
+    assert!(errs.is_empty(), "{schema_file}: {errs:#?}");
+    let mut all = Vec::new();
+    breaks(&schema, &schema, doc, "", doc, &mut all);
+    for rule in ["required", "minimum", "additionalProperties"] {
+        assert!(all.iter().any(|b| b.rule == rule), "{schema_file}: no {rule} along the document, so breaking it proves nothing");
     }
-    if let Some(t) = schema.get("type") {
-        let ok = match t {
-            Value::String(t) => type_ok(t, v),
-            Value::Array(ts) => ts.iter().filter_map(Value::as_str).any(|t| type_ok(t, v)),
-            _ => true,
-        };
-        if !ok {
-            errs.push(format!("{path}: {v} is not of type {t}"));
-            return;
-        }
+    for b in &all {
+        assert!(!v.is_valid(&b.doc), "{schema_file}: the document breaking {} at {:?} passed", b.rule, b.at);
     }
-    if schema.get("const").is_some_and(|c| c != v) {
-        errs.push(format!("{path}: {v} is not the constant"));
-    }
-    if let Some(e) = schema.get("enum").and_then(Value::as_array) {
-        if !e.contains(v) {
-            errs.push(format!("{path}: {v} not in {e:?}"));
-        }
-    }
-    if let Some(obj) = v.as_object() {
-        for k in schema.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str) {
-            if !obj.contains_key(k) {
-                errs.push(format!("{path}: missing required {k:?}"));
-            }
-        }
-        for (k, s) in schema.get("properties").and_then(Value::as_object).into_iter().flatten() {
-            if let Some(x) = obj.get(k) {
-                validate(s, root, x, &format!("{path}.{k}"), errs);
-            }
-        }
-    }
-    if let (Some(items), Some(arr)) = (schema.get("items"), v.as_array()) {
-        for (i, x) in arr.iter().enumerate() {
-            validate(items, root, x, &format!("{path}[{i}]"), errs);
-        }
-    }
+    schema
 }
 
 /// Validates the document `args` writes; returns it and the schema.
 pub(crate) fn check(schema_file: &str, args: &[&str]) -> (Value, Value) {
-    let schema: Value = serde_json::from_str(
-        &std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(schema_file)).expect("schema"),
-    )
-    .expect("schema json");
     let dir = tempfile::tempdir().expect("tmp");
     let out = dir.path().join("o.json");
     let st = servetune().args(args).arg("--json").arg(&out).output().expect("run");
     assert_eq!(st.status.code(), Some(0), "{args:?}: {}", String::from_utf8_lossy(&st.stderr));
     let doc: Value = serde_json::from_slice(&std::fs::read(&out).expect("output")).expect("json");
-    let mut errs = Vec::new();
-    validate(&schema, &schema, &doc, "$", &mut errs);
-    assert!(errs.is_empty(), "{args:?}: {errs:#?}");
-    // The validator itself can fail: a document without its schema field does not pass.
-    let mut broken = doc.clone();
-    broken.as_object_mut().expect("object").remove("schema");
-    let mut errs = Vec::new();
-    validate(&schema, &schema, &broken, "$", &mut errs);
-    assert!(!errs.is_empty());
+    let schema = validate_and_break(schema_file, &doc);
     (doc, schema)
+}
+
+#[test]
+fn every_schema_in_the_repository_is_checked() {
+    let mut found = Vec::new();
+    for c in std::fs::read_dir(crates_dir()).expect("crates").flatten() {
+        for f in std::fs::read_dir(c.path().join("schema")).into_iter().flatten().flatten() {
+            found.push(format!("{}/schema/{}", c.file_name().to_string_lossy(), f.file_name().to_string_lossy()));
+        }
+    }
+    found.sort();
+    assert_eq!(found, SCHEMAS, "a schema was added or removed: list it in SCHEMAS and check a document against it");
+    for s in SCHEMAS {
+        load(s);
+    }
+}
+
+#[test]
+fn the_validator_checks_minimum_additional_properties_and_required() {
+    let schema = serde_json::json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "required": ["n"],
+        "additionalProperties": false,
+        "properties": {"n": {"type": "integer", "minimum": 1}, "x": {"type": "number", "exclusiveMinimum": 0}}
+    });
+    let v = jsonschema::validator_for(&schema).expect("schema");
+    assert!(v.is_valid(&serde_json::json!({"n": 1, "x": 0.5})));
+    for bad in
+        [serde_json::json!({"n": 0}), serde_json::json!({"n": 1, "x": 0}), serde_json::json!({"n": 1, "y": 2}), serde_json::json!({"x": 1})]
+    {
+        assert!(!v.is_valid(&bad), "{bad} passed");
+    }
+    let mut all = Vec::new();
+    let doc = serde_json::json!({"n": 3, "x": 2.0});
+    breaks(&schema, &schema, &doc, "", &doc, &mut all);
+    let rules: Vec<(&str, &str)> = all.iter().map(|b| (b.rule, b.at.as_str())).collect();
+    assert_eq!(rules, [("required", ""), ("additionalProperties", ""), ("minimum", "/n"), ("minimum", "/x")]);
+    assert!(all.iter().all(|b| !v.is_valid(&b.doc)));
 }
 
 #[test]

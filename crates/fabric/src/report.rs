@@ -121,7 +121,8 @@ pub struct FabricReport {
     pub schema: String,
     /// Which measurement.
     pub kind: Kind,
-    /// `cuda`, `nccl`, `sim` or `host`.
+    /// `cuda`, `nccl`, `sim` or `host`; `nccl (slurm)` or `sim (slurm)` for an all-reduce over
+    /// Slurm nodes.
     pub backend: String,
     /// The raw P2P sweep (`kind` p2p).
     pub p2p: Option<P2pResult>,

@@ -2,6 +2,8 @@
 //! pair and, to test verification, P2P that silently drops data. A first-class backend
 //! (`servetune fabric --backend sim`), used by the tests of the timing, fitting and output logic.
 
+use servetune_model::hw::LinkKind;
+
 use crate::{
     AllReduce, AllReducePoint, AllReduceRun, CopyMode, Device, EnvSetting, Fabric, FabricError, HostTransfers, Link, TransportCount,
 };
@@ -18,16 +20,20 @@ const NCCL_BASE_US: f64 = 6.6;
 const SIM_HOST_TRANSFERS: HostTransfers =
     HostTransfers { pinned_h2d_gbs: 25.0, pinned_d2h_gbs: 26.0, pageable_h2d_gbs: 12.0, pageable_d2h_gbs: 10.0 };
 
-/// The link names `--sim-link` accepts.
+/// The link names `--sim-link` accepts: the catalog links within a node
+/// (`crates/model/data/links.json`) that a PCIe or NVLink box has.
 pub const SIM_LINKS: &[&str] = &["pcie-host-staged", "pcie5-p2p", "pcie4-p2p", "nvlink"];
 
-fn catalog_link(name: &str, alpha_us: f64, beta_gbs: f64, mode: CopyMode) -> Link {
-    Link { name: name.into(), alpha_us, beta_gbs, mode, source: "docs/reference.md (the plan's link catalog)".into() }
-}
-
-/// Copies staged through host memory on the reference deployment (a KVM guest without P2P).
-fn host_staged() -> Link {
-    catalog_link("pcie-host-staged", 13.3, 29.4, CopyMode::HostStaged)
+/// The catalog link `name` (one of [`SIM_LINKS`]) with the model's alpha and beta: the simulator
+/// and `servetune plan` read the same catalog, so a simulated sweep fits the link the plan assumes.
+fn catalog_link(name: &str) -> Result<Link, FabricError> {
+    if !SIM_LINKS.contains(&name) {
+        return Err(FabricError::Input(format!("--sim-link {name:?} is unknown; known: {}", SIM_LINKS.join(", "))));
+    }
+    let l = servetune_model::hw::link(name).map_err(|e| FabricError::Input(format!("--sim-link {name:?}: {e}")))?;
+    let mode = if l.kind == LinkKind::HostStaged { CopyMode::HostStaged } else { CopyMode::P2p };
+    let source = format!("crates/model/data/links.json ({})", l.source);
+    Ok(Link { name: l.name, alpha_us: l.alpha_us, beta_gbs: l.beta_gbs, mode, source })
 }
 
 /// A simulated machine.
@@ -48,16 +54,11 @@ pub struct SimFabric {
 }
 
 impl SimFabric {
-    /// `n` GPUs joined by the catalog link `link` (one of [`SIM_LINKS`]); the numbers are the plan's
-    /// catalog values (docs/reference.md).
+    /// `n` GPUs joined by the catalog link `link` (one of [`SIM_LINKS`]), with copies that cannot go
+    /// peer to peer staged over the catalog's `pcie-host-staged`; the numbers are the model's
+    /// catalog values (`crates/model/data/links.json`).
     pub fn new(n: usize, link: &str) -> Result<Self, FabricError> {
-        let p2p = match link {
-            "pcie-host-staged" => host_staged(),
-            "pcie5-p2p" => catalog_link(link, 0.5, 53.8, CopyMode::P2p),
-            "pcie4-p2p" => catalog_link(link, 0.8, 24.0, CopyMode::P2p),
-            "nvlink" => catalog_link(link, 0.6, 450.0, CopyMode::P2p),
-            other => return Err(FabricError::Input(format!("--sim-link {other:?} is unknown; known: {}", SIM_LINKS.join(", ")))),
-        };
+        let p2p = catalog_link(link)?;
         if n == 0 || n > 64 {
             return Err(FabricError::Input(format!("--sim-gpus {n}: give 1 to 64")));
         }
@@ -65,7 +66,7 @@ impl SimFabric {
             devices: (0..n).map(|i| Device { index: i, name: format!("simulated GPU ({link})") }).collect(),
             p2p_allowed: p2p.mode == CopyMode::P2p,
             p2p,
-            staged: host_staged(),
+            staged: catalog_link("pcie-host-staged")?,
             p2p_drops_data: false,
             noise: 0.0,
         })

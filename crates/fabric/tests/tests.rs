@@ -41,7 +41,8 @@ fn p2p_fabric_fits_the_p2p_link_and_bidirectional_doubles_bandwidth() {
     let r = sweep(&mut f, vec![], true).expect("sweep");
     let l = r.link.expect("link");
     assert_eq!(l.mode, CopyMode::P2p);
-    assert!((l.alpha_us - 0.5).abs() < 0.01 && (l.beta_gbs - 53.8).abs() < 0.05, "{l:?}");
+    // The model's catalog (crates/model/data/links.json): pcie5-p2p is 1.0 us and 50 GB/s.
+    assert!((l.alpha_us - 1.0).abs() < 0.01 && (l.beta_gbs - 50.0).abs() < 0.05, "{l:?}");
     let uni = r.matrices.iter().find(|m| m.title.starts_with("Unidirectional P2P=Enabled")).expect("uni").values[0][1].expect("value");
     let bi = r.matrices.iter().find(|m| m.title.starts_with("Bidirectional P2P=Enabled")).expect("bi").values[0][1].expect("value");
     assert!((bi / uni - 2.0).abs() < 0.01, "full duplex: {bi} vs {uni}");
@@ -94,9 +95,9 @@ fn allreduce_reports_nccl_tests_bus_bandwidth_and_env_comparisons() {
     for row in &base.rows {
         assert!((row.busbw_gbs - row.algbw_gbs * 2.0 * 7.0 / 8.0).abs() < 1e-9);
     }
-    // NCCL's own model: base 6.6 us + 2(n-1) hops.
+    // NCCL's own model: base 6.6 us + 2(n-1) hops of the catalog's 1.0 us PCIe hop.
     let f = base.fit.as_ref().expect("fit");
-    assert!((f.alpha_us - (6.6 + 14.0 * 0.5)).abs() < 0.01, "{}", f.alpha_us);
+    assert!((f.alpha_us - (6.6 + 14.0 * 1.0)).abs() < 0.01, "{}", f.alpha_us);
     assert_eq!(base.transports[0].transport, "via P2P/IPC");
     let off = &r.allreduce[1];
     assert_eq!(off.transports[0].transport, "via SHM/direct/direct");
@@ -186,4 +187,21 @@ fn terminal_report_of_host_copies() {
     let t = HostTransfers { pinned_h2d_gbs: 25.0, pinned_d2h_gbs: 26.0, pageable_h2d_gbs: 12.0, pageable_d2h_gbs: 10.0 };
     let r = report::host_report(pairs, vec![GpuTransfers { gpu: 0, bandwidth: t }], vec!["one note".into()]);
     insta::assert_snapshot!(render(&r));
+}
+
+/// The simulator has no link table of its own: every `--sim-link` is the model's catalog entry.
+#[test]
+fn every_sim_link_has_the_model_catalog_alpha_and_beta() {
+    for name in servetune_fabric::sim::SIM_LINKS {
+        let f = SimFabric::new(2, name).expect("sim");
+        let l = servetune_model::hw::link(name).expect("catalog");
+        assert_eq!((f.p2p.alpha_us, f.p2p.beta_gbs), (l.alpha_us, l.beta_gbs), "{name}");
+        assert_eq!(f.p2p.mode == CopyMode::HostStaged, name == &"pcie-host-staged", "{name}");
+        assert!(f.p2p.source.contains("links.json"), "{}", f.p2p.source);
+    }
+    let staged = servetune_model::hw::link("pcie-host-staged").expect("catalog");
+    let f = SimFabric::new(2, "nvlink").expect("sim");
+    assert_eq!((f.staged.alpha_us, f.staged.beta_gbs), (staged.alpha_us, staged.beta_gbs));
+    let e = SimFabric::new(2, "ib-ndr").expect_err("a network is no link within a node");
+    assert!(e.to_string().contains("--sim-link \"ib-ndr\" is unknown"), "{e}");
 }

@@ -25,6 +25,23 @@ pub fn percentile(values: &[f64], q: f64) -> Option<f64> {
     Some(v[lo] + (v[hi] - v[lo]) * frac)
 }
 
+/// The `q`th percentile (0..=100) of the finite values by nearest rank: the smallest value at or
+/// below which `q` percent of the values fall (the `ceil(q/100 * n)`th in ascending order, at least
+/// the first). Always one of the values, never between two, so a trace's p90 step is a step that
+/// ran. `None` when there is no finite value or `q` is outside 0..=100.
+pub fn nearest_rank(values: &[f64], q: f64) -> Option<f64> {
+    if !(0.0..=100.0).contains(&q) {
+        return None;
+    }
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let rank = ((q / 100.0 * v.len() as f64).ceil() as usize).max(1);
+    v.get(rank - 1).copied()
+}
+
 /// The weighted median of `(value, weight)` pairs with finite values and positive weights: the
 /// first value, in ascending order, at which the running weight reaches half the total (the lower
 /// weighted median). `None` when no pair counts.
@@ -76,5 +93,21 @@ mod tests {
         assert_eq!(percentile(&v, 25.0), Some(2.0));
         assert_eq!(percentile(&v, 90.0), Some(4.6));
         assert_eq!(percentile(&v, 101.0), None);
+    }
+
+    #[test]
+    fn nearest_rank_picks_a_value_of_the_sample() {
+        let v: Vec<f64> = (1..=5).map(f64::from).collect();
+        assert_eq!(nearest_rank(&v, 0.0), Some(1.0));
+        assert_eq!(nearest_rank(&v, 20.0), Some(1.0));
+        assert_eq!(nearest_rank(&v, 21.0), Some(2.0));
+        assert_eq!(nearest_rank(&v, 90.0), Some(5.0));
+        assert_eq!(nearest_rank(&v, 100.0), Some(5.0));
+        // An even count: p50 is the lower middle value, not the mean of the pair.
+        assert_eq!(nearest_rank(&[9.742, 4.702], 50.0), Some(4.702));
+        assert_eq!(nearest_rank(&[9.742, 4.702], 90.0), Some(9.742));
+        assert_eq!(nearest_rank(&[f64::NAN, 3.0], 50.0), Some(3.0));
+        assert_eq!(nearest_rank(&[], 50.0), None);
+        assert_eq!(nearest_rank(&v, -1.0), None);
     }
 }

@@ -120,9 +120,9 @@ pub struct PhaseSummary {
     pub kind_guessed: bool,
     /// Steps.
     pub steps: usize,
-    /// Median step, ms.
+    /// Median step by nearest rank (the lower middle step of an even count), ms.
     pub median_ms: f64,
-    /// 90th-percentile step, ms.
+    /// 90th-percentile step by nearest rank, ms.
     pub p90_ms: f64,
     /// Mean step, ms.
     pub mean_ms: f64,
@@ -273,12 +273,6 @@ fn step_row(index: usize, s: &StepStat, t0: f64) -> StepRow {
     }
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    // Nearest rank: the value at or below which p of the steps fall.
-    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len().max(1));
-    sorted.get(rank - 1).copied().unwrap_or(0.0)
-}
-
 fn summarize(phase: Phase, steps: &[&StepStat]) -> PhaseSummary {
     let n = steps.len() as f64;
     let mut durs: Vec<f64> = steps.iter().map(|s| s.ms).collect();
@@ -318,8 +312,9 @@ fn summarize(phase: Phase, steps: &[&StepStat]) -> PhaseSummary {
         phase_source,
         kind_guessed: steps.iter().any(|s| s.window.source.guessed()),
         steps: steps.len(),
-        median_ms: percentile(&durs, 0.5),
-        p90_ms: percentile(&durs, 0.9),
+        // Nearest rank: a step that ran, never a mean of two.
+        median_ms: servetune_stats::nearest_rank(&durs, 50.0).unwrap_or(0.0),
+        p90_ms: servetune_stats::nearest_rank(&durs, 90.0).unwrap_or(0.0),
         mean_ms: total / n,
         categories,
         idle_ms: idle / n,

@@ -1,0 +1,277 @@
+//! The serving engine's behaviour that the prediction assumes.
+//!
+//! [`Engine`] holds every figure the model takes from the engine rather than from the hardware or
+//! the architecture: the per-step and per-kernel overhead floors, whether decode and prefill steps
+//! run as CUDA graphs, whether prefill rides inside decode steps, the streaming and GEMM
+//! efficiencies used where the kernel tables have no rate, the memory share the engine may use,
+//! the workspace it reserves, the communication and streaming multipliers `--calibrate` fits, and
+//! the serving-path latency a client adds to TTFT. Each field's doc names its source: a fit on the
+//! FIT set of e2e.toml (never the test set), a kernel table, an engine's documented default, or
+//! an assumption said as such.
+//!
+//! [`EngineName`] is the engine a user names (sglang, vLLM, TensorRT-LLM) and gives its defaults:
+//! its request latency (the constants below, measured as the median serving-path time of each
+//! engine's fit rows), whether its prompt-carrying steps replay CUDA graphs (sglang since
+//! [`SGLANG_PIECEWISE_DEFAULT`]), and its memory share (vLLM's `--gpu-memory-utilization`
+//! default, [`VLLM_GPU_MEMORY_UTILIZATION`]).
+
+use serde::{Deserialize, Serialize};
+
+use super::Overlap;
+use crate::ModelError;
+
+/// [`Engine::cdna3_floor_scale`]'s default: fitted on the fit set's CDNA 3 rows (see there).
+pub const CDNA3_FLOOR_SCALE: f64 = 2.6;
+
+/// Engine behaviour the prediction assumes: every default names its source.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Engine {
+    /// Per-step cost outside the modelled kernels that does not grow with the model's depth, ms
+    /// (`--step-overhead-ms` sets it and drops [`Self::kernel_overhead_us`], so the flag gives
+    /// the whole fixed per-step overhead; [`Self::request_step_us`], which grows with the batch,
+    /// stays unless `--request-step-us` sets it). 0 by default: the fitted floor is per kernel.
+    pub step_overhead_ms: f64,
+    /// Per-step cost outside the modelled GEMMs, attention and collectives for each kernel a
+    /// decode step runs with CUDA graphs, us: a small kernel's latency floor and the gap to the
+    /// next (norms, rotary, routing, activations, quantization of activations, the collectives'
+    /// launch), plus the host's share of the step spread over them. The kernels of a step are
+    /// counted from the model's layers ([`Scenario::kernels_per_step`](super::Scenario::kernels_per_step): a dense GQA layer runs
+    /// about 11, an MLA MoE layer with a shared expert 23, a DSA one 31), so the floor follows
+    /// the architecture instead of one figure per layer. Chosen on the FIT set of e2e.toml (the
+    /// argmin of its source-weighted median |error|, `validate::fit_objective`, over a grid with
+    /// `moe_efficiency`; `validate::tests` checks it is the grid minimum), never the test set.
+    pub kernel_overhead_us: f64,
+    /// The launch floor of one GEMM that the kernel tables' latencies include and the per-step
+    /// floor counts apart, us: the dense rates are taken net of it
+    /// ([`crate::kernels::dense_decode_efficiency`]). The fitted per-kernel floor
+    /// ([`Self::kernel_overhead_us`], refit together with it); a stated per-step overhead
+    /// (`--step-overhead-ms`) or a calibrated one replaces the per-kernel floor but keeps this, so
+    /// the GEMMs' floors then sit in the stated overhead, not twice.
+    pub gemm_floor_us: f64,
+    /// The per-kernel floor on AMD CDNA 3 (MI300X, MI325X) over [`Self::kernel_overhead_us`]: a
+    /// multiplier, so a stated per-step overhead (which zeroes the per-kernel floor) drops it too.
+    /// The fit set's CDNA 3 decode steps are a near-constant 13-14 ms above the NVIDIA-fitted
+    /// floor at batch 4 and 8 alike (DeepSeek-R1, sglang 0.5.9 ROCm, TP8), which is a
+    /// per-kernel floor, not a bandwidth rate; CDNA 4 (MI355X) fits at 1. Chosen on the FIT
+    /// set's CDNA 3 rows only (`validate::cdna3_floor_scan_on_the_fit_set`), never the test set.
+    pub cdna3_floor_scale: f64,
+    /// Decode runs as CUDA graphs (no per-kernel launch cost).
+    pub cuda_graphs: bool,
+    /// Steps that carry prompt tokens run as CUDA graphs too ([`EngineName::graphs_prefill`]):
+    /// vLLM V1 and sglang (since 0.5.10) replay piecewise graphs for them; TensorRT-LLM runs its
+    /// context and mixed iterations (and sglang before 0.5.10 its prefill passes) eagerly by
+    /// default, so such a step pays each kernel's launch ([`Self::launch_us`]) on top of the
+    /// graph-mode floor.
+    pub prefill_graphs: bool,
+    /// Without CUDA graphs: the host's launch latency per kernel on top of
+    /// [`Self::kernel_overhead_us`], us (CUDA launch ~4 us; an assumption).
+    pub launch_us: f64,
+    /// Per-step cost of each request running in a decode step, us: the work that grows with the
+    /// batch outside the modelled GEMMs, attention reads and collectives (the scheduler's
+    /// per-request bookkeeping, sampling, stop checks and output streaming, and the small
+    /// element-wise kernels' growth with the batch). Without it the fit set's decode steps were
+    /// short by more the larger the batch (TPOT under-predicted by a median of 4-11% at c <= 4
+    /// and 13-17% above c = 32 on sglang and TensorRT-LLM rows). Chosen on the FIT set with
+    /// [`Self::kernel_overhead_us`] and [`Self::moe_efficiency`] (the argmin of
+    /// `validate::fit_objective` on a 2.5 us grid; `validate::tests` checks its neighbours),
+    /// never the test set: 22.5 us in step 22, 25 us since [`Self::ep_imbalance`] was fitted in
+    /// step 23; one figure for every engine and GPU (the fit set cannot tell them
+    /// apart: one source each). A stated `--step-overhead-ms` leaves it in place;
+    /// `--request-step-us` replaces it.
+    pub request_step_us: f64,
+    /// Whether communication hides behind compute.
+    pub overlap: Overlap,
+    /// Achieved fraction of peak memory bandwidth reading the KV cache where kernels.toml has no
+    /// decode-attention rate (all but FP8 GQA on Hopper and dense MLA on the tables' GPUs:
+    /// `Scenario::kv_read_efficiency`), and dense weights on a GPU or in a format it has no GEMM
+    /// rate for ([`Scenario::dense_stream_efficiency`](super::Scenario::dense_stream_efficiency)); an assumption, typical of decode GEMV kernels.
+    pub hbm_efficiency: f64,
+    /// Achieved fraction of peak bandwidth reading expert weights in fused-MoE kernels at decode
+    /// batch sizes, on a GPU or in a format kernels.toml has no MoE rate for (AMD, MXFP4:
+    /// [`Self::moe_table`]); chosen on the FIT set of e2e.toml with `kernel_overhead_us`, see there.
+    pub moe_efficiency: f64,
+    /// Achieved fraction of peak tensor TFLOPS in decode steps (a torch BF16 GEMM reached 417 of 468
+    /// TFLOPS on the reference RTX PRO 6000); prefill uses [`prefill_gemm_efficiency`](super::prefill_gemm_efficiency) and
+    /// [`PREFILL_MOE_EFFICIENCY`](super::PREFILL_MOE_EFFICIENCY) from the kernel tables.
+    pub gemm_efficiency: f64,
+    /// Multiplier on modelled communication time (1 = the NCCL alpha-beta model; fitted by `--calibrate`).
+    pub comm_scale: f64,
+    /// Distinct experts the busiest EP rank reads over the mean rank's expected count under uniform
+    /// routing. 1.0: chosen on the FIT set (the argmin of `validate::fit_objective` over 1.0..1.3
+    /// by 0.05, each value with the per-kernel floor, the MoE efficiency and the per-request cost
+    /// re-chosen; `validate::tests::ep_imbalance_scan_on_the_fit_set`, VALIDATION.md step 23),
+    /// never the test set. The fit set's 168 rows with EP see no net excess: skewed routing loads
+    /// the busiest rank more but also leaves fewer experts touched, and the two cancel there. It
+    /// was 1.2, an assumption with no source, until step 23.
+    pub ep_imbalance: f64,
+    /// Share of GPU memory the engine may use (sglang's --mem-fraction-static is about 0.88 on large GPUs).
+    pub mem_fraction: f64,
+    /// Activation and workspace memory reserved per GPU, GB (an assumption).
+    pub workspace_gb: f64,
+    /// Time a request spends on the serving path outside the GPU's steps, between the client
+    /// sending it and its first token reaching the client (HTTP, tokenization, the hand-offs to
+    /// and from the scheduler, streaming), ms. It adds to the TTFT a client measures and to
+    /// nothing else: the GPU's steps and the virtual run's closed loop run without it (placed in
+    /// front of the engine, it shifted the closed loop's lockstep at c=64 and moved TTFT by far
+    /// more than itself: VALIDATION.md, step 7). Default: sglang's
+    /// ([`SGLANG_REQUEST_LATENCY_MS`]); [`EngineName::request_latency_ms`] gives each engine's.
+    pub request_latency_ms: f64,
+    /// Prefill tokens ride inside decode steps (vLLM V1's chunked prefill, sglang's
+    /// --enable-mixed-chunk) instead of running as their own passes (sglang's default).
+    pub mixed_prefill: bool,
+    /// Decode reads expert weights at the kernel tables' fused-MoE rate
+    /// ([`crate::kernels::moe_decode_efficiency`]) where kernels.toml has one, else at
+    /// [`Self::moe_efficiency`]; a stated MoE efficiency (`moe-efficiency=` in `--from-plan`
+    /// pairs, `sim --moe-efficiency`) turns it off.
+    pub moe_table: bool,
+    /// Multiplier on every memory-streaming rate (table or engine figure, capped at the peak):
+    /// 1 unless `--calibrate` fitted it.
+    pub stream_scale: f64,
+    /// The serving engine whose defaults these are ([`EngineName::defaults`]).
+    pub serving: EngineName,
+}
+
+impl Default for Engine {
+    fn default() -> Self {
+        Self {
+            step_overhead_ms: 0.0,
+            kernel_overhead_us: 4.5,
+            gemm_floor_us: 4.5,
+            cdna3_floor_scale: CDNA3_FLOOR_SCALE,
+            cuda_graphs: true,
+            prefill_graphs: true,
+            launch_us: 4.0,
+            request_step_us: 25.0,
+            overlap: Overlap::None,
+            hbm_efficiency: 0.80,
+            moe_efficiency: 0.75,
+            gemm_efficiency: 0.89,
+            comm_scale: 1.0,
+            ep_imbalance: 1.0,
+            mem_fraction: 0.88,
+            workspace_gb: 3.0,
+            request_latency_ms: SGLANG_REQUEST_LATENCY_MS,
+            mixed_prefill: false,
+            moe_table: true,
+            stream_scale: 1.0,
+            serving: EngineName::Sglang,
+        }
+    }
+}
+
+/// The serving engine a deployment runs (`plan --engine`, e2e.toml's `engine`): what the model
+/// sets by it is in [`EngineName::defaults`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineName {
+    /// SGLang (the default).
+    #[default]
+    Sglang,
+    /// vLLM (V1).
+    Vllm,
+    /// TensorRT-LLM.
+    Trtllm,
+}
+
+impl EngineName {
+    /// Every engine.
+    pub const ALL: [EngineName; 3] = [EngineName::Sglang, EngineName::Vllm, EngineName::Trtllm];
+
+    /// The engine's per-request serving-path latency, ms ([`Engine::request_latency_ms`]).
+    pub fn request_latency_ms(self) -> f64 {
+        match self {
+            EngineName::Sglang => SGLANG_REQUEST_LATENCY_MS,
+            EngineName::Vllm => VLLM_REQUEST_LATENCY_MS,
+            EngineName::Trtllm => TRTLLM_REQUEST_LATENCY_MS,
+        }
+    }
+
+    /// Whether the engine puts new prompts' tokens into the running decode steps by default
+    /// (vLLM V1's chunked prefill, TensorRT-LLM's in-flight batching) rather than running them as
+    /// passes of their own (sglang's default; `--enable-mixed-chunk` changes it).
+    pub fn mixes_prefill(self) -> bool {
+        matches!(self, EngineName::Vllm | EngineName::Trtllm)
+    }
+
+    /// Whether the engine's current default CUDA graphs cover steps that carry prompt tokens:
+    /// vLLM V1's default `FULL_AND_PIECEWISE` mode replays piecewise graphs (attention outside)
+    /// for mixed batches up to its largest capture size (512 tokens by default; a step carrying a
+    /// bigger prompt chunk runs eagerly, which the model does not price: optimistic there);
+    /// sglang replays piecewise CUDA graphs for prefill by default since sglang PR 16331 (merged
+    /// 2026-03-02, first in 0.5.10; before it, prefill passes ran eagerly:
+    /// [`SGLANG_PIECEWISE_DEFAULT`]); TensorRT-LLM's PyTorch backend captures generation-only
+    /// iterations (its docs: piecewise CUDA graph, off by default, is what covers "context-only
+    /// and mixed context+generation iterations").
+    pub fn graphs_prefill(self) -> bool {
+        matches!(self, EngineName::Vllm | EngineName::Sglang)
+    }
+
+    /// The share of GPU memory the engine takes by default: vLLM's `--gpu-memory-utilization`
+    /// ([`VLLM_GPU_MEMORY_UTILIZATION`]); sglang's `--mem-fraction-static` is about 0.88 on large
+    /// GPUs, which TensorRT-LLM is given too (its KV share is of the memory left free, which the
+    /// model does not track).
+    pub fn mem_fraction(self) -> f64 {
+        match self {
+            EngineName::Vllm => VLLM_GPU_MEMORY_UTILIZATION,
+            _ => Engine::default().mem_fraction,
+        }
+    }
+
+    /// The engine's name as the flag and e2e.toml write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineName::Sglang => "sglang",
+            EngineName::Vllm => "vllm",
+            EngineName::Trtllm => "trtllm",
+        }
+    }
+
+    /// The engine named `s` (`sglang`, `vllm`, `trtllm`), if the model knows it.
+    pub fn from_name(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|e| e.name() == s)
+    }
+
+    /// Parses an engine given to `flag` (`sglang`, `vllm`, `trtllm`).
+    pub fn parse(flag: &str, s: &str) -> Result<Self, ModelError> {
+        Self::from_name(s).ok_or_else(|| ModelError::Input(format!("{flag}: unknown engine {s:?}; give sglang, vllm or trtllm")))
+    }
+
+    /// The model's defaults with this engine's: its serving-path latency, prefill mixing and
+    /// memory share.
+    pub fn defaults(self) -> Engine {
+        Engine {
+            serving: self,
+            request_latency_ms: self.request_latency_ms(),
+            mixed_prefill: self.mixes_prefill(),
+            prefill_graphs: self.graphs_prefill(),
+            mem_fraction: self.mem_fraction(),
+            ..Engine::default()
+        }
+    }
+}
+
+/// The first sglang release, and the date, with piecewise CUDA graphs for prefill on by default
+/// (sglang PR 16331 "Piecewise Cuda Graph set default", merged 2026-03-02; 0.5.9 predates it):
+/// older sglang runs its prefill passes eagerly ([`EngineName::graphs_prefill`]).
+pub const SGLANG_PIECEWISE_DEFAULT: ((u32, u32, u32), &str) = ((0, 5, 10), "2026-03-02");
+
+/// vLLM's `--gpu-memory-utilization` default (vLLM "Engine Arguments", docs.vllm.ai): the memory
+/// share a vLLM deployment runs with.
+pub const VLLM_GPU_MEMORY_UTILIZATION: f64 = 0.9;
+
+/// sglang's per-request serving-path latency, ms ([`Engine::request_latency_ms`]): the median,
+/// over the FIT set's sglang cases of e2e.toml at client concurrency 8 or less
+/// ([`crate::validate::LATENCY_FIT_MAX_CONCURRENCY`]), of measured TTFT less the TTFT predicted
+/// without it (`validate::tests` recomputes it). Since the virtual run schedules sglang prefill
+/// first (a burst of prompts is prefilled before any of them decodes), the gap no longer grows with
+/// concurrency on the fit set's sglang rows (medians 226 / 258 / 213 ms at c <= 8, 16-32 and 64;
+/// 243 / 463 / 720 ms with mixed steps, 243.3 ms the constant then); the rule stays c <= 8.
+pub const SGLANG_REQUEST_LATENCY_MS: f64 = 230.2;
+
+/// vLLM's per-request serving-path latency, ms: as [`SGLANG_REQUEST_LATENCY_MS`], over the FIT
+/// set's vLLM cases at c <= 8 (AIConfigurator's B300 rows; see VALIDATION.md).
+pub const VLLM_REQUEST_LATENCY_MS: f64 = 19.4;
+
+/// TensorRT-LLM's per-request serving-path latency, ms: as [`SGLANG_REQUEST_LATENCY_MS`], over
+/// the FIT set's TensorRT-LLM cases at c <= 8 (AIConfigurator's H100 rows; see VALIDATION.md).
+pub const TRTLLM_REQUEST_LATENCY_MS: f64 = 77.5;

@@ -1,0 +1,219 @@
+//! The memory fit: what one GPU holds, and how many requests run at once.
+//!
+//! Weights: each stage's share of the layers (the heaviest stage counts), attention, dense FFN and
+//! shared experts split over TP, routed experts over TP or EP, the embedding and LM head on the
+//! first and last stage, each part in its checkpoint format. KV per token and layer: MLA's latent
+//! and rope part (replicated on every TP rank, as sglang and vLLM keep it), or GQA's K and V split
+//! by KV head; a DSA indexer adds its fp8 keys and scales in the layers that run it; a sliding
+//! layer holds at most its window. A Gated DeltaNet layer holds a fixed state per request instead
+//! of KV.
+//!
+//! [`Memory`] is the GPU's capacity, the engine's usable share, weights, workspace and what is
+//! left for the KV cache. From it: the tokens the deployment's cache holds, and the requests that
+//! run at once: those whose KV at the mean context of a closed loop (the prompt and half the
+//! output: both engines page the cache and grow a request's pages as it decodes) fits, under the
+//! running cap. [`Scenario::check_fit`] refuses a plan whose weights do not fit, with the numbers
+//! and the fix.
+
+use serde::Serialize;
+
+use super::Scenario;
+use crate::quant::KvDtype;
+use crate::spec::Attention;
+use crate::ModelError;
+
+/// Memory per GPU, GB.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Memory {
+    /// The GPU's memory.
+    pub capacity_gb: f64,
+    /// What the engine may use (capacity x mem_fraction).
+    pub usable_gb: f64,
+    /// Weights on the busiest GPU.
+    pub weights_gb: f64,
+    /// Activations and workspace.
+    pub workspace_gb: f64,
+    /// Left for the KV cache.
+    pub kv_gb: f64,
+    /// KV bytes per token on one GPU.
+    pub kv_bytes_per_token: f64,
+}
+
+impl Scenario {
+    pub(super) fn layers_per_stage(&self) -> f64 {
+        self.model.layers as f64 / self.plan.pp as f64
+    }
+
+    /// KV layers of one stage: (full-attention, sliding-window).
+    pub(super) fn kv_layers_per_stage(&self) -> (f64, f64) {
+        let pp = self.plan.pp as f64;
+        let c = self.model.layer_counts;
+        (c.full as f64 / pp, c.sliding as f64 / pp)
+    }
+
+    /// Token-layers of KV one request holds (and reads) on a stage at context `ctx`: every token in a
+    /// full-attention layer, at most the window in a sliding one.
+    pub(super) fn kv_token_layers(&self, ctx: f64) -> f64 {
+        let (full, sliding) = self.kv_layers_per_stage();
+        let window = self.model.sliding_window.map_or(ctx, |w| ctx.min(w as f64));
+        full * ctx + sliding * window
+    }
+
+    /// TP ranks one request's KV is split over: MLA's latent is replicated on every TP rank (sglang
+    /// and vLLM keep it whole per rank); GQA splits by KV head.
+    pub(super) fn kv_split(&self) -> f64 {
+        match self.model.attention {
+            Attention::Mla { .. } => 1.0,
+            Attention::Gqa { kv_heads, .. } => (self.plan.tp.min(kv_heads)) as f64,
+        }
+    }
+
+    /// Linear-attention state one request holds on one GPU (this stage's linear layers; heads split
+    /// over TP ranks), bytes. It does not depend on the context.
+    pub fn state_bytes_gpu(&self) -> f64 {
+        let Some(la) = self.model.linear else { return 0.0 };
+        let (recurrent, conv) = la.state_bytes_per_layer();
+        let layers = self.model.layer_counts.linear as f64 / self.plan.pp as f64;
+        (recurrent + conv) * layers / self.plan.tp.min(la.key_heads) as f64
+    }
+
+    /// Bytes one request holds on one GPU at context `ctx`: its KV plus its linear-attention state.
+    pub fn request_bytes_gpu(&self, ctx: f64) -> f64 {
+        self.kv_token_layers(ctx) * self.kv_bytes_per_token_layer() / self.kv_split() + self.state_bytes_gpu()
+    }
+
+    pub(super) fn kv_bytes_per_token_layer(&self) -> f64 {
+        let (main, rope, idx) = self.model.kv_elems_per_token_layer();
+        let mla = matches!(self.model.attention, Attention::Mla { .. });
+        let dsa = self.model.dsa.is_some();
+        let share = self.model.indexer_share();
+        match (self.quant.kv_cache, mla) {
+            // A DSA model's sparse MLA backend (vLLM's FlashMLA Sparse, `fp8_ds_mla`: "custom
+            // storage format is 656 bytes", its get_kv_cache_shape) keeps an fp8 latent + one fp32
+            // scale per 128 + the bf16 rope part (656 B for GLM-5/DeepSeek-V3.2); indexer keys fp8
+            // + fp32 scale per 128. Gives 61.5 KB/token for GLM-5 against the 62 KB a vLLM log of
+            // GLM-5 reports.
+            // Only layers that run the indexer keep its keys ([`ModelSpec::indexer_share`]).
+            (KvDtype::Fp8, true) if dsa => main + main / 128.0 * 4.0 + rope * 2.0 + self.indexer_key_bytes(),
+            // Dense MLA backends store the whole latent and rope head in the cache's dtype (the
+            // same get_kv_cache_shape's other branch: head_size = 576 elements of one byte).
+            (KvDtype::Fp8, true) => main + rope,
+            (KvDtype::Fp8, false) => main + idx * share,
+            (KvDtype::Bf16, _) => (main + rope + idx * share) * 2.0,
+        }
+    }
+
+    /// Bytes of DSA indexer keys per token and layer, averaged over the layers: fp8 keys and an
+    /// fp32 scale per 128 in each layer that runs the indexer.
+    pub(super) fn indexer_key_bytes(&self) -> f64 {
+        let idx = self.model.kv_elems_per_token_layer().2;
+        (idx + (idx / 128.0).ceil() * 4.0) * self.model.indexer_share()
+    }
+
+    /// KV bytes per token held on one GPU (all its KV layers; a sliding layer only up to its window).
+    pub fn kv_bytes_per_token_gpu(&self) -> f64 {
+        let (full, sliding) = self.kv_layers_per_stage();
+        self.kv_bytes_per_token_layer() * (full + sliding) / self.kv_split()
+    }
+
+    /// Weight bytes on one GPU (the heaviest pipeline stage).
+    pub fn weight_bytes_gpu(&self) -> f64 {
+        let m = &self.model;
+        let p = m.params();
+        let q = &self.quant;
+        let tp = self.plan.tp as f64;
+        let stage = 1.0 / self.plan.pp as f64;
+        let attn_split = if self.plan.dp_attention { 1.0 } else { tp };
+        let experts = p.routed_experts * q.experts.bytes() / tp;
+        let body = p.attention * q.attention.bytes() / attn_split
+            + p.dense_ffn * q.dense_ffn.bytes() / tp
+            + (p.shared_experts + p.router) * q.shared_experts.bytes() / tp
+            + experts
+            + p.norms * 2.0;
+        body * stage + (p.embeddings + p.lm_head) * q.embeddings.bytes() / tp
+    }
+
+    /// Memory per GPU and the KV capacity it leaves.
+    pub fn memory(&self) -> Memory {
+        let cap = self.gpu.memory_gb;
+        let usable = cap * self.engine.mem_fraction;
+        let weights = self.weight_bytes_gpu() / 1e9;
+        let kv = (usable - weights - self.engine.workspace_gb).max(0.0);
+        Memory {
+            capacity_gb: cap,
+            usable_gb: usable,
+            weights_gb: weights,
+            workspace_gb: self.engine.workspace_gb,
+            kv_gb: kv,
+            kv_bytes_per_token: self.kv_bytes_per_token_gpu(),
+        }
+    }
+
+    /// Tokens the whole deployment's KV cache holds.
+    pub fn max_kv_tokens(&self) -> u64 {
+        let m = self.memory();
+        let per_pool = if m.kv_bytes_per_token > 0.0 { m.kv_gb * 1e9 / m.kv_bytes_per_token } else { 0.0 };
+        // With DP attention each TP rank keeps its own requests' KV.
+        let pools = self.plan.dp() as f64 * if self.plan.dp_attention { self.plan.tp as f64 } else { 1.0 };
+        (per_pool * pools) as u64
+    }
+
+    /// The context a running request holds on average in a closed loop: its prompt and half its
+    /// output. Both engines page the KV cache and grow each request's pages as it decodes (vLLM
+    /// allocates blocks on demand and preempts on a full cache; sglang admits against an
+    /// estimated output reservation and retracts when it runs out), so the requests at different
+    /// stages of their output share the cache, not each at its full length.
+    pub fn mean_context(&self) -> f64 {
+        self.input_len as f64 + self.output_len as f64 / 2.0
+    }
+
+    /// Requests whose KV at `ctx` tokens each fits in the cache (before any running cap).
+    pub(super) fn requests_at(&self, ctx: f64) -> u64 {
+        let c = self.model.layer_counts;
+        let ctx = ctx.max(1.0);
+        if c.sliding == 0 && c.linear == 0 {
+            return (self.max_kv_tokens() as f64 / ctx) as u64;
+        }
+        // Sliding layers hold at most their window, linear layers a fixed state: count bytes per request.
+        let per_request = self.request_bytes_gpu(ctx);
+        let pools = self.plan.dp() as f64 * if self.plan.dp_attention { self.plan.tp as f64 } else { 1.0 };
+        if per_request > 0.0 {
+            (self.memory().kv_gb * 1e9 / per_request * pools) as u64
+        } else {
+            0
+        }
+    }
+
+    /// Requests that run at once: those whose KV at the mean context ([`Self::mean_context`])
+    /// fits, under the running cap.
+    pub fn max_concurrency(&self) -> u32 {
+        let kv = self.requests_at(self.mean_context()).min(u32::MAX as u64) as u32;
+        self.max_running.map_or(kv, |m| kv.min(m))
+    }
+
+    /// Whether one request at its full context (input + output) fits in the KV cache.
+    pub fn one_request_fits(&self) -> bool {
+        self.requests_at((self.input_len + self.output_len) as f64) >= 1
+    }
+
+    /// Refuses a plan whose weights do not fit, with the numbers.
+    pub fn check_fit(&self) -> Result<(), ModelError> {
+        let m = self.memory();
+        if m.weights_gb + m.workspace_gb >= m.usable_gb || !self.one_request_fits() || self.max_concurrency() == 0 {
+            return Err(ModelError::DoesNotFit(format!(
+                "{} on {} x {} with {}: {:.1} GB of weights + {:.1} GB workspace per GPU, but only {:.1} GB of {:.1} GB is usable (mem fraction {:.2}); no room for the KV of one {}-token request",
+                self.model.name,
+                self.plan.gpus,
+                self.gpu.name,
+                self.plan.label(),
+                m.weights_gb,
+                m.workspace_gb,
+                m.usable_gb,
+                m.capacity_gb,
+                self.engine.mem_fraction,
+                self.input_len + self.output_len
+            )));
+        }
+        Ok(())
+    }
+}

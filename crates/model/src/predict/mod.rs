@@ -1,0 +1,267 @@
+//! The performance model: memory fit per GPU, decode step time as a breakdown, prefill and TTFT,
+//! curves over concurrency, the saturation point and the bottleneck in words.
+//!
+//! Decode step of one replica (tp x pp GPUs) at batch b, per pipeline stage and micro-batch x = b/pp:
+//! - weights: attention, dense FFN and shared experts / tp; routed experts: the expected distinct
+//!   experts E(1-(1-k/E)^x) / tp (experts split by TP), or per EP rank (E/ep)(1-(1-k/E)^x) times an
+//!   imbalance factor (fitted: 1.0); LM head / tp;
+//! - KV: each request's context (MLA latent replicated on every TP rank; DSA reads top-k latents plus
+//!   every indexer key; GQA split over KV heads); a sliding-window layer holds and reads at most its
+//!   window; a linear-attention (Gated DeltaNet) layer holds a fixed state per request instead,
+//!   read and written back once per step;
+//! - compute: 2 x active parameters x tokens at the GEMM's format's TFLOPS, plus attention;
+//! - communication: 2 TP all-reduces per layer as the engine runs them ([`crate::comm`]: custom
+//!   one-shot/two-shot where used, else NCCL's cheapest algorithm and protocol); EP all-to-all; PP sends;
+//! - overhead per step.
+//!
+//! Overlap rule (named `Overlap`): `None` gives step = max(weights + kv, compute) + communication +
+//! overhead + prefill share; `Full` hides communication under the larger of memory and compute.
+//!
+//! This file holds the inputs and outputs: the parallelism [`Plan`], the [`Scenario`] a
+//! prediction runs on, and what it returns per concurrency ([`Point`], with its [`StepMs`] and
+//! [`StepDetail`]). The methods of [`Scenario`] are spread over the files of this module by concern:
+//!
+//! - `memory`: the memory fit: weight bytes on the busiest GPU, KV bytes per token (MLA, GQA, DSA
+//!   indexer keys, sliding windows) and linear-attention state per request, the KV capacity left,
+//!   and how many requests run at once.
+//! - `step`: the decode step's terms: the weights and KV one GPU reads, at the streaming rates of
+//!   the kernel tables or the engine's figures, the compute, and one stage's step assembled by
+//!   the overlap rule; [`Scenario::point`] turns it into throughput, TPOT and TTFT.
+//! - `collectives`: all-reduces of the TP group (custom or NCCL, within a node or across the
+//!   network), a q/k norm's extra all-reduces, EP all-to-alls and pipeline sends, and where a
+//!   multi-node plan crosses the network.
+//! - `prefill`: the per-step overhead (fixed, per kernel, per request, launches without CUDA
+//!   graphs), the kernels a step runs, and prefill time as a pass of its own or inside a decode step.
+//! - `bottleneck`: the largest term of a step, with the numbers a reader needs ([`Bottleneck`]).
+//! - `engine`: the serving engine's behaviour the prediction assumes ([`Engine`], [`EngineName`])
+//!   and the defaults, each naming its source.
+//!
+//! The public paths are this module's (`predict::Engine`, `predict::Bottleneck`, ...): callers do
+//! not see the split.
+
+mod bottleneck;
+mod collectives;
+mod engine;
+mod memory;
+mod prefill;
+mod step;
+#[cfg(test)]
+pub(crate) mod tests;
+
+pub use bottleneck::Bottleneck;
+pub use collectives::{Across, QkNormAllReduces};
+pub use engine::{
+    Engine, EngineName, CDNA3_FLOOR_SCALE, SGLANG_PIECEWISE_DEFAULT, SGLANG_REQUEST_LATENCY_MS, TRTLLM_REQUEST_LATENCY_MS,
+    VLLM_GPU_MEMORY_UTILIZATION, VLLM_REQUEST_LATENCY_MS,
+};
+pub use memory::Memory;
+pub use prefill::{prefill_gemm_efficiency, PrefillPass, PREFILL_MOE_EFFICIENCY};
+pub use step::hopper_fp8_kv_efficiency;
+
+use serde::Serialize;
+
+use crate::hw::{Cluster, GpuSpec, LinkProfile};
+use crate::quant::Quant;
+use crate::spec::ModelSpec;
+use crate::ModelError;
+
+/// How the model is split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Plan {
+    /// GPUs in the deployment.
+    pub gpus: u32,
+    /// Tensor parallelism.
+    pub tp: u32,
+    /// Pipeline parallelism.
+    pub pp: u32,
+    /// Expert parallelism within the TP group (1: every expert split over TP ranks).
+    pub ep: u32,
+    /// Attention data-parallel over the TP ranks (each rank serves its own requests).
+    pub dp_attention: bool,
+}
+
+impl Plan {
+    /// Independent replicas.
+    pub fn dp(&self) -> u32 {
+        (self.gpus / (self.tp * self.pp)).max(1)
+    }
+
+    /// The plan as a reader writes it, e.g. `TP4+PP2 x2 replicas`.
+    pub fn label(&self) -> String {
+        let mut s = format!("TP{}", self.tp);
+        if self.pp > 1 {
+            s += &format!("+PP{}", self.pp);
+        }
+        if self.ep > 1 {
+            s += &format!("+EP{}", self.ep);
+        }
+        if self.dp_attention {
+            s += "+DPattn";
+        }
+        if self.dp() > 1 {
+            s += &format!(" x{} replicas", self.dp());
+        }
+        s
+    }
+
+    /// Refuses a plan that does not divide the GPUs or the model, with the fix.
+    pub fn check(&self, model: &ModelSpec) -> Result<(), ModelError> {
+        if self.tp == 0 || self.pp == 0 || self.ep == 0 {
+            return Err(ModelError::Input("--tp, --pp and --ep must be at least 1".into()));
+        }
+        if self.tp * self.pp > self.gpus {
+            return Err(ModelError::Input(format!(
+                "the plan needs tp x pp = {} x {} = {} GPUs but --gpus is {}: lower --tp/--pp or raise --gpus",
+                self.tp,
+                self.pp,
+                self.tp * self.pp,
+                self.gpus
+            )));
+        }
+        if !self.gpus.is_multiple_of(self.tp * self.pp) {
+            return Err(ModelError::Input(format!(
+                "--gpus {} is not a multiple of tp x pp = {}: replicas must be whole",
+                self.gpus,
+                self.tp * self.pp
+            )));
+        }
+        if self.pp > model.layers {
+            return Err(ModelError::Input(format!("--pp {} is more than the model's {} layers", self.pp, model.layers)));
+        }
+        let heads = match model.attention {
+            crate::spec::Attention::Gqa { heads, .. } | crate::spec::Attention::Mla { heads, .. } => heads,
+        };
+        if !self.dp_attention && self.tp > heads {
+            return Err(ModelError::Input(format!(
+                "--tp {} is more than the model's {heads} attention heads: each rank would hold less than one head (sglang and vLLM refuse it); lower --tp, or add --dp-attention",
+                self.tp
+            )));
+        }
+        if self.ep > 1 && (model.moe.is_none() || !self.tp.is_multiple_of(self.ep)) {
+            return Err(ModelError::Input(format!("--ep {} needs an MoE model and must divide --tp {}", self.ep, self.tp)));
+        }
+        Ok(())
+    }
+}
+
+/// Whether communication hides behind compute and memory traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Overlap {
+    /// Communication adds to the step.
+    None,
+    /// Communication hides under the larger of memory and compute.
+    Full,
+}
+
+impl Overlap {
+    /// The name `--overlap` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Overlap::None => "none",
+            Overlap::Full => "full",
+        }
+    }
+
+    /// Parses `none` or `full` given to `flag`.
+    pub fn parse(flag: &str, s: &str) -> Result<Self, ModelError> {
+        match s {
+            "none" => Ok(Overlap::None),
+            "full" => Ok(Overlap::Full),
+            _ => Err(ModelError::Input(format!("{flag}: use none or full"))),
+        }
+    }
+}
+
+/// Everything a prediction needs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Scenario {
+    /// The model.
+    pub model: ModelSpec,
+    /// Its formats.
+    pub quant: Quant,
+    /// The GPU.
+    pub gpu: GpuSpec,
+    /// The link between GPUs.
+    pub link: LinkProfile,
+    /// The parallelism plan.
+    pub plan: Plan,
+    /// Engine behaviour.
+    pub engine: Engine,
+    /// Prompt tokens per request.
+    pub input_len: u32,
+    /// Output tokens per request.
+    pub output_len: u32,
+    /// The server's running-request limit, if any.
+    pub max_running: Option<u32>,
+    /// The nodes and network of a multi-node deployment (None: one node, `link` joins every GPU).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<Cluster>,
+}
+
+/// One step's time, by term, ms.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Default)]
+pub struct StepMs {
+    /// Reading weights.
+    pub weights: f64,
+    /// Reading the KV cache.
+    pub kv: f64,
+    /// Tensor-core compute.
+    pub compute: f64,
+    /// Collectives and pipeline sends.
+    pub communication: f64,
+    /// Host overhead.
+    pub overhead: f64,
+    /// Share of prefill work mixed into each decode step (chunked prefill).
+    pub prefill: f64,
+    /// The step, by the overlap rule.
+    pub total: f64,
+}
+
+/// Details behind the step terms, for the explanation.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Default)]
+pub struct StepDetail {
+    /// All-reduces per stage step.
+    pub allreduces: f64,
+    /// One all-reduce, us (before comm_scale).
+    pub allreduce_us: f64,
+    /// The q/k norm's own all-reduces per stage step ([`ModelSpec::qk_norm_across_heads`]).
+    pub qk_norm_allreduces: f64,
+    /// One of them, us (before comm_scale).
+    pub qk_norm_allreduce_us: f64,
+    /// Distinct experts touched per MoE layer (busiest EP rank with EP).
+    pub distinct_experts: f64,
+    /// Weight bytes read per GPU per stage step, GB.
+    pub weights_gb_per_gpu: f64,
+    /// KV bytes read per GPU per stage step, GB.
+    pub kv_gb_per_gpu: f64,
+}
+
+/// The prediction at one concurrency.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Point {
+    /// Requests offered (closed loop).
+    pub concurrency: u32,
+    /// Requests actually running (concurrency capped by KV capacity and the running limit).
+    pub running: u32,
+    /// Output tokens/s of the whole deployment.
+    pub output_tokens_per_s: f64,
+    /// Prompt and output tokens/s.
+    pub total_tokens_per_s: f64,
+    /// Time per output token, ms.
+    pub tpot_ms: f64,
+    /// Time to first token (prefill, first step, queueing), ms.
+    pub ttft_ms: f64,
+    /// Output tokens/s one request sees.
+    pub per_user_tokens_per_s: f64,
+    /// The step, by term.
+    pub step_ms: StepMs,
+    /// The numbers behind the terms.
+    pub detail: StepDetail,
+    /// The dominant term.
+    pub bottleneck: Bottleneck,
+    /// What a benchmark client would measure at this concurrency (the workload run in virtual time
+    /// through [`crate::workload::VirtualBench`]); `None` when no virtual run was asked. The fields
+    /// above are the steady state (every request running, prefill amortized).
+    pub client: Option<crate::workload::ClientRun>,
+}

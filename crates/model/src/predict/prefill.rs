@@ -1,0 +1,192 @@
+//! Per-step overhead and prefill.
+//!
+//! The overhead outside the modelled kernels has three parts: a fixed part per step
+//! ([`super::Engine::step_overhead_ms`]), a floor per kernel the step runs (the kernels are
+//! counted from the layers as sglang and vLLM build them: [`Scenario::kernels_per_step`]) with
+//! CUDA graphs, plus each kernel's launch without them, and a cost per running request
+//! ([`super::Engine::request_step_us`]). A step carrying prompt tokens that the engine runs
+//! eagerly while decode replays graphs pays the launches too ([`Scenario::eager_prefill_ms`]).
+//!
+//! Prefill ([`Scenario::prefill_ms`]) runs as a pass of its own, which streams the weights once
+//! and pays its own all-reduces, or beside a decode step that reads the weights anyway
+//! ([`PrefillPass`]). Its compute runs at the kernel tables' prefill rates:
+//! [`prefill_gemm_efficiency`] for dense GEMMs by format, [`PREFILL_MOE_EFFICIENCY`] for fused
+//! MoE, and the prefill-attention rates of `crate::kernels`.
+
+use super::collectives::QK_NORM_BYTES_PER_TOKEN;
+use super::Scenario;
+use crate::kernels::{prefill_attention_efficiency, PrefillAttention};
+use crate::quant::{ComputeFormat, Dtype};
+use crate::spec::Attention;
+
+/// Achieved fraction of peak tensor TFLOPS of a dense GEMM at prefill sizes, by compute format: the
+/// median over kernels.toml `[[gemm]]` (AIConfigurator's sglang 0.5.14 tables on h100-sxm, h200,
+/// b200, rtx-pro-6000-se and l40s; N=K=8192 and N=2048,K=7168; every point with M >= 2048 tokens):
+/// bf16 0.728 (30 points), fp8 0.523 (48), fp4 0.434 (12). Kernel data, not an end-to-end case.
+pub fn prefill_gemm_efficiency(fmt: ComputeFormat) -> f64 {
+    match fmt {
+        ComputeFormat::Bf16 => 0.728,
+        ComputeFormat::Fp8 => 0.523,
+        ComputeFormat::Fp4 => 0.434,
+    }
+}
+
+/// Achieved fraction of the expert format's peak of a fused-MoE layer at prefill sizes: the median
+/// over kernels.toml `[[moe]]` with balanced routing and >= 4096 tokens (112 points on the same five
+/// GPUs; FLOPs = tokens x top-k x 3 x hidden x expert FFN x 2 / 8 ranks; int4 weight-only against
+/// the bf16 peak). Kernel data, not an end-to-end case.
+pub const PREFILL_MOE_EFFICIENCY: f64 = 0.159;
+
+/// How a prefill's prompt tokens run ([`Scenario::prefill_ms`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum PrefillPass {
+    /// A pass of its own, which streams the weights once and pays its own all-reduces (sglang's
+    /// default; a prefill-only step of any engine).
+    Standalone,
+    /// Riding in a decode step of this many decode tokens, which reads the weights anyway; the
+    /// prompt tokens add their compute and their bytes to the step's all-reduces.
+    Beside(f64),
+}
+
+impl Scenario {
+    /// The per-step overhead outside the modelled kernels: the fixed part, each kernel's floor,
+    /// and without CUDA graphs each kernel's launch, ms.
+    pub fn overhead_ms(&self) -> f64 {
+        let e = &self.engine;
+        let kernels = self.kernels_per_step();
+        let per_kernel_us = match self.gpu.arch {
+            crate::hw::Arch::Cdna3 => e.kernel_overhead_us * e.cdna3_floor_scale,
+            _ => e.kernel_overhead_us,
+        };
+        let floor = e.step_overhead_ms + per_kernel_us * kernels / 1e3;
+        if e.cuda_graphs {
+            floor
+        } else {
+            floor + e.launch_us * kernels / 1e3
+        }
+    }
+
+    /// The overhead of a decode step of `b` running requests: [`Self::overhead_ms`] plus each
+    /// request's [`Engine::request_step_us`](super::Engine::request_step_us), ms.
+    pub fn decode_overhead_ms(&self, b: f64) -> f64 {
+        self.overhead_ms() + self.engine.request_step_us * b / 1e3
+    }
+
+    /// What a step carrying prompt tokens adds when the engine runs it without CUDA graphs while
+    /// decode has them ([`Engine::prefill_graphs`](super::Engine::prefill_graphs)): each kernel's launch, ms (0 when decode runs
+    /// eagerly too: [`Self::overhead_ms`] already counts the launches).
+    pub fn eager_prefill_ms(&self) -> f64 {
+        let e = &self.engine;
+        if e.cuda_graphs && !e.prefill_graphs {
+            e.launch_us * self.kernels_per_step() / 1e3
+        } else {
+            0.0
+        }
+    }
+
+    /// Kernels one decode step runs on a GPU, counted from the layers as sglang and vLLM build
+    /// them (fused where the engines fuse by default):
+    /// - GQA attention (full or sliding): input norm, QKV GEMM, rotary + KV write, attention,
+    ///   output GEMM: 5.
+    /// - MLA attention: input norm, the fused q_a/kv_a GEMM, the q/kv norms, q_b GEMM, the
+    ///   absorbed key BMM, rotary + KV write, split-KV decode attention and its combine, the
+    ///   absorbed value BMM, output GEMM: 10. A DSA indexer adds its q and k GEMMs, key norm,
+    ///   rotary, head-weight GEMM, activation quantization, logits and top-k: 8, in each layer
+    ///   that runs it (GLM-5.2's "shared" indexer layers reuse the last top-k and add none).
+    /// - Gated DeltaNet linear attention: input norm, two input GEMMs, causal conv, gating,
+    ///   the recurrent update, gated norm, output GEMM: 8.
+    /// - Dense FFN: post-attention norm, gate/up GEMM, activation, down GEMM: 4.
+    /// - MoE FFN: norm, router GEMM, top-k, token sort, the two grouped GEMMs, activation and
+    ///   the weighted combine: 8; a shared expert adds its gate/up, activation and down: 3.
+    /// - Collectives: two all-reduces per layer under TP (a DP-attention MoE layer's dispatch
+    ///   and combine instead).
+    /// - A q/k norm over all heads (MiniMax-M2) under TP: its own all-reduce and the norm's
+    ///   second half, in each full-attention layer: 2.
+    /// - Per step: embedding, final norm, LM head, sampling: 4.
+    pub fn kernels_per_step(&self) -> f64 {
+        let m = &self.model;
+        let c = m.layer_counts;
+        let mla = matches!(m.attention, Attention::Mla { .. });
+        let full = if mla { 10.0 + 8.0 * m.indexer_share() } else { 5.0 };
+        let attention = c.full as f64 * full + c.sliding as f64 * 5.0 + c.linear as f64 * 8.0;
+        let moe = m.moe.map_or(0.0, |mo| 8.0 + if mo.shared_experts > 0 { 3.0 } else { 0.0 });
+        let ffn = m.dense_layers as f64 * 4.0 + m.moe_layers() as f64 * moe;
+        let collectives = if self.plan.tp > 1 || self.plan.dp_attention { 2.0 * m.layers as f64 } else { 0.0 };
+        // A q/k norm over all heads splits around its own all-reduce: that collective and the
+        // norm's second half, in each full-attention layer.
+        let qk_norm = if self.qk_norm_allreduce() { 2.0 * c.full as f64 } else { 0.0 };
+        attention + ffn + collectives + qk_norm + 4.0
+    }
+
+    /// Time to prefill `tokens` prompt tokens (prompts of `prompt_len` each) on one replica, ms,
+    /// as a pass of its own or beside a decode step ([`PrefillPass`]).
+    pub fn prefill_ms(&self, tokens: f64, prompt_len: f64, pass: PrefillPass) -> f64 {
+        if tokens <= 0.0 {
+            return 0.0;
+        }
+        let m = &self.model;
+        let p = m.params();
+        let g = &self.gpu;
+        let e = &self.engine;
+        let tp = self.plan.tp as f64;
+        let gpus = tp * self.plan.pp as f64;
+        // GEMMs over the tokens at the kernel tables' prefill efficiencies; each expert sees
+        // tokens * k / E of them, in a fused-MoE kernel.
+        let q = &self.quant;
+        let gemm = |params: f64, dt: Dtype, eff: f64| 2.0 * params * tokens / gpus / (g.tflops(dt.compute()) * eff * 1e12);
+        let dense = |params: f64, dt: Dtype| gemm(params, dt, prefill_gemm_efficiency(dt.compute()));
+        let routed = m.moe.map_or(0.0, |mo| p.per_expert * mo.top_k as f64 * m.moe_layers() as f64);
+        let gemm_s = dense(p.attention, q.attention)
+            + dense(p.dense_ffn, q.dense_ffn)
+            + dense(p.shared_experts + p.router, q.shared_experts)
+            + gemm(routed, q.experts, PREFILL_MOE_EFFICIENCY)
+            + dense(p.lm_head / tokens.max(1.0), q.embeddings);
+        // Causal attention over the prompt: ~ 2 * heads * tokens^2/2 * (qk + v) per layer.
+        let (heads, dim) = match m.attention {
+            Attention::Mla { heads, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, .. } => {
+                (heads, qk_nope_head_dim + qk_rope_head_dim + v_head_dim)
+            }
+            Attention::Gqa { heads, head_dim, .. } => (heads, 2 * head_dim),
+        };
+        // Causal attention within each prompt: a token attends to half its prompt on average, at most
+        // the window in a sliding layer; a linear-attention layer costs its recurrence per token.
+        let span = m.dsa.map_or(prompt_len / 2.0, |d| (prompt_len / 2.0).min(d.topk as f64));
+        let c = m.layer_counts;
+        let window = m.sliding_window.map_or(span, |w| span.min(w as f64));
+        let span_layers = c.full as f64 * span + c.sliding as f64 * window;
+        let linear_flops =
+            m.linear.map_or(0.0, |la| 6.0 * la.value_heads as f64 * la.key_head_dim as f64 * la.value_head_dim as f64 * c.linear as f64);
+        // Attention at the measured prefill-attention rate for the prompt's length (kernel
+        // tables: short prompts reach a small share of the peak); the linear layers' chunked
+        // recurrence at the BF16 GEMM rate.
+        let kind = if matches!(m.attention, Attention::Mla { .. }) { PrefillAttention::Mla } else { PrefillAttention::Gqa };
+        let attn_eff = prefill_attention_efficiency(&g.name, kind, prompt_len);
+        let attn_s = (2.0 * heads as f64 * span_layers * dim as f64 / attn_eff
+            + linear_flops / prefill_gemm_efficiency(ComputeFormat::Bf16))
+            * tokens
+            / gpus
+            / (g.bf16_tflops * 1e12);
+        let read_s = if pass == PrefillPass::Standalone {
+            self.weight_bytes_gpu() / (g.mem_bw_gbs * 1e9 * self.scaled(e.hbm_efficiency))
+        } else {
+            0.0
+        };
+        let bytes = tokens * m.hidden as f64 * 2.0;
+        let comm_us = match pass {
+            _ if self.plan.tp <= 1 => 0.0,
+            PrefillPass::Standalone => {
+                let qk_norm =
+                    if self.qk_norm_allreduce() { c.full as f64 * self.tp_allreduce(tokens * QK_NORM_BYTES_PER_TOKEN).us } else { 0.0 };
+                2.0 * m.layers as f64 * self.tp_allreduce(bytes).us + qk_norm
+            }
+            // Riding in a decode step's all-reduces: only the extra bytes cost time, as the
+            // all-reduce model prices them (its algorithm and protocol for the larger message)
+            // beyond the decode tokens' own message (at least one token's).
+            PrefillPass::Beside(d) => {
+                let decode = d.max(1.0) * m.hidden as f64 * 2.0;
+                2.0 * m.layers as f64 * (self.tp_allreduce(bytes + decode).us - self.tp_allreduce(decode).us).max(0.0)
+            }
+        };
+        (gemm_s.max(read_s) + attn_s) * 1e3 + comm_us * 1e-3 * e.comm_scale
+    }
+}

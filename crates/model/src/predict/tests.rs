@@ -1,0 +1,548 @@
+//! Unit tests of the performance model, and the scenario builders other modules' tests use
+//! (`crate::predict::tests::scenario`, `on_nodes`).
+
+use super::*;
+use crate::comm;
+use crate::hw::{gpu, link};
+use crate::quant::{ComputeFormat, Dtype, KvDtype};
+use crate::spec::catalog;
+
+pub fn scenario(model: &str, q: Dtype, g: &str, l: &str, gpus: u32, tp: u32) -> Scenario {
+    Scenario {
+        model: catalog(model).expect("model"),
+        quant: Quant::preset(q),
+        gpu: gpu(g).expect("gpu"),
+        link: link(l).expect("link"),
+        plan: Plan { gpus, tp, pp: 1, ep: 1, dp_attention: false },
+        engine: Engine::default(),
+        input_len: 1024,
+        output_len: 1024,
+        max_running: None,
+        cluster: None,
+    }
+}
+
+#[test]
+fn relatives_read_every_kernel_rate_of_the_gpu_whose_tables_they_share() {
+    use crate::kernels::{
+        dense_decode_table, mla_decode_efficiency, moe_decode_efficiency, prefill_attention_efficiency, MoeSplit, PrefillAttention,
+    };
+    for (relative, tables) in [
+        ("h800", "h100-sxm"),
+        ("gh200-96gb", "h100-sxm"),
+        ("gh200-144gb", "h200"),
+        ("h200-nvl", "h200"),
+        ("a100-pcie", "a100"),
+        ("a100-pcie-40gb", "a100"),
+        ("a100-40gb", "a100"),
+    ] {
+        assert_eq!(hopper_fp8_kv_efficiency(relative), hopper_fp8_kv_efficiency(tables), "{relative}");
+        for dt in [Dtype::Bf16, Dtype::Fp8, Dtype::Int4] {
+            assert_eq!(dense_decode_table(relative, dt), dense_decode_table(tables, dt), "{relative} {dt:?}");
+            for split in [MoeSplit::Tp, MoeSplit::Ep] {
+                assert_eq!(moe_decode_efficiency(relative, dt, split), moe_decode_efficiency(tables, dt, split), "{relative} {dt:?}");
+            }
+        }
+        assert_eq!(mla_decode_efficiency(relative, false, 16.0), mla_decode_efficiency(tables, false, 16.0), "{relative}");
+        assert_eq!(
+            prefill_attention_efficiency(relative, PrefillAttention::Gqa, 4096.0),
+            prefill_attention_efficiency(tables, PrefillAttention::Gqa, 4096.0),
+            "{relative}"
+        );
+    }
+    // The relatives do read tables: the Hopper ones an FP8-KV rate, all a BF16 GEMM rate.
+    assert!(hopper_fp8_kv_efficiency("h800").is_some() && hopper_fp8_kv_efficiency("gh200-144gb").is_some());
+    assert!(dense_decode_table("a100-pcie", Dtype::Bf16).is_some() && dense_decode_table("gh200-96gb", Dtype::Bf16).is_some());
+}
+
+#[test]
+fn dense_mla_reads_its_kv_at_the_tables_rate_for_its_heads_per_rank() {
+    use crate::kernels::mla_decode_efficiency;
+    // DeepSeek-V3 (128 heads) at TP8 on a B200 with an FP8 cache: 16 heads per rank.
+    let tp8 = scenario("deepseek-v3", Dtype::Fp8, "b200", "nvlink5", 8, 8);
+    assert_eq!(tp8.quant.kv_cache, KvDtype::Fp8);
+    assert_eq!(Some(tp8.kv_read_efficiency()), mla_decode_efficiency("b200", true, 16.0));
+    // DP attention keeps every head on each rank.
+    let mut dp = tp8.clone();
+    dp.plan.dp_attention = true;
+    assert_eq!(Some(dp.kv_read_efficiency()), mla_decode_efficiency("b200", true, 128.0));
+    assert!(dp.kv_read_efficiency() < tp8.kv_read_efficiency(), "more heads per rank, a slower latent read");
+    // A BF16 cache reads at its own column.
+    let mut bf16 = tp8.clone();
+    bf16.quant.kv_cache = KvDtype::Bf16;
+    assert_eq!(Some(bf16.kv_read_efficiency()), mla_decode_efficiency("b200", false, 16.0));
+    // Hopper's FP8 path, a DSA model, and a GPU without tables keep the engine's efficiency.
+    let hbm = Engine::default().hbm_efficiency;
+    assert_eq!(scenario("deepseek-v3", Dtype::Fp8, "h200", "nvlink", 8, 8).kv_read_efficiency(), hbm);
+    assert_eq!(scenario("glm-5", Dtype::Fp8, "b200", "nvlink5", 8, 8).kv_read_efficiency(), hbm);
+    assert_eq!(scenario("deepseek-v3", Dtype::Fp8, "mi300x", "xgmi", 8, 8).kv_read_efficiency(), hbm);
+}
+
+#[test]
+fn a_chunk_beside_decode_costs_its_all_reduce_bytes_beyond_the_decode_batch_and_less_than_a_pass() {
+    let s = scenario("llama-3.1-70b", Dtype::Fp8, "h100-sxm", "nvlink", 8, 8);
+    for tokens in [64.0, 1024.0, 8192.0] {
+        let beside = s.prefill_ms(tokens, 1024.0, PrefillPass::Beside(64.0));
+        let alone = s.prefill_ms(tokens, 1024.0, PrefillPass::Standalone);
+        assert!(beside > 0.0 && beside < alone, "{tokens} tokens: beside {beside} ms, alone {alone} ms");
+    }
+    // The chunk's bytes are priced beyond the decode batch's own message: against a larger
+    // decode batch the same chunk adds what the all-reduce model charges for the difference.
+    let m = &s.model;
+    let bytes = |t: f64| t * m.hidden as f64 * 2.0;
+    let extra = |decode: f64| s.tp_allreduce(bytes(1024.0 + decode)).us - s.tp_allreduce(bytes(decode)).us;
+    let (small, large) = (s.prefill_ms(1024.0, 1024.0, PrefillPass::Beside(1.0)), s.prefill_ms(1024.0, 1024.0, PrefillPass::Beside(256.0)));
+    let want = 2.0 * m.layers as f64 * (extra(256.0) - extra(1.0)) * 1e-3 * s.engine.comm_scale;
+    assert!((large - small - want).abs() < 1e-9, "{large} - {small} vs {want}");
+}
+
+#[test]
+fn kernels_per_step_follow_the_documented_per_layer_counts() {
+    // Llama-3.1-70B: 80 GQA layers of 5 attention + 4 FFN kernels, two all-reduces each under TP.
+    let llama_tp8 = scenario("llama-3.1-70b", Dtype::Fp8, "h200", "nvlink", 8, 8);
+    assert_eq!(llama_tp8.kernels_per_step(), 80.0 * (5.0 + 4.0 + 2.0) + 4.0);
+    let llama_tp1 = scenario("llama-3.1-70b", Dtype::Fp8, "h200", "nvlink", 1, 1);
+    assert_eq!(llama_tp1.kernels_per_step(), 80.0 * (5.0 + 4.0) + 4.0);
+    // DeepSeek-V3: 61 MLA layers, 3 dense FFNs, 58 MoE layers with a shared expert.
+    let ds = scenario("deepseek-v3", Dtype::Fp8, "h200", "nvlink", 8, 8);
+    assert_eq!(ds.kernels_per_step(), 61.0 * 10.0 + 3.0 * 4.0 + 58.0 * 11.0 + 61.0 * 2.0 + 4.0);
+    // GLM-5's DSA indexer adds 8 kernels to each of its MLA layers.
+    let glm = scenario("glm-5", Dtype::Fp8, "b200", "nvlink5", 8, 8);
+    let m = &glm.model;
+    let moe = m.moe.expect("moe");
+    let ffn = m.dense_layers as f64 * 4.0 + m.moe_layers() as f64 * (8.0 + if moe.shared_experts > 0 { 3.0 } else { 0.0 });
+    assert_eq!(glm.kernels_per_step(), m.layers as f64 * (18.0 + 2.0) + ffn + 4.0);
+    // The floor is the count times the fitted per-kernel cost.
+    let e = Engine::default();
+    assert!((ds.overhead_ms() - e.kernel_overhead_us * ds.kernels_per_step() / 1e3).abs() < 1e-12);
+}
+
+#[test]
+fn minimax_all_reduces_its_qk_norm_in_every_layer_under_tp_only() {
+    // MiniMax-M2's q/k norm spans all heads: under TP each of its 62 layers adds the norm's
+    // all-reduce and the norm's second half to the kernels, and the all-reduce to the step.
+    // (On PCIe, where the all-reduce is the model's and costs more than its kernel floor.)
+    let tp4 = scenario("minimax-m2", Dtype::Fp8, "h200", "pcie5-p2p", 4, 4);
+    let mut local = tp4.clone();
+    local.model.qk_norm_across_heads = false;
+    assert_eq!(tp4.kernels_per_step() - local.kernels_per_step(), 2.0 * 62.0);
+    let (a, b) = (tp4.stage(64.0, 1536.0).0, local.stage(64.0, 1536.0).0);
+    let expected = 62.0 * tp4.tp_allreduce(64.0 * 8.0).us * 1e-3 * tp4.engine.comm_scale;
+    assert!((a.communication - b.communication - expected).abs() < 1e-9, "{} vs {}", a.communication, b.communication);
+    assert!(tp4.tp_allreduce(64.0 * 8.0).us > 0.0);
+    let d = tp4.stage(64.0, 1536.0).1;
+    assert_eq!((d.qk_norm_allreduces, d.qk_norm_allreduce_us), (62.0, tp4.tp_allreduce(64.0 * 8.0).us));
+    assert_eq!(local.stage(64.0, 1536.0).1.qk_norm_allreduces, 0.0);
+    // The bottleneck's words count them apart from the activation all-reduces.
+    let words = |qk_norm_us: f64| {
+        crate::report::bottleneck_words(&Bottleneck::Communication {
+            share: 0.5,
+            step_ms: 20.0,
+            tp: 4,
+            link: "pcie5-p2p".into(),
+            allreduces: 124.0,
+            allreduce_us: 30.0,
+            qk_norm: Some(QkNormAllReduces { count: 62.0, us: qk_norm_us }),
+            across: None,
+        })
+    };
+    let priced = words(12.5);
+    assert!(priced.contains("124 all-reduces x 30.0 us and 62 q/k-norm all-reduces x 12.5 us"), "{priced}");
+    let within = words(0.0);
+    assert!(within.contains("and 62 q/k-norm all-reduces within their kernel floors"), "{within}");
+    // On one GPU, or with DP attention (every rank holds all heads), there is nothing to reduce.
+    let tp1 = scenario("minimax-m2", Dtype::Fp8, "h200", "pcie5-p2p", 1, 1);
+    let mut tp1_local = tp1.clone();
+    tp1_local.model.qk_norm_across_heads = false;
+    assert_eq!(tp1.kernels_per_step(), tp1_local.kernels_per_step());
+    let mut dp = tp4.clone();
+    dp.plan.dp_attention = true;
+    let mut dp_local = dp.clone();
+    dp_local.model.qk_norm_across_heads = false;
+    assert_eq!(dp.kernels_per_step(), dp_local.kernels_per_step());
+}
+
+#[test]
+fn a_catalog_nvlink_box_prices_the_custom_all_reduce_from_the_measured_table() {
+    // 8x H200 under vLLM, 2 MiB (128 tokens of Llama-3.1-70B's 8192 bf16 activations): the
+    // measured 18.11 us at 1 Mi elements, less the per-kernel floor the step counts for it.
+    let mut s = scenario("llama-3.1-70b", Dtype::Fp8, "h200", "nvlink", 8, 8);
+    s.engine = EngineName::Vllm.defaults();
+    let bytes = 128.0 * 8192.0 * 2.0;
+    assert!(s.measured_custom_allreduce());
+    let ar = s.tp_allreduce(bytes);
+    assert!((ar.us - (18.11 - s.engine.gemm_floor_us)).abs() < 1e-9, "{ar:?}");
+    assert!(ar.us > comm::allreduce(&s.link, 8, bytes, true).us - s.engine.gemm_floor_us, "the table is above the model here");
+    // Each engine reads its own row: TensorRT-LLM's two-shot is slower at this size.
+    s.engine = EngineName::Trtllm.defaults();
+    assert!((s.tp_allreduce(bytes).us - (30.5 - s.engine.gemm_floor_us)).abs() < 1e-9);
+    // User-given numbers for the same NVLink scale the measured figure by the model's ratio:
+    // a slower link costs more, a faster one never more than the catalog's.
+    let mut given = s.clone();
+    given.link.beta_gbs = 300.0;
+    assert!(given.measured_custom_allreduce() && given.measured_custom_allreduce_scaled());
+    let ratio = comm::allreduce(&given.link, 8, bytes, true).us / comm::allreduce(&s.link, 8, bytes, true).us;
+    assert!(ratio > 1.0);
+    assert!((given.tp_allreduce(bytes).us - (30.5 * ratio - s.engine.gemm_floor_us)).abs() < 1e-9);
+    given.link.beta_gbs = 1800.0;
+    assert!(given.tp_allreduce(bytes).us < s.tp_allreduce(bytes).us);
+    // A measured link (another name) keeps the model, which takes its latency and bandwidth.
+    s.link.name = "measured-h200".into();
+    assert!(!s.measured_custom_allreduce());
+    assert_eq!(s.tp_allreduce(bytes), comm::allreduce(&s.link, 8, bytes, true));
+    // So does a group size the table lacks, and eager mode.
+    let mut six = scenario("llama-3.1-70b", Dtype::Fp8, "h200", "nvlink", 6, 6);
+    six.engine = EngineName::Vllm.defaults();
+    assert!(!six.measured_custom_allreduce());
+    assert_eq!(six.tp_allreduce(bytes), comm::allreduce(&six.link, 6, bytes, true));
+    let mut eager = scenario("llama-3.1-70b", Dtype::Fp8, "h200", "nvlink", 8, 8);
+    eager.engine.cuda_graphs = false;
+    assert!(!eager.measured_custom_allreduce());
+    assert_eq!(eager.tp_allreduce(bytes), comm::allreduce(&eager.link, 8, bytes, false));
+    // Past the custom kernel's 8 MiB, NCCL's model even on the measured box.
+    let big = 16.0 * 1024.0 * 1024.0;
+    s.link.name = "nvlink".into();
+    assert_eq!(s.tp_allreduce(big), comm::allreduce(&s.link, 8, big, true));
+}
+
+#[test]
+fn dense_model_batch_one_weight_time_is_bytes_over_bandwidth() {
+    let mut s = scenario("llama-3.1-8b", Dtype::Bf16, "h100-sxm", "nvlink", 1, 1);
+    // Every streaming rate, the kernel table's and the engine's, capped at the peak.
+    s.engine.stream_scale = 10.0;
+    let p = s.point(1);
+    // Attention, FFN and LM head are read once per step (the embedding table is a lookup).
+    let params = s.model.params();
+    let bytes = (params.attention + params.dense_ffn + params.lm_head) * 2.0;
+    let want = bytes / 3350e9 * 1e3;
+    assert!((p.step_ms.weights - want).abs() / want < 1e-9, "{} vs {want}", p.step_ms.weights);
+    assert_eq!(p.step_ms.communication, 0.0);
+}
+
+#[test]
+fn layers_sharing_the_indexers_top_k_keep_no_indexer_keys_and_run_no_indexer_kernels() {
+    // GLM-5 with its indexer in one layer of four (GLM-5.2's "shared" layers reuse the top-k).
+    let every = scenario("glm-5", Dtype::Fp8, "b200", "nvlink5", 8, 8);
+    let mut shared = every.clone();
+    let layers = shared.model.layers;
+    if let Some(d) = shared.model.dsa.as_mut() {
+        d.indexer_layers = layers / 4;
+    }
+    let share = (layers / 4) as f64 / layers as f64;
+    let idx = every.model.dsa.expect("GLM-5 has a DSA indexer").index_head_dim as f64;
+    // Each layer that stops running it drops its fp8 keys and their fp32 scale per 128.
+    let key_bytes = (idx + (idx / 128.0).ceil() * 4.0) * layers as f64;
+    let dropped = every.kv_bytes_per_token_gpu() - shared.kv_bytes_per_token_gpu();
+    assert!((dropped - key_bytes * (1.0 - share)).abs() < 1e-6, "{dropped} vs {}", key_bytes * (1.0 - share));
+    assert!((every.kernels_per_step() - shared.kernels_per_step() - 8.0 * (layers - layers / 4) as f64).abs() < 1e-9);
+    assert!(shared.model.params().attention < every.model.params().attention);
+    assert!(shared.decode_step_ms(64.0, 4096.0) < every.decode_step_ms(64.0, 4096.0));
+}
+
+#[test]
+fn glm5_kv_is_about_62_kb_per_token() {
+    let s = scenario("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", "pcie-host-staged", 8, 8);
+    let kb = s.kv_bytes_per_token_gpu() / 1e3;
+    assert!((kb - 62.25).abs() / 62.25 < 0.03, "{kb} KB vs the vLLM log's 62.25");
+}
+
+#[test]
+fn a_dense_mla_fp8_cache_holds_576_bytes_per_token_and_layer_and_only_dsa_takes_the_656_byte_layout() {
+    // DeepSeek-V3: 512 latent + 64 rope, one byte each, over 61 layers.
+    let mut ds = scenario("deepseek-v3", Dtype::Fp8, "h200", "nvlink", 8, 8);
+    ds.quant.kv_cache = KvDtype::Fp8;
+    assert_eq!(ds.kv_bytes_per_token_gpu(), 576.0 * 61.0);
+    ds.quant.kv_cache = KvDtype::Bf16;
+    assert_eq!(ds.kv_bytes_per_token_gpu(), 2.0 * 576.0 * 61.0);
+    // GLM-5 (DSA): 656 B of sparse layout plus its indexer keys (fp8, an fp32 scale per 128).
+    let glm = scenario("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", "pcie-host-staged", 8, 8);
+    let idx = glm.model.dsa.expect("GLM-5 has a DSA indexer").index_head_dim as f64;
+    let per_layer = glm.kv_bytes_per_token_gpu() / glm.model.layers as f64;
+    assert_eq!(per_layer, 656.0 + idx + (idx / 128.0).ceil() * 4.0);
+}
+
+#[test]
+fn glm5_nvfp4_weights_match_the_measured_56_gb_per_gpu() {
+    let s = scenario("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", "pcie-host-staged", 8, 8);
+    let gb = s.memory().weights_gb;
+    assert!((gb - 56.0).abs() / 56.0 < 0.03, "{gb} GB");
+}
+
+#[test]
+fn host_staged_tp8_is_communication_bound_at_low_concurrency() {
+    let s = scenario("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", "pcie-host-staged", 8, 8);
+    let p = s.point(8);
+    match &p.bottleneck {
+        Bottleneck::Communication { link, allreduces, .. } => {
+            assert_eq!(link, "pcie-host-staged");
+            assert_eq!(*allreduces, 156.0);
+        }
+        other => panic!("{other:?}"),
+    }
+    // With P2P the same plan is bound by expert weight reads instead.
+    let q = scenario("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", "pcie5-p2p", 8, 8).point(64);
+    assert!(matches!(q.bottleneck, Bottleneck::Weights { distinct_experts: Some(_), .. }), "{:?}", q.bottleneck);
+}
+
+/// The prefill efficiencies (medians over all five GPUs) against two H200 entries of
+/// kernels.toml at 8192 tokens: `[[moe]]` 15 (fp8_block, hidden 7168, expert FFN 2048, 256
+/// experts, top-8, moe_tp 8: 1881.3 us) and `[[gemm]]` 10 (fp8_block, N=K=8192: 992.74 us),
+/// within 25%.
+#[test]
+fn prefill_efficiencies_reproduce_h200_kernel_tables_within_25_percent() {
+    let g = gpu("h200").expect("gpu");
+    let fp8 = g.tflops(ComputeFormat::Fp8) * 1e12;
+    let moe_us = 2.0 * 3.0 * 7168.0 * 2048.0 * 8.0 * 8192.0 / 8.0 / (fp8 * PREFILL_MOE_EFFICIENCY) * 1e6;
+    assert!(((moe_us - 1881.3) / 1881.3).abs() < 0.25, "fused MoE {moe_us:.0} us vs 1881.3");
+    let gemm_us = 2.0 * 8192.0f64.powi(3) / (fp8 * prefill_gemm_efficiency(ComputeFormat::Fp8)) * 1e6;
+    assert!(((gemm_us - 992.74) / 992.74).abs() < 0.25, "GEMM {gemm_us:.0} us vs 992.74");
+}
+
+#[test]
+fn prefill_of_many_prompts_costs_their_sum_not_one_long_sequence() {
+    // Regression: n prompts prefilled together were once charged attention as one prompt n times
+    // as long (quadratic in n), so throughput fell with concurrency (found by the property test).
+    let s = scenario("mixtral-8x7b", Dtype::Fp8, "h100-sxm", "nvlink", 2, 2);
+    let one = s.prefill_ms(2048.0, 2048.0, PrefillPass::Beside(1.0));
+    let eight = s.prefill_ms(8.0 * 2048.0, 2048.0, PrefillPass::Beside(1.0));
+    assert!(eight <= 8.0 * one * (1.0 + 1e-9), "{eight} vs 8 x {one}");
+    let mut s = s;
+    s.input_len = 4096;
+    s.output_len = 64;
+    let (a, b) = (s.point(512).output_tokens_per_s, s.point(1024.min(s.max_concurrency())).output_tokens_per_s);
+    assert!(b >= a, "{a} -> {b}");
+}
+
+#[test]
+fn the_steady_ttft_adds_the_request_latency_and_the_rate_does_not_change() {
+    let mut s = scenario("llama-3.1-70b", Dtype::Fp8, "h200", "nvlink", 8, 8);
+    s.engine.request_latency_ms = 0.0;
+    let without = s.point(16);
+    s.engine.request_latency_ms = 251.0;
+    let with = s.point(16);
+    assert!((with.ttft_ms - without.ttft_ms - 251.0).abs() < 1e-9, "{} vs {}", with.ttft_ms, without.ttft_ms);
+    assert_eq!(with.output_tokens_per_s, without.output_tokens_per_s);
+    assert_eq!(Engine::default().request_latency_ms, SGLANG_REQUEST_LATENCY_MS);
+}
+
+#[test]
+fn only_an_engine_that_graphs_decode_but_not_prefill_pays_eager_launches_on_prompt_steps() {
+    let mut s = scenario("llama-3.1-70b", Dtype::Fp8, "h200", "nvlink", 8, 8);
+    s.engine = EngineName::Trtllm.defaults();
+    let launches = s.engine.launch_us * s.kernels_per_step() / 1e3;
+    assert!((s.eager_prefill_ms() - launches).abs() < 1e-12 && launches > 0.0);
+    // vLLM and today's sglang replay graphs for prompt steps too.
+    for e in [EngineName::Vllm, EngineName::Sglang] {
+        s.engine = e.defaults();
+        assert_eq!(s.eager_prefill_ms(), 0.0, "{}", e.name());
+    }
+    // Without CUDA graphs every step already pays the launches (overhead_ms): not twice.
+    s.engine = Engine { cuda_graphs: false, prefill_graphs: false, ..EngineName::Trtllm.defaults() };
+    assert_eq!(s.eager_prefill_ms(), 0.0);
+    // In the steady state the prompt steps' launches raise the step, by at most one step's worth.
+    let graphs = Scenario { engine: EngineName::Trtllm.defaults(), ..s.clone() };
+    let eager_free = Scenario { engine: Engine { prefill_graphs: true, ..graphs.engine }, ..s.clone() };
+    let (with, without) = (graphs.point(64).step_ms.total, eager_free.point(64).step_ms.total);
+    assert!(with > without && with - without <= launches + 1e-9, "{with} vs {without}");
+}
+
+#[test]
+fn an_fp8_kv_cache_streams_at_the_fa3_tables_rate_on_hopper_gqa_only() {
+    let kv_ms = |model: &str, gpu: &str, kv: KvDtype| {
+        let mut s = scenario(model, Dtype::Fp8, gpu, "nvlink", 8, 8);
+        s.quant.kv_cache = kv;
+        let bytes = s.kv_read(64.0, 2048.0);
+        (s.stage(64.0, 2048.0).0.kv, bytes / (s.gpu.mem_bw_gbs * 1e9) * 1e3)
+    };
+    let (fp8, ideal) = kv_ms("llama-3.1-70b", "h200", KvDtype::Fp8);
+    assert!((fp8 - ideal / 0.535).abs() < 1e-9, "{fp8} vs {ideal} / 0.535");
+    let (bf16, ideal) = kv_ms("llama-3.1-70b", "h200", KvDtype::Bf16);
+    assert!((bf16 - ideal / Engine::default().hbm_efficiency).abs() < 1e-9);
+    let (b200, ideal) = kv_ms("llama-3.1-70b", "b200", KvDtype::Fp8);
+    assert!((b200 - ideal / Engine::default().hbm_efficiency).abs() < 1e-9, "Blackwell keeps the engine's efficiency");
+    let (mla, ideal) = kv_ms("deepseek-v3", "h200", KvDtype::Fp8);
+    assert!((mla - ideal / Engine::default().hbm_efficiency).abs() < 1e-9, "MLA runs FlashMLA, not FA3");
+}
+
+#[test]
+fn step_terms_add_up_under_the_overlap_rule() {
+    for l in ["pcie-host-staged", "nvlink"] {
+        let mut s = scenario("deepseek-v3", Dtype::Fp8, "h200", l, 8, 8);
+        for overlap in [Overlap::None, Overlap::Full] {
+            s.engine.overlap = overlap;
+            for c in [1, 16, 256] {
+                let t = s.point(c).step_ms;
+                let want = match overlap {
+                    Overlap::None => (t.weights + t.kv).max(t.compute) + t.communication + t.overhead + t.prefill,
+                    Overlap::Full => (t.weights + t.kv).max(t.compute).max(t.communication) + t.overhead + t.prefill,
+                };
+                assert!((t.total - want).abs() < 1e-9);
+            }
+        }
+    }
+}
+
+#[test]
+fn plan_needing_more_gpus_is_refused() {
+    let s = scenario("llama-3.1-8b", Dtype::Bf16, "h100-sxm", "nvlink", 4, 8);
+    let e = s.plan.check(&s.model).expect_err("tp > gpus");
+    assert!(e.to_string().contains("tp x pp = 8 x 1 = 8 GPUs but --gpus is 4"), "{e}");
+}
+
+#[test]
+fn a_plan_that_does_not_fit_gives_the_numbers() {
+    let s = scenario("deepseek-v3", Dtype::Bf16, "rtx-4090", "pcie4-p2p", 8, 8);
+    let e = s.check_fit().expect_err("does not fit");
+    assert!(e.to_string().contains("GB of weights"), "{e}");
+}
+
+pub fn on_nodes(mut s: Scenario, net: &str, gpus_per_node: u32) -> Scenario {
+    let net = crate::hw::net(net).expect("net");
+    s.cluster = Some(Cluster { nodes: s.plan.gpus / gpus_per_node, gpus_per_node, nics_per_node: gpus_per_node, net });
+    s.check_placement().expect("placed");
+    s
+}
+
+fn deepseek_16(net: &str, tp: u32, pp: u32) -> Scenario {
+    let mut s = scenario("deepseek-v3", Dtype::Fp8, "h100-sxm", "nvlink", 16, tp);
+    s.plan.pp = pp;
+    on_nodes(s, net, 8)
+}
+
+/// Over 100 GbE, TP16 pays two NCCL all-reduces per layer across the network (socket latency
+/// on every NET step), while TP8+PP2 keeps its all-reduces on NVLink and sends one activation
+/// per stage: TP16 is slower per step at every concurrency.
+#[test]
+fn tp16_across_two_nodes_is_slower_per_step_than_tp8_pp2_on_100gbe() {
+    let tp16 = deepseek_16("eth-100g", 16, 1);
+    let tp8pp2 = deepseek_16("eth-100g", 8, 2);
+    for c in [1, 8, 32, 64] {
+        let (a, b) = (tp16.point(c), tp8pp2.point(c));
+        assert!(a.step_ms.total > b.step_ms.total, "c={c}: TP16 {:.1} ms vs TP8+PP2 {:.1} ms", a.step_ms.total, b.step_ms.total);
+        assert!(a.step_ms.communication > b.step_ms.communication, "c={c}");
+    }
+    // At c=16 the network's all-reduces are the largest term (at c=8 the per-kernel floor
+    // ties them; from c=32 the weight reads lead).
+    match &tp16.point(16).bottleneck {
+        Bottleneck::Communication { across: Some(a), .. } => assert_eq!((a.net.as_str(), a.tp_nodes, a.pp), ("eth-100g", 2, false)),
+        other => panic!("TP16 over 100GbE should be communication-bound: {other:?}"),
+    }
+    assert_eq!(tp8pp2.across_nodes(), Some(Across { net: "eth-100g".into(), tp_nodes: 1, pp: true }));
+}
+
+#[test]
+fn more_network_bandwidth_is_never_slower() {
+    for (tp, pp, dpa) in [(16, 1, false), (8, 2, false), (16, 1, true), (4, 4, false)] {
+        let mut s = deepseek_16("roce-200", tp, pp);
+        if dpa {
+            s.plan.ep = tp;
+            s.plan.dp_attention = true;
+        }
+        for c in [1, 16, 128] {
+            let mut prev = f64::INFINITY;
+            for beta in [5.0, 22.5, 47.0, 94.0, 400.0] {
+                let mut t = s.clone();
+                if let Some(cl) = &mut t.cluster {
+                    cl.net.beta_gbs = beta;
+                }
+                let step = t.point(c).step_ms.total;
+                assert!(step <= prev + 1e-9, "TP{tp} PP{pp} c={c}: {beta} GB/s gives {step} ms, slower than {prev}");
+                prev = step;
+            }
+        }
+    }
+}
+
+/// A cluster whose groups all fit in one node changes nothing, and a plan on one node has no
+/// cluster at all: the numbers are the single-node ones.
+#[test]
+fn groups_within_a_node_keep_the_single_node_numbers() {
+    let one = scenario("deepseek-v3", Dtype::Fp8, "h200", "nvlink", 16, 8);
+    let two = on_nodes(one.clone(), "eth-100g", 8);
+    assert_eq!(two.across_nodes(), None);
+    for c in [1, 32, 256] {
+        assert_eq!(one.point(c), two.point(c));
+    }
+    assert_eq!(one.prefill_ms(4096.0, 1024.0, PrefillPass::Standalone), two.prefill_ms(4096.0, 1024.0, PrefillPass::Standalone));
+}
+
+#[test]
+fn groups_that_straddle_nodes_are_refused_naming_the_flag() {
+    let mut s = scenario("llama-3.1-70b", Dtype::Bf16, "h100-sxm", "nvlink", 24, 8);
+    s.cluster = Some(Cluster { nodes: 3, gpus_per_node: 8, nics_per_node: 8, net: crate::hw::net("ib-ndr").expect("net") });
+    s.check_placement().expect("TP8 on 8-GPU nodes");
+    s.plan.tp = 12;
+    let e = s.check_placement().expect_err("TP12 straddles");
+    assert!(e.to_string().contains("--tp 12") && e.to_string().contains("--gpus-per-node"), "{e}");
+    s.plan.tp = 4;
+    s.plan.pp = 3;
+    let e = s.check_placement().expect_err("a 12-GPU replica straddles");
+    assert!(e.to_string().contains("tp x pp = 4 x 3"), "{e}");
+}
+
+/// Qwen3-Next's 36 Gated DeltaNet layers hold a fixed state per request, 36 x (32 x 128 x 128 x
+/// 2 B recurrent + 8192 x 3 x 2 B convolution) = 39.5 MB at TP1, at any context: only the 12
+/// full-attention layers' KV grows with it, and the state's per-step read does not change.
+#[test]
+fn hybrid_state_memory_does_not_grow_with_context() {
+    let s = scenario("qwen3-next-80b-a3b", Dtype::Bf16, "h200", "nvlink", 1, 1);
+    let state = 36.0 * (32.0 * 128.0 * 128.0 * 2.0 + 8192.0 * 3.0 * 2.0);
+    assert!((s.state_bytes_gpu() - state).abs() < 1.0, "{}", s.state_bytes_gpu());
+    // 12 layers x K and V x 2 KV heads x 256 x 2 bytes per token.
+    let full_kv_per_token = 12.0 * 2.0 * 2.0 * 256.0 * 2.0;
+    let grow = s.request_bytes_gpu(20_000.0) - s.request_bytes_gpu(10_000.0);
+    assert!((grow - 10_000.0 * full_kv_per_token).abs() / grow < 1e-9, "{grow}");
+    assert!((s.request_bytes_gpu(0.0) - state).abs() < 1.0);
+    let read_grow = s.kv_read(8.0, 2_000.0) - s.kv_read(8.0, 1_000.0);
+    assert!((read_grow - 8.0 * 1_000.0 * full_kv_per_token).abs() / read_grow < 1e-9, "{read_grow}");
+    assert!((s.kv_read(8.0, 0.0) - 8.0 * 2.0 * state).abs() < 8.0, "the state is read and written back each step");
+    // TP splits the heads, so the state per GPU halves at TP2.
+    let tp2 = scenario("qwen3-next-80b-a3b", Dtype::Bf16, "h200", "nvlink", 2, 2);
+    assert!((tp2.state_bytes_gpu() - state / 2.0).abs() < 1.0);
+}
+
+/// gpt-oss alternates 128-token sliding-window layers with full ones: past the window a longer
+/// context adds KV reads in the 18 full layers only; a model of sliding layers alone stops there.
+#[test]
+fn sliding_window_kv_read_stops_growing_past_the_window() {
+    let s = scenario("gpt-oss-120b", Dtype::Mxfp4, "h200", "nvlink", 1, 1);
+    let per = s.kv_bytes_per_token_layer();
+    let inside = s.kv_read(1.0, 100.0) - s.kv_read(1.0, 50.0);
+    assert!((inside - 50.0 * 36.0 * per).abs() / inside < 1e-9, "{inside}");
+    let past = s.kv_read(1.0, 4_000.0) - s.kv_read(1.0, 2_000.0);
+    assert!((past - 2_000.0 * 18.0 * per).abs() / past < 1e-9, "{past}");
+    let mut only = s.clone();
+    only.model.layer_counts = crate::spec::LayerCounts { full: 0, sliding: 36, linear: 0 };
+    assert_eq!(only.kv_read(1.0, 128.0), only.kv_read(1.0, 100_000.0));
+    assert_eq!(only.request_bytes_gpu(128.0), only.request_bytes_gpu(100_000.0));
+    // Memory: a request holds the window, not its whole context, in the sliding layers.
+    let mut long = s.clone();
+    (long.input_len, long.output_len) = (30_000, 2_000);
+    let full_only = long.memory().kv_gb * 1e9 / (32_000.0 * 36.0 * per);
+    assert!(long.max_concurrency() as f64 > 1.9 * full_only, "{} vs {full_only:.0}", long.max_concurrency());
+}
+
+/// The new catalog models give finite, plausible predictions on GPUs they fit: single-request
+/// TPOT between 1 and 200 ms, throughput rising with concurrency.
+#[test]
+fn new_catalog_models_predict_finite_plausible_rates() {
+    let cases = [
+        ("kimi-k2", Dtype::Fp8, "b300", "nvlink5", 8),
+        ("minimax-m2", Dtype::Fp8, "mi300x", "xgmi", 4),
+        ("glm-4.5", Dtype::Fp8, "h200", "nvlink", 8),
+        ("glm-4.6", Dtype::Bf16, "gb200", "nvlink5", 8),
+        ("qwen3-next-80b-a3b", Dtype::Bf16, "h100-sxm", "nvlink", 4),
+        ("qwen3.5-397b-a17b", Dtype::Fp8, "mi355x", "xgmi4", 4),
+        ("gpt-oss-20b", Dtype::Mxfp4, "rtx-5090", "pcie5-p2p", 1),
+        ("llama-3.1-8b", Dtype::Bf16, "a100-40gb", "nvlink3", 1),
+        ("qwen3-30b-a3b", Dtype::Fp8, "mi325x", "xgmi", 2),
+    ];
+    for (m, q, g, l, tp) in cases {
+        let s = scenario(m, q, g, l, tp, tp);
+        s.check_fit().unwrap_or_else(|e| panic!("{m} on {g}: {e}"));
+        let one = s.point(1);
+        assert!(one.tpot_ms.is_finite() && (1.0..200.0).contains(&one.tpot_ms), "{m} on {g}: TPOT {}", one.tpot_ms);
+        let many = s.point(64.min(s.max_concurrency()));
+        assert!(many.output_tokens_per_s.is_finite() && many.output_tokens_per_s > one.output_tokens_per_s, "{m} on {g}");
+    }
+}

@@ -1,0 +1,100 @@
+//! The model catalog: `crates/model/data/models/catalog.json` names each model `--model` takes,
+//! the published `config.json` it is read from (embedded at build time, so the binary needs no
+//! files) and the checkpoints published for it, the default (the config's own format) first.
+//!
+//! A catalog model is read by the same parser as a user's `--model-config`
+//! ([`super::from_hf_config`]), so the catalog cannot hold a model the parser would refuse from a
+//! file; the unit tests read every entry. Adding a model is adding its published `config.json`
+//! under `crates/model/data/models/`, an entry in `catalog.json` and a line in [`CONFIGS`].
+
+use std::sync::OnceLock;
+
+use serde::Deserialize;
+
+use super::{from_hf_config, ModelSpec};
+use crate::quant::Dtype;
+use crate::ModelError;
+
+/// A catalog model: its published `config.json` and the checkpoint formats published for it.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct CatalogEntry {
+    /// The name `--model` takes.
+    pub name: String,
+    /// File under `crates/model/data/models/`.
+    pub config: String,
+    /// The Hugging Face repository the config comes from.
+    pub repo: String,
+    /// Published checkpoints, the default (the config's own format) first.
+    pub checkpoints: Vec<Checkpoint>,
+}
+
+/// One published checkpoint of a catalog model.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Checkpoint {
+    /// Its weight format.
+    pub quant: Dtype,
+    /// Where it is published.
+    pub repo: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct CatalogFile {
+    models: Vec<CatalogEntry>,
+}
+
+/// The catalog's config files, embedded at build time.
+pub(super) const CONFIGS: [(&str, &str); 17] = [
+    ("glm-5.json", include_str!("../../data/models/glm-5.json")),
+    ("deepseek-v3.json", include_str!("../../data/models/deepseek-v3.json")),
+    ("qwen3-235b-a22b.json", include_str!("../../data/models/qwen3-235b-a22b.json")),
+    ("qwen3-30b-a3b.json", include_str!("../../data/models/qwen3-30b-a3b.json")),
+    ("llama-3.1-70b.json", include_str!("../../data/models/llama-3.1-70b.json")),
+    ("llama-3.1-8b.json", include_str!("../../data/models/llama-3.1-8b.json")),
+    ("mixtral-8x7b.json", include_str!("../../data/models/mixtral-8x7b.json")),
+    ("gpt-oss-120b.json", include_str!("../../data/models/gpt-oss-120b.json")),
+    ("kimi-k2.json", include_str!("../../data/models/kimi-k2.json")),
+    ("minimax-m2.json", include_str!("../../data/models/minimax-m2.json")),
+    ("glm-4.5.json", include_str!("../../data/models/glm-4.5.json")),
+    ("glm-4.6.json", include_str!("../../data/models/glm-4.6.json")),
+    ("qwen3-next-80b-a3b.json", include_str!("../../data/models/qwen3-next-80b-a3b.json")),
+    ("qwen3.5-397b-a17b.json", include_str!("../../data/models/qwen3.5-397b-a17b.json")),
+    ("gpt-oss-20b.json", include_str!("../../data/models/gpt-oss-20b.json")),
+    ("llama-4-scout.json", include_str!("../../data/models/llama-4-scout.json")),
+    ("llama-4-maverick.json", include_str!("../../data/models/llama-4-maverick.json")),
+];
+
+pub(super) fn catalog_file() -> &'static CatalogFile {
+    static FILE: OnceLock<CatalogFile> = OnceLock::new();
+    // Part of the crate and unit-tested: a parse failure is a build bug, not an input error.
+    FILE.get_or_init(|| {
+        serde_json::from_str(include_str!("../../data/models/catalog.json"))
+            .expect("crates/model/data/models/catalog.json is valid (unit-tested)")
+    })
+}
+
+/// Catalog names, in the catalog's order.
+pub fn catalog_names() -> Vec<&'static str> {
+    catalog_file().models.iter().map(|m| m.name.as_str()).collect()
+}
+
+/// The catalog entry `name`.
+pub fn catalog_entry(name: &str) -> Result<&'static CatalogEntry, ModelError> {
+    catalog_file().models.iter().find(|m| m.name == name).ok_or_else(|| {
+        ModelError::Input(format!(
+            "--model {name:?} is not in the catalog; known: {} (or give --model-config path/to/config.json)",
+            catalog_names().join(", ")
+        ))
+    })
+}
+
+/// A catalog model, read from its published `config.json` by [`from_hf_config`].
+pub fn catalog(name: &str) -> Result<ModelSpec, ModelError> {
+    let entry = catalog_entry(name)?;
+    let (file, text) = CONFIGS
+        .iter()
+        .find(|(f, _)| *f == entry.config)
+        .ok_or_else(|| ModelError::Input(format!("catalog entry {name:?} names {:?}, which is not embedded", entry.config)))?;
+    let mut spec = from_hf_config(text, &format!("crates/model/data/models/{file}"))?;
+    spec.name = name.to_string();
+    Ok(spec)
+}

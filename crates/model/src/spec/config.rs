@@ -1,0 +1,268 @@
+//! Reading a Hugging Face `config.json`: the entry point [`from_hf_config`] and the field readers
+//! every family shares.
+//!
+//! A config is parsed as JSON, with the `NaN`, `Infinity` and `-Infinity` tokens Python's
+//! `json.dump` writes read as null (servetune reads no field that holds them). A multimodal
+//! wrapper keeps its language model under `text_config`; its `model_type` less the `_text` suffix
+//! names the family, and Qwen3-VL's language models are read as Qwen3's and Qwen3-MoE's. A
+//! `model_type` outside [`SUPPORTED`] is refused with the list.
+//!
+//! Sizes are whole numbers from 0 to [`MAX_FIELD`] (2^26): a field present but negative,
+//! fractional, larger or not a number is refused by name and value; a field an architecture needs
+//! and the file leaves out is refused as missing. Where transformers' config class fills in a
+//! field the file omits (Gemma 2 and 3: vocabulary, head dimension, heads, window), the class's
+//! value is added before reading, and nowhere else.
+//!
+//! The families differ in how they lay out attention, layers and experts: those readers are in
+//! `layers`; the weight format is read in `checkpoint`; and the finished [`ModelSpec`] is checked
+//! by [`ModelSpec::validate`] before it is returned. The architecture lists below say which
+//! family reads which fields.
+
+use serde_json::Value;
+
+use super::checkpoint::{read_checkpoint, LayerShape};
+use super::layers::{
+    check_attn_type_list, llama4_dense_layers, qwen_dense_layers, read_attention, read_indexer_layers, read_layer_kinds, read_linear,
+    read_moe, read_qk_norm, read_sliding_window,
+};
+use super::{Dsa, ModelSpec};
+use crate::ModelError;
+
+/// The largest value any size field may hold. The largest real ones are context lengths of about
+/// 10M tokens; a bound well above that keeps sums of a few fields (head dimensions, ranks) far
+/// from u32 overflow (found by the fuzzer: a rope dimension of 4294967216 overflowed a sum).
+pub(super) const MAX_FIELD: u32 = 1 << 26;
+
+/// A whole-number field from 0 to [`MAX_FIELD`]: `Ok(None)` when absent (or null), an error
+/// naming the field when present but negative, fractional, too large or not a number.
+pub(super) fn field(v: &Value, keys: &[&str], source: &str) -> Result<Option<u32>, ModelError> {
+    for k in keys {
+        match v.get(*k) {
+            None | Some(Value::Null) => continue,
+            Some(x) => {
+                return x
+                    .as_u64()
+                    .and_then(|n| u32::try_from(n).ok())
+                    .filter(|n| *n <= MAX_FIELD)
+                    .map(Some)
+                    .ok_or_else(|| ModelError::Input(format!("{source}: field {k:?} is {x}, not a whole number from 0 to {MAX_FIELD}")))
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Fields a config class fills in when its `config.json` leaves them out, as transformers loads
+/// them: Gemma 3's multimodal checkpoints state no `vocab_size` under `text_config` (the 27B and
+/// 12B), nor `head_dim` (the 12B, whose 3840 / 16 = 240 is not its 256). From transformers'
+/// Gemma2Config and Gemma3TextConfig; other architectures read only what their files state.
+pub(super) fn class_defaults(arch: &str) -> Option<&'static [(&'static str, u32)]> {
+    const GEMMA2: &[(&str, u32)] =
+        &[("vocab_size", 256_000), ("head_dim", 256), ("num_attention_heads", 8), ("num_key_value_heads", 4), ("sliding_window", 4096)];
+    const GEMMA3: &[(&str, u32)] =
+        &[("vocab_size", 262_208), ("head_dim", 256), ("num_attention_heads", 8), ("num_key_value_heads", 4), ("sliding_window", 4096)];
+    match arch {
+        "gemma2" => Some(GEMMA2),
+        "gemma3" => Some(GEMMA3),
+        _ => None,
+    }
+}
+
+/// `v` with each of `defaults` added where `v` lacks the key (a key present, even as null, stays).
+pub(super) fn overlay(defaults: &[(&str, u32)], v: &Value) -> Value {
+    let mut out = v.clone();
+    if let Some(map) = out.as_object_mut() {
+        for (k, d) in defaults {
+            map.entry(k.to_string()).or_insert_with(|| Value::from(*d));
+        }
+    }
+    out
+}
+
+/// A field the architecture needs.
+pub(super) fn need(v: &Value, keys: &[&str], source: &str, arch: &str) -> Result<u32, ModelError> {
+    field(v, keys, source)?
+        .ok_or_else(|| ModelError::Input(format!("{source}: model_type {arch:?} needs the field {:?}, which is missing", keys[0])))
+}
+
+/// `model_type`s the parser understands. A multimodal config's language model under `text_config`
+/// is read by its own `model_type` less the `_text` suffix (`qwen3_5_moe_text` as `qwen3_5_moe`,
+/// `llama4_text` as `llama4`); Qwen3-VL's language models are Qwen3's and Qwen3-MoE's (its
+/// interleaved multimodal rotary embedding costs what Qwen3's does), and are read as those. The
+/// vision encoder is not modelled: the requests are text.
+pub const SUPPORTED: [&str; 31] = [
+    "llama",
+    "glm4",
+    "phi3",
+    "gemma2",
+    "gemma3",
+    "gemma3_text",
+    "llama4",
+    "llama4_text",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "qwen2_moe",
+    "qwen3_moe",
+    "mixtral",
+    "deepseek_v2",
+    "deepseek_v3",
+    "deepseek_v32",
+    "glm4_moe",
+    "glm_moe_dsa",
+    "gpt_oss",
+    "kimi_k2",
+    "minimax_m2",
+    "qwen3_next",
+    "qwen3_5",
+    "qwen3_5_text",
+    "qwen3_5_moe",
+    "qwen3_5_moe_text",
+    "qwen3_vl",
+    "qwen3_vl_text",
+    "qwen3_vl_moe",
+    "qwen3_vl_moe_text",
+];
+
+/// Architectures with Multi-head Latent Attention (DeepSeek-V3's, which Kimi-K2 reuses).
+pub(super) const MLA_ARCHS: [&str; 5] = ["deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa", "kimi_k2"];
+
+/// Qwen's MoE architectures, whose dense layers are named by `mlp_only_layers` and
+/// `decoder_sparse_step` (not `first_k_dense_replace`).
+pub(super) const QWEN_MOE_ARCHS: [&str; 4] = ["qwen2_moe", "qwen3_moe", "qwen3_next", "qwen3_5_moe"];
+
+/// Architectures with Gated DeltaNet linear-attention layers.
+pub(super) const HYBRID_ARCHS: [&str; 3] = ["qwen3_next", "qwen3_5", "qwen3_5_moe"];
+
+/// Architectures whose modelling code reads `sliding_window` for their sliding layers.
+pub(super) const SLIDING_ARCHS: [&str; 7] = ["gpt_oss", "mistral", "mixtral", "llama4", "phi3", "gemma2", "gemma3"];
+
+/// Architectures whose config class ties the output projection to the embeddings unless
+/// `tie_word_embeddings` says otherwise (transformers' Gemma2Config and Gemma3TextConfig).
+pub(super) const TIED_BY_DEFAULT_ARCHS: [&str; 2] = ["gemma2", "gemma3"];
+
+/// Architectures whose configs carry a `sliding_window` that only `use_sliding_window: true` turns on.
+pub(super) const OPT_IN_SLIDING_ARCHS: [&str; 7] = ["qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe"];
+
+/// Reads a Hugging Face `config.json` (its text) and validates it. `source` names the file in errors.
+pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError> {
+    let root = parse_config_json(text, source)?;
+    // Multimodal wrappers keep the language model under text_config.
+    let v = root.get("text_config").filter(|t| t.is_object()).unwrap_or(&root);
+    let read = v.get("model_type").or(root.get("model_type")).and_then(Value::as_str).unwrap_or("");
+    if !SUPPORTED.contains(&read) {
+        return Err(ModelError::Input(format!(
+            "{source}: field \"model_type\" is {read:?}, which is not supported; supported: {}",
+            SUPPORTED.join(", ")
+        )));
+    }
+    let arch = match read.strip_suffix("_text").unwrap_or(read) {
+        "qwen3_vl" => "qwen3",
+        "qwen3_vl_moe" => "qwen3_moe",
+        a => a,
+    }
+    .to_string();
+    let with_defaults;
+    let v = match class_defaults(&arch) {
+        Some(defaults) => {
+            with_defaults = overlay(defaults, v);
+            &with_defaults
+        }
+        None => v,
+    };
+    let hidden = need(v, &["hidden_size"], source, &arch)?;
+    let layers = need(v, &["num_hidden_layers"], source, &arch)?;
+    let attention = read_attention(v, source, &arch, hidden)?;
+    let moe = read_moe(v, source, &arch)?;
+    let dense_layers = match &moe {
+        None => layers,
+        Some(_) if QWEN_MOE_ARCHS.contains(&arch.as_str()) => qwen_dense_layers(v, source, layers)?,
+        Some(_) if arch == "llama4" => llama4_dense_layers(v, source, layers)?,
+        Some(_) => field(v, &["first_k_dense_replace"], source)?.unwrap_or(0),
+    };
+    let dsa = match (field(v, &["index_n_heads"], source)?, field(v, &["index_head_dim"], source)?, field(v, &["index_topk"], source)?) {
+        (Some(h), Some(d), Some(k)) => {
+            Some(Dsa { index_heads: h, index_head_dim: d, topk: k, indexer_layers: read_indexer_layers(v, source, layers)? })
+        }
+        _ => None,
+    };
+    let layer_counts = read_layer_kinds(v, source, &arch, layers, dsa.is_some())?;
+    let sliding_window = read_sliding_window(v, source, &arch, layer_counts)?;
+    let linear = if layer_counts.linear > 0 { Some(read_linear(v, source, &arch)?) } else { None };
+    check_attn_type_list(v, source, &arch, layers)?;
+    let qk_norm_across_heads = arch == "minimax_m2" && read_qk_norm(v, source)?;
+    let shape = LayerShape { layers, dense: dense_layers, moe: if moe.is_some() { layers - dense_layers.min(layers) } else { 0 } };
+    let (checkpoint, checkpoint_parts) = read_checkpoint(&root, source, shape)?;
+    let name = v.get("_name_or_path").and_then(Value::as_str).filter(|s| !s.is_empty()).unwrap_or(source).to_string();
+    let spec = ModelSpec {
+        name,
+        hidden,
+        layers,
+        dense_layers,
+        // Llama 4's dense FFN layers are `intermediate_size_mlp` wide (16,384 when absent, as in
+        // transformers' Llama4TextConfig); its `intermediate_size` is an expert's.
+        ffn: match arch.as_str() {
+            "llama4" => field(v, &["intermediate_size_mlp"], source)?.unwrap_or(16_384),
+            _ => field(v, &["intermediate_size"], source)?.unwrap_or(hidden.saturating_mul(4)),
+        },
+        vocab: need(v, &["vocab_size"], source, &arch)?,
+        tied_embeddings: v
+            .get("tie_word_embeddings")
+            .or(root.get("tie_word_embeddings"))
+            .and_then(Value::as_bool)
+            .unwrap_or(TIED_BY_DEFAULT_ARCHS.contains(&arch.as_str())),
+        attention,
+        dsa,
+        moe,
+        max_context: field(v, &["max_position_embeddings"], source)?.unwrap_or(8192),
+        checkpoint,
+        checkpoint_parts,
+        arch,
+        layer_counts,
+        sliding_window,
+        linear,
+        qk_norm_across_heads,
+    };
+    spec.validate(source)?;
+    Ok(spec)
+}
+
+/// Parses a config.json. Python's `json.dump` writes the non-standard tokens `NaN`, `Infinity`
+/// and `-Infinity` for float fields (Nemotron-H's `time_step_limit` ends in `Infinity`), which
+/// strict JSON refuses: where the text fails to parse, those tokens outside strings are read as
+/// null and the text is parsed again. servetune reads no field that holds them.
+pub(super) fn parse_config_json(text: &str, source: &str) -> Result<Value, ModelError> {
+    serde_json::from_str(text).or_else(|e| {
+        python_floats_as_null(text)
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .ok_or_else(|| ModelError::Input(format!("{source}: not valid JSON ({e})")))
+    })
+}
+
+/// `text` with every `NaN`, `Infinity` and `-Infinity` token outside a string replaced by `null`,
+/// or None when it holds none.
+pub(super) fn python_floats_as_null(text: &str) -> Option<String> {
+    const TOKENS: [&str; 3] = ["-Infinity", "Infinity", "NaN"];
+    let mut out = String::with_capacity(text.len());
+    let (mut in_string, mut escaped, mut replaced) = (false, false, false);
+    let mut rest = text;
+    while let Some(c) = rest.chars().next() {
+        if in_string {
+            in_string = escaped || c != '"';
+            escaped = !escaped && c == '\\';
+        } else if c == '"' {
+            in_string = true;
+        } else if let Some(t) = TOKENS.iter().find(|t| rest.starts_with(*t)) {
+            let boundary = |ch: Option<char>| ch.is_none_or(|ch| !(ch.is_ascii_alphanumeric() || ch == '_' || ch == '.'));
+            if boundary(out.chars().next_back()) && boundary(rest[t.len()..].chars().next()) {
+                out.push_str("null");
+                rest = &rest[t.len()..];
+                replaced = true;
+                continue;
+            }
+        }
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    replaced.then_some(out)
+}

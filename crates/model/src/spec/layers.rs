@@ -1,0 +1,393 @@
+//! What differs per family: attention, the kind of each layer, experts and dense layers.
+//!
+//! - Attention is grouped-query (heads, KV heads, head dimension, biases, Qwen3-Next's output
+//!   gate) or, for the DeepSeek family (DeepSeek-V2/V3/V3.2, GLM-5, Kimi-K2), Multi-head Latent
+//!   Attention (the query and KV LoRA ranks and the rope, no-rope and value head dimensions). A
+//!   DSA indexer (DeepSeek-V3.2, GLM-5) adds its heads, head dimension and top-k, and runs only in
+//!   the layers `indexer_types` marks "full".
+//! - Each layer is full attention, sliding-window attention or Gated DeltaNet linear attention:
+//!   from `layer_types` where the file lists them, else from the config class's documented default
+//!   (Gemma's and Llama 4's interleaving, Qwen3-Next's every fourth layer full). A sliding window
+//!   applies only where the family's modelling code reads it (Qwen's needs
+//!   `use_sliding_window: true`); a layer kind or window servetune cannot model is refused, naming
+//!   the field and the value.
+//! - Linear-attention layers read their key and value heads and head dimensions and the
+//!   convolution kernel; MiniMax-M2's `attn_type_list` must be all softmax attention (its lightning
+//!   attention is not modelled), and its QK norm may span the heads.
+//! - Experts: the routed count (more than one makes a MoE model), top-k, an expert's FFN width,
+//!   shared experts and their width. Which layers are dense: DeepSeek's `first_k_dense_replace`,
+//!   Qwen's `mlp_only_layers` and `decoder_sparse_step`, Llama 4's `interleave_moe_layer_step` (or
+//!   its list of MoE layers).
+//!
+//! Every reader takes the parsed JSON, the file's name for errors and the family, and returns a
+//! typed value or an error naming the field; the shared field readers are in `config`.
+
+use serde_json::Value;
+
+use super::config::{field, need, HYBRID_ARCHS, MLA_ARCHS, OPT_IN_SLIDING_ARCHS, SLIDING_ARCHS};
+use super::{Attention, LayerCounts, LayerKind, LinearAttention, Moe};
+use crate::ModelError;
+
+pub(super) fn read_attention(v: &Value, source: &str, arch: &str, hidden: u32) -> Result<Attention, ModelError> {
+    let heads = need(v, &["num_attention_heads"], source, arch)?;
+    if MLA_ARCHS.contains(&arch) {
+        return Ok(Attention::Mla {
+            heads,
+            q_lora_rank: field(v, &["q_lora_rank"], source)?,
+            kv_lora_rank: need(v, &["kv_lora_rank"], source, arch)?,
+            qk_nope_head_dim: need(v, &["qk_nope_head_dim"], source, arch)?,
+            qk_rope_head_dim: need(v, &["qk_rope_head_dim"], source, arch)?,
+            v_head_dim: need(v, &["v_head_dim"], source, arch)?,
+        });
+    }
+    let head_dim = match field(v, &["head_dim"], source)? {
+        Some(d) => d,
+        None if heads == 0 => {
+            return Err(ModelError::Input(format!("{source}: field \"num_attention_heads\" is 0: a model needs at least one head")))
+        }
+        None => hidden / heads,
+    };
+    let bias_default = matches!(arch, "qwen2" | "qwen2_moe" | "gpt_oss");
+    let bias = v.get("attention_bias").and_then(Value::as_bool).unwrap_or(bias_default);
+    let kv_heads = field(v, &["num_key_value_heads"], source)?.unwrap_or(heads);
+    // Qwen3-Next's attention always gates its output (transformers' Qwen3NextAttention); Qwen3.5
+    // names it `attn_output_gate` (default true in its config class).
+    let gate = match arch {
+        "qwen3_next" => true,
+        "qwen3_5" | "qwen3_5_moe" => v.get("attn_output_gate").and_then(Value::as_bool).unwrap_or(true),
+        _ => false,
+    };
+    Ok(Attention::Gqa { heads, kv_heads, head_dim, bias, gate })
+}
+
+/// An array of whole numbers (`mlp_only_layers`), or an error naming the field.
+pub(super) fn index_list(v: &Value, key: &str, source: &str) -> Result<Vec<u64>, ModelError> {
+    match v.get(key) {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|x| x.as_u64().ok_or_else(|| ModelError::Input(format!("{source}: field {key:?} holds {x}, not a layer index"))))
+            .collect(),
+        Some(x) => Err(ModelError::Input(format!("{source}: field {key:?} is {x}, not a list of layer indices"))),
+    }
+}
+
+/// Qwen MoE layers: layer i has experts unless it is in `mlp_only_layers`, and when
+/// (i + 1) is a multiple of `decoder_sparse_step` (transformers' Qwen2/3-MoE and Qwen3-Next
+/// decoder layers); the others have a dense FFN of `intermediate_size`.
+pub(super) fn qwen_dense_layers(v: &Value, source: &str, layers: u32) -> Result<u32, ModelError> {
+    let step = field(v, &["decoder_sparse_step"], source)?.unwrap_or(1);
+    if step == 0 {
+        return Err(ModelError::Input(format!("{source}: field \"decoder_sparse_step\" is 0: it must be at least 1")));
+    }
+    let mut dense_only = index_list(v, "mlp_only_layers", source)?;
+    dense_only.sort_unstable();
+    dense_only.dedup();
+    let forced = dense_only.iter().filter(|i| **i < layers as u64 && (**i + 1) % step as u64 == 0).count() as u32;
+    Ok(layers - (layers / step - forced))
+}
+
+/// Llama 4's dense layers: the MoE layers are `moe_layers` when given, else every
+/// `interleave_moe_layer_step`-th layer, layers step - 1, 2 step - 1, ... (transformers'
+/// `Llama4TextConfig`); the rest have a dense FFN.
+pub(super) fn llama4_dense_layers(v: &Value, source: &str, layers: u32) -> Result<u32, ModelError> {
+    if v.get("moe_layers").is_some_and(|x| !x.is_null()) {
+        let mut moe = index_list(v, "moe_layers", source)?;
+        moe.sort_unstable();
+        moe.dedup();
+        if let Some(i) = moe.iter().find(|i| **i >= layers as u64) {
+            return Err(ModelError::Input(format!("{source}: field \"moe_layers\" holds {i}, but there are {layers} layers")));
+        }
+        return Ok(layers - moe.len() as u32);
+    }
+    let step = field(v, &["interleave_moe_layer_step"], source)?.unwrap_or(1);
+    if step == 0 {
+        return Err(ModelError::Input(format!("{source}: field \"interleave_moe_layer_step\" is 0: it must be at least 1")));
+    }
+    Ok(layers - layers / step)
+}
+
+/// Llama 4's attention: a layer with rotary embedding attends within its chunk of
+/// `attention_chunk_size` tokens (chunked local attention), a NoPE layer to the whole context.
+/// The rotary layers are those `no_rope_layers` marks 1, else all but every
+/// `no_rope_layer_interval`-th (4: transformers' default). Chunked layers are modelled as sliding
+/// windows of the chunk size: exact while a context fits one chunk, and reading up to twice the
+/// average chunk's keys beyond. Without a chunk size every layer is full attention.
+pub(super) fn llama4_layer_kinds(v: &Value, source: &str, layers: u32) -> Result<LayerCounts, ModelError> {
+    if field(v, &["attention_chunk_size"], source)?.is_none() {
+        return Ok(LayerCounts { full: layers, sliding: 0, linear: 0 });
+    }
+    // An absent or empty list is the default interval, as transformers reads it.
+    let marks = index_list(v, "no_rope_layers", source)?;
+    let rope = if !marks.is_empty() {
+        if marks.len() != layers as usize || marks.iter().any(|m| *m > 1) {
+            return Err(ModelError::Input(format!(
+                "{source}: field \"no_rope_layers\" must hold one 0 (NoPE) or 1 (rotary) per layer, {layers} in all"
+            )));
+        }
+        marks.iter().filter(|m| **m == 1).count() as u32
+    } else {
+        let every = field(v, &["no_rope_layer_interval"], source)?.unwrap_or(4);
+        if every == 0 {
+            return Err(ModelError::Input(format!("{source}: field \"no_rope_layer_interval\" is 0: it must be at least 1")));
+        }
+        layers - layers / every
+    };
+    Ok(LayerCounts { full: layers - rope, sliding: rope, linear: 0 })
+}
+
+/// Layer kinds from `layer_types`, or the config class's default when it is absent: Qwen3-Next
+/// and Qwen3.5 put a full-attention layer every `full_attention_interval` layers (the rest linear);
+/// gpt-oss and Gemma 2 alternate sliding (even layers) and full; Gemma 3 slides in all but every
+/// `sliding_window_pattern`-th layer; Mistral, Mixtral and Phi-3 with a `sliding_window` slide in
+/// every layer; everything else is full attention. `dsa`: the model has a DSA indexer (its
+/// layers may be spelled "deepseek_sparse_attention").
+pub(super) fn read_layer_kinds(v: &Value, source: &str, arch: &str, layers: u32, dsa: bool) -> Result<LayerCounts, ModelError> {
+    let kinds: Vec<LayerKind> = match v.get("layer_types") {
+        None | Some(Value::Null) => return default_layer_kinds(v, source, arch, layers),
+        Some(Value::Array(a)) => {
+            if a.len() != layers as usize {
+                return Err(ModelError::Input(format!(
+                    "{source}: field \"layer_types\" has {} entries but \"num_hidden_layers\" is {layers}: give one per layer",
+                    a.len()
+                )));
+            }
+            a.iter().enumerate().map(|(i, t)| layer_kind(t, i, source, arch, dsa)).collect::<Result<_, _>>()?
+        }
+        Some(x) => return Err(ModelError::Input(format!("{source}: field \"layer_types\" is {x}, not a list of layer kinds"))),
+    };
+    for (i, k) in kinds.iter().enumerate() {
+        let allowed = match k {
+            LayerKind::Full => true,
+            LayerKind::Sliding => SLIDING_ARCHS.contains(&arch),
+            LayerKind::Linear => HYBRID_ARCHS.contains(&arch),
+        };
+        if !allowed {
+            return Err(ModelError::Input(format!(
+                "{source}: field \"layer_types\" entry {i} is {:?}, which model_type {arch:?} does not have; servetune cannot model it",
+                k.name()
+            )));
+        }
+    }
+    let count = |want: LayerKind| kinds.iter().filter(|k| **k == want).count() as u32;
+    Ok(LayerCounts { full: count(LayerKind::Full), sliding: count(LayerKind::Sliding), linear: count(LayerKind::Linear) })
+}
+
+/// One `layer_types` entry. Two spellings are architecture-specific: GLM-5.2's
+/// "deepseek_sparse_attention" (full attention read through the DSA indexer's top-k, on a model
+/// with an indexer) and Llama 4's "chunked_attention" (newer transformers write Llama 4's layer
+/// kinds out: its chunked layers, [`llama4_layer_kinds`]).
+pub(super) fn layer_kind(t: &Value, i: usize, source: &str, arch: &str, dsa: bool) -> Result<LayerKind, ModelError> {
+    match t.as_str() {
+        Some("full_attention") => Ok(LayerKind::Full),
+        Some("sliding_attention") => Ok(LayerKind::Sliding),
+        Some("linear_attention") => Ok(LayerKind::Linear),
+        Some("deepseek_sparse_attention") if dsa => Ok(LayerKind::Full),
+        Some("chunked_attention") if arch == "llama4" => Ok(LayerKind::Sliding),
+        _ => Err(ModelError::Input(format!(
+            "{source}: field \"layer_types\" entry {i} is {t}, which servetune does not understand (known: full_attention, sliding_attention, linear_attention{}{})",
+            if dsa { ", deepseek_sparse_attention" } else { "" },
+            if arch == "llama4" { ", chunked_attention" } else { "" }
+        ))),
+    }
+}
+
+pub(super) fn default_layer_kinds(v: &Value, source: &str, arch: &str, layers: u32) -> Result<LayerCounts, ModelError> {
+    let all = |kind: LayerKind| LayerCounts {
+        full: if kind == LayerKind::Full { layers } else { 0 },
+        sliding: if kind == LayerKind::Sliding { layers } else { 0 },
+        linear: 0,
+    };
+    Ok(match arch {
+        _ if HYBRID_ARCHS.contains(&arch) => {
+            let every = need(v, &["full_attention_interval"], source, arch)?;
+            if every == 0 {
+                return Err(ModelError::Input(format!("{source}: field \"full_attention_interval\" is 0: it must be at least 1")));
+            }
+            LayerCounts { full: layers / every, sliding: 0, linear: layers - layers / every }
+        }
+        "llama4" => llama4_layer_kinds(v, source, layers)?,
+        // Layer i slides when i is even (gpt-oss; Gemma 2's decoder layers alike).
+        "gpt_oss" | "gemma2" => LayerCounts { full: layers / 2, sliding: layers - layers / 2, linear: 0 },
+        // Gemma 3 without `layer_types`: layer i is global when (i + 1) is a multiple of
+        // `sliding_window_pattern` (6 when absent, transformers' Gemma3TextConfig), else it slides.
+        "gemma3" => {
+            let every = field(v, &["sliding_window_pattern"], source)?.unwrap_or(6);
+            if every == 0 {
+                return Err(ModelError::Input(format!("{source}: field \"sliding_window_pattern\" is 0: it must be at least 1")));
+            }
+            LayerCounts { full: layers / every, sliding: layers - layers / every, linear: 0 }
+        }
+        "mistral" | "mixtral" | "phi3" if field(v, &["sliding_window"], source)?.is_some() => all(LayerKind::Sliding),
+        _ => all(LayerKind::Full),
+    })
+}
+
+/// The window of the sliding layers. A `sliding_window` on an architecture without sliding layers
+/// is refused (Qwen's configs carry one that `use_sliding_window: false` leaves off; `true` is
+/// refused: its `max_window_layers` split is not modelled).
+pub(super) fn read_sliding_window(v: &Value, source: &str, arch: &str, counts: LayerCounts) -> Result<Option<u32>, ModelError> {
+    // Llama 4's chunked layers ([`llama4_layer_kinds`]) attend within `attention_chunk_size`.
+    let key = if arch == "llama4" { "attention_chunk_size" } else { "sliding_window" };
+    let window = field(v, &[key], source)?;
+    if counts.sliding > 0 {
+        return match window {
+            Some(w) if w > 0 => Ok(Some(w)),
+            Some(_) => Err(ModelError::Input(format!("{source}: field {key:?} is 0: sliding layers need a window of at least 1 token"))),
+            None => Err(ModelError::Input(format!(
+                "{source}: model_type {arch:?} has {} sliding-window layers but no field {key:?}",
+                counts.sliding
+            ))),
+        };
+    }
+    let Some(w) = window else { return Ok(None) };
+    if OPT_IN_SLIDING_ARCHS.contains(&arch) {
+        return match v.get("use_sliding_window").and_then(Value::as_bool) {
+            Some(true) => Err(ModelError::Input(format!(
+                "{source}: field \"use_sliding_window\" is true (window {w}): Qwen's per-layer sliding window (max_window_layers) is not modelled; set it to false"
+            ))),
+            _ => Ok(None),
+        };
+    }
+    if SLIDING_ARCHS.contains(&arch) {
+        return Ok(None);
+    }
+    Err(ModelError::Input(format!(
+        "{source}: field \"sliding_window\" is {w}, but model_type {arch:?} has no sliding-window layers; servetune cannot model it (remove the field if it is unused)"
+    )))
+}
+
+/// Layers running the DSA indexer, from `indexer_types` (one "full" or "shared" per layer: GLM-5.2
+/// runs the indexer in the "full" layers and the "shared" ones reuse its top-k); all layers without
+/// it. An `index_topk_freq` above 1 without that list is refused: which layers share is not
+/// stated.
+pub(super) fn read_indexer_layers(v: &Value, source: &str, layers: u32) -> Result<u32, ModelError> {
+    let bad = |k: &str, why: String| Err(ModelError::Input(format!("{source}: field {k:?} {why}")));
+    match v.get("indexer_types").filter(|x| !x.is_null()) {
+        None => match field(v, &["index_topk_freq"], source)? {
+            Some(f) if f > 1 => {
+                bad("index_topk_freq", format!("is {f}, but no \"indexer_types\" says which layers share the indexer's top-k"))
+            }
+            _ => Ok(layers),
+        },
+        Some(Value::Array(a)) if a.len() == layers as usize => {
+            let mut full = 0;
+            for (i, t) in a.iter().enumerate() {
+                match t.as_str() {
+                    Some("full") => full += 1,
+                    Some("shared") if full > 0 => {}
+                    Some("shared") => return bad("indexer_types", format!("entry {i} is \"shared\" before any \"full\" layer")),
+                    _ => {
+                        return bad("indexer_types", format!("entry {i} is {t}, which servetune does not understand (known: full, shared)"))
+                    }
+                }
+            }
+            Ok(full)
+        }
+        Some(Value::Array(a)) => {
+            bad("indexer_types", format!("has {} entries but \"num_hidden_layers\" is {layers}: give one per layer", a.len()))
+        }
+        Some(x) => bad("indexer_types", format!("is {x}, not a list")),
+    }
+}
+
+/// Gated DeltaNet's shape (Qwen3-Next, Qwen3.5).
+pub(super) fn read_linear(v: &Value, source: &str, arch: &str) -> Result<LinearAttention, ModelError> {
+    let state_bytes = match v.get("mamba_ssm_dtype") {
+        None | Some(Value::Null) => 2,
+        Some(x) => match x.as_str() {
+            Some("float32") => 4,
+            Some("bfloat16" | "float16") => 2,
+            _ => {
+                return Err(ModelError::Input(format!(
+                    "{source}: field \"mamba_ssm_dtype\" is {x}, which servetune does not understand (known: float32, bfloat16, float16)"
+                )))
+            }
+        },
+    };
+    let la = LinearAttention {
+        key_heads: need(v, &["linear_num_key_heads"], source, arch)?,
+        value_heads: need(v, &["linear_num_value_heads"], source, arch)?,
+        key_head_dim: need(v, &["linear_key_head_dim"], source, arch)?,
+        value_head_dim: need(v, &["linear_value_head_dim"], source, arch)?,
+        conv_kernel: need(v, &["linear_conv_kernel_dim"], source, arch)?,
+        state_bytes,
+    };
+    let sizes = [
+        ("linear_num_key_heads", la.key_heads),
+        ("linear_num_value_heads", la.value_heads),
+        ("linear_key_head_dim", la.key_head_dim),
+        ("linear_value_head_dim", la.value_head_dim),
+        ("linear_conv_kernel_dim", la.conv_kernel),
+    ];
+    if let Some((name, _)) = sizes.iter().find(|(_, x)| *x == 0) {
+        return Err(ModelError::Input(format!("{source}: field {name:?} is 0: it must be at least 1")));
+    }
+    if !la.value_heads.is_multiple_of(la.key_heads) {
+        return Err(ModelError::Input(format!(
+            "{source}: field \"linear_num_value_heads\" is {}: it must be a multiple of linear_num_key_heads {}",
+            la.value_heads, la.key_heads
+        )));
+    }
+    Ok(la)
+}
+
+/// Whether a MiniMax-M2 config's q/k norm spans a layer's heads
+/// ([`ModelSpec::qk_norm_across_heads`]): `qk_norm_type` "per_layer" with `use_qk_norm`;
+/// "per_head" (or no field) is a local norm. Any other value is refused, naming the field. Other
+/// architectures' configs are not read for it (their engines' norms are per head).
+pub(super) fn read_qk_norm(v: &Value, source: &str) -> Result<bool, ModelError> {
+    let used = v.get("use_qk_norm").and_then(Value::as_bool).unwrap_or(false);
+    match v.get("qk_norm_type").filter(|x| !x.is_null()) {
+        None => Ok(false),
+        Some(Value::String(t)) if t == "per_layer" => Ok(used),
+        Some(Value::String(t)) if t == "per_head" => Ok(false),
+        Some(t) => Err(ModelError::Input(format!(
+            "{source}: field \"qk_norm_type\" is {t}: servetune models \"per_layer\" (one norm over all heads) and \"per_head\""
+        ))),
+    }
+}
+
+/// MiniMax's `attn_type_list`: 1 is softmax attention in that layer, 0 MiniMax-01's lightning
+/// (linear) attention, which is not modelled and is refused.
+pub(super) fn check_attn_type_list(v: &Value, source: &str, arch: &str, layers: u32) -> Result<(), ModelError> {
+    let Some(list) = v.get("attn_type_list").filter(|x| !x.is_null()) else { return Ok(()) };
+    let bad = |why: String| Err(ModelError::Input(format!("{source}: field \"attn_type_list\" {why}")));
+    if arch != "minimax_m2" {
+        return bad(format!("is set, but model_type {arch:?} has no such field; servetune cannot model it"));
+    }
+    let Some(a) = list.as_array() else { return bad(format!("is {list}, not a list")) };
+    if a.len() != layers as usize {
+        return bad(format!("has {} entries but \"num_hidden_layers\" is {layers}", a.len()));
+    }
+    match a.iter().enumerate().find(|(_, t)| t.as_u64() != Some(1)) {
+        Some((i, t)) => bad(format!(
+            "entry {i} is {t}: only 1 (softmax attention) is modelled; 0 is MiniMax lightning linear attention, which servetune cannot model"
+        )),
+        None => Ok(()),
+    }
+}
+
+pub(super) fn read_moe(v: &Value, source: &str, arch: &str) -> Result<Option<Moe>, ModelError> {
+    let experts = match field(v, &["n_routed_experts", "num_experts", "num_local_experts"], source)? {
+        Some(e) if e > 1 => e,
+        _ => return Ok(None),
+    };
+    let top_k = need(v, &["num_experts_per_tok", "experts_per_token", "moe_top_k"], source, arch)?;
+    let expert_ffn = field(v, &["moe_intermediate_size", "intermediate_size"], source)?.ok_or_else(|| {
+        ModelError::Input(format!("{source}: model_type {arch:?} has experts but no \"moe_intermediate_size\" or \"intermediate_size\""))
+    })?;
+    // Every Llama 4 MoE layer has one shared expert of an expert's size (transformers' Llama4TextMoe).
+    let shared_default = if arch == "llama4" { 1 } else { 0 };
+    let shared_experts = field(v, &["n_shared_experts"], source)?.unwrap_or(shared_default);
+    let shared_ffn = field(v, &["shared_expert_intermediate_size"], source)?.unwrap_or(shared_experts.saturating_mul(expert_ffn));
+    Ok(Some(Moe {
+        experts,
+        top_k,
+        // Qwen2-MoE names no shared-expert count, only its size: one block.
+        shared_experts: if shared_experts == 0 && shared_ffn > 0 { 1 } else { shared_experts },
+        expert_ffn,
+        shared_ffn,
+        bias: arch == "gpt_oss",
+    }))
+}

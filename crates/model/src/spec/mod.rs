@@ -1,0 +1,277 @@
+//! Model architectures: reading a Hugging Face `config.json` (the catalog's entries are the
+//! published files under `crates/model/data/models/`, read by the same parser as `--model-config`),
+//! validating them, and parameter counts computed from the architecture.
+//!
+//! Layers are full attention, sliding-window attention (gpt-oss, Mistral) or Gated DeltaNet linear
+//! attention (Qwen3-Next, Qwen3.5), read from `layer_types` or the config class's documented
+//! default. A field the parser does not understand for the `model_type` is refused by name and
+//! value, never guessed.
+//!
+//! This file holds the types every other part of the model reads: [`ModelSpec`] and its parts
+//! ([`Attention`], [`Dsa`], [`LayerCounts`], [`LinearAttention`], [`Moe`], [`PartFormats`]). The
+//! work is split by concern:
+//!
+//! - `config`: the entry point [`from_hf_config`]. It parses the JSON (Python's `NaN` and
+//!   `Infinity` tokens read as null), picks the language model out of a multimodal wrapper, maps
+//!   the `model_type` onto one of the [`SUPPORTED`] families, fills in the fields a config class
+//!   defaults (Gemma), and reads the whole-number fields every family shares, each bounded so
+//!   that sums of a few of them cannot overflow.
+//! - `layers`: what differs per family: attention (grouped-query or DeepSeek's latent attention,
+//!   and the DSA indexer with the layers that run it), which layers are full, sliding-window or
+//!   linear attention, the sliding window, Gated DeltaNet's sizes, MiniMax's layer list and norm,
+//!   experts (routed, shared, top-k) and which layers are dense (Qwen's `mlp_only_layers`, Llama
+//!   4's interleaving, DeepSeek's `first_k_dense_replace`).
+//! - `checkpoint`: the weight format from `quantization_config`, per part where a checkpoint
+//!   quantizes parts differently (ModelOpt mixed precision, fbgemm FP8 exports, compressed-tensors).
+//! - `catalog`: the catalog's entries, their embedded config files and published checkpoints.
+//! - `params`: [`ParamCounts`] from the architecture, the KV cache elements a token stores per
+//!   layer, and the layer counts the predictions use.
+//! - `check`: [`ModelSpec::validate`], which refuses an architecture no model can have, naming
+//!   the field.
+//!
+//! The public paths are this module's (`spec::from_hf_config`, `spec::catalog`,
+//! `spec::ParamCounts`): callers do not see the split.
+
+mod catalog;
+mod check;
+mod checkpoint;
+mod config;
+mod layers;
+mod params;
+#[cfg(test)]
+mod tests;
+
+pub use catalog::{catalog, catalog_entry, catalog_names, CatalogEntry, Checkpoint};
+pub use config::{from_hf_config, SUPPORTED};
+pub use params::ParamCounts;
+
+use serde::Serialize;
+
+use crate::quant::Dtype;
+
+/// How attention stores and reads its KV cache.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Attention {
+    /// Multi-head or grouped-query attention (MHA when kv_heads == heads).
+    Gqa {
+        /// Query heads.
+        heads: u32,
+        /// Key/value heads (divides `heads`).
+        kv_heads: u32,
+        /// Dimension of one head.
+        head_dim: u32,
+        /// Projections carry biases.
+        bias: bool,
+        /// The query projection also produces a sigmoid output gate (Qwen3-Next, Qwen3.5 "gated
+        /// attention"): it is twice as wide.
+        gate: bool,
+    },
+    /// Multi-head latent attention (DeepSeek-V2/V3, GLM-5).
+    Mla {
+        /// Query heads.
+        heads: u32,
+        /// Rank of the query compression (None: queries are not compressed).
+        q_lora_rank: Option<u32>,
+        /// Rank of the KV latent (what the cache stores per token and layer).
+        kv_lora_rank: u32,
+        /// Per-head query/key dimension without rotary embedding.
+        qk_nope_head_dim: u32,
+        /// Per-head rotary dimension (also cached per token).
+        qk_rope_head_dim: u32,
+        /// Per-head value dimension.
+        v_head_dim: u32,
+    },
+}
+
+/// DeepSeek Sparse Attention's indexer (DeepSeek-V3.2, GLM-5).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Dsa {
+    /// Indexer heads.
+    pub index_heads: u32,
+    /// Indexer head dimension (its keys are cached per token and layer).
+    pub index_head_dim: u32,
+    /// Tokens each query attends to.
+    pub topk: u32,
+    /// Layers that run the indexer; the others reuse the top-k of the last layer that did
+    /// (GLM-5.2's `indexer_types` "shared") and keep no indexer keys. All layers when the config
+    /// names none.
+    pub indexer_layers: u32,
+}
+
+/// What one layer's token mixer is (`layer_types` in a config.json).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LayerKind {
+    /// Attention over the whole context (`full_attention`).
+    Full,
+    /// Attention over the last `sliding_window` tokens (`sliding_attention`).
+    Sliding,
+    /// Gated DeltaNet linear attention (`linear_attention`): a fixed-size recurrent state per
+    /// request instead of a KV cache.
+    Linear,
+}
+
+impl LayerKind {
+    /// The `layer_types` spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            LayerKind::Full => "full_attention",
+            LayerKind::Sliding => "sliding_attention",
+            LayerKind::Linear => "linear_attention",
+        }
+    }
+}
+
+/// Layers by kind (they add up to `ModelSpec::layers`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+pub struct LayerCounts {
+    /// Full-attention layers.
+    pub full: u32,
+    /// Sliding-window attention layers.
+    pub sliding: u32,
+    /// Gated DeltaNet linear-attention layers.
+    pub linear: u32,
+}
+
+/// Gated DeltaNet linear attention (Qwen3-Next, Qwen3.5): per request and layer it keeps a
+/// recurrent state of value_heads x key_head_dim x value_head_dim and a causal-convolution state of
+/// (2 x key_heads x key_head_dim + value_heads x value_head_dim) x (conv_kernel - 1).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct LinearAttention {
+    /// Key (and query) heads, `linear_num_key_heads`.
+    pub key_heads: u32,
+    /// Value heads, `linear_num_value_heads` (a multiple of the key heads).
+    pub value_heads: u32,
+    /// `linear_key_head_dim`.
+    pub key_head_dim: u32,
+    /// `linear_value_head_dim`.
+    pub value_head_dim: u32,
+    /// `linear_conv_kernel_dim`.
+    pub conv_kernel: u32,
+    /// Bytes per element of the recurrent state (`mamba_ssm_dtype`; 2 when absent: vLLM's
+    /// `--mamba-ssm-cache-dtype auto` keeps the model's bf16).
+    pub state_bytes: u32,
+}
+
+impl LinearAttention {
+    /// Width of the query/key/value streams through the causal convolution.
+    pub fn conv_dim(&self) -> f64 {
+        2.0 * self.key_heads as f64 * self.key_head_dim as f64 + self.value_heads as f64 * self.value_head_dim as f64
+    }
+
+    /// Parameters of one layer: the fused q/k/v/z projection, the beta/alpha (decay) projection,
+    /// the convolution, per-head decay and bias, the gated norm and the output projection.
+    pub fn params(&self, hidden: u32) -> f64 {
+        let h = hidden as f64;
+        let key = self.key_heads as f64 * self.key_head_dim as f64;
+        let value = self.value_heads as f64 * self.value_head_dim as f64;
+        let vh = self.value_heads as f64;
+        h * (2.0 * key + 2.0 * value)
+            + h * 2.0 * vh
+            + self.conv_dim() * self.conv_kernel as f64
+            + 2.0 * vh
+            + self.value_head_dim as f64
+            + value * h
+    }
+
+    /// Bytes of state one request holds in one layer: (recurrent state, convolution state in bf16).
+    pub fn state_bytes_per_layer(&self) -> (f64, f64) {
+        let recurrent = self.value_heads as f64 * self.key_head_dim as f64 * self.value_head_dim as f64 * self.state_bytes as f64;
+        let conv = self.conv_dim() * self.conv_kernel.saturating_sub(1) as f64 * 2.0;
+        (recurrent, conv)
+    }
+}
+
+/// Routed experts.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Moe {
+    /// Routed experts per MoE layer.
+    pub experts: u32,
+    /// Experts each token is routed to (at most `experts`).
+    pub top_k: u32,
+    /// Shared experts every token passes through.
+    pub shared_experts: u32,
+    /// Intermediate size of one expert.
+    pub expert_ffn: u32,
+    /// Intermediate size of the shared expert block (defaults to shared_experts * expert_ffn).
+    pub shared_ffn: u32,
+    /// Experts carry biases (gpt-oss).
+    pub bias: bool,
+}
+
+/// A model, as the performance model needs it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModelSpec {
+    /// Catalog name, the config's `_name_or_path`, or the file it was read from.
+    pub name: String,
+    /// The `model_type` it was read as.
+    pub arch: String,
+    /// Hidden size.
+    pub hidden: u32,
+    /// Transformer layers (the MTP layer is not counted).
+    pub layers: u32,
+    /// The first layers with a dense FFN instead of experts (all of them for dense models).
+    pub dense_layers: u32,
+    /// Dense FFN intermediate size.
+    pub ffn: u32,
+    /// Vocabulary size.
+    pub vocab: u32,
+    /// The LM head shares the embedding table.
+    pub tied_embeddings: bool,
+    /// Attention and its KV layout.
+    pub attention: Attention,
+    /// The sparse-attention indexer, if any.
+    pub dsa: Option<Dsa>,
+    /// Routed experts, if any.
+    pub moe: Option<Moe>,
+    /// Longest context, tokens.
+    pub max_context: u32,
+    /// The checkpoint's weight format, from its `quantization_config` (None: unquantized, BF16);
+    /// a mixed checkpoint's is its experts' (MoE) or its dense FFN's.
+    pub checkpoint: Option<Dtype>,
+    /// Each part's format where the checkpoint quantizes its parts differently (ModelOpt's
+    /// `MIXED_PRECISION`); None when one format covers them ([`Quant::preset`] of `checkpoint`).
+    ///
+    /// [`Quant::preset`]: crate::quant::Quant::preset
+    pub checkpoint_parts: Option<PartFormats>,
+    /// Layers by kind.
+    pub layer_counts: LayerCounts,
+    /// Tokens a sliding-window layer attends to (Some exactly when there are sliding layers).
+    pub sliding_window: Option<u32>,
+    /// The linear-attention layers' shape (Some exactly when there are linear layers).
+    pub linear: Option<LinearAttention>,
+    /// The query and key RMSNorm runs over all heads of a layer, not per head (MiniMax-M2's
+    /// `use_qk_norm` with `qk_norm_type` "per_layer"): under tensor parallelism each rank holds
+    /// some heads, so the engines all-reduce the sum of squares across the TP ranks between the
+    /// norm's two halves (vLLM `MiniMaxText01RMSNormTP.forward_qk`, sglang
+    /// `MiniMaxM2RMSNormTP`).
+    pub qk_norm_across_heads: bool,
+}
+
+/// The weight format of each part of a mixed-precision checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PartFormats {
+    /// Attention (and linear-attention) projections.
+    pub attention: Dtype,
+    /// Dense FFN layers.
+    pub dense_ffn: Dtype,
+    /// Routed experts.
+    pub experts: Dtype,
+    /// Shared experts.
+    pub shared_experts: Dtype,
+    /// The LM head, where the checkpoint quantizes it (None: BF16, the embedding table's).
+    pub lm_head: Option<Dtype>,
+}
+
+impl PartFormats {
+    /// The format that names the checkpoint: the experts' in a model with experts, else the dense
+    /// FFN's ([`crate::quant::Quant::headline`]).
+    fn headline(&self, has_experts: bool) -> Dtype {
+        if has_experts {
+            self.experts
+        } else {
+            self.dense_ffn
+        }
+    }
+}

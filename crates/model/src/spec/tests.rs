@@ -1,0 +1,592 @@
+//! Unit tests of the config parser: published parameter counts, each family's layer layout, the
+//! checkpoint formats, and the refusals that name a field.
+
+use serde_json::Value;
+
+use super::config::*;
+use super::*;
+
+fn within(got: f64, want: f64, tol: f64) -> bool {
+    (got - want).abs() / want < tol
+}
+
+/// Published totals and active counts. Vendors count "active" differently, so each figure is
+/// checked against the count its vendor uses: DeepSeek, Qwen, Mistral and Meta include the
+/// embedding table and the LM head; OpenAI's gpt-oss model card counts the LM head but not the
+/// embedding; Z.ai's "40B active" for GLM-5 matches the count without both. New entries: Kimi-K2
+/// (Moonshot's tech report: 1.04T total, 32B active, which matches the count with the LM head);
+/// MiniMax-M2 (230B, 10B active: without embedding and LM head); GLM-4.5 and GLM-4.6 (Z.ai:
+/// 355B, 32B active, without both); gpt-oss-20b (OpenAI's model card: 20.91B, 3.61B active);
+/// Qwen3.5-397B-A17B (Qwen: 397B, 17B active).
+#[test]
+fn parameter_counts_match_published_totals_within_two_percent() {
+    let cases: &[(&str, f64, f64, &str)] = &[
+        ("glm-5", 744e9, 40e9, "non_embedding"),
+        ("deepseek-v3", 671e9, 37e9, "all"),
+        ("qwen3-235b-a22b", 235e9, 22e9, "all"),
+        ("qwen3-30b-a3b", 30.5e9, 3.3e9, "all"),
+        ("llama-3.1-70b", 70.6e9, 70.6e9, "all"),
+        ("llama-3.1-8b", 8.03e9, 8.03e9, "all"),
+        ("mixtral-8x7b", 46.7e9, 12.9e9, "all"),
+        ("gpt-oss-120b", 116.83e9, 5.13e9, "lm_head"),
+        ("gpt-oss-20b", 20.91e9, 3.61e9, "lm_head"),
+        ("kimi-k2", 1.04e12, 32e9, "lm_head"),
+        ("minimax-m2", 230e9, 10e9, "non_embedding"),
+        ("glm-4.5", 355e9, 32e9, "non_embedding"),
+        ("glm-4.6", 355e9, 32e9, "non_embedding"),
+        // Meta's model cards: 17B active of 109B (Scout) and of 400B (Maverick), the vision
+        // encoder (not modelled) included.
+        ("llama-4-scout", 109e9, 17e9, "all"),
+        ("llama-4-maverick", 400e9, 17e9, "all"),
+    ];
+    for &(name, total, active, conv) in cases {
+        let p = catalog(name).expect("catalog").params();
+        let a = match conv {
+            "all" => p.active,
+            "lm_head" => p.active_non_embedding + p.lm_head,
+            _ => p.active_non_embedding,
+        };
+        assert!(within(p.total, total, 0.02), "{name}: total {:.2}B vs {:.2}B", p.total / 1e9, total / 1e9);
+        assert!(within(a, active, 0.02), "{name}: active {:.2}B vs {:.2}B ({conv})", a / 1e9, active / 1e9);
+    }
+}
+
+/// Qwen publishes Qwen3-Next-80B-A3B as "80B in total, 79B non-embedding, 3B activated" and
+/// Qwen3.5-397B-A17B as "397B in total, 17B activated": the totals are checked within 2%, the
+/// active counts to the published figures' own precision (they are rounded to whole billions:
+/// the counts here are 3.25B without embeddings and 17.35B with them).
+#[test]
+fn qwen_hybrid_counts_match_the_model_cards() {
+    let p = catalog("qwen3-next-80b-a3b").expect("catalog").params();
+    assert!(within(p.total, 80e9, 0.02), "total {:.2}B", p.total / 1e9);
+    assert!(within(p.total - p.embeddings - p.lm_head, 79e9, 0.02), "non-embedding {:.2}B", (p.total - p.embeddings - p.lm_head) / 1e9);
+    assert!((2.5e9..3.5e9).contains(&p.active_non_embedding), "active {:.2}B", p.active_non_embedding / 1e9);
+    let p = catalog("qwen3.5-397b-a17b").expect("catalog").params();
+    assert!(within(p.total, 397e9, 0.02), "total {:.2}B", p.total / 1e9);
+    assert!((16.5e9..17.5e9).contains(&p.active), "active {:.2}B", p.active / 1e9);
+}
+
+#[test]
+fn hybrid_and_sliding_layers_are_read_from_the_configs() {
+    let next = catalog("qwen3-next-80b-a3b").expect("next");
+    assert_eq!(next.layer_counts, LayerCounts { full: 12, sliding: 0, linear: 36 });
+    let la = next.linear.expect("linear attention");
+    assert_eq!((la.key_heads, la.value_heads, la.key_head_dim, la.value_head_dim, la.state_bytes), (16, 32, 128, 128, 2));
+    let q35 = catalog("qwen3.5-397b-a17b").expect("3.5");
+    assert_eq!(q35.layer_counts, LayerCounts { full: 15, sliding: 0, linear: 45 });
+    assert_eq!(q35.linear.expect("linear").state_bytes, 4, "mamba_ssm_dtype float32");
+    assert!(matches!(q35.attention, Attention::Gqa { gate: true, .. }));
+    let oss = catalog("gpt-oss-120b").expect("oss");
+    assert_eq!((oss.layer_counts, oss.sliding_window), (LayerCounts { full: 18, sliding: 18, linear: 0 }, Some(128)));
+    assert_eq!(catalog("kimi-k2").expect("kimi").moe.expect("moe").experts, 384);
+    assert!(matches!(catalog("kimi-k2").expect("kimi").attention, Attention::Mla { .. }));
+    assert_eq!(catalog("glm-4.6").expect("glm").max_context, 202_752);
+    // Without layer_types, Qwen3-Next's full_attention_interval places the same layers.
+    let mut cfg: Value = serde_json::from_str(include_str!("../../data/models/qwen3.5-397b-a17b.json")).expect("json");
+    cfg["text_config"].as_object_mut().expect("text_config").remove("layer_types");
+    let derived = from_hf_config(&cfg.to_string(), "c.json").expect("derived");
+    assert_eq!(derived.layer_counts, q35.layer_counts);
+}
+
+#[test]
+fn glm5_breakdown_is_dominated_by_routed_experts() {
+    let p = catalog("glm-5").expect("glm").params();
+    assert!(p.routed_experts / p.total > 0.97);
+    assert!((p.per_expert - 3.0 * 6144.0 * 2048.0).abs() < 1.0);
+}
+
+#[test]
+fn hf_config_reads_deepseek_v3_like_the_catalog() {
+    let cfg = r#"{"model_type":"deepseek_v3","hidden_size":7168,"num_hidden_layers":61,"vocab_size":129280,"num_attention_heads":128,
+        "q_lora_rank":1536,"kv_lora_rank":512,"qk_nope_head_dim":128,"qk_rope_head_dim":64,"v_head_dim":128,"n_routed_experts":256,
+        "num_experts_per_tok":8,"n_shared_experts":1,"moe_intermediate_size":2048,"intermediate_size":18432,"first_k_dense_replace":3,
+        "max_position_embeddings":163840}"#;
+    let a = from_hf_config(cfg, "config.json").expect("parse");
+    let b = catalog("deepseek-v3").expect("catalog");
+    assert!((a.params().total - b.params().total).abs() < 1.0);
+}
+
+#[test]
+fn unsupported_architecture_names_the_field() {
+    let e = from_hf_config(r#"{"model_type":"mamba"}"#, "c.json").expect_err("unsupported");
+    assert!(e.to_string().contains("\"model_type\""), "{e}");
+    let e = from_hf_config(r#"{"model_type":"llama","hidden_size":4096}"#, "c.json").expect_err("missing");
+    assert!(e.to_string().contains("\"num_hidden_layers\""), "{e}");
+}
+
+#[test]
+fn unknown_catalog_name_lists_the_catalog() {
+    let e = catalog("gpt-5").expect_err("unknown");
+    assert!(e.to_string().contains("glm-5, deepseek-v3"), "{e}");
+}
+
+#[test]
+fn every_catalog_config_names_its_checkpoint_and_defaults_to_it() {
+    for name in catalog_names() {
+        let e = catalog_entry(name).expect("entry");
+        let spec = catalog(name).expect("config");
+        assert!(!e.checkpoints.is_empty(), "{name}");
+        assert_eq!(spec.checkpoint.unwrap_or(Dtype::Bf16), e.checkpoints[0].quant, "{name}: the config's format is the default");
+    }
+    assert_eq!(catalog("glm-5").expect("glm").checkpoint, Some(Dtype::Fp8));
+    assert_eq!(catalog("gpt-oss-120b").expect("oss").checkpoint, Some(Dtype::Mxfp4));
+}
+
+fn llama_with(extra: &str) -> String {
+    format!(
+        r#"{{"model_type":"llama","hidden_size":4096,"num_hidden_layers":32,"vocab_size":128256,"num_attention_heads":32,"num_key_value_heads":8,"intermediate_size":14336{extra}}}"#
+    )
+}
+
+#[test]
+fn impossible_architectures_are_refused_naming_the_field() {
+    let cases = [
+        (llama_with(r#","num_hidden_layers":0"#), "\"num_hidden_layers\" is 0"),
+        (llama_with(r#","hidden_size":0"#), "\"hidden_size\" is 0"),
+        (llama_with(r#","num_attention_heads":0"#), "\"num_attention_heads\" is 0"),
+        (llama_with(r#","num_key_value_heads":64"#), "\"num_key_value_heads\" is 64"),
+        (llama_with(r#","num_key_value_heads":3"#), "divide num_attention_heads"),
+        (llama_with(r#","vocab_size":-5"#), "\"vocab_size\" is -5, not a whole number"),
+        (llama_with(r#","hidden_size":1e20"#), "\"hidden_size\""),
+    ];
+    for (cfg, needle) in cases {
+        let e = from_hf_config(&cfg, "c.json").expect_err(needle);
+        assert!(e.to_string().contains(needle) && e.to_string().starts_with("c.json: "), "{e}");
+    }
+}
+
+#[test]
+fn top_k_above_the_expert_count_is_refused() {
+    let cfg = r#"{"model_type":"mixtral","hidden_size":4096,"num_hidden_layers":32,"vocab_size":32000,"num_attention_heads":32,
+        "num_key_value_heads":8,"intermediate_size":14336,"num_local_experts":8,"num_experts_per_tok":200}"#;
+    let e = from_hf_config(cfg, "m.json").expect_err("top-k");
+    assert!(e.to_string().contains("\"num_experts_per_tok\" is 200: it must be from 1 to the 8 experts"), "{e}");
+    let neg = cfg.replace("\"num_local_experts\":8", "\"num_local_experts\":-8");
+    assert!(from_hf_config(&neg, "m.json").expect_err("negative").to_string().contains("num_local_experts"));
+}
+
+#[test]
+fn an_unknown_quantization_method_is_refused() {
+    let e = from_hf_config(&llama_with(r#","quantization_config":{"quant_method":"bitsandbytes"}"#), "q.json").expect_err("quant");
+    assert!(e.to_string().contains("quantization_config.quant_method"), "{e}");
+}
+
+fn gpt_oss_with(extra: &str) -> String {
+    format!(
+        r#"{{"model_type":"gpt_oss","hidden_size":2880,"num_hidden_layers":4,"vocab_size":201088,"num_attention_heads":64,"num_key_value_heads":8,"head_dim":64,"num_local_experts":32,"num_experts_per_tok":4,"intermediate_size":2880,"sliding_window":128{extra}}}"#
+    )
+}
+
+fn qwen3_next_with(extra: &str) -> String {
+    format!(
+        r#"{{"model_type":"qwen3_next","hidden_size":2048,"num_hidden_layers":8,"vocab_size":151936,"num_attention_heads":16,"num_key_value_heads":2,"head_dim":256,"num_experts":512,"num_experts_per_tok":10,"moe_intermediate_size":512,"shared_expert_intermediate_size":512,"full_attention_interval":4,"linear_num_key_heads":16,"linear_num_value_heads":32,"linear_key_head_dim":128,"linear_value_head_dim":128,"linear_conv_kernel_dim":4{extra}}}"#
+    )
+}
+
+/// Every architecture feature the model cannot express is refused with the field and the
+/// value it did not understand, never approximated.
+#[test]
+fn unmodellable_layers_and_windows_are_refused_naming_the_field_and_value() {
+    let cases = [
+        (
+            gpt_oss_with(r#","layer_types":["sliding_attention","full_attention","sliding_attention","chunked_attention"]"#),
+            "\"layer_types\" entry 3 is \"chunked_attention\"",
+        ),
+        (
+            gpt_oss_with(r#","layer_types":["sliding_attention","full_attention"]"#),
+            "\"layer_types\" has 2 entries but \"num_hidden_layers\" is 4",
+        ),
+        (
+            gpt_oss_with(r#","layer_types":["linear_attention","full_attention","sliding_attention","full_attention"]"#),
+            "entry 0 is \"linear_attention\", which model_type \"gpt_oss\" does not have",
+        ),
+        (gpt_oss_with(r#","sliding_window":null"#), "sliding-window layers but no field \"sliding_window\""),
+        (gpt_oss_with(r#","layer_types":"full""#), "\"layer_types\" is \"full\", not a list"),
+        (llama_with(r#","sliding_window":4096"#), "\"sliding_window\" is 4096, but model_type \"llama\" has no sliding-window layers"),
+        (llama_with(r#","layer_types":["full_attention","sliding_attention"]"#), "\"layer_types\" has 2 entries"),
+        (llama_with(r#","attn_type_list":[1]"#), "\"attn_type_list\" is set, but model_type \"llama\""),
+        (qwen3_next_with(r#","sliding_window":4096,"use_sliding_window":true"#), "\"use_sliding_window\" is true (window 4096)"),
+        (qwen3_next_with(r#","linear_num_value_heads":null"#), "needs the field \"linear_num_value_heads\""),
+        (qwen3_next_with(r#","linear_num_value_heads":24"#), "\"linear_num_value_heads\" is 24: it must be a multiple"),
+        (qwen3_next_with(r#","full_attention_interval":null"#), "needs the field \"full_attention_interval\""),
+        (qwen3_next_with(r#","full_attention_interval":0"#), "\"full_attention_interval\" is 0"),
+        (qwen3_next_with(r#","mamba_ssm_dtype":"int8""#), "\"mamba_ssm_dtype\" is \"int8\""),
+        (qwen3_next_with(r#","decoder_sparse_step":0"#), "\"decoder_sparse_step\" is 0"),
+        (qwen3_next_with(r#","mlp_only_layers":"all""#), "\"mlp_only_layers\" is \"all\""),
+        (
+            qwen3_next_with(
+                r#","layer_types":["linear_attention","mamba","linear_attention","full_attention","linear_attention","linear_attention","linear_attention","full_attention"]"#,
+            ),
+            "entry 1 is \"mamba\"",
+        ),
+    ];
+    for (cfg, needle) in cases {
+        let e = from_hf_config(&cfg, "c.json").expect_err(needle);
+        assert!(e.to_string().contains(needle) && e.to_string().starts_with("c.json: "), "{needle}: {e}");
+    }
+    // A window the config itself turns off is not a sliding layer.
+    let off = from_hf_config(&qwen3_next_with(r#","sliding_window":4096,"use_sliding_window":false"#), "c.json").expect("off");
+    assert_eq!((off.sliding_window, off.layer_counts.sliding), (None, 0));
+}
+
+#[test]
+fn minimax_lightning_attention_layers_are_refused() {
+    let text = include_str!("../../data/models/minimax-m2.json");
+    let mut cfg: Value = serde_json::from_str(text).expect("json");
+    cfg["attn_type_list"][7] = Value::from(0);
+    let e = from_hf_config(&cfg.to_string(), "m.json").expect_err("lightning");
+    assert!(e.to_string().contains("\"attn_type_list\" entry 7 is 0"), "{e}");
+    cfg["attn_type_list"] = Value::from(vec![1; 3]);
+    let e = from_hf_config(&cfg.to_string(), "m.json").expect_err("length");
+    assert!(e.to_string().contains("has 3 entries but \"num_hidden_layers\" is 62"), "{e}");
+}
+
+#[test]
+fn minimax_qk_norm_spans_the_heads_and_other_norm_types_are_read_or_refused() {
+    let text = include_str!("../../data/models/minimax-m2.json");
+    assert!(from_hf_config(text, "m.json").expect("minimax").qk_norm_across_heads, "per_layer spans all heads");
+    let mut cfg: Value = serde_json::from_str(text).expect("json");
+    cfg["qk_norm_type"] = Value::from("per_head");
+    assert!(!from_hf_config(&cfg.to_string(), "m.json").expect("per_head").qk_norm_across_heads);
+    cfg["qk_norm_type"] = Value::from("per_layer");
+    cfg["use_qk_norm"] = Value::from(false);
+    assert!(!from_hf_config(&cfg.to_string(), "m.json").expect("no norm").qk_norm_across_heads);
+    cfg["qk_norm_type"] = Value::from("per_group");
+    let e = from_hf_config(&cfg.to_string(), "m.json").expect_err("unknown norm type");
+    assert!(e.to_string().contains("field \"qk_norm_type\" is \"per_group\""), "{e}");
+    // Other architectures' configs are not read for it, whatever the field says.
+    let other = from_hf_config(&qwen3_next_with(r#","qk_norm_type":"rms""#), "q.json").expect("qwen3-next with the field");
+    assert!(!other.qk_norm_across_heads);
+    // Models whose q/k norm is per head (Qwen3) or absent do not all-reduce it.
+    assert!(!catalog("qwen3-235b-a22b").expect("qwen3").qk_norm_across_heads);
+    assert!(!catalog("deepseek-v3").expect("dsv3").qk_norm_across_heads);
+}
+
+#[test]
+fn mistral_sliding_window_applies_to_every_layer_and_dense_qwen_layers_are_counted() {
+    let m = from_hf_config(
+        r#"{"model_type":"mistral","hidden_size":4096,"num_hidden_layers":32,"vocab_size":32000,"num_attention_heads":32,"num_key_value_heads":8,"intermediate_size":14336,"sliding_window":4096}"#,
+        "m.json",
+    )
+    .expect("mistral");
+    assert_eq!((m.layer_counts.sliding, m.sliding_window), (32, Some(4096)));
+    let q = from_hf_config(&qwen3_next_with(r#","mlp_only_layers":[0,5],"intermediate_size":5120"#), "q.json").expect("qwen");
+    assert_eq!(q.dense_layers, 2);
+    let q = from_hf_config(&qwen3_next_with(r#","decoder_sparse_step":2,"intermediate_size":5120"#), "q.json").expect("qwen");
+    assert_eq!(q.dense_layers, 4);
+}
+
+#[test]
+fn gemma_phi3_and_glm4_configs_read_their_layer_kinds_windows_and_tied_embeddings() {
+    // Gemma 3 27B (multimodal wrapper, text model under text_config, the older
+    // sliding_window_pattern spelling): every sixth layer global, the rest a 1,024-token window.
+    let gemma3 = r#"{"model_type":"gemma3","text_config":{"model_type":"gemma3_text","hidden_size":5376,"intermediate_size":21504,"num_hidden_layers":62,"num_attention_heads":32,"num_key_value_heads":16,"head_dim":128,"sliding_window":1024,"sliding_window_pattern":6,"vocab_size":262208,"query_pre_attn_scalar":168}}"#;
+    let g = from_hf_config(gemma3, "g.json").expect("gemma3");
+    assert_eq!(g.arch, "gemma3");
+    assert_eq!((g.layer_counts.full, g.layer_counts.sliding, g.sliding_window), (10, 52, Some(1024)));
+    assert!(g.tied_embeddings, "Gemma ties its output projection unless told otherwise");
+    assert!(matches!(g.attention, Attention::Gqa { heads: 32, kv_heads: 16, head_dim: 128, .. }), "{:?}", g.attention);
+    // The newer spelling, layer_types, wins over the pattern.
+    let kinds: Vec<&str> = (0..62).map(|i| if i % 2 == 0 { "sliding_attention" } else { "full_attention" }).collect();
+    let typed = gemma3.replace(r#""sliding_window_pattern":6"#, &format!(r#""layer_types":{}"#, serde_json::json!(kinds)));
+    let g = from_hf_config(&typed, "g.json").expect("gemma3 layer_types");
+    assert_eq!((g.layer_counts.full, g.layer_counts.sliding), (31, 31));
+    let e = from_hf_config(&gemma3.replace(r#""sliding_window_pattern":6"#, r#""sliding_window_pattern":0"#), "g.json").expect_err("0");
+    assert!(e.to_string().contains("\"sliding_window_pattern\" is 0"), "{e}");
+    // Gemma 3 12B as Google ships it: no vocab_size and no head_dim under text_config (the
+    // config class's 262,208 and 256 apply, not hidden / heads = 240).
+    let g12 = from_hf_config(
+        r#"{"model_type":"gemma3","text_config":{"model_type":"gemma3_text","hidden_size":3840,"intermediate_size":15360,"num_hidden_layers":48,"num_attention_heads":16,"num_key_value_heads":8,"sliding_window":1024}}"#,
+        "g12.json",
+    )
+    .expect("gemma3 12b");
+    assert!(matches!(g12.attention, Attention::Gqa { head_dim: 256, kv_heads: 8, .. }), "{:?}", g12.attention);
+    assert_eq!((g12.vocab, g12.layer_counts.full, g12.sliding_window), (262_208, 8, Some(1024)));
+    let total = g12.params().total / 1e9;
+    assert!((11.6..12.0).contains(&total), "Gemma 3 12B's language model is about 11.8B: {total}");
+    // Gemma 2 9B: even layers slide, a text-only config that states its tie.
+    let g2 = from_hf_config(
+        r#"{"model_type":"gemma2","hidden_size":3584,"intermediate_size":14336,"num_hidden_layers":42,"num_attention_heads":16,"num_key_value_heads":8,"head_dim":256,"sliding_window":4096,"vocab_size":256000,"tie_word_embeddings":false}"#,
+        "g2.json",
+    )
+    .expect("gemma2");
+    assert_eq!((g2.layer_counts.full, g2.layer_counts.sliding, g2.sliding_window, g2.tied_embeddings), (21, 21, Some(4096), false));
+    // Phi-4 (phi3 architecture): no window, all full; Phi-3-mini's 2,047-token window slides everywhere.
+    let phi = |window: &str| {
+        format!(
+            r#"{{"model_type":"phi3","hidden_size":5120,"intermediate_size":17920,"num_hidden_layers":40,"num_attention_heads":40,"num_key_value_heads":10,"vocab_size":100352,"sliding_window":{window}}}"#
+        )
+    };
+    let p = from_hf_config(&phi("null"), "p.json").expect("phi-4");
+    assert_eq!((p.layer_counts.full, p.sliding_window, p.tied_embeddings), (40, None, false));
+    let p = from_hf_config(&phi("2047"), "p.json").expect("phi-3");
+    assert_eq!((p.layer_counts.sliding, p.sliding_window), (40, Some(2047)));
+    // GLM-4-32B-0414: dense GQA with biased attention.
+    let glm = from_hf_config(
+        r#"{"model_type":"glm4","hidden_size":6144,"intermediate_size":23040,"num_hidden_layers":61,"num_attention_heads":48,"num_key_value_heads":2,"head_dim":128,"vocab_size":151552,"attention_bias":true}"#,
+        "glm.json",
+    )
+    .expect("glm4");
+    assert_eq!(glm.layer_counts.full, 61);
+    assert!(matches!(glm.attention, Attention::Gqa { kv_heads: 2, bias: true, .. }), "{:?}", glm.attention);
+    // A window on GLM-4, which has no sliding layers, is still refused by name.
+    let e = from_hf_config(
+        r#"{"model_type":"glm4","hidden_size":6144,"intermediate_size":23040,"num_hidden_layers":61,"num_attention_heads":48,"num_key_value_heads":2,"vocab_size":151552,"sliding_window":4096}"#,
+        "glm.json",
+    )
+    .expect_err("window");
+    assert!(e.to_string().contains("model_type \"glm4\" has no sliding-window layers"), "{e}");
+}
+
+#[test]
+fn compressed_tensors_checkpoints_name_their_format_or_are_refused() {
+    let ct = |bits: u32, kind: &str| {
+        llama_with(&format!(
+            r#","quantization_config":{{"quant_method":"compressed-tensors","config_groups":{{"group_0":{{"weights":{{"num_bits":{bits},"type":"{kind}"}}}}}}}}"#
+        ))
+    };
+    assert_eq!(from_hf_config(&ct(4, "int"), "c.json").expect("int4").checkpoint, Some(Dtype::Int4));
+    assert_eq!(from_hf_config(&ct(8, "float"), "c.json").expect("fp8").checkpoint, Some(Dtype::Fp8));
+    let e = from_hf_config(&ct(2, "int"), "c.json").expect_err("2-bit");
+    assert!(e.to_string().contains("quantization_config.config_groups") && e.to_string().contains("2-bit \"int\" weights"), "{e}");
+}
+
+/// An edit to a config's JSON object.
+type Edit<'a> = &'a dyn Fn(&mut serde_json::Map<String, Value>);
+
+/// A config's JSON as a value to edit.
+fn json(text: &str) -> Value {
+    serde_json::from_str(text).expect("json")
+}
+
+#[test]
+fn python_float_tokens_outside_strings_are_read_as_null() {
+    let cfg = llama_with(r#","time_step_limit":[0.0, Infinity],"x":NaN,"y":-Infinity,"_name_or_path":"NaN -Infinity""#);
+    let m = from_hf_config(&cfg, "c.json").expect("python's float tokens");
+    assert_eq!(m.name, "NaN -Infinity", "a string keeps its text");
+    assert_eq!(
+        python_floats_as_null(r#"{"a": "Infinity \" NaN", "b": [NaN, -Infinity]}"#).as_deref(),
+        Some(r#"{"a": "Infinity \" NaN", "b": [null, null]}"#)
+    );
+    assert_eq!(python_floats_as_null(r#"{"NaN": 1, "a": NaNx}"#), None, "inside a string, or not a whole token");
+    let e = from_hf_config(r#"{"a": Infinity,}"#, "c.json").expect_err("still not JSON");
+    assert!(e.to_string().contains("c.json: not valid JSON"), "{e}");
+    // NVIDIA's Nemotron-3 Super config ends time_step_limit in Infinity: it parses, and is then
+    // refused by its architecture.
+    let e = from_hf_config(include_str!("../../tests/configs/nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8.json"), "n.json")
+        .expect_err("nemotron_h");
+    assert!(e.to_string().contains("field \"model_type\" is \"nemotron_h\""), "{e}");
+}
+
+#[test]
+fn modelopt_mixed_precision_checkpoints_give_each_part_its_format() {
+    let moe = from_hf_config(include_str!("../../tests/configs/nvidia--Qwen3.6-35B-A3B-NVFP4.json"), "q.json").expect("Qwen3.6 MoE");
+    let p = moe.checkpoint_parts.expect("mixed");
+    assert_eq!((p.attention, p.experts, p.shared_experts, p.dense_ffn), (Dtype::Fp8, Dtype::Int4, Dtype::Int4, Dtype::Bf16));
+    assert_eq!(moe.checkpoint, Some(Dtype::Int4), "a MoE checkpoint is named by its experts");
+    assert_eq!(p.lm_head, Some(Dtype::Int4), "its LM head is W4A16 NVFP4 too");
+    let dense = from_hf_config(include_str!("../../tests/configs/nvidia--Qwen3.6-27B-NVFP4.json"), "q.json").expect("Qwen3.6 dense");
+    let p = dense.checkpoint_parts.expect("mixed");
+    assert_eq!((p.attention, p.dense_ffn), (Dtype::Fp8, Dtype::Int4));
+    assert_eq!(dense.checkpoint, Some(Dtype::Int4), "a dense one by its FFN");
+    // An older ModelOpt export names itself only by its producer.
+    let fp8 = from_hf_config(include_str!("../../tests/configs/Qwen--Qwen3-32B-FP8-Static-PerTensor.json"), "q.json").expect("FP8");
+    assert_eq!((fp8.checkpoint, fp8.checkpoint_parts), (Some(Dtype::Fp8), None));
+    let refused = |q: &str, want: &str| {
+        let e = from_hf_config(&llama_with(&format!(r#","quantization_config":{q}"#)), "c.json").expect_err(want);
+        assert!(e.to_string().contains(want), "{e}");
+    };
+    refused(r#"{"quant_method":"modelopt","quant_algo":"INT8_SQ"}"#, r#"field "quantization_config.quant_algo" is "INT8_SQ""#);
+    let mixed = |layers: &str| format!(r#"{{"quant_method":"modelopt","quant_algo":"MIXED_PRECISION","quantized_layers":{{{layers}}}}}"#);
+    refused(
+        &mixed(r#""model.layers.0.self_attn.q_proj":{"quant_algo":"FP8"},"model.layers.1.self_attn.q_proj":{"quant_algo":"NVFP4"}"#),
+        "mixes fp8 and nvfp4 within the attention",
+    );
+    refused(&mixed(r#""model.layers.0.input_norm":{"quant_algo":"FP8"}"#), "is not an attention, FFN or expert module");
+    // Llama 4's FFN modules and a quantized LM head are read; the vision tower and the
+    // routers are passed over.
+    let layers = r#""model.layers.0.feed_forward.down_proj":{"quant_algo":"FP8"},"lm_head":{"quant_algo":"NVFP4"},"model.visual.blocks.0.attn.qkv":{"quant_algo":"NVFP4"},"model.layers.0.mlp.gate":{"quant_algo":"NVFP4"}"#;
+    let cfg = llama_with(&format!(r#","quantization_config":{}"#, mixed(layers)));
+    let parts = from_hf_config(&cfg, "c.json").expect("mixed").checkpoint_parts.expect("parts");
+    assert_eq!((parts.dense_ffn, parts.attention, parts.lm_head), (Dtype::Fp8, Dtype::Bf16, Some(Dtype::Nvfp4)));
+    refused(&mixed(r#""model.layers.0.mlp.up_proj":{"quant_algo":"W4A8_AWQ"}"#), "quant_algo \"W4A8_AWQ\", which servetune does not model");
+    refused(&mixed(""), "quantization_config.quantized_layers\" is missing or empty");
+}
+
+#[test]
+fn fbgemm_fp8_checkpoints_keep_the_parts_their_unconverted_list_names_in_most_layers_in_bf16() {
+    let with = |unconverted: &str| {
+        let q = format!(
+            r#","quantization_config":{{"quant_method":"fbgemm_fp8","activation_scale_ub":1200.0,"modules_to_not_convert":{unconverted}}}"#
+        );
+        from_hf_config(&llama_with(&q), "c.json").expect("fbgemm")
+    };
+    // Every attention layer and the first and last FFN unconverted, as Meta's 405B export does.
+    let mut names: Vec<String> = (0..32).map(|i| format!("model.layers.{i}.self_attn")).collect();
+    names.extend(["model.layers.0.mlp".to_string(), "model.layers.31.mlp".to_string(), "lm_head".to_string()]);
+    let m = with(&serde_json::json!(names).to_string());
+    let p = m.checkpoint_parts.expect("mixed");
+    assert_eq!((p.attention, p.dense_ffn, p.lm_head, m.checkpoint), (Dtype::Bf16, Dtype::Fp8, None, Some(Dtype::Fp8)));
+    // Nothing unconverted but the head: one FP8 format for every part.
+    let all = with(r#"["lm_head"]"#);
+    assert_eq!((all.checkpoint, all.checkpoint_parts), (Some(Dtype::Fp8), None));
+    // Llama 4 Maverick's routed experts FP8, the rest (attention, shared experts, dense FFNs) BF16.
+    let mut cfg = json(include_str!("../../data/models/llama-4-maverick.json"));
+    let mut names: Vec<String> = Vec::new();
+    for i in 0..48 {
+        names.push(format!("language_model.model.layers.{i}.self_attn"));
+        names.push(format!("language_model.model.layers.{i}.feed_forward.{}", if i % 2 == 1 { "shared_expert" } else { "down_proj" }));
+        names.push(format!("language_model.model.layers.{i}.feed_forward.router"));
+    }
+    names.push("vision_model".into());
+    cfg["quantization_config"] = serde_json::json!({"quant_method": "fbgemm_fp8", "modules_to_not_convert": names});
+    let m = from_hf_config(&cfg.to_string(), "m.json").expect("maverick fp8");
+    let p = m.checkpoint_parts.expect("mixed");
+    assert_eq!((p.experts, p.shared_experts, p.attention, p.dense_ffn), (Dtype::Fp8, Dtype::Bf16, Dtype::Bf16, Dtype::Bf16));
+    assert_eq!(m.checkpoint, Some(Dtype::Fp8), "a MoE checkpoint is named by its experts");
+}
+
+#[test]
+fn llama4_interleaves_its_moe_layers_and_chunks_three_layers_in_four() {
+    let scout = catalog("llama-4-scout").expect("scout");
+    assert_eq!(scout.arch, "llama4");
+    assert_eq!((scout.layers, scout.dense_layers, scout.moe_layers()), (48, 0, 48));
+    // Every fourth layer is NoPE global attention; the rotary ones attend within 8,192-token chunks.
+    assert_eq!((scout.layer_counts.full, scout.layer_counts.sliding, scout.sliding_window), (12, 36, Some(8192)));
+    let m = scout.moe.expect("experts");
+    assert_eq!((m.experts, m.top_k, m.shared_experts, m.expert_ffn, m.shared_ffn), (16, 1, 1, 8192, 8192));
+    let maverick = catalog("llama-4-maverick").expect("maverick");
+    assert_eq!(
+        (maverick.dense_layers, maverick.moe_layers(), maverick.ffn),
+        (24, 24, 16384),
+        "every other layer dense, intermediate_size_mlp wide"
+    );
+    let edited = |edit: Edit| {
+        let mut cfg = json(include_str!("../../data/models/llama-4-maverick.json"));
+        edit(cfg["text_config"].as_object_mut().expect("text_config"));
+        from_hf_config(&cfg.to_string(), "m.json")
+    };
+    let listed = edited(&|t| {
+        t.insert("moe_layers".into(), serde_json::json!([1, 3, 5]));
+    })
+    .expect("moe_layers");
+    assert_eq!(listed.dense_layers, 45, "moe_layers places the MoE layers when given");
+    let marks: Vec<u32> = (0..48).map(|i| u32::from(i % 2 == 0)).collect();
+    let nope = edited(&|t| {
+        t.insert("no_rope_layers".into(), serde_json::json!(marks));
+    })
+    .expect("no_rope_layers");
+    assert_eq!((nope.layer_counts.full, nope.layer_counts.sliding), (24, 24), "no_rope_layers marks the chunked (rotary) layers");
+    let global = edited(&|t| {
+        t.insert("attention_chunk_size".into(), Value::Null);
+    })
+    .expect("no chunks");
+    assert_eq!((global.layer_counts.full, global.sliding_window), (48, None), "without a chunk size every layer is global");
+    // Newer transformers write the layer kinds out, the chunked ones as "chunked_attention".
+    let kinds: Vec<&str> = (0..48).map(|i| if (i + 1) % 4 == 0 { "full_attention" } else { "chunked_attention" }).collect();
+    let written = edited(&|t| {
+        t.insert("layer_types".into(), serde_json::json!(kinds));
+    })
+    .expect("layer_types");
+    assert_eq!((written.layer_counts.full, written.layer_counts.sliding, written.sliding_window), (12, 36, Some(8192)));
+    let empty = edited(&|t| {
+        t.insert("no_rope_layers".into(), serde_json::json!([]));
+    })
+    .expect("an empty no_rope_layers");
+    assert_eq!(empty.layer_counts, maverick.layer_counts, "an empty list is the default interval, as transformers reads it");
+    let bare = edited(&|t| {
+        t.remove("intermediate_size_mlp");
+    })
+    .expect("no intermediate_size_mlp");
+    assert_eq!(bare.ffn, 16_384, "transformers' default");
+    let refusals: [(Edit, &str); 4] = [
+        (&|t| drop(t.insert("no_rope_layers".into(), serde_json::json!([1, 0]))), "field \"no_rope_layers\" must hold one 0 (NoPE) or 1"),
+        (&|t| drop(t.insert("interleave_moe_layer_step".into(), serde_json::json!(0))), "\"interleave_moe_layer_step\" is 0"),
+        (&|t| drop(t.insert("moe_layers".into(), serde_json::json!([48]))), "field \"moe_layers\" holds 48"),
+        (&|t| drop(t.insert("layer_types".into(), serde_json::json!(["chunked_attention"]))), "\"layer_types\" has 1 entries"),
+    ];
+    for (edit, want) in refusals {
+        let e = edited(edit).expect_err(want);
+        assert!(e.to_string().contains(want), "{e}");
+    }
+}
+
+#[test]
+fn qwen3_vl_language_models_read_as_qwen3() {
+    let moe = from_hf_config(include_str!("../../tests/configs/Qwen--Qwen3-VL-235B-A22B-Instruct.json"), "v.json").expect("VL MoE");
+    assert_eq!(moe.arch, "qwen3_moe");
+    assert!(within(moe.params().total, 235e9, 0.02), "{}", moe.params().total / 1e9);
+    let dense = from_hf_config(include_str!("../../tests/configs/Qwen--Qwen3-VL-8B-Instruct.json"), "v.json").expect("VL dense");
+    assert_eq!((dense.arch.as_str(), dense.moe), ("qwen3", None));
+}
+
+#[test]
+fn glm_5_2_runs_its_dsa_indexer_only_in_its_full_indexer_layers() {
+    let text = include_str!("../../data/validation/configs/zai-org--GLM-5.2-FP8.json");
+    let m = from_hf_config(text, "g.json").expect("GLM-5.2");
+    let cfg = json(text);
+    let types = cfg["indexer_types"].as_array().expect("indexer_types");
+    let full = types.iter().filter(|t| *t == "full").count() as u32;
+    assert!(full > 0 && full < m.layers, "{full} of {}", m.layers);
+    assert_eq!(m.dsa.expect("dsa").indexer_layers, full);
+    assert!((m.indexer_share() - full as f64 / m.layers as f64).abs() < 1e-12);
+    // Without the list (and its frequency) every layer would run it and hold its weights.
+    let mut every = cfg.clone();
+    let o = every.as_object_mut().expect("object");
+    o.remove("indexer_types");
+    o.remove("index_topk_freq");
+    let every = from_hf_config(&every.to_string(), "g.json").expect("every layer");
+    assert_eq!(every.dsa.expect("dsa").indexer_layers, every.layers);
+    assert!(every.params().attention > m.params().attention);
+    // NVIDIA's NVFP4 export names its layers deepseek_sparse_attention: full attention.
+    let nv = from_hf_config(include_str!("../../tests/configs/nvidia--GLM-5.2-NVFP4.json"), "n.json").expect("GLM-5.2 NVFP4");
+    assert_eq!((nv.layer_counts.full, nv.dsa.expect("dsa").indexer_layers, nv.checkpoint), (nv.layers, full, Some(Dtype::Nvfp4)));
+    let refused = |edit: Edit, want: &str| {
+        let mut c = cfg.clone();
+        edit(c.as_object_mut().expect("object"));
+        let e = from_hf_config(&c.to_string(), "g.json").expect_err(want);
+        assert!(e.to_string().contains(want), "{e}");
+    };
+    refused(&|o| drop(o.remove("indexer_types")), "field \"index_topk_freq\" is 4, but no \"indexer_types\"");
+    refused(&|o| o["indexer_types"][5] = "sparse".into(), "entry 5 is \"sparse\", which servetune does not understand");
+    refused(&|o| o["indexer_types"][0] = "shared".into(), "entry 0 is \"shared\" before any \"full\" layer");
+    refused(&|o| drop(o.insert("indexer_types".into(), serde_json::json!(["full"]))), "has 1 entries but \"num_hidden_layers\" is 78");
+    // A model without an indexer has no sparse-attention layers.
+    let e =
+        from_hf_config(&llama_with(&format!(r#","layer_types":{}"#, serde_json::json!(vec!["deepseek_sparse_attention"; 32]))), "c.json")
+            .expect_err("not DSA");
+    assert!(e.to_string().contains("entry 0 is \"deepseek_sparse_attention\", which servetune does not understand"), "{e}");
+    // Nor does a lone index_topk make one: the indexer needs its heads and dimension too.
+    let lone = llama_with(&format!(r#","index_topk":2048,"layer_types":{}"#, serde_json::json!(vec!["deepseek_sparse_attention"; 32])));
+    assert!(from_hf_config(&lone, "c.json").is_err());
+}
+
+#[test]
+fn every_fixture_config_parses_or_is_refused_by_a_named_field() {
+    let fixtures: [(&str, &str); 9] = [
+        (
+            "meta-llama--Llama-4-Scout-17B-16E-Instruct.json",
+            include_str!("../../tests/configs/meta-llama--Llama-4-Scout-17B-16E-Instruct.json"),
+        ),
+        (
+            "meta-llama--Llama-4-Maverick-17B-128E-Instruct.json",
+            include_str!("../../tests/configs/meta-llama--Llama-4-Maverick-17B-128E-Instruct.json"),
+        ),
+        ("nvidia--Qwen3.6-35B-A3B-NVFP4.json", include_str!("../../tests/configs/nvidia--Qwen3.6-35B-A3B-NVFP4.json")),
+        ("nvidia--Qwen3.6-27B-NVFP4.json", include_str!("../../tests/configs/nvidia--Qwen3.6-27B-NVFP4.json")),
+        ("Qwen--Qwen3-VL-235B-A22B-Instruct.json", include_str!("../../tests/configs/Qwen--Qwen3-VL-235B-A22B-Instruct.json")),
+        ("Qwen--Qwen3-VL-8B-Instruct.json", include_str!("../../tests/configs/Qwen--Qwen3-VL-8B-Instruct.json")),
+        ("Qwen--Qwen3-32B-FP8-Static-PerTensor.json", include_str!("../../tests/configs/Qwen--Qwen3-32B-FP8-Static-PerTensor.json")),
+        ("nvidia--GLM-5.2-NVFP4.json", include_str!("../../tests/configs/nvidia--GLM-5.2-NVFP4.json")),
+        (
+            "nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8.json",
+            include_str!("../../tests/configs/nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8.json"),
+        ),
+    ];
+    for (name, text) in fixtures {
+        match from_hf_config(text, name) {
+            Ok(m) => assert!(m.params().total > 1e9, "{name}: {} parameters", m.params().total),
+            Err(e) => assert!(e.to_string().starts_with(&format!("{name}: field \"")), "{name}: {e}"),
+        }
+    }
+}
