@@ -138,6 +138,10 @@ pub(crate) struct E2eCase {
     pub(crate) max_concurrency: Option<u32>,
     pub(crate) benchmark_tool: Option<String>,
     pub(crate) dataset: Option<String>,
+    /// Cases sharing a pair differ only in the interconnect.
+    pub(crate) pair: Option<String>,
+    /// A decode-only benchmark's fixed context, tokens.
+    pub(crate) context_tokens: Option<u32>,
     pub(crate) num_prompts: Option<u64>,
     pub(crate) range_ratio: Option<f64>,
     pub(crate) input_len: Option<u32>,

@@ -48,7 +48,7 @@ pub fn constants() -> Vec<ConstantOrigin> {
         ConstantOrigin {
             name: "comm::SHM_HOP_SHARE",
             value: crate::comm::SHM_HOP_SHARE,
-            set_from: "fit: rtx6kpro-kimik25-ctx0k P2P/no-P2P pair (decode-only, so not scored here)",
+            set_from: "fit: argmin of the fit set's P2P/no-P2P pairs' median gain error on a 0.01 grid (one runnable pair, rtx6kpro-kimik25-ctx0k, decode-only, so not scored here); 0.32 before 2026-12-05, chosen by hand from the same pair",
         },
         ConstantOrigin {
             name: "comm::RING_SIMPLE_EFFICIENCY",
