@@ -138,9 +138,14 @@ pub(crate) struct E2eCase {
     pub(crate) max_concurrency: Option<u32>,
     pub(crate) benchmark_tool: Option<String>,
     pub(crate) dataset: Option<String>,
-    /// Cases sharing a pair differ only in the interconnect.
+    /// The date a holdout case was added (holdout.toml).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) added: Option<String>,
+    /// Cases sharing a pair differ only in the interconnect (read by the SHM refit test).
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) pair: Option<String>,
-    /// A decode-only benchmark's fixed context, tokens.
+    /// A decode-only benchmark's fixed context, tokens (read by the SHM refit test).
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) context_tokens: Option<u32>,
     pub(crate) num_prompts: Option<u64>,
     pub(crate) range_ratio: Option<f64>,

@@ -454,3 +454,94 @@ fn shm_hop_share_scan_on_the_fit_pairs() {
         println!("share {x:.2}: objective {:.4}", pairs_objective(&pairs, x));
     }
 }
+
+/// SHA-256 of `data` (FIPS 180-4), for recomputing e2e.toml's split from its source keys.
+fn sha256(data: &[u8]) -> [u8; 32] {
+    const K: [u32; 64] = [
+        0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be,
+        0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa,
+        0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85,
+        0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3,
+        0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f,
+        0x682e6ff3, 0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
+    ];
+    let mut h: [u32; 8] = [0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19];
+    let mut msg = data.to_vec();
+    msg.push(0x80);
+    while msg.len() % 64 != 56 {
+        msg.push(0);
+    }
+    msg.extend_from_slice(&((data.len() as u64) * 8).to_be_bytes());
+    for block in msg.chunks(64) {
+        let mut w = [0u32; 64];
+        for (i, word) in block.chunks(4).enumerate() {
+            w[i] = u32::from_be_bytes([word[0], word[1], word[2], word[3]]);
+        }
+        for i in 16..64 {
+            let s0 = w[i - 15].rotate_right(7) ^ w[i - 15].rotate_right(18) ^ (w[i - 15] >> 3);
+            let s1 = w[i - 2].rotate_right(17) ^ w[i - 2].rotate_right(19) ^ (w[i - 2] >> 10);
+            w[i] = w[i - 16].wrapping_add(s0).wrapping_add(w[i - 7]).wrapping_add(s1);
+        }
+        let mut v = h;
+        for i in 0..64 {
+            let s1 = v[4].rotate_right(6) ^ v[4].rotate_right(11) ^ v[4].rotate_right(25);
+            let ch = (v[4] & v[5]) ^ (!v[4] & v[6]);
+            let t1 = v[7].wrapping_add(s1).wrapping_add(ch).wrapping_add(K[i]).wrapping_add(w[i]);
+            let s0 = v[0].rotate_right(2) ^ v[0].rotate_right(13) ^ v[0].rotate_right(22);
+            let maj = (v[0] & v[1]) ^ (v[0] & v[2]) ^ (v[1] & v[2]);
+            let t2 = s0.wrapping_add(maj);
+            v = [t1.wrapping_add(t2), v[0], v[1], v[2], v[3].wrapping_add(t1), v[4], v[5], v[6]];
+        }
+        for (a, b) in h.iter_mut().zip(v) {
+            *a = a.wrapping_add(b);
+        }
+    }
+    let mut out = [0u8; 32];
+    for (i, x) in h.iter().enumerate() {
+        out[4 * i..4 * i + 4].copy_from_slice(&x.to_be_bytes());
+    }
+    out
+}
+
+#[test]
+fn the_test_helper_sha256_matches_the_fips_vectors() {
+    let hex = |d: [u8; 32]| d.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    assert_eq!(hex(sha256(b"abc")), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    assert_eq!(hex(sha256(b"")), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    assert_eq!(
+        hex(sha256(b"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq")),
+        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"
+    );
+}
+
+/// e2e.toml's split rule, recomputed from the file: a case is "fit" exactly when the first 8 hex
+/// digits of sha256(source_key) are 0 modulo 3, so no source straddles the sets.
+#[test]
+fn every_e2e_case_is_in_the_set_its_source_keys_hash_puts_it() {
+    let file: E2eFile = toml::from_str(E2E).expect("parses");
+    assert!(file.case.len() > 100);
+    for c in &file.case {
+        let d = sha256(c.source_key.as_bytes());
+        let first8 = u32::from_be_bytes([d[0], d[1], d[2], d[3]]);
+        let want = if first8 % 3 == 0 { Set::Fit } else { Set::Test };
+        assert_eq!(c.set, want, "{} (source {})", c.id, c.source_key);
+    }
+}
+
+/// The frozen holdout parses, every case says so and when it was added, and none of its sources
+/// is one e2e.toml uses (no case is scored here: its score is looked at only through
+/// `plan --validate --holdout`).
+#[test]
+fn the_holdout_is_frozen_dated_and_shares_no_source_with_e2e() {
+    let holdout = Data::Holdout.cases().expect("holdout.toml parses");
+    let e2e: E2eFile = toml::from_str(E2E).expect("parses");
+    assert!(holdout.case.len() >= 60, "{} cases", holdout.case.len());
+    let e2e_sources: std::collections::HashSet<&str> = e2e.case.iter().map(|c| c.source_key.as_str()).collect();
+    let mut ids = std::collections::HashSet::new();
+    for c in &holdout.case {
+        assert_eq!(c.set, Set::Holdout, "{}", c.id);
+        assert!(c.added.as_deref().is_some_and(|d| d.len() == 10 && d.starts_with("20")), "{}: no added date", c.id);
+        assert!(!e2e_sources.contains(c.source_key.as_str()), "{}: source {} is in e2e.toml", c.id, c.source_key);
+        assert!(ids.insert(c.id.as_str()), "{}: duplicate id", c.id);
+    }
+}
