@@ -24,26 +24,9 @@ pub enum OnOff {
     Off,
 }
 
-/// `--engine`.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum EngineArg {
-    /// SGLang: prefill as passes of its own, --mem-fraction-static ~0.88.
-    Sglang,
-    /// vLLM V1: prefill chunks ride in decode steps, --gpu-memory-utilization 0.9.
-    Vllm,
-    /// TensorRT-LLM: in-flight batching mixes prefill into decode steps.
-    Trtllm,
-}
-
-impl From<EngineArg> for servetune_model::predict::EngineName {
-    fn from(e: EngineArg) -> Self {
-        use servetune_model::predict::EngineName;
-        match e {
-            EngineArg::Sglang => EngineName::Sglang,
-            EngineArg::Vllm => EngineName::Vllm,
-            EngineArg::Trtllm => EngineName::Trtllm,
-        }
-    }
+/// `--engine ENGINE[@VERSION]`: the engine and, when given, its release.
+fn engine_release(v: &str) -> Result<servetune_model::predict::EngineRelease, String> {
+    servetune_model::predict::EngineRelease::parse("--engine", v).map_err(|e| e.to_string())
 }
 
 /// `--overlap`.
@@ -234,8 +217,9 @@ pub struct PlanArgs {
     #[arg(long, value_name = "N")]
     pub max_running: Option<u32>,
     /// The serving engine, whose defaults apply: its serving-path latency (TTFT), whether prefill rides in decode steps, whether steps carrying prompt tokens run as CUDA graphs (vLLM; sglang since 0.5.10) or eagerly (TensorRT-LLM), its memory share, and on an NVLink box its custom all-reduce's measured latency
-    #[arg(long, value_enum, default_value = "sglang")]
-    pub engine: EngineArg,
+    /// Give ENGINE@VERSION (sglang@0.4.6, vllm@0.7.3) for a release's defaults: sglang before 0.5.10 runs prefill eagerly; vLLM before 0.8.0 (V0) runs prompts as steps of their own. Engines: sglang, vllm, trtllm
+    #[arg(long, value_parser = engine_release, default_value = "sglang", value_name = "ENGINE[@VERSION]")]
+    pub engine: servetune_model::predict::EngineRelease,
     /// CUDA graphs for decode
     #[arg(long, value_enum, default_value = "on")]
     pub cuda_graphs: OnOff,
@@ -376,7 +360,8 @@ pub fn scenario_spec(a: &PlanArgs) -> Result<ScenarioSpec, Failure> {
         request_step_us: a.request_step_us,
         request_latency_ms: a.request_latency_ms,
         mem_fraction: a.mem_fraction,
-        engine: a.engine.into(),
+        engine: a.engine.name,
+        engine_version: a.engine.version.clone(),
         ..ScenarioSpec::new(model, gpu)
     })
 }
@@ -451,7 +436,7 @@ fn is_stdout(p: &Option<PathBuf>) -> bool {
 }
 
 fn run_validate(a: &PlanArgs) -> Result<(), Failure> {
-    if !matches!(a.engine, EngineArg::Sglang) {
+    if a.engine != servetune_model::predict::EngineRelease::current(servetune_model::predict::EngineName::Sglang) {
         return Err(Failure::usage(
             "--engine does not apply to --validate: every case runs with the engine its source used (e2e.toml's engine); drop --engine",
         ));

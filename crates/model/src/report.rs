@@ -120,6 +120,8 @@ pub struct PlanReport {
     pub interval: Option<Interval>,
     /// Each point's headline rate with its interval, in the order of `points`.
     pub point_intervals: Vec<PointInterval>,
+    /// The engine release whose defaults the scenario runs (`--engine ENGINE[@VERSION]`).
+    pub engine_release: crate::predict::EngineRelease,
 }
 
 /// One point's headline rate (what a benchmark client would measure, else the steady state) and
@@ -464,6 +466,15 @@ fn write_header(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
         s.link.beta_gbs,
         s.link.source
     )?;
+    if r.engine_release.version.is_some() {
+        let features: Vec<String> = r
+            .engine_release
+            .features()
+            .iter()
+            .map(|f| format!("{} {} (since {})", f.feature, if f.on { "on" } else { "off" }, f.since))
+            .collect();
+        writeln!(w, "  engine {}: {}", r.engine_release.label(), features.join("; "))?;
+    }
     if s.measured_custom_allreduce() {
         let scaled = if s.measured_custom_allreduce_scaled() {
             format!(", scaled by the model's ratio of the given link to the catalog {}", s.link.name)

@@ -120,9 +120,17 @@ pub struct ScenarioSpec {
     /// The serving engine, whose defaults apply where no flag says otherwise
     /// ([`EngineName::defaults`]).
     pub engine: EngineName,
+    /// Its release, when given (`--engine sglang@0.4.6`): the release's defaults apply
+    /// ([`crate::predict::EngineRelease::defaults`]); `None` for the current release.
+    pub engine_version: Option<String>,
 }
 
 impl ScenarioSpec {
+    /// The engine release the scenario runs.
+    pub fn release(&self) -> crate::predict::EngineRelease {
+        crate::predict::EngineRelease { name: self.engine, version: self.engine_version.clone() }
+    }
+
     /// `model` on 8 `gpu`s with the defaults of `servetune plan`'s flags.
     pub fn new(model: ModelSource, gpu: impl Into<String>) -> Self {
         Self {
@@ -155,6 +163,7 @@ impl ScenarioSpec {
             moe_efficiency: None,
             mem_fraction: None,
             engine: EngineName::Sglang,
+            engine_version: None,
         }
     }
 
@@ -261,7 +270,7 @@ impl ScenarioSpec {
         if self.max_running == Some(0) {
             return Err(ModelError::Input("--max-running 0 runs nothing: give 1 or more, or leave it out".into()));
         }
-        let defaults = self.engine.defaults();
+        let defaults = self.release().defaults();
         // A stated per-step overhead replaces the fitted per-kernel floor; the per-request cost,
         // which grows with the batch, stays unless `--request-step-us` states it too.
         let (step_overhead_ms, kernel_overhead_us) = match self.step_overhead_ms {
@@ -736,6 +745,7 @@ pub fn build_report_with(req: &PlanRequest, bench: Option<&dyn VirtualBench>) ->
         concurrency_range: range,
         interval,
         point_intervals,
+        engine_release: req.scenario.release(),
         scenario: s,
     })
 }

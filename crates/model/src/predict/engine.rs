@@ -255,6 +255,152 @@ impl EngineName {
 /// older sglang runs its prefill passes eagerly ([`EngineName::graphs_prefill`]).
 pub const SGLANG_PIECEWISE_DEFAULT: ((u32, u32, u32), &str) = ((0, 5, 10), "2026-03-02");
 
+/// The first vLLM release whose default engine is V1 (vLLM 0.8.0 release notes, March 2025: "V1
+/// engine enabled by default"): V1 puts new prompts' tokens into the running decode steps. V0,
+/// the default before it, ran a waiting prompt as a prefill step of its own first (its chunked
+/// prefill was opt-in for most models), as sglang does.
+pub const VLLM_V1_DEFAULT: (u32, u32, u32) = (0, 8, 0);
+
+/// An engine release as a user names it (`sglang`, `sglang@0.4.6`, `vllm@0.7.3`): the engine and,
+/// when given, its version, whose release-dependent defaults the model applies
+/// ([`EngineRelease::defaults`]). Without a version, the engine's current defaults.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EngineRelease {
+    /// The engine.
+    pub name: EngineName,
+    /// The version as given (a release such as `0.4.6`, a nightly tag with its yyyymmdd date, or
+    /// an image tag), `None` for the current release.
+    pub version: Option<String>,
+}
+
+/// One release-dependent default and whether a release has it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReleaseFeature {
+    /// What it is.
+    pub feature: &'static str,
+    /// Whether the release has it on by default.
+    pub on: bool,
+    /// The first release with it, and where that is stated.
+    pub since: &'static str,
+}
+
+impl EngineRelease {
+    /// The current release of `name`.
+    pub fn current(name: EngineName) -> Self {
+        EngineRelease { name, version: None }
+    }
+
+    /// Parses `engine[@version]` given to `flag`; a version must start with a digit (`0.4.6`,
+    /// `v0.4.6`) or name a nightly.
+    pub fn parse(flag: &str, s: &str) -> Result<Self, ModelError> {
+        let (name, version) = match s.split_once('@') {
+            Some((n, v)) => (n, Some(v.trim())),
+            None => (s, None),
+        };
+        let name = EngineName::parse(flag, name)?;
+        match version {
+            None => Ok(Self::current(name)),
+            Some(v) if release_numbers(v).is_some() || nightly_date(v).is_some() => {
+                Ok(EngineRelease { name, version: Some(v.to_string()) })
+            }
+            Some(v) => Err(ModelError::Input(format!(
+                "{flag} {s}: {v:?} is not a release version; give ENGINE@X.Y.Z (e.g. {}@0.4.6) or the engine alone for its current release",
+                name.name()
+            ))),
+        }
+    }
+
+    /// As a user writes it.
+    pub fn label(&self) -> String {
+        match &self.version {
+            Some(v) => format!("{}@{v}", self.name.name()),
+            None => self.name.name().to_string(),
+        }
+    }
+
+    /// Whether the release is at or after `first` (a release number or, for a nightly, its date
+    /// against `since`); `date` (of a measurement, yyyy-mm-dd) decides when the version names
+    /// neither; with nothing known, the current release.
+    fn at_least(&self, first: (u32, u32, u32), since: Option<&str>, date: Option<&str>) -> bool {
+        let v = self.version.as_deref().unwrap_or("");
+        if let (Some(d), Some(since)) = (nightly_date(v), since) {
+            let since: String = since.chars().filter(char::is_ascii_digit).collect();
+            return d.as_str() >= since.as_str();
+        }
+        if let Some(n) = release_numbers(v) {
+            return n >= first;
+        }
+        match (date, since) {
+            (Some(d), Some(since)) if d.len() >= 10 && d.is_char_boundary(10) => &d[..10] >= since,
+            _ => true,
+        }
+    }
+
+    /// Whether the release replays CUDA graphs for steps that carry prompt tokens: sglang from
+    /// [`SGLANG_PIECEWISE_DEFAULT`], the others as [`EngineName::graphs_prefill`]. `date` is the
+    /// measurement's, used when the version names no release.
+    pub fn prefill_graphs(&self, date: Option<&str>) -> bool {
+        match self.name {
+            EngineName::Sglang => {
+                let (first, since) = SGLANG_PIECEWISE_DEFAULT;
+                self.at_least(first, Some(since), date)
+            }
+            other => other.graphs_prefill(),
+        }
+    }
+
+    /// Whether the release puts new prompts' tokens into the running decode steps: vLLM from
+    /// [`VLLM_V1_DEFAULT`], the others as [`EngineName::mixes_prefill`].
+    pub fn mixes_prefill(&self) -> bool {
+        match self.name {
+            EngineName::Vllm => self.at_least(VLLM_V1_DEFAULT, None, None),
+            other => other.mixes_prefill(),
+        }
+    }
+
+    /// The release-dependent defaults the model applies, for a reader.
+    pub fn features(&self) -> Vec<ReleaseFeature> {
+        let mut out = Vec::new();
+        if self.name == EngineName::Sglang {
+            out.push(ReleaseFeature {
+                feature: "piecewise CUDA graphs for prefill",
+                on: self.prefill_graphs(None),
+                since: "sglang 0.5.10 (PR 16331, merged 2026-03-02)",
+            });
+        }
+        if self.name == EngineName::Vllm {
+            out.push(ReleaseFeature {
+                feature: "V1 engine (prompt tokens ride in decode steps)",
+                on: self.mixes_prefill(),
+                since: "vLLM 0.8.0 (release notes: V1 engine enabled by default)",
+            });
+        }
+        out
+    }
+
+    /// The model's defaults for this release: [`EngineName::defaults`] with the release's
+    /// prefill mixing and prefill graphs.
+    pub fn defaults(&self) -> Engine {
+        Engine { mixed_prefill: self.mixes_prefill(), prefill_graphs: self.prefill_graphs(None), ..self.name.defaults() }
+    }
+}
+
+/// A release's leading x.y.z (`0.4.6`, `v0.5.10rc1`, `0.5.10-cu129`), if it has one.
+fn release_numbers(v: &str) -> Option<(u32, u32, u32)> {
+    let v = v.trim_start_matches('v');
+    let head = v.split(|ch: char| !ch.is_ascii_digit() && ch != '.').next().unwrap_or("");
+    let nums: Vec<u32> = head.split('.').filter_map(|p| p.parse().ok()).collect();
+    (nums.len() >= 2).then(|| (nums[0], nums[1], nums.get(2).copied().unwrap_or(0)))
+}
+
+/// A nightly's build date (yyyymmdd) from its tag.
+fn nightly_date(v: &str) -> Option<String> {
+    if !v.contains("nightly") {
+        return None;
+    }
+    v.split(|ch: char| !ch.is_ascii_digit()).find(|d| d.len() == 8 && d.starts_with("20")).map(str::to_string)
+}
+
 /// vLLM's `--gpu-memory-utilization` default (vLLM "Engine Arguments", docs.vllm.ai): the memory
 /// share a vLLM deployment runs with.
 pub const VLLM_GPU_MEMORY_UTILIZATION: f64 = 0.9;

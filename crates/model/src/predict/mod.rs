@@ -51,8 +51,8 @@ pub(crate) mod tests;
 pub use bottleneck::Bottleneck;
 pub use collectives::{Across, QkNormAllReduces};
 pub use engine::{
-    Engine, EngineName, CDNA3_FLOOR_SCALE, SGLANG_PIECEWISE_DEFAULT, SGLANG_REQUEST_LATENCY_MS, TRTLLM_REQUEST_LATENCY_MS,
-    VLLM_GPU_MEMORY_UTILIZATION, VLLM_REQUEST_LATENCY_MS,
+    Engine, EngineName, EngineRelease, ReleaseFeature, CDNA3_FLOOR_SCALE, SGLANG_PIECEWISE_DEFAULT, SGLANG_REQUEST_LATENCY_MS,
+    TRTLLM_REQUEST_LATENCY_MS, VLLM_GPU_MEMORY_UTILIZATION, VLLM_REQUEST_LATENCY_MS, VLLM_V1_DEFAULT,
 };
 pub use memory::Memory;
 pub use prefill::{prefill_gemm_efficiency, PrefillPass, PREFILL_MOE_EFFICIENCY};

@@ -543,3 +543,27 @@ fn new_catalog_models_predict_finite_plausible_rates() {
         assert!(many.output_tokens_per_s.is_finite() && many.output_tokens_per_s > one.output_tokens_per_s, "{m} on {g}");
     }
 }
+
+#[test]
+fn an_engine_release_applies_its_versions_defaults() {
+    use super::{EngineName, EngineRelease};
+    let old = EngineRelease::parse("--engine", "sglang@0.4.6").expect("parses");
+    assert_eq!(old.label(), "sglang@0.4.6");
+    assert!(!old.defaults().prefill_graphs, "sglang before 0.5.10 runs prefill eagerly");
+    assert!(EngineRelease::parse("--engine", "sglang@v0.5.10").expect("parses").defaults().prefill_graphs);
+    assert!(EngineRelease::parse("--engine", "sglang").expect("parses").defaults().prefill_graphs);
+    let v0 = EngineRelease::parse("--engine", "vllm@0.7.3").expect("parses");
+    assert!(!v0.defaults().mixed_prefill, "vLLM V0 runs prompts as steps of their own");
+    assert!(EngineRelease::parse("--engine", "vllm@0.8.0").expect("parses").defaults().mixed_prefill);
+    assert_eq!(EngineRelease::parse("--engine", "trtllm@1.0.0").expect("parses").defaults(), EngineName::Trtllm.defaults());
+    assert!(EngineRelease::parse("--engine", "sglang@nightly-dev-20260101").expect("parses").features().iter().all(|f| !f.on));
+}
+
+#[test]
+fn an_engine_version_that_names_no_release_is_refused_naming_the_flag() {
+    use super::EngineRelease;
+    for bad in ["vllm@latest", "sglang@", "tgi@1.0.0"] {
+        let e = EngineRelease::parse("--engine", bad).expect_err(bad).to_string();
+        assert!(e.contains("--engine"), "{bad}: {e}");
+    }
+}

@@ -199,32 +199,6 @@ pub(crate) fn model_of(c: &E2eCase) -> Result<(ModelSource, &'static str), (Skip
     }
 }
 
-/// Whether an sglang case's steps that carry prompt tokens ran as piecewise CUDA graphs: its
-/// release at or after the first with them on by default ([`crate::predict::SGLANG_PIECEWISE_DEFAULT`]),
-/// a nightly built on or after that date, or, when the version names neither (blank, an image
-/// tag), a measurement on or after it. Neither known: the current default.
-pub(crate) fn sglang_prefill_graphs(version: &str, date: Option<&str>) -> bool {
-    let ((major, minor, patch), since) = crate::predict::SGLANG_PIECEWISE_DEFAULT;
-    let since_digits: String = since.chars().filter(char::is_ascii_digit).collect();
-    // A nightly's build date (yyyymmdd) in its tag.
-    if version.contains("nightly") {
-        let dates: Vec<&str> = version.split(|ch: char| !ch.is_ascii_digit()).filter(|d| d.len() == 8 && d.starts_with("20")).collect();
-        if let Some(d) = dates.first() {
-            return *d >= since_digits.as_str();
-        }
-    }
-    // A release: its leading x.y.z.
-    let head = version.split(|ch: char| !ch.is_ascii_digit() && ch != '.').next().unwrap_or("");
-    let nums: Vec<u32> = head.split('.').filter_map(|p| p.parse().ok()).collect();
-    if nums.len() >= 3 {
-        return (nums[0], nums[1], nums[2]) >= (major, minor, patch);
-    }
-    match date {
-        Some(d) if d.len() >= 10 && d.is_char_boundary(10) => &d[..10] >= since,
-        _ => EngineName::Sglang.graphs_prefill(),
-    }
-}
-
 /// e2e.toml's free-text format -> a checkpoint format (first named wins, NVFP4 before FP8).
 pub(crate) fn quant_of(q: &str) -> Option<Dtype> {
     let q = q.to_lowercase();

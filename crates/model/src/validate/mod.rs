@@ -329,11 +329,8 @@ fn prepare(c: &E2eCase, engine: &Engine, latency: Latency) -> Result<Prepared, (
         Latency::Zero => 0.0,
     };
     // sglang's prefill ran eagerly before its piecewise CUDA graphs became the default.
-    let prefill_graphs = if c.engine == EngineName::Sglang {
-        sglang_prefill_graphs(c.engine_version.as_deref().unwrap_or(""), c.date.as_deref())
-    } else {
-        e.prefill_graphs
-    };
+    let release = crate::predict::EngineRelease { name: c.engine, version: c.engine_version.clone() };
+    let prefill_graphs = if c.engine == EngineName::Sglang { release.prefill_graphs(c.date.as_deref()) } else { e.prefill_graphs };
     s.engine = Engine {
         cuda_graphs: e.cuda_graphs,
         prefill_graphs,

@@ -1,5 +1,10 @@
 use super::*;
 
+/// What a validated sglang case runs its prefill with (its release, else its date).
+fn sglang_prefill_graphs(version: &str, date: Option<&str>) -> bool {
+    crate::predict::EngineRelease { name: EngineName::Sglang, version: Some(version.to_string()) }.prefill_graphs(date)
+}
+
 fn validation() -> Validation {
     run().expect("e2e.toml is part of the crate and parses")
 }
