@@ -197,6 +197,14 @@ impl HttpClient {
         Ok(Self { pool: Arc::default(), base, origin, auth, other_auth: None, limits, redactor: Redactor::new(api_key) })
     }
 
+    /// This client with host names resolved by `resolve` instead of the system's resolver (a
+    /// caller with a name service of its own; tests with a resolver that stalls). The lookup is
+    /// inside the connect limit either way.
+    pub fn with_resolver(mut self, resolve: crate::conn::Resolve) -> Self {
+        self.pool = Arc::new(crate::conn::Pool::with_resolver(resolve));
+        self
+    }
+
     /// Also sends `key` to the origin of `url` (`--metrics-api-key-env`), and redacts it too.
     pub fn with_key_for(mut self, url: &str, key: &str) -> Result<Self, InputError> {
         let origin = Origin::of(url).ok_or_else(|| InputError(format!("--metrics-url {url:?} has no host")))?;

@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -124,11 +125,27 @@ struct Idle {
     since: Instant,
 }
 
+/// Turns a host name and port into addresses. It may block (the system's resolver does), so it
+/// runs on the blocking pool, and the connect limit covers it.
+pub type Resolve = fn(&str, u16) -> std::io::Result<Vec<SocketAddr>>;
+
+/// The system's resolver (`getaddrinfo`: /etc/hosts, DNS, as nsswitch.conf says).
+pub fn system_resolve(host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
+    use std::net::ToSocketAddrs;
+    (host, port).to_socket_addrs().map(Iterator::collect)
+}
+
 /// Idle keep-alive connections by origin, taken last-in first-out.
-#[derive(Default)]
 pub struct Pool {
     idle: Mutex<HashMap<Key, Vec<Idle>>>,
     opened: AtomicU64,
+    resolve: Resolve,
+}
+
+impl Default for Pool {
+    fn default() -> Self {
+        Self::with_resolver(system_resolve)
+    }
 }
 
 impl std::fmt::Debug for Pool {
@@ -189,6 +206,11 @@ pub enum SendError {
 }
 
 impl Pool {
+    /// A pool whose host names are resolved by `resolve` (the default is [`system_resolve`]).
+    pub fn with_resolver(resolve: Resolve) -> Self {
+        Self { idle: Mutex::default(), opened: AtomicU64::new(0), resolve }
+    }
+
     /// Connections opened so far (a pool that reuses them opens about as many as requests run at
     /// once).
     pub fn opened(&self) -> u64 {
@@ -233,8 +255,31 @@ impl Pool {
         }
     }
 
+    /// Resolves the host and opens a TCP connection, both within `limit`: a resolver that never
+    /// answers (a DNS server dropping queries) is a connect timeout like a silent port. The lookup
+    /// runs on the blocking pool; when the limit passes first it is left to finish on its own.
     async fn connect(&self, key: &Key, shown: &str, limit: Duration) -> Result<Conn, SendError> {
-        let tcp = match tokio::time::timeout(limit, TcpStream::connect((key.0.as_str(), key.1))).await {
+        let deadline = tokio::time::Instant::now() + limit;
+        let (host, port, resolve) = (key.0.clone(), key.1, self.resolve);
+        let lookup = async move {
+            if let Ok(ip) = host.parse::<IpAddr>() {
+                return Ok(vec![SocketAddr::new(ip, port)]);
+            }
+            tokio::task::spawn_blocking(move || resolve(&host, port)).await.map_err(std::io::Error::other)?
+        };
+        let addrs = match tokio::time::timeout_at(deadline, lookup).await {
+            Err(_) => {
+                return Err(SendError::ConnectTimeout(format!(
+                    "cannot connect to {shown}: the host name {} did not resolve within {:.1} s (--connect-timeout); check the name and the DNS servers",
+                    key.0,
+                    limit.as_secs_f64()
+                )))
+            }
+            Ok(Err(e)) => return Err(SendError::Connect(format!("cannot connect to {shown}: cannot resolve {}: {e}", key.0))),
+            Ok(Ok(a)) if a.is_empty() => return Err(SendError::Connect(format!("cannot connect to {shown}: {} has no address", key.0))),
+            Ok(Ok(a)) => a,
+        };
+        let tcp = match tokio::time::timeout_at(deadline, connect_any(&addrs)).await {
             Err(_) => {
                 return Err(SendError::ConnectTimeout(format!("cannot connect to {shown}: connection timed out (--connect-timeout)")))
             }
@@ -250,6 +295,18 @@ impl Pool {
             http1::handshake(io).await.map_err(|e| SendError::Connect(format!("cannot open an HTTP connection to {shown}: {e}")))?;
         Ok(Conn { send, io: Box::pin(io), clock })
     }
+}
+
+/// Connects to the first address that accepts, in the resolver's order; the last error otherwise.
+async fn connect_any(addrs: &[SocketAddr]) -> std::io::Result<TcpStream> {
+    let mut last = None;
+    for a in addrs {
+        match TcpStream::connect(a).await {
+            Ok(s) => return Ok(s),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no address to connect to")))
 }
 
 /// A sent request that found its connection closed may be sent again on a new one: a server
@@ -391,6 +448,40 @@ mod tests {
     }
 
     const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+
+    /// A resolver that answers far too late (a DNS server dropping queries). The test's runtime
+    /// waits for it when the test ends, so it is kept short.
+    fn stalled_resolver(_: &str, _: u16) -> std::io::Result<Vec<SocketAddr>> {
+        std::thread::sleep(Duration::from_secs(3));
+        Err(std::io::Error::other("the stalled resolver gave up"))
+    }
+
+    /// A resolver that maps every name to loopback (as /etc/hosts would).
+    fn loopback_resolver(_: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
+        Ok(vec![SocketAddr::from(([127, 0, 0, 1], port))])
+    }
+
+    #[tokio::test]
+    async fn a_host_name_lookup_is_inside_the_connect_limit() {
+        let limits = Limits { connect: Duration::from_millis(200), ..Limits::default() };
+        let c = HttpClient::new("http://never-answers.example:8000", None, limits).expect("client").with_resolver(stalled_resolver);
+        let t0 = Instant::now();
+        let e = c.simple(Method::GET, "/health", Bytes::new(), Duration::from_secs(10)).await.expect_err("no address in time");
+        assert!(t0.elapsed() < Duration::from_secs(2), "held {:?} by a stalled lookup", t0.elapsed());
+        let msg = format!("{e:?}");
+        assert!(msg.contains("the host name never-answers.example did not resolve within 0.2 s (--connect-timeout)"), "{msg}");
+    }
+
+    #[tokio::test]
+    async fn a_resolved_host_name_is_connected_to() {
+        let url = server(OK, usize::MAX, false).await;
+        let port = url.rsplit(':').next().expect("port");
+        let c = HttpClient::new(&format!("http://server.example:{port}"), None, Limits::default())
+            .expect("client")
+            .with_resolver(loopback_resolver);
+        let r = c.simple(Method::GET, "/x", Bytes::new(), Duration::from_secs(10)).await.expect("answer");
+        assert_eq!((r.status, &r.body[..]), (200, &b"ok"[..]));
+    }
 
     #[tokio::test]
     async fn sequential_requests_share_one_kept_alive_connection() {

@@ -20,11 +20,17 @@ impl std::fmt::Debug for Tokenizer {
     }
 }
 
+/// The most a `--tokenizer` file may hold: the largest published tokenizer.json files (vocabularies
+/// of a few hundred thousand tokens with their merges) are a few tens of MB.
+pub const MAX_TOKENIZER_FILE: u64 = 256 * servetune_io::MIB;
+
 impl Tokenizer {
     /// Loads `path` (a `tokenizer.json`).
     #[cfg(feature = "tokenizer")]
     pub fn load(path: &Path) -> Result<Self, InputError> {
-        let inner = tokenizers::Tokenizer::from_file(path).map_err(|e| {
+        let bytes = servetune_io::read_bytes(path, &format!("--tokenizer {}", path.display()), MAX_TOKENIZER_FILE)
+            .map_err(|e| InputError(format!("{e}; give the tokenizer.json of the served model")))?;
+        let inner = tokenizers::Tokenizer::from_bytes(bytes).map_err(|e| {
             InputError(format!(
                 "--tokenizer {}: cannot load it as a Hugging Face tokenizer.json ({e}); give the tokenizer.json of the served model",
                 path.display()

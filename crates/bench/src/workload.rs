@@ -205,10 +205,17 @@ pub fn probe_prompt(n: u32) -> String {
     words(&mut StdRng::seed_from_u64(0x5e47_e7a5), n)
 }
 
+/// The most a `--dataset` file may hold: the largest public prompt sets (ShareGPT V3, about 650
+/// MB) fit; `/dev/zero` or an endless stream stops here instead of filling memory.
+pub const MAX_DATASET: u64 = 1024 * servetune_io::MIB;
+
 /// Reads prompts from a JSONL file (`{"prompt": ...}`, `{"text": ...}` or `{"messages": [...]}` per
 /// line) or a ShareGPT JSON array (`[{"conversations": [{"from": "human", "value": ...}, ...]}]`).
+/// The file is read with a limit of [`MAX_DATASET`]; a FIFO or a device must reach its end within
+/// servetune-io's stream deadline.
 pub fn load_dataset(path: &Path) -> Result<Vec<String>, InputError> {
-    let raw = std::fs::read_to_string(path).map_err(|e| InputError(format!("--dataset {}: cannot read it ({e})", path.display())))?;
+    let raw =
+        servetune_io::read_text(path, &format!("--dataset {}", path.display()), MAX_DATASET).map_err(|e| InputError(e.to_string()))?;
     let fmt_err = |what: String| {
         InputError(format!("--dataset {}: {what}; expected JSONL lines with a \"prompt\" field, or a ShareGPT JSON array", path.display()))
     };

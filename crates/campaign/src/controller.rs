@@ -46,7 +46,8 @@ pub fn acquire(dir: &Path) -> Result<Controller> {
     let mut f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&p).map_err(io)?;
     if !try_lock(&f).map_err(io)? {
         let mut pid = String::new();
-        let _ = f.read_to_string(&mut pid);
+        // A pid is a few digits: the file is ours, but bound the read all the same.
+        let _ = (&f).take(64).read_to_string(&mut pid);
         let pid = pid.trim();
         return Err(CampaignError::Runtime(format!(
             "{}: another servetune campaign continue{} is running this campaign; wait for it to stop, or stop it (its step is then recorded as interrupted)",

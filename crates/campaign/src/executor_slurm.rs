@@ -171,9 +171,16 @@ impl JobFiles {
         self.with("nodes")
     }
 
-    /// The nodes file's lines (one per node that started its task).
+    /// The nodes file's lines (one per node that started its task). The job writes it, so it is
+    /// read only as a regular file of at most [`MAX_NODES_FILE`]; a missing file has no lines, and
+    /// any other failure is the one line that says why (it is evidence in the fingerprint).
     pub fn node_lines(&self) -> Vec<String> {
-        std::fs::read_to_string(self.nodes()).map(|s| s.lines().map(str::to_string).collect()).unwrap_or_default()
+        let p = self.nodes();
+        match servetune_io::read_regular(&p, &p.display().to_string(), MAX_NODES_FILE) {
+            Ok(bytes) => String::from_utf8_lossy(&bytes).lines().map(str::to_string).collect(),
+            Err(servetune_io::ReadError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => vec![e.to_string()],
+        }
     }
 
     /// Node `i`'s log.
@@ -181,6 +188,10 @@ impl JobFiles {
         self.with(&format!("node{i}.log"))
     }
 }
+
+/// The most a job's nodes file may hold: one short line per node (name, address, rank, kernel),
+/// so a few hundred bytes per node.
+pub const MAX_NODES_FILE: u64 = servetune_io::MIB;
 
 /// A server running as a Slurm job.
 #[derive(Debug)]
@@ -384,6 +395,22 @@ fn port_closed(ep: &Endpoint) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_nodes_file_is_read_within_its_limit_and_never_blocks() {
+        let d = tempfile::tempdir().expect("tmp");
+        let files = JobFiles::of(&d.path().join("exp-1-a1.log"));
+        assert!(files.node_lines().is_empty(), "no file yet: no lines");
+        std::fs::write(files.nodes(), "n1 10.0.0.1 0 6.8\nn2 10.0.0.2 1 6.8\n").expect("write");
+        assert_eq!(files.node_lines(), ["n1 10.0.0.1 0 6.8", "n2 10.0.0.2 1 6.8"]);
+        std::fs::File::create(files.nodes()).expect("create").set_len(MAX_NODES_FILE + 1).expect("len");
+        let lines = files.node_lines();
+        assert!(lines.len() == 1 && lines[0].contains("larger than 1 MiB"), "{lines:?}");
+        std::fs::remove_file(files.nodes()).expect("rm");
+        assert!(std::process::Command::new("mkfifo").arg(files.nodes()).status().expect("mkfifo").success());
+        let lines = files.node_lines();
+        assert!(lines.len() == 1 && lines[0].contains("is a FIFO"), "{lines:?}");
+    }
 
     #[test]
     fn sbatch_arguments_carry_every_setting_as_whole_words() {

@@ -81,14 +81,32 @@ pub fn post_json(ep: &Endpoint, path: &str, body: &str, timeout: Duration) -> Re
 }
 
 fn request(ep: &Endpoint, method: http::Method, path: &str, body: bytes::Bytes, timeout: Duration) -> Result<Response, HttpError> {
+    request_via(ep, servetune_bench::conn::system_resolve, method, path, body, timeout)
+}
+
+/// [`request`] with host names resolved by `resolve`. The lookup is inside `timeout` (bench's
+/// client bounds it by the connect limit), and the runtime is shut down without waiting for a
+/// lookup still blocked in the resolver: a name the DNS never answers costs `timeout`, not the
+/// resolver's own retries.
+fn request_via(
+    ep: &Endpoint,
+    resolve: servetune_bench::conn::Resolve,
+    method: http::Method,
+    path: &str,
+    body: bytes::Bytes,
+    timeout: Duration,
+) -> Result<Response, HttpError> {
     let limits = Limits { connect: timeout, first_byte: timeout, idle: timeout, request: timeout, preflight: timeout, scrape: timeout };
-    let client = HttpClient::new(&ep.url(), None, limits).map_err(|e| HttpError::Connect(e.to_string()))?;
+    let client = HttpClient::new(&ep.url(), None, limits).map_err(|e| HttpError::Connect(e.to_string()))?.with_resolver(resolve);
     let work = move || -> Result<Response, HttpError> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| HttpError::Failed(format!("cannot start an I/O runtime for {}: {e}", ep.url())))?;
-        let r = rt.block_on(client.simple(method, path, body, timeout))?;
+        let r = rt.block_on(client.simple(method, path, body, timeout));
+        // Dropping the runtime would wait for its blocking threads, a stalled lookup included.
+        rt.shutdown_background();
+        let r = r?;
         Ok(Response { status: r.status, body: String::from_utf8_lossy(&r.body).into_owned() })
     };
     // A runtime cannot block inside another one: a caller on an async thread gets a plain thread.
@@ -177,6 +195,42 @@ mod tests {
         let req = server.join().expect("server");
         assert!(req.starts_with("POST /v1/completions HTTP/1.1\r\n"), "{req}");
         assert_eq!((r.status, r.body.as_str()), (201, "ok"));
+    }
+
+    /// A resolver that never answers in time (a DNS server that drops the query).
+    fn stalled_resolver(_: &str, _: u16) -> std::io::Result<Vec<std::net::SocketAddr>> {
+        std::thread::sleep(Duration::from_secs(20));
+        Err(std::io::Error::other("the stalled resolver gave up"))
+    }
+
+    #[test]
+    fn a_host_name_lookup_that_stalls_ends_at_the_requests_deadline() {
+        let ep = Endpoint { host: "head-node.cluster.example".into(), port: 8000 };
+        let t0 = std::time::Instant::now();
+        let e = request_via(&ep, stalled_resolver, http::Method::GET, "/health", bytes::Bytes::new(), Duration::from_millis(300))
+            .expect_err("the lookup never answers");
+        let took = t0.elapsed();
+        assert!(took < Duration::from_secs(3), "the request was held {took:?} by a lookup past its 300 ms deadline");
+        assert!(matches!(&e, HttpError::TimedOut(m) if m.contains("head-node.cluster.example")), "{e:?}");
+    }
+
+    #[test]
+    fn a_health_body_larger_than_the_cap_is_refused_not_held() {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = l.local_addr().expect("addr").port();
+        let server = std::thread::spawn(move || {
+            let Ok((mut c, _)) = l.accept() else { return 0usize };
+            let mut b = [0u8; 4096];
+            let _ = c.read(&mut b);
+            let _ = c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 3000000000\r\n\r\n");
+            let chunk = vec![b'x'; 1 << 20];
+            // Until the client hangs up: it must stop well before the 3 GB it was promised.
+            (0..3000).take_while(|_| c.write_all(&chunk).is_ok()).count()
+        });
+        let e = get(&Endpoint::local(port), "/health", Duration::from_secs(20)).expect_err("over the cap");
+        assert!(matches!(&e, HttpError::Failed(m) if m.contains("the body is longer than 16777216 bytes")), "{e:?}");
+        let sent_mib = server.join().expect("server");
+        assert!(sent_mib < 100, "the client read {sent_mib} MiB of a body capped at 16 MiB");
     }
 
     #[test]

@@ -364,6 +364,7 @@ pub fn write_html(c: &Comparison, mut w: impl Write) -> io::Result<()> {
         ],
         callouts: Vec::new(),
         legend: None,
+        log_y: false,
     };
     o.push_str("<h2>Throughput</h2>");
     svg::line_chart(&chart, &mut o);

@@ -273,6 +273,7 @@ fn throughput_chart(r: &Report) -> LineChart {
         series,
         callouts,
         legend: None,
+        log_y: false,
     }
 }
 
@@ -319,14 +320,21 @@ fn latency_chart(r: &Report, which: Latency) -> LineChart {
         }
     }
     legend.extend(pcts.iter().map(|(pct, dash, _)| LegendEntry { name: format!("{metric} {pct}"), color: "#555555", dash: *dash }));
+    // TTFT's p99 can be a thousand times its p50 (requests queued behind the running cap): on a
+    // linear axis set by the p99 the p50 lies on the floor, so TTFT gets a log axis.
+    let log_y = matches!(which, Latency::Ttft);
     LineChart {
         name: metric.to_lowercase(),
-        caption: format!("{metric} percentiles over concurrency (solid p50, dashed higher percentiles)"),
+        caption: format!(
+            "{metric} percentiles over concurrency (solid p50, dashed higher percentiles){}",
+            if log_y { ", log scale" } else { "" }
+        ),
         x_label: "concurrency (requests in flight, log scale)".into(),
-        y_label: format!("{metric} (ms)"),
+        y_label: format!("{metric} (ms){}", if log_y { ", log scale" } else { "" }),
         series,
         callouts: Vec::new(),
         legend: Some(legend),
+        log_y,
     }
 }
 
@@ -528,23 +536,36 @@ fn fabric_heatmap(
     scale: Vec<f64>,
 ) -> ValueHeatmap {
     let better = if higher { "higher is better" } else { "lower is better" };
+    let what = measured_title(f, m);
     ValueHeatmap {
         name: name.into(),
         caption: format!(
-            "{} in {} from each GPU (row) to each GPU (column), {}: {better}, brighter is better, one scale for every environment",
-            m.title.replace(" Matrix", ""),
-            m.unit,
-            f.environment
+            "{what} in {} from each GPU (row) to each GPU (column), {}: {better}, brighter is better, one scale for every environment",
+            m.unit, f.environment
         ),
         x_label: "to GPU".into(),
         y_label: "from GPU".into(),
         labels: f.matrices.gpus.iter().map(|g| g.to_string()).collect(),
         values: m.values.clone(),
         unit: m.unit.clone(),
-        what: m.title.replace(" Matrix", "").to_string(),
+        what,
         record: format!("fabric record {}, environment fingerprint {}", f.record, f.fingerprint),
         scale,
         higher_is_better: higher,
+    }
+}
+
+/// What a fabric matrix measured, in words. p2pBandwidthLatencyTest's titles say "P2P=Enabled"
+/// for copies made with peer access asked for; on a box whose GPUs cannot enable it (the
+/// document's link was fitted host-staged) the driver staged those copies through host memory,
+/// and the title says that instead of "P2P=Enabled".
+fn measured_title(f: &crate::report::FabricLine, m: &crate::fabric_step::Measured) -> String {
+    let title = m.title.replace(" Matrix", "");
+    let staged = f.matrices.link.as_deref().is_some_and(|l| l.starts_with("measured-host-staged"));
+    if staged && title.contains("P2P=Enabled") {
+        format!("{}, staged through host memory (no P2P)", title.replace("P2P=Enabled ", ""))
+    } else {
+        title
     }
 }
 
@@ -595,4 +616,38 @@ fn analysis(r: &Report, o: &mut String) {
         o.push_str("</ul>");
     }
     o.push_str("</section>\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fabric_step::{Measured, PairMatrices};
+    use crate::report::FabricLine;
+
+    fn line(link: &str) -> FabricLine {
+        let m = |title: &str, unit: &str| Measured { title: title.into(), unit: unit.into(), values: vec![] };
+        FabricLine {
+            record: 1,
+            fingerprint: 2,
+            environment: "kvm guest, no P2P".into(),
+            source: "p2p.json".into(),
+            matrices: PairMatrices {
+                backend: "sim".into(),
+                gpus: vec![0, 1],
+                bandwidth: m("Unidirectional P2P=Enabled Bandwidth Matrix (256 MiB)", "GB/s"),
+                latency: m("P2P=Enabled Latency Matrix (4 B)", "us"),
+                link: Some(format!("{link}: alpha 13.30 us, beta 29.40 GB/s")),
+            },
+        }
+    }
+
+    #[test]
+    fn a_no_p2p_box_matrix_title_says_its_copies_were_staged() {
+        let f = line("measured-host-staged");
+        let bw = measured_title(&f, &f.matrices.bandwidth);
+        assert_eq!(bw, "Unidirectional Bandwidth (256 MiB), staged through host memory (no P2P)");
+        assert_eq!(measured_title(&f, &f.matrices.latency), "Latency (4 B), staged through host memory (no P2P)");
+        let p2p = line("measured-p2p");
+        assert_eq!(measured_title(&p2p, &p2p.matrices.bandwidth), "Unidirectional P2P=Enabled Bandwidth (256 MiB)");
+    }
 }

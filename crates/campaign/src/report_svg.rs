@@ -9,8 +9,12 @@
 
 use std::fmt::Write;
 
-/// Colour-blind-safe palette (Okabe and Ito), one colour per series.
-pub const PALETTE: [&str; 8] = ["#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#000000", "#f0e442"];
+/// Colour-blind-safe palette, one colour per series: Okabe and Ito's eight, then two of Paul
+/// Tol's (wine, olive) so up to ten series never share a colour. Ordered so that the first six
+/// (the step-time terms of the breakdown chart) are six clearly different hues: sky blue, the
+/// nearest to the first blue, comes seventh.
+pub const PALETTE: [&str; 10] =
+    ["#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#000000", "#56b4e9", "#f0e442", "#882255", "#999933"];
 
 const W: f64 = 960.0;
 const H: f64 = 380.0;
@@ -38,51 +42,74 @@ pub fn esc(s: &str) -> String {
 /// A data mark: its position and its tooltip (the value and the journal record).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Mark {
+    /// Concurrency (the x axis).
     pub x: f64,
+    /// The value, in the y axis's unit.
     pub y: f64,
+    /// The tooltip: the value in words and the journal record it comes from.
     pub title: String,
 }
 
 /// A line through marks.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Series {
+    /// The series' name (the legend's words unless the chart has its own legend).
     pub name: String,
+    /// Its stroke and mark colour.
     pub color: &'static str,
     /// SVG stroke-dasharray, for a second dimension (a percentile) beside the colour.
     pub dash: Option<&'static str>,
+    /// The points, in drawing order.
     pub marks: Vec<Mark>,
 }
 
 /// A labelled point marked on a chart (the saturation knee).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Callout {
+    /// Concurrency of the point.
     pub x: f64,
+    /// Its value.
     pub y: f64,
+    /// The words drawn above it ("knee c=64").
     pub label: String,
+    /// The circle's and label's colour (its series').
     pub color: &'static str,
+    /// The tooltip naming the record.
     pub title: String,
 }
 
 /// A legend entry: a swatch (colour, optional dash) and its name.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LegendEntry {
+    /// The entry's words.
     pub name: String,
+    /// The swatch's colour.
     pub color: &'static str,
+    /// The swatch's dash pattern (a line swatch), or none.
     pub dash: Option<&'static str>,
 }
 
 /// A line chart over concurrency (log2 x axis).
 #[derive(Debug, Clone, PartialEq)]
 pub struct LineChart {
+    /// The chart's id (`data-chart`), e.g. `throughput`.
     pub name: String,
+    /// What it shows, in a sentence (the SVG's title and accessible label).
     pub caption: String,
+    /// The x axis's name with its unit.
     pub x_label: String,
+    /// The y axis's name with its unit.
     pub y_label: String,
+    /// The lines.
     pub series: Vec<Series>,
+    /// Points marked with a circle and a label.
     pub callouts: Vec<Callout>,
     /// The legend, when it is not one entry per series (colour for the experiment, dash for the
     /// percentile).
     pub legend: Option<Vec<LegendEntry>>,
+    /// A logarithmic y axis (powers of ten), for values that span decades: a TTFT p50 of 40 ms
+    /// stays readable beside a p99 of 30 s. Values at or below zero are drawn at the axis' floor.
+    pub log_y: bool,
 }
 
 /// "Nice" tick values covering 0..=max (1, 2 or 5 times a power of ten apart).
@@ -115,10 +142,28 @@ fn open_svg(o: &mut String, kind: &str, name: &str, caption: &str) {
     );
 }
 
-/// The y axis: line, ticks with gridlines, and its label with the unit.
-fn y_axis(o: &mut String, ticks: &[f64], top: f64, label: &str) {
+/// Tick values for a log10 axis over `lo..=hi` (both > 0): every power of ten from below `lo` to
+/// above `hi`, with 2x and 5x steps between when the span is three decades or less.
+pub fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let lo = if lo > 0.0 && lo.is_finite() { lo } else { 1.0 };
+    let hi = if hi > lo && hi.is_finite() { hi } else { lo * 10.0 };
+    let (a, b) = (lo.log10().floor() as i32, hi.log10().ceil().max(lo.log10().floor() + 1.0) as i32);
+    let steps: &[f64] = if b - a <= 3 { &[1.0, 2.0, 5.0] } else { &[1.0] };
+    let mut out = Vec::new();
+    for e in a..=b {
+        for m in steps {
+            let v = m * 10f64.powi(e);
+            if v <= 10f64.powi(b) {
+                out.push(v);
+            }
+        }
+    }
+    out
+}
+
+/// The y axis: line, ticks with gridlines (each at `y(value)`), and its label with the unit.
+fn y_axis(o: &mut String, ticks: &[f64], y: &dyn Fn(f64) -> f64, label: &str) {
     let plot_h = H - TOP - BOTTOM;
-    let y = |v: f64| TOP + plot_h * (1.0 - v / top);
     o.push_str(r#"<g class="axis y">"#);
     let _ = write!(o, r##"<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{}" stroke="#333"/>"##, H - BOTTOM);
     for t in ticks {
@@ -164,7 +209,7 @@ fn x_axis_log(o: &mut String, xs: &[f64], x: &dyn Fn(f64) -> f64, label: &str) {
     );
 }
 
-/// The legend: one swatch and name per entry, right of the plot.
+/// The legend of lines: one line swatch (colour and dash) and name per entry, right of the plot.
 fn legend(o: &mut String, entries: &[LegendEntry]) {
     o.push_str(r#"<g class="legend">"#);
     for (i, LegendEntry { name, color, dash }) in entries.iter().enumerate() {
@@ -192,12 +237,20 @@ pub fn line_chart(c: &LineChart, o: &mut String) {
     let span = if hi > lo { hi - lo } else { 1.0 };
     let plot_w = W - LEFT - RIGHT - 20.0;
     let x = move |v: f64| LEFT + 10.0 + plot_w * (v.max(f64::MIN_POSITIVE).log2() - lo) / span;
-    let ymax = c.series.iter().flat_map(|s| s.marks.iter().map(|m| m.y)).fold(0.0, f64::max) * 1.08;
-    let ts = ticks(ymax);
-    let top = ts.last().copied().unwrap_or(1.0);
-    let y = |v: f64| TOP + (H - TOP - BOTTOM) * (1.0 - v / top);
+    let ys = || c.series.iter().flat_map(|s| s.marks.iter().map(|m| m.y));
+    let plot_h = H - TOP - BOTTOM;
+    let (ts, y): (Vec<f64>, Box<dyn Fn(f64) -> f64>) = if c.log_y {
+        let ts = log_ticks(ys().filter(|v| *v > 0.0).fold(f64::INFINITY, f64::min), ys().fold(0.0, f64::max));
+        let (lo, hi) = (ts[0].log10(), ts[ts.len() - 1].log10());
+        let span = if hi > lo { hi - lo } else { 1.0 };
+        (ts, Box::new(move |v: f64| TOP + plot_h * (1.0 - (v.max(10f64.powf(lo)).log10() - lo) / span)))
+    } else {
+        let ts = ticks(ys().fold(0.0, f64::max) * 1.08);
+        let top = ts.last().copied().unwrap_or(1.0);
+        (ts, Box::new(move |v: f64| TOP + plot_h * (1.0 - v / top)))
+    };
     open_svg(o, "line", &c.name, &c.caption);
-    y_axis(o, &ts, top, &c.y_label);
+    y_axis(o, &ts, &*y, &c.y_label);
     x_axis_log(o, &xs, &x, &c.x_label);
     for s in &c.series {
         let pts: Vec<String> = s.marks.iter().map(|m| format!("{:.1},{:.1}", x(m.x), y(m.y))).collect();
@@ -245,27 +298,40 @@ pub fn line_chart(c: &LineChart, o: &mut String) {
 /// One bar segment: its series (index into [`BarChart::series`]), value and tooltip.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Segment {
+    /// Index into [`BarChart::series`]: the segment's colour and legend entry.
     pub series: usize,
+    /// Its height, in the y axis's unit.
     pub value: f64,
+    /// The tooltip: the value in words and the journal record.
     pub title: String,
 }
 
 /// A group of bars on the x axis (one experiment).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Group {
+    /// The words under the group.
     pub label: String,
+    /// Its bars (side by side) or the parts of its one bar (stacked).
     pub segments: Vec<Segment>,
 }
 
 /// Bars: side by side, or stacked.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BarChart {
+    /// The chart's id (`data-chart`), e.g. `breakdown`.
     pub name: String,
+    /// What it shows, in a sentence.
     pub caption: String,
+    /// The x axis's name.
     pub x_label: String,
+    /// The y axis's name with its unit.
     pub y_label: String,
+    /// The series' names; series `i` is drawn in `PALETTE[i]`, so no two share a colour (up to
+    /// the palette's ten).
     pub series: Vec<String>,
+    /// The groups, left to right.
     pub groups: Vec<Group>,
+    /// Segments stacked into one bar per group, else side by side.
     pub stacked: bool,
 }
 
@@ -283,7 +349,7 @@ pub fn bar_chart(c: &BarChart, o: &mut String) {
     let y = |v: f64| TOP + plot_h * (1.0 - v / top);
     let slot = (W - LEFT - RIGHT) / c.groups.len().max(1) as f64;
     open_svg(o, "bar", &c.name, &c.caption);
-    y_axis(o, &ts, top, &c.y_label);
+    y_axis(o, &ts, &y, &c.y_label);
     o.push_str(r#"<g class="axis x">"#);
     let _ = write!(o, r##"<line x1="{LEFT}" y1="{0}" x2="{1}" y2="{0}" stroke="#333"/>"##, H - BOTTOM, W - RIGHT);
     for (i, g) in c.groups.iter().enumerate() {
@@ -325,21 +391,28 @@ pub fn bar_chart(c: &BarChart, o: &mut String) {
         }
         o.push_str("</g>");
     }
-    let entries: Vec<LegendEntry> =
-        c.series.iter().enumerate().map(|(i, n)| LegendEntry { name: n.clone(), color: PALETTE[i % PALETTE.len()], dash: None }).collect();
-    legend(o, &entries);
-    o.push_str("</svg>");
+    // Bars get square swatches, not line symbols.
+    o.push_str(r#"<g class="legend">"#);
+    for (i, n) in c.series.iter().enumerate() {
+        swatch(o, W - RIGHT + 16.0, i, PALETTE[i % PALETTE.len()], n);
+    }
+    o.push_str("</g></svg>");
 }
 
 /// A square matrix of categorical cells (e.g. P2P status OK / NS), coloured by a legend.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Heatmap {
+    /// The chart's id (`data-chart`).
     pub name: String,
+    /// What it shows, in a sentence.
     pub caption: String,
+    /// The column axis's name.
     pub x_label: String,
+    /// The row axis's name.
     pub y_label: String,
-    /// rows[i][j], with row and column labels.
+    /// Row and column labels (GPU indices).
     pub labels: Vec<String>,
+    /// `rows[i][j]`: the category of the pair from row `i` to column `j`.
     pub rows: Vec<Vec<String>>,
     /// Each category with its colour and meaning, in legend order.
     pub categories: Vec<(String, &'static str, String)>,
@@ -392,9 +465,13 @@ const SELF_COLOR: &str = "#d9d9d9";
 /// coloured by its step of a sequential scale over the GPU-to-GPU pairs and labelled with its value.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ValueHeatmap {
+    /// The chart's id (`data-chart`).
     pub name: String,
+    /// What it shows, in a sentence.
     pub caption: String,
+    /// The column axis's name.
     pub x_label: String,
+    /// The row axis's name.
     pub y_label: String,
     /// Row and column labels (GPU indices).
     pub labels: Vec<String>,
@@ -560,6 +637,64 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_log_axis_keeps_a_small_p50_off_the_floor() {
+        assert_eq!(log_ticks(40.0, 900.0), vec![10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0]);
+        assert_eq!(log_ticks(40.0, 30_000.0), vec![10.0, 100.0, 1000.0, 10_000.0, 100_000.0]);
+        let series = |name: &str, y: f64| Series {
+            name: name.into(),
+            color: PALETTE[0],
+            dash: None,
+            marks: vec![Mark { x: 1.0, y, title: String::new() }, Mark { x: 8.0, y, title: String::new() }],
+        };
+        let mut c = LineChart {
+            name: "ttft".into(),
+            caption: "TTFT".into(),
+            x_label: "concurrency".into(),
+            y_label: "TTFT (ms)".into(),
+            series: vec![series("p50", 40.0), series("p99", 30_000.0)],
+            callouts: vec![],
+            legend: None,
+            log_y: true,
+        };
+        let p50_height = |c: &LineChart| {
+            let mut o = String::new();
+            line_chart(c, &mut o);
+            let at = o.find(r#"data-series="p50""#).expect("p50 series");
+            let cy: f64 = o[at..].split("cy=\"").nth(1).and_then(|s| s.split('"').next()).and_then(|s| s.parse().ok()).expect("cy");
+            (H - BOTTOM) - cy
+        };
+        let log = p50_height(&c);
+        c.log_y = false;
+        let linear = p50_height(&c);
+        assert!(linear < 1.0, "on a linear axis set by the p99 the p50 lies on the floor: {linear}");
+        assert!(log > (H - TOP - BOTTOM) * 0.1, "on the log axis the p50 (a decade above the axis floor of 10 ms) is off the floor: {log}");
+    }
+
+    #[test]
+    fn bar_legends_are_swatches_one_distinct_colour_per_series() {
+        let names = ["weights", "KV cache", "compute", "communication", "overhead", "prefill"];
+        let c = BarChart {
+            name: "breakdown".into(),
+            caption: "step".into(),
+            x_label: "experiment".into(),
+            y_label: "ms".into(),
+            series: names.iter().map(|s| s.to_string()).collect(),
+            groups: vec![Group {
+                label: "exp 1".into(),
+                segments: (0..names.len()).map(|i| Segment { series: i, value: 1.0, title: String::new() }).collect(),
+            }],
+            stacked: true,
+        };
+        let mut o = String::new();
+        bar_chart(&c, &mut o);
+        let legend = &o[o.find(r#"<g class="legend">"#).expect("legend")..];
+        assert_eq!(legend.matches("<rect").count(), names.len(), "a square swatch per term: {legend}");
+        assert!(!legend.contains("<line"), "no line symbols for bars: {legend}");
+        let fills: std::collections::BTreeSet<&str> = legend.split("fill=\"").skip(1).filter_map(|s| s.split('"').next()).collect();
+        assert_eq!(fills.len(), names.len(), "every term its own colour: {fills:?}");
+    }
+
+    #[test]
     fn ticks_are_round_and_cover_the_maximum() {
         assert_eq!(ticks(880.0), vec![0.0, 200.0, 400.0, 600.0, 800.0, 1000.0]);
         assert_eq!(ticks(4.2), vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
@@ -618,6 +753,7 @@ mod tests {
             }],
             callouts: vec![],
             legend: None,
+            log_y: false,
         };
         let mut o = String::new();
         line_chart(&c, &mut o);

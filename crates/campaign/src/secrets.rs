@@ -21,18 +21,21 @@ pub fn is_secret_name(name: &str, secret_env: &[String]) -> bool {
     ["KEY", "TOKEN", "SECRET", "PASSWORD"].iter().any(|w| u.contains(w)) || secret_env.iter().any(|s| s == name)
 }
 
+/// The most the secrets file may hold: a handful of tokens.
+const MAX_SECRETS_FILE: u64 = servetune_io::MIB;
+
 fn path(dir: &Path) -> PathBuf {
     dir.join(FILE)
 }
 
 fn read(dir: &Path) -> Result<Vec<String>> {
     let p = path(dir);
-    match std::fs::read(&p) {
+    match servetune_io::read_bytes(&p, &p.display().to_string(), MAX_SECRETS_FILE) {
         Ok(b) => serde_json::from_slice(&b).map_err(|e| {
             CampaignError::Runtime(format!("{}: not a secrets file ({e}); restore it, or re-create the campaign", p.display()))
         }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-        Err(e) => Err(CampaignError::Runtime(format!("{}: cannot read it ({e})", p.display()))),
+        Err(servetune_io::ReadError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(CampaignError::Runtime(e.to_string())),
     }
 }
 

@@ -492,6 +492,37 @@ fn listen_for_signals(drain: std::time::Duration) -> Result<(watch::Receiver<Sto
     Ok((rx, first))
 }
 
+/// Prepares the run (reads `--dataset` and `--tokenizer`, checks the server, calibrates) on a
+/// task of its own, so that a stop signal meanwhile ends the command at once with 128+N: a
+/// `--dataset` FIFO nobody writes to, or a slow server, does not hold a SIGTERM, SIGINT or SIGHUP
+/// until its deadline. Nothing has been measured then, so nothing is written.
+async fn prepare_or_stop(
+    cfg: BenchConfig,
+    key_env: Option<String>,
+    mut stopping: watch::Receiver<Stopping>,
+    signal: &FirstSignal,
+) -> Result<runner::Prepared, Failure> {
+    // On the blocking pool, not a worker: the dataset is read synchronously, and a worker held by
+    // it could be the one the signal listener needs (one worker on a one-CPU machine).
+    let rt = tokio::runtime::Handle::current();
+    let task = tokio::task::spawn_blocking(move || rt.block_on(runner::prepare(cfg, key_env)));
+    tokio::select! {
+        done = task => match done {
+            Ok(Ok(p)) => Ok(p),
+            Ok(Err(BenchError::Input(i))) => Err(Failure::usage(i.0)),
+            Ok(Err(BenchError::Runtime(r))) => Err(Failure::runtime(r)),
+            Err(e) => Err(Failure::runtime(format!("preparing the run failed: {e}"))),
+        },
+        _ = stopping.wait_for(|s| *s != Stopping::Running) => {
+            let sig = signal.lock().ok().and_then(|s| *s).unwrap_or(StopSignal::Interrupt);
+            Err(Failure {
+                code: sig.exit_code(),
+                msg: format!("stopped by {} while preparing (reading the inputs, checking the server): nothing was measured, nothing written", sig.name()),
+            })
+        }
+    }
+}
+
 /// `servetune bench`: resolve, open outputs, prepare, run, write, and the exit code.
 pub fn run(a: BenchArgs) -> Result<(), Failure> {
     let cfg = resolve(&a).map_err(|e| Failure::usage(e.0))?;
@@ -500,10 +531,7 @@ pub fn run(a: BenchArgs) -> Result<(), Failure> {
     let rt = runtime()?;
     let ran = rt.block_on(async {
         let (stopping, signal) = listen_for_signals(cfg.drain_timeout)?;
-        let prepared = runner::prepare(cfg, key_env).await.map_err(|e| match e {
-            BenchError::Input(i) => Failure::usage(i.0),
-            BenchError::Runtime(r) => Failure::runtime(r),
-        })?;
+        let prepared = prepare_or_stop(cfg, key_env, stopping.clone(), &signal).await?;
         let profile_dir = std::env::temp_dir().join("servetune-profile");
         let profiling = match a.profile {
             Some(n) => {
@@ -531,8 +559,10 @@ pub fn run(a: BenchArgs) -> Result<(), Failure> {
         let sig = signal.lock().ok().and_then(|s| *s);
         Ok::<(Outcome, Option<StopSignal>, Option<PathBuf>), Failure>((out, sig, trace))
     });
-    let (outcome, signal, trace) = ran.inspect_err(|_| outputs.discard(&a))?;
+    // Before the result is looked at: dropping the runtime would wait for a read still blocked
+    // (a `--dataset` FIFO nobody writes to, left behind by a stop while preparing).
     rt.shutdown_timeout(std::time::Duration::from_millis(100));
+    let (outcome, signal, trace) = ran.inspect_err(|_| outputs.discard(&a))?;
     let rep = &outcome.report;
     let mut write_errors = Vec::new();
     if !a.quiet {

@@ -77,9 +77,9 @@ struct InitArgs {
     /// Goal: output_tok_s>=N, optionally ' at ' latency objectives (tpot:p90<50ms)
     #[arg(long)]
     goal: String,
-    /// Checkpoint format for the model's predictions (bf16, fp8, nvfp4, mxfp4, int4)
-    #[arg(long, default_value = "bf16")]
-    quant: String,
+    /// Checkpoint format for the model's predictions (bf16, fp8, nvfp4, mxfp4, int4) [default: the format of the model's published checkpoint, as `servetune plan` takes it: --catalog-model's, or --model's when it is a catalog name; bf16 for a model outside the catalog]
+    #[arg(long, value_name = "DTYPE")]
+    quant: Option<String>,
     /// Knob values every experiment sets, KEY=VALUE (repeatable)
     #[arg(long = "set", value_name = "KNOB=VALUE")]
     set: Vec<String>,
@@ -101,9 +101,11 @@ struct InitArgs {
     /// Measured requests per concurrency
     #[arg(long, default_value_t = 32)]
     requests: u64,
-    #[arg(long, default_value_t = 256)]
+    /// Prompt length of every benchmark request, in tokens
+    #[arg(long, default_value_t = 256, value_name = "TOKENS")]
     input_len: u32,
-    #[arg(long, default_value_t = 64)]
+    /// Output length of every benchmark request, in tokens
+    #[arg(long, default_value_t = 64, value_name = "TOKENS")]
     output_len: u32,
     /// Per-request time limit
     #[arg(long, default_value = "120s", value_name = "DURATION")]
@@ -173,6 +175,7 @@ struct DirArg {
 #[derive(Debug, Args)]
 #[command(after_help = "Example:\n  servetune campaign probe c1 --probe-root crates/probe/tests/fixtures/proxmox-lxc-8gpu")]
 struct ProbeArgs {
+    /// Campaign directory
     dir: PathBuf,
     /// Analyse a probe snapshot instead of this box
     #[arg(long, value_name = "DIR")]
@@ -193,6 +196,7 @@ struct FabricArgs {
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:\n  servetune campaign continue c1\n  servetune campaign continue c1 --until-blocked")]
 struct ContinueArgs {
+    /// Campaign directory
     dir: PathBuf,
     /// Keep going until a person is needed (3) or nothing is left (4)
     #[arg(long)]
@@ -204,6 +208,7 @@ struct ContinueArgs {
     after_help = "Examples:\n  servetune campaign answer c1 1 --done\n  servetune campaign answer c1 2 --declined\n  servetune campaign answer c1 3 \"bare metal is not possible until March\""
 )]
 struct AnswerArgs {
+    /// Campaign directory
     dir: PathBuf,
     /// Question number (from status, next or continue)
     question: i64,
@@ -222,7 +227,9 @@ struct AnswerArgs {
     after_help = "Examples:\n  servetune campaign add c1 --set n_threads=1\n  servetune campaign add c1 --set max_running=256 --force"
 )]
 struct AddArgs {
+    /// Campaign directory
     dir: PathBuf,
+    /// Knob values of the experiment to add, KEY=VALUE (repeatable; the knobs of the campaign's engine template)
     #[arg(long = "set", value_name = "KNOB=VALUE", required = true)]
     set: Vec<String>,
     /// Run it even if the same configuration already ran in this environment
@@ -276,7 +283,9 @@ struct CompareArgs {
 
 #[derive(Debug, Args)]
 struct NoteArgs {
+    /// Campaign directory
     dir: PathBuf,
+    /// The note, kept in the journal with the time it was written
     text: String,
 }
 
@@ -285,6 +294,7 @@ struct NoteArgs {
     after_help = "Examples:\n  servetune campaign engines\n  servetune campaign engines --engines my-engines.toml\n\nA template file holds [[engine]] tables: name, argv (a list of words with {placeholders}), health,\ngenerate, metrics, version = { http = { path, field } } or { command = [...] }, ready_timeout_s,\nknobs = [{ name, help, domain = { int = { min, max } } | { float = {..} } | { choice = [..] } | \"text\",\ndefault, args = [\"--flag\", \"{value}\"], env = \"VAR\" }], logs = [{ contains, signal }]."
 )]
 struct EnginesArgs {
+    /// User engine templates (TOML, [[engine]] tables) to list with the built-in ones
     #[arg(long, value_name = "FILE")]
     engines: Option<PathBuf>,
 }
@@ -408,10 +418,18 @@ fn executor(a: &InitArgs) -> Result<campaign::Executor, Failure> {
     }))
 }
 
+/// The format of the catalog model `name`'s published checkpoint, as `servetune plan` defaults
+/// `--quant` to it; bf16 for a name outside the catalog.
+fn published_quant(name: &str) -> String {
+    let dtype = servetune_model::spec::catalog(name).ok().and_then(|m| m.checkpoint);
+    dtype.unwrap_or(servetune_model::quant::Dtype::Bf16).name().to_string()
+}
+
 fn init(a: InitArgs) -> Result<(), Failure> {
     let all = engine::all(a.engines.as_deref()).map_err(lib)?;
     let tmpl = engine::find(&all, &a.engine).map_err(lib)?;
-    let mut s = campaign::settings(&a.goal, tmpl, &a.model, &a.quant, knobs(&a.set)?).map_err(lib)?;
+    let quant = a.quant.clone().unwrap_or_else(|| published_quant(a.catalog_model.as_deref().unwrap_or(&a.model)));
+    let mut s = campaign::settings(&a.goal, tmpl, &a.model, &quant, knobs(&a.set)?).map_err(lib)?;
     if let Some(c) = &a.catalog_model {
         servetune_model::spec::catalog(c).map_err(|e| Failure::usage(format!("--catalog-model: {e}")))?;
         s.catalog_model = Some(c.clone());

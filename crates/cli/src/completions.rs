@@ -21,30 +21,52 @@ pub enum Shell {
 /// Print a shell completion script to stdout.
 #[derive(Debug, Args)]
 #[command(after_help = "Install (one of):\n  \
-    servetune completions bash > ~/.local/share/bash-completion/completions/servetune\n  \
-    servetune completions zsh > ~/.zfunc/_servetune     # with fpath+=(~/.zfunc) before compinit in ~/.zshrc\n  \
-    servetune completions fish > ~/.config/fish/completions/servetune.fish")]
+    mkdir -p ~/.local/share/bash-completion/completions && servetune completions bash > ~/.local/share/bash-completion/completions/servetune\n  \
+    mkdir -p ~/.zfunc && servetune completions zsh > ~/.zfunc/_servetune     # with fpath+=(~/.zfunc) before compinit in ~/.zshrc\n  \
+    mkdir -p ~/.config/fish/completions && servetune completions fish > ~/.config/fish/completions/servetune.fish")]
 pub struct CompletionsArgs {
     /// The shell to complete for
     #[arg(value_enum)]
     pub shell: Shell,
 }
 
-/// Print the man page (roff) to stdout.
+/// Print the man page (roff) to stdout, or write one page per subcommand to a directory.
 #[derive(Debug, Args)]
-#[command(after_help = "Install:\n  \
-    mkdir -p ~/.local/share/man/man1 && servetune man > ~/.local/share/man/man1/servetune.1\n  \
-    man servetune")]
-pub struct ManArgs {}
+#[command(after_help = "Install (every page: servetune(1), servetune-plan(1), servetune-campaign-init(1), ...):\n  \
+    servetune man --dir ~/.local/share/man/man1\n  \
+    man servetune-plan")]
+pub struct ManArgs {
+    /// Write servetune.1 and one page per subcommand (servetune-plan.1, servetune-campaign-init.1, ...) into DIR, creating it, instead of printing servetune.1
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<std::path::PathBuf>,
+}
 
 /// Writes the completion script of `cmd` for `a.shell` to stdout.
 pub fn completions(a: CompletionsArgs, cmd: clap::Command) -> Result<(), Failure> {
     write_stdout(&script(a.shell, cmd))
 }
 
-/// Writes the man page of `cmd` to stdout.
-pub fn man(cmd: clap::Command) -> Result<(), Failure> {
-    write_stdout(&page(cmd)?)
+/// Writes the man page of `cmd` to stdout, or with `--dir` every page into that directory.
+pub fn man(a: ManArgs, cmd: clap::Command) -> Result<(), Failure> {
+    match a.dir {
+        None => write_stdout(&page(cmd)?),
+        Some(dir) => {
+            pages(cmd, &dir)?;
+            let root = dir.parent().filter(|_| dir.ends_with("man1")).unwrap_or(&dir);
+            eprintln!(
+                "wrote the man pages to {}; read them with `man servetune-plan` and so on (if man does not find them: export MANPATH=\"{}:$MANPATH\")",
+                dir.display(),
+                root.display()
+            );
+            Ok(())
+        }
+    }
+}
+
+/// Writes `servetune.1` and a page for every visible subcommand, nested ones included, into `dir`.
+fn pages(cmd: clap::Command, dir: &std::path::Path) -> Result<(), Failure> {
+    std::fs::create_dir_all(dir).map_err(|e| Failure::usage(format!("--dir {}: cannot create it: {e}", dir.display())))?;
+    clap_mangen::generate_to(cmd, dir).map_err(|e| Failure::runtime(format!("--dir {}: cannot write the man pages: {e}", dir.display())))
 }
 
 /// The completion script of `cmd` for `shell`.
@@ -103,6 +125,49 @@ mod tests {
         assert!(zsh.starts_with("#compdef servetune"), "{}", &zsh[..zsh.len().min(80)]);
         let fish = text(Shell::Fish);
         assert!(fish.contains("complete -c servetune") && fish.contains("-a \"probe\""), "fish script lacks the probe subcommand");
+    }
+
+    #[test]
+    fn man_dir_holds_a_page_per_subcommand_with_every_flag() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let into = dir.path().join("man1");
+        pages(crate::Cli::command(), &into).expect("pages");
+        for name in
+            ["servetune", "servetune-plan", "servetune-campaign", "servetune-campaign-init", "servetune-fabric-p2p", "servetune-bench"]
+        {
+            assert!(into.join(format!("{name}.1")).is_file(), "{name}.1 missing");
+        }
+        let plan = std::fs::read_to_string(into.join("servetune-plan.1")).expect("plan page");
+        let mut cmd = crate::Cli::command();
+        cmd.build();
+        let sub = cmd.find_subcommand("plan").expect("plan");
+        for arg in sub.get_arguments().filter(|a| !a.is_hide_set()) {
+            if let Some(long) = arg.get_long() {
+                assert!(plan.contains(&format!("\\-\\-{}", long.replace('-', "\\-"))), "--{long} missing from servetune-plan(1)");
+            }
+        }
+        assert!(!into.join("servetune-fabric-allreduce-worker.1").exists(), "hidden commands get no page");
+    }
+
+    /// Every flag and positional argument of every visible command says what it is for.
+    #[test]
+    fn every_argument_of_every_command_has_help() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments().filter(|a| !a.is_hide_set()) {
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing
+                        .push(format!("{path} {}", arg.get_long().map(|l| format!("--{l}")).unwrap_or_else(|| arg.get_id().to_string())));
+                }
+            }
+            for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut cmd = crate::Cli::command();
+        cmd.build();
+        let mut missing = Vec::new();
+        walk(&cmd, "servetune", &mut missing);
+        assert!(missing.is_empty(), "arguments without help text:\n  {}", missing.join("\n  "));
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub enum Backend {
 /// Where results go, and the simulated fabric's shape.
 #[derive(Debug, Args)]
 pub struct Common {
+    /// What to measure: the real GPUs through the CUDA driver, or simulated ones (no GPU needed)
     #[arg(long, value_enum, default_value = "cuda")]
     pub backend: Backend,
     /// GPU indices (default: all)
@@ -35,8 +36,10 @@ pub struct Common {
     /// Largest size
     #[arg(long)]
     pub max_size: Option<String>,
+    /// Write the report as JSON (servetune.fabric/1.1; `-` for stdout); a p2p report carries the link for `servetune plan --fabric FILE`
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Write the report as Markdown tables
     #[arg(long, value_name = "FILE")]
     pub markdown: Option<PathBuf>,
     /// --backend sim: number of GPUs
@@ -64,6 +67,7 @@ pub enum FabricCmd {
     Allreduce {
         #[command(flatten)]
         common: Common,
+        /// All-reduces per measurement
         #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
         iters: u32,
         /// Compare a setting with the defaults, e.g. NCCL_P2P_DISABLE=1 or NCCL_ALGO=Tree (repeatable)
@@ -84,12 +88,16 @@ pub enum FabricCmd {
     },
     /// Host memory copies per NUMA-node pair; with GPUs, pinned and pageable H2D/D2H
     Host {
+        /// Smallest size (4, 64K, 256M, 1G)
         #[arg(long)]
         min_size: Option<String>,
+        /// Largest size
         #[arg(long)]
         max_size: Option<String>,
+        /// Write the report as JSON (servetune.fabric/1.1; `-` for stdout)
         #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
+        /// Write the report as Markdown tables
         #[arg(long, value_name = "FILE")]
         markdown: Option<PathBuf>,
     },
@@ -130,6 +138,9 @@ pub struct FabricArgs {
 fn fail(e: FabricError) -> Failure {
     match e {
         FabricError::Input(m) => Failure::usage(m),
+        e @ FabricError::NoDriver { .. } => Failure::runtime(format!(
+            "{e}; without a GPU, --backend sim runs the same measurement on simulated GPUs (servetune fabric p2p --backend sim --sim-link pcie5-p2p)"
+        )),
         other => Failure::runtime(other.to_string()),
     }
 }

@@ -82,7 +82,7 @@ enum Cmd {
     Campaign(campaign_cmd::CampaignArgs),
     /// Print a shell completion script (bash, zsh, fish)
     Completions(completions::CompletionsArgs),
-    /// Print the man page
+    /// Print the man page, or write one per subcommand with --dir
     Man(completions::ManArgs),
 }
 
@@ -129,7 +129,7 @@ fn main() -> std::process::ExitCode {
         Cmd::Campaign(a) => campaign_cmd::run(a),
         Cmd::Trace(a) => trace_cmd::run(*a),
         Cmd::Completions(a) => completions::completions(a, Cli::command()),
-        Cmd::Man(_) => completions::man(Cli::command()),
+        Cmd::Man(a) => completions::man(a, Cli::command()),
     };
     {
         use std::io::Write as _;

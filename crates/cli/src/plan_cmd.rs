@@ -122,6 +122,14 @@ fn gpu_name(s: &str) -> Result<String, String> {
     hw::resolve_gpu_name(s).map(str::to_string).ok_or_else(|| hw::unknown_gpu_message(s))
 }
 
+/// `--gpu`'s help: what it takes, and the catalog's names.
+fn gpu_help() -> String {
+    format!(
+        "GPU model: a catalog name or nvidia-smi's product name (\"NVIDIA H100 80GB HBM3\"); the catalog (crates/model/data/gpus.json): {}",
+        hw::gpu_names().join(", ")
+    )
+}
+
 fn links() -> PossibleValuesParser {
     PossibleValuesParser::new(hw::link_names())
 }
@@ -162,9 +170,8 @@ pub struct PlanArgs {
     /// KV-cache format (default: fp8 for quantized checkpoints, else bf16)
     #[arg(long, value_enum, value_name = "DTYPE")]
     pub kv_dtype: Option<KvArg>,
-    /// GPU model: a catalog name or nvidia-smi's product name ("NVIDIA H100 80GB HBM3"); the catalog
-    /// is listed in the error for an unknown one and in docs/plan-data-sources.md
-    #[arg(long, value_parser = gpu_name, required_unless_present = "validate")]
+    // GPU model: the help lists the catalog (gpu_help).
+    #[arg(long, value_parser = gpu_name, required_unless_present = "validate", help = gpu_help())]
     pub gpu: Option<String>,
     /// Number of GPUs (default: --nodes x --gpus-per-node, else 8)
     #[arg(long)]
@@ -281,8 +288,14 @@ pub struct PlanArgs {
     #[arg(long, value_name = "DIR", requires = "rank")]
     pub emit_launch: Option<PathBuf>,
     /// With --validate: write the prediction-interval table (residuals by GPU architecture x engine x model kind) to FILE; the committed one is crates/model/data/validation/intervals.json
-    #[arg(long, value_name = "FILE", requires = "validate")]
+    #[arg(long, value_name = "FILE", requires = "validate", conflicts_with = "holdout")]
     pub write_intervals: Option<PathBuf>,
+    /// With --validate: also score each deployment calibrated on its lowest measured concurrency (as `--calibrate` does with one point) at its other concurrencies, beside the raw error on the same rows
+    #[arg(long, requires = "validate")]
+    pub calibrated: bool,
+    /// With --validate: score the frozen holdout (crates/model/data/validation/holdout.toml, raw and calibrated) instead of e2e.toml; log every look in HOLDOUT.md beside it
+    #[arg(long, requires = "validate")]
+    pub holdout: bool,
 }
 
 fn input(e: ModelError) -> Failure {
@@ -443,7 +456,15 @@ fn run_validate(a: &PlanArgs) -> Result<(), Failure> {
             "--engine does not apply to --validate: every case runs with the engine its source used (e2e.toml's engine); drop --engine",
         ));
     }
-    let v = validate::run_with_bench(&Engine::default(), Some(&servetune_sim::from_plan::PlanBench)).map_err(input)?;
+    let bench = servetune_sim::from_plan::PlanBench;
+    let (data, mut v) = if a.holdout {
+        (validate::Data::Holdout, validate::run_holdout(&Engine::default(), Some(&bench)).map_err(input)?)
+    } else {
+        (validate::Data::E2e, validate::run_with_bench(&Engine::default(), Some(&bench)).map_err(input)?)
+    };
+    if a.calibrated || a.holdout {
+        v.calibrated = Some(validate::run_calibrated(data, &Engine::default(), Some(&bench)).map_err(input)?);
+    }
     let table = validate::markdown(&v);
     if is_stdout(&a.json) {
         crate::tell!("{table}");

@@ -95,20 +95,55 @@ impl Drop for Scratch {
     }
 }
 
+/// The most a node's report may hold: a probe report is tens of KB (its GPUs, links, NICs).
+const MAX_NODE_REPORT: u64 = 16 * servetune_io::MIB;
+
+/// How much of the end of a node's stderr is read for its last line.
+const ERR_TAIL: u64 = 64 * 1024;
+
 /// Each task's report, and why the others have none.
 fn collect(dir: &std::path::Path, n: usize) -> (Vec<NodeReport>, BTreeMap<String, String>) {
     let mut reports = Vec::new();
     let mut failed = BTreeMap::new();
     for t in 0..n {
-        let body = std::fs::read_to_string(dir.join(format!("node-{t}.json"))).unwrap_or_default();
-        match serde_json::from_str::<NodeReport>(body.trim()) {
+        let path = dir.join(format!("node-{t}.json"));
+        let body = match servetune_io::read_regular(&path, &format!("task {t}'s report {}", path.display()), MAX_NODE_REPORT) {
+            Ok(b) => b,
+            Err(e @ servetune_io::ReadError::TooLarge { .. }) => {
+                failed.insert(format!("task {t}"), e.to_string());
+                continue;
+            }
+            Err(_) => Vec::new(),
+        };
+        match serde_json::from_slice::<NodeReport>(body.trim_ascii()) {
             Ok(r) => reports.push(r),
             Err(e) => {
-                let err = std::fs::read_to_string(dir.join(format!("node-{t}.err"))).unwrap_or_default();
+                let err_path = dir.join(format!("node-{t}.err"));
+                let err = servetune_io::read_tail(&err_path, &err_path.display().to_string(), ERR_TAIL).unwrap_or_default();
+                let err = String::from_utf8_lossy(&err);
                 let why = err.lines().rev().find(|l| !l.trim().is_empty()).map_or_else(|| format!("no report ({e})"), str::to_string);
                 failed.insert(format!("task {t}"), why);
             }
         }
     }
     (reports, failed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_report_over_its_limit_is_that_nodes_failure_and_its_stderr_tail_names_the_cause() {
+        let d = tempfile::tempdir().expect("tmp");
+        let report = d.path().join("node-0.json");
+        std::fs::File::create(&report).expect("create").set_len(MAX_NODE_REPORT + 1).expect("len");
+        let mut err = "x".repeat(2 * ERR_TAIL as usize);
+        err.push_str("\nnvidia-smi: not found\n");
+        std::fs::write(d.path().join("node-1.err"), err).expect("write");
+        let (reports, failed) = collect(d.path(), 2);
+        assert!(reports.is_empty());
+        assert!(failed["task 0"].contains("larger than 16 MiB"), "{failed:?}");
+        assert_eq!(failed["task 1"], "nvidia-smi: not found");
+    }
 }

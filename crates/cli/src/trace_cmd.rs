@@ -39,26 +39,40 @@ pub struct TraceArgs {
     /// GPU idle longer than this ends a step when neither step annotations nor CUDA graphs mark steps (ms)
     #[arg(long, value_name = "MS", default_value_t = 1.0)]
     pub gap_ms: f64,
+    /// The most JSON the trace may hold once decompressed, in MiB [default: a .gz file 100 times
+    /// its size, at least 256; a plain file its size]
+    #[arg(long, value_name = "MIB")]
+    pub max_json_mb: Option<u64>,
 }
 
 pub fn run(a: TraceArgs) -> Result<(), Failure> {
     let predicted = prediction(&a)?;
-    let mut report = analyze(&a.file, a.gap_ms)?;
+    if a.max_json_mb == Some(0) {
+        return Err(Failure::usage("--max-json-mb 0: give the most JSON the trace may hold once decompressed, in MiB (at least 1)"));
+    }
+    let mut report = analyze(&a.file, a.gap_ms, a.max_json_mb.map(|m| m.saturating_mul(servetune_io::MIB)))?;
     if let Some(p) = predicted {
         report.comparison = servetune_trace::compare(&report, p);
     }
     emit(&report, a.json.as_deref())
 }
 
-/// Reads and analyses a trace, mapping its errors to exit codes (bad input: 2).
-pub fn analyze(file: &Path, gap_ms: f64) -> Result<TraceReport, Failure> {
-    servetune_trace::analyze(file, gap_ms).map_err(|e| match e {
+/// Reads and analyses a trace (its decompressed JSON at most `max_json` bytes; None: the
+/// default limit), mapping its errors to exit codes (bad input: 2).
+pub fn analyze(file: &Path, gap_ms: f64, max_json: Option<u64>) -> Result<TraceReport, Failure> {
+    let usage = |e: TraceError| match e {
         TraceError::Open { .. }
         | TraceError::NotATrace { .. }
         | TraceError::Truncated { .. }
         | TraceError::NoGpuEvents { .. }
+        | TraceError::TooLarge { .. }
         | TraceError::Input(_) => Failure::usage(e.to_string()),
-    })
+    };
+    if !(gap_ms.is_finite() && gap_ms > 0.0) {
+        return Err(usage(TraceError::Input(format!("--gap-ms {gap_ms}: give the idle gap that ends a step, in ms > 0 (e.g. 1)"))));
+    }
+    let t = servetune_trace::Timeline::read_within(file, max_json).map_err(usage)?;
+    Ok(servetune_trace::report::report(&t, &file.display().to_string(), gap_ms))
 }
 
 /// Prints the terminal view, and writes the JSON document when asked.
@@ -104,11 +118,16 @@ fn prediction(a: &TraceArgs) -> Result<Option<Predicted>, Failure> {
     }
 }
 
+/// The most a `--vs-plan-json` document may hold: `plan --json` writes a few KB per point, and a
+/// plan has at most a few hundred points.
+const MAX_PLAN_JSON: u64 = 16 * servetune_io::MIB;
+
 /// The point of a `servetune plan --json` document at `concurrency` (or its only point).
 fn from_plan_json(path: &Path, concurrency: Option<u32>) -> Result<Predicted, Failure> {
     let bad =
         |why: String| Failure::usage(format!("--vs-plan-json {}: {why}; give a file written by `servetune plan --json`", path.display()));
-    let text = std::fs::read_to_string(path).map_err(|e| bad(format!("cannot read it ({e})")))?;
+    let text = servetune_io::read_text(path, &format!("--vs-plan-json {}", path.display()), MAX_PLAN_JSON)
+        .map_err(|e| Failure::usage(format!("{e}; give a file written by `servetune plan --json`")))?;
     let doc: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(format!("not JSON ({e})")))?;
     if !doc["schema"].as_str().is_some_and(|s| s.starts_with("servetune.plan/")) {
         return Err(bad("not a servetune.plan document".into()));
@@ -212,7 +231,7 @@ pub fn report_captured(path: &Path, stdout_taken: bool) {
         crate::say!("  (not readable from this machine: copy it here and run `servetune trace {}`)", path.display());
         return;
     }
-    match analyze(path, 1.0) {
+    match analyze(path, 1.0, None) {
         Ok(r) => {
             let _ = emit(&r, None);
         }

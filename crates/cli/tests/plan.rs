@@ -159,7 +159,10 @@ fn unknown_model_gpu_and_link_list_the_known_ones() {
     usage_error(&["--model", "gpt-9", "--gpu", "h200"], "[possible values: glm-5, deepseek-v3");
     usage_error(&["--model", "glm-5", "--gpu", "tpu-v5e"], "\"tpu-v5e\" is not in the GPU catalog; known: rtx-pro-6000-se");
     usage_error(&["--model", "glm-5", "--gpu", "h200", "--link", "ethernet"], "[possible values: nvlink, pcie5-p2p");
-    usage_error(&["--model", "glm-5", "--gpu", "NVIDIA H100"], "\"NVIDIA H100\" is not in the GPU catalog; known:");
+    usage_error(
+        &["--model", "glm-5", "--gpu", "NVIDIA H100"],
+        "\"NVIDIA H100\" names several GPUs in the catalog: h100-sxm, h100-pcie, h100-nvl;",
+    );
     usage_error(&["--model", "glm-5", "--gpu", "h200", "--quant", "fp6"], "[possible values: bf16, fp8, nvfp4, mxfp4, int4]");
 }
 

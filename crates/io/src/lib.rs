@@ -3,7 +3,7 @@
 //!
 //! `std::fs::read` on a user's path reads `/dev/zero` until memory runs out and blocks forever
 //! on a FIFO nobody writes to; the readers here end both with an error that names the input, the
-//! limit and the fix. The API is three functions and one error:
+//! limit and the fix. The API is a few functions and one error:
 //!
 //! - [`read_bytes`] and [`read_text`]: a path a user named (a flag's file). Symlinks are followed
 //!   (`/dev/stdin` and `<(cmd)` are fine); a regular file is checked against the limit before it
@@ -11,7 +11,7 @@
 //!   [`STREAM_DEADLINE`].
 //! - [`read_regular`]: a file inside a tree someone else wrote (a probe snapshot). It is opened
 //!   only when it is a regular file and not a symlink, so a FIFO or a device node there is never
-//!   opened for reading.
+//!   opened for reading. [`read_tail`] reads the end of such a file (a log's last lines).
 
 #![warn(missing_docs)]
 
@@ -148,6 +148,22 @@ pub fn read_regular(path: &Path, input: &str, max_bytes: u64) -> Result<Vec<u8>,
     take(f, input, max_bytes)
 }
 
+/// The last `max_bytes` of a regular file of a tree someone else wrote (a log, a task's stderr):
+/// opened as [`read_regular`] opens it, so never a symlink, a FIFO or a device.
+pub fn read_tail(path: &Path, input: &str, max_bytes: u64) -> Result<Vec<u8>, ReadError> {
+    use std::io::{Seek, SeekFrom};
+    let io = |source| ReadError::Io { input: input.to_string(), source };
+    let meta = std::fs::symlink_metadata(path).map_err(io)?;
+    check_regular(&meta, input)?;
+    let mut f = OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path).map_err(io)?;
+    let meta = f.metadata().map_err(io)?;
+    check_regular(&meta, input)?;
+    f.seek(SeekFrom::Start(meta.len().saturating_sub(max_bytes))).map_err(io)?;
+    let mut out = Vec::new();
+    f.take(max_bytes).read_to_end(&mut out).map_err(io)?;
+    Ok(out)
+}
+
 fn check_regular(meta: &std::fs::Metadata, input: &str) -> Result<(), ReadError> {
     use std::os::unix::fs::FileTypeExt;
     let t = meta.file_type();
@@ -257,6 +273,19 @@ mod tests {
         assert!(matches!(e, ReadError::NotRegular { kind: "symlink", .. }), "{e}");
         let e = read_regular(dir.path(), "dir", MIB).expect_err("dir");
         assert!(matches!(e, ReadError::Directory { .. }), "{e}");
+    }
+
+    #[test]
+    fn a_tail_read_keeps_only_the_end_and_refuses_a_fifo() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let p = dir.path().join("err");
+        std::fs::write(&p, "first line\nlast line\n").expect("write");
+        assert_eq!(read_tail(&p, "err", 10).expect("tail"), b"last line\n");
+        assert_eq!(read_tail(&p, "err", 1000).expect("tail"), b"first line\nlast line\n");
+        let fifo = dir.path().join("fifo");
+        mkfifo(&fifo);
+        let e = read_tail(&fifo, "fifo", 10).expect_err("fifo");
+        assert!(matches!(e, ReadError::NotRegular { kind: "FIFO", .. }), "{e}");
     }
 
     #[test]

@@ -126,11 +126,38 @@ fn net_hw_latency_us(a: Algorithm, p: Protocol) -> f64 {
 pub const RING_SIMPLE_EFFICIENCY: f64 = 370.0 / 450.0;
 
 /// Share of a measured host-staged copy's latency that one step of NCCL's SHM transport pays on top
-/// of NCCL's PCI hop latency. Chosen from the FIT-set pair rtx6kpro-kimik25-ctx0k (e2e.toml:
-/// Kimi-K2.5, 8x RTX PRO 6000, TP8, c=1, 65 tok/s with P2P and 44 without, so 7.3 ms more per
-/// token over the model's 122 all-reduces per token = 60 us per all-reduce = 14 steps x 0.32 x
-/// 13.3 us, the catalog host-staged copy latency). Not from any test case.
-pub const SHM_HOP_SHARE: f64 = 0.32;
+/// of NCCL's PCI hop latency. Fitted on the FIT set's P2P/no-P2P pairs: the argmin, on a 0.01
+/// grid over 0..1, of the median |predicted gain / measured gain - 1| over the fit pairs the model
+/// can run (today one: rtx6kpro-kimik25-ctx0k, Kimi-K2.5 on 8x RTX PRO 6000, TP8, c=1, 65 tok/s
+/// with P2P and 44 without). `validate::tests::shm_hop_share_minimizes_the_fit_pairs_objective`
+/// recomputes it; `shm_hop_share_scan_on_the_fit_pairs` prints the scan. No test case and no
+/// goal took part; the pair's own check in `tests/goals.rs` is a regression check.
+pub const SHM_HOP_SHARE: f64 = 0.24;
+
+#[cfg(test)]
+thread_local! {
+    /// A share to price host-staged hops with instead of [`SHM_HOP_SHARE`] (the refit's scan).
+    static SHM_HOP_SHARE_UNDER_FIT: std::cell::Cell<Option<f64>> = const { std::cell::Cell::new(None) };
+}
+
+/// The share host-staged hops are priced with: [`SHM_HOP_SHARE`], or in a unit test the value
+/// under fit ([`with_shm_hop_share`]).
+fn shm_hop_share() -> f64 {
+    #[cfg(test)]
+    if let Some(x) = SHM_HOP_SHARE_UNDER_FIT.with(|c| c.get()) {
+        return x;
+    }
+    SHM_HOP_SHARE
+}
+
+/// Runs `f` with host-staged hops priced at `share` (the refit of [`SHM_HOP_SHARE`]).
+#[cfg(test)]
+pub(crate) fn with_shm_hop_share<T>(share: f64, f: impl FnOnce() -> T) -> T {
+    SHM_HOP_SHARE_UNDER_FIT.with(|c| c.set(Some(share)));
+    let out = f();
+    SHM_HOP_SHARE_UNDER_FIT.with(|c| c.set(None));
+    out
+}
 
 /// Custom all-reduce latency floor under CUDA graphs on NVLink, us: comm.toml
 /// `[[custom_allreduce_measured]]` entry 20 (h200, sglang 0.5.14 sglang_graph, 8 GPUs, 256 elements = 512 B: 2.99 us).
@@ -249,7 +276,7 @@ fn hop_us(link: &LinkProfile, a: Algorithm, p: Protocol) -> f64 {
         LinkKind::Nvlink | LinkKind::PcieP2p | LinkKind::Xgmi | LinkKind::Infiniband | LinkKind::Roce | LinkKind::Ethernet => {
             nccl + (link.alpha_us - hw_latency_us(nvlink, a, Protocol::Ll)).max(0.0)
         }
-        LinkKind::HostStaged => nccl + SHM_HOP_SHARE * link.alpha_us,
+        LinkKind::HostStaged => nccl + shm_hop_share() * link.alpha_us,
     }
 }
 
@@ -573,10 +600,13 @@ mod tests {
         let staged = link("pcie-host-staged").expect("link");
         let p2p = link("pcie5-p2p").expect("link");
         let extra = nccl(&staged, 8, 14_336.0).us - nccl(&p2p, 8, 14_336.0).us;
-        assert!((50.0..70.0).contains(&extra), "{extra}");
+        // 14 steps x SHM_HOP_SHARE x 13.3 us plus the SHM transport's own hop latency.
+        assert!((35.0..70.0).contains(&extra), "{extra}");
         let mut slower = staged.clone();
         slower.alpha_us *= 2.0;
-        assert!(nccl(&slower, 8, 14_336.0).us > nccl(&staged, 8, 14_336.0).us + 50.0);
+        let moved = nccl(&slower, 8, 14_336.0).us - nccl(&staged, 8, 14_336.0).us;
+        let expected = 14.0 * SHM_HOP_SHARE * staged.alpha_us;
+        assert!((moved / expected - 1.0).abs() < 0.1, "doubling the copy latency moved it {moved} us, expected {expected}");
     }
 
     fn across<'a>(intra: &'a LinkProfile, net: &'a LinkProfile, nodes: u32, per_node: u32, nics: u32) -> Hierarchy<'a> {

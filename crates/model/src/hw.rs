@@ -274,10 +274,29 @@ fn gpu_entry(name: &str) -> Option<&'static GpuEntry> {
 /// "did you mean": GPU names one character apart are different products (L40 and L40S, A10G and
 /// A10, GH200 and H200, H20 and H200), so a near miss is no evidence of a typo.
 pub fn unknown_gpu_message(name: &str) -> String {
+    let fits = gpus_a_name_fits(name);
+    if fits.len() > 1 {
+        return format!(
+            "{name:?} names several GPUs in the catalog: {}; give one of them (nvidia-smi's product name, such as \"NVIDIA H100 80GB HBM3\", names one)",
+            fits.join(", ")
+        );
+    }
     format!(
         "{name:?} is not in the GPU catalog; known: {} (nvidia-smi's product names such as \"NVIDIA H100 80GB HBM3\" are read too); a GPU outside the catalog needs an entry in crates/model/data/gpus.json",
         gpu_names().join(", ")
     )
+}
+
+/// The catalog entries whose name or an alias begins with every word of `name` ("H100": h100-sxm,
+/// h100-pcie, h100-nvl), for the error of a name several entries fit. Whole words only: "L40" is
+/// not a start of "l40s".
+fn gpus_a_name_fits(name: &str) -> Vec<&'static str> {
+    let n = normalize_gpu_name(name);
+    if n.is_empty() {
+        return Vec::new();
+    }
+    let starts = |s: &str| normalize_gpu_name(s).starts_with(&format!("{n}-"));
+    gpu_file().gpus.iter().filter(|g| starts(&g.name) || g.aliases.iter().any(|a| starts(a))).map(|g| g.name.as_str()).collect()
 }
 
 /// Link catalog names within a node (`--link`), in the data file's order.
@@ -554,8 +573,6 @@ mod tests {
             "NVIDIA H100 SXM5 64GB",
             "NVIDIA L40",
             "NVIDIA A10G",
-            "NVIDIA H100",
-            "NVIDIA GH200",
             "NVIDIA H20 141GB HBM3e",
             "h2000",
             "h2",
@@ -565,6 +582,16 @@ mod tests {
             let e = gpu(other).expect_err("unknown").to_string();
             assert!(e.contains("is not in the GPU catalog; known: rtx-pro-6000-se") && e.contains("gpus.json"), "{e}");
             assert!(!e.contains("did you mean"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_name_several_gpus_fit_lists_only_those_gpus() {
+        for (name, fits) in [("H100", "h100-sxm, h100-pcie, h100-nvl"), ("NVIDIA GH200", "gh200-96gb, gh200-144gb")] {
+            assert_eq!(resolve_gpu_name(name), None, "{name}");
+            let e = gpu(name).expect_err("ambiguous").to_string();
+            assert!(e.contains(&format!("names several GPUs in the catalog: {fits};")), "{e}");
+            assert!(!e.contains("rtx-pro-6000-se") && !e.contains("b200"), "only the candidates: {e}");
         }
     }
 

@@ -115,6 +115,37 @@ pub struct PlanReport {
     pub concurrency_range: ConcurrencyRange,
     /// The benchmark workload of the points' client-measured figures (`None` when none was run).
     pub workload: Option<Workload>,
+    /// How far the predicted rates may be off: the interval of this deployment's family from the
+    /// validation residuals ([`crate::interval`]); `None` when it does not fit.
+    pub interval: Option<Interval>,
+    /// Each point's headline rate with its interval, in the order of `points`.
+    pub point_intervals: Vec<PointInterval>,
+}
+
+/// One point's headline rate (what a benchmark client would measure, else the steady state) and
+/// its interval.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct PointInterval {
+    /// Closed-loop concurrency.
+    pub concurrency: u32,
+    /// The headline output tokens/s ([`headline_rate`]).
+    pub output_tokens_per_s: f64,
+    /// Low end of the interval, output tokens/s.
+    pub low: f64,
+    /// High end of the interval, output tokens/s.
+    pub high: f64,
+}
+
+/// The interval of every point under `i`.
+pub fn point_intervals(points: &[Point], i: &Interval) -> Vec<PointInterval> {
+    points
+        .iter()
+        .map(|p| {
+            let rate = headline_rate(p);
+            let (low, high) = i.of(rate);
+            PointInterval { concurrency: p.concurrency, output_tokens_per_s: rate, low, high }
+        })
+        .collect()
 }
 
 /// The document's schema and version.
@@ -840,16 +871,20 @@ fn write_answer(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
 /// Without `--explain`: what a client measures at each concurrency with its interval, the
 /// figures named, and the bottleneck at the last; the step-time terms stay behind `--explain`.
 fn write_points_brief(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
-    let Some(last) = r.points.last() else { return Ok(()) };
-    let i = crate::interval::for_scenario(&r.scenario);
+    let (Some(last), Some(i)) = (r.points.last(), &r.interval) else { return Ok(()) };
     let rows: Vec<Vec<String>> = r
         .points
         .iter()
-        .map(|p| {
-            let rate = headline_rate(p);
-            let (lo, hi) = i.of(rate);
+        .zip(&r.point_intervals)
+        .map(|(p, pi)| {
             let (tpot, ttft) = p.client.map_or((p.tpot_ms, p.ttft_ms), |c| (c.tpot_ms.p50, c.ttft_ms.p50));
-            vec![p.concurrency.to_string(), format!("{rate:.0}"), format!("{lo:.0}-{hi:.0}"), format!("{tpot:.1}"), format!("{ttft:.0}")]
+            vec![
+                p.concurrency.to_string(),
+                format!("{:.0}", pi.output_tokens_per_s),
+                format!("{:.0}-{:.0}", pi.low, pi.high),
+                format!("{tpot:.1}"),
+                format!("{ttft:.0}"),
+            ]
         })
         .collect();
     writeln!(w, "\n{}:", rate_words(r))?;

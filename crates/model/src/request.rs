@@ -713,6 +713,8 @@ pub fn build_report_with(req: &PlanRequest, bench: Option<&dyn VirtualBench>) ->
             vs.push(Versus { change: w.text.clone(), points });
         }
     }
+    let interval = fits.then(|| crate::interval::for_scenario(&s));
+    let point_intervals = interval.as_ref().map_or_else(Vec::new, |i| report::point_intervals(&points, i));
     Ok(PlanReport {
         schema: report::SCHEMA,
         model: s.model.name.clone(),
@@ -732,6 +734,8 @@ pub fn build_report_with(req: &PlanRequest, bench: Option<&dyn VirtualBench>) ->
         workload: bench.map(|_| req.workload),
         slos: req.slos.clone(),
         concurrency_range: range,
+        interval,
+        point_intervals,
         scenario: s,
     })
 }

@@ -5,10 +5,11 @@ use servetune_model::request::{LinkSource, ModelSource, ScenarioSpec};
 
 /// The fit-set P2P pair (e2e.toml rtx6kpro-kimik25-rtxpro6000x8-vllm-dcp8-ctx0k-c1-p2p and
 /// -nop2p: Kimi-K2.5 NVFP4 on 8x RTX PRO 6000, TP8, c=1, vLLM): 65.0 against 44.0 tok/s measured,
-/// a 1.48x gain. The goal: the predicted gain within 25% of it. Reproduced as VALIDATION.md says
+/// a 1.48x gain. This pair is the one `comm::SHM_HOP_SHARE` is fitted on, so this is a REGRESSION
+/// CHECK of that fit, not a goal: the predicted gain stays within 25% of it. Reproduced as VALIDATION.md says
 /// (the DeepSeek-V3-architecture NVFP4 config with `--quant int4`, 1 prompt token, `--engine vllm`).
 #[test]
-fn the_predicted_p2p_gain_is_within_25_percent_of_the_measured_pair() {
+fn regression_check_the_fit_pairs_predicted_p2p_gain_stays_within_25_percent() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/data/validation/configs/nvidia--Kimi-K2.5-NVFP4.json");
     let text = std::fs::read_to_string(path).expect("the validation config is in the repository");
     let rate = |link: &str| {

@@ -7,6 +7,13 @@ use std::time::{Duration, Instant};
 use crate::state::{parse_sacct, parse_scontrol, parse_squeue_json, JobInfo, JobState};
 use crate::{Result, SlurmError};
 
+/// The most kept of one Slurm command's stdout or stderr: `squeue --json` on a busy cluster
+/// prints a few MB; more is a runaway command, refused rather than held.
+pub const MAX_COMMAND_OUTPUT: u64 = 64 << 20;
+
+/// The most a job's exit record may hold: it is one number and a newline.
+const MAX_EXIT_RECORD: u64 = 4096;
+
 /// One partition as `sinfo` lists it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Partition {
@@ -91,13 +98,17 @@ impl Slurm {
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| SlurmError::NotInstalled(format!("cannot run {prog}: {e}")))?;
+        // At most MAX_COMMAND_OUTPUT is kept of each pipe; the rest is read and dropped, so the
+        // command never blocks on a full pipe and a runaway one cannot fill memory.
         let drain = |r: Option<Box<dyn Read + Send>>| {
             std::thread::spawn(move || {
                 let mut buf = Vec::new();
+                let mut over = false;
                 if let Some(mut r) = r {
-                    let _ = r.read_to_end(&mut buf);
+                    let _ = r.by_ref().take(MAX_COMMAND_OUTPUT).read_to_end(&mut buf);
+                    over = std::io::copy(&mut r, &mut std::io::sink()).unwrap_or(0) > 0;
                 }
-                buf
+                (buf, over)
             })
         };
         let out = drain(child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>));
@@ -114,7 +125,17 @@ impl Slurm {
                 }
             }
         };
-        Ok(Output { status, stdout: out.join().unwrap_or_default(), stderr: err.join().unwrap_or_default() })
+        let (stdout, over_out) = out.join().unwrap_or_default();
+        let (stderr, over_err) = err.join().unwrap_or_default();
+        if over_out || over_err {
+            return Err(SlurmError::Command(format!(
+                "{prog} {} printed more than {} MiB on {}, the most servetune reads of a Slurm command; check the cluster's Slurm commands (a wrapper printing in a loop?)",
+                args.join(" "),
+                MAX_COMMAND_OUTPUT >> 20,
+                if over_out { "stdout" } else { "stderr" }
+            )));
+        }
+        Ok(Output { status, stdout, stderr })
     }
 
     fn run(&self, prog: &str, args: &[String]) -> Result<Output> {
@@ -242,7 +263,9 @@ impl Slurm {
 
 /// The batch script's exit record: its exit code (143 after SIGTERM, that is a cancellation).
 fn read_exit_record(p: &Path, job: u64) -> Option<JobInfo> {
-    let code: i32 = std::fs::read_to_string(p).ok()?.trim().parse().ok()?;
+    // The job writes it: only a regular file is opened (a FIFO there would block each poll).
+    let bytes = servetune_io::read_regular(p, &p.display().to_string(), MAX_EXIT_RECORD).ok()?;
+    let code: i32 = std::str::from_utf8(&bytes).ok()?.trim().parse().ok()?;
     let (state, signal) = match code {
         0 => (JobState::Completed, None),
         143 => (JobState::Cancelled, Some(15)),
@@ -273,6 +296,28 @@ mod tests {
             .expect("finishes");
         assert_eq!(out.stdout.len(), 1_000_000);
         assert_eq!(String::from_utf8_lossy(&out.stderr).trim(), "done");
+    }
+
+    #[test]
+    fn a_command_printing_more_than_the_output_limit_is_refused_naming_the_limit() {
+        let script = format!("head -c {} /dev/zero", MAX_COMMAND_OUTPUT + 1);
+        let e = Slurm { timeout: Duration::from_secs(60) }
+            .run_for("sh", &["-c".into(), script], Duration::from_secs(60))
+            .expect_err("over the limit");
+        assert!(e.to_string().contains("printed more than 64 MiB on stdout"), "{e}");
+    }
+
+    #[test]
+    fn an_exit_record_that_is_a_fifo_or_too_large_is_not_read() {
+        let d = tempfile::tempdir().expect("tmp");
+        let fifo = d.path().join("exit");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo").success());
+        let t = Instant::now();
+        assert_eq!(read_exit_record(&fifo, 3), None);
+        assert!(t.elapsed() < Duration::from_secs(2), "a FIFO nobody writes to is not opened");
+        let big = d.path().join("big");
+        std::fs::File::create(&big).expect("create").set_len(MAX_EXIT_RECORD + 1).expect("len");
+        assert_eq!(read_exit_record(&big, 3), None);
     }
 
     #[test]

@@ -55,6 +55,14 @@ pub enum TraceError {
         /// Events the file held.
         events: u64,
     },
+    /// The trace is over a size limit (its decompressed JSON, or one entry of it).
+    #[error("{path}: {reason}")]
+    TooLarge {
+        /// The file.
+        path: String,
+        /// Which limit, how large, and what to do.
+        reason: String,
+    },
     /// A setting is out of range.
     #[error("{0}")]
     Input(String),
@@ -152,11 +160,17 @@ fn is_time(ts: f64) -> bool {
 }
 
 impl Timeline {
-    /// Reads the trace at `path`.
+    /// Reads the trace at `path`, within the default size limits ([`read::json_limit`]).
     pub fn read(path: &Path) -> Result<Timeline, TraceError> {
+        Self::read_within(path, None)
+    }
+
+    /// Reads the trace at `path`; its JSON, once decompressed, may hold at most `max_json` bytes
+    /// (None: the default for its kind, [`read::json_limit`]).
+    pub fn read_within(path: &Path, max_json: Option<u64>) -> Result<Timeline, TraceError> {
         let mut t = Timeline::default();
         let mut index: HashMap<String, u32> = HashMap::new();
-        let stats = read::for_each_event(path, &mut |e| t.add(&mut index, e))?;
+        let stats = read::for_each_event_within(path, max_json, &mut |e| t.add(&mut index, e))?;
         t.events = stats.events;
         if !stats.had_events {
             return Err(TraceError::NotATrace { path: path.display().to_string(), reason: "JSON without a traceEvents array".into() });

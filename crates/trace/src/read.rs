@@ -174,16 +174,87 @@ pub struct ReadStats {
     pub had_events: bool,
 }
 
-/// Calls `sink` with every event of the trace at `path`, in file order.
+/// How much a gzipped trace may expand: its JSON may be at most this many times the compressed
+/// file. Kineto JSON compresses about 10 to 20 times; a gzip bomb (a few MB that inflate to tens
+/// of GB) compresses a thousand times.
+pub const GZIP_RATIO: u64 = 100;
+
+/// A gzipped trace may always expand to this much, whatever its ratio (a small trace of
+/// repeated kernels compresses well).
+pub const GZIP_FLOOR: u64 = 256 << 20;
+
+/// How much JSON a trace from a pipe or a device (its size unknown) may hold.
+pub const STREAM_LIMIT: u64 = 16 << 30;
+
+/// The most JSON a trace may hold once decompressed, in bytes: `explicit` (`trace --max-json-mb`)
+/// when given; else, gzipped, [`GZIP_RATIO`] times the file (at least [`GZIP_FLOOR`]); a plain
+/// regular file is its own size; a pipe or a device [`STREAM_LIMIT`].
+pub fn json_limit(explicit: Option<u64>, gz: bool, meta: &std::fs::Metadata) -> Option<u64> {
+    match explicit {
+        Some(l) => Some(l),
+        None if gz => Some(meta.len().saturating_mul(GZIP_RATIO).max(GZIP_FLOOR)),
+        None if meta.is_file() => None,
+        None => Some(STREAM_LIMIT),
+    }
+}
+
+fn size(bytes: u64) -> String {
+    if bytes >= 1 << 20 {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
+/// The limit passed while reading (told apart from other read errors by its type).
+#[derive(Debug)]
+struct OverLimit(u64);
+
+impl fmt::Display for OverLimit {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "more than {} bytes of JSON", self.0)
+    }
+}
+
+impl std::error::Error for OverLimit {}
+
+/// A reader that fails once more than `left` bytes have come through it.
+struct Bounded<R> {
+    inner: R,
+    limit: u64,
+    left: u64,
+}
+
+impl<R: Read> Read for Bounded<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.left = self.left.checked_sub(n as u64).ok_or_else(|| std::io::Error::other(OverLimit(self.limit)))?;
+        Ok(n)
+    }
+}
+
+/// Calls `sink` with every event of the trace at `path`, in file order, within the default limits.
 pub fn for_each_event(path: &Path, sink: &mut dyn FnMut(RawEvent<'_>)) -> Result<ReadStats, TraceError> {
-    let file = File::open(path).map_err(|e| TraceError::Open { path: path.display().to_string(), source: e })?;
+    for_each_event_within(path, None, sink)
+}
+
+/// [`for_each_event`] with the decompressed-size limit `max_json` in bytes (None: [`json_limit`]'s
+/// default). A gzip stream is inflated as it is read, so a bomb stops at the limit, not at its end.
+pub fn for_each_event_within(path: &Path, max_json: Option<u64>, sink: &mut dyn FnMut(RawEvent<'_>)) -> Result<ReadStats, TraceError> {
+    let open = |e| TraceError::Open { path: path.display().to_string(), source: e };
+    let file = File::open(path).map_err(open)?;
+    let meta = file.metadata().map_err(open)?;
     let mut buf = BufReader::with_capacity(1 << 16, file);
     let gz = {
         use std::io::BufRead;
-        let head = buf.fill_buf().map_err(|e| TraceError::Open { path: path.display().to_string(), source: e })?;
+        let head = buf.fill_buf().map_err(open)?;
         head.starts_with(&[0x1f, 0x8b])
     };
     let reader: Box<dyn Read> = if gz { Box::new(flate2::read::MultiGzDecoder::new(buf)) } else { Box::new(buf) };
+    let reader: Box<dyn Read> = match json_limit(max_json, gz, &meta) {
+        Some(limit) => Box::new(Bounded { inner: reader, limit, left: limit }),
+        None => reader,
+    };
     read_events(reader, sink).map_err(|e| classify_error(path, gz, e))
 }
 
@@ -201,6 +272,21 @@ pub fn read_events(reader: impl Read, sink: &mut dyn FnMut(RawEvent<'_>)) -> Res
 fn classify_error(path: &Path, gz: bool, e: ScanError) -> TraceError {
     let path = path.display().to_string();
     match e {
+        ScanError::Io(e) if e.get_ref().is_some_and(|i| i.is::<OverLimit>()) => {
+            let limit = e.get_ref().and_then(|i| i.downcast_ref::<OverLimit>()).map_or(0, |o| o.0);
+            let what = if gz { "once decompressed it holds" } else { "it holds" };
+            TraceError::TooLarge {
+                path,
+                reason: format!(
+                    "{what} more than {} of JSON, the limit for this file (a gzip bomb?); give a real trace, or raise the limit with --max-json-mb if this one is (memory grows with it)",
+                    size(limit)
+                ),
+            }
+        }
+        ScanError::TooLarge(what) => TraceError::TooLarge {
+            path,
+            reason: format!("{what}; a profiler's event is well under a KB, so this is not a Kineto trace (or it is damaged)"),
+        },
         ScanError::Io(e) => {
             let what = if gz { "the gzip stream is truncated or corrupt" } else { "the file could not be read" };
             TraceError::Truncated { path, reason: format!("{what} ({e})") }
@@ -225,6 +311,39 @@ mod tests {
         assert_eq!(stats.events, 2);
         assert_eq!(seen[0], (EventCat::Kernel, Some(5), Some(10.5), Some(Phase::Complete), "k1".to_string()));
         assert_eq!(seen[1].3, Some(Phase::Other));
+    }
+
+    #[test]
+    fn a_bounded_reader_fails_past_its_limit_with_the_limit_named() {
+        let mut r = Bounded { inner: &[0u8; 100][..], limit: 40, left: 40 };
+        let mut out = Vec::new();
+        let e = r.read_to_end(&mut out).expect_err("over");
+        assert!(e.get_ref().is_some_and(|i| i.is::<OverLimit>()), "{e}");
+        let e = classify_error(Path::new("t.json.gz"), true, ScanError::Io(e));
+        assert_eq!(
+            e.to_string(),
+            "t.json.gz: once decompressed it holds more than 40 bytes of JSON, the limit for this file (a gzip bomb?); \
+             give a real trace, or raise the limit with --max-json-mb if this one is (memory grows with it)"
+        );
+    }
+
+    #[test]
+    fn a_gzipped_trace_may_expand_a_hundredfold_with_a_floor() {
+        let dir = std::env::temp_dir();
+        let meta = std::fs::metadata(&dir).expect("meta");
+        assert_eq!(json_limit(Some(5), true, &meta), Some(5));
+        let f = tempfile_with(10 << 20);
+        let meta = std::fs::metadata(f.path()).expect("meta");
+        assert_eq!(json_limit(None, true, &meta), Some(1000 << 20));
+        assert_eq!(json_limit(None, false, &meta), None);
+        let small = tempfile_with(10);
+        assert_eq!(json_limit(None, true, &std::fs::metadata(small.path()).expect("meta")), Some(GZIP_FLOOR));
+    }
+
+    fn tempfile_with(len: u64) -> tempfile::NamedTempFile {
+        let f = tempfile::NamedTempFile::new().expect("tmp");
+        f.as_file().set_len(len).expect("len");
+        f
     }
 
     #[test]

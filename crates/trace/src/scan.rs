@@ -14,7 +14,14 @@ pub enum ScanError {
     Eof,
     /// Something that is not JSON where JSON was expected, with the byte offset.
     Syntax(String),
+    /// One value kept whole (an event, a key) is larger than [`MAX_VALUE`], with the byte offset.
+    TooLarge(String),
 }
+
+/// The most one `traceEvents` entry (or one key) may hold. A Kineto event is well under a KB
+/// (a Python function event with its arguments a few KB); an entry of megabytes is a hostile or
+/// broken document, and holding it would take its size in memory.
+pub const MAX_VALUE: usize = 1 << 20;
 
 const CHUNK: usize = 1 << 20;
 
@@ -138,6 +145,13 @@ impl<R: Read> Scanner<R> {
             }
             let take = done.unwrap_or(chunk.len());
             if let Some(o) = out.as_deref_mut() {
+                if o.len() + take > MAX_VALUE {
+                    let at = self.base + self.pos as u64 - o.len() as u64;
+                    return Err(ScanError::TooLarge(format!(
+                        "the value starting at byte {at} is larger than {} MiB, the most one traceEvents entry may hold",
+                        MAX_VALUE >> 20
+                    )));
+                }
                 o.extend_from_slice(&chunk[..take]);
             }
             self.pos += take;
@@ -267,6 +281,20 @@ mod tests {
         })
         .expect("scans");
         assert_eq!(seen, [br#"{"name":"a\"b","ts":12.5}"#.to_vec(), br#"{"k":[1,2,3]}"#.to_vec()]);
+    }
+
+    #[test]
+    fn an_event_larger_than_the_value_limit_is_refused_not_held() {
+        let mut doc = br#"{"traceEvents":[{"ph":"X","name":""#.to_vec();
+        doc.resize(doc.len() + MAX_VALUE + 10, b'a');
+        doc.extend_from_slice(br#""}]}"#);
+        let e = all(&doc).expect_err("too large");
+        assert!(matches!(&e, ScanError::TooLarge(m) if m.contains("starting at byte 16 is larger than 1 MiB")), "{e:?}");
+        // A value that is only skipped (not an event) is not held, so it has no limit.
+        let mut doc = br#"{"other":""#.to_vec();
+        doc.resize(doc.len() + MAX_VALUE + 10, b'a');
+        doc.extend_from_slice(br#"","traceEvents":[{"a":1}]}"#);
+        assert_eq!(all(&doc).expect("skipped").1.len(), 1);
     }
 
     #[test]

@@ -450,7 +450,7 @@ pub(super) fn keep_measured(
         Err(w) => format!("it could not be kept in {} ({w}); its requests are in {}", file.display(), bench_json.display()),
     };
     CampaignError::Runtime(format!(
-        "{}: the measured sweep of experiment {id} could not be recorded ({e}); {where_}. Free space and run campaign continue again (the step is then re-run)",
+        "{}: the measured sweep of experiment {id} could not be recorded ({e}); {where_}. Free space and run campaign continue again: it records the kept sweep instead of re-running the step",
         journal.display()
     ))
 }

@@ -85,6 +85,56 @@ pub fn recover(j: &mut Journal) -> Result<Vec<String>> {
     Ok(said)
 }
 
+/// The most a kept `exp-ID.result.json` may hold: a sweep's summary is well under a KB a point.
+pub const MAX_KEPT_RESULT: u64 = 16 * servetune_io::MIB;
+
+/// A sweep measured by a `continue` whose journal could not take it (a full disk) was written
+/// beside the journal as `exp-ID.result.json` (`keep_measured`), and its step left
+/// `benchmarking`. Once its owner is gone, the next `continue` records that sweep as the step's
+/// result (done, with the model's verdict) instead of re-running it, and removes the file. A file
+/// that cannot be read as a sweep summary is named and left; the step is then re-run as usual.
+pub(super) fn import_kept(j: &mut Journal, dir: &Path, say: &mut dyn FnMut(&str)) -> Result<Option<Outcome>> {
+    let me = i64::from(std::process::id());
+    for e in j.experiments()? {
+        let file = dir.join(format!("exp-{}.result.json", e.id));
+        if e.state != ExpState::Benchmarking || std::fs::symlink_metadata(&file).is_err() {
+            continue;
+        }
+        let owner_alive = e.owner_pid.is_some_and(|p| p != me && process_alive(p));
+        if owner_alive && now_ms() - e.heartbeat_at.unwrap_or(0) < journal::STALE_AFTER_MS {
+            continue;
+        }
+        let read = servetune_io::read_regular(&file, &file.display().to_string(), MAX_KEPT_RESULT).map_err(|x| x.to_string());
+        let summary = match read.and_then(|b| {
+            serde_json::from_slice::<bench_step::BenchSummary>(&b).map_err(|x| format!("{}: not a sweep summary ({x})", file.display()))
+        }) {
+            Ok(summary) => summary,
+            Err(why) => {
+                say(&format!("experiment {}: the kept sweep cannot be imported ({why}); the step is re-run", e.id));
+                continue;
+            }
+        };
+        if let Some(g) = e.server_pgid {
+            executor::kill_group(g as i32);
+        }
+        let snap = Snapshot::read(j)?;
+        let mut knobs = snap.settings.knobs.clone();
+        knobs.extend(e.knobs.clone());
+        let bench = e.bench_path.clone().map_or_else(|| dir.join(format!("exp-{}.bench.json", e.id)), PathBuf::from);
+        let line = record_done(j, &snap, e.id, &knobs, summary, &bench)?;
+        // Recorded: the journal holds the sweep now. A file that cannot be removed is harmless
+        // (the step is done, so it is never imported again).
+        let _ = std::fs::remove_file(&file);
+        say(&format!(
+            "experiment {}: imported the sweep kept in {} by a continue whose journal could not take it; not re-run",
+            e.id,
+            file.display()
+        ));
+        return Ok(Some(Outcome::Progress { experiment: e.id, state: ExpState::Done, line }));
+    }
+    Ok(None)
+}
+
 /// A stale step whose Slurm job still runs is taken over (same attempt, new owner) instead of being
 /// submitted again; `continue_once` then follows it from readiness on. A job that ended while
 /// nobody watched is cancelled if needed and the step re-queued as usual.
@@ -202,6 +252,9 @@ pub fn next(dir: &Path) -> Result<Verdict> {
 /// One `continue`: recover, then run a queued experiment, or the top runnable step, or stop.
 pub fn continue_once(dir: &Path, o: &RunOptions, say: &mut dyn FnMut(&str)) -> Result<Outcome> {
     let mut j = Journal::open(dir)?;
+    if let Some(imported) = import_kept(&mut j, dir, say)? {
+        return Ok(imported);
+    }
     for line in recover(&mut j)? {
         say(&line);
     }

@@ -268,18 +268,15 @@ fn glm5_nvfp4_weights_match_the_measured_56_gb_per_gpu() {
     assert!((gb - 56.0).abs() / 56.0 < 0.03, "{gb} GB");
 }
 
+/// Without P2P, a quarter or more of a low-concurrency TP8 step is the all-reduces staged through
+/// host memory (the step with P2P is that much shorter); with P2P the same plan is bound by expert
+/// weight reads.
 #[test]
-fn host_staged_tp8_is_communication_bound_at_low_concurrency() {
-    let s = scenario("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", "pcie-host-staged", 8, 8);
-    let p = s.point(8);
-    match &p.bottleneck {
-        Bottleneck::Communication { link, allreduces, .. } => {
-            assert_eq!(link, "pcie-host-staged");
-            assert_eq!(*allreduces, 156.0);
-        }
-        other => panic!("{other:?}"),
-    }
-    // With P2P the same plan is bound by expert weight reads instead.
+fn host_staged_tp8_spends_a_quarter_of_a_low_concurrency_step_in_all_reduces() {
+    let staged = scenario("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", "pcie-host-staged", 8, 8).point(1);
+    let p2p = scenario("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", "pcie5-p2p", 8, 8).point(1);
+    let (a, b) = (staged.step_ms.total, p2p.step_ms.total);
+    assert!((a - b) / a > 0.25, "staged {a} ms, P2P {b} ms");
     let q = scenario("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", "pcie5-p2p", 8, 8).point(64);
     assert!(matches!(q.bottleneck, Bottleneck::Weights { distinct_experts: Some(_), .. }), "{:?}", q.bottleneck);
 }

@@ -1,0 +1,66 @@
+//! Help texts and messages that point to the next command: ambiguous GPU names list only their
+//! candidates, `plan --help` lists the GPU catalog, `fabric` without a GPU offers the simulated
+//! backend, and `campaign init` takes the checkpoint's published format as `plan` does. (That every
+//! flag of every command has help text is checked on clap's command tree, in
+//! `crates/cli/src/completions.rs`.)
+
+use crate::common::run;
+
+#[test]
+fn an_ambiguous_gpu_name_lists_only_the_gpus_it_fits() {
+    let (code, _, err) = run(&["plan", "--model", "llama-3.1-8b", "--gpu", "H100", "--gpus", "1"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("h100-sxm, h100-pcie, h100-nvl"), "{err}");
+    assert!(!err.contains("rtx-pro-6000-se") && !err.contains("mi355x"), "the whole catalog is listed: {err}");
+}
+
+#[test]
+fn plan_help_lists_the_gpu_catalog() {
+    let (code, out, err) = run(&["plan", "--help"]);
+    assert_eq!(code, 0, "{err}");
+    for gpu in ["rtx-pro-6000-se", "h100-sxm", "gh200-144gb", "b200", "mi355x"] {
+        assert!(out.contains(gpu), "{gpu} missing from plan --help");
+    }
+}
+
+#[test]
+fn fabric_without_a_gpu_suggests_the_simulated_backend() {
+    if std::path::Path::new("/dev/nvidiactl").exists() {
+        return; // a GPU machine: the measurement runs
+    }
+    for cmd in ["p2p", "allreduce"] {
+        let (code, _, err) = run(&["fabric", cmd]);
+        assert_eq!(code, 1, "{cmd}: {err}");
+        assert!(err.contains("no NVIDIA driver found") && err.contains("--backend sim"), "{cmd}: {err}");
+    }
+}
+
+/// The `quant` a campaign's journal recorded.
+fn journal_quant(dir: &std::path::Path) -> String {
+    let c = rusqlite::Connection::open_with_flags(dir.join("journal.sqlite"), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).expect("journal");
+    let settings: String = c.query_row("SELECT settings FROM campaign", [], |r| r.get(0)).expect("settings");
+    let v: serde_json::Value = serde_json::from_str(&settings).expect("settings are JSON");
+    v["quant"].as_str().expect("quant").to_string()
+}
+
+#[test]
+fn campaign_init_takes_the_published_checkpoint_format_unless_told() {
+    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/../probe/tests/fixtures/proxmox-lxc-8gpu");
+    let tmp = tempfile::tempdir().expect("tmp");
+    for (name, extra, want) in [
+        ("catalog", vec!["--model", "deepseek-v3"], "fp8"),
+        ("path", vec!["--model", "/models/DeepSeek-V3", "--catalog-model", "deepseek-v3"], "fp8"),
+        ("dense", vec!["--model", "llama-3.1-8b"], "bf16"),
+        ("told", vec!["--model", "deepseek-v3", "--quant", "nvfp4"], "nvfp4"),
+    ] {
+        let dir = tmp.path().join(name);
+        let d = dir.to_str().expect("utf-8 path");
+        let mut args = vec!["campaign", "init", d, "--engine", "sim", "--goal", "output_tok_s>=1000", "--probe-root", fixture];
+        args.extend(extra);
+        let (code, out, err) = run(&args);
+        assert_eq!(code, 0, "{name}: {out}{err}");
+        assert_eq!(journal_quant(&dir), want, "{name}");
+    }
+    let (_, help, _) = run(&["campaign", "init", "--help"]);
+    assert!(help.contains("published checkpoint"), "campaign init --help says where --quant's default comes from");
+}

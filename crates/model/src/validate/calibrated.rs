@@ -1,0 +1,168 @@
+//! Calibrated scoring (`plan --validate --calibrated`): what a campaign has is one measured sweep of
+//! its deployment, so each deployment of the data (one source, one model on one GPU set with one
+//! parallelism, engine, format and length pair) is calibrated on its lowest measured concurrency,
+//! as `plan --calibrate` does with a bench JSON ([`crate::calibrate::fit`]), and scored at every
+//! other concurrency it measured. Deployments measured at one concurrency only are counted, not
+//! scored. Raw errors on the same rows are given beside the calibrated ones.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::*;
+use crate::calibrate::{self, Measured};
+
+/// One row scored after calibrating its deployment on another of its rows.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CalibratedRow {
+    /// The case's id.
+    pub id: String,
+    /// Its set.
+    pub set: Set,
+    /// Its publication.
+    pub source_key: String,
+    /// Client concurrency.
+    pub concurrency: u32,
+    /// The id of the case the deployment was calibrated on (its lowest concurrency).
+    pub calibrated_on: String,
+    /// That case's concurrency.
+    pub calibrated_on_concurrency: u32,
+    /// Measured output tokens/s.
+    pub measured: f64,
+    /// The raw prediction (the model's defaults).
+    pub raw_predicted: f64,
+    /// (raw - measured) / measured.
+    pub raw_error: f64,
+    /// The prediction after calibration.
+    pub predicted: f64,
+    /// (calibrated - measured) / measured.
+    pub error: f64,
+}
+
+/// One set's raw and calibrated medians over the same rows.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct CalibratedSummary {
+    /// The set.
+    pub set: Set,
+    /// Rows scored (calibration rows not counted).
+    pub cases: usize,
+    /// Deployments they come from.
+    pub deployments: usize,
+    /// Median |raw error| on those rows.
+    pub raw_median_abs_error: f64,
+    /// Median |calibrated error|.
+    pub calibrated_median_abs_error: f64,
+}
+
+/// `plan --validate --calibrated`'s report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CalibratedValidation {
+    /// Always "servetune.validation-calibrated/1".
+    pub schema: &'static str,
+    /// The file scored.
+    pub data: &'static str,
+    /// One row per scored case that was not its deployment's calibration point.
+    pub rows: Vec<CalibratedRow>,
+    /// Medians by set.
+    pub sets: Vec<CalibratedSummary>,
+    /// Calibrated error by set and concurrency band.
+    pub bands: Vec<BandSummary>,
+    /// Deployments with one measured concurrency only (not scored).
+    pub single_point_deployments: usize,
+}
+
+/// What makes two cases one deployment: everything but the concurrency (and the prompt count,
+/// which benchmarks scale with it).
+fn deployment_key(c: &E2eCase) -> String {
+    format!(
+        "{}|{}|{}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{}|{:?}|{}|{}|{:?}|{:?}|{:?}|{:?}",
+        c.source_key,
+        c.model,
+        c.gpu,
+        c.gpu_count,
+        c.tp,
+        c.pp,
+        c.ep,
+        c.dp,
+        c.dp_attention,
+        c.engine.name(),
+        c.engine_version,
+        c.quantization,
+        c.interconnect,
+        c.input_len,
+        c.output_len,
+        c.benchmark_tool,
+        c.cuda_graphs
+    )
+}
+
+/// Scores `data` calibrated: see the module doc. `bench` runs each case's benchmark in virtual
+/// time, as `plan --validate` does.
+pub fn run_calibrated(data: Data, engine: &Engine, bench: Option<&dyn VirtualBench>) -> Result<CalibratedValidation, ModelError> {
+    let file = data.cases()?;
+    let mut groups: BTreeMap<String, Vec<(&E2eCase, Prepared)>> = BTreeMap::new();
+    for c in &file.case {
+        if let Ok(p) = prepare(c, engine, Latency::PerEngine) {
+            groups.entry(deployment_key(c)).or_default().push((c, p));
+        }
+    }
+    let mut rows = Vec::new();
+    let mut single = 0;
+    for (_, mut cases) in groups {
+        cases.sort_by_key(|(c, p)| (p.conc, c.id.clone()));
+        let lowest = cases[0].1.conc;
+        if cases.iter().all(|(_, p)| p.conc == lowest) {
+            single += 1;
+            continue;
+        }
+        let (cal_case, cal) = &cases[0];
+        let Some(fit) = calibrate::fit(&cal.s, &[Measured { concurrency: cal.conc, output_tokens_per_s: cal.measured }]) else {
+            continue;
+        };
+        for (c, p) in cases.iter().skip(1).filter(|(_, p)| p.conc > lowest) {
+            let raw = predict(c, p, bench);
+            let mut calibrated = Prepared { s: p.s.clone(), workload: p.workload, ..*p };
+            calibrated.s.engine = calibrate::apply(&p.s.engine, fit.memory_efficiency_scale, fit.step_overhead_ms, fit.comm_scale);
+            let after = predict(c, &calibrated, bench);
+            rows.push(CalibratedRow {
+                id: c.id.clone(),
+                set: c.set,
+                source_key: c.source_key.clone(),
+                concurrency: p.conc,
+                calibrated_on: cal_case.id.clone(),
+                calibrated_on_concurrency: cal.conc,
+                measured: p.measured,
+                raw_predicted: raw.predicted,
+                raw_error: raw.error,
+                predicted: after.predicted,
+                error: after.error,
+            });
+        }
+    }
+    let sets = [Set::Test, Set::Fit, Set::Holdout]
+        .into_iter()
+        .filter_map(|set| {
+            let rs: Vec<&CalibratedRow> = rows.iter().filter(|r| r.set == set).collect();
+            if rs.is_empty() {
+                return None;
+            }
+            let deployments: std::collections::BTreeSet<&str> = rs.iter().map(|r| r.calibrated_on.as_str()).collect();
+            Some(CalibratedSummary {
+                set,
+                cases: rs.len(),
+                deployments: deployments.len(),
+                raw_median_abs_error: median(&rs.iter().map(|r| r.raw_error.abs()).collect::<Vec<_>>()),
+                calibrated_median_abs_error: median(&rs.iter().map(|r| r.error.abs()).collect::<Vec<_>>()),
+            })
+        })
+        .collect();
+    let bands = band_summaries(rows.iter().map(|r| (r.set, r.concurrency, r.error)));
+    Ok(CalibratedValidation {
+        schema: "servetune.validation-calibrated/1",
+        data: data.path(),
+        rows,
+        sets,
+        bands,
+        single_point_deployments: single,
+    })
+}
