@@ -28,8 +28,8 @@ pub struct SlurmSettings {
     pub partition: Option<String>,
     /// `--account`.
     pub account: Option<String>,
-    /// Nodes per experiment.
-    pub nodes: u32,
+    /// Nodes per experiment: at least one, checked where it is read (`--nodes`, the journal).
+    pub nodes: std::num::NonZeroU32,
     /// GPUs per node to ask for (`--gpus-per-node`); 0 asks for none (CPU-only clusters, the sim).
     pub gpus_per_node: u32,
     /// `--time` (Slurm's syntax, e.g. `2:00:00`).
@@ -46,7 +46,7 @@ impl SlurmSettings {
         let mut a = vec![
             format!("--job-name={job_name}"),
             format!("--output={}", batch_log.display()),
-            format!("--nodes={}", self.nodes.max(1)),
+            format!("--nodes={}", self.nodes),
             "--ntasks-per-node=1".into(),
         ];
         if let Some(p) = &self.partition {
@@ -99,7 +99,7 @@ pub fn check(cfg: &mut SlurmSettings, gpus_needed: u32, scratch: &Path) -> crate
             .or(parts.first())
             .ok_or_else(|| CampaignError::Input("sinfo lists no partition: this cluster has nothing to run on".into()))?,
     };
-    if cfg.nodes > part.nodes {
+    if cfg.nodes.get() > part.nodes {
         return Err(CampaignError::Input(format!(
             "--nodes {}: partition {} has {} node(s); sinfo lists: {listing}",
             cfg.nodes, part.name, part.nodes
@@ -108,11 +108,11 @@ pub fn check(cfg: &mut SlurmSettings, gpus_needed: u32, scratch: &Path) -> crate
     if cfg.gpus_per_node == 0 {
         cfg.gpus_per_node = part.gpus_per_node();
     }
-    let have = cfg.nodes.max(1) * cfg.gpus_per_node;
+    let have = cfg.nodes.get() * cfg.gpus_per_node;
     if cfg.gpus_per_node > 0 && have < gpus_needed {
         return Err(CampaignError::Input(format!(
             "the allocation is smaller than the plan: {} node(s) x {} GPU(s) = {have} GPUs, but tp x pp needs {gpus_needed}: ask for more --nodes (or --gpus-per-node), or plan for fewer GPUs (--gpus, --set tp=..)",
-            cfg.nodes.max(1),
+            cfg.nodes,
             cfg.gpus_per_node
         )));
     }
@@ -232,7 +232,7 @@ pub fn submit(cfg: &SlurmSettings, spec: &LaunchSpec, job_name: &str) -> Result<
     let job = slurm
         .submit(&cfg.sbatch_args(job_name, &files.batch_log), &files.batch())
         .map_err(|e| failure(FailureKind::SpawnFailed, e.to_string()))?;
-    Ok(SlurmServer::attach(job, spec.port, &spec.log_path, cfg.nodes.max(1) as usize))
+    Ok(SlurmServer::attach(job, spec.port, &spec.log_path, cfg.nodes.get() as usize))
 }
 
 impl SlurmServer {
@@ -417,7 +417,7 @@ mod tests {
         let cfg = SlurmSettings {
             partition: Some("gpu".into()),
             account: Some("team a".into()),
-            nodes: 2,
+            nodes: std::num::NonZeroU32::new(2).expect("2 is not 0"),
             gpus_per_node: 8,
             time: Some("1:00:00".into()),
             args: vec!["--exclude=n3".into()],

@@ -126,8 +126,8 @@ struct InitArgs {
     #[arg(long, value_name = "NAME", help_heading = "Slurm")]
     account: Option<String>,
     /// --executor slurm: nodes per experiment (multi-node templates get {nnodes}, {node_rank}, {head})
-    #[arg(long, default_value_t = 1, help_heading = "Slurm")]
-    nodes: u32,
+    #[arg(long, default_value = "1", value_parser = at_least_one_node, help_heading = "Slurm")]
+    nodes: std::num::NonZeroU32,
     /// --executor slurm: GPUs per node to ask for (default: the partition's gres, none on CPU nodes)
     #[arg(long, value_name = "N", help_heading = "Slurm")]
     gpus_per_node: Option<u32>,
@@ -140,6 +140,21 @@ struct InitArgs {
     /// --executor slurm: how long a job may wait in the queue before the experiment fails
     #[arg(long, default_value = "1h", value_name = "DURATION", help_heading = "Slurm")]
     queue_timeout: String,
+}
+
+/// `--nodes`: a whole number of nodes, at least one (clap names the flag and exits with 2).
+fn at_least_one_node(s: &str) -> Result<std::num::NonZeroU32, String> {
+    let n: u32 = s.trim().parse().map_err(|_| format!("{s:?} is not a whole number of nodes"))?;
+    std::num::NonZeroU32::new(n).ok_or_else(|| "give the number of nodes each experiment runs on (1 or more)".to_string())
+}
+
+/// A duration flag of at least one second (the journal keeps whole seconds).
+fn whole_seconds(flag: &str, v: &str) -> Result<u64, Failure> {
+    let d = servetune_stats::parse_duration(flag, v).map_err(|e| Failure::usage(e.0))?;
+    match d.as_secs() {
+        0 => Err(Failure::usage(format!("{flag} {v}: give at least 1s"))),
+        s => Ok(s),
+    }
 }
 
 /// Where experiments run.
@@ -363,7 +378,7 @@ pub fn run(a: CampaignArgs) -> Result<(), Failure> {
 fn executor(a: &InitArgs) -> Result<campaign::Executor, Failure> {
     let slurm_flags = a.partition.is_some()
         || a.account.is_some()
-        || a.nodes != 1
+        || a.nodes.get() != 1
         || a.gpus_per_node.is_some()
         || a.slurm_time.is_some()
         || !a.slurm_args.is_empty();
@@ -374,9 +389,6 @@ fn executor(a: &InitArgs) -> Result<campaign::Executor, Failure> {
             ));
         }
         return Ok(campaign::Executor::Local);
-    }
-    if a.nodes == 0 {
-        return Err(Failure::usage("--nodes 0: give the number of nodes each experiment runs on (1 or more)"));
     }
     let word = |flag: &str, v: &Option<String>| -> Result<(), Failure> {
         match v {
@@ -394,7 +406,7 @@ fn executor(a: &InitArgs) -> Result<campaign::Executor, Failure> {
             "--slurm-arg {bad:?}: give one whole sbatch option as --flag=value (e.g. --slurm-arg=--exclusive=user)"
         )));
     }
-    let queue = servetune_stats::parse_duration("--queue-timeout", &a.queue_timeout).map_err(|e| Failure::usage(e.0))?;
+    let queue_timeout_s = whole_seconds("--queue-timeout", &a.queue_timeout)?;
     Ok(campaign::Executor::Slurm(servetune_campaign::executor_slurm::SlurmSettings {
         partition: a.partition.clone(),
         account: a.account.clone(),
@@ -402,7 +414,7 @@ fn executor(a: &InitArgs) -> Result<campaign::Executor, Failure> {
         gpus_per_node: a.gpus_per_node.unwrap_or(0),
         time: a.slurm_time.clone(),
         args: a.slurm_args.clone(),
-        queue_timeout_s: queue.as_secs().max(1),
+        queue_timeout_s,
     }))
 }
 
@@ -444,7 +456,7 @@ fn init(a: InitArgs) -> Result<(), Failure> {
     s.bench.input_len = a.input_len;
     s.bench.output_len = a.output_len;
     s.bench.timeout_s = dur("--request-timeout", &a.request_timeout)?.as_secs_f64();
-    s.ready_timeout_s = a.ready_timeout.as_deref().map(|r| dur("--ready-timeout", r).map(|d| d.as_secs().max(1))).transpose()?;
+    s.ready_timeout_s = a.ready_timeout.as_deref().map(|r| whole_seconds("--ready-timeout", r)).transpose()?;
     s.secret_env = a.secret_env.clone();
     s.executor = executor(&a)?;
     let j = campaign::init(&InitOptions { dir: a.dir.clone(), settings: s, probe_root: a.probe_root.clone() }).map_err(lib)?;

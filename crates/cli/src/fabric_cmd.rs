@@ -57,7 +57,7 @@ pub enum FabricCmd {
         #[command(flatten)]
         common: Common,
         /// Copies per measurement at the smallest sizes
-        #[arg(long, default_value_t = 100)]
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
         iters: u32,
         /// Write a pattern through P2P and read it back on the peer: proves P2P delivers data
         #[arg(long)]
@@ -68,7 +68,7 @@ pub enum FabricCmd {
         #[command(flatten)]
         common: Common,
         /// All-reduces per measurement
-        #[arg(long, default_value_t = 20)]
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
         iters: u32,
         /// Compare a setting with the defaults, e.g. NCCL_P2P_DISABLE=1 or NCCL_ALGO=Tree (repeatable)
         #[arg(long, value_name = "KEY=VALUE")]

@@ -100,3 +100,21 @@ fn fabric_to_a_full_device_exits_1_instead_of_0_with_nothing_written() {
         assert!(err.contains("error: cannot write the report to stdout (No space left on device"), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn zero_iterations_or_slurm_nodes_exit_2_naming_the_flag() {
+    for args in [&["fabric", "p2p", "--backend", "sim", "--iters", "0"][..], &["fabric", "allreduce", "--backend", "sim", "--iters", "0"]] {
+        let (code, _, err) = run(args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains("--iters"), "{args:?}: {err}");
+    }
+    let d = tempfile::tempdir().expect("tmp");
+    let dir = d.path().join("c");
+    let dir = dir.to_string_lossy();
+    for (flag, value) in [("--nodes", "0"), ("--queue-timeout", "0s"), ("--ready-timeout", "500ms")] {
+        let init = ["campaign", "init", &dir, "--engine", "sim", "--model", "glm-5", "--goal", "output_tok_s>=1", "--executor", "slurm"];
+        let (code, _, err) = run(&[&init[..], &[flag, value]].concat());
+        assert_eq!(code, 2, "{flag} {value}: {err}");
+        assert!(err.contains(flag), "{flag} {value}: {err}");
+    }
+}

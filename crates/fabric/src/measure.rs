@@ -75,9 +75,18 @@ pub struct P2pOptions {
     pub verify: bool,
 }
 
-/// Copies per measurement: about 256 MiB moved, between 3 and `max`.
+/// Copies per measurement: about 256 MiB moved, between 3 (or `max`, when it is below 3) and
+/// `max` (`--iters`, at least 1: [`check_iters`]).
 pub fn iters_for(bytes: u64, max: u32) -> u32 {
-    ((256u64 << 20) / bytes.max(1)).clamp(3, max.max(3) as u64) as u32
+    ((256u64 << 20) / bytes.max(1)).clamp(u64::from(max.min(3)), u64::from(max)) as u32
+}
+
+/// Refuses `--iters 0`: a measurement of no copies has no time.
+pub fn check_iters(iters: u32) -> Result<(), FabricError> {
+    if iters == 0 {
+        return Err(FabricError::Input("--iters 0: a measurement needs at least one copy; give --iters 1 or more".into()));
+    }
+    Ok(())
 }
 
 /// Checks GPU indices against the backend's devices.
@@ -128,6 +137,7 @@ fn plan_series(gpus: &[usize]) -> Vec<Planned> {
 
 /// The P2P sweep. `progress(done, total)` after each measurement.
 pub fn p2p(f: &mut dyn Fabric, o: &P2pOptions, progress: &mut dyn FnMut(usize, usize)) -> Result<P2pResult, FabricError> {
+    check_iters(o.iters)?;
     let gpus = check_gpus(f, &o.gpus)?;
     let mut notes = Vec::new();
     if gpus.len() == 1 {
@@ -218,6 +228,7 @@ pub fn allreduce(
     iters: u32,
     envs: &[Vec<EnvSetting>],
 ) -> Result<Vec<AllReduceRun>, FabricError> {
+    check_iters(iters)?;
     let mut out = Vec::new();
     for env in envs {
         out.push(ar.run(ranks, sizes, iters, env)?);

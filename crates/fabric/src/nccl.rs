@@ -111,6 +111,7 @@ pub struct WorkerOut {
 
 /// One rank: joins the communicator and times all-reduces of each size on `device`.
 pub fn worker(rank: usize, nranks: usize, device: usize, id_hex: &str, sizes: &[u64], iters: u32) -> Result<WorkerOut, FabricError> {
+    crate::measure::check_iters(iters)?;
     let id = unhex(id_hex)?;
     if !crate::cuda::driver_present() {
         return Err(FabricError::NoDriver { searched: crate::cuda::searched() });
@@ -148,11 +149,11 @@ pub fn worker(rank: usize, nranks: usize, device: usize, id_hex: &str, sizes: &[
             run(2)?;
             result::stream::synchronize(stream).map_err(e("cuStreamSynchronize"))?;
             result::event::record(e0, stream).map_err(e("cuEventRecord"))?;
-            run(iters.max(1))?;
+            run(iters)?;
             result::event::record(e1, stream).map_err(e("cuEventRecord"))?;
             result::stream::synchronize(stream).map_err(e("cuStreamSynchronize"))?;
             let ms = result::event::elapsed(e0, e1).map_err(e("cuEventElapsedTime"))?;
-            points.push(AllReducePoint { bytes: (count * 4) as u64, time_us: ms as f64 * 1e3 / iters.max(1) as f64 });
+            points.push(AllReducePoint { bytes: (count * 4) as u64, time_us: ms as f64 * 1e3 / f64::from(iters) });
         }
         let _ = nccl.sym::<CommDestroy>(b"ncclCommDestroy\0").map(|f| f(comm));
         let _ = result::event::destroy(e0);

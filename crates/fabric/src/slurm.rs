@@ -150,6 +150,7 @@ impl AllReduce for SlurmAllReduce {
 
 /// One worker inside the srun step: its rank from Slurm, the id from rank 0, then the timings.
 pub fn worker(dir: &Path, sizes: &[u64], iters: u32, sim_link: Option<&str>) -> Result<WorkerOut, FabricError> {
+    crate::measure::check_iters(iters)?;
     let t = TaskEnv::from_env().map_err(slurm_err)?;
     let id = hand_over(dir, t.rank, || match sim_link {
         Some(_) => Ok(format!("{:0>256}", format!("{:x}{:x}", t.job_id, std::process::id()))),

@@ -205,3 +205,18 @@ fn every_sim_link_has_the_model_catalog_alpha_and_beta() {
     let e = SimFabric::new(2, "ib-ndr").expect_err("a network is no link within a node");
     assert!(e.to_string().contains("--sim-link \"ib-ndr\" is unknown"), "{e}");
 }
+
+/// `--iters 0` is refused where a sweep starts, not turned into some other count; 1 and 2 copies
+/// are what the user asked for.
+#[test]
+fn zero_iterations_are_refused_and_few_are_kept() {
+    let mut f = SimFabric::new(2, "pcie5-p2p").expect("sim");
+    let o = P2pOptions { gpus: vec![], sizes: sizes(4, 1 << 20).expect("sizes"), iters: 0, verify: false };
+    let e = measure::p2p(&mut f, &o, &mut |_, _| {}).expect_err("no copies");
+    assert!(matches!(e, FabricError::Input(_)) && e.to_string().contains("--iters 0"), "{e}");
+    let mut ar = SimAllReduce { fabric: f };
+    let e = measure::allreduce(&mut ar, &[0, 1], &[1024], 0, &[vec![]]).expect_err("no all-reduces");
+    assert!(e.to_string().contains("--iters 0"), "{e}");
+    assert_eq!([1, 2, 3, 100].map(|m| measure::iters_for(4, m)), [1, 2, 3, 100]);
+    assert_eq!(measure::iters_for(256 << 20, 100), 3, "large copies: at least 3 when --iters allows");
+}

@@ -46,9 +46,9 @@ impl TaskEnv {
             local_rank: num(&["SLURM_LOCALID"])? as usize,
             nodes: crate::expand_hostlist(&list),
         };
-        if t.rank >= t.ntasks || t.node_rank >= t.nnodes.max(1) {
+        if t.rank >= t.ntasks || t.node_rank >= t.nnodes {
             return Err(SlurmError::Input(format!(
-                "SLURM_PROCID={} of SLURM_NTASKS={} (node {} of {}) is not a place in the job",
+                "SLURM_PROCID={} of SLURM_NTASKS={} (SLURM_NODEID={} of SLURM_JOB_NUM_NODES={}) is not a place in the job",
                 t.rank, t.ntasks, t.node_rank, t.nnodes
             )));
         }
@@ -106,5 +106,11 @@ mod tests {
         ]);
         let e = TaskEnv::from_vars(&bad).expect_err("rank past ntasks");
         assert!(e.to_string().contains("SLURM_PROCID=5 of SLURM_NTASKS=4"), "{e}");
+        // A job of no nodes is no job: refused, not read as one node.
+        let mut none = bad.clone();
+        none.insert("SLURM_PROCID".into(), "0".into());
+        none.insert("SLURM_NNODES".into(), "0".into());
+        let e = TaskEnv::from_vars(&none).expect_err("no nodes");
+        assert!(e.to_string().contains("SLURM_NODEID=0 of SLURM_JOB_NUM_NODES=0"), "{e}");
     }
 }

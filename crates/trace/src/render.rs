@@ -55,6 +55,14 @@ pub fn terminal(r: &TraceReport, w: &mut impl Write) -> io::Result<()> {
     }
     writeln!(w, "  {} steps found by {} ({} GPU events outside steps)", r.steps.len(), segmentation(r), r.events_outside_steps)?;
     writeln!(w, "  kernels no rule knew (other): {:.2}% of kernel time", r.other_pct)?;
+    phases(r, w)?;
+    steps(r, w)?;
+    kernels(r, w)?;
+    comparison(r, w)
+}
+
+/// Each phase's step figures and its time by category.
+fn phases(r: &TraceReport, w: &mut impl Write) -> io::Result<()> {
     for p in &r.phases {
         writeln!(w)?;
         writeln!(
@@ -87,6 +95,11 @@ pub fn terminal(r: &TraceReport, w: &mut impl Write) -> io::Result<()> {
             )?;
         }
     }
+    Ok(())
+}
+
+/// The first steps, one line each.
+fn steps(r: &TraceReport, w: &mut impl Write) -> io::Result<()> {
     if !r.steps.is_empty() {
         writeln!(w)?;
         let n = r.steps.len().min(STEPS_LISTED);
@@ -116,6 +129,11 @@ pub fn terminal(r: &TraceReport, w: &mut impl Write) -> io::Result<()> {
             writeln!(w, "  (kind?: guessed, no annotation says it)")?;
         }
     }
+    Ok(())
+}
+
+/// The top kernels, the NCCL calls and the kernels no rule knew.
+fn kernels(r: &TraceReport, w: &mut impl Write) -> io::Result<()> {
     writeln!(w)?;
     writeln!(w, "top kernels")?;
     for k in &r.top_kernels {
@@ -144,6 +162,11 @@ pub fn terminal(r: &TraceReport, w: &mut impl Write) -> io::Result<()> {
             writeln!(w, "  {:>9.3} ms {:>7}x  {}", k.total_ms, k.count, short(&k.name, 100))?;
         }
     }
+    Ok(())
+}
+
+/// The model's step split beside the measured one, when one was asked for.
+fn comparison(r: &TraceReport, w: &mut impl Write) -> io::Result<()> {
     if let Some(c) = &r.comparison {
         writeln!(w)?;
         writeln!(

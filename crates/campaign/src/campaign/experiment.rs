@@ -146,7 +146,7 @@ pub(super) fn resume_experiment(
         return Err(CampaignError::Runtime(format!("experiment {id}: no Slurm job to re-attach to")));
     };
     let nodes = match &s.executor {
-        Executor::Slurm(c) => c.nodes.max(1) as usize,
+        Executor::Slurm(c) => c.nodes.get() as usize,
         Executor::Local => 1,
     };
     say(&format!("experiment {id} (attempt {}): following Slurm job {job} again", e.attempt));
@@ -314,7 +314,7 @@ pub(super) fn start_server(
         Executor::Slurm(cfg) => {
             let srv = executor_slurm::submit(cfg, spec, &format!("servetune-exp-{id}-a{attempt}"))?;
             j.set_slurm_job(id, srv.job, spec.port).map_err(journal_err)?;
-            j.add_event("slurm", &format!("experiment {id}: submitted Slurm job {} ({} node(s))", srv.job, cfg.nodes.max(1)))
+            j.add_event("slurm", &format!("experiment {id}: submitted Slurm job {} ({} node(s))", srv.job, cfg.nodes))
                 .map_err(journal_err)?;
             Ok(Box::new(srv))
         }

@@ -147,7 +147,7 @@ pub fn init(o: &InitOptions) -> Result<Journal> {
     settings.model = crate::secrets::seal_url(&o.dir, &settings.model)?;
     let env = env_body(&probed, o.probe_root.as_deref());
     if let Executor::Slurm(cfg) = &settings.executor {
-        if cfg.nodes > 1 && settings.engine.multi_node.is_empty() {
+        if cfg.nodes.get() > 1 && settings.engine.multi_node.is_empty() {
             return Err(CampaignError::Input(format!(
                 "--nodes {}: engine {} has no multi_node words, so it cannot span nodes; use sglang or sim, or give a template with multi_node (see servetune campaign engines --help){}",
                 cfg.nodes,
@@ -297,7 +297,7 @@ pub fn context(s: &Settings, f: &BoxFacts, port: u16) -> Result<Context> {
             use servetune_slurm::RuntimeValue as R;
             v.insert("host".into(), R::NodeAddr.marker());
             v.insert("node_rank".into(), R::NodeRank.marker());
-            v.insert("nnodes".into(), if c.nodes > 1 { R::Nnodes.marker() } else { "1".into() });
+            v.insert("nnodes".into(), if c.nodes.get() > 1 { R::Nnodes.marker() } else { "1".into() });
             v.insert("head".into(), R::Head.marker());
         }
     }

@@ -142,7 +142,7 @@ pub(super) fn reattach(j: &mut Journal, e: &Experiment, owner_alive: bool, age: 
     let (Some(job), Some(port), Some(log)) = (e.slurm_job, e.server_port, e.log_path.as_deref()) else { return Ok(None) };
     let settings = load_settings(j)?;
     let nodes = match &settings.executor {
-        Executor::Slurm(c) => c.nodes.max(1) as usize,
+        Executor::Slurm(c) => c.nodes.get() as usize,
         Executor::Local => 1,
     };
     let mut srv = SlurmServer::attach(job, port, Path::new(log), nodes);

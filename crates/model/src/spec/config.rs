@@ -149,19 +149,7 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
     let root = parse_config_json(text, source)?;
     // Multimodal wrappers keep the language model under text_config.
     let v = root.get("text_config").filter(|t| t.is_object()).unwrap_or(&root);
-    let read = v.get("model_type").or(root.get("model_type")).and_then(Value::as_str).unwrap_or("");
-    if !SUPPORTED.contains(&read) {
-        return Err(ModelError::Input(format!(
-            "{source}: field \"model_type\" is {read:?}, which is not supported; supported: {}",
-            SUPPORTED.join(", ")
-        )));
-    }
-    let arch = match read.strip_suffix("_text").unwrap_or(read) {
-        "qwen3_vl" => "qwen3",
-        "qwen3_vl_moe" => "qwen3_moe",
-        a => a,
-    }
-    .to_string();
+    let arch = family(&root, v, source)?;
     let with_defaults;
     let v = match class_defaults(&arch) {
         Some(defaults) => {
@@ -225,6 +213,25 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
     };
     spec.validate(source)?;
     Ok(spec)
+}
+
+/// The family a config is read as: its `model_type` (the language model's, under a multimodal
+/// wrapper), less a `_text` suffix, with Qwen3-VL's language models read as Qwen3's and
+/// Qwen3-MoE's; a type outside [`SUPPORTED`] is refused with the list.
+fn family(root: &Value, v: &Value, source: &str) -> Result<String, ModelError> {
+    let read = v.get("model_type").or(root.get("model_type")).and_then(Value::as_str).unwrap_or("");
+    if !SUPPORTED.contains(&read) {
+        return Err(ModelError::Input(format!(
+            "{source}: field \"model_type\" is {read:?}, which is not supported; supported: {}",
+            SUPPORTED.join(", ")
+        )));
+    }
+    let arch = match read.strip_suffix("_text").unwrap_or(read) {
+        "qwen3_vl" => "qwen3",
+        "qwen3_vl_moe" => "qwen3_moe",
+        a => a,
+    };
+    Ok(arch.to_string())
 }
 
 /// Parses a config.json. Python's `json.dump` writes the non-standard tokens `NaN`, `Infinity`
