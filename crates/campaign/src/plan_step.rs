@@ -47,6 +47,10 @@ pub struct ModelBox {
     /// know, such as llama.cpp or the simulator).
     #[serde(default)]
     pub serving: EngineName,
+    /// The serving engine's release as the server reported it (`/get_server_info`, `/version`),
+    /// when it names a release: its defaults apply (`EngineRelease`); `None`: the current release.
+    #[serde(default)]
+    pub engine_version: Option<String>,
     /// The box's calibration, when an experiment in this environment has been measured; every
     /// prediction made with this box applies it.
     #[serde(default)]
@@ -54,6 +58,24 @@ pub struct ModelBox {
 }
 
 impl ModelBox {
+    /// The same box with the engine release the server reported, when the campaign's engine
+    /// (`engine`, its template's name) is one the model knows; another engine's version (llama.cpp,
+    /// the simulator) says nothing about the model's engine defaults.
+    pub fn with_engine_version(self, engine: &str, v: Option<String>) -> ModelBox {
+        let known = EngineName::from_name(engine) == Some(self.serving);
+        ModelBox { engine_version: v.filter(|_| known), ..self }
+    }
+
+    /// The reported engine version when it names a release the model reads (a version such as
+    /// `0.4.6` or a dated nightly); anything else (a simulator's or llama.cpp's version string) is
+    /// the current release.
+    fn release_version(&self) -> Option<String> {
+        let v = self.engine_version.as_deref()?;
+        servetune_model::predict::EngineRelease::parse("engine version", &format!("{}@{v}", self.serving.name()))
+            .ok()
+            .and_then(|r| r.version)
+    }
+
     /// The same box without its calibration: the model's own prediction.
     pub fn uncalibrated(&self) -> ModelBox {
         ModelBox { calibration: None, ..self.clone() }
@@ -139,6 +161,7 @@ pub fn scenario(mb: &ModelBox, l: Layout) -> Result<Scenario, String> {
     spec.output_len = mb.output_len;
     spec.max_running = l.max_running;
     spec.engine = mb.serving;
+    spec.engine_version = mb.release_version();
     let mut s = spec.build().map_err(|e| e.to_string())?;
     if let Some(c) = &mb.calibration {
         s.engine = calibrate::apply(&s.engine, c.memory_efficiency_scale, c.step_overhead_ms, c.comm_scale);

@@ -616,8 +616,22 @@ mod tests {
             max_concurrency: 32,
             sweep: vec![4, 16, 32],
             serving: Default::default(),
+            engine_version: None,
             calibration: None,
         }
+    }
+
+    /// The model prices a campaign with the engine release its server reported: sglang 0.4.6 ran
+    /// prefill eagerly; a version string that names no release, or another engine's version,
+    /// leaves the current release's defaults.
+    #[test]
+    fn a_reported_engine_release_brings_its_defaults_and_another_engines_version_does_not() {
+        let layout = crate::plan_step::Layout { tp: 8, pp: 1, ep: 1, max_running: None };
+        let graphs = |m: ModelBox| crate::plan_step::scenario(&m, layout).expect("prices").engine.prefill_graphs;
+        assert!(!graphs(model().with_engine_version("sglang", Some("0.4.6".into()))));
+        assert!(graphs(model().with_engine_version("sglang", Some("0.5.12".into()))));
+        assert!(graphs(model().with_engine_version("sglang", Some("servetune-sim".into()))));
+        assert!(graphs(model().with_engine_version("llama.cpp", Some("0.4.6".into()))));
     }
 
     fn steps(goal: f64, e: &Experiment, findings: &[FindingRow]) -> Verdict {

@@ -424,7 +424,8 @@ pub(super) fn record_done(
     let line = format!("experiment {id} done: best {best:.1} output tok/s{knee}");
     let kept = summary.clone();
     let recorded = (|| {
-        if let Some(m) = model_box(&snap.settings, &snap.env.facts) {
+        let version = super::run::reported_engine_version(j)?;
+        if let Some(m) = model_box(&snap.settings, &snap.env.facts).map(|m| m.with_engine_version(&snap.settings.engine.name, version)) {
             let values = crate::knobs::KnobValues::parse(knobs, &format!("experiment {id}"))?;
             crate::verdict::record_measurement(j, &m, &snap.env.facts.hash, id, &values, &summary)?;
         }

@@ -275,6 +275,7 @@ pub fn model_box(s: &Settings, f: &BoxFacts) -> Option<ModelBox> {
         max_concurrency: s.bench.concurrency.iter().copied().max().unwrap_or(1),
         sweep: s.bench.concurrency.clone(),
         serving: servetune_model::predict::EngineName::from_name(&s.engine.name).unwrap_or_default(),
+        engine_version: None,
         calibration: None,
     })
     .filter(|m| plan_step::check(m).is_ok())

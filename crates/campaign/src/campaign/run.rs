@@ -186,6 +186,15 @@ pub struct Snapshot {
     pub env_ids: Vec<i64>,
     /// The current environment's newest calibration (`crate::verdict`), when it has one.
     pub calibration: Option<plan_step::Calibration>,
+    /// The engine version the newest launch's server reported (its launch fingerprint).
+    pub engine_version: Option<String>,
+}
+
+/// The engine version the newest launch's server reported, from its launch fingerprint.
+pub(crate) fn reported_engine_version(j: &Journal) -> Result<Option<String>> {
+    Ok(j.latest_fingerprint(journal::FingerprintKind::Experiment)?
+        .and_then(|f| serde_json::from_value::<super::experiment::LaunchFingerprint>(f.body).ok())
+        .and_then(|l| l.engine_version))
 }
 
 impl Snapshot {
@@ -200,6 +209,7 @@ impl Snapshot {
             .map(|f| f.id)
             .collect();
         let calibration = crate::verdict::calibration_for(j, &env.facts.hash, None)?;
+        let engine_version = reported_engine_version(j)?;
         Ok(Self {
             settings,
             env_id,
@@ -209,6 +219,7 @@ impl Snapshot {
             questions: j.questions()?,
             env_ids,
             calibration,
+            engine_version,
         })
     }
 
@@ -235,7 +246,8 @@ impl Snapshot {
             experiments: self.experiments.iter().filter(|e| e.env_fingerprint.is_some_and(|id| self.env_ids.contains(&id))).collect(),
             findings: &self.findings,
             questions: &self.questions,
-            model: model_box(s, &self.env.facts).map(|m| m.calibrated(self.calibration)),
+            model: model_box(s, &self.env.facts)
+                .map(|m| m.calibrated(self.calibration).with_engine_version(&s.engine.name, self.engine_version.clone())),
             base_values: crate::knobs::KnobValues::parse(&base_knobs, "the campaign's knobs")?,
             base_knobs,
         })

@@ -80,7 +80,8 @@ pub(super) fn curves(j: &Journal, snap: &Snapshot) -> Result<(Vec<Curve>, Vec<Br
     for e in snap.experiments.iter().filter(|e| e.state == ExpState::Done) {
         let Some(r) = &e.result else { continue };
         let facts = experiment_facts(j, snap, e);
-        let mb = crate::campaign::model_box(&snap.settings, &facts);
+        let mb = crate::campaign::model_box(&snap.settings, &facts)
+            .map(|m| m.with_engine_version(&snap.settings.engine.name, snap.engine_version.clone()));
         // The predictions stored when the experiment was measured; a journal older than schema
         // 1.3 has none, and gets the model's own figure through the same path.
         let stored = records.iter().rfind(|x| x.experiment == e.id).cloned();
