@@ -397,33 +397,10 @@ impl HttpClient {
         // Body bytes that came with the head carry the head's read time.
         let mut now = arrival(x.t0, lease);
         loop {
-            let before = rec.output_tokens_chunks;
-            let mut got = false;
-            loop {
-                let piece = match lease.take_data() {
-                    Ok(Some(p)) => p,
-                    Ok(None) => break,
-                    Err(e) => return rec.fail(ErrorKind::TruncatedStream, format!("the response's framing broke mid-stream: {e}"), now),
-                };
-                got = true;
-                if let Err(e) = parser.feed_ref(piece, &mut |ev| st.on_event(ev.data, now, rec)) {
-                    return rec.fail(ErrorKind::MalformedEvent, e.to_string(), now);
-                }
-                if st.err.is_some() || runaway(rec) {
-                    break;
-                }
-            }
-            live.add(rec.output_tokens_chunks - before);
-            if let Some((k, d)) = st.err.take() {
-                return rec.fail(k, d, now);
-            }
-            if runaway(rec) {
-                let d = format!(
-                    "the server sent at least {} output tokens for max_tokens={}; stopped reading",
-                    rec.output_tokens_chunks, rec.output_tokens_requested
-                );
-                return rec.fail(ErrorKind::TooManyTokens, d, now);
-            }
+            let got = match drain(lease, &mut parser, &mut st, &mut live, now, rec) {
+                Ok(got) => got,
+                Err((kind, detail)) => return rec.fail(kind, detail, now),
+            };
             if got && first {
                 first = false;
                 limit = self.limits.idle;
@@ -468,6 +445,46 @@ impl HttpClient {
         }
         check_streamed_tokens(rec);
     }
+}
+
+/// Parses every body byte the connection holds into `rec`, each event timed `now` (the read that
+/// brought it): `Ok(true)` when any byte came. `Err` ends the stream, with its kind and detail.
+fn drain(
+    lease: &mut Lease<'_>,
+    parser: &mut SseParser,
+    st: &mut StreamState,
+    live: &mut LiveCount<'_>,
+    now: u64,
+    rec: &mut RequestRecord,
+) -> Result<bool, (ErrorKind, String)> {
+    let before = rec.output_tokens_chunks;
+    let mut got = false;
+    loop {
+        let piece = match lease.take_data() {
+            Ok(Some(p)) => p,
+            Ok(None) => break,
+            Err(e) => return Err((ErrorKind::TruncatedStream, format!("the response's framing broke mid-stream: {e}"))),
+        };
+        got = true;
+        if let Err(e) = parser.feed_ref(piece, &mut |ev| st.on_event(ev.data, now, rec)) {
+            return Err((ErrorKind::MalformedEvent, e.to_string()));
+        }
+        if st.err.is_some() || runaway(rec) {
+            break;
+        }
+    }
+    live.add(rec.output_tokens_chunks - before);
+    if let Some(e) = st.err.take() {
+        return Err(e);
+    }
+    if runaway(rec) {
+        let d = format!(
+            "the server sent at least {} output tokens for max_tokens={}; stopped reading",
+            rec.output_tokens_chunks, rec.output_tokens_requested
+        );
+        return Err((ErrorKind::TooManyTokens, d));
+    }
+    Ok(got)
 }
 
 /// The time of the read that brought the data just taken from `lease`, in ns since `t0` (now,
