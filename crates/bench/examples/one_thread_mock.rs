@@ -17,7 +17,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::time::Instant;
 
 /// The timing every response follows.
@@ -44,7 +44,7 @@ fn run() -> Result<(), String> {
     let (listen, timing) = parse_args(std::env::args().skip(1))?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| format!("cannot start the runtime: {e}"))?;
     rt.block_on(async move {
-        let listener = TcpListener::bind(listen).await.map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+        let listener = bind(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         let mut out = std::io::stdout().lock();
         writeln!(out, "one_thread_mock listening on http://{addr}").and_then(|()| out.flush()).map_err(|e| e.to_string())?;
@@ -62,6 +62,16 @@ fn run() -> Result<(), String> {
             }
         }
     })
+}
+
+/// A listener with room for a whole wave of connections: a benchmark at concurrency 4,096 opens
+/// them all at once, and a connection the accept queue drops waits a second for its SYN to be sent
+/// again, which would show as a second of TTFT (the kernel caps the queue at `somaxconn`).
+fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(8192)
 }
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> Result<(SocketAddr, Timing), String> {

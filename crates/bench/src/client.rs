@@ -8,11 +8,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{header, HeaderValue, Method, Uri};
-use hyper::body::Incoming;
+use http::{HeaderValue, Method, Uri};
 
 use crate::api::{parse_event, parse_event_with, Api, EventInfo};
-use crate::conn::{Lease, Pool, SendError, Target};
+use crate::conn::{Head, Lease, Pool, SendError, Target};
 use crate::record::{Chunk, ErrorKind, RequestRecord};
 use crate::spec::{InputError, Limits};
 use crate::sse::SseParser;
@@ -257,15 +256,14 @@ impl HttpClient {
         let shown = strip_userinfo(&url);
         let t = self.target(method, &url, body).map_err(SimpleError::Other)?;
         let work = async {
-            let (resp, mut lease) = self.pool.send(&t, &shown, self.limits.connect).await.map_err(|e| match e {
+            let (head, mut lease) = self.pool.send(&t, &shown, self.limits.connect).await.map_err(|e| match e {
                 SendError::Connect(d) => SimpleError::Connect(d),
                 SendError::ConnectTimeout(d) => SimpleError::Timeout(d),
                 SendError::Closed(d) => SimpleError::Other(d),
             })?;
-            let status = resp.status().as_u16();
-            let body = collect(&mut lease, resp.into_body(), 16 << 20)
-                .await
-                .map_err(|e| SimpleError::Other(format!("{shown}: the response body broke off: {e}")))?;
+            let status = head.status;
+            let body =
+                lease.collect(16 << 20).await.map_err(|e| SimpleError::Other(format!("{shown}: the response body broke off: {e}")))?;
             lease.release();
             Ok(Simple { status, body: Bytes::from(body) })
         };
@@ -285,8 +283,8 @@ impl HttpClient {
     /// response was read to its end goes back to the pool; any other is closed.
     pub async fn execute(&self, x: &Exec<'_>, body: Bytes, rec: &mut RequestRecord) {
         let url = format!("{}{}", self.base, x.api.path());
-        if let Some((resp, mut lease)) = self.send(x, &url, body, rec).await {
-            self.read_response(x, &url, resp, &mut lease, rec).await;
+        if let Some((head, mut lease)) = self.send(x, &url, body, rec).await {
+            self.read_response(x, &url, &head, &mut lease, rec).await;
             lease.release();
         }
         if rec.ok() {
@@ -296,7 +294,7 @@ impl HttpClient {
     }
 
     /// Step 1: the request goes out and its response head comes back within the first-byte limit.
-    async fn send(&self, x: &Exec<'_>, url: &str, body: Bytes, rec: &mut RequestRecord) -> Option<(http::Response<Incoming>, Lease<'_>)> {
+    async fn send(&self, x: &Exec<'_>, url: &str, body: Bytes, rec: &mut RequestRecord) -> Option<(Head, Lease<'_>)> {
         let t = match self.target(Method::POST, url, body) {
             Ok(t) => t,
             Err(e) => {
@@ -325,31 +323,30 @@ impl HttpClient {
     }
 
     /// Step 2: a non-200 status, one JSON document, or an event stream.
-    async fn read_response(&self, x: &Exec<'_>, url: &str, resp: http::Response<Incoming>, lease: &mut Lease<'_>, rec: &mut RequestRecord) {
-        let status = resp.status().as_u16();
+    async fn read_response(&self, x: &Exec<'_>, url: &str, head: &Head, lease: &mut Lease<'_>, rec: &mut RequestRecord) {
+        let status = head.status;
         rec.status = Some(status);
         if status != 200 {
-            let body = tokio::time::timeout(self.limits.idle, collect(lease, resp.into_body(), 4096)).await;
+            let body = tokio::time::timeout(self.limits.idle, lease.collect(4096)).await;
             let body = body.ok().and_then(Result::ok).unwrap_or_default();
             let text = String::from_utf8_lossy(&body);
             let detail = http_status_detail(status, url, text.trim());
             return rec.fail(ErrorKind::HttpStatus, detail, since(x.t0));
         }
-        let ctype = resp.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_ascii_lowercase();
-        let body = resp.into_body();
+        let ctype = head.content_type.as_str();
         if x.stream && ctype.contains("text/event-stream") {
-            return self.read_stream(x, body, lease, rec).await;
+            return self.read_stream(x, lease, rec).await;
         }
         if x.stream && !ctype.contains("json") {
             let d = format!("the response is not an event stream (content-type {ctype:?}); is {url} the right API path?");
             return rec.fail(ErrorKind::MalformedEvent, d, since(x.t0));
         }
-        self.read_document(x, body, lease, rec).await;
+        self.read_document(x, lease, rec).await;
     }
 
     /// Non-streaming (or a server that ignored `stream`): one JSON document.
-    async fn read_document(&self, x: &Exec<'_>, body: Incoming, lease: &mut Lease<'_>, rec: &mut RequestRecord) {
-        let collected = tokio::time::timeout(self.limits.idle, collect(lease, body, 64 << 20)).await;
+    async fn read_document(&self, x: &Exec<'_>, lease: &mut Lease<'_>, rec: &mut RequestRecord) {
+        let collected = tokio::time::timeout(self.limits.idle, lease.collect(64 << 20)).await;
         let body = match collected {
             Ok(Ok(b)) => b,
             Ok(Err(e)) => return rec.fail(ErrorKind::TruncatedStream, format!("the response body broke off: {e}"), since(x.t0)),
@@ -379,9 +376,10 @@ impl HttpClient {
     }
 
     /// An event stream: every event into the record, each chunk timed by the read that brought
-    /// it. The first byte must come within the first-byte limit, each later one within the idle
-    /// limit of the one before.
-    async fn read_stream(&self, x: &Exec<'_>, mut body: Incoming, lease: &mut Lease<'_>, rec: &mut RequestRecord) {
+    /// it. The events are parsed straight from the connection's read buffer, all that one read
+    /// brought before the next read. The first byte must come within the first-byte limit, each
+    /// later one within the idle limit of the one before.
+    async fn read_stream(&self, x: &Exec<'_>, lease: &mut Lease<'_>, rec: &mut RequestRecord) {
         let mut parser = SseParser::default();
         let mut st = StreamState::new(x.api, x.tokenizer.is_some());
         let mut live = LiveCount { counter: x.tokens_counter, pending: 0 };
@@ -389,17 +387,32 @@ impl HttpClient {
         // A server that queues a request may send the head at once and the first byte of the body
         // only when it is scheduled: that first wait is bounded by the first-byte limit, later
         // silences by the idle limit. One timer serves the whole stream and is moved only when it
-        // fires (or once, at the first byte): a timer per frame would cost a timer-wheel insert
+        // fires (or once, at the first byte): a timer per read would cost a timer-wheel insert
         // and removal per arrival.
         let mut first = true;
         let mut last = Instant::now();
         let mut limit = self.limits.first_byte;
         let deadline = tokio::time::sleep(limit);
         tokio::pin!(deadline);
+        // Body bytes that came with the head carry the head's read time.
+        let mut now = arrival(x.t0, lease);
         loop {
-            let frame = tokio::select! {
+            let got = match drain(lease, &mut parser, &mut st, &mut live, now, rec) {
+                Ok(got) => got,
+                Err((kind, detail)) => return rec.fail(kind, detail, now),
+            };
+            if got && first {
+                first = false;
+                limit = self.limits.idle;
+                last = lease.last_read().unwrap_or_else(Instant::now);
+                deadline.as_mut().reset(last.checked_add(limit).unwrap_or(last).into());
+            }
+            if lease.body_done() {
+                break;
+            }
+            let read = tokio::select! {
                 biased;
-                f = lease.frame(&mut body) => f,
+                r = lease.fill() => r,
                 () = &mut deadline => {
                     let due = last.checked_add(limit).unwrap_or(last);
                     if due > Instant::now() {
@@ -409,40 +422,12 @@ impl HttpClient {
                     return rec.fail(if first { ErrorKind::NoResponse } else { ErrorKind::Stalled }, silent(first, limit), since(x.t0));
                 }
             };
-            let frame = match frame {
-                None => break,
-                Some(Err(e)) => {
-                    return rec.fail(ErrorKind::TruncatedStream, format!("the connection broke mid-stream: {e}"), since(x.t0));
-                }
-                Some(Ok(frame)) => frame,
-            };
-            let Ok(data) = frame.into_data() else {
-                continue;
-            };
-            let now = arrival(x.t0, lease);
+            if let Err(e) = read {
+                return rec.fail(ErrorKind::TruncatedStream, format!("the connection broke mid-stream: {e}"), since(x.t0));
+            }
+            now = arrival(x.t0, lease);
             last = lease.last_read().unwrap_or_else(Instant::now);
-            if first {
-                first = false;
-                limit = self.limits.idle;
-                deadline.as_mut().reset(last.checked_add(limit).unwrap_or(last).into());
-            }
-            let before = rec.output_tokens_chunks;
-            if let Err(e) = parser.feed_ref(&data, &mut |ev| st.on_event(ev.data, now, rec)) {
-                return rec.fail(ErrorKind::MalformedEvent, e.to_string(), now);
-            }
-            live.add(rec.output_tokens_chunks - before);
-            if let Some((k, d)) = st.err.take() {
-                return rec.fail(k, d, now);
-            }
-            if runaway(rec) {
-                let d = format!(
-                    "the server sent at least {} output tokens for max_tokens={}; stopped reading",
-                    rec.output_tokens_chunks, rec.output_tokens_requested
-                );
-                return rec.fail(ErrorKind::TooManyTokens, d, now);
-            }
         }
-        let now = arrival(x.t0, lease);
         let before = rec.output_tokens_chunks;
         if let Err(e) = parser.finish_ref(&mut |ev| st.on_event(ev.data, now, rec)) {
             return rec.fail(ErrorKind::MalformedEvent, e.to_string(), now);
@@ -462,19 +447,44 @@ impl HttpClient {
     }
 }
 
-/// Reads a whole body of at most `max` bytes, driving its connection.
-async fn collect(lease: &mut Lease<'_>, mut body: Incoming, max: usize) -> Result<Vec<u8>, String> {
-    let mut out = Vec::new();
-    while let Some(frame) = lease.frame(&mut body).await {
-        let frame = frame.map_err(|e| e.to_string())?;
-        if let Ok(d) = frame.into_data() {
-            if out.len() + d.len() > max {
-                return Err(format!("the body is longer than {max} bytes"));
-            }
-            out.extend_from_slice(&d);
+/// Parses every body byte the connection holds into `rec`, each event timed `now` (the read that
+/// brought it): `Ok(true)` when any byte came. `Err` ends the stream, with its kind and detail.
+fn drain(
+    lease: &mut Lease<'_>,
+    parser: &mut SseParser,
+    st: &mut StreamState,
+    live: &mut LiveCount<'_>,
+    now: u64,
+    rec: &mut RequestRecord,
+) -> Result<bool, (ErrorKind, String)> {
+    let before = rec.output_tokens_chunks;
+    let mut got = false;
+    loop {
+        let piece = match lease.take_data() {
+            Ok(Some(p)) => p,
+            Ok(None) => break,
+            Err(e) => return Err((ErrorKind::TruncatedStream, format!("the response's framing broke mid-stream: {e}"))),
+        };
+        got = true;
+        if let Err(e) = parser.feed_ref(piece, &mut |ev| st.on_event(ev.data, now, rec)) {
+            return Err((ErrorKind::MalformedEvent, e.to_string()));
+        }
+        if st.err.is_some() || runaway(rec) {
+            break;
         }
     }
-    Ok(out)
+    live.add(rec.output_tokens_chunks - before);
+    if let Some(e) = st.err.take() {
+        return Err(e);
+    }
+    if runaway(rec) {
+        let d = format!(
+            "the server sent at least {} output tokens for max_tokens={}; stopped reading",
+            rec.output_tokens_chunks, rec.output_tokens_requested
+        );
+        return Err((ErrorKind::TooManyTokens, d));
+    }
+    Ok(got)
 }
 
 /// The time of the read that brought the data just taken from `lease`, in ns since `t0` (now,
@@ -621,7 +631,14 @@ impl StreamState {
         if self.err.is_some() || self.done {
             return;
         }
-        let d = data.trim();
+        // JSON's whitespace is ASCII: the ASCII trim is exact unless an edge is not ASCII, which
+        // goes to the (slower) Unicode trim as before.
+        let d = data.trim_ascii();
+        let d = if d.bytes().next().is_some_and(|b| !b.is_ascii()) || d.bytes().next_back().is_some_and(|b| !b.is_ascii()) {
+            d.trim()
+        } else {
+            d
+        };
         if d == "[DONE]" {
             self.done = true;
             return;
@@ -629,7 +646,10 @@ impl StreamState {
         if d.is_empty() {
             return;
         }
-        let mut info = match parse_event_with(self.api, d, self.keep_text) {
+        // The token events that make up almost all of a stream are read by a scan that allocates
+        // nothing; whatever it is unsure of goes to the full parser.
+        let fast = if self.keep_text || self.api == Api::Sglang { None } else { crate::scan::openai_event(d) };
+        let mut info = match fast.map_or_else(|| parse_event_with(self.api, d, self.keep_text), Ok) {
             Ok(i) => i,
             Err(e) => {
                 self.err = Some((ErrorKind::MalformedEvent, format!("{e} in event {:?}", truncate(d, 120))));

@@ -1,28 +1,23 @@
-//! HTTP/1.1 connections driven by the task of the request they carry, and the pool of idle ones.
+//! HTTP/1.1 connections read by the task of the request they carry, and the pool of idle ones.
 //!
-//! Why not a client that runs each connection in a task of its own: then every arrival costs two
-//! wake-ups (the connection's task reads, then the request's task is woken to take the frame), and
-//! a chunk's time is taken when the second task gets round to it, so a busy client turns its own
-//! lateness into false inter-token gaps. Here the request's task polls its connection's I/O and its
-//! response body in the same poll: one wake-up per arrival, and every read stamps the connection's
-//! [`ReadClock`] the moment it returns bytes. A chunk's time is the read that brought it.
+//! The client speaks the part of HTTP/1.1 a benchmark meets itself: one request at a time on a
+//! kept-alive connection, a response head, and a body framed by `content-length`, by chunked
+//! transfer coding or by the connection's close. Why not a general HTTP client: here the request's
+//! task reads its connection into the connection's own buffer and takes the body straight out of
+//! it, so an arrival costs one wake-up and one `recv`; no connection task hands frames to the
+//! request task over a channel, and no buffer is allocated or reference-counted per chunk. Every
+//! read that returns bytes stamps its time ([`Lease::last_read`]): a chunk's time is the read that
+//! brought it, not when a busy client got round to parsing it.
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::task::{Context, Poll, Waker};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{header, HeaderValue, Method, Request, Response, Uri};
-use http_body_util::Full;
-use hyper::body::{Body as _, Frame, Incoming};
-use hyper::client::conn::http1;
-use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use http::{HeaderValue, Method, Uri};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// An idle connection older than this is closed rather than reused: servers close idle keep-alive
@@ -30,90 +25,65 @@ use tokio::net::TcpStream;
 /// one the server is closing fails for no fault of the server's.
 const MAX_IDLE: Duration = Duration::from_secs(4);
 
-/// The time origin of read stamps (a stamp is an `AtomicU64` of nanoseconds since it).
-fn epoch() -> Instant {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    *EPOCH.get_or_init(Instant::now)
-}
+/// A response head longer than this is refused (servers send well under 8 KiB).
+const MAX_HEAD: usize = 64 << 10;
 
-/// When a connection's last read returned bytes.
-#[derive(Debug, Default)]
-pub struct ReadClock(AtomicU64);
+/// A chunk-size or trailer line longer than this is refused.
+const MAX_LINE: usize = 4096;
 
-impl ReadClock {
-    fn stamp(&self) {
-        let ns = u64::try_from(epoch().elapsed().as_nanos()).unwrap_or(u64::MAX);
-        // 0 means "never"; a read in the epoch's first nanosecond is stamped 1 ns late.
-        self.0.store(ns.max(1), Ordering::Relaxed);
-    }
+/// Room for one read: a token event is about 100 bytes, so a connection that fell behind (or a
+/// server that writes many events at once) is caught up by one `recv`.
+const READ_BUF: usize = 16 << 10;
 
-    /// The last read that returned bytes, if any.
-    pub fn last(&self) -> Option<Instant> {
-        match self.0.load(Ordering::Relaxed) {
-            0 => None,
-            ns => epoch().checked_add(Duration::from_nanos(ns)),
-        }
-    }
-}
-
-/// A TCP stream that stamps its [`ReadClock`] whenever a read returns bytes.
-struct Stamped {
-    tcp: TcpStream,
-    clock: Arc<ReadClock>,
-}
-
-impl AsyncRead for Stamped {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
-        let this = self.get_mut();
-        let before = buf.filled().len();
-        let r = Pin::new(&mut this.tcp).poll_read(cx, buf);
-        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            this.clock.stamp();
-        }
-        r
-    }
-}
-
-impl AsyncWrite for Stamped {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().tcp).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[std::io::IoSlice<'_>]) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().tcp).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.tcp.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().tcp).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().tcp).poll_shutdown(cx)
-    }
-}
-
-type Driver = http1::Connection<TokioIo<Stamped>, Full<Bytes>>;
-
-/// One connection: where requests are handed in, the future doing its I/O, and its read clock.
+/// One TCP connection and the bytes read from it but not yet taken.
 struct Conn {
-    send: http1::SendRequest<Full<Bytes>>,
-    io: Pin<Box<Driver>>,
-    clock: Arc<ReadClock>,
+    tcp: TcpStream,
+    buf: Vec<u8>,
+    /// Bytes of `buf` already taken.
+    pos: usize,
+    /// When the last read that returned bytes returned.
+    last_read: Option<Instant>,
 }
 
 impl Conn {
-    /// Polls the I/O once without a waker: true when the connection is still open and free for a
-    /// request (an idle connection whose server closed it has seen the end of its stream).
-    fn usable(&mut self) -> bool {
-        let mut cx = Context::from_waker(Waker::noop());
-        if self.io.as_mut().poll(&mut cx).is_ready() {
+    fn new(tcp: TcpStream) -> Self {
+        Self { tcp, buf: Vec::with_capacity(READ_BUF), pos: 0, last_read: None }
+    }
+
+    fn buffered(&self) -> &[u8] {
+        &self.buf[self.pos..]
+    }
+
+    /// One read into the buffer: the bytes it brought, 0 at the end of the stream. A read that
+    /// brings bytes stamps its time the moment it returns.
+    async fn read_more(&mut self) -> std::io::Result<usize> {
+        if self.pos == self.buf.len() {
+            self.buf.clear();
+            self.pos = 0;
+        }
+        if self.buf.len() == self.buf.capacity() {
+            if self.pos > 0 {
+                self.buf.drain(..self.pos);
+                self.pos = 0;
+            } else {
+                self.buf.reserve(self.buf.capacity().max(READ_BUF));
+            }
+        }
+        let n = self.tcp.read_buf(&mut self.buf).await?;
+        if n > 0 {
+            self.last_read = Some(Instant::now());
+        }
+        Ok(n)
+    }
+
+    /// True when the connection is still open, idle and has nothing unread (a server that closed
+    /// it has sent the end of its stream). Never waits.
+    fn usable(&self) -> bool {
+        if !self.buffered().is_empty() {
             return false;
         }
-        self.send.is_ready()
+        let mut probe = [0u8; 1];
+        matches!(self.tcp.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
     }
 }
 
@@ -154,16 +124,19 @@ impl std::fmt::Debug for Pool {
     }
 }
 
-/// One request, ready to be sent (again, on a fresh connection, if a reused one was closed).
-#[derive(Debug, Clone)]
+/// One request, ready to be sent (again, on a fresh connection, if a reused one was closed): its
+/// origin and its bytes on the wire, head and body.
+#[derive(Clone)]
 pub struct Target {
     key: Key,
-    method: Method,
-    /// Origin form: the path and query.
-    path: Uri,
-    host: HeaderValue,
-    auth: Option<HeaderValue>,
-    body: Bytes,
+    wire: Bytes,
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The wire bytes may hold a key: never printed.
+        f.debug_struct("Target").field("key", &self.key).field("bytes", &self.wire.len()).finish()
+    }
 }
 
 impl Target {
@@ -177,20 +150,27 @@ impl Target {
         // the authority without them.
         let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
         let hostv = HeaderValue::from_str(authority).map_err(|e| format!("{url:?}: the host is not a header value: {e}"))?;
-        let path = u.path_and_query().map_or("/", |p| p.as_str()).parse().map_err(|e| format!("{url:?}: {e}"))?;
+        // A parsed URI's path and query hold no space, CR or LF: safe on the request line.
+        let path = u.path_and_query().map_or("/", |p| p.as_str());
         let bare = host.trim_start_matches('[').trim_end_matches(']').to_string();
-        Ok(Self { key: (bare, port), method, path, host: hostv, auth, body })
-    }
-
-    fn build(&self) -> Result<Request<Full<Bytes>>, String> {
-        let mut b = Request::builder().method(self.method.clone()).uri(self.path.clone()).header(header::HOST, self.host.clone());
-        if !self.body.is_empty() {
-            b = b.header(header::CONTENT_TYPE, "application/json");
+        let mut w = Vec::with_capacity(160 + body.len());
+        for part in [method.as_str().as_bytes(), b" ", path.as_bytes(), b" HTTP/1.1\r\nhost: ", hostv.as_bytes(), b"\r\n"] {
+            w.extend_from_slice(part);
         }
-        if let Some(a) = &self.auth {
-            b = b.header(header::AUTHORIZATION, a.clone());
+        if !body.is_empty() {
+            w.extend_from_slice(b"content-type: application/json\r\n");
         }
-        b.body(Full::new(self.body.clone())).map_err(|e| format!("cannot build the request: {e}"))
+        if !body.is_empty() || !matches!(method, Method::GET | Method::HEAD) {
+            w.extend_from_slice(format!("content-length: {}\r\n", body.len()).as_bytes());
+        }
+        if let Some(a) = &auth {
+            for part in [&b"authorization: "[..], a.as_bytes(), b"\r\n"] {
+                w.extend_from_slice(part);
+            }
+        }
+        w.extend_from_slice(b"\r\n");
+        w.extend_from_slice(&body);
+        Ok(Self { key: (bare, port), wire: Bytes::from(w) })
     }
 }
 
@@ -201,8 +181,50 @@ pub enum SendError {
     Connect(String),
     /// The connect limit passed.
     ConnectTimeout(String),
-    /// The connection closed or broke before a response head (or the request could not be built).
+    /// The connection closed or broke before a response head (or the head was not HTTP/1.x).
     Closed(String),
+}
+
+/// A response head: what the caller needs of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    /// The status code.
+    pub status: u16,
+    /// The `content-type`, lower case (empty when absent).
+    pub content_type: String,
+}
+
+/// How the body of a response ends, and how far it was read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Body {
+    /// `content-length`: this many bytes to go.
+    Length(u64),
+    /// Chunked transfer coding.
+    Chunked(Chunked),
+    /// Up to the connection's close.
+    UntilClose,
+    /// Read to its end.
+    Done,
+}
+
+/// Where in the chunked coding the reader is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Chunked {
+    /// Expecting a chunk-size line.
+    Size,
+    /// Inside a chunk's data, this many bytes to go.
+    Data(u64),
+    /// Expecting the CRLF after a chunk's data.
+    DataEnd,
+    /// After the last (empty) chunk: trailer lines up to a blank one.
+    Trailer,
+}
+
+/// Why a request got no answer: `Unanswered` on a reused connection is worth one more try on a new
+/// one (the server closed it while idle); `Broke` is not.
+enum Failure {
+    Unanswered(String),
+    Broke(String),
 }
 
 impl Pool {
@@ -217,34 +239,31 @@ impl Pool {
         self.opened.load(Ordering::Relaxed)
     }
 
-    /// Sends `t` on an idle connection to its origin, or a new one, and waits for the response
-    /// head while driving the connection. A reused connection that turns out closed before any
-    /// answer is replaced by a new one, once. `shown` is the URL as errors print it.
-    pub async fn send(&self, t: &Target, shown: &str, connect: Duration) -> Result<(Response<Incoming>, Lease<'_>), SendError> {
-        let req = t.build().map_err(SendError::Closed)?;
+    /// Sends `t` on an idle connection to its origin, or a new one, and reads the response head.
+    /// A reused connection that turns out closed before any answer is replaced by a new one, once.
+    /// `shown` is the URL as errors print it.
+    pub async fn send(&self, t: &Target, shown: &str, connect: Duration) -> Result<(Head, Lease<'_>), SendError> {
         if let Some(conn) = self.checkout(&t.key) {
-            let mut lease = Lease { pool: self, key: t.key.clone(), conn, ended: false };
-            match lease.request(req).await {
-                Ok(resp) => return Ok((resp, lease)),
-                Err(e) if retryable(&e) => {}
-                Err(e) => return Err(SendError::Closed(closed_detail(shown, &e))),
+            let mut lease = Lease::new(self, t.key.clone(), conn);
+            match lease.exchange(t).await {
+                Ok(head) => return Ok((head, lease)),
+                Err(Failure::Unanswered(_)) => {}
+                Err(Failure::Broke(e)) => return Err(SendError::Closed(closed_detail(shown, &e))),
             }
         }
-        let req = t.build().map_err(SendError::Closed)?;
         let conn = self.connect(&t.key, shown, connect).await?;
-        let mut lease = Lease { pool: self, key: t.key.clone(), conn, ended: false };
-        match lease.request(req).await {
-            Ok(resp) => Ok((resp, lease)),
-            Err(e) => Err(SendError::Closed(closed_detail(shown, &e))),
+        let mut lease = Lease::new(self, t.key.clone(), conn);
+        match lease.exchange(t).await {
+            Ok(head) => Ok((head, lease)),
+            Err(Failure::Unanswered(e) | Failure::Broke(e)) => Err(SendError::Closed(closed_detail(shown, &e))),
         }
     }
 
     fn checkout(&self, key: &Key) -> Option<Conn> {
         loop {
             let idle = self.idle.lock().ok()?.get_mut(key)?.pop()?;
-            let mut conn = idle.conn;
-            if idle.since.elapsed() < MAX_IDLE && conn.usable() {
-                return Some(conn);
+            if idle.since.elapsed() < MAX_IDLE && idle.conn.usable() {
+                return Some(idle.conn);
             }
         }
     }
@@ -289,11 +308,7 @@ impl Pool {
         // Small requests go out at once: Nagle's delay would add to every latency measured.
         let _ = tcp.set_nodelay(true);
         self.opened.fetch_add(1, Ordering::Relaxed);
-        let clock = Arc::new(ReadClock::default());
-        let io = TokioIo::new(Stamped { tcp, clock: Arc::clone(&clock) });
-        let (send, io) =
-            http1::handshake(io).await.map_err(|e| SendError::Connect(format!("cannot open an HTTP connection to {shown}: {e}")))?;
-        Ok(Conn { send, io: Box::pin(io), clock })
+        Ok(Conn::new(tcp))
     }
 }
 
@@ -309,80 +324,284 @@ async fn connect_any(addrs: &[SocketAddr]) -> std::io::Result<TcpStream> {
     Err(last.unwrap_or_else(|| std::io::Error::other("no address to connect to")))
 }
 
-/// A sent request that found its connection closed may be sent again on a new one: a server
-/// closing an idle keep-alive connection, not a failure of the request.
-fn retryable(e: &hyper::Error) -> bool {
-    e.is_canceled() || e.is_incomplete_message() || e.is_closed()
+/// The detail of a connection that closed or broke before a response head.
+fn closed_detail(shown: &str, e: &str) -> String {
+    format!("{shown}: the connection closed before a response: {e}")
 }
 
-/// The detail of a connection that closed or broke before a response head, with its root cause.
-fn closed_detail(shown: &str, e: &hyper::Error) -> String {
-    use std::error::Error as _;
-    let mut cause = String::new();
-    let mut src = e.source();
-    while let Some(s) = src {
-        cause = s.to_string();
-        src = s.source();
+/// Where a response head ends (just past its blank line), if it is all in `b`.
+fn head_end(b: &[u8]) -> Option<usize> {
+    let mut i = 0;
+    while let Some(p) = b[i..].iter().position(|&c| c == b'\n') {
+        let nl = i + p;
+        let rest = &b[nl + 1..];
+        if rest.starts_with(b"\n") {
+            return Some(nl + 2);
+        }
+        if rest.starts_with(b"\r\n") {
+            return Some(nl + 3);
+        }
+        i = nl + 1;
     }
-    if cause.is_empty() {
-        format!("{shown}: the connection closed before a response: {e}")
-    } else {
-        format!("{shown}: the connection closed before a response: {e}: {cause}")
-    }
+    None
 }
 
-/// A connection in use by one request. Its I/O runs only while the request's task awaits through
-/// the lease ([`Lease::frame`]); dropped before [`Lease::release`], the connection is closed.
+/// A response head, parsed.
+struct Parsed {
+    head: Head,
+    body: Body,
+    keep_alive: bool,
+}
+
+/// Parses a response head (status line and header lines, up to its blank line).
+fn parse_head(raw: &[u8]) -> Result<Parsed, String> {
+    let text = String::from_utf8_lossy(raw);
+    let mut lines = text.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l));
+    let status_line = lines.next().unwrap_or("");
+    let mut parts = status_line.splitn(3, ' ');
+    let version = parts.next().unwrap_or("");
+    let status = parts.next().and_then(|s| s.parse::<u16>().ok()).filter(|s| (100..1000).contains(s));
+    let (Some(status), true) = (status, version.starts_with("HTTP/1.")) else {
+        let shown: String = status_line.chars().take(80).collect();
+        return Err(format!("the answer is not an HTTP/1.x response (its first line is {shown:?})"));
+    };
+    let mut keep_alive = version == "HTTP/1.1";
+    let (mut length, mut coding, mut content_type) = (None::<u64>, None::<bool>, String::new());
+    for line in lines.filter(|l| !l.is_empty()) {
+        let (name, value) = line.split_once(':').ok_or_else(|| format!("a response header line has no colon: {line:?}"))?;
+        let value = value.trim();
+        if name.eq_ignore_ascii_case("content-length") {
+            let n: u64 = value.parse().map_err(|_| format!("the content-length {value:?} is not a number"))?;
+            if length.is_some_and(|l| l != n) {
+                return Err("the response has two different content-lengths".into());
+            }
+            length = Some(n);
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            coding = Some(value.rsplit(',').next().is_some_and(|c| c.trim().eq_ignore_ascii_case("chunked")));
+        } else if name.eq_ignore_ascii_case("content-type") {
+            content_type = value.to_ascii_lowercase();
+        } else if name.eq_ignore_ascii_case("connection") {
+            for token in value.split(',').map(str::trim) {
+                if token.eq_ignore_ascii_case("close") {
+                    keep_alive = false;
+                } else if token.eq_ignore_ascii_case("keep-alive") && version == "HTTP/1.0" {
+                    keep_alive = true;
+                }
+            }
+        }
+    }
+    // RFC 9112 section 6.3: no body for 1xx, 204 and 304; a transfer coding overrides a length; a
+    // coding that does not end in chunked, or no length at all, runs to the close.
+    let body = match (status, coding, length) {
+        (s, _, _) if s < 200 || s == 204 || s == 304 => Body::Done,
+        (_, Some(true), _) => Body::Chunked(Chunked::Size),
+        (_, None, Some(0)) => Body::Done,
+        (_, None, Some(n)) => Body::Length(n),
+        _ => {
+            keep_alive = false;
+            Body::UntilClose
+        }
+    };
+    Ok(Parsed { head: Head { status, content_type }, body, keep_alive })
+}
+
+/// A line (without its CRLF or LF) at the start of `b`, and the bytes it takes with its end.
+fn line_at(b: &[u8]) -> Option<(&[u8], usize)> {
+    let nl = b.iter().position(|&c| c == b'\n')?;
+    let line = &b[..nl];
+    Some((line.strip_suffix(b"\r").unwrap_or(line), nl + 1))
+}
+
+/// The size of a chunk from its size line (hex digits, then perhaps `;extensions`).
+fn chunk_size(line: &[u8]) -> Result<u64, String> {
+    let digits = line.split(|&c| c == b';').next().unwrap_or(b"");
+    let digits = String::from_utf8_lossy(digits);
+    let digits = digits.trim_matches([' ', '\t']);
+    if digits.is_empty() || digits.len() > 15 {
+        return Err(format!("a chunk size line {:?} has no size of at most 15 hex digits", String::from_utf8_lossy(line)));
+    }
+    u64::from_str_radix(digits, 16).map_err(|_| format!("a chunk size {digits:?} is not hexadecimal"))
+}
+
+/// A connection in use by one request: its response is read through the lease, by the request's
+/// own task. Dropped before [`Lease::release`], the connection is closed.
 pub struct Lease<'p> {
     pool: &'p Pool,
     key: Key,
     conn: Conn,
-    /// The I/O future finished: the connection is closed.
+    body: Body,
+    /// The server allows another request on this connection after this one.
+    keep_alive: bool,
+    /// The connection closed or broke.
     ended: bool,
 }
 
 impl std::fmt::Debug for Lease<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Lease").field("key", &self.key).field("ended", &self.ended).finish()
+        f.debug_struct("Lease").field("key", &self.key).field("body", &self.body).field("ended", &self.ended).finish()
     }
 }
 
-impl Lease<'_> {
-    fn poll_io(&mut self, cx: &mut Context<'_>) {
-        // Its outcome also reaches the response or the body (hyper hands the error to both), so
-        // only the end matters here.
-        if !self.ended && self.conn.io.as_mut().poll(cx).is_ready() {
+impl<'p> Lease<'p> {
+    fn new(pool: &'p Pool, key: Key, conn: Conn) -> Self {
+        Self { pool, key, conn, body: Body::Done, keep_alive: false, ended: false }
+    }
+
+    /// Writes the request and reads its response head (skipping interim 1xx heads).
+    async fn exchange(&mut self, t: &Target) -> Result<Head, Failure> {
+        if let Err(e) = self.conn.tcp.write_all(&t.wire).await {
             self.ended = true;
+            return Err(Failure::Unanswered(format!("the request could not be sent: {e}")));
+        }
+        let mut answered = false;
+        loop {
+            if let Some(end) = head_end(self.conn.buffered()) {
+                let parsed = parse_head(&self.conn.buffered()[..end]).map_err(Failure::Broke)?;
+                self.conn.pos += end;
+                if parsed.head.status < 200 && parsed.head.status != 101 {
+                    continue;
+                }
+                self.body = parsed.body;
+                self.keep_alive = parsed.keep_alive;
+                return Ok(parsed.head);
+            }
+            if self.conn.buffered().len() > MAX_HEAD {
+                return Err(Failure::Broke(format!("the response head is longer than {} KiB", MAX_HEAD >> 10)));
+            }
+            match self.conn.read_more().await {
+                Ok(0) => {
+                    self.ended = true;
+                    let e = "the server closed the connection";
+                    return Err(if answered {
+                        Failure::Broke(format!("{e} in the middle of the response head"))
+                    } else {
+                        Failure::Unanswered(e.into())
+                    });
+                }
+                Ok(_) => answered = true,
+                Err(e) => {
+                    self.ended = true;
+                    return Err(if answered { Failure::Broke(e.to_string()) } else { Failure::Unanswered(e.to_string()) });
+                }
+            }
         }
     }
 
-    async fn request(&mut self, req: Request<Full<Bytes>>) -> Result<Response<Incoming>, hyper::Error> {
-        let mut fut = std::pin::pin!(self.conn.send.send_request(req));
-        std::future::poll_fn(|cx| {
-            self.poll_io(cx);
-            fut.as_mut().poll(cx)
-        })
-        .await
+    /// The next piece of the body already read from the connection, its framing removed; `None`
+    /// when more must be read first ([`Lease::fill`]) or the body is done ([`Lease::body_done`]).
+    /// `Err` when the framing is broken. Never waits and never allocates.
+    pub fn take_data(&mut self) -> Result<Option<&[u8]>, String> {
+        loop {
+            let avail = self.conn.buf.len() - self.conn.pos;
+            match self.body {
+                Body::Done => return Ok(None),
+                Body::Length(left) | Body::Chunked(Chunked::Data(left)) => {
+                    if avail == 0 {
+                        return Ok(None);
+                    }
+                    let n = usize::try_from(left).map_or(avail, |l| l.min(avail));
+                    let left = left - n as u64;
+                    self.body = match (self.body, left) {
+                        (Body::Length(_), 0) => Body::Done,
+                        (Body::Length(_), l) => Body::Length(l),
+                        (_, 0) => Body::Chunked(Chunked::DataEnd),
+                        (_, l) => Body::Chunked(Chunked::Data(l)),
+                    };
+                    let start = self.conn.pos;
+                    self.conn.pos += n;
+                    return Ok(Some(&self.conn.buf[start..start + n]));
+                }
+                Body::UntilClose => {
+                    if avail == 0 {
+                        return Ok(None);
+                    }
+                    let start = self.conn.pos;
+                    self.conn.pos += avail;
+                    return Ok(Some(&self.conn.buf[start..start + avail]));
+                }
+                Body::Chunked(Chunked::DataEnd) => match self.conn.buffered() {
+                    [] | [b'\r'] => return Ok(None),
+                    [b'\n', ..] => self.step(1, Body::Chunked(Chunked::Size)),
+                    [b'\r', b'\n', ..] => self.step(2, Body::Chunked(Chunked::Size)),
+                    _ => return Err("a chunk's data does not end where its size says".into()),
+                },
+                Body::Chunked(state) => {
+                    let Some((line, used)) = line_at(self.conn.buffered()) else {
+                        if avail > MAX_LINE {
+                            return Err(format!("a chunk size or trailer line is longer than {MAX_LINE} bytes"));
+                        }
+                        return Ok(None);
+                    };
+                    let next = match state {
+                        Chunked::Size => match chunk_size(line)? {
+                            0 => Body::Chunked(Chunked::Trailer),
+                            n => Body::Chunked(Chunked::Data(n)),
+                        },
+                        _ if line.is_empty() => Body::Done,
+                        _ => Body::Chunked(Chunked::Trailer),
+                    };
+                    self.step(used, next);
+                }
+            }
+        }
     }
 
-    /// The next frame of `body`, driving the connection's reads; `None` at the body's end.
-    pub async fn frame(&mut self, body: &mut Incoming) -> Option<Result<Frame<Bytes>, hyper::Error>> {
-        std::future::poll_fn(|cx| {
-            self.poll_io(cx);
-            Pin::new(&mut *body).poll_frame(cx)
-        })
-        .await
+    fn step(&mut self, used: usize, next: Body) {
+        self.conn.pos += used;
+        self.body = next;
     }
 
-    /// When the connection last read bytes: the arrival time of the frame just returned.
+    /// The body was read to its end.
+    pub fn body_done(&self) -> bool {
+        self.body == Body::Done
+    }
+
+    /// Reads once more from the connection (waiting for bytes); `Err` when it closed or broke
+    /// before the body's end. Safe to cancel: nothing read is lost.
+    pub async fn fill(&mut self) -> Result<(), String> {
+        match self.conn.read_more().await {
+            Ok(0) => {
+                self.ended = true;
+                if self.body == Body::UntilClose {
+                    self.body = Body::Done;
+                    return Ok(());
+                }
+                Err("the server closed the connection before the response's end".into())
+            }
+            Ok(_) => Ok(()),
+            Err(e) => {
+                self.ended = true;
+                Err(e.to_string())
+            }
+        }
+    }
+
+    /// Reads the rest of the body, at most `max` bytes.
+    pub async fn collect(&mut self, max: usize) -> Result<Vec<u8>, String> {
+        let mut out = Vec::new();
+        loop {
+            while let Some(d) = self.take_data()? {
+                if out.len() + d.len() > max {
+                    return Err(format!("the body is longer than {max} bytes"));
+                }
+                out.extend_from_slice(d);
+            }
+            if self.body_done() {
+                return Ok(out);
+            }
+            self.fill().await?;
+        }
+    }
+
+    /// When the connection last read bytes: the arrival time of the data just taken.
     pub fn last_read(&self) -> Option<Instant> {
-        self.conn.clock.last()
+        self.conn.last_read
     }
 
-    /// Hands the connection back for another request when its response was read to the end and
-    /// it is still open; otherwise closes it.
-    pub fn release(mut self) {
-        if !self.ended && self.conn.usable() {
+    /// Hands the connection back for another request when its response was read to the end, the
+    /// server allows another and it is still open; otherwise closes it.
+    pub fn release(self) {
+        if self.body == Body::Done && self.keep_alive && !self.ended && self.conn.usable() {
             let Lease { pool, key, conn, .. } = self;
             pool.checkin(key, conn);
         }
@@ -390,164 +609,4 @@ impl Lease<'_> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::api::Api;
-    use crate::client::{Exec, HttpClient};
-    use crate::record::{ErrorKind, RequestRecord};
-    use crate::spec::Limits;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio::net::TcpListener;
-
-    /// Reads one request head (these tests send bodies only with a content-length the server
-    /// skips over); false when the client closed.
-    async fn read_head(s: &mut TcpStream) -> bool {
-        let mut buf = Vec::new();
-        let mut b = [0u8; 4096];
-        loop {
-            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                let head = String::from_utf8_lossy(&buf[..i]).to_ascii_lowercase();
-                let len: usize =
-                    head.lines().find_map(|l| l.strip_prefix("content-length:")).and_then(|v| v.trim().parse().ok()).unwrap_or(0);
-                let mut have = buf.len() - i - 4;
-                while have < len {
-                    match s.read(&mut b).await {
-                        Ok(0) | Err(_) => return false,
-                        Ok(n) => have += n,
-                    }
-                }
-                return true;
-            }
-            match s.read(&mut b).await {
-                Ok(0) | Err(_) => return false,
-                Ok(n) => buf.extend_from_slice(&b[..n]),
-            }
-        }
-    }
-
-    /// A server answering every request on a connection with `reply`, up to `per_conn` answers,
-    /// then closing it (or, `hold`, keeping it open until the client closes); returns its URL.
-    async fn server(reply: &'static [u8], per_conn: usize, hold: bool) -> String {
-        let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let url = format!("http://{}", l.local_addr().expect("addr"));
-        tokio::spawn(async move {
-            while let Ok((mut s, _)) = l.accept().await {
-                tokio::spawn(async move {
-                    for _ in 0..per_conn {
-                        if !read_head(&mut s).await || s.write_all(reply).await.is_err() {
-                            return;
-                        }
-                    }
-                    if hold {
-                        let _ = read_head(&mut s).await;
-                    }
-                });
-            }
-        });
-        url
-    }
-
-    const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
-
-    /// A resolver that answers far too late (a DNS server dropping queries). The test's runtime
-    /// waits for it when the test ends, so it is kept short.
-    fn stalled_resolver(_: &str, _: u16) -> std::io::Result<Vec<SocketAddr>> {
-        std::thread::sleep(Duration::from_secs(3));
-        Err(std::io::Error::other("the stalled resolver gave up"))
-    }
-
-    /// A resolver that maps every name to loopback (as /etc/hosts would).
-    fn loopback_resolver(_: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
-        Ok(vec![SocketAddr::from(([127, 0, 0, 1], port))])
-    }
-
-    #[tokio::test]
-    async fn a_host_name_lookup_is_inside_the_connect_limit() {
-        let limits = Limits { connect: Duration::from_millis(200), ..Limits::default() };
-        let c = HttpClient::new("http://never-answers.example:8000", None, limits).expect("client").with_resolver(stalled_resolver);
-        let t0 = Instant::now();
-        let e = c.simple(Method::GET, "/health", Bytes::new(), Duration::from_secs(10)).await.expect_err("no address in time");
-        assert!(t0.elapsed() < Duration::from_secs(2), "held {:?} by a stalled lookup", t0.elapsed());
-        let msg = format!("{e:?}");
-        assert!(msg.contains("the host name never-answers.example did not resolve within 0.2 s (--connect-timeout)"), "{msg}");
-    }
-
-    #[tokio::test]
-    async fn a_resolved_host_name_is_connected_to() {
-        let url = server(OK, usize::MAX, false).await;
-        let port = url.rsplit(':').next().expect("port");
-        let c = HttpClient::new(&format!("http://server.example:{port}"), None, Limits::default())
-            .expect("client")
-            .with_resolver(loopback_resolver);
-        let r = c.simple(Method::GET, "/x", Bytes::new(), Duration::from_secs(10)).await.expect("answer");
-        assert_eq!((r.status, &r.body[..]), (200, &b"ok"[..]));
-    }
-
-    #[tokio::test]
-    async fn sequential_requests_share_one_kept_alive_connection() {
-        let url = server(OK, usize::MAX, false).await;
-        let c = HttpClient::new(&url, None, Limits::default()).expect("client");
-        for _ in 0..5 {
-            let r = c.simple(Method::GET, "/x", Bytes::new(), Duration::from_secs(10)).await.expect("answer");
-            assert_eq!((r.status, &r.body[..]), (200, &b"ok"[..]));
-        }
-        assert_eq!(c.connections_opened(), 1);
-    }
-
-    #[tokio::test]
-    async fn a_kept_alive_connection_the_server_closed_is_replaced_not_failed() {
-        // One answer per connection, then the server closes it: each request after the first
-        // finds its pooled connection closed and must go out on a new one.
-        let url = server(OK, 1, false).await;
-        let c = HttpClient::new(&url, None, Limits::default()).expect("client");
-        for _ in 0..3 {
-            let r = c.simple(Method::GET, "/x", Bytes::new(), Duration::from_secs(10)).await.expect("answer");
-            assert_eq!(r.status, 200);
-            // Let the close reach the client, as between two requests of a real run.
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        assert_eq!(c.connections_opened(), 3);
-    }
-
-    fn record() -> RequestRecord {
-        RequestRecord::new(0, false, 0, 4, 8)
-    }
-
-    async fn execute(url: &str, limits: Limits) -> RequestRecord {
-        let c = HttpClient::new(url, None, limits).expect("client");
-        let counter = AtomicU64::new(0);
-        let x = Exec { api: Api::OpenaiCompletions, stream: true, t0: Instant::now(), tokenizer: None, tokens_counter: &counter };
-        let mut rec = record();
-        c.execute(&x, Bytes::from_static(b"{}"), &mut rec).await;
-        assert_eq!(counter.load(Ordering::Relaxed), rec.output_tokens_chunks, "the live count gets every token");
-        rec
-    }
-
-    const THREE_IN_ONE_WRITE: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: 198\r\n\r\n\
-data: {\"choices\":[{\"text\":\" a\"}]}\n\n\
-data: {\"choices\":[{\"text\":\" b\"}]}\n\n\
-data: {\"choices\":[{\"text\":\" c\",\"finish_reason\":\"length\"}]}\n\n\
-data: {\"choices\":[],\"usage\":{\"completion_tokens\":3}}\n\ndata: [DONE]\n\n";
-
-    #[tokio::test]
-    async fn chunks_that_arrived_in_one_read_carry_that_read_time() {
-        let url = server(THREE_IN_ONE_WRITE, 1, false).await;
-        let rec = execute(&url, Limits::default()).await;
-        assert!(rec.ok(), "{:?}", rec.error_detail);
-        assert_eq!(rec.chunks.len(), 3);
-        // Parsed one after another, but timed by the one read that brought them all.
-        assert!(rec.chunks.iter().all(|c| c.at_ns == rec.chunks[0].at_ns), "{:?}", rec.chunks);
-        assert!(rec.chunks[0].at_ns >= rec.actual_ns && rec.chunks[0].at_ns <= rec.end_ns);
-    }
-
-    #[tokio::test]
-    async fn a_stream_that_goes_silent_after_its_first_event_is_stalled() {
-        let head: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n\
-23\r\ndata: {\"choices\":[{\"text\":\" a\"}]}\n\n\r\n";
-        let url = server(head, 1, true).await;
-        let limits = Limits { idle: Duration::from_millis(100), ..Limits::default() };
-        let rec = execute(&url, limits).await;
-        assert_eq!(rec.error, Some(ErrorKind::Stalled), "{:?}", rec.error_detail);
-        assert_eq!(rec.chunks.len(), 1);
-    }
-}
+mod tests;

@@ -18,6 +18,7 @@ pub mod record;
 pub mod report;
 pub mod runner;
 pub mod saturation;
+pub mod scan;
 pub mod schedule;
 pub mod scrape;
 pub mod selfcheck;
