@@ -2,7 +2,7 @@
 //! or on a Slurm job's head node, sent with bench's HTTP client.
 //!
 //! Why bench's client and not one of the campaign's own: the workspace speaks HTTP/1.1 through one
-//! client (hyper underneath, with bench's connect limit, body cap and redaction), so a framing bug
+//! client (bench's own HTTP/1.1 reader in `conn.rs`, with its connect limit, body cap and redaction), so a framing bug
 //! is fixed once. The executor's checks run on plain threads, so each request runs on a small
 //! current-thread runtime of its own; the body is collected as bytes and decoded once it is whole,
 //! so a chunk boundary inside a multibyte character is harmless.
