@@ -192,61 +192,15 @@ fn input(e: impl std::fmt::Display) -> Failure {
 
 /// Resolves the profile and faults from the flags.
 pub fn resolve(a: &SimArgs) -> Result<SimConfig, Failure> {
-    let mut cost: Option<std::sync::Arc<dyn servetune_sim::StepCost>> = None;
-    let mut p: Profile = match (&a.from_plan, &a.profile) {
+    let (mut p, cost): (Profile, Option<std::sync::Arc<dyn servetune_sim::StepCost>>) = match (&a.from_plan, &a.profile) {
         (Some(pairs), _) => {
-            let mut spec = servetune_model::ScenarioSpec::parse_pairs("--from-plan", pairs).map_err(input)?;
-            if let Some(f) = a.moe_efficiency {
-                if !(servetune_model::request::MIN_MOE_EFFICIENCY..=1.0).contains(&f) {
-                    return Err(Failure::usage(format!(
-                        "--moe-efficiency {f:e}: give the fraction of memory bandwidth the fused-MoE kernels reach, from {} to 1",
-                        servetune_model::request::MIN_MOE_EFFICIENCY
-                    )));
-                }
-                spec.moe_efficiency = Some(f);
-            }
-            // The model names its flags (--request-step-us); here the value came from a pair.
-            let mut s = spec.build().map_err(|e| Failure::usage(format!("--from-plan {pairs}: {e}")))?;
-            // The step cost prices prompt chunks as the engine composes its steps: mixed steps let
-            // them ride in decode, prefill-first runs them as passes of their own.
-            if let Some(v) = a.scheduling {
-                s.engine.mixed_prefill = Scheduling::from(v) == Scheduling::Mixed;
-            }
-            s.check_fit().map_err(|e| Failure::usage(format!("--from-plan: {e}")))?;
-            let prof = servetune_sim::from_plan::profile(&s);
-            servetune_sim::from_plan::check_cost(&s, &prof).map_err(|e| {
-                Failure::usage(format!(
-                    "--from-plan {pairs}{}: {e}; a number in it is out of range (step-overhead-ms, request-step-us, request-latency-ms, moe-efficiency): give a realistic value",
-                    a.moe_efficiency.map(|f| format!(" --moe-efficiency {f:?}")).unwrap_or_default()
-                ))
-            })?;
-            cost = Some(std::sync::Arc::new(servetune_sim::from_plan::PlanCost { scenario: s }));
-            prof
+            let (prof, cost) = from_plan(a, pairs)?;
+            (prof, Some(cost))
         }
-        (None, Some(path)) => Profile::load(path).map_err(input)?,
-        (None, None) => preset(&a.preset).map_err(input)?,
+        (None, Some(path)) => (Profile::load(path).map_err(input)?, None),
+        (None, None) => (preset(&a.preset).map_err(input)?, None),
     };
-    if let Some(v) = a.max_running_requests {
-        p.max_running_requests = v;
-    }
-    if let Some(v) = a.kv_tokens {
-        p.kv_tokens = v;
-    }
-    if let Some(v) = a.page_size {
-        p.page_size = v;
-    }
-    if let Some(v) = a.chunked_prefill_size {
-        p.chunked_prefill_size = v;
-    }
-    if let Some(v) = a.scheduling {
-        p.scheduling = v.into();
-    }
-    if let Some(v) = &a.model {
-        p.model = v.clone();
-    }
-    if let Some(v) = a.eos_mean_tokens {
-        p.eos_mean_tokens = v;
-    }
+    override_profile(a, &mut p);
     p.validate().map_err(|e| Failure::usage(format!("impossible configuration: {e}")))?;
     let faults = faults(a)?;
     faults.validate().map_err(input)?;
@@ -275,6 +229,62 @@ pub fn resolve(a: &SimArgs) -> Result<SimConfig, Failure> {
     let cfg = SimConfig { profile: p, cost, seed: a.seed, metrics_style: style, faults, mode, limits, profile_dir };
     cfg.validate().map_err(input)?;
     Ok(cfg)
+}
+
+/// `--from-plan PAIRS`: the simulator's profile and step cost from the performance model's
+/// scenario, every number checked.
+fn from_plan(a: &SimArgs, pairs: &str) -> Result<(Profile, std::sync::Arc<dyn servetune_sim::StepCost>), Failure> {
+    let mut spec = servetune_model::ScenarioSpec::parse_pairs("--from-plan", pairs).map_err(input)?;
+    if let Some(f) = a.moe_efficiency {
+        if !(servetune_model::request::MIN_MOE_EFFICIENCY..=1.0).contains(&f) {
+            return Err(Failure::usage(format!(
+                "--moe-efficiency {f:e}: give the fraction of memory bandwidth the fused-MoE kernels reach, from {} to 1",
+                servetune_model::request::MIN_MOE_EFFICIENCY
+            )));
+        }
+        spec.moe_efficiency = Some(f);
+    }
+    // The model names its flags (--request-step-us); here the value came from a pair.
+    let mut s = spec.build().map_err(|e| Failure::usage(format!("--from-plan {pairs}: {e}")))?;
+    // The step cost prices prompt chunks as the engine composes its steps: mixed steps let
+    // them ride in decode, prefill-first runs them as passes of their own.
+    if let Some(v) = a.scheduling {
+        s.engine.mixed_prefill = Scheduling::from(v) == Scheduling::Mixed;
+    }
+    s.check_fit().map_err(|e| Failure::usage(format!("--from-plan: {e}")))?;
+    let prof = servetune_sim::from_plan::profile(&s);
+    servetune_sim::from_plan::check_cost(&s, &prof).map_err(|e| {
+        Failure::usage(format!(
+            "--from-plan {pairs}{}: {e}; a number in it is out of range (step-overhead-ms, request-step-us, request-latency-ms, moe-efficiency): give a realistic value",
+            a.moe_efficiency.map(|f| format!(" --moe-efficiency {f:?}")).unwrap_or_default()
+        ))
+    })?;
+    Ok((prof, std::sync::Arc::new(servetune_sim::from_plan::PlanCost { scenario: s })))
+}
+
+/// The profile flags given on the command line, over the profile.
+fn override_profile(a: &SimArgs, p: &mut Profile) {
+    if let Some(v) = a.max_running_requests {
+        p.max_running_requests = v;
+    }
+    if let Some(v) = a.kv_tokens {
+        p.kv_tokens = v;
+    }
+    if let Some(v) = a.page_size {
+        p.page_size = v;
+    }
+    if let Some(v) = a.chunked_prefill_size {
+        p.chunked_prefill_size = v;
+    }
+    if let Some(v) = a.scheduling {
+        p.scheduling = v.into();
+    }
+    if let Some(v) = &a.model {
+        p.model = v.clone();
+    }
+    if let Some(v) = a.eos_mean_tokens {
+        p.eos_mean_tokens = v;
+    }
 }
 
 fn dur(flag: &str, v: &str) -> Result<Duration, Failure> {

@@ -42,35 +42,7 @@ fn f(v: &serde_json::Value) -> f64 {
 #[test]
 fn a_server_unlike_the_model_is_missed_uncalibrated_and_landed_calibrated() {
     let d = tempfile::tempdir().expect("tmp");
-    let dir = d.path().join("c");
-    let engines = d.path().join("engines.toml");
-    std::fs::write(&engines, OFF_MODEL).expect("engines");
-    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../probe/tests/fixtures/proxmox-lxc-8gpu");
-    let (code, out, err) = campaign(&[
-        "init",
-        s(&dir),
-        "--engine",
-        "sim-off",
-        "--engines",
-        s(&engines),
-        "--model",
-        "qwen3-30b-a3b",
-        "--goal",
-        "output_tok_s>=1000000",
-        "--probe-root",
-        s(&root),
-        "--concurrency",
-        "1,2,4,16,32",
-        "--requests",
-        "32",
-        "--input-len",
-        "64",
-        "--output-len",
-        "16",
-        "--set",
-        "max_running=4",
-    ]);
-    assert_eq!(code, 0, "{out}{err}");
+    let dir = init_off_model_campaign(d.path());
     for _ in 0..2 {
         let (code, out, err) = campaign(&["continue", s(&dir)]);
         assert_eq!(code, 0, "{out}{err}");
@@ -132,4 +104,38 @@ fn a_server_unlike_the_model_is_missed_uncalibrated_and_landed_calibrated() {
     let (code, out, _) = campaign(&["status", s(&dir)]);
     assert_eq!(code, 0);
     assert!(out.contains("Track record") && out.contains("by the model alone"), "{out}");
+}
+
+/// A campaign on a simulated server unlike the model (engines.toml `sim-off`), in `tmp`.
+fn init_off_model_campaign(tmp: &std::path::Path) -> std::path::PathBuf {
+    let dir = tmp.join("c");
+    let engines = tmp.join("engines.toml");
+    std::fs::write(&engines, OFF_MODEL).expect("engines");
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../probe/tests/fixtures/proxmox-lxc-8gpu");
+    let (code, out, err) = campaign(&[
+        "init",
+        s(&dir),
+        "--engine",
+        "sim-off",
+        "--engines",
+        s(&engines),
+        "--model",
+        "qwen3-30b-a3b",
+        "--goal",
+        "output_tok_s>=1000000",
+        "--probe-root",
+        s(&root),
+        "--concurrency",
+        "1,2,4,16,32",
+        "--requests",
+        "32",
+        "--input-len",
+        "64",
+        "--output-len",
+        "16",
+        "--set",
+        "max_running=4",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    dir
 }

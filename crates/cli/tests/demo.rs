@@ -85,40 +85,9 @@ fn demo_tells_the_campaign_story_and_writes_a_report_matching_the_journal() {
     let tried = "SELECT count(*) FROM experiments WHERE title LIKE 'raise the running-request cap%' AND state = 'done'";
     assert_eq!(count(&c, tried), 1, "the runnable step is tried and recorded before the question");
 
-    // The report's counts are the journal's.
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(out_dir.join("report.json")).expect("report.json")).expect("json");
-    for (field, state) in [("done", "done"), ("in_progress", "in_progress"), ("not_done", "not_done")] {
-        assert_eq!(r["counts"][field].as_i64(), Some(count(&c, &format!("SELECT count(*) FROM tasks WHERE state = '{state}'"))), "{field}");
-    }
-    assert_eq!(r["results"].as_array().map(Vec::len), Some(count(&c, "SELECT count(*) FROM experiments") as usize));
-    let done = count(&c, "SELECT count(*) FROM experiments WHERE state = 'done'");
-    assert_eq!(r["counts"]["experiments"]["done"].as_i64(), Some(done));
-    assert_eq!(r["curves"].as_array().map(Vec::len), Some(done as usize), "one throughput line per done experiment");
     let md = std::fs::read_to_string(out_dir.join("report.md")).expect("report.md");
-    assert!(
-        md.contains(&format!(
-            "**{} done, {} in progress, {} not done**",
-            r["counts"]["done"], r["counts"]["in_progress"], r["counts"]["not_done"]
-        )),
-        "{md}"
-    );
-    // The plateau is explained with evidence: the running cap and the model's step terms.
-    let analysis = r["analysis"].to_string();
-    for words in ["running-request cap", "MoE kernels at", "TP8 all-reduce"] {
-        assert!(analysis.contains(words), "analysis names {words}: {analysis}");
-    }
-    assert!(r["open_questions"].to_string().contains("fused-MoE tuning"), "{}", r["open_questions"]);
-    // Each probed environment's interconnect is measured and drawn, traceable to its record.
-    let fabric = r["fabric"].as_array().expect("fabric");
-    assert_eq!(fabric.len(), 2, "the KVM guest and the LXC container");
-    for (f, env, gbs, us) in [(&fabric[0], "kvm guest, no P2P", 29.4, 13.3), (&fabric[1], "lxc container, P2P", 50.0, 1.0)] {
-        assert_eq!(f["environment"], env);
-        let (bw, lat) = (f["bandwidth"]["values"][0][1].as_f64().expect("bw"), f["latency"]["values"][0][1].as_f64().expect("lat"));
-        assert!((bw - gbs).abs() < 0.5 && (lat - us).abs() < 0.2, "{env}: {bw} GB/s, {lat} us");
-        let rec = f["record"].as_i64().expect("record");
-        let fp = f["fingerprint"].as_i64().expect("fingerprint");
-        assert_eq!(count(&c, &format!("SELECT count(*) FROM fabrics WHERE id = {rec} AND env_fingerprint = {fp}")), 1);
-    }
+    report_agrees_with_the_journal(&c, &r, &md);
     assert!(r["notes"].to_string().contains("replay the team's measured curves"), "the report says what the servers are: {}", r["notes"]);
     let html = std::fs::read_to_string(out_dir.join("report.html")).expect("report.html");
     verdicts_agree(&r, &html, &md);
@@ -180,4 +149,41 @@ fn demo_without_the_probe_fixtures_exits_2_naming_the_flag() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--fixtures") && err.contains("proxmox-kvm-8gpu"), "{err}");
     assert!(!Path::new(&d.path().join("o/journal.sqlite")).exists());
+}
+
+/// The demo's report says what its journal holds: the task and experiment counts, one curve per
+/// done experiment, the plateau explained with its evidence, and each environment's fabric record.
+fn report_agrees_with_the_journal(c: &Connection, r: &serde_json::Value, md: &str) {
+    // The report's counts are the journal's.
+    for (field, state) in [("done", "done"), ("in_progress", "in_progress"), ("not_done", "not_done")] {
+        assert_eq!(r["counts"][field].as_i64(), Some(count(c, &format!("SELECT count(*) FROM tasks WHERE state = '{state}'"))), "{field}");
+    }
+    assert_eq!(r["results"].as_array().map(Vec::len), Some(count(c, "SELECT count(*) FROM experiments") as usize));
+    let done = count(c, "SELECT count(*) FROM experiments WHERE state = 'done'");
+    assert_eq!(r["counts"]["experiments"]["done"].as_i64(), Some(done));
+    assert_eq!(r["curves"].as_array().map(Vec::len), Some(done as usize), "one throughput line per done experiment");
+    assert!(
+        md.contains(&format!(
+            "**{} done, {} in progress, {} not done**",
+            r["counts"]["done"], r["counts"]["in_progress"], r["counts"]["not_done"]
+        )),
+        "{md}"
+    );
+    // The plateau is explained with evidence: the running cap and the model's step terms.
+    let analysis = r["analysis"].to_string();
+    for words in ["running-request cap", "MoE kernels at", "TP8 all-reduce"] {
+        assert!(analysis.contains(words), "analysis names {words}: {analysis}");
+    }
+    assert!(r["open_questions"].to_string().contains("fused-MoE tuning"), "{}", r["open_questions"]);
+    // Each probed environment's interconnect is measured and drawn, traceable to its record.
+    let fabric = r["fabric"].as_array().expect("fabric");
+    assert_eq!(fabric.len(), 2, "the KVM guest and the LXC container");
+    for (f, env, gbs, us) in [(&fabric[0], "kvm guest, no P2P", 29.4, 13.3), (&fabric[1], "lxc container, P2P", 50.0, 1.0)] {
+        assert_eq!(f["environment"], env);
+        let (bw, lat) = (f["bandwidth"]["values"][0][1].as_f64().expect("bw"), f["latency"]["values"][0][1].as_f64().expect("lat"));
+        assert!((bw - gbs).abs() < 0.5 && (lat - us).abs() < 0.2, "{env}: {bw} GB/s, {lat} us");
+        let rec = f["record"].as_i64().expect("record");
+        let fp = f["fingerprint"].as_i64().expect("fingerprint");
+        assert_eq!(count(c, &format!("SELECT count(*) FROM fabrics WHERE id = {rec} AND env_fingerprint = {fp}")), 1);
+    }
 }

@@ -117,6 +117,22 @@ pub fn run_closed(profile: &Profile, cost: &dyn StepCost, requests: &[Lengths], 
     run_closed_counted(profile, cost, requests, concurrency, None)
 }
 
+/// Submits the next request that the engine takes at time `t` (a refused one is counted and the
+/// one after it tried), recording when it was sent.
+fn submit_next(e: &mut Engine, requests: &[Lengths], t: f64, next: &mut usize, sent: &mut [f64], tr: &mut Trace) {
+    while *next < requests.len() {
+        let (id, l) = (*next, requests[*next]);
+        *next += 1;
+        let r =
+            EngineRequest { id: id as u64, prompt_tokens: l.input.max(1), max_tokens: l.output.max(1), min_tokens: 0, ignore_eos: true };
+        if e.submit(r).is_ok() {
+            sent[id] = t;
+            return;
+        }
+        tr.refused += 1;
+    }
+}
+
 /// [`run_closed`], adding 1 to `finished` as each request completes (a progress line reads it
 /// from another thread while the run goes on).
 pub fn run_closed_counted(
@@ -132,24 +148,7 @@ pub fn run_closed_counted(
     let mut tr = Trace::default();
     let mut next = 0usize;
     let mut t = 0.0f64;
-    let submit = |e: &mut Engine, t: f64, next: &mut usize, sent: &mut [f64], tr: &mut Trace| {
-        while *next < n {
-            let (id, l) = (*next, requests[*next]);
-            *next += 1;
-            let r = EngineRequest {
-                id: id as u64,
-                prompt_tokens: l.input.max(1),
-                max_tokens: l.output.max(1),
-                min_tokens: 0,
-                ignore_eos: true,
-            };
-            if e.submit(r).is_ok() {
-                sent[id] = t;
-                return;
-            }
-            tr.refused += 1;
-        }
-    };
+    let submit = |e: &mut Engine, t: f64, next: &mut usize, sent: &mut [f64], tr: &mut Trace| submit_next(e, requests, t, next, sent, tr);
     for _ in 0..concurrency.max(1) {
         submit(&mut e, t, &mut next, &mut sent, &mut tr);
     }

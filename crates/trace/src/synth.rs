@@ -194,103 +194,115 @@ enum Mlp {
 
 fn names(e: Engine) -> Names {
     match e {
-        Engine::SglangCuda => Names {
-            norm: "void flashinfer::norm::FusedAddRMSNormKernel<8u, __nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*, unsigned int, unsigned int, unsigned int, float, float)",
-            qkv: "nvjet_tst_128x64_64x8_2x1_v_bz_TNT",
-            rope: "void flashinfer::BatchQKApplyRotaryPosIdsCosSinCacheHeadParallelismKernel<true, 128u, 8u, 16u, __nv_bfloat16, long>(...)",
-            kv_write: Some("void at::native::index_elementwise_kernel<128, 4, at::native::gpu_index_kernel<...>>(long, ...)"),
-            attn_decode: "void flashinfer::BatchDecodeWithPagedKVCacheKernel<(flashinfer::PosEncodingMode)0, 4u, 1u, 8u, 16u, 1u, 8u, flashinfer::DefaultAttention<false, false, false, false>, ...>(...)",
-            attn_prefill: "void flashinfer::BatchPrefillWithRaggedKVCacheKernel<flashinfer::KernelTraits<(flashinfer::MaskMode)1, 128u, 1u, 8u, 8u, 8u, 1u, 4u, ...>>(...)",
-            o_proj: "nvjet_tst_64x8_64x16_4x1_v_bz_TNT",
-            allreduce: "void sglang::cross_device_reduce_1stage<__nv_bfloat16, 4>(sglang::RankData*, sglang::Signal*, sglang::Signal*, __nv_bfloat16*, int, int)",
-            allreduce_large: Some("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"),
-            mlp: Mlp::Moe {
-                router: "nvjet_tst_64x8_64x16_4x1_v_bz_TNT",
-                routing: &["void topkGatingSoftmax<4, 128, 4, 16, 32, int, (sglang::moe::ScoringFunc)0>(...)", "void moe_align_block_size_kernel<int>(int*, int*, int*, int*, int, int, int, int, unsigned long, int*)"],
-                experts: &["fused_moe_kernel", "fused_moe_kernel"],
-                combine: "void moe_sum_kernel<c10::BFloat16, 8>(c10::BFloat16*, c10::BFloat16 const*, int)",
-            },
-            embed: "void at::native::(anonymous namespace)::indexSelectLargeIndex<c10::BFloat16, long, unsigned int, 2, 2, -2, true>(...)",
-            lm_head: "nvjet_tst_256x128_64x4_2x1_v_bz_coopA_TNT",
-            sample: &["void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(...)", "void flashinfer::sampling::TopKTopPSamplingFromProbKernel<1024u, (cub::BlockScanAlgorithm)2, (cub::BlockReduceAlgorithm)2, 4u, false, float, int>(...)"],
-            copy_in: "Memcpy HtoD (Pinned -> Device)",
-            unknown: "void sglang_fixture_unknown_kernel<int>(int*)",
-            rocm: false,
-        },
-        Engine::SglangRocm => Names {
-            norm: "void ck_tile::kentry<256, 1, ck_tile::AddRmsnorm2dRdquantFwd<ck_tile::AddRmsnorm2dRdquantFwdPipelineOnePass<...>>>(...)",
-            qkv: "Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT128x128x64_MI16x16x1_SN_LDSB1_AFC1_AFEM1_GRVWA8_GRVWB8_GSUAMB_IU1_K1_MIWT4_4_NTn1_PGR2_PLR1_SIA3_SS1_SU0_WG32_8_1",
-            rope: "void rotary_embedding_kernel<c10::BFloat16, true>(long const*, c10::BFloat16*, c10::BFloat16*, c10::BFloat16 const*, int, long, long, int, int, int)",
-            kv_write: Some("void aiter::reshape_and_cache_flash_kernel<__hip_bfloat16, __hip_bfloat16, (vllm::Fp8KVCacheDataType)0>(...)"),
-            attn_decode: "_ZN5aiter30paged_attention_ll4mi_QKV_mfma16_kernelI13__hip_bfloat16S1_Li128ELi16ELi1ELb0ELi4EEEvPKT_S5_S5_",
-            attn_prefill: "void ck_tile::kentry<256, 2, ck_tile::FmhaFwdKernel<ck_tile::BlockFmhaPipelineQRKSVSAsync<...>>>(...)",
-            o_proj: "Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT64x16x128_MI16x16x1_SN_LDSB1_AFC1_AFEM1_GRVWA8_GRVWB8_GSUAMB_IU1_K1_MIWT2_1_NTn1_PGR2_PLR1_SIA3_SS1_SU0_WG16_16_1",
-            allreduce: "void aiter::cross_device_reduce_1stage<__hip_bfloat16, 8>(aiter::RankData*, aiter::Signal*, aiter::Signal*, __hip_bfloat16*, int)",
-            allreduce_large: Some("ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<4096ul>)"),
-            mlp: Mlp::Moe {
-                router: "Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT16x16x256_MI16x16x1_SN_LDSB1_GRVWA8_GRVWB8_IU1_K1_MIWT1_1_SU0_WG16_16_1",
-                routing: &["void aiter::topkGatingSoftmax<__hip_bfloat16, 8, 256, 8, 32>(...)", "void ck_tile::kentry<256, 1, ck_tile::MoeSortingKernel<ck_tile::MoeSortingProblemEx<int, float, 1, true, false, true>>>(...)"],
-                experts: &["_ZN5aiter43fmoe_bf16_blockscaleFp8_g1u1_vs_silu_1tg_32x256E"],
-                combine: "void aiter::moe_sum_kernel<__hip_bfloat16, 8>(...)",
-            },
-            embed: "void at::native::(anonymous namespace)::indexSelectLargeIndex<c10::BFloat16, long, unsigned int, 2, 2, -2, true>(...)",
-            lm_head: "Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT256x128x64_MI16x16x1_SN_LDSB1_GRVWA8_GRVWB8_IU1_K1_MIWT4_4_SU0_WG32_8_1",
-            sample: &["void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(...)", "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::ArgMaxOps<float>, unsigned int, long, 4>>(...)"],
-            copy_in: "CopyHostToDevice",
-            unknown: "void sglang_fixture_unknown_kernel<int>(int*)",
-            rocm: true,
-        },
-        Engine::VllmFull | Engine::VllmPiecewise => Names {
-            norm: "void vllm::fused_add_rms_norm_kernel<c10::BFloat16, 8>(c10::BFloat16*, c10::BFloat16*, c10::BFloat16 const*, float, int, int)",
-            qkv: "nvjet_tst_128x64_64x8_2x1_v_bz_TNT",
-            rope: "void vllm::rotary_embedding_kernel<c10::BFloat16, true>(long const*, c10::BFloat16*, c10::BFloat16*, c10::BFloat16 const*, int, long, long, int, int, int)",
-            kv_write: Some("void vllm::reshape_and_cache_flash_kernel<__nv_bfloat16, __nv_bfloat16, (vllm::Fp8KVCacheDataType)0>(...)"),
-            attn_decode: "void cutlass::device_kernel<flash::enable_sm90_or_later<flash::FlashAttnFwdSm90<flash::CollectiveMainloopFwdSm90<2, cute::tuple<cute::C<1>, cute::C<1>, cute::C<1>>, ...>>>>(...)",
-            attn_prefill: "void cutlass::device_kernel<flash::enable_sm90_or_later<flash::FlashAttnFwdSm90<flash::CollectiveMainloopFwdSm90<2, cute::tuple<cute::C<1>, cute::C<1>, cute::C<1>>, cute::tuple<cute::C<128>, ...>>>>>(...)",
-            o_proj: "nvjet_tst_64x8_64x16_4x1_v_bz_TNT",
-            allreduce: "void vllm::cross_device_reduce_1stage<__nv_bfloat16, 4>(vllm::RankData*, vllm::Signal*, vllm::Signal*, __nv_bfloat16*, int, int)",
-            allreduce_large: Some("void vllm::cross_device_reduce_2stage<__nv_bfloat16, 4>(vllm::RankData*, vllm::RankSignals, vllm::Signal*, __nv_bfloat16*, int, int)"),
-            mlp: Mlp::Dense {
-                gate_up: "nvjet_tst_192x128_64x5_2x1_v_bz_coopB_TNT",
-                act: "void vllm::act_and_mul_kernel<c10::BFloat16, &(c10::BFloat16 vllm::silu_kernel<c10::BFloat16>(c10::BFloat16 const&)), true>(c10::BFloat16*, c10::BFloat16 const*, int)",
-                down: "nvjet_tst_128x128_64x6_2x1_v_bz_TNT",
-            },
-            embed: "void at::native::(anonymous namespace)::indexSelectLargeIndex<c10::BFloat16, long, unsigned int, 2, 2, -2, true>(...)",
-            lm_head: "nvjet_tst_256x128_64x4_2x1_v_bz_coopA_TNT",
-            sample: &["void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(...)", "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::ArgMaxOps<float>, unsigned int, long, 4>>(...)"],
-            copy_in: "Memcpy HtoD (Pinned -> Device)",
-            unknown: "void vllm_fixture_unknown_kernel<int>(int*)",
-            rocm: false,
-        },
-        Engine::TrtLlm => Names {
-            norm: "void tensorrt_llm::kernels::ar_fusion::allreduce_fusion_kernel_oneshot_lamport<__nv_bfloat16, true, 4, (tensorrt_llm::kernels::ar_fusion::AllReduceFusionPattern)1>(...)",
-            qkv: "gemm_Bfloat16_E4m3E4m3_Fp32_t128x8x512u2_s3_et128x8_m128x8x32_cga1x1x1_16dp256b_TN_transOut_schedS_sm100f",
-            rope: "void tensorrt_llm::kernels::applyBiasRopeUpdateKVCacheV2<__nv_bfloat16, __nv_bfloat16, float, false, true, 128, ...>(...)",
-            kv_write: None,
-            attn_decode: "fmhaSm100fKernel_QkvE4m3OBfloat16HQk128HV128HVPerCta128PagedKvDenseP32VarSeqQ8Kv128PersistentSwapsAbForGen",
-            attn_prefill: "fmhaSm100fKernel_QkvBfloat16OBfloat16H128PagedKvCausalP32VarSeqQ128Kv128PersistentContext",
-            o_proj: "gemm_Bfloat16_E4m3E4m3_Fp32_t128x16x256u2_s4_et128x16_m128x16x32_cga1x1x1_16dp256b_TN_transOut_schedS_sm100f",
-            // The fused all-reduce + residual + RMSNorm stands for both the norm and the all-reduce.
-            allreduce: "void tensorrt_llm::kernels::ar_fusion::allreduce_fusion_kernel_oneshot_lamport<__nv_bfloat16, true, 4, (tensorrt_llm::kernels::ar_fusion::AllReduceFusionPattern)1>(...)",
-            allreduce_large: Some("void tensorrt_llm::kernels::ar_fusion::allreduce_fusion_kernel_twoshot_sync<__nv_bfloat16, true, 4, (tensorrt_llm::kernels::ar_fusion::AllReduceFusionPattern)1>(...)"),
-            mlp: Mlp::Moe {
-                router: "nvjet_sm100_tst_64x8_64x16_4x1_v_bz_TNT",
-                routing: &["void moe::dev::routing::routingRenormalize::routingIndicesWarpKernel<moe::dev::routing::routingRenormalize::KernelParams<__nv_bfloat16, __nv_bfloat16, 128, 8, true>>(...)", "void tensorrt_llm::kernels::quantize_with_block_size<(tensorrt_llm::kernels::BlockScaleQuantizationType)0, __nv_bfloat16, 16, false>(...)"],
-                experts: &[
-                    "bmm_MxE4m3_MxE2m1E2m1_Fp32_t128x8x512u2_s3_et128x8_m128x8x32_cga1x1x1_16dp256b_rM_TN_transOut_schedS_bN_sm100f",
-                    "bmm_Bfloat16_MxE2m1Bfloat16_Fp32_t128x8x256u2_s4_et128x8_m128x8x16_cga1x1x1_16dp256b_rM_TN_transOut_schedS_bN_sm100f",
-                ],
-                combine: "void moe::dev::finalize::finalizeKernelVecLoad<moe::dev::finalize::KernelParams<__nv_bfloat16, __nv_bfloat16, float>>(...)",
-            },
-            embed: "void at::native::(anonymous namespace)::indexSelectLargeIndex<c10::BFloat16, long, unsigned int, 2, 2, -2, true>(...)",
-            lm_head: "nvjet_sm100_tst_256x128_64x4_2x1_v_bz_coopA_TNT",
-            sample: &["void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(...)", "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::ArgMaxOps<float>, unsigned int, long, 4>>(...)"],
-            copy_in: "Memcpy HtoD (Pinned -> Device)",
-            unknown: "void trtllm_fixture_unknown_kernel<int>(int*)",
-            rocm: false,
-        },
+        Engine::SglangCuda => NAMES_SGLANG_CUDA,
+        Engine::SglangRocm => NAMES_SGLANG_ROCM,
+        Engine::VllmFull | Engine::VllmPiecewise => NAMES_VLLM_FULL,
+        Engine::TrtLlm => NAMES_TRT_LLM,
     }
 }
+
+/// The kernel names a SglangCuda trace carries.
+const NAMES_SGLANG_CUDA: Names = Names {
+    norm: "void flashinfer::norm::FusedAddRMSNormKernel<8u, __nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*, unsigned int, unsigned int, unsigned int, float, float)",
+    qkv: "nvjet_tst_128x64_64x8_2x1_v_bz_TNT",
+    rope: "void flashinfer::BatchQKApplyRotaryPosIdsCosSinCacheHeadParallelismKernel<true, 128u, 8u, 16u, __nv_bfloat16, long>(...)",
+    kv_write: Some("void at::native::index_elementwise_kernel<128, 4, at::native::gpu_index_kernel<...>>(long, ...)"),
+    attn_decode: "void flashinfer::BatchDecodeWithPagedKVCacheKernel<(flashinfer::PosEncodingMode)0, 4u, 1u, 8u, 16u, 1u, 8u, flashinfer::DefaultAttention<false, false, false, false>, ...>(...)",
+    attn_prefill: "void flashinfer::BatchPrefillWithRaggedKVCacheKernel<flashinfer::KernelTraits<(flashinfer::MaskMode)1, 128u, 1u, 8u, 8u, 8u, 1u, 4u, ...>>(...)",
+    o_proj: "nvjet_tst_64x8_64x16_4x1_v_bz_TNT",
+    allreduce: "void sglang::cross_device_reduce_1stage<__nv_bfloat16, 4>(sglang::RankData*, sglang::Signal*, sglang::Signal*, __nv_bfloat16*, int, int)",
+    allreduce_large: Some("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"),
+    mlp: Mlp::Moe {
+        router: "nvjet_tst_64x8_64x16_4x1_v_bz_TNT",
+        routing: &["void topkGatingSoftmax<4, 128, 4, 16, 32, int, (sglang::moe::ScoringFunc)0>(...)", "void moe_align_block_size_kernel<int>(int*, int*, int*, int*, int, int, int, int, unsigned long, int*)"],
+        experts: &["fused_moe_kernel", "fused_moe_kernel"],
+        combine: "void moe_sum_kernel<c10::BFloat16, 8>(c10::BFloat16*, c10::BFloat16 const*, int)",
+    },
+    embed: "void at::native::(anonymous namespace)::indexSelectLargeIndex<c10::BFloat16, long, unsigned int, 2, 2, -2, true>(...)",
+    lm_head: "nvjet_tst_256x128_64x4_2x1_v_bz_coopA_TNT",
+    sample: &["void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(...)", "void flashinfer::sampling::TopKTopPSamplingFromProbKernel<1024u, (cub::BlockScanAlgorithm)2, (cub::BlockReduceAlgorithm)2, 4u, false, float, int>(...)"],
+    copy_in: "Memcpy HtoD (Pinned -> Device)",
+    unknown: "void sglang_fixture_unknown_kernel<int>(int*)",
+    rocm: false,
+};
+
+/// The kernel names a SglangRocm trace carries.
+const NAMES_SGLANG_ROCM: Names = Names {
+    norm: "void ck_tile::kentry<256, 1, ck_tile::AddRmsnorm2dRdquantFwd<ck_tile::AddRmsnorm2dRdquantFwdPipelineOnePass<...>>>(...)",
+    qkv: "Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT128x128x64_MI16x16x1_SN_LDSB1_AFC1_AFEM1_GRVWA8_GRVWB8_GSUAMB_IU1_K1_MIWT4_4_NTn1_PGR2_PLR1_SIA3_SS1_SU0_WG32_8_1",
+    rope: "void rotary_embedding_kernel<c10::BFloat16, true>(long const*, c10::BFloat16*, c10::BFloat16*, c10::BFloat16 const*, int, long, long, int, int, int)",
+    kv_write: Some("void aiter::reshape_and_cache_flash_kernel<__hip_bfloat16, __hip_bfloat16, (vllm::Fp8KVCacheDataType)0>(...)"),
+    attn_decode: "_ZN5aiter30paged_attention_ll4mi_QKV_mfma16_kernelI13__hip_bfloat16S1_Li128ELi16ELi1ELb0ELi4EEEvPKT_S5_S5_",
+    attn_prefill: "void ck_tile::kentry<256, 2, ck_tile::FmhaFwdKernel<ck_tile::BlockFmhaPipelineQRKSVSAsync<...>>>(...)",
+    o_proj: "Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT64x16x128_MI16x16x1_SN_LDSB1_AFC1_AFEM1_GRVWA8_GRVWB8_GSUAMB_IU1_K1_MIWT2_1_NTn1_PGR2_PLR1_SIA3_SS1_SU0_WG16_16_1",
+    allreduce: "void aiter::cross_device_reduce_1stage<__hip_bfloat16, 8>(aiter::RankData*, aiter::Signal*, aiter::Signal*, __hip_bfloat16*, int)",
+    allreduce_large: Some("ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<4096ul>)"),
+    mlp: Mlp::Moe {
+        router: "Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT16x16x256_MI16x16x1_SN_LDSB1_GRVWA8_GRVWB8_IU1_K1_MIWT1_1_SU0_WG16_16_1",
+        routing: &["void aiter::topkGatingSoftmax<__hip_bfloat16, 8, 256, 8, 32>(...)", "void ck_tile::kentry<256, 1, ck_tile::MoeSortingKernel<ck_tile::MoeSortingProblemEx<int, float, 1, true, false, true>>>(...)"],
+        experts: &["_ZN5aiter43fmoe_bf16_blockscaleFp8_g1u1_vs_silu_1tg_32x256E"],
+        combine: "void aiter::moe_sum_kernel<__hip_bfloat16, 8>(...)",
+    },
+    embed: "void at::native::(anonymous namespace)::indexSelectLargeIndex<c10::BFloat16, long, unsigned int, 2, 2, -2, true>(...)",
+    lm_head: "Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT256x128x64_MI16x16x1_SN_LDSB1_GRVWA8_GRVWB8_IU1_K1_MIWT4_4_SU0_WG32_8_1",
+    sample: &["void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(...)", "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::ArgMaxOps<float>, unsigned int, long, 4>>(...)"],
+    copy_in: "CopyHostToDevice",
+    unknown: "void sglang_fixture_unknown_kernel<int>(int*)",
+    rocm: true,
+};
+
+/// The kernel names a VllmFull | VllmPiecewise trace carries.
+const NAMES_VLLM_FULL: Names = Names {
+    norm: "void vllm::fused_add_rms_norm_kernel<c10::BFloat16, 8>(c10::BFloat16*, c10::BFloat16*, c10::BFloat16 const*, float, int, int)",
+    qkv: "nvjet_tst_128x64_64x8_2x1_v_bz_TNT",
+    rope: "void vllm::rotary_embedding_kernel<c10::BFloat16, true>(long const*, c10::BFloat16*, c10::BFloat16*, c10::BFloat16 const*, int, long, long, int, int, int)",
+    kv_write: Some("void vllm::reshape_and_cache_flash_kernel<__nv_bfloat16, __nv_bfloat16, (vllm::Fp8KVCacheDataType)0>(...)"),
+    attn_decode: "void cutlass::device_kernel<flash::enable_sm90_or_later<flash::FlashAttnFwdSm90<flash::CollectiveMainloopFwdSm90<2, cute::tuple<cute::C<1>, cute::C<1>, cute::C<1>>, ...>>>>(...)",
+    attn_prefill: "void cutlass::device_kernel<flash::enable_sm90_or_later<flash::FlashAttnFwdSm90<flash::CollectiveMainloopFwdSm90<2, cute::tuple<cute::C<1>, cute::C<1>, cute::C<1>>, cute::tuple<cute::C<128>, ...>>>>>(...)",
+    o_proj: "nvjet_tst_64x8_64x16_4x1_v_bz_TNT",
+    allreduce: "void vllm::cross_device_reduce_1stage<__nv_bfloat16, 4>(vllm::RankData*, vllm::Signal*, vllm::Signal*, __nv_bfloat16*, int, int)",
+    allreduce_large: Some("void vllm::cross_device_reduce_2stage<__nv_bfloat16, 4>(vllm::RankData*, vllm::RankSignals, vllm::Signal*, __nv_bfloat16*, int, int)"),
+    mlp: Mlp::Dense {
+        gate_up: "nvjet_tst_192x128_64x5_2x1_v_bz_coopB_TNT",
+        act: "void vllm::act_and_mul_kernel<c10::BFloat16, &(c10::BFloat16 vllm::silu_kernel<c10::BFloat16>(c10::BFloat16 const&)), true>(c10::BFloat16*, c10::BFloat16 const*, int)",
+        down: "nvjet_tst_128x128_64x6_2x1_v_bz_TNT",
+    },
+    embed: "void at::native::(anonymous namespace)::indexSelectLargeIndex<c10::BFloat16, long, unsigned int, 2, 2, -2, true>(...)",
+    lm_head: "nvjet_tst_256x128_64x4_2x1_v_bz_coopA_TNT",
+    sample: &["void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(...)", "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::ArgMaxOps<float>, unsigned int, long, 4>>(...)"],
+    copy_in: "Memcpy HtoD (Pinned -> Device)",
+    unknown: "void vllm_fixture_unknown_kernel<int>(int*)",
+    rocm: false,
+};
+
+/// The kernel names a TrtLlm trace carries.
+const NAMES_TRT_LLM: Names = Names {
+    norm: "void tensorrt_llm::kernels::ar_fusion::allreduce_fusion_kernel_oneshot_lamport<__nv_bfloat16, true, 4, (tensorrt_llm::kernels::ar_fusion::AllReduceFusionPattern)1>(...)",
+    qkv: "gemm_Bfloat16_E4m3E4m3_Fp32_t128x8x512u2_s3_et128x8_m128x8x32_cga1x1x1_16dp256b_TN_transOut_schedS_sm100f",
+    rope: "void tensorrt_llm::kernels::applyBiasRopeUpdateKVCacheV2<__nv_bfloat16, __nv_bfloat16, float, false, true, 128, ...>(...)",
+    kv_write: None,
+    attn_decode: "fmhaSm100fKernel_QkvE4m3OBfloat16HQk128HV128HVPerCta128PagedKvDenseP32VarSeqQ8Kv128PersistentSwapsAbForGen",
+    attn_prefill: "fmhaSm100fKernel_QkvBfloat16OBfloat16H128PagedKvCausalP32VarSeqQ128Kv128PersistentContext",
+    o_proj: "gemm_Bfloat16_E4m3E4m3_Fp32_t128x16x256u2_s4_et128x16_m128x16x32_cga1x1x1_16dp256b_TN_transOut_schedS_sm100f",
+    // The fused all-reduce + residual + RMSNorm stands for both the norm and the all-reduce.
+    allreduce: "void tensorrt_llm::kernels::ar_fusion::allreduce_fusion_kernel_oneshot_lamport<__nv_bfloat16, true, 4, (tensorrt_llm::kernels::ar_fusion::AllReduceFusionPattern)1>(...)",
+    allreduce_large: Some("void tensorrt_llm::kernels::ar_fusion::allreduce_fusion_kernel_twoshot_sync<__nv_bfloat16, true, 4, (tensorrt_llm::kernels::ar_fusion::AllReduceFusionPattern)1>(...)"),
+    mlp: Mlp::Moe {
+        router: "nvjet_sm100_tst_64x8_64x16_4x1_v_bz_TNT",
+        routing: &["void moe::dev::routing::routingRenormalize::routingIndicesWarpKernel<moe::dev::routing::routingRenormalize::KernelParams<__nv_bfloat16, __nv_bfloat16, 128, 8, true>>(...)", "void tensorrt_llm::kernels::quantize_with_block_size<(tensorrt_llm::kernels::BlockScaleQuantizationType)0, __nv_bfloat16, 16, false>(...)"],
+        experts: &[
+            "bmm_MxE4m3_MxE2m1E2m1_Fp32_t128x8x512u2_s3_et128x8_m128x8x32_cga1x1x1_16dp256b_rM_TN_transOut_schedS_bN_sm100f",
+            "bmm_Bfloat16_MxE2m1Bfloat16_Fp32_t128x8x256u2_s4_et128x8_m128x8x16_cga1x1x1_16dp256b_rM_TN_transOut_schedS_bN_sm100f",
+        ],
+        combine: "void moe::dev::finalize::finalizeKernelVecLoad<moe::dev::finalize::KernelParams<__nv_bfloat16, __nv_bfloat16, float>>(...)",
+    },
+    embed: "void at::native::(anonymous namespace)::indexSelectLargeIndex<c10::BFloat16, long, unsigned int, 2, 2, -2, true>(...)",
+    lm_head: "nvjet_sm100_tst_256x128_64x4_2x1_v_bz_coopA_TNT",
+    sample: &["void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(...)", "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::ArgMaxOps<float>, unsigned int, long, 4>>(...)"],
+    copy_in: "Memcpy HtoD (Pinned -> Device)",
+    unknown: "void trtllm_fixture_unknown_kernel<int>(int*)",
+    rocm: false,
+};
 
 /// Kernel durations (us) for a step of `n` tokens and `r` requests, by role.
 fn dur(role: &str, n: f64, r: f64) -> f64 {
@@ -539,40 +551,8 @@ pub fn draw(spec: &Spec) -> (Value, Truth) {
         }
         let cpu_end = d.cpu + 2.0;
         let Some(truth) = d.cur.take() else { continue };
-        let name = step_name(spec.engine, i, s);
-        match spec.annotations {
-            Annotations::HostAndGpu | Annotations::Host => {
-                d.range("user_annotation", &name, cpu_start, cpu_end, PID, TID);
-                if spec.annotations == Annotations::HostAndGpu {
-                    d.range("gpu_user_annotation", &name, truth.start, truth.end, 0, STREAM);
-                }
-            }
-            Annotations::PythonFrames => {
-                let func = match s.kind() {
-                    Phase::Decode => "forward_decode",
-                    _ => "forward_extend",
-                };
-                let frame = format!("python/sglang/srt/model_executor/model_runner.py(1810): {func}");
-                d.events.push(json!({"ph": "X", "cat": "python_function", "name": frame, "pid": PID, "tid": TID, "ts": cpu_start, "dur": cpu_end - cpu_start, "args": {"Python id": 77}}));
-            }
-            Annotations::None => {}
-        }
-        if matches!(spec.engine, Engine::VllmFull | Engine::VllmPiecewise) && spec.annotations != Annotations::None {
-            // vLLM steps the profiler in each step: ProfilerStep#N spans the step and the
-            // scheduling after it.
-            d.range("user_annotation", &format!("ProfilerStep#{}", 10 + i), cpu_start - 1.0, cpu_end + 150.0, PID, TID);
-        }
-        // Host events of a step come out in time order; Kineto writes GPU events after them.
-        d.events[first_event..].sort_by(|a, b| {
-            let k = |v: &Value| {
-                (
-                    v["cat"].as_str().is_some_and(|c| c == "kernel" || c == "gpu_memcpy" || c == "gpu_user_annotation"),
-                    v["ts"].as_f64().unwrap_or(0.0),
-                )
-            };
-            let (ka, kb) = (k(a), k(b));
-            ka.0.cmp(&kb.0).then(ka.1.total_cmp(&kb.1))
-        });
+        annotate(&mut d, spec, i, s, (cpu_start, cpu_end), &truth);
+        sort_step_events(&mut d.events[first_event..]);
         d.truth.steps.push(truth);
         // The scheduler runs between steps.
         d.cpu = d.cpu.max(d.gpu - 200.0) + 400.0;
@@ -586,6 +566,48 @@ pub fn draw(spec: &Spec) -> (Value, Truth) {
         "displayTimeUnit": "ms",
     });
     (doc, d.truth)
+}
+
+/// The step's annotations as the engine's profiler writes them: host and GPU ranges, Python
+/// frames, or none, and vLLM's ProfilerStep range.
+fn annotate(d: &mut Draw, spec: &Spec, i: usize, s: &StepSpec, (cpu_start, cpu_end): (f64, f64), truth: &TruthStep) {
+    let name = step_name(spec.engine, i, s);
+    match spec.annotations {
+        Annotations::HostAndGpu | Annotations::Host => {
+            d.range("user_annotation", &name, cpu_start, cpu_end, PID, TID);
+            if spec.annotations == Annotations::HostAndGpu {
+                d.range("gpu_user_annotation", &name, truth.start, truth.end, 0, STREAM);
+            }
+        }
+        Annotations::PythonFrames => {
+            let func = match s.kind() {
+                Phase::Decode => "forward_decode",
+                _ => "forward_extend",
+            };
+            let frame = format!("python/sglang/srt/model_executor/model_runner.py(1810): {func}");
+            d.events.push(json!({"ph": "X", "cat": "python_function", "name": frame, "pid": PID, "tid": TID, "ts": cpu_start, "dur": cpu_end - cpu_start, "args": {"Python id": 77}}));
+        }
+        Annotations::None => {}
+    }
+    if matches!(spec.engine, Engine::VllmFull | Engine::VllmPiecewise) && spec.annotations != Annotations::None {
+        // vLLM steps the profiler in each step: ProfilerStep#N spans the step and the
+        // scheduling after it.
+        d.range("user_annotation", &format!("ProfilerStep#{}", 10 + i), cpu_start - 1.0, cpu_end + 150.0, PID, TID);
+    }
+}
+
+/// Orders one step's events as Kineto writes them: host events in time order, then GPU events.
+fn sort_step_events(events: &mut [Value]) {
+    events.sort_by(|a, b| {
+        let k = |v: &Value| {
+            (
+                v["cat"].as_str().is_some_and(|c| c == "kernel" || c == "gpu_memcpy" || c == "gpu_user_annotation"),
+                v["ts"].as_f64().unwrap_or(0.0),
+            )
+        };
+        let (ka, kb) = (k(a), k(b));
+        ka.0.cmp(&kb.0).then(ka.1.total_cmp(&kb.1))
+    });
 }
 
 /// Draws the trace of `spec` into `path` (gzipped when the name ends in .gz).

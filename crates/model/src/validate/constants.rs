@@ -5,6 +5,13 @@ use crate::predict::VLLM_GPU_MEMORY_UTILIZATION;
 
 /// Where the fitted constants came from (the engine defaults in `predict::Engine`).
 pub fn constants() -> Vec<ConstantOrigin> {
+    let mut out = step_constants();
+    out.extend(comm_prefill_and_serving_constants());
+    out
+}
+
+/// The step's fitted and kernel-table constants.
+fn step_constants() -> Vec<ConstantOrigin> {
     let e = Engine::default();
     let fit = "fit: every scored fit case (argmin of the steady-state fit median absolute error, each source weighing the same, on a 0.1 us x 0.05 grid)";
     vec![
@@ -45,6 +52,13 @@ pub fn constants() -> Vec<ConstantOrigin> {
             value: e.gemm_efficiency,
             set_from: "a torch BF16 GEMM on the reference RTX PRO 6000 (team measurement); no e2e case",
         },
+    ]
+}
+
+/// The communication, prefill and serving-path constants.
+fn comm_prefill_and_serving_constants() -> Vec<ConstantOrigin> {
+    let e = Engine::default();
+    vec![
         ConstantOrigin {
             name: "comm::SHM_HOP_SHARE",
             value: crate::comm::SHM_HOP_SHARE,
