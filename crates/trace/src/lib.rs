@@ -2,6 +2,8 @@
 //! trace as a stream, classifies its kernels by a rule table, cuts it into engine steps and splits
 //! each step by category, then sets the split beside the performance model's prediction.
 
+#![warn(missing_docs)]
+
 pub mod classify;
 pub mod compare;
 pub mod read;
