@@ -30,7 +30,7 @@ fn s(p: &Path) -> &str {
 
 /// A sim campaign on the LXC fixture: a small MoE model, short requests, a low running cap so the
 /// planner has steps to take.
-fn sim_campaign(dir: &Path, fixture_name: &str) {
+pub(crate) fn sim_campaign(dir: &Path, fixture_name: &str) {
     let (code, out, err) = campaign(&[
         "init",
         s(dir),

@@ -147,54 +147,37 @@ fn a_trace_event_inflated_to_megabytes_is_refused_not_held() {
     assert!(err.contains("is larger than 1 MiB, the most one traceEvents entry may hold") && err.contains("not a Kineto trace"), "{err}");
 }
 
-/// A sim campaign on the LXC probe fixture (as the campaign tests make it).
-fn sim_campaign(dir: &Path) {
-    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../crates/probe/tests/fixtures/proxmox-lxc-8gpu");
-    let (code, out, err) = run(&[
-        "campaign",
-        "init",
-        s(dir),
-        "--engine",
-        "sim",
-        "--model",
-        "qwen3-30b-a3b",
-        "--goal",
-        "output_tok_s>=100000",
-        "--probe-root",
-        s(&fixture),
-        "--concurrency",
-        "4,16,32",
-        "--requests",
-        "32",
-        "--input-len",
-        "64",
-        "--output-len",
-        "16",
-        "--set",
-        "max_running=4",
-    ]);
-    assert_eq!(code, 0, "{out}{err}");
+/// The state of experiment 1 in the campaign at `dir`.
+fn first_state(dir: &Path) -> Option<String> {
+    rusqlite::Connection::open_with_flags(dir.join("journal.sqlite"), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .ok()?
+        .query_row("SELECT state FROM experiments WHERE id = 1", [], |r| r.get(0))
+        .ok()
+}
+
+/// A sim campaign at `dir` whose `continue` was killed (-9) while benchmarking experiment 1: the
+/// step left as a full disk leaves it, benchmarking with its owner gone.
+fn campaign_killed_mid_benchmark(dir: &Path) {
+    crate::campaign::sim_campaign(dir, "proxmox-lxc-8gpu");
+    let bin = assert_cmd::cargo::cargo_bin("servetune");
+    let mut child =
+        StdCommand::new(bin).args(["campaign", "continue", s(dir)]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("spawn");
+    let t = Instant::now();
+    while first_state(dir).as_deref() != Some("benchmarking") {
+        assert!(t.elapsed() < Duration::from_secs(60), "the step never reached benchmarking: {:?}", first_state(dir));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().expect("kill -9");
+    child.wait().expect("reap");
 }
 
 #[test]
 fn a_sweep_kept_beside_a_full_journal_is_imported_by_the_next_continue_not_rerun() {
     let d = tempfile::tempdir().expect("tmp");
     let dir = d.path().join("c");
-    sim_campaign(&dir);
+    campaign_killed_mid_benchmark(&dir);
     let db = || rusqlite::Connection::open_with_flags(dir.join("journal.sqlite"), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).expect("db");
-    let state = || -> Option<String> { db().query_row("SELECT state FROM experiments WHERE id = 1", [], |r| r.get(0)).ok() };
-    // A continue that dies while benchmarking leaves the step as a full disk does: benchmarking,
-    // its owner gone. The sweep it could not record is the kept file.
-    let bin = assert_cmd::cargo::cargo_bin("servetune");
-    let mut child =
-        StdCommand::new(bin).args(["campaign", "continue", s(&dir)]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("spawn");
-    let t = Instant::now();
-    while state().as_deref() != Some("benchmarking") {
-        assert!(t.elapsed() < Duration::from_secs(60), "the step never reached benchmarking: {:?}", state());
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.kill().expect("kill -9");
-    child.wait().expect("reap");
+    // The sweep the killed continue could not record is the kept file.
     let kept = serde_json::json!({
         "points": [{
             "concurrency": 4, "completed": 32, "failed": 0, "output_tok_s": 4321.5,
@@ -209,7 +192,7 @@ fn a_sweep_kept_beside_a_full_journal_is_imported_by_the_next_continue_not_rerun
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains(&format!("experiment 1: imported the sweep kept in {}", file.display())), "{out}{err}");
     assert!(!out.contains("re-queued") && !out.contains("attempt 2"), "the step was run again: {out}");
-    assert_eq!(state().as_deref(), Some("done"));
+    assert_eq!(first_state(&dir).as_deref(), Some("done"));
     let result: String = db().query_row("SELECT result FROM experiments WHERE id = 1", [], |r| r.get(0)).expect("result");
     let result: serde_json::Value = serde_json::from_str(&result).expect("json");
     assert_eq!(result["points"][0]["output_tok_s"], 4321.5, "{result}");
@@ -220,23 +203,7 @@ fn a_sweep_kept_beside_a_full_journal_is_imported_by_the_next_continue_not_rerun
 fn a_kept_sweep_that_is_not_a_summary_is_named_and_the_step_rerun() {
     let d = tempfile::tempdir().expect("tmp");
     let dir = d.path().join("c");
-    sim_campaign(&dir);
-    let state = || -> Option<String> {
-        rusqlite::Connection::open_with_flags(dir.join("journal.sqlite"), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .expect("db")
-            .query_row("SELECT state FROM experiments WHERE id = 1", [], |r| r.get(0))
-            .ok()
-    };
-    let bin = assert_cmd::cargo::cargo_bin("servetune");
-    let mut child =
-        StdCommand::new(bin).args(["campaign", "continue", s(&dir)]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("spawn");
-    let t = Instant::now();
-    while state().as_deref() != Some("benchmarking") {
-        assert!(t.elapsed() < Duration::from_secs(60), "the step never reached benchmarking: {:?}", state());
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.kill().expect("kill -9");
-    child.wait().expect("reap");
+    campaign_killed_mid_benchmark(&dir);
     let file = dir.join("exp-1.result.json");
     std::fs::write(&file, "{\"points\": \"garbage\"}").expect("write");
     let (code, out, err) = run(&["campaign", "continue", s(&dir)]);

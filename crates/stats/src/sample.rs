@@ -11,14 +11,7 @@ pub fn median(values: &[f64]) -> Option<f64> {
 /// closest ranks (NumPy's default, so p50 is the usual median). `None` when there is no finite
 /// value or `q` is outside 0..=100.
 pub fn percentile(values: &[f64], q: f64) -> Option<f64> {
-    if !(0.0..=100.0).contains(&q) {
-        return None;
-    }
-    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
+    let v = sorted_finite(values, q)?;
     let rank = q / 100.0 * (v.len() - 1) as f64;
     let (lo, hi) = (rank.floor() as usize, rank.ceil() as usize);
     let frac = rank - lo as f64;
@@ -30,16 +23,19 @@ pub fn percentile(values: &[f64], q: f64) -> Option<f64> {
 /// the first). Always one of the values, never between two, so a trace's p90 step is a step that
 /// ran. `None` when there is no finite value or `q` is outside 0..=100.
 pub fn nearest_rank(values: &[f64], q: f64) -> Option<f64> {
+    let v = sorted_finite(values, q)?;
+    let rank = ((q / 100.0 * v.len() as f64).ceil() as usize).max(1);
+    v.get(rank - 1).copied()
+}
+
+/// The finite values sorted, when there is one and `q` is a percentile (0..=100).
+fn sorted_finite(values: &[f64], q: f64) -> Option<Vec<f64>> {
     if !(0.0..=100.0).contains(&q) {
         return None;
     }
     let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
-        return None;
-    }
     v.sort_by(f64::total_cmp);
-    let rank = ((q / 100.0 * v.len() as f64).ceil() as usize).max(1);
-    v.get(rank - 1).copied()
+    (!v.is_empty()).then_some(v)
 }
 
 /// The weighted median of `(value, weight)` pairs with finite values and positive weights: the
