@@ -1,11 +1,13 @@
-//! The engine in virtual time: a closed-loop client run against an [`Engine`] without sleeping,
-//! to learn in milliseconds what the real-time server will do (preset calibration, tests, what a
-//! sweep should show, and `servetune plan`'s client-measured figures). The scheduling is the
-//! engine's own ([`Engine::plan`] and [`Engine::apply`], the same calls the real-time driver
-//! makes); only the clock is simulated.
+//! The engine in virtual time: a closed-loop client run against the simulator's engine without
+//! sleeping, to learn in milliseconds what the real-time server will do (preset calibration,
+//! tests, what a sweep should show, and `servetune plan`'s client-measured figures). The
+//! scheduling is [`crate::engine::Engine`]'s; only the clock is simulated. The run itself is the
+//! engine's event-driven form ([`events`]), which touches a decoding request only when something
+//! happens to it; a property test holds it to the engine's own plan/apply loop, bit for bit.
 
 use crate::cost::{Profile, StepBatch, StepCost};
-use crate::engine::{Emit, Engine, EngineRequest};
+
+mod events;
 
 /// What a virtual closed-loop run measured.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -117,24 +119,9 @@ pub fn run_closed(profile: &Profile, cost: &dyn StepCost, requests: &[Lengths], 
     run_closed_counted(profile, cost, requests, concurrency, None)
 }
 
-/// Submits the next request that the engine takes at time `t` (a refused one is counted and the
-/// one after it tried), recording when it was sent.
-fn submit_next(e: &mut Engine, requests: &[Lengths], t: f64, next: &mut usize, sent: &mut [f64], tr: &mut Trace) {
-    while *next < requests.len() {
-        let (id, l) = (*next, requests[*next]);
-        *next += 1;
-        let r =
-            EngineRequest { id: id as u64, prompt_tokens: l.input.max(1), max_tokens: l.output.max(1), min_tokens: 0, ignore_eos: true };
-        if e.submit(r).is_ok() {
-            sent[id] = t;
-            return;
-        }
-        tr.refused += 1;
-    }
-}
-
 /// [`run_closed`], adding 1 to `finished` as each request completes (a progress line reads it
-/// from another thread while the run goes on).
+/// from another thread while the run goes on). The run is [`events`]' event-driven form of the
+/// engine, held to [`crate::engine::Engine`]'s trace by a property test.
 pub fn run_closed_counted(
     profile: &Profile,
     cost: &dyn StepCost,
@@ -142,64 +129,7 @@ pub fn run_closed_counted(
     concurrency: u32,
     finished: Option<&std::sync::atomic::AtomicU64>,
 ) -> Trace {
-    let mut e = Engine::new(profile.clone(), 0);
-    let n = requests.len();
-    let (mut sent, mut admitted, mut first) = (vec![f64::NAN; n], vec![f64::NAN; n], vec![f64::NAN; n]);
-    let mut tr = Trace::default();
-    let mut next = 0usize;
-    let mut t = 0.0f64;
-    let submit = |e: &mut Engine, t: f64, next: &mut usize, sent: &mut [f64], tr: &mut Trace| submit_next(e, requests, t, next, sent, tr);
-    for _ in 0..concurrency.max(1) {
-        submit(&mut e, t, &mut next, &mut sent, &mut tr);
-    }
-    let mut out = Vec::new();
-    while let Some(plan) = e.plan() {
-        let mut running = 0u32;
-        for id in e.running_ids() {
-            running += 1;
-            let a = &mut admitted[id as usize];
-            if a.is_nan() {
-                *a = t;
-            }
-        }
-        tr.peak_running = tr.peak_running.max(running);
-        let dt = e.cost(cost, &plan).as_secs_f64();
-        let pre = prefill_part(cost, &plan.batch, dt);
-        tr.prefill_seconds += pre;
-        tr.decode_seconds += dt - pre;
-        t += dt;
-        e.apply(&plan, &mut out);
-        for x in out.drain(..) {
-            match x {
-                Emit::Token { id, index } => {
-                    tr.output_tokens += 1;
-                    if index == 0 {
-                        first[id as usize] = t;
-                    } else {
-                        tr.decode_tokens += 1;
-                    }
-                }
-                Emit::Done { id, prompt_tokens, completion_tokens, .. } => {
-                    let i = id as usize;
-                    let rec = Record {
-                        input: prompt_tokens,
-                        output: completion_tokens,
-                        sent: sent[i],
-                        admitted: admitted[i],
-                        first_token: first[i],
-                        done: t,
-                    };
-                    tr.records.push(rec);
-                    if let Some(f) = finished {
-                        f.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    }
-                    submit(&mut e, t, &mut next, &mut sent, &mut tr);
-                }
-            }
-        }
-    }
-    tr.seconds = t;
-    tr
+    events::run(profile, cost, requests, concurrency, finished)
 }
 
 /// Runs `requests` requests of `input` prompt and `output` forced output tokens with `concurrency`
@@ -220,29 +150,4 @@ pub fn closed_loop(profile: &Profile, cost: &dyn StepCost, concurrency: u32, inp
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::cost::preset;
-
-    #[test]
-    fn reference_presets_hit_their_documented_plateaus() {
-        // docs/design.md: 485 tok/s at concurrency 64 in the KVM guest; ~806 tok/s plateau in LXC.
-        for (name, want) in [("reference-kvm", 485.0), ("reference-lxc", 806.0)] {
-            let p = preset(name).expect("preset");
-            let at64 = closed_loop(&p, &p.cost, 64, 256, 64, 256).output_tokens_per_s;
-            let at256 = closed_loop(&p, &p.cost, 256, 256, 64, 1024).output_tokens_per_s;
-            let at8 = closed_loop(&p, &p.cost, 8, 256, 64, 32).output_tokens_per_s;
-            assert!((at64 - want).abs() / want < 0.03, "{name}: {at64:.0} tok/s at c=64, want {want}");
-            assert!((at256 - at64).abs() / at64 < 0.03, "{name}: plateau beyond 64 ({at256:.0})");
-            assert!(at8 < at64 * 0.6, "{name}: still rising below the plateau ({at8:.0})");
-        }
-    }
-
-    #[test]
-    fn tpot_at_concurrency_one_is_the_step_time() {
-        let p = preset("reference-kvm").expect("preset");
-        let r = closed_loop(&p, &p.cost, 1, 16, 64, 4);
-        let step = p.cost.step(&crate::cost::StepBatch { prefill_tokens: 0, decode_batch: 1, context_tokens: 16 + 32 }).as_secs_f64() * 1e3;
-        assert!((r.tpot_ms - step).abs() / step < 0.01, "{} vs {step}", r.tpot_ms);
-    }
-}
+mod tests;
