@@ -279,15 +279,18 @@ impl<'a> Events<'a> {
             batch.context_tokens = (self.sum_prompt + n * (self.steps + 1) - self.sum_g0) as u64;
             budget -= n;
         }
+        // Chunks go to the oldest prompts first; the first prompt without one ends the prefix that
+        // `apply` reads (the chunks behind it are stale and never read).
         for q in self.prefilling.iter_mut() {
-            q.chunk = 0;
-            if budget > 0 {
-                let chunk = (q.w.prefill_len - q.prefilled).min(budget as u32);
-                budget -= chunk as i64;
-                q.chunk = chunk;
-                batch.prefill_tokens += chunk;
-                batch.context_tokens += (q.prefilled + chunk) as u64;
+            if budget <= 0 {
+                q.chunk = 0;
+                break;
             }
+            let chunk = (q.w.prefill_len - q.prefilled).min(budget as u32);
+            budget -= chunk as i64;
+            q.chunk = chunk;
+            batch.prefill_tokens += chunk;
+            batch.context_tokens += (q.prefilled + chunk) as u64;
         }
         Some((Planned { batch, hold_decode }, first_new))
     }
@@ -370,7 +373,8 @@ pub(super) fn run(
     }
     let mut done = Vec::new();
     while let Some((plan, first_new)) = e.plan() {
-        for q in e.prefilling.iter().filter(|q| q.seq >= first_new) {
+        // This step's admissions are the newest prompts, at the back.
+        for q in e.prefilling.iter().rev().take_while(|q| q.seq >= first_new) {
             let a = &mut admitted[q.w.id];
             if a.is_nan() {
                 *a = t;
