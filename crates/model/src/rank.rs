@@ -219,13 +219,17 @@ pub fn rank(base: &Scenario, slos: &[Slo], range: ConcurrencyRange) -> Vec<Ranke
 /// [`rank_within`], searched further when the best plan's best concurrency sits at the end of
 /// `range` and its KV cache holds more: then every plan is ranked up to what its KV cache holds
 /// (`plan --rank`'s default; each [`Ranked::searched_up_to`] says how far, and a concurrency
-/// above `range.max` says the search went on).
+/// above `range.max` says the search went on). Concurrencies are chosen on the steady state, so
+/// when no plan's sits at the end there, the client's virtual runs are made once.
 pub fn rank_with(base: &Scenario, slos: &[Slo], range: ConcurrencyRange, client: Client) -> Vec<Ranked> {
+    let at_end = |max: u32, r: &Ranked| r.concurrency >= max && r.searched_up_to == max;
+    let Some(max) = range.max else { return rank_within(base, slos, range, client) };
+    if client.is_some() && !rank_within(base, slos, range, None).iter().any(|r| at_end(max, r)) {
+        return rank_within(base, slos, range, client);
+    }
     let ranked = rank_within(base, slos, range, client);
-    match (range.max, ranked.first()) {
-        (Some(max), Some(top)) if top.concurrency >= max && top.searched_up_to == max => {
-            rank_within(base, slos, ConcurrencyRange { max: None }, client)
-        }
+    match ranked.first() {
+        Some(top) if at_end(max, top) => rank_within(base, slos, ConcurrencyRange { max: None }, client),
         _ => ranked,
     }
 }
