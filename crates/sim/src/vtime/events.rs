@@ -353,8 +353,10 @@ pub(super) fn run(
 ) -> Trace {
     let mut e = Events::new(profile);
     let n = requests.len();
+    // Every request is admitted at least once: room for each, so the run does not regrow them.
+    e.decoding.reserve(n);
     let (mut sent, mut admitted, mut first) = (vec![f64::NAN; n], vec![f64::NAN; n], vec![f64::NAN; n]);
-    let mut tr = Trace::default();
+    let mut tr = Trace { records: Vec::with_capacity(n), ..Trace::default() };
     let mut next = 0usize;
     let mut t = 0.0f64;
     let mut submit = |e: &mut Events, t: f64, tr: &mut Trace, sent: &mut [f64]| {
