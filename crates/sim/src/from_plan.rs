@@ -186,6 +186,10 @@ pub struct PlanBench;
 
 /// The workload's requests for one replica: lengths drawn with the workload's seed.
 pub fn draw_lengths(w: &Workload, n: u64) -> Vec<Lengths> {
+    if let (LengthDist::Fixed { len: input }, LengthDist::Fixed { len: output }) = (w.input, w.output) {
+        // Nothing to draw (the draws below would be ignored): the same lengths, without the RNG.
+        return vec![Lengths { input, output }; n as usize];
+    }
     let mut rng = StdRng::seed_from_u64(w.seed);
     let mut one = |d: &LengthDist| {
         let u: f64 = rng.gen();
