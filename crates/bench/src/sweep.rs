@@ -307,7 +307,11 @@ pub async fn run_point(p: &Prepared, point: &SweepPoint, ctl: &Control, index: (
     let watcher = tokio::spawn(watch_stop(Arc::clone(&sh), ctl.stopping.clone(), abort_tx, cfg.drain_timeout, Arc::clone(&interrupted)));
     let last_intended_ns = match load {
         Load::Closed { concurrency } => {
-            closed_loop(&sh, concurrency, point.stop, cfg.ramp_up, planned).await;
+            // The loop runs as a task on the runtime's workers, not on the thread that awaits
+            // the point: each finished request frees a slot and wakes the loop, and a loop on
+            // another thread would cost a cross-thread wake-up (a futex and a context switch)
+            // and a spawn from outside the workers per request.
+            let _ = tokio::spawn(closed_loop(Arc::clone(&sh), concurrency, point.stop, cfg.ramp_up, planned)).await;
             0
         }
         Load::Open { rate, arrival, max_concurrency } => {
@@ -377,7 +381,7 @@ async fn finish_scraper(p: &Prepared, scraper: Scraper, load: Load) -> Option<Se
 
 /// Closed loop: a request goes out whenever one of `concurrency` slots is free; the slot's k-th
 /// first use waits for its ramp-up start.
-async fn closed_loop(sh: &Arc<Shared>, concurrency: u32, stop: Stop, ramp: Duration, planned: Option<u64>) {
+async fn closed_loop(sh: Arc<Shared>, concurrency: u32, stop: Stop, ramp: Duration, planned: Option<u64>) {
     let slots = Arc::new(Semaphore::new(concurrency as usize));
     let mut stop_rx = sh.stop.subscribe();
     let mut measure_start: Option<Instant> = None;
@@ -403,7 +407,7 @@ async fn closed_loop(sh: &Arc<Shared>, concurrency: u32, stop: Stop, ramp: Durat
             measure_start = Some(Instant::now());
         }
         let guard = sh.tracker.enter();
-        let sh2 = Arc::clone(sh);
+        let sh2 = Arc::clone(&sh);
         tokio::spawn(async move {
             // Closed loop: the slot is free now, so now is the intended time.
             sh2.one(i, since(sh2.t0), None).await;
