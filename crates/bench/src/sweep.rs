@@ -29,6 +29,31 @@ use crate::spec::{Load, Stop};
 use crate::tokenizer::Tokenizer;
 use crate::workload::Workload;
 
+/// The variable that, when set, chooses the runtime's worker threads instead of
+/// [`client_workers`] (tokio's own name for it).
+pub const WORKERS_ENV: &str = "TOKIO_WORKER_THREADS";
+
+/// Worker threads for a machine with `cores` cores: half of them, at least one. A load generator
+/// shares its machine with the server it measures (on a GPU box the server's scheduler and
+/// tokenizer want cores too), and every extra worker costs wake-ups: an idle worker is woken
+/// (a futex and a context switch) to steal a share of each burst of arrivals, and the request
+/// tasks it steals move their cache lines to another core. On the 2-core machine the closed
+/// loop at c=1024, ITL 10 ms (one TCP segment per token) spent about 15% more CPU per token with
+/// two workers than with one, with 7x the futex calls (docs/bench.md, "Client overhead").
+pub fn client_workers(cores: usize) -> usize {
+    (cores / 2).max(1)
+}
+
+/// The multi-thread runtime a benchmark runs on: [`client_workers`] worker threads for this
+/// machine, or as many as [`WORKERS_ENV`] says when it is set.
+pub fn client_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    let mut b = tokio::runtime::Builder::new_multi_thread();
+    if std::env::var_os(WORKERS_ENV).is_none() {
+        b.worker_threads(client_workers(std::thread::available_parallelism().map_or(1, usize::from)));
+    }
+    b.enable_all().build()
+}
+
 /// How far a stop has gone. The CLI raises it on signals: the first stops sending and drains,
 /// the second cuts the drain short.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
@@ -478,6 +503,14 @@ async fn open_loop(sh: &Arc<Shared>, sched: Vec<u64>, max_concurrency: Option<u3
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_client_takes_half_the_cores_and_at_least_one_worker() {
+        assert_eq!(client_workers(1), 1);
+        assert_eq!(client_workers(2), 1);
+        assert_eq!(client_workers(3), 1);
+        assert_eq!(client_workers(16), 8);
+    }
 
     #[tokio::test]
     async fn a_request_task_that_panics_is_counted_as_lost_not_forgotten() {
