@@ -171,8 +171,8 @@ impl SelfCheck {
             _ => (None, None),
         };
         let total = user.zip(system).map(|(u, s)| u + s);
-        // The runtime's worker threads, which read the responses (fewer than the cores: see
-        // `sweep::client_workers`).
+        // The runtime's worker threads, which read the responses (`TOKIO_WORKER_THREADS` may
+        // make them fewer than the cores).
         let threads = tokio::runtime::Handle::current().metrics().num_workers().max(1) as f64;
         ClientCheck {
             cpu_user_s: user,

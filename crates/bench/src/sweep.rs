@@ -29,23 +29,12 @@ use crate::spec::{Load, Stop};
 use crate::tokenizer::Tokenizer;
 use crate::workload::Workload;
 
-/// The variable that, when set, chooses the runtime's worker threads instead of
-/// [`client_workers`] (tokio's own name for it).
-pub const WORKERS_ENV: &str = "TOKIO_WORKER_THREADS";
-
-/// Worker threads for a machine with `cores` cores: half of them, at least one. A load generator
-/// shares its machine with the server it measures (on a GPU box the server's scheduler and
-/// tokenizer want cores too), and every extra worker costs wake-ups: an idle worker is woken
-/// (a futex and a context switch) to steal a share of each burst of arrivals, and the request
-/// tasks it steals move their cache lines to another core. On the 2-core machine the closed
-/// loop at c=1024, ITL 10 ms (one TCP segment per token) spent about 15% more CPU per token with
-/// two workers than with one, with 7x the futex calls (docs/bench.md, "Client overhead").
-pub fn client_workers(cores: usize) -> usize {
-    (cores / 2).max(1)
-}
-
-/// The multi-thread runtime a benchmark runs on: [`client_workers`] worker threads for this
-/// machine, or as many as [`WORKERS_ENV`] says when it is set.
+/// The multi-thread runtime a benchmark runs on: tokio's default of one worker thread per core
+/// (`TOKIO_WORKER_THREADS` sets another number). One worker costs less CPU per token where each
+/// token is its own read (no worker wakes another to steal a share of a burst: at c=1024 and
+/// ITL 10 ms on 2 cores, futex calls fell from 0.07 to 0 and context switches from 0.14 to 0.06 per
+/// token), but it read 35% fewer tokens a second where one server thread streams at full speed,
+/// and woke the self-check's probe later; docs/bench.md, "Client overhead", has the figures.
 pub fn client_runtime() -> std::io::Result<tokio::runtime::Runtime> {
     let mut b = tokio::runtime::Builder::new_multi_thread();
     // A request of an open loop is spawned from the pacer's thread into the runtime's shared
@@ -53,9 +42,6 @@ pub fn client_runtime() -> std::io::Result<tokio::runtime::Runtime> {
     // until it does, the request waits, and the wait is schedule lag. Checking every 4 tasks
     // costs an atomic load when the queue is empty.
     b.global_queue_interval(4);
-    if std::env::var_os(WORKERS_ENV).is_none() {
-        b.worker_threads(client_workers(std::thread::available_parallelism().map_or(1, usize::from)));
-    }
     b.enable_all().build()
 }
 
@@ -523,14 +509,6 @@ fn precise_sleeps() {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_client_takes_half_the_cores_and_at_least_one_worker() {
-        assert_eq!(client_workers(1), 1);
-        assert_eq!(client_workers(2), 1);
-        assert_eq!(client_workers(3), 1);
-        assert_eq!(client_workers(16), 8);
-    }
 
     #[tokio::test]
     async fn a_request_task_that_panics_is_counted_as_lost_not_forgotten() {
