@@ -171,7 +171,9 @@ impl SelfCheck {
             _ => (None, None),
         };
         let total = user.zip(system).map(|(u, s)| u + s);
-        let threads = std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64);
+        // The runtime's worker threads, which read the responses (`TOKIO_WORKER_THREADS` may
+        // make them fewer than the cores).
+        let threads = tokio::runtime::Handle::current().metrics().num_workers().max(1) as f64;
         ClientCheck {
             cpu_user_s: user,
             cpu_system_s: system,

@@ -29,6 +29,22 @@ use crate::spec::{Load, Stop};
 use crate::tokenizer::Tokenizer;
 use crate::workload::Workload;
 
+/// The multi-thread runtime a benchmark runs on: tokio's default of one worker thread per core
+/// (`TOKIO_WORKER_THREADS` sets another number). One worker costs less CPU per token where each
+/// token is its own read (no worker wakes another to steal a share of a burst: at c=1024 and
+/// ITL 10 ms on 2 cores, futex calls fell from 0.07 to 0 and context switches from 0.14 to 0.06 per
+/// token), but it read 35% fewer tokens a second where one server thread streams at full speed,
+/// and woke the self-check's probe later; docs/bench.md, "Client overhead", has the figures.
+pub fn client_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    let mut b = tokio::runtime::Builder::new_multi_thread();
+    // A request of an open loop is spawned from the pacer's thread into the runtime's shared
+    // queue, which a busy worker checks only every so often (tokio aims at about every 200 us);
+    // until it does, the request waits, and the wait is schedule lag. Checking every 4 tasks
+    // costs an atomic load when the queue is empty.
+    b.global_queue_interval(4);
+    b.enable_all().build()
+}
+
 /// How far a stop has gone. The CLI raises it on signals: the first stops sending and drains,
 /// the second cuts the drain short.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
@@ -307,7 +323,11 @@ pub async fn run_point(p: &Prepared, point: &SweepPoint, ctl: &Control, index: (
     let watcher = tokio::spawn(watch_stop(Arc::clone(&sh), ctl.stopping.clone(), abort_tx, cfg.drain_timeout, Arc::clone(&interrupted)));
     let last_intended_ns = match load {
         Load::Closed { concurrency } => {
-            closed_loop(&sh, concurrency, point.stop, cfg.ramp_up, planned).await;
+            // The loop runs as a task on the runtime's workers, not on the thread that awaits
+            // the point: each finished request frees a slot and wakes the loop, and a loop on
+            // another thread would cost a cross-thread wake-up (a futex and a context switch)
+            // and a spawn from outside the workers per request.
+            let _ = tokio::spawn(closed_loop(Arc::clone(&sh), concurrency, point.stop, cfg.ramp_up, planned)).await;
             0
         }
         Load::Open { rate, arrival, max_concurrency } => {
@@ -377,7 +397,7 @@ async fn finish_scraper(p: &Prepared, scraper: Scraper, load: Load) -> Option<Se
 
 /// Closed loop: a request goes out whenever one of `concurrency` slots is free; the slot's k-th
 /// first use waits for its ramp-up start.
-async fn closed_loop(sh: &Arc<Shared>, concurrency: u32, stop: Stop, ramp: Duration, planned: Option<u64>) {
+async fn closed_loop(sh: Arc<Shared>, concurrency: u32, stop: Stop, ramp: Duration, planned: Option<u64>) {
     let slots = Arc::new(Semaphore::new(concurrency as usize));
     let mut stop_rx = sh.stop.subscribe();
     let mut measure_start: Option<Instant> = None;
@@ -403,7 +423,7 @@ async fn closed_loop(sh: &Arc<Shared>, concurrency: u32, stop: Stop, ramp: Durat
             measure_start = Some(Instant::now());
         }
         let guard = sh.tracker.enter();
-        let sh2 = Arc::clone(sh);
+        let sh2 = Arc::clone(&sh);
         tokio::spawn(async move {
             // Closed loop: the slot is free now, so now is the intended time.
             sh2.one(i, since(sh2.t0), None).await;
@@ -445,6 +465,7 @@ async fn open_loop(sh: &Arc<Shared>, sched: Vec<u64>, max_concurrency: Option<u3
     let handle = tokio::runtime::Handle::current();
     let sh2 = Arc::clone(sh);
     let pacer = tokio::task::spawn_blocking(move || {
+        precise_sleeps();
         for (i, &t) in sched.iter().enumerate() {
             let target = sh2.t0.checked_add(Duration::from_nanos(t)).unwrap_or_else(Instant::now);
             loop {
@@ -469,6 +490,20 @@ async fn open_loop(sh: &Arc<Shared>, sched: Vec<u64>, max_concurrency: Option<u3
     });
     let _ = pacer.await;
     last
+}
+
+/// Asks the kernel to end this thread's sleeps on time: by default Linux may end a sleep up to
+/// 50 us late (the thread's timer slack, which lets it batch wake-ups), and the pacer's
+/// lateness is every request's schedule lag. The slack stays with the thread (a blocking-pool
+/// thread, which sleeps only for the pacer).
+fn precise_sleeps() {
+    #[cfg(target_os = "linux")]
+    #[expect(unsafe_code, reason = "prctl(PR_SET_TIMERSLACK) changes one number of this thread; it touches no memory")]
+    // SAFETY: PR_SET_TIMERSLACK takes an integer argument and sets only the calling thread's
+    // timer slack; a failure leaves the default slack, which is only less precise.
+    unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0 as libc::c_ulong, 0 as libc::c_ulong, 0 as libc::c_ulong);
+    }
 }
 
 #[cfg(test)]

@@ -304,10 +304,7 @@ fn keys(a: &BenchArgs) -> Result<(Option<String>, Option<String>), spec::InputEr
 const DEFAULT_KEY_ENV: &str = "OPENAI_API_KEY";
 
 fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Failure::runtime(format!("cannot start the async runtime: {e}")))
+    sweep::client_runtime().map_err(|e| Failure::runtime(format!("cannot start the async runtime: {e}")))
 }
 
 /// Where an output goes: stdout (`-`) or a file opened before the first request.
