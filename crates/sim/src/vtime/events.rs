@@ -57,7 +57,64 @@ const MAX_PAGE_BUCKETS: u64 = 1024;
 /// stale and skipped when it comes up.
 type Due = BinaryHeap<Reverse<(i64, u64)>>;
 
-/// The engine's state, decoding requests indexed by admission order (seq).
+/// Decoding requests by admission order (seq), as a window from the oldest one still decoding to
+/// the newest: memory follows the requests decoding now, not every admission of the run (a run
+/// that preempts often admits a request many times).
+#[derive(Debug, Default)]
+struct BySeq {
+    /// The seq of `slots[0]`.
+    base: u64,
+    /// `None`: finished, preempted, or not decoding.
+    slots: VecDeque<Option<Decoding>>,
+    live: usize,
+}
+
+impl BySeq {
+    fn get(&self, seq: u64) -> Option<Decoding> {
+        let i = seq.checked_sub(self.base)?;
+        self.slots.get(usize::try_from(i).ok()?).copied().flatten()
+    }
+
+    /// Puts `d` at `seq`, new or in place of the one there.
+    fn set(&mut self, seq: u64, d: Decoding) {
+        if self.slots.is_empty() {
+            self.base = seq;
+        }
+        while seq < self.base {
+            self.slots.push_front(None);
+            self.base -= 1;
+        }
+        let i = (seq - self.base) as usize;
+        if i >= self.slots.len() {
+            self.slots.resize(i + 1, None);
+        }
+        if self.slots[i].replace(d).is_none() {
+            self.live += 1;
+        }
+    }
+
+    /// Takes the one at `seq` out, and trims empty slots off both ends.
+    fn take(&mut self, seq: u64) -> Option<Decoding> {
+        let i = usize::try_from(seq.checked_sub(self.base)?).ok()?;
+        let d = self.slots.get_mut(i)?.take()?;
+        self.live -= 1;
+        while let Some(None) = self.slots.front() {
+            self.slots.pop_front();
+            self.base += 1;
+        }
+        while let Some(None) = self.slots.back() {
+            self.slots.pop_back();
+        }
+        Some(d)
+    }
+
+    /// The newest seq decoding (the back of the window, which `take` keeps live).
+    fn newest(&self) -> Option<u64> {
+        (self.live > 0).then(|| self.base + self.slots.len() as u64 - 1)
+    }
+}
+
+/// The engine's state.
 struct Events<'a> {
     p: &'a Profile,
     page: u64,
@@ -65,11 +122,7 @@ struct Events<'a> {
     total_pages: u64,
     waiting: VecDeque<Waiting>,
     prefilling: VecDeque<Prefilling>,
-    /// By seq; `None` once it left (finished, preempted) or while it is not decoding.
-    decoding: Vec<Option<Decoding>>,
-    decoding_count: usize,
-    /// No decoding request has a larger seq than this.
-    newest_decoding: u64,
+    decoding: BySeq,
     /// (decode step count at which it finishes, seq).
     finishes: Due,
     /// Decoding requests by the decode step count, modulo the bucket count, at which their next
@@ -101,9 +154,7 @@ impl<'a> Events<'a> {
             total_pages,
             waiting: VecDeque::new(),
             prefilling: VecDeque::new(),
-            decoding: Vec::new(),
-            decoding_count: 0,
-            newest_decoding: 0,
+            decoding: BySeq::default(),
             finishes: BinaryHeap::new(),
             page_buckets: vec![Vec::new(); page.min(MAX_PAGE_BUCKETS) as usize],
             steps: 0,
@@ -118,7 +169,7 @@ impl<'a> Events<'a> {
     }
 
     fn running(&self) -> usize {
-        self.decoding_count + self.prefilling.len()
+        self.decoding.live + self.prefilling.len()
     }
 
     /// Queues a request, or refuses one larger than the whole KV cache (the engine's `submit`).
@@ -150,13 +201,12 @@ impl<'a> Events<'a> {
 
     /// The decoding request `seq`, if it is one.
     fn get(&self, seq: u64) -> Option<Decoding> {
-        self.decoding.get(seq as usize).copied().flatten()
+        self.decoding.get(seq)
     }
 
     /// Takes `seq` out of the decoding set (its heap entries go stale).
     fn remove_decoding(&mut self, seq: u64) -> Option<Decoding> {
-        let d = self.decoding.get_mut(seq as usize)?.take()?;
-        self.decoding_count -= 1;
+        let d = self.decoding.take(seq)?;
         self.sum_prompt -= d.prompt as i64;
         self.sum_g0 -= d.g0;
         Some(d)
@@ -171,29 +221,13 @@ impl<'a> Events<'a> {
         self.file_page_need(&d, seq);
         self.sum_prompt += d.prompt as i64;
         self.sum_g0 += d.g0;
-        if self.decoding.len() <= seq as usize {
-            self.decoding.resize(seq as usize + 1, None);
-        }
-        self.decoding[seq as usize] = Some(d);
-        self.decoding_count += 1;
-        self.newest_decoding = self.newest_decoding.max(seq);
+        self.decoding.set(seq, d);
     }
 
     fn file_page_need(&mut self, d: &Decoding, seq: u64) {
         let at = self.need_at(d, seq).0;
         let n = self.page_buckets.len() as i64;
         self.page_buckets[at.rem_euclid(n) as usize].push(seq);
-    }
-
-    /// The largest seq still decoding.
-    fn newest_decoding(&mut self) -> Option<u64> {
-        if self.decoding_count == 0 {
-            return None;
-        }
-        while self.get(self.newest_decoding).is_none() {
-            self.newest_decoding = self.newest_decoding.checked_sub(1)?;
-        }
-        Some(self.newest_decoding)
     }
 
     /// The seqs of `due`'s live entries at or before decode step `step`, oldest request first
@@ -219,7 +253,7 @@ impl<'a> Events<'a> {
         let (seq, w, pages) = if let Some(q) = self.prefilling.pop_back() {
             (q.seq, q.w, q.pages)
         } else {
-            let seq = self.newest_decoding()?;
+            let seq = self.decoding.newest()?;
             let d = self.remove_decoding(seq)?;
             let generated = (self.steps - d.g0) as u32;
             (seq, Waiting { id: d.id, prompt: d.prompt, target: d.target, generated, prefill_len: 0 }, d.pages)
@@ -257,7 +291,7 @@ impl<'a> Events<'a> {
             self.free_pages -= 1;
             let grown = Decoding { pages: d.pages + 1, ..d };
             self.file_page_need(&grown, seq);
-            self.decoding[seq as usize] = Some(grown);
+            self.decoding.set(seq, grown);
         }
     }
 
@@ -274,7 +308,7 @@ impl<'a> Events<'a> {
         let mut batch = StepBatch::default();
         let mut budget = self.p.chunked_prefill_size as i64;
         if !hold_decode {
-            let n = self.decoding_count as i64;
+            let n = self.decoding.live as i64;
             batch.decode_batch = n as u32;
             batch.context_tokens = (self.sum_prompt + n * (self.steps + 1) - self.sum_g0) as u64;
             budget -= n;
@@ -300,7 +334,7 @@ impl<'a> Events<'a> {
     fn apply(&mut self, plan: &Planned, t: f64, first: &mut [f64], tr: &mut Trace, done: &mut Vec<(usize, u32, u32)>) {
         if !plan.hold_decode {
             self.steps += 1;
-            let n = self.decoding_count as u64;
+            let n = self.decoding.live as u64;
             tr.output_tokens += n;
             tr.decode_tokens += n;
             let live = |e: &Self, at: i64, seq: u64| e.get(seq).is_some_and(|d| d.g0 + d.target as i64 == at);
@@ -353,8 +387,6 @@ pub(super) fn run(
 ) -> Trace {
     let mut e = Events::new(profile);
     let n = requests.len();
-    // Every request is admitted at least once: room for each, so the run does not regrow them.
-    e.decoding.reserve(n);
     let (mut sent, mut admitted, mut first) = (vec![f64::NAN; n], vec![f64::NAN; n], vec![f64::NAN; n]);
     let mut tr = Trace { records: Vec::with_capacity(n), ..Trace::default() };
     let mut next = 0usize;
@@ -399,4 +431,29 @@ pub(super) fn run(
     }
     tr.seconds = t;
     tr
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_decoding_window_spans_only_the_live_requests_however_many_were_admitted() {
+        let d = Decoding { id: 0, prompt: 1, target: 1, g0: 0, pages: 1 };
+        let mut w = BySeq::default();
+        for seq in 0..10_000u64 {
+            w.set(seq, d);
+            if seq >= 3 {
+                assert!(w.take(seq - 3).is_some());
+            }
+            assert!(w.slots.len() <= 4, "window of {} slots at seq {seq}", w.slots.len());
+            assert_eq!(w.newest(), Some(seq));
+        }
+        // A hole in the middle stays until the older side finishes; the newest is still the back.
+        assert!(w.take(9_998).is_some());
+        assert_eq!(w.newest(), Some(9_999));
+        assert!(w.take(9_999).is_some());
+        assert_eq!(w.newest(), Some(9_997));
+        assert_eq!((w.live, w.slots.len()), (1, 1));
+    }
 }
