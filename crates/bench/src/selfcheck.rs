@@ -172,8 +172,10 @@ impl SelfCheck {
         };
         let total = user.zip(system).map(|(u, s)| u + s);
         // The runtime's worker threads, which read the responses (`TOKIO_WORKER_THREADS` may
-        // make them fewer than the cores).
-        let threads = tokio::runtime::Handle::current().metrics().num_workers().max(1) as f64;
+        // make them fewer than the cores), but no more than the cores they can run on at once.
+        let workers = tokio::runtime::Handle::current().metrics().num_workers().max(1);
+        let cores = std::thread::available_parallelism().map_or(workers, |n| n.get());
+        let threads = workers.min(cores) as f64;
         ClientCheck {
             cpu_user_s: user,
             cpu_system_s: system,

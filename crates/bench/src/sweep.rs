@@ -36,13 +36,20 @@ use crate::workload::Workload;
 /// token), but it read 35% fewer tokens a second where one server thread streams at full speed,
 /// and woke the self-check's probe later; docs/bench.md, "Client overhead", has the figures.
 pub fn client_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    client_runtime_builder().build()
+}
+
+/// [`client_runtime`]'s builder, for a caller that sets its own worker count (the campaign's
+/// sweeps).
+pub fn client_runtime_builder() -> tokio::runtime::Builder {
     let mut b = tokio::runtime::Builder::new_multi_thread();
     // A request of an open loop is spawned from the pacer's thread into the runtime's shared
     // queue, which a busy worker checks only every so often (tokio aims at about every 200 us);
     // until it does, the request waits, and the wait is schedule lag. Checking every 4 tasks
     // costs an atomic load when the queue is empty.
     b.global_queue_interval(4);
-    b.enable_all().build()
+    b.enable_all();
+    b
 }
 
 /// How far a stop has gone. The CLI raises it on signals: the first stops sending and drains,
@@ -320,6 +327,7 @@ pub async fn run_point(p: &Prepared, point: &SweepPoint, ctl: &Control, index: (
     let check = SelfCheck::start();
     let (scrape_stop_tx, scraper) = start_scraper(p, t0);
     let interrupted = Arc::new(AtomicBool::new(false));
+    let mut loop_failure = None;
     let watcher = tokio::spawn(watch_stop(Arc::clone(&sh), ctl.stopping.clone(), abort_tx, cfg.drain_timeout, Arc::clone(&interrupted)));
     let last_intended_ns = match load {
         Load::Closed { concurrency } => {
@@ -327,7 +335,11 @@ pub async fn run_point(p: &Prepared, point: &SweepPoint, ctl: &Control, index: (
             // the point: each finished request frees a slot and wakes the loop, and a loop on
             // another thread would cost a cross-thread wake-up (a futex and a context switch)
             // and a spawn from outside the workers per request.
-            let _ = tokio::spawn(closed_loop(Arc::clone(&sh), concurrency, point.stop, cfg.ramp_up, planned)).await;
+            if let Err(e) = tokio::spawn(closed_loop(Arc::clone(&sh), concurrency, point.stop, cfg.ramp_up, planned)).await {
+                // The requests it sent are recorded; the point is partial, and says why.
+                interrupted.store(true, Ordering::Relaxed);
+                loop_failure = Some(format!("BUG: the closed loop stopped early ({e}); the point is partial"));
+            }
             0
         }
         Load::Open { rate, arrival, max_concurrency } => {
@@ -349,6 +361,7 @@ pub async fn run_point(p: &Prepared, point: &SweepPoint, ctl: &Control, index: (
     let itl = &report.latency_ms.itl;
     report.notes.extend(client.warnings((itl.count > 0).then_some(itl.p50)));
     report.client = Some(client);
+    report.notes.extend(loop_failure);
     report.requests.lost = sh.tracker.panicked.load(Ordering::Relaxed);
     if report.requests.lost > 0 {
         report
@@ -465,7 +478,8 @@ async fn open_loop(sh: &Arc<Shared>, sched: Vec<u64>, max_concurrency: Option<u3
     let handle = tokio::runtime::Handle::current();
     let sh2 = Arc::clone(sh);
     let pacer = tokio::task::spawn_blocking(move || {
-        precise_sleeps();
+        precise_sleeps(true);
+        let _default_again = DefaultSlackOnDrop;
         for (i, &t) in sched.iter().enumerate() {
             let target = sh2.t0.checked_add(Duration::from_nanos(t)).unwrap_or_else(Instant::now);
             loop {
@@ -492,17 +506,29 @@ async fn open_loop(sh: &Arc<Shared>, sched: Vec<u64>, max_concurrency: Option<u3
     last
 }
 
-/// Asks the kernel to end this thread's sleeps on time: by default Linux may end a sleep up to
-/// 50 us late (the thread's timer slack, which lets it batch wake-ups), and the pacer's
-/// lateness is every request's schedule lag. The slack stays with the thread (a blocking-pool
-/// thread, which sleeps only for the pacer).
-fn precise_sleeps() {
+/// Asks the kernel to end this thread's sleeps on time (`true`), or gives the thread its default
+/// timer slack back (`false`): by default Linux may end a sleep up to 50 us late (the slack lets
+/// it batch wake-ups), and the pacer's lateness is every request's schedule lag. The pacer runs
+/// on a blocking-pool thread that tokio reuses for other work, so it resets the slack when done.
+fn precise_sleeps(on: bool) {
     #[cfg(target_os = "linux")]
     #[expect(unsafe_code, reason = "prctl(PR_SET_TIMERSLACK) changes one number of this thread; it touches no memory")]
     // SAFETY: PR_SET_TIMERSLACK takes an integer argument and sets only the calling thread's
-    // timer slack; a failure leaves the default slack, which is only less precise.
+    // timer slack (0 restores the thread's default); a failure leaves the slack as it was, which
+    // is only more or less precise.
     unsafe {
-        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0 as libc::c_ulong, 0 as libc::c_ulong, 0 as libc::c_ulong);
+        libc::prctl(libc::PR_SET_TIMERSLACK, libc::c_ulong::from(on), 0 as libc::c_ulong, 0 as libc::c_ulong, 0 as libc::c_ulong);
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = on;
+}
+
+/// Gives the pacer's thread its default timer slack back however the pacer ends.
+struct DefaultSlackOnDrop;
+
+impl Drop for DefaultSlackOnDrop {
+    fn drop(&mut self) {
+        precise_sleeps(false);
     }
 }
 

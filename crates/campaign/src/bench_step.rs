@@ -91,9 +91,8 @@ impl BenchSummary {
 /// Runs `plan` against `base_url`, writes the bench JSON to `json_path`, and summarises it.
 pub fn run_sweep(base_url: &str, plan: &BenchPlan, json_path: &Path, cancel: &Arc<AtomicBool>) -> Result<BenchSummary, String> {
     let cfg = config(base_url, plan)?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    let rt = servetune_bench::sweep::client_runtime_builder()
         .worker_threads(2)
-        .enable_all()
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
     let report = rt.block_on(async {

@@ -144,7 +144,9 @@ struct Planned {
 }
 
 impl<'a> Events<'a> {
-    fn new(p: &'a Profile) -> Self {
+    fn new(p: &'a Profile, max_buckets: u64) -> Self {
+        // A profile's page is at least 1 (`Profile::validate`); `max` keeps a division by zero
+        // out of a profile built in code without it.
         let page = p.page_size.max(1) as u64;
         let total_pages = p.kv_tokens / page;
         Self {
@@ -156,7 +158,7 @@ impl<'a> Events<'a> {
             prefilling: VecDeque::new(),
             decoding: BySeq::default(),
             finishes: BinaryHeap::new(),
-            page_buckets: vec![Vec::new(); page.min(MAX_PAGE_BUCKETS) as usize],
+            page_buckets: vec![Vec::new(); page.min(max_buckets.max(1)) as usize],
             steps: 0,
             sum_prompt: 0,
             sum_g0: 0,
@@ -385,7 +387,19 @@ pub(super) fn run(
     concurrency: u32,
     finished: Option<&std::sync::atomic::AtomicU64>,
 ) -> Trace {
-    let mut e = Events::new(profile);
+    run_buckets(profile, cost, requests, concurrency, finished, MAX_PAGE_BUCKETS)
+}
+
+/// [`run`] with at most `max_buckets` page buckets (the tests run pages larger than the buckets).
+pub(super) fn run_buckets(
+    profile: &Profile,
+    cost: &dyn StepCost,
+    requests: &[Lengths],
+    concurrency: u32,
+    finished: Option<&std::sync::atomic::AtomicU64>,
+    max_buckets: u64,
+) -> Trace {
+    let mut e = Events::new(profile, max_buckets);
     let n = requests.len();
     let (mut sent, mut admitted, mut first) = (vec![f64::NAN; n], vec![f64::NAN; n], vec![f64::NAN; n]);
     let mut tr = Trace { records: Vec::with_capacity(n), ..Trace::default() };

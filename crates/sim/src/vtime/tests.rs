@@ -127,8 +127,8 @@ fn lengths() -> impl Strategy<Value = Vec<Lengths>> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
 
-    /// Small caches and pages force preemptions, small budgets chunk prompts across steps, a page
-    /// larger than the event buckets runs them modulo, and
+    /// Small caches and pages force preemptions, small budgets chunk prompts across steps, pages
+    /// larger than the page buckets (3 of them, half the cases) run them modulo, and
     /// both step compositions run: the event-driven run's trace is the engine's, every figure
     /// equal (the same step batches in the same order give the same floating-point sums).
     #[test]
@@ -140,11 +140,17 @@ proptest! {
         page_size in prop::sample::select(vec![1u32, 4, 16, 64, 2048]),
         chunk in 1u32..600,
         mixed in any::<bool>(),
+        few_buckets in any::<bool>(),
     ) {
         let scheduling = if mixed { Scheduling::Mixed } else { Scheduling::PrefillFirst };
         let p = profile(max_running, kv_tokens, page_size, chunk, scheduling);
         let want = run_closed_engine(&p, &p.cost, &reqs, concurrency);
-        let got = run_closed(&p, &p.cost, &reqs, concurrency);
+        // With the default page buckets, and with 3 (every page but 1 is larger than them).
+        let got = if few_buckets {
+            super::events::run_buckets(&p, &p.cost, &reqs, concurrency, None, 3)
+        } else {
+            run_closed(&p, &p.cost, &reqs, concurrency)
+        };
         prop_assert_eq!(got.records.len(), want.records.len());
         for (g, w) in got.records.iter().zip(&want.records) {
             // NaN-safe: compare the bits (a request never admitted keeps NaN in both).
