@@ -476,6 +476,8 @@ mod tests {
             let share = if r.plan.tp == 4 { 0.9 } else { 0.5 };
             assert!((r.output_tokens_per_s - st.output_tokens_per_s * share).abs() < 1e-6, "{r:?}");
             assert_eq!((r.concurrency, r.tpot_ms), (st.concurrency, 7.0));
+            // rank_with decides on the steady state whether any plan sits at the range's end.
+            assert_eq!((r.searched_up_to, r.concurrency_reason), (st.searched_up_to, st.concurrency_reason));
         }
         assert!(client.windows(2).all(|p| p[0].output_tokens_per_s >= p[1].output_tokens_per_s));
         assert_eq!(client[0].plan.tp, 4, "the bench favours TP4 enough to lead: {client:?}");
@@ -484,6 +486,30 @@ mod tests {
         let switch = fixes.iter().find(|f| f.fix.starts_with("switch to")).expect("a switch fix");
         let current = client.iter().find(|r| r.plan == s.plan).expect("current plan ranked").output_tokens_per_s;
         assert!((switch.gain.expect("gain") - client[0].output_tokens_per_s / current).abs() < 1e-9);
+    }
+
+    /// `rank_with` skips the client's first pass where the steady state shows no plan at the end
+    /// of the range: its answer is still the one of ranking with the client and going on when
+    /// the client's top plan sits at the end.
+    #[test]
+    fn rank_with_answers_as_ranking_with_the_client_then_going_on_from_its_top_plan() {
+        let s = scenario("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", "pcie5-p2p", 8, 8);
+        let w = Workload::fixed(1024, 1024);
+        let client: Client = Some((&Fraction, &w));
+        let mut went_on = 0;
+        for max in [Some(2), Some(8), Some(16), Some(32), Some(64), Some(128), Some(256), Some(512), Some(100_000), None] {
+            let range = ConcurrencyRange { max };
+            let first = rank_within(&s, &[], range, client);
+            let want = match (max, first.first()) {
+                (Some(m), Some(top)) if top.concurrency >= m && top.searched_up_to == m => {
+                    went_on += 1;
+                    rank_within(&s, &[], ConcurrencyRange { max: None }, client)
+                }
+                _ => first,
+            };
+            assert_eq!(rank_with(&s, &[], range, client), want, "range {max:?}");
+        }
+        assert!(went_on > 0, "no range made the ranking go on: the test would not see that path");
     }
 
     #[test]
