@@ -51,11 +51,7 @@ struct Decoding {
 }
 
 /// At most this many page buckets (a cache's page is at most a few hundred tokens in practice).
-const MAX_PAGE_BUCKETS: u64 = 1024;
-
-/// A min-heap of (decode step count, seq) events; an entry whose request has left or moved on is
-/// stale and skipped when it comes up.
-type Due = BinaryHeap<Reverse<(i64, u64)>>;
+pub(super) const MAX_PAGE_BUCKETS: u64 = 1024;
 
 /// Decoding requests by admission order (seq), as a window from the oldest one still decoding to
 /// the newest: memory follows the requests decoding now, not every admission of the run (a run
@@ -123,8 +119,9 @@ struct Events<'a> {
     waiting: VecDeque<Waiting>,
     prefilling: VecDeque<Prefilling>,
     decoding: BySeq,
-    /// (decode step count at which it finishes, seq).
-    finishes: Due,
+    /// A min-heap of (decode step count at which it finishes, seq); an entry whose request was
+    /// preempted is stale and skipped when it comes up.
+    finishes: BinaryHeap<Reverse<(i64, u64)>>,
     /// Decoding requests by the decode step count, modulo the bucket count, at which their next
     /// token needs a new KV page: all decoding requests advance together, so a request comes due
     /// once a page (and is checked once per lap of the buckets). Entries of requests that left are
@@ -232,16 +229,16 @@ impl<'a> Events<'a> {
         self.page_buckets[at.rem_euclid(n) as usize].push(seq);
     }
 
-    /// The seqs of `due`'s live entries at or before decode step `step`, oldest request first
-    /// (`live` says whether an entry still stands for its request).
-    fn take_due(&mut self, which: fn(&mut Self) -> &mut Due, step: i64, live: fn(&Self, i64, u64) -> bool) -> Vec<u64> {
+    /// The seqs of the decoding requests whose last token the step that just ran produced,
+    /// oldest request first.
+    fn take_finished(&mut self) -> Vec<u64> {
         let mut out = Vec::new();
-        while let Some(&Reverse((at, seq))) = which(self).peek() {
-            if at > step {
+        while let Some(&Reverse((at, seq))) = self.finishes.peek() {
+            if at > self.steps {
                 break;
             }
-            which(self).pop();
-            if live(self, at, seq) {
+            self.finishes.pop();
+            if self.get(seq).is_some_and(|d| d.g0 + d.target as i64 == at) {
                 out.push(seq);
             }
         }
@@ -339,9 +336,7 @@ impl<'a> Events<'a> {
             let n = self.decoding.live as u64;
             tr.output_tokens += n;
             tr.decode_tokens += n;
-            let live = |e: &Self, at: i64, seq: u64| e.get(seq).is_some_and(|d| d.g0 + d.target as i64 == at);
-            let finished = self.take_due(|e| &mut e.finishes, self.steps, live);
-            for seq in finished {
+            for seq in self.take_finished() {
                 if let Some(d) = self.remove_decoding(seq) {
                     self.free_pages += d.pages;
                     done.push((d.id, d.prompt, d.target));
@@ -379,19 +374,10 @@ impl<'a> Events<'a> {
     }
 }
 
-/// [`super::run_closed_counted`]'s run: `requests` in order with `concurrency` in flight.
+/// [`super::run_closed_counted`]'s run: `requests` in order with `concurrency` in flight, with
+/// at most `max_buckets` page buckets ([`MAX_PAGE_BUCKETS`]; the tests also run pages larger than
+/// the buckets).
 pub(super) fn run(
-    profile: &Profile,
-    cost: &dyn StepCost,
-    requests: &[Lengths],
-    concurrency: u32,
-    finished: Option<&std::sync::atomic::AtomicU64>,
-) -> Trace {
-    run_buckets(profile, cost, requests, concurrency, finished, MAX_PAGE_BUCKETS)
-}
-
-/// [`run`] with at most `max_buckets` page buckets (the tests run pages larger than the buckets).
-pub(super) fn run_buckets(
     profile: &Profile,
     cost: &dyn StepCost,
     requests: &[Lengths],

@@ -129,7 +129,7 @@ pub fn run_closed_counted(
     concurrency: u32,
     finished: Option<&std::sync::atomic::AtomicU64>,
 ) -> Trace {
-    events::run(profile, cost, requests, concurrency, finished)
+    events::run(profile, cost, requests, concurrency, finished, events::MAX_PAGE_BUCKETS)
 }
 
 /// Runs `requests` requests of `input` prompt and `output` forced output tokens with `concurrency`

@@ -147,7 +147,7 @@ proptest! {
         let want = run_closed_engine(&p, &p.cost, &reqs, concurrency);
         // With the default page buckets, and with 3 (every page but 1 is larger than them).
         let got = if few_buckets {
-            super::events::run_buckets(&p, &p.cost, &reqs, concurrency, None, 3)
+            super::events::run(&p, &p.cost, &reqs, concurrency, None, 3)
         } else {
             run_closed(&p, &p.cost, &reqs, concurrency)
         };
