@@ -159,7 +159,7 @@ pub fn profile(s: &Scenario) -> Profile {
         ),
         model: s.model.name.clone(),
         tp_size: s.plan.tp,
-        max_running_requests: s.max_concurrency().max(1),
+        max_running_requests: replica_running_cap(s),
         kv_tokens: (s.max_kv_tokens() / s.plan.dp().max(1) as u64).max(64),
         page_size: 64,
         chunked_prefill_size: chunk,
@@ -174,6 +174,16 @@ pub fn profile(s: &Scenario) -> Profile {
             per_context_token_us: 0.0,
         },
         moe_efficiency: s.model.moe.as_ref().map(|_| s.engine.moe_efficiency),
+    }
+}
+
+/// One replica's running cap: the deployment's (stated, else the engine's default) shared over
+/// its replicas; without one, the KV's estimate for the whole deployment, which the replica's own
+/// KV pages bound first.
+fn replica_running_cap(s: &Scenario) -> u32 {
+    match s.max_running.or_else(|| s.default_running_cap()) {
+        Some(cap) => cap.div_ceil(s.plan.dp().max(1)).clamp(1, s.max_concurrency().max(1)),
+        None => s.max_concurrency().max(1),
     }
 }
 

@@ -64,6 +64,23 @@ fn concurrency_above_the_running_cap_queues_and_shows_it() {
 }
 
 #[test]
+fn each_replica_keeps_its_share_of_the_running_cap() {
+    // Two replicas with a stated cap of 16 in all: each runs 8, so 64 clients queue on both.
+    let mut spec = ScenarioSpec::new(ModelSource::Catalog("llama-3.1-8b".into()), "h100-sxm");
+    (spec.gpus, spec.tp, spec.input_len, spec.output_len, spec.max_running) = (2, Some(1), 512, 256, Some(16));
+    spec.link = LinkSource::Catalog("nvlink".into());
+    let s = spec.build().expect("fits");
+    assert_eq!(servetune_sim::from_plan::profile(&s).max_running_requests, 8);
+    let r = PlanBench.run(&s, &fixed(320), 64);
+    assert_eq!(r.peak_running, 16, "8 on each of the 2 replicas");
+    // vLLM's default cap (1024 per engine on an H100) bounds each replica the same way.
+    spec.max_running = None;
+    spec.engine = servetune_model::predict::EngineName::Vllm;
+    let v = spec.build().expect("fits");
+    assert_eq!(servetune_sim::from_plan::profile(&v).max_running_requests, 1024);
+}
+
+#[test]
 fn length_distributions_are_drawn_within_their_ranges_and_seeded() {
     let w = Workload {
         requests: Some(500),

@@ -17,7 +17,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::Overlap;
+use super::{BatchDefaults, Overlap};
 use crate::ModelError;
 
 /// [`Engine::cdna3_floor_scale`]'s default: fitted on the fit set's CDNA 3 rows (see there).
@@ -129,6 +129,10 @@ pub struct Engine {
     pub stream_scale: f64,
     /// The serving engine whose defaults these are ([`EngineName::defaults`]).
     pub serving: EngineName,
+    /// The release family whose default batch limits apply: the running cap a scheduler keeps
+    /// and the largest decode batch it replays as a CUDA graph ([`BatchDefaults`], from the
+    /// engines' code; [`EngineRelease::batch_defaults`]).
+    pub batch: BatchDefaults,
 }
 
 impl Default for Engine {
@@ -155,6 +159,7 @@ impl Default for Engine {
             moe_table: true,
             stream_scale: 1.0,
             serving: EngineName::Sglang,
+            batch: BatchDefaults::SglangTable { minor: SGLANG_CURRENT_MINOR },
         }
     }
 }
@@ -245,6 +250,7 @@ impl EngineName {
             mixed_prefill: self.mixes_prefill(),
             prefill_graphs: self.graphs_prefill(),
             mem_fraction: self.mem_fraction(),
+            batch: EngineRelease::current(self).batch_defaults(None),
             ..Engine::default()
         }
     }
@@ -254,6 +260,13 @@ impl EngineName {
 /// (sglang PR 16331 "Piecewise Cuda Graph set default", merged 2026-03-02; 0.5.9 predates it):
 /// older sglang runs its prefill passes eagerly ([`EngineName::graphs_prefill`]).
 pub const SGLANG_PIECEWISE_DEFAULT: ((u32, u32, u32), &str) = ((0, 5, 10), "2026-03-02");
+
+/// The newest sglang 0.5.x release whose batch-limit table [`BatchDefaults::SglangTable`] knows
+/// (0.5.23, 2026-10-30: its smallest-GPU rows changed): what a current sglang runs.
+pub const SGLANG_CURRENT_MINOR: u32 = 23;
+
+/// sglang 0.5.23's release date (PyPI upload), for measurements that name no version.
+const SGLANG_0_5_23_DATE: &str = "2026-10-30";
 
 /// The first vLLM release whose default engine is V1 (vLLM 0.8.0 release notes, March 2025: "V1
 /// engine enabled by default"): V1 puts new prompts' tokens into the running decode steps. V0,
@@ -358,6 +371,30 @@ impl EngineRelease {
         }
     }
 
+    /// The release's default batch limits ([`BatchDefaults`]); `date` (the measurement's) decides
+    /// where the version names no release.
+    pub fn batch_defaults(&self, date: Option<&str>) -> BatchDefaults {
+        match self.name {
+            EngineName::Sglang if !self.at_least((0, 5, 3), Some("2025-10-06"), date) => BatchDefaults::SglangBeforeTable,
+            EngineName::Sglang => {
+                let minor = match release_numbers(self.version.as_deref().unwrap_or("")) {
+                    Some((0, 5, m)) => m,
+                    // A nightly or a date alone: the 0.5.5 .. 0.5.22 rows until 0.5.23's date.
+                    _ if !self.at_least((0, 5, 23), Some(SGLANG_0_5_23_DATE), date) => 5,
+                    _ => SGLANG_CURRENT_MINOR,
+                };
+                BatchDefaults::SglangTable { minor }
+            }
+            EngineName::Vllm if !self.mixes_prefill() => BatchDefaults::VllmV0,
+            EngineName::Vllm => BatchDefaults::VllmV1 {
+                by_memory: self.at_least((0, 8, 5), Some("2025-04-28"), date),
+                not_a100: self.at_least((0, 9, 0), Some("2025-05-28"), date),
+                blackwell_1024: self.at_least((0, 28, 0), Some("2026-08-26"), date),
+            },
+            EngineName::Trtllm => BatchDefaults::Trtllm,
+        }
+    }
+
     /// The release-dependent defaults the model applies, for a reader.
     pub fn features(&self) -> Vec<ReleaseFeature> {
         let mut out = Vec::new();
@@ -381,7 +418,12 @@ impl EngineRelease {
     /// The model's defaults for this release: [`EngineName::defaults`] with the release's
     /// prefill mixing and prefill graphs.
     pub fn defaults(&self) -> Engine {
-        Engine { mixed_prefill: self.mixes_prefill(), prefill_graphs: self.prefill_graphs(None), ..self.name.defaults() }
+        Engine {
+            mixed_prefill: self.mixes_prefill(),
+            prefill_graphs: self.prefill_graphs(None),
+            batch: self.batch_defaults(None),
+            ..self.name.defaults()
+        }
     }
 }
 

@@ -184,11 +184,26 @@ impl Scenario {
         }
     }
 
-    /// Requests that run at once: those whose KV at the mean context ([`Self::mean_context`])
-    /// fits, under the running cap.
+    /// Requests whose KV at the mean context ([`Self::mean_context`]) fits, before any running cap.
+    pub fn kv_concurrency(&self) -> u32 {
+        self.requests_at(self.mean_context()).min(u32::MAX as u64) as u32
+    }
+
+    /// Requests that run at once: those whose KV at the mean context fits
+    /// ([`Self::kv_concurrency`]), under the running cap: the stated one (`--max-running`), else
+    /// the engine's default ([`Self::default_running_cap`]). [`Self::running_limit`] says which binds.
     pub fn max_concurrency(&self) -> u32 {
-        let kv = self.requests_at(self.mean_context()).min(u32::MAX as u64) as u32;
-        self.max_running.map_or(kv, |m| kv.min(m))
+        self.running_limit().0
+    }
+
+    /// [`Self::max_concurrency`] and what sets it.
+    pub fn running_limit(&self) -> (u32, RunningLimit) {
+        let kv = self.kv_concurrency();
+        match (self.max_running, self.default_running_cap()) {
+            (Some(m), _) if m < kv => (m, RunningLimit::Stated),
+            (None, Some(m)) if m < kv => (m, RunningLimit::EngineDefault),
+            _ => (kv, RunningLimit::KvCache),
+        }
     }
 
     /// Whether one request at its full context (input + output) fits in the KV cache.
@@ -215,5 +230,28 @@ impl Scenario {
             )));
         }
         Ok(())
+    }
+}
+
+/// What bounds the requests a deployment runs at once ([`Scenario::running_limit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunningLimit {
+    /// The KV cache: no more requests' KV fits at the mean context.
+    KvCache,
+    /// The running cap the user stated (`--max-running`).
+    Stated,
+    /// The engine's default running cap ([`super::BatchDefaults::running_cap`]).
+    EngineDefault,
+}
+
+impl RunningLimit {
+    /// "the KV cache holds", "the stated running cap (--max-running) allows", ...
+    pub fn words(self) -> &'static str {
+        match self {
+            RunningLimit::KvCache => "the KV cache holds",
+            RunningLimit::Stated => "the stated running cap (--max-running) allows",
+            RunningLimit::EngineDefault => "the engine's default running cap (docs/plan.md, engine batch limits) allows",
+        }
     }
 }

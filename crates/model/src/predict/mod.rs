@@ -33,6 +33,8 @@
 //! - `prefill`: the per-step overhead (fixed, per kernel, per request, launches without CUDA
 //!   graphs), the kernels a step runs, and prefill time as a pass of its own or inside a decode step.
 //! - `bottleneck`: the largest term of a step, with the numbers a reader needs ([`Bottleneck`]).
+//! - `limits`: the engines' default batch limits ([`BatchDefaults`]): the running cap a scheduler
+//!   keeps and the largest decode batch it replays as a CUDA graph, by release, GPU and plan.
 //! - `engine`: the serving engine's behaviour the prediction assumes ([`Engine`], [`EngineName`])
 //!   and the defaults, each naming its source.
 //!
@@ -42,6 +44,7 @@
 mod bottleneck;
 mod collectives;
 mod engine;
+mod limits;
 mod memory;
 mod prefill;
 mod step;
@@ -54,7 +57,8 @@ pub use engine::{
     Engine, EngineName, EngineRelease, ReleaseFeature, CDNA3_FLOOR_SCALE, SGLANG_PIECEWISE_DEFAULT, SGLANG_REQUEST_LATENCY_MS,
     TRTLLM_REQUEST_LATENCY_MS, VLLM_GPU_MEMORY_UTILIZATION, VLLM_REQUEST_LATENCY_MS, VLLM_V1_DEFAULT,
 };
-pub use memory::Memory;
+pub use limits::BatchDefaults;
+pub use memory::{Memory, RunningLimit};
 pub use prefill::{prefill_gemm_efficiency, PrefillPass, PREFILL_MOE_EFFICIENCY};
 pub use step::hopper_fp8_kv_efficiency;
 

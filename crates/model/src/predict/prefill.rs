@@ -67,9 +67,10 @@ impl Scenario {
     }
 
     /// The overhead of a decode step of `b` running requests: [`Self::overhead_ms`] plus each
-    /// request's [`Engine::request_step_us`](super::Engine::request_step_us), ms.
+    /// request's [`Engine::request_step_us`](super::Engine::request_step_us), plus the launches
+    /// of a batch above the largest captured CUDA graph ([`Self::eager_decode_ms`]), ms.
     pub fn decode_overhead_ms(&self, b: f64) -> f64 {
-        self.overhead_ms() + self.engine.request_step_us * b / 1e3
+        self.overhead_ms() + self.engine.request_step_us * b / 1e3 + self.eager_decode_ms(b)
     }
 
     /// What a step carrying prompt tokens adds when the engine runs it without CUDA graphs while

@@ -9,7 +9,7 @@ use servetune_stats::{knee, LoadPoint, Slo, MIN_GAIN};
 
 use crate::calibrate::Fit;
 use crate::interval::Interval;
-use crate::predict::{Bottleneck, Memory, Overlap, Point, Scenario};
+use crate::predict::{Bottleneck, Memory, Overlap, Point, RunningLimit, Scenario};
 use crate::quant::Dtype;
 use crate::rank::{ConcurrencyRange, ConcurrencyReason, Fix, Ranked};
 use crate::spec::ParamCounts;

@@ -115,8 +115,18 @@ fn write_memory(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
     writeln!(
         w,
         "\nmemory per GPU: {:.1} GB weights + {:.1} GB workspace + {:.1} GB KV of {:.1} GB usable ({:.1} GB as the driver reports it); KV {:.1} KB/token; {} tokens; {} requests at a mean context of {} tokens (prompt + half the output)",
-        m.weights_gb, m.workspace_gb, m.kv_gb, m.usable_gb, m.capacity_gb, m.kv_bytes_per_token / 1e3, r.max_kv_tokens, r.max_concurrency, s.input_len + s.output_len / 2
+        m.weights_gb, m.workspace_gb, m.kv_gb, m.usable_gb, m.capacity_gb, m.kv_bytes_per_token / 1e3, r.max_kv_tokens, s.kv_concurrency(), s.input_len + s.output_len / 2
     )?;
+    if let (cap, limit @ (RunningLimit::Stated | RunningLimit::EngineDefault)) = s.running_limit() {
+        writeln!(w, "running cap: {} {cap} requests at once", limit.words())?;
+    }
+    if let Some(g) = s.graph_max_batch().filter(|_| s.engine.cuda_graphs) {
+        writeln!(
+            w,
+            "CUDA graphs: decode batches up to {g} per scheduler replay a graph; a larger one runs eagerly (+{:.1} ms of launches per step)",
+            s.engine.launch_us * s.kernels_per_step() / 1e3
+        )?;
+    }
     if let Some(err) = &r.fit_error {
         writeln!(w, "DOES NOT FIT: {err}")?;
     }
@@ -371,8 +381,10 @@ fn write_answer(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
     if best.concurrency == top_asked && r.max_concurrency > top_asked {
         writeln!(
             w,
-            "  the highest concurrency asked; the KV cache holds {} requests: give --concurrency up to {} (or --rank, which searches that far)",
-            r.max_concurrency, r.max_concurrency
+            "  the highest concurrency asked; {} {} requests: give --concurrency up to {} (or --rank, which searches that far)",
+            r.scenario.running_limit().1.words(),
+            r.max_concurrency,
+            r.max_concurrency
         )?;
     }
     Ok(())

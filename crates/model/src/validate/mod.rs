@@ -337,6 +337,7 @@ fn prepare(c: &E2eCase, engine: &Engine, latency: Latency) -> Result<Prepared, (
         mixed_prefill: e.mixed_prefill,
         mem_fraction: e.mem_fraction,
         serving: e.serving,
+        batch: release.batch_defaults(c.date.as_deref()),
         request_latency_ms,
         ..*engine
     };

@@ -1,0 +1,294 @@
+//! The engines' default limits on one scheduler's batch: how many requests it runs at once, and
+//! the largest decode batch it replays as a CUDA graph (a larger one runs eagerly and pays each
+//! kernel's launch). Both are set by the engine, not the hardware, and both change with the
+//! release, so [`BatchDefaults`] names the release family and [`Scenario`] turns it into numbers
+//! for the GPU, the plan and the KV cache.
+//!
+//! Sources (the engines' released code, read per release; docs/plan.md "Engine batch limits"):
+//! - vLLM's running cap is `max_num_seqs`, per engine core (per data-parallel rank): 256 under V0;
+//!   under V1 (0.8.0, March 2025) 1024 on every GPU until 0.8.4, then 1024 on GPUs with at least
+//!   70 GiB (0.8.5, `EngineArgs._set_default_args_v1`) and, from 0.9.0, not on an A100
+//!   (vLLM PR 17885); 256 otherwise. Its largest captured decode batch is 256 under V0 and 512
+//!   under V1 (`min(2 x max_num_seqs, 512)` from 0.10.0), 1024 on data-centre Blackwell from
+//!   0.28.0; above it `CudagraphDispatcher.dispatch` runs the step without a graph.
+//! - sglang's running cap, unset, is derived per scheduler (each attention-DP worker) from its KV
+//!   pool: the request slots `KV tokens / context length x 512`, held to [2048, 4096], and at
+//!   most half the KV tokens. Its `cuda_graph_max_bs` is a table by GPU memory and TP size from
+//!   0.5.3 (2025-10-06; `ServerArgs._handle_gpu_memory_settings`): under 20 GB 8; under 35 GB 16
+//!   (24 from 0.5.5, 48 from 0.5.23) below TP4 and 80 (160 from 0.5.23) at TP4 and up; under
+//!   60 GB 32 / 160; under 160 GB 256 / 512; 512 above. Before 0.5.3 (0.4.8 .. 0.5.2) it was 160,
+//!   256 above 90 GB and 512 above 160 GB, whatever the TP. A batch above it runs eagerly
+//!   (`CudaGraphRunner.can_run` is false).
+//! - TensorRT-LLM's `max_batch_size` defaults to 2048 (LLM API and `trtllm-serve`). Its CUDA-graph
+//!   batch sizes (up to 128, no padding by default) are not modelled: the rule for a batch
+//!   outside the captured list comes from its docs, not its code.
+
+use serde::Serialize;
+
+use super::Scenario;
+use crate::hw::{Arch, GpuSpec};
+
+/// Bytes in a mebibyte: the engines compare the device's memory in MiB or GiB.
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// The release family whose default batch limits apply ([`super::EngineRelease::batch_defaults`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BatchDefaults {
+    /// No default limit: only the KV cache bounds the batch, and every decode batch replays a graph.
+    Unlimited,
+    /// sglang before 0.5.3: `cuda_graph_max_bs` by memory alone.
+    SglangBeforeTable,
+    /// sglang from 0.5.3: the table by memory and TP, whose smallest-GPU rows `minor` (the
+    /// release's 0.5.x number) picks.
+    SglangTable {
+        /// The 0.5.x minor release (3 .. 23 and up).
+        minor: u32,
+    },
+    /// vLLM's V0 engine (before 0.8.0): 256 running, graphs up to 256.
+    VllmV0,
+    /// vLLM's V1 engine.
+    VllmV1 {
+        /// 0.8.5 and later: the 1024 cap only on GPUs with at least 70 GiB.
+        by_memory: bool,
+        /// 0.9.0 and later: not on an A100 either.
+        not_a100: bool,
+        /// 0.28.0 and later: graphs up to 1024 on data-centre Blackwell.
+        blackwell_1024: bool,
+    },
+    /// TensorRT-LLM: `max_batch_size` 2048; graphs not modelled.
+    Trtllm,
+}
+
+impl BatchDefaults {
+    /// Requests one scheduler runs at once by default, given its KV tokens and the model's
+    /// context length (None: no default cap).
+    pub fn running_cap(self, gpu: &GpuSpec, kv_tokens: f64, context_len: u32) -> Option<u32> {
+        match self {
+            BatchDefaults::Unlimited => None,
+            BatchDefaults::SglangBeforeTable | BatchDefaults::SglangTable { .. } => {
+                let slots = (kv_tokens / f64::from(context_len.max(1)) * 512.0).clamp(2048.0, 4096.0);
+                Some(slots.min((kv_tokens / 2.0).floor()).max(1.0) as u32)
+            }
+            BatchDefaults::VllmV0 => Some(256),
+            BatchDefaults::VllmV1 { by_memory, not_a100, .. } => {
+                let big = gpu.memory_gb * 1e9 / (1024.0 * MIB) >= 70.0;
+                let a100 = gpu.name.starts_with("a100");
+                Some(if !by_memory || (big && !(not_a100 && a100)) { 1024 } else { 256 })
+            }
+            BatchDefaults::Trtllm => Some(2048),
+        }
+    }
+
+    /// The largest decode batch one scheduler replays as a CUDA graph by default, on `gpu` with
+    /// TP size `tp` (None: no limit modelled).
+    pub fn graph_max_batch(self, gpu: &GpuSpec, tp: u32) -> Option<u32> {
+        let mib = gpu.memory_gb * 1e9 / MIB;
+        let small_tp = tp < 4;
+        match self {
+            BatchDefaults::Unlimited | BatchDefaults::Trtllm => None,
+            BatchDefaults::SglangBeforeTable => Some(match (mib, small_tp) {
+                (m, true) if m < 35.0 * 1024.0 => 8,
+                (m, false) if m < 35.0 * 1024.0 => 80,
+                (m, _) if m > 160.0 * 1000.0 => 512,
+                (m, _) if m > 90.0 * 1024.0 => 256,
+                _ => 160,
+            }),
+            BatchDefaults::SglangTable { minor } => Some(match (mib / 1024.0, small_tp) {
+                (g, _) if g < 20.0 => 8,
+                (g, true) if g < 35.0 => match minor {
+                    m if m >= 23 => 48,
+                    m if m >= 5 => 24,
+                    _ => 16,
+                },
+                (g, false) if g < 35.0 => {
+                    if minor >= 23 {
+                        160
+                    } else {
+                        80
+                    }
+                }
+                (g, true) if g < 60.0 => 32,
+                (g, false) if g < 60.0 => 160,
+                (g, true) if g < 160.0 => 256,
+                _ => 512,
+            }),
+            BatchDefaults::VllmV0 => Some(256),
+            BatchDefaults::VllmV1 { blackwell_1024, .. } => Some(if blackwell_1024 && gpu.arch == Arch::Blackwell { 1024 } else { 512 }),
+        }
+    }
+}
+
+impl Scenario {
+    /// The schedulers that each keep their own batch: one per replica, or one per attention-DP
+    /// rank under DP attention (sglang's DP workers, vLLM's engine cores).
+    pub fn schedulers(&self) -> u32 {
+        self.plan.dp() * if self.plan.dp_attention { self.plan.tp } else { 1 }
+    }
+
+    /// The engine's default running cap for the whole deployment: each scheduler's
+    /// ([`BatchDefaults::running_cap`], from its share of the KV cache) times the schedulers.
+    /// None without one. A stated `--max-running` replaces it ([`Self::max_concurrency`]).
+    pub fn default_running_cap(&self) -> Option<u32> {
+        let n = self.schedulers().max(1);
+        let kv = self.max_kv_tokens() as f64 / f64::from(n);
+        let per = self.engine.batch.running_cap(&self.gpu, kv, self.model.max_context)?;
+        Some(per.saturating_mul(n))
+    }
+
+    /// The largest decode batch a scheduler replays as a CUDA graph (None: every batch does).
+    pub fn graph_max_batch(&self) -> Option<u32> {
+        self.engine.batch.graph_max_batch(&self.gpu, self.plan.tp)
+    }
+
+    /// One scheduler's decode batch when a replica runs `b` requests: each pipeline stage runs
+    /// micro-batches of b / pp, split over the attention-DP ranks under DP attention.
+    pub(super) fn scheduler_batch(&self, b: f64) -> f64 {
+        let ranks = if self.plan.dp_attention { f64::from(self.plan.tp) } else { 1.0 };
+        b / f64::from(self.plan.pp.max(1)) / ranks
+    }
+
+    /// What a decode step of a replica at batch `b` adds when its batch is above the largest
+    /// captured CUDA graph ([`Self::graph_max_batch`]): each kernel's launch, as a step that
+    /// carries prompt tokens pays it without graphs ([`Self::eager_prefill_ms`]), ms. 0 when the
+    /// engine runs without graphs anyway (the per-step overhead already counts the launches).
+    pub fn eager_decode_ms(&self, b: f64) -> f64 {
+        match self.graph_max_batch() {
+            Some(cap) if self.engine.cuda_graphs && self.scheduler_batch(b) > f64::from(cap) => {
+                self.engine.launch_us * self.kernels_per_step() / 1e3
+            }
+            _ => 0.0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hw::gpu;
+    use crate::predict::tests::scenario;
+    use crate::predict::{EngineName, EngineRelease, RunningLimit};
+    use crate::quant::Dtype;
+
+    fn release(s: &str) -> BatchDefaults {
+        EngineRelease::parse("--engine", s).expect("parses").batch_defaults(None)
+    }
+
+    fn with(s: &Scenario, batch: BatchDefaults) -> Scenario {
+        let mut s = s.clone();
+        s.engine.batch = batch;
+        s
+    }
+
+    #[test]
+    fn vllm_runs_1024_requests_on_70_gib_gpus_but_an_a100_and_256_elsewhere() {
+        let v1 = release("vllm");
+        let cap = |g: &str| v1.running_cap(&gpu(g).expect("gpu"), 1e6, 131_072);
+        assert_eq!(cap("h100-sxm"), Some(1024));
+        assert_eq!(cap("h200"), Some(1024));
+        assert_eq!(cap("rtx-pro-6000-se"), Some(1024));
+        assert_eq!(cap("mi300x"), Some(1024));
+        assert_eq!(cap("a100"), Some(256), "0.9.0 keeps the A100 in the small tier");
+        assert_eq!(cap("l40s"), Some(256));
+        assert_eq!(cap("rtx-5090"), Some(256));
+        // 0.8.0 .. 0.8.4 gave every GPU 1024; 0.8.5 .. 0.8.x the A100 too; V0 ran 256.
+        assert_eq!(release("vllm@0.8.2").running_cap(&gpu("l40s").expect("gpu"), 1e6, 8192), Some(1024));
+        assert_eq!(release("vllm@0.8.5").running_cap(&gpu("a100").expect("gpu"), 1e6, 8192), Some(1024));
+        assert_eq!(release("vllm@0.7.3").running_cap(&gpu("h100-sxm").expect("gpu"), 1e6, 8192), Some(256));
+    }
+
+    #[test]
+    fn sglangs_running_cap_is_its_request_slots_held_to_2048_through_4096() {
+        let s = release("sglang");
+        let h200 = gpu("h200").expect("gpu");
+        // 1M tokens over a 131,072-token context: 3,906 slots.
+        assert_eq!(s.running_cap(&h200, 1_000_000.0, 131_072), Some(3906));
+        assert_eq!(s.running_cap(&h200, 400_000.0, 131_072), Some(2048), "held up to 2048");
+        assert_eq!(s.running_cap(&h200, 1e9, 8192), Some(4096), "held down to 4096");
+        assert_eq!(s.running_cap(&h200, 3000.0, 8192), Some(1500), "at most half the KV tokens");
+        assert_eq!(release("trtllm").running_cap(&h200, 1e6, 8192), Some(2048));
+    }
+
+    #[test]
+    fn sglangs_largest_decode_graph_follows_its_table_by_memory_and_tp() {
+        let table = release("sglang");
+        let g = |name: &str, tp: u32| table.graph_max_batch(&gpu(name).expect("gpu"), tp);
+        assert_eq!((g("h100-sxm", 2), g("h100-sxm", 8)), (Some(256), Some(512)));
+        assert_eq!((g("h200", 1), g("h200", 4)), (Some(256), Some(512)));
+        assert_eq!((g("b200", 1), g("mi300x", 8)), (Some(512), Some(512)));
+        assert_eq!((g("l40s", 2), g("l40s", 4)), (Some(32), Some(160)));
+        assert_eq!((g("rtx-5090", 1), g("rtx-5090", 4)), (Some(48), Some(160)), "0.5.23's rows");
+        assert_eq!(g("rtx-4090", 1), Some(48));
+        let mid = release("sglang@0.5.9");
+        assert_eq!(mid.graph_max_batch(&gpu("rtx-5090").expect("gpu"), 1), Some(24));
+        assert_eq!(mid.graph_max_batch(&gpu("rtx-5090").expect("gpu"), 8), Some(80));
+        // Before the table (0.4.8 .. 0.5.2): by memory alone.
+        let old = release("sglang@0.4.9");
+        assert_eq!(old, BatchDefaults::SglangBeforeTable);
+        let o = |name: &str| old.graph_max_batch(&gpu(name).expect("gpu"), 8);
+        assert_eq!((o("h100-sxm"), o("h200"), o("b200")), (Some(160), Some(256), Some(512)));
+        // A measurement that names no release takes its date.
+        let undated = EngineRelease::current(EngineName::Sglang);
+        assert_eq!(undated.batch_defaults(Some("2025-06-01")), BatchDefaults::SglangBeforeTable);
+        assert_eq!(undated.batch_defaults(Some("2026-03-01")), BatchDefaults::SglangTable { minor: 5 });
+    }
+
+    #[test]
+    fn vllm_graphs_decode_up_to_512_and_1024_on_data_centre_blackwell_from_0_28() {
+        let h100 = gpu("h100-sxm").expect("gpu");
+        let b200 = gpu("b200").expect("gpu");
+        assert_eq!(release("vllm").graph_max_batch(&h100, 8), Some(512));
+        assert_eq!(release("vllm").graph_max_batch(&b200, 8), Some(1024));
+        assert_eq!(release("vllm@0.25.0").graph_max_batch(&b200, 8), Some(512));
+        assert_eq!(release("vllm@0.7.3").graph_max_batch(&h100, 8), Some(256));
+        assert_eq!(release("trtllm").graph_max_batch(&h100, 8), None, "not modelled");
+    }
+
+    #[test]
+    fn a_decode_batch_above_the_largest_graph_pays_each_kernels_launch_once() {
+        let s = scenario("llama-3.1-70b", Dtype::Fp8, "h100-sxm", "nvlink", 8, 8);
+        assert_eq!(s.graph_max_batch(), Some(512));
+        let launches = s.engine.launch_us * s.kernels_per_step() / 1e3;
+        assert!(launches > 0.5, "{launches}");
+        let ctx = s.mean_context();
+        let unlimited = with(&s, BatchDefaults::Unlimited);
+        let extra = |b: f64| s.decode_step_ms(b, ctx) - unlimited.decode_step_ms(b, ctx);
+        assert_eq!(extra(512.0), 0.0, "the largest graph itself replays");
+        for b in [513.0, 600.0, 1024.0] {
+            assert!((extra(b) - launches).abs() < 1e-9, "batch {b}: {} ms more, launches {launches} ms", extra(b));
+        }
+        // No graphs at all: the launches are in the per-step overhead already, not twice.
+        let mut eager = s.clone();
+        eager.engine.cuda_graphs = false;
+        assert_eq!(eager.eager_decode_ms(600.0), 0.0);
+        // Under DP attention each rank's batch is what the graph covers.
+        let mut dpa = s.clone();
+        dpa.plan.dp_attention = true;
+        assert_eq!(dpa.eager_decode_ms(600.0), 0.0);
+        assert!(dpa.eager_decode_ms(8.0 * 513.0) > 0.0);
+    }
+
+    #[test]
+    fn the_engines_running_cap_bounds_the_concurrency_per_scheduler_unless_one_is_stated() {
+        // gpt-oss-20b on one H200 holds far more requests than vLLM's 1024.
+        let base = scenario("gpt-oss-20b", Dtype::Bf16, "h200", "nvlink", 8, 1);
+        let vllm = with(&base, release("vllm"));
+        assert!(vllm.kv_concurrency() > 8 * 1024, "{}", vllm.kv_concurrency());
+        assert_eq!(vllm.schedulers(), 8);
+        assert_eq!(vllm.running_limit(), (8 * 1024, RunningLimit::EngineDefault));
+        assert_eq!(vllm.point(20_000).running, 8 * 1024);
+        // A stated cap replaces the default, even above it.
+        let mut stated = vllm.clone();
+        stated.max_running = Some(10_000);
+        assert_eq!(stated.running_limit(), (10_000, RunningLimit::Stated));
+        // Without a default the KV cache bounds it.
+        let free = with(&base, BatchDefaults::Unlimited);
+        assert_eq!(free.running_limit(), (free.kv_concurrency(), RunningLimit::KvCache));
+        // sglang's DP-attention workers each keep their own cap.
+        let mut dpa = with(&scenario("deepseek-v3", Dtype::Fp8, "h200", "nvlink", 8, 8), release("sglang"));
+        dpa.plan.dp_attention = true;
+        assert_eq!(dpa.schedulers(), 8);
+        let per = dpa.default_running_cap().expect("sglang has one") / 8;
+        assert!((2048..=4096).contains(&per), "{per}");
+    }
+}
