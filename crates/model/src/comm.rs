@@ -131,8 +131,9 @@ pub const RING_SIMPLE_EFFICIENCY: f64 = 370.0 / 450.0;
 /// can run (today one: rtx6kpro-kimik25-ctx0k, Kimi-K2.5 on 8x RTX PRO 6000, TP8, c=1, 65 tok/s
 /// with P2P and 44 without). `validate::tests::shm_hop_share_minimizes_the_fit_pairs_objective`
 /// recomputes it; `shm_hop_share_scan_on_the_fit_pairs` prints the scan. No test case and no
-/// goal took part; the pair's own check in `tests/goals.rs` is a regression check.
-pub const SHM_HOP_SHARE: f64 = 0.24;
+/// goal took part; the pair's own check in `tests/goals.rs` is a regression check. 0.24 until the
+/// refit of 2026-12-05's second sitting moved the fitted per-kernel floor and per-request cost.
+pub const SHM_HOP_SHARE: f64 = 0.26;
 
 #[cfg(test)]
 thread_local! {

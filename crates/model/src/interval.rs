@@ -179,9 +179,11 @@ pub fn row_family(r: &Row) -> Result<Family, ModelError> {
     Ok(Family { gpu_arch: gpu.arch, engine: r.engine, model_kind: r.model_kind })
 }
 
-/// The table of `rows` (validate's scored cases, both sets).
+/// The table of `rows` (validate's scored cases of today's releases, both sets).
 pub fn table(rows: &[Row]) -> Result<IntervalTable, ModelError> {
-    let usable: Vec<&Row> = rows.iter().filter(|r| r.predicted > 0.0 && r.measured > 0.0).collect();
+    // Today's releases only: an early release's rows carry a calibration of their own
+    // (`Row::early_release`), and a plan predicts for a current release unless told otherwise.
+    let usable: Vec<&Row> = rows.iter().filter(|r| r.predicted > 0.0 && r.measured > 0.0 && !r.early_release).collect();
     if usable.is_empty() {
         return Err(ModelError::Input("no scored validation case: the interval table needs at least one".into()));
     }

@@ -54,8 +54,9 @@ pub(crate) mod tests;
 pub use bottleneck::Bottleneck;
 pub use collectives::{Across, QkNormAllReduces};
 pub use engine::{
-    Engine, EngineName, EngineRelease, ReleaseFeature, CDNA3_FLOOR_SCALE, SGLANG_PIECEWISE_DEFAULT, SGLANG_REQUEST_LATENCY_MS,
-    TRTLLM_REQUEST_LATENCY_MS, VLLM_GPU_MEMORY_UTILIZATION, VLLM_REQUEST_LATENCY_MS, VLLM_V1_DEFAULT,
+    Engine, EngineName, EngineRelease, ReleaseFeature, CDNA3_FLOOR_SCALE, EARLY_RELEASES_END, EARLY_RELEASE_STEP_SCALE,
+    SGLANG_PIECEWISE_DEFAULT, SGLANG_REQUEST_LATENCY_MS, TRTLLM_REQUEST_LATENCY_MS, VLLM_GPU_MEMORY_UTILIZATION, VLLM_REQUEST_LATENCY_MS,
+    VLLM_V1_DEFAULT,
 };
 pub use limits::BatchDefaults;
 pub use memory::{Memory, RunningLimit};

@@ -70,7 +70,7 @@ impl Scenario {
     /// request's [`Engine::request_step_us`](super::Engine::request_step_us), plus the launches
     /// of a batch above the largest captured CUDA graph ([`Self::eager_decode_ms`]), ms.
     pub fn decode_overhead_ms(&self, b: f64) -> f64 {
-        self.overhead_ms() + self.engine.request_step_us * b / 1e3 + self.eager_decode_ms(b)
+        (self.overhead_ms() + self.engine.request_step_us * b / 1e3 + self.eager_decode_ms(b)) * self.engine.release_step_scale
     }
 
     /// What a step carrying prompt tokens adds when the engine runs it without CUDA graphs while
@@ -79,7 +79,7 @@ impl Scenario {
     pub fn eager_prefill_ms(&self) -> f64 {
         let e = &self.engine;
         if e.cuda_graphs && !e.prefill_graphs {
-            e.launch_us * self.kernels_per_step() / 1e3
+            e.launch_us * self.kernels_per_step() / 1e3 * e.release_step_scale
         } else {
             0.0
         }
@@ -188,6 +188,6 @@ impl Scenario {
                 2.0 * m.layers as f64 * (self.tp_allreduce(bytes + decode).us - self.tp_allreduce(decode).us).max(0.0)
             }
         };
-        (gemm_s.max(read_s) + attn_s) * 1e3 + comm_us * 1e-3 * e.comm_scale
+        ((gemm_s.max(read_s) + attn_s) * 1e3 + comm_us * 1e-3 * e.comm_scale) * e.release_step_scale
     }
 }

@@ -60,11 +60,13 @@ impl Scenario {
         let w = self.weight_read(x);
         let kv_b = self.kv_read(x, mean_ctx);
         let comm = self.communication(x);
+        // An early release's steps take longer by its fitted scale (1 for today's releases).
+        let k = self.engine.release_step_scale;
         let step = StepMs {
-            weights: w.stream_bytes / bw * 1e3,
-            kv: kv_b / (bw * self.kv_read_efficiency()) * 1e3,
-            compute: self.compute_ms(x, mean_ctx),
-            communication: comm.ms,
+            weights: w.stream_bytes / bw * 1e3 * k,
+            kv: kv_b / (bw * self.kv_read_efficiency()) * 1e3 * k,
+            compute: self.compute_ms(x, mean_ctx) * k,
+            communication: comm.ms * k,
             ..Default::default()
         };
         let detail = StepDetail {

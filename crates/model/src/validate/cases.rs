@@ -63,7 +63,7 @@ pub(crate) enum ModelRef {
 }
 
 /// Hugging Face id in e2e.toml -> the model `plan` runs, and why when it is a stand-in.
-pub(crate) const MODELS: [(&str, ModelRef, &str); 42] = [
+pub(crate) const MODELS: [(&str, ModelRef, &str); 44] = [
     ("deepseek-ai/DeepSeek-R1-0528", ModelRef::Catalog("deepseek-v3"), "DeepSeek-V3 architecture"),
     ("deepseek-ai/DeepSeek-R1", ModelRef::Catalog("deepseek-v3"), "DeepSeek-V3 architecture"),
     ("deepseek-ai/DeepSeek-V3", ModelRef::Catalog("deepseek-v3"), ""),
@@ -115,6 +115,9 @@ pub(crate) const MODELS: [(&str, ModelRef, &str); 42] = [
         ModelRef::Catalog("qwen3-next-80b-a3b"),
         "Qwen3-Next-80B-A3B architecture (the published layer, head and expert counts)",
     ),
+    // The 2026-12-05 extension's ids (mapped before any of its cases was scored).
+    ("Qwen/Qwen3-235B-A22B", ModelRef::Catalog("qwen3-235b-a22b"), ""),
+    ("Qwen/Qwen3-30B-A3B", ModelRef::Catalog("qwen3-30b-a3b"), ""),
 ];
 
 /// One `[[case]]` of e2e.toml: the fields scoring reads (the file's schema is in its header).

@@ -13,7 +13,7 @@ pub fn constants() -> Vec<ConstantOrigin> {
 /// The step's fitted and kernel-table constants.
 fn step_constants() -> Vec<ConstantOrigin> {
     let e = Engine::default();
-    let fit = "fit: every scored fit case (argmin of the steady-state fit median absolute error, each source weighing the same, on a 0.1 us x 0.05 grid)";
+    let fit = "fit: every scored fit case of today's releases (the steady-state fit median absolute error, each source weighing the same, at a local minimum of a 0.1 us x 0.05 x 2.5 us grid: validate::tests::joint_refit_on_the_fit_set, 2026-12-05)";
     vec![
         ConstantOrigin { name: "kernel_overhead_us (per kernel per step)", value: e.kernel_overhead_us, set_from: fit },
         ConstantOrigin {
@@ -24,12 +24,17 @@ fn step_constants() -> Vec<ConstantOrigin> {
         ConstantOrigin {
             name: "request_step_us (per request running in a decode step)",
             value: e.request_step_us,
-            set_from: "fit: every scored fit case, with kernel_overhead_us and moe_efficiency (argmin of the same objective, on a 2.5 us grid)",
+            set_from: "fit: every scored fit case of today's releases, with kernel_overhead_us and moe_efficiency (the same objective and descent, on a 2.5 us grid)",
+        },
+        ConstantOrigin {
+            name: "EARLY_RELEASE_STEP_SCALE (step time of sglang < 0.4.8, vLLM < 0.9.2, TensorRT-LLM < 1.0 over the model's)",
+            value: crate::predict::EARLY_RELEASE_STEP_SCALE,
+            set_from: "calibration: the fit set's early-release rows (dstack DeepSeek-R1 on 8 H200 / 8 MI300X, Qwen docs on H20; argmin of their source-weighted median absolute error on a 0.05 grid)",
         },
         ConstantOrigin {
             name: "cdna3_floor_scale (the per-kernel floor on MI300X / MI325X over kernel_overhead_us)",
             value: e.cdna3_floor_scale,
-            set_from: "fit: the fit set's CDNA 3 rows (InferenceX issue 890 and PR 3318, MI325X; argmin of their median absolute error on a 0.1 grid at the fitted floor)",
+            set_from: "fit: the fit set's CDNA 3 rows of today's releases (InferenceX issue 890 and PR 3318, MI325X; argmin of their median absolute error on a 0.1 grid at the fitted floor)",
         },
         ConstantOrigin {
             name: "hbm_efficiency (KV and weight reads without a kernels.toml rate)",
@@ -62,7 +67,7 @@ fn comm_prefill_and_serving_constants() -> Vec<ConstantOrigin> {
         ConstantOrigin {
             name: "comm::SHM_HOP_SHARE",
             value: crate::comm::SHM_HOP_SHARE,
-            set_from: "fit: argmin of the fit set's P2P/no-P2P pairs' median gain error on a 0.01 grid (one runnable pair, rtx6kpro-kimik25-ctx0k, decode-only, so not scored here); 0.32 before 2026-12-05, chosen by hand from the same pair",
+            set_from: "fit: argmin of the fit set's P2P/no-P2P pairs' median gain error on a 0.01 grid (one runnable pair, rtx6kpro-kimik25-ctx0k, decode-only, so not scored here); 0.32 before 2026-12-05, chosen by hand from the same pair; 0.24 until the refit of the second 2026-12-05 sitting",
         },
         ConstantOrigin {
             name: "comm::RING_SIMPLE_EFFICIENCY",
@@ -102,7 +107,7 @@ fn comm_prefill_and_serving_constants() -> Vec<ConstantOrigin> {
         ConstantOrigin {
             name: "request_latency_ms (sglang / vLLM / TensorRT-LLM)",
             value: crate::predict::SGLANG_REQUEST_LATENCY_MS,
-            set_from: "fit: median TTFT gap of each engine's fit cases at c <= 8, virtual run (230.2 / 19.4 / 77.5 ms; sglang shown)",
+            set_from: "fit: median TTFT gap of each engine's fit cases at c <= 8, virtual run (230.4 / 18.2 / 76.9 ms; sglang shown; early releases left out)",
         },
         ConstantOrigin {
             name: "launch_us (each kernel's launch in a step run without CUDA graphs)",

@@ -106,6 +106,10 @@ pub struct Row {
     pub ttft_predicted_ms: f64,
     /// Stand-ins the scoring used (a sibling model's config), empty when none.
     pub note: String,
+    /// The case ran an early engine release ([`crate::predict::EngineRelease::is_early`]): its
+    /// steps take the fitted early-release scale, and it counts in
+    /// [`early_release_objective`], not [`fit_objective`].
+    pub early_release: bool,
     /// AIConfigurator 0.12.0's estimate of the same output tokens/s ([`crate::aic`]), when it
     /// gave one.
     pub aic_predicted: Option<f64>,
@@ -314,6 +318,7 @@ struct Prepared {
     measured: f64,
     workload: Workload,
     note: &'static str,
+    early_release: bool,
 }
 
 /// Builds one case's scenario with `engine`'s fitted constants (the case keeps its own CUDA graphs
@@ -330,6 +335,7 @@ fn prepare(c: &E2eCase, engine: &Engine, latency: Latency) -> Result<Prepared, (
     };
     // sglang's prefill ran eagerly before its piecewise CUDA graphs became the default.
     let release = crate::predict::EngineRelease { name: c.engine, version: c.engine_version.clone() };
+    let early = release.is_early(c.date.as_deref());
     let prefill_graphs = if c.engine == EngineName::Sglang { release.prefill_graphs(c.date.as_deref()) } else { e.prefill_graphs };
     s.engine = Engine {
         cuda_graphs: e.cuda_graphs,
@@ -338,13 +344,14 @@ fn prepare(c: &E2eCase, engine: &Engine, latency: Latency) -> Result<Prepared, (
         mem_fraction: e.mem_fraction,
         serving: e.serving,
         batch: release.batch_defaults(c.date.as_deref()),
+        release_step_scale: if early { engine.early_release_scale } else { 1.0 },
         request_latency_ms,
         ..*engine
     };
     s.check_fit().map_err(|e| (SkipReason::Refused, e.to_string()))?;
     check_plausible(&s, measured)?;
     let workload = workload_of(c, spec.input_len, spec.output_len);
-    Ok(Prepared { s, conc, output_len: spec.output_len, measure, measured, workload, note })
+    Ok(Prepared { s, conc, output_len: spec.output_len, measure, measured, workload, note, early_release: early })
 }
 
 /// The row of a prepared case: with `bench`, the prediction is what the case's benchmark would
@@ -383,6 +390,7 @@ fn predict(c: &E2eCase, p: &Prepared, bench: Option<&dyn VirtualBench>) -> Row {
         ttft_measured_ms: c.ttft(),
         ttft_predicted_ms: ttft,
         note: p.note.to_string(),
+        early_release: p.early_release,
         aic_predicted: None,
         aic_error: None,
         model_kind: crate::interval::ModelKind::of(&s.model),
@@ -500,14 +508,28 @@ pub fn band_summaries(errors: impl Iterator<Item = (Set, u32, f64)>) -> Vec<Band
         .collect()
 }
 
-/// The objective the fitted constants minimize: the median |error| over the FIT set's rows with
+/// The objective the fitted constants minimize: the median |error| over the FIT set's rows of
+/// today's releases (an early release's rows fit [`early_release_objective`] instead) with
 /// each source weighing the same (a row weighs 1 / its source's scored fit rows). The split assigns
 /// whole sources to a set, so the test set asks how the model does on sources it has not seen;
 /// a plain median would let the three AIConfigurator sources that hold most of the fit rows set
 /// the constants alone. The weighted median is the lower one ([`servetune_stats::weighted_median`]).
 /// None without fit rows.
 pub fn fit_objective(v: &Validation) -> Option<f64> {
-    let rows: Vec<&Row> = v.rows.iter().filter(|r| r.set == Set::Fit).collect();
+    let rows: Vec<&Row> = v.rows.iter().filter(|r| r.set == Set::Fit && !r.early_release).collect();
+    let mut per_source = std::collections::HashMap::new();
+    for r in &rows {
+        *per_source.entry(r.source_key.as_str()).or_insert(0usize) += 1;
+    }
+    let weighted: Vec<(f64, f64)> = rows.iter().map(|r| (r.error.abs(), 1.0 / per_source[r.source_key.as_str()] as f64)).collect();
+    servetune_stats::weighted_median(&weighted)
+}
+
+/// The objective [`crate::predict::EARLY_RELEASE_STEP_SCALE`] minimizes: the median |error| of
+/// the FIT set's early-release rows, each source weighing the same as in [`fit_objective`]. None
+/// without such rows.
+pub fn early_release_objective(v: &Validation) -> Option<f64> {
+    let rows: Vec<&Row> = v.rows.iter().filter(|r| r.set == Set::Fit && r.early_release).collect();
     let mut per_source = std::collections::HashMap::new();
     for r in &rows {
         *per_source.entry(r.source_key.as_str()).or_insert(0usize) += 1;
@@ -577,14 +599,14 @@ pub fn run_without_request_latency(engine: &Engine, bench: Option<&dyn VirtualBe
 /// was kept as it was.
 pub const LATENCY_FIT_MAX_CONCURRENCY: u32 = 8;
 
-/// The median TTFT gap, measured less predicted, ms, over the `set` rows of `engine` that
-/// measured a TTFT at a client concurrency of at most [`LATENCY_FIT_MAX_CONCURRENCY`] (None when
+/// The median TTFT gap, measured less predicted, ms, over the `set` rows of `engine` (today's
+/// releases: not [`Row::early_release`]) that measured a TTFT at a client concurrency of at most [`LATENCY_FIT_MAX_CONCURRENCY`] (None when
 /// there are none).
 pub fn median_ttft_gap_ms(v: &Validation, set: Set, engine: EngineName) -> Option<f64> {
     let gaps: Vec<f64> = v
         .rows
         .iter()
-        .filter(|r| r.set == set && r.engine == engine && r.concurrency <= LATENCY_FIT_MAX_CONCURRENCY)
+        .filter(|r| r.set == set && r.engine == engine && !r.early_release && r.concurrency <= LATENCY_FIT_MAX_CONCURRENCY)
         .filter_map(|r| r.ttft_measured_ms.map(|m| m - r.ttft_predicted_ms))
         .collect();
     servetune_stats::median(&gaps)
