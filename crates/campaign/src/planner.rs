@@ -138,7 +138,8 @@ pub struct View<'a> {
 
 /// An experiment's layout from its knobs.
 /// An unset `tp` spans every GPU of the box, an unset `pp` or `ep` is 1 (no pipeline, no expert
-/// parallelism), and an unset `max_running` is the engine's own cap, unknown to the model.
+/// parallelism), and an unset `max_running` is the engine's own default cap, which the model
+/// applies by engine and release (`servetune_model::predict::BatchDefaults`).
 pub fn layout(knobs: &KnobValues, gpus: u32) -> Layout {
     Layout { tp: knobs.tp.unwrap_or(gpus), pp: knobs.pp.unwrap_or(1), ep: knobs.ep.unwrap_or(1), max_running: knobs.max_running }
 }

@@ -232,7 +232,7 @@ pub struct PlanArgs {
     /// Host overhead per decode step, ms: replaces the model's per-kernel floor (5.3 us x the kernels a step runs, 1.8x that on MI300X/MI325X, fitted on public measurements; see VALIDATION.md); the 40 us per running request stays (--request-step-us)
     #[arg(long, value_name = "MS")]
     pub step_overhead_ms: Option<f64>,
-    /// Per-step cost of each running request, us (scheduling, sampling and output work that grows with the batch) [default: 25, fitted on public measurements; see VALIDATION.md]
+    /// Per-step cost of each running request, us (scheduling, sampling and output work that grows with the batch) [default: 40, fitted on public measurements; see VALIDATION.md]
     #[arg(long, value_name = "US")]
     pub request_step_us: Option<f64>,
     /// The serving path's latency outside the GPU (HTTP, tokenization, scheduler hand-offs), ms; it adds to TTFT only [default: the engine's: sglang 230.4, vLLM 18.2, TensorRT-LLM 76.9, fitted on public TTFTs: VALIDATION.md]

@@ -50,7 +50,16 @@ pub struct Fit {
 /// overhead `over` ms (the per-kernel floor folded in), communication time times `comm`. The
 /// campaign applies a stored calibration with it.
 pub fn apply(base: &Engine, mem: f64, over: f64, comm: f64) -> Engine {
-    Engine { stream_scale: base.stream_scale * mem, step_overhead_ms: over, kernel_overhead_us: 0.0, comm_scale: comm, ..*base }
+    // A measurement of the box replaces an early release's calibrated step scale: the fitted
+    // figures are the box's own, not multiples of the model's.
+    Engine {
+        stream_scale: base.stream_scale * mem,
+        step_overhead_ms: over,
+        kernel_overhead_us: 0.0,
+        comm_scale: comm,
+        release_step_scale: 1.0,
+        ..*base
+    }
 }
 
 fn loss(s: &Scenario, pts: &[Measured], e: Engine) -> f64 {
@@ -64,7 +73,9 @@ pub fn fit(s: &Scenario, pts: &[Measured]) -> Option<Fit> {
     if pts.is_empty() {
         return None;
     }
-    let base = s.engine;
+    // The fit starts from the model's own figures, without an early release's step scale
+    // (`apply` drops it: the fitted factors take its place).
+    let base = Engine { release_step_scale: 1.0, ..s.engine };
     // The fitted overhead is the whole per-step overhead with graphs (the per-layer floor folded in).
     let graphs = Scenario { engine: Engine { cuda_graphs: true, ..base }, ..s.clone() };
     let (mut mem, mut over, mut comm) = (1.0f64, graphs.overhead_ms(), base.comm_scale);
@@ -149,5 +160,21 @@ mod tests {
         let f = fit(&s, &pts).expect("fit");
         assert!(f.rms_log_error < 0.01, "{f:?}");
         assert!(f.residuals.iter().all(|r| r.error.abs() < 0.02), "{:?}", f.residuals);
+    }
+
+    #[test]
+    fn a_calibration_replaces_an_early_releases_step_scale_and_still_fits() {
+        let mut s = scenario("deepseek-v3", Dtype::Fp8, "h200", "nvlink", 8, 8);
+        s.engine.release_step_scale = 2.2;
+        assert_eq!(apply(&s.engine, 1.0, 5.0, 1.0).release_step_scale, 1.0);
+        // Measurements of a box slower than the model: the fit finds factors at scale 1.
+        let truth = Scenario { engine: apply(&s.engine, 0.5, 9.0, 2.0), ..s.clone() };
+        let pts: Vec<Measured> = [1, 8, 32, 64, 128]
+            .iter()
+            .map(|&c| Measured { concurrency: c, output_tokens_per_s: truth.point(c).output_tokens_per_s })
+            .collect();
+        let f = fit(&s, &pts).expect("fit");
+        assert_eq!(f.engine.release_step_scale, 1.0);
+        assert!(f.rms_log_error < 0.01, "{f:?}");
     }
 }

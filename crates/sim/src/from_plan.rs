@@ -37,7 +37,8 @@ impl PlanCost {
             let pass = prefill_pass(s, b);
             ms += s.prefill_ms(b.prefill_tokens as f64, s.input_len.max(1) as f64, pass);
             if pass == PrefillPass::Standalone {
-                ms += s.overhead_ms();
+                // The pass's own step overhead, at the release's step scale as every other term.
+                ms += s.overhead_ms() * s.engine.release_step_scale;
             }
             // Without prefill CUDA graphs (TensorRT-LLM; sglang before 0.5.10) the step runs eagerly.
             ms += s.eager_prefill_ms();

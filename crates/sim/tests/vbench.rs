@@ -81,6 +81,24 @@ fn each_replica_keeps_its_share_of_the_running_cap() {
 }
 
 #[test]
+fn an_early_releases_scale_multiplies_every_step_the_virtual_run_prices() {
+    use servetune_sim::cost::StepBatch;
+    use servetune_sim::from_plan::PlanCost;
+    let s = scenario(None);
+    let mut early = s.clone();
+    early.engine.release_step_scale = 2.0;
+    let (one, two) = (PlanCost { scenario: s }, PlanCost { scenario: early });
+    for b in [
+        StepBatch { prefill_tokens: 0, decode_batch: 8, context_tokens: 8 * 600 },
+        StepBatch { prefill_tokens: 4096, decode_batch: 0, context_tokens: 0 },
+        StepBatch { prefill_tokens: 2048, decode_batch: 8, context_tokens: 8 * 600 },
+    ] {
+        let (a, b2) = (one.step_ms(&b), two.step_ms(&b));
+        assert!(a > 0.0 && (b2 - 2.0 * a).abs() < 1e-9 * b2, "{b:?}: {a} ms, scaled {b2} ms");
+    }
+}
+
+#[test]
 fn length_distributions_are_drawn_within_their_ranges_and_seeded() {
     let w = Workload {
         requests: Some(500),

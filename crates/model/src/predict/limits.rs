@@ -17,8 +17,9 @@
 //!   0.5.3 (2025-10-06; `ServerArgs._handle_gpu_memory_settings`): under 20 GB 8; under 35 GB 16
 //!   (24 from 0.5.5, 48 from 0.5.23) below TP4 and 80 (160 from 0.5.23) at TP4 and up; under
 //!   60 GB 32 / 160; under 160 GB 256 / 512; 512 above. Before 0.5.3 (0.4.8 .. 0.5.2) it was 160,
-//!   256 above 90 GB and 512 above 160 GB, whatever the TP. A batch above it runs eagerly
-//!   (`CudaGraphRunner.can_run` is false).
+//!   256 above 90 GB and 512 above 160 GB whatever the TP (under 35 GB, 8 below TP4 and 80 from
+//!   it); releases before 0.4.8 captured fewer sizes (160 on most GPUs), which the model does not
+//!   tell apart. A batch above it runs eagerly (`CudaGraphRunner.can_run` is false).
 //! - TensorRT-LLM's `max_batch_size` defaults to 2048 (LLM API and `trtllm-serve`). Its CUDA-graph
 //!   batch sizes (up to 128, no padding by default) are not modelled: the rule for a batch
 //!   outside the captured list comes from its docs, not its code.

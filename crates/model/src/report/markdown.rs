@@ -12,8 +12,14 @@ pub fn write_markdown(r: &PlanReport, mut w: impl Write) -> io::Result<()> {
     writeln!(
         w,
         "- memory per GPU: {:.1} GB weights, {:.1} GB KV ({} tokens, {} requests)",
-        m.weights_gb, m.kv_gb, r.max_kv_tokens, r.max_concurrency
+        m.weights_gb,
+        m.kv_gb,
+        r.max_kv_tokens,
+        s.kv_concurrency()
     )?;
+    if let (cap, limit @ (RunningLimit::Stated | RunningLimit::EngineDefault)) = s.running_limit() {
+        writeln!(w, "- running cap: {} {cap} requests at once", limit.words())?;
+    }
     if let Some(err) = &r.fit_error {
         writeln!(w, "- **does not fit**: {err}")?;
     }

@@ -106,7 +106,15 @@ fn write_header(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
         if s.model.moe.is_some() { format!(", experts {:.2}", s.expert_stream_efficiency()) } else { String::new() },
         e.gemm_efficiency,
         e.comm_scale
-    )
+    )?;
+    if e.release_step_scale != 1.0 {
+        writeln!(
+            w,
+            "  early release: every step term above x{:.2} (a calibration on the validation fit set's early-release rows; VALIDATION.md)",
+            e.release_step_scale
+        )?;
+    }
+    Ok(())
 }
 
 fn write_memory(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {

@@ -340,7 +340,8 @@ fn prepare(c: &E2eCase, engine: &Engine, latency: Latency) -> Result<Prepared, (
     s.engine = Engine {
         cuda_graphs: e.cuda_graphs,
         prefill_graphs,
-        mixed_prefill: e.mixed_prefill,
+        // vLLM's V0 (before 0.8.0) runs prompts as steps of their own.
+        mixed_prefill: e.mixed_prefill && release.mixes_prefill(),
         mem_fraction: e.mem_fraction,
         serving: e.serving,
         batch: release.batch_defaults(c.date.as_deref()),
