@@ -148,15 +148,16 @@ mod tests {
     use crate::predict::tests::scenario;
     use crate::quant::Dtype;
 
+    /// "Measurements" of `truth` at concurrencies 1 to 128.
+    fn measured_from(truth: &Scenario) -> Vec<Measured> {
+        [1, 8, 32, 64, 128].iter().map(|&c| Measured { concurrency: c, output_tokens_per_s: truth.point(c).output_tokens_per_s }).collect()
+    }
+
     #[test]
     fn fit_recovers_a_known_engine() {
         let s = scenario("deepseek-v3", Dtype::Fp8, "h200", "nvlink", 8, 8);
         // "Measurements" from a slower engine: 70% memory efficiency, 4 ms overhead, 1.5x comm.
-        let truth = Scenario { engine: apply(&s.engine, 0.7, 4.0, 1.5), ..s.clone() };
-        let pts: Vec<Measured> = [1, 8, 32, 64, 128]
-            .iter()
-            .map(|&c| Measured { concurrency: c, output_tokens_per_s: truth.point(c).output_tokens_per_s })
-            .collect();
+        let pts = measured_from(&Scenario { engine: apply(&s.engine, 0.7, 4.0, 1.5), ..s.clone() });
         let f = fit(&s, &pts).expect("fit");
         assert!(f.rms_log_error < 0.01, "{f:?}");
         assert!(f.residuals.iter().all(|r| r.error.abs() < 0.02), "{:?}", f.residuals);
@@ -168,11 +169,7 @@ mod tests {
         s.engine.release_step_scale = 2.2;
         assert_eq!(apply(&s.engine, 1.0, 5.0, 1.0).release_step_scale, 1.0);
         // Measurements of a box slower than the model: the fit finds factors at scale 1.
-        let truth = Scenario { engine: apply(&s.engine, 0.5, 9.0, 2.0), ..s.clone() };
-        let pts: Vec<Measured> = [1, 8, 32, 64, 128]
-            .iter()
-            .map(|&c| Measured { concurrency: c, output_tokens_per_s: truth.point(c).output_tokens_per_s })
-            .collect();
+        let pts = measured_from(&Scenario { engine: apply(&s.engine, 0.5, 9.0, 2.0), ..s.clone() });
         let f = fit(&s, &pts).expect("fit");
         assert_eq!(f.engine.release_step_scale, 1.0);
         assert!(f.rms_log_error < 0.01, "{f:?}");

@@ -517,20 +517,20 @@ pub fn band_summaries(errors: impl Iterator<Item = (Set, u32, f64)>) -> Vec<Band
 /// the constants alone. The weighted median is the lower one ([`servetune_stats::weighted_median`]).
 /// None without fit rows.
 pub fn fit_objective(v: &Validation) -> Option<f64> {
-    let rows: Vec<&Row> = v.rows.iter().filter(|r| r.set == Set::Fit && !r.early_release).collect();
-    let mut per_source = std::collections::HashMap::new();
-    for r in &rows {
-        *per_source.entry(r.source_key.as_str()).or_insert(0usize) += 1;
-    }
-    let weighted: Vec<(f64, f64)> = rows.iter().map(|r| (r.error.abs(), 1.0 / per_source[r.source_key.as_str()] as f64)).collect();
-    servetune_stats::weighted_median(&weighted)
+    fit_rows_objective(v, false)
 }
 
 /// The objective [`crate::predict::EARLY_RELEASE_STEP_SCALE`] minimizes: the median |error| of
 /// the FIT set's early-release rows, each source weighing the same as in [`fit_objective`]. None
 /// without such rows.
 pub fn early_release_objective(v: &Validation) -> Option<f64> {
-    let rows: Vec<&Row> = v.rows.iter().filter(|r| r.set == Set::Fit && r.early_release).collect();
+    fit_rows_objective(v, true)
+}
+
+/// The source-weighted median |error| of the FIT set's rows of early releases (`early`) or of
+/// today's.
+fn fit_rows_objective(v: &Validation, early: bool) -> Option<f64> {
+    let rows: Vec<&Row> = v.rows.iter().filter(|r| r.set == Set::Fit && r.early_release == early).collect();
     let mut per_source = std::collections::HashMap::new();
     for r in &rows {
         *per_source.entry(r.source_key.as_str()).or_insert(0usize) += 1;
