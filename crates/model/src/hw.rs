@@ -550,6 +550,7 @@ mod tests {
             ("NVIDIA A100-SXM4-80GB", "a100"),
             ("NVIDIA GeForce RTX 4090", "rtx-4090"),
             ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "rtx-pro-6000-se"),
+            ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "rtx-pro-6000-ws"),
             ("NVIDIA RTX 6000 Ada Generation", "rtx-6000-ada"),
             ("NVIDIA L4", "l4"),
             ("AMD Instinct MI300X", "mi300x"),
@@ -593,6 +594,19 @@ mod tests {
             assert!(e.contains(&format!("names several GPUs in the catalog: {fits};")), "{e}");
             assert!(!e.contains("rtx-pro-6000-se") && !e.contains("b200"), "only the candidates: {e}");
         }
+    }
+
+    #[test]
+    fn the_rtx_pro_6000_editions_are_two_entries_with_their_own_bandwidth() {
+        // The Server Edition runs its GDDR7 at 12,481 MHz (1,597 GB/s), the Workstation Edition at
+        // 14,001 MHz (1,792 GB/s): "RTX PRO 6000" alone does not say which.
+        let e = gpu("RTX PRO 6000").expect_err("ambiguous").to_string();
+        assert!(e.contains("names several GPUs in the catalog: rtx-pro-6000-se, rtx-pro-6000-ws;"), "{e}");
+        let (se, ws) = (gpu("rtx-pro-6000-se").expect("se"), gpu("rtx-pro-6000-ws").expect("ws"));
+        assert_eq!((se.mem_bw_gbs, ws.mem_bw_gbs), (1597.0, 1792.0));
+        assert_eq!((se.arch, se.memory_gb, se.bf16_tflops), (ws.arch, ws.memory_gb, ws.bf16_tflops));
+        // The Workstation Edition reads the Server Edition's kernel tables as shares of its own peak.
+        assert_eq!(crate::kernels::table_gpu("rtx-pro-6000-ws"), "rtx-pro-6000-se");
     }
 
     #[test]

@@ -53,9 +53,9 @@ pub const DENSE_DECODE: &[(&str, Dtype, f64)] = &[
     ("h200", Dtype::Fp8, 0.612),
     ("l40s", Dtype::Bf16, 0.797),
     ("l40s", Dtype::Fp8, 0.682),
-    ("rtx-pro-6000-se", Dtype::Bf16, 0.763),
-    ("rtx-pro-6000-se", Dtype::Fp8, 0.509),
-    ("rtx-pro-6000-se", Dtype::Nvfp4, 0.512),
+    ("rtx-pro-6000-se", Dtype::Bf16, 0.8561),
+    ("rtx-pro-6000-se", Dtype::Fp8, 0.5715),
+    ("rtx-pro-6000-se", Dtype::Nvfp4, 0.5740),
 ];
 
 /// How a fused-MoE layer's experts are split over the GPUs of a TP group, as kernels.toml's
@@ -123,14 +123,14 @@ pub const MOE_DECODE: &[(&str, Dtype, MoeSplit, f64)] = &[
     ("l40s", Dtype::Bf16, MoeSplit::Ep, 0.508),
     ("l40s", Dtype::Int4, MoeSplit::Tp, 0.774),
     ("l40s", Dtype::Int4, MoeSplit::Ep, 0.758),
-    ("rtx-pro-6000-se", Dtype::Bf16, MoeSplit::Tp, 0.823),
-    ("rtx-pro-6000-se", Dtype::Bf16, MoeSplit::Ep, 0.542),
-    ("rtx-pro-6000-se", Dtype::Fp8, MoeSplit::Tp, 0.794),
-    ("rtx-pro-6000-se", Dtype::Fp8, MoeSplit::Ep, 0.774),
-    ("rtx-pro-6000-se", Dtype::Int4, MoeSplit::Tp, 0.747),
-    ("rtx-pro-6000-se", Dtype::Int4, MoeSplit::Ep, 0.714),
-    ("rtx-pro-6000-se", Dtype::Nvfp4, MoeSplit::Tp, 0.600),
-    ("rtx-pro-6000-se", Dtype::Nvfp4, MoeSplit::Ep, 0.730),
+    ("rtx-pro-6000-se", Dtype::Bf16, MoeSplit::Tp, 0.9236),
+    ("rtx-pro-6000-se", Dtype::Bf16, MoeSplit::Ep, 0.6086),
+    ("rtx-pro-6000-se", Dtype::Fp8, MoeSplit::Tp, 0.8907),
+    ("rtx-pro-6000-se", Dtype::Fp8, MoeSplit::Ep, 0.8680),
+    ("rtx-pro-6000-se", Dtype::Int4, MoeSplit::Tp, 0.8388),
+    ("rtx-pro-6000-se", Dtype::Int4, MoeSplit::Ep, 0.8010),
+    ("rtx-pro-6000-se", Dtype::Nvfp4, MoeSplit::Tp, 0.6730),
+    ("rtx-pro-6000-se", Dtype::Nvfp4, MoeSplit::Ep, 0.8191),
 ];
 
 /// MLA decode attention's KV read rate, share of peak memory bandwidth, by (GPU, FP8 cache,
@@ -140,7 +140,7 @@ pub const MOE_DECODE: &[(&str, Dtype, MoeSplit, f64)] = &[
 /// between its two longest contexts (batch x context x 576 elements x the cache's bytes) over the
 /// latency added, against the GPU's peak; the median of the two. The latent is shared by every head,
 /// so more heads per rank add compute but no bytes: at 128 heads the rate falls (0.50-0.71 on
-/// Hopper and Blackwell, 0.14-0.19 with the Triton kernel), at 8 heads the kernel streams (0.73-0.93;
+/// Hopper and Blackwell, 0.14-0.19 with the Triton kernel), at 8 heads the kernel streams (0.73-0.96;
 /// Hopper's FP8 cache, 0.06-0.08, is the exception: [`mla_decode_efficiency`]).
 /// Kernel data, not an end-to-end case; [`mla_decode_efficiency`] reads it.
 pub const MLA_DECODE: &[(&str, bool, u32, f64)] = &[
@@ -166,8 +166,8 @@ pub const MLA_DECODE: &[(&str, bool, u32, f64)] = &[
     ("h200", true, 128, 0.058),
     ("l40s", false, 8, 0.876),
     ("l40s", false, 128, 0.188),
-    ("rtx-pro-6000-se", false, 8, 0.852),
-    ("rtx-pro-6000-se", false, 128, 0.143),
+    ("rtx-pro-6000-se", false, 8, 0.9558),
+    ("rtx-pro-6000-se", false, 128, 0.1605),
 ];
 
 /// The KV read rate of dense (not DSA) MLA decode attention on `gpu` with `heads_per_rank` query
@@ -211,11 +211,15 @@ fn log_interp(xs: &[f64], row: &[f64], x: f64) -> f64 {
 ///   true rates may sit between the two).
 /// - The H200 NVL and the GH200 with 144 GB of HBM3e read the H200's (the same GH100 with HBM3e at
 ///   4.8 to 4.9 TB/s; the H200 NVL's lower power limit slows its compute, not its memory).
+/// - The RTX PRO 6000 Workstation Edition reads the Server Edition's (the same GB202 and 512-bit
+///   GDDR7; its memory runs at 14,001 MHz against 12,481, 1,792 GB/s against 1,597, so a share of
+///   its own peak is an assumption).
 pub(crate) fn table_gpu(gpu: &str) -> &str {
     match gpu {
         "a100-40gb" | "a100-pcie" | "a100-pcie-40gb" => "a100",
         "h800" | "gh200-96gb" => "h100-sxm",
         "h200-nvl" | "gh200-144gb" => "h200",
+        "rtx-pro-6000-ws" => "rtx-pro-6000-se",
         g => g,
     }
 }
