@@ -715,4 +715,65 @@ mod tests {
         assert_eq!(custom_measured_us("mi300x", "vllm", 8, 1e5), None);
         assert_eq!(custom_measured_us("h200", "vllm", 6, 1e5), None);
     }
+
+    /// The decode-sized points (8 KB to 2 MB: a token to a few hundred tokens of a hidden state)
+    /// of comm.toml `[[nccl_allreduce_shm_measured]]`: each box's staged copy as a host-staged
+    /// link, its GPU count, the message bytes and the measured time.
+    fn published_shm_points() -> Vec<(LinkProfile, u32, f64, f64)> {
+        let t: toml::Table = COMM.parse().expect("comm.toml parses");
+        let num = |v: &toml::Value| v.as_float().or_else(|| v.as_integer().map(|i| i as f64)).expect("a number");
+        let mut out = Vec::new();
+        for r in t["nccl_allreduce_shm_measured"].as_array().expect("[[nccl_allreduce_shm_measured]]") {
+            let link = LinkProfile {
+                name: r["box"].as_str().expect("box").to_string(),
+                kind: LinkKind::HostStaged,
+                alpha_us: num(&r["staged_copy_latency_us"]),
+                beta_gbs: num(&r["staged_copy_bw_gbs"]),
+                source: String::new(),
+            };
+            let n = r["num_gpus"].as_integer().expect("num_gpus") as u32;
+            let bytes = r["message_bytes"].as_array().expect("message_bytes").iter().map(num);
+            let lat = r["latency_us"].as_array().expect("latency_us").iter().map(num);
+            out.extend(bytes.zip(lat).filter(|(b, _)| (8192.0..=2_097_152.0).contains(b)).map(|(b, l)| (link.clone(), n, b, l)));
+        }
+        out
+    }
+
+    /// NCCL's SHM transport, priced from each box's own staged copy, against published
+    /// single-process nccl-tests runs without P2P (three boxes: 8x RTX 4090, 4x RTX 5090, 2x RTX
+    /// 2080 Ti): within a factor of two at every decode-sized message. The model is high at the
+    /// small end on the 8-GPU box (+53% at 8 KB) and within 25% from 256 KB up; a hop share of 1
+    /// (the whole staged latency per ring step) would miss over 4x at 8 KB.
+    #[test]
+    fn host_staged_all_reduce_is_within_a_factor_of_two_of_published_shm_runs() {
+        let points = published_shm_points();
+        assert_eq!(points.len(), 27, "9 decode-sized messages on each of the 3 boxes");
+        for (link, n, bytes, meas) in &points {
+            let p = nccl(link, *n, *bytes).us;
+            assert!((0.5..=2.0).contains(&(p / meas)), "{} {n} GPUs {bytes} B: {p:.1} us predicted vs {meas} measured", link.name);
+        }
+    }
+
+    /// The hop share that fits the published single-process SHM runs best (median |log ratio| on
+    /// a 0.01 grid), for docs/plan.md; the engines' one-process-per-GPU runs are slower, so this is
+    /// a fact about nccl-tests, not a replacement for [`SHM_HOP_SHARE`].
+    #[test]
+    #[ignore = "a scan that prints; run with --ignored --nocapture"]
+    fn shm_hop_share_scan_on_published_single_process_runs() {
+        let points = published_shm_points();
+        let score = |share: f64| {
+            let mut e: Vec<f64> =
+                points.iter().map(|(l, n, b, m)| with_shm_hop_share(share, || (nccl(l, *n, *b).us / m).ln().abs())).collect();
+            e.sort_by(f64::total_cmp);
+            e[e.len() / 2]
+        };
+        let best = (0..=100).map(|i| i as f64 / 100.0).map(|x| (x, score(x))).min_by(|a, b| a.1.total_cmp(&b.1)).expect("a grid");
+        println!(
+            "published SHM runs: best share {:.2} (median |log ratio| {:.3}); at SHM_HOP_SHARE {}: {:.3}",
+            best.0,
+            best.1,
+            SHM_HOP_SHARE,
+            score(SHM_HOP_SHARE)
+        );
+    }
 }
