@@ -3,6 +3,8 @@
 
 use serde::Deserialize;
 
+use crate::quant::KvDtype;
+
 use super::*;
 
 pub(crate) const E2E: &str = include_str!("../../data/validation/e2e.toml");
@@ -155,6 +157,9 @@ pub(crate) struct E2eCase {
     pub(crate) input_len: Option<u32>,
     pub(crate) output_len: Option<u32>,
     pub(crate) max_running_requests: Option<u32>,
+    /// The KV cache's format where the source states it (`--kv-cache-dtype`); unstated, the
+    /// checkpoint's preset ([`crate::quant::Quant::preset`]).
+    pub(crate) kv_cache_dtype: Option<String>,
     pub(crate) output_tok_s: Option<f64>,
     pub(crate) ttft_ms: Option<f64>,
     pub(crate) ttft_ms_mean: Option<f64>,
@@ -270,11 +275,25 @@ pub(crate) fn spec_of(c: &E2eCase) -> Result<(ScenarioSpec, u32, &'static str), 
         _ => return Err((SkipReason::NoMeasure, "no input/output length".into())),
     };
     s.max_running = c.max_running_requests;
+    if let Some(kv) = &c.kv_cache_dtype {
+        s.quant.kv_cache = Some(kv_of(kv).ok_or((SkipReason::UnknownQuant, format!("KV cache {kv}")))?);
+    }
     s.cuda_graphs = c.cuda_graphs != Some(false);
     // The engine's defaults: vLLM V1 and TRT-LLM put new prompts' tokens into the running decode
     // steps; vLLM takes 0.9 of GPU memory (EngineName::defaults).
     s.engine = c.engine;
     Ok((s, conc, note))
+}
+
+/// A stated KV-cache format as the engines name it: `fp8` and its E4M3/E5M2 variants, or `bf16`,
+/// `fp16` and `auto` (the model's own 16-bit type in sglang and vLLM). None for anything else (a
+/// mix of formats by layer, say), which is not scored.
+pub(crate) fn kv_of(kv: &str) -> Option<KvDtype> {
+    match kv.trim().to_ascii_lowercase().as_str() {
+        "fp8" | "fp8_e4m3" | "fp8_e5m2" => Some(KvDtype::Fp8),
+        "bf16" | "fp16" | "auto" => Some(KvDtype::Bf16),
+        _ => None,
+    }
 }
 
 pub(crate) fn measured_of(c: &E2eCase, conc: u32, osl: u32) -> Option<(Measure, f64)> {

@@ -1,4 +1,5 @@
 use super::*;
+use crate::quant::KvDtype;
 
 /// What a validated sglang case runs its prefill with (its release, else its date).
 fn sglang_prefill_graphs(version: &str, date: Option<&str>) -> bool {
@@ -46,6 +47,25 @@ fn no_scored_case_is_at_or_above_its_running_cap_or_excluded() {
         }
         assert_eq!(c.set, r.set, "{}", r.id);
     }
+}
+
+#[test]
+fn a_stated_kv_cache_format_is_read_and_an_unstated_one_keeps_the_checkpoints_preset() {
+    let file: E2eFile = toml::from_str(E2E).expect("parses");
+    let kv = |id: &str| {
+        let c = file.case.iter().find(|c| c.id == id).expect(id);
+        spec_of(c).map(|(s, _, _)| s.quant.kv_cache).map_err(|e| e.0)
+    };
+    // vLLM's FP8-KV blog: the same MXFP4 checkpoint with each cache (the preset for MXFP4 is FP8).
+    assert_eq!(kv("vllmfp8kv-gpt-oss-20b-h100-kvbf16-c8"), Ok(Some(KvDtype::Bf16)));
+    assert_eq!(kv("vllmfp8kv-gpt-oss-20b-h100-kvfp8-c8"), Ok(Some(KvDtype::Fp8)));
+    assert_eq!(kv("vllmfp8kv-llama31-8b-h100-kvfp8-c8"), Ok(Some(KvDtype::Fp8)));
+    let unstated = file.case.iter().find(|c| c.kv_cache_dtype.is_none() && spec_of(c).is_ok()).expect("a scored case without one");
+    assert_eq!(spec_of(unstated).map(|(s, _, _)| s.quant.kv_cache).map_err(|e| e.0), Ok(None));
+    assert_eq!(
+        (kv_of("FP8_E4M3"), kv_of("auto"), kv_of("fp8 (bf16 in the sliding-window layers)")),
+        (Some(KvDtype::Fp8), Some(KvDtype::Bf16), None)
+    );
 }
 
 #[test]
