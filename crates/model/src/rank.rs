@@ -6,7 +6,7 @@ use servetune_stats::{Slo, SloMetric};
 
 use crate::interval::Interval;
 use crate::launch::Launch;
-use crate::predict::{Bottleneck, Overlap, Plan, Point, Scenario};
+use crate::predict::{Bottleneck, Overlap, Plan, Point, RunningLimit, Scenario};
 use crate::workload::{VirtualBench, Workload};
 
 /// How a plan's best operating point is scored: the steady state alone (`None`), or what a
@@ -76,10 +76,12 @@ pub struct Ranked {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ConcurrencyReason {
-    /// The KV cache (or the running-request limit) holds this many requests; more only queue.
-    KvCapacity {
+    /// This many requests run at once and more only queue; `limit` says what holds them.
+    RunningLimit {
         /// Requests that run at once.
         requests: u32,
+        /// What sets `requests`: the KV cache, a stated running cap or the engine's default one.
+        limit: RunningLimit,
     },
     /// The range searched ends here (the KV cache holds more).
     RangeEnd {
@@ -133,7 +135,7 @@ pub const TUNED_MOE_EFFICIENCY: f64 = 0.8;
 /// concurrency meets the objectives.
 pub fn best(s: &Scenario, slos: &[Slo], range: ConcurrencyRange) -> Option<Best> {
     s.check_fit().ok()?;
-    let kv = s.max_concurrency();
+    let (kv, limit) = s.running_limit();
     let cap = range.max.map_or(kv, |m| m.min(kv));
     let steps = ladder(cap);
     let mut best: Option<(usize, Point)> = None;
@@ -146,7 +148,7 @@ pub fn best(s: &Scenario, slos: &[Slo], range: ConcurrencyRange) -> Option<Best>
     let (i, point) = best?;
     let why = match steps.get(i + 1) {
         None if cap < kv => ConcurrencyReason::RangeEnd { max: cap },
-        None => ConcurrencyReason::KvCapacity { requests: kv },
+        None => ConcurrencyReason::RunningLimit { requests: kv, limit },
         Some(&next) => {
             let p = s.point(next);
             if meets(s, &p, slos) {

@@ -292,4 +292,26 @@ mod tests {
         let per = dpa.default_running_cap().expect("sglang has one") / 8;
         assert!((2048..=4096).contains(&per), "{per}");
     }
+
+    #[test]
+    fn the_saturation_names_the_limit_that_holds_the_batch() {
+        use crate::report::{saturation, saturation_words, SaturationReason};
+        let vllm = with(&scenario("gpt-oss-20b", Dtype::Bf16, "h200", "nvlink", 8, 1), release("vllm"));
+        let named = |s: &Scenario| {
+            let points: Vec<_> = [4096, 8192, 16_384, 32_768].iter().map(|&c| s.point(c)).collect();
+            let sat = saturation(s, &points).expect("the batch stops growing");
+            match &sat.reason {
+                SaturationReason::RunningLimit { limit, .. } => (*limit, saturation_words(&sat.reason)),
+                other => panic!("{other:?}"),
+            }
+        };
+        let (limit, words) = named(&vllm);
+        assert_eq!(limit, RunningLimit::EngineDefault);
+        assert!(words.starts_with("the engine's default running cap") && words.contains("8192 requests"), "{words}");
+        let mut stated = vllm.clone();
+        stated.max_running = Some(4096);
+        let (limit, words) = named(&stated);
+        assert_eq!(limit, RunningLimit::Stated);
+        assert!(words.contains("(--max-running) allows 4096 requests"), "{words}");
+    }
 }

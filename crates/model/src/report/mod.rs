@@ -1,4 +1,4 @@
-//! The `servetune.plan/1.2` document and its renderings (terminal with an ASCII curve, Markdown).
+//! The `servetune.plan/1.3` document and its renderings (terminal with an ASCII curve, Markdown).
 //! Decisions arrive typed ([`Bottleneck`], [`SaturationReason`], [`FitSuggestion`]); this is the
 //! only place they become words.
 
@@ -25,12 +25,15 @@ pub use terminal::{concurrency_words, write_terminal};
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum SaturationReason {
-    /// The KV cache (or the running-request limit) holds no more requests; more concurrency queues.
-    KvCapacity {
+    /// No more requests run at once; more concurrency queues. `limit` says what holds them: the KV
+    /// cache, a stated running cap or the engine's default one.
+    RunningLimit {
         /// Requests that run at once.
         requests: u32,
         /// Tokens each holds on average (input + half the output: the KV cache is paged).
         tokens_per_request: u32,
+        /// What sets `requests`.
+        limit: RunningLimit,
     },
     /// No higher concurrency adds [`MIN_GAIN`] or more throughput (the one saturation rule,
     /// `servetune_stats::knee`).
@@ -157,16 +160,16 @@ pub fn point_intervals(points: &[Point], i: &Interval) -> Vec<PointInterval> {
 }
 
 /// The document's schema and version.
-pub const SCHEMA: &str = "servetune.plan/1.2";
+pub const SCHEMA: &str = "servetune.plan/1.3";
 
-/// Where the curve saturates: the KV cache (or running limit) capping the batch, or the knee of
+/// Where the curve saturates: the running limit ([`Scenario::running_limit`]) capping the batch, or the knee of
 /// [`servetune_stats::knee`], whichever comes first.
 pub fn saturation(s: &Scenario, points: &[Point]) -> Option<Saturation> {
-    let cap = s.max_concurrency();
+    let (cap, limit) = s.running_limit();
     let kv = points.windows(2).position(|w| w[1].running <= w[0].running && w[0].running == cap).map(|i| Saturation {
         concurrency: points[i].running,
         output_tokens_per_s: points[i].output_tokens_per_s,
-        reason: SaturationReason::KvCapacity { requests: cap, tokens_per_request: s.mean_context().round() as u32 },
+        reason: SaturationReason::RunningLimit { requests: cap, tokens_per_request: s.mean_context().round() as u32, limit },
     });
     let curve: Vec<LoadPoint> =
         points.iter().map(|p| LoadPoint { load: p.concurrency as f64, output_tokens_per_s: p.output_tokens_per_s }).collect();
@@ -184,9 +187,9 @@ pub fn saturation(s: &Scenario, points: &[Point]) -> Option<Saturation> {
 /// The saturation reason in words.
 pub fn saturation_words(r: &SaturationReason) -> String {
     match r {
-        SaturationReason::KvCapacity { requests, tokens_per_request } => format!(
-            "the KV cache (or the running-request limit) holds {requests} requests at a mean context of {tokens_per_request} tokens; more concurrency only queues"
-        ),
+        SaturationReason::RunningLimit { requests, tokens_per_request, limit } => {
+            format!("{} {requests} requests at a mean context of {tokens_per_request} tokens; more concurrency only queues", limit.words())
+        }
         SaturationReason::Plateau { min_gain, up_to } => {
             format!("no higher concurrency up to {up_to} adds {:.0}% or more throughput", min_gain * 100.0)
         }

@@ -327,9 +327,9 @@ fn write_calibration(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
 /// Why a plan's best concurrency is where it is, in words.
 pub fn concurrency_words(c: u32, why: &ConcurrencyReason) -> String {
     match why {
-        ConcurrencyReason::KvCapacity { requests } => format!(
-            "concurrency {c}: the KV cache (or the running-request limit) holds {requests} requests at once; more clients only queue"
-        ),
+        ConcurrencyReason::RunningLimit { requests, limit } => {
+            format!("concurrency {c}: {} {requests} requests at once; more clients only queue", limit.words())
+        }
         ConcurrencyReason::RangeEnd { max } => format!("concurrency {c}: the end of the range searched ({max}); higher was not tried"),
         ConcurrencyReason::Peak { next, next_tokens_per_s } => format!(
             "concurrency {c}: the most output of the concurrencies tried; at {next} the steady rate is {next_tokens_per_s:.0} tok/s, no more"
