@@ -38,7 +38,7 @@ impl PlanCost {
             ms += s.prefill_ms(b.prefill_tokens as f64, s.input_len.max(1) as f64, pass);
             if pass == PrefillPass::Standalone {
                 // The pass's own step overhead, at the release's step scale as every other term.
-                ms += s.overhead_ms() * s.engine.release_step_scale;
+                ms += s.scaled_overhead_ms();
             }
             // Without prefill CUDA graphs (TensorRT-LLM; sglang before 0.5.10) the step runs eagerly.
             ms += s.eager_prefill_ms();

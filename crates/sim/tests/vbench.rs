@@ -99,6 +99,25 @@ fn an_early_releases_scale_multiplies_every_step_the_virtual_run_prices() {
 }
 
 #[test]
+fn a_stated_step_overhead_is_not_scaled_again_for_an_early_release() {
+    use servetune_sim::cost::StepBatch;
+    use servetune_sim::from_plan::PlanCost;
+    // A stated overhead is the user's own engine's per-step cost: the early scale leaves it be.
+    let mut s = scenario(None);
+    (s.engine.step_overhead_ms, s.engine.kernel_overhead_us) = (5.0, 0.0);
+    let mut early = s.clone();
+    early.engine.release_step_scale = 2.0;
+    let (one, two) = (PlanCost { scenario: s }, PlanCost { scenario: early });
+    let decode = StepBatch { prefill_tokens: 0, decode_batch: 8, context_tokens: 8 * 600 };
+    let prompt = StepBatch { prefill_tokens: 4096, decode_batch: 0, context_tokens: 0 };
+    for (b, stated_ms) in [(decode, 5.0), (prompt, 5.0)] {
+        let (a, b2) = (one.step_ms(&b), two.step_ms(&b));
+        let want = 2.0 * (a - stated_ms) + stated_ms;
+        assert!(a > stated_ms && (b2 - want).abs() < 1e-9 * b2, "{b:?}: {a} ms, early {b2} ms, want {want}");
+    }
+}
+
+#[test]
 fn length_distributions_are_drawn_within_their_ranges_and_seeded() {
     let w = Workload {
         requests: Some(500),

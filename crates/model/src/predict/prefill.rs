@@ -70,7 +70,15 @@ impl Scenario {
     /// request's [`Engine::request_step_us`](super::Engine::request_step_us), plus the launches
     /// of a batch above the largest captured CUDA graph ([`Self::eager_decode_ms`]), ms.
     pub fn decode_overhead_ms(&self, b: f64) -> f64 {
-        (self.overhead_ms() + self.engine.request_step_us * b / 1e3 + self.eager_decode_ms(b)) * self.engine.release_step_scale
+        self.scaled_overhead_ms() + (self.engine.request_step_us * b / 1e3 + self.eager_decode_ms(b)) * self.engine.release_step_scale
+    }
+
+    /// [`Self::overhead_ms`] at the release's step scale ([`Engine::release_step_scale`](super::Engine::release_step_scale)),
+    /// but for a stated `--step-overhead-ms`: that is the user's measurement of their engine's
+    /// per-step cost, not a figure of today's releases, so it is not scaled again, ms.
+    pub fn scaled_overhead_ms(&self) -> f64 {
+        let stated = self.engine.step_overhead_ms;
+        stated + (self.overhead_ms() - stated) * self.engine.release_step_scale
     }
 
     /// What a step carrying prompt tokens adds when the engine runs it without CUDA graphs while

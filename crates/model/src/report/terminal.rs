@@ -110,8 +110,9 @@ fn write_header(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
     if e.release_step_scale != 1.0 {
         writeln!(
             w,
-            "  early release: every step term above x{:.2} (a calibration on the validation fit set's early-release rows; VALIDATION.md)",
-            e.release_step_scale
+            "  early release: every step term above x{:.2}{} (a calibration on the validation fit set's early-release rows; VALIDATION.md)",
+            e.release_step_scale,
+            if e.step_overhead_ms > 0.0 { ", but the stated step overhead" } else { "" }
         )?;
     }
     Ok(())
