@@ -41,7 +41,7 @@ impl PlanCost {
                 ms += s.scaled_overhead_ms();
             }
             // Without prefill CUDA graphs (TensorRT-LLM; sglang before 0.5.10) the step runs eagerly.
-            ms += s.eager_prefill_ms();
+            ms += s.eager_prefill_ms_in(pass);
         }
         ms
     }

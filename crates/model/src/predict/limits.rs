@@ -270,6 +270,28 @@ mod tests {
     }
 
     #[test]
+    fn a_mixed_step_above_the_largest_graph_launches_its_kernels_once() {
+        use crate::predict::PrefillPass;
+        // Prompt steps run eagerly (sglang before 0.5.10) and ride in the decode steps.
+        let mut s = scenario("llama-3.1-70b", Dtype::Fp8, "h100-sxm", "nvlink", 8, 8);
+        (s.engine.prefill_graphs, s.engine.mixed_prefill) = (false, true);
+        let launches = s.engine.launch_us * s.kernels_per_step() / 1e3;
+        assert!(launches > 0.5 && s.eager_prefill_ms() == launches);
+        // Under the largest graph the prompt tokens make the step eager: one set of launches.
+        assert_eq!(s.eager_prefill_ms_in(PrefillPass::Beside(64.0)), launches);
+        // Above it the decode step is eager already: none more.
+        assert_eq!(s.eager_prefill_ms_in(PrefillPass::Beside(600.0)), 0.0);
+        // A pass of its own launches its own kernels.
+        assert_eq!(s.eager_prefill_ms_in(PrefillPass::Standalone), launches);
+        // The steady state's step above the graph pays the launches once as well.
+        let mut graphed = s.clone();
+        graphed.engine.prefill_graphs = true;
+        let (at, b) = (s.point(600).step_ms, graphed.point(600).step_ms);
+        assert!(s.point(600).running > 512, "the batch is above the largest graph");
+        assert!((at.total - b.total).abs() < 1e-9 * b.total, "{} vs {}", at.total, b.total);
+    }
+
+    #[test]
     fn the_engines_running_cap_bounds_the_concurrency_per_scheduler_unless_one_is_stated() {
         // gpt-oss-20b on one H200 holds far more requests than vLLM's 1024.
         let base = scenario("gpt-oss-20b", Dtype::Bf16, "h200", "nvlink", 8, 1);

@@ -93,6 +93,16 @@ impl Scenario {
         }
     }
 
+    /// [`Self::eager_prefill_ms`] for a step carrying prompt tokens in `pass`: nothing when the
+    /// tokens ride in a decode step of `decode_batch` that already runs eagerly for being above the
+    /// largest captured graph ([`Self::eager_decode_ms`]): a step launches its kernels once, ms.
+    pub fn eager_prefill_ms_in(&self, pass: PrefillPass) -> f64 {
+        match pass {
+            PrefillPass::Beside(b) if self.eager_decode_ms(b) > 0.0 => 0.0,
+            _ => self.eager_prefill_ms(),
+        }
+    }
+
     /// Kernels one decode step runs on a GPU, counted from the layers as sglang and vLLM build
     /// them (fused where the engines fuse by default):
     /// - GQA attention (full or sliding): input norm, QKV GEMM, rotary + KV write, attention,

@@ -287,7 +287,10 @@ impl Scenario {
         };
         // Steps that carry prompt tokens (one in 1/n, every step once n >= 1) run eagerly where the
         // engine graphs decode only.
-        let prefill = prefill + n.min(1.0) * self.eager_prefill_ms();
+        // A decode step above the largest graph runs eagerly already (in `overhead`): the prompt
+        // tokens riding in it add no second set of launches.
+        let eager = if self.engine.mixed_prefill && self.eager_decode_ms(b) > 0.0 { 0.0 } else { self.eager_prefill_ms() };
+        let prefill = prefill + n.min(1.0) * eager;
         let total = match self.engine.overlap {
             Overlap::None => (weights + kv).max(compute) + communication + overhead + prefill,
             Overlap::Full => (weights + kv).max(compute).max(communication) + overhead + prefill,
