@@ -340,6 +340,21 @@ pub struct TermChange {
 /// The scenario with one step term multiplied by a factor.
 type ScaledBy<'a> = &'a dyn Fn(f64) -> Scenario;
 
+/// `base` with its per-step overhead ([`Scenario::scaled_overhead_ms`], an early release's scale
+/// included) `x` times as long, stated as `--step-overhead-ms` would state it. The eager launches of
+/// a run without CUDA graphs stay as they are (the stated figure would add them again): at `x` = 1
+/// it prices every step as `base` does.
+pub fn overhead_times(base: &Scenario, x: f64) -> Scenario {
+    let e = &base.engine;
+    let launches_ms = if e.cuda_graphs { 0.0 } else { e.launch_us * base.kernels_per_step() / 1e3 * e.release_step_scale };
+    // A stated figure is not scaled again; the launches `overhead_ms` adds to it are, as in `base`.
+    let fixed = base.scaled_overhead_ms() - launches_ms;
+    let mut s = base.clone();
+    s.engine.kernel_overhead_us = 0.0;
+    s.engine.step_overhead_ms = fixed * x;
+    s
+}
+
 /// Which single term of the step, scaled alone, makes the model give `measured` output tok/s at
 /// `concurrency` for `l` on `mb` (its calibration included), and by how much: the all-reduce
 /// (communication time), memory reads (every streaming rate) and the per-step overhead. Terms that
@@ -360,11 +375,8 @@ pub fn explain_gap(mb: &ModelBox, l: Layout, concurrency: u32, measured: f64) ->
         engine: servetune_model::predict::Engine { stream_scale: base.engine.stream_scale / x, ..base.engine },
         ..base.clone()
     };
-    let over_ms = base.overhead_ms();
-    let over = |x: f64| Scenario {
-        engine: servetune_model::predict::Engine { step_overhead_ms: over_ms * x, kernel_overhead_us: 0.0, ..base.engine },
-        ..base.clone()
-    };
+    let over_ms = base.scaled_overhead_ms();
+    let over = |x: f64| overhead_times(&base, x);
     let tp = base.plan.tp;
     let terms: [(String, f64, ScaledBy<'_>, &str); 3] = [
         (
@@ -408,4 +420,36 @@ pub fn explain_gap(mb: &ModelBox, l: Layout, concurrency: u32, measured: f64) ->
         out.push(TermChange { term, predicted_ms, factor: ((lo + hi) / 2.0).exp(), settle_with: settle.into() });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_overhead_at_factor_one_prices_every_step_as_the_model_does() {
+        let mut spec = ScenarioSpec::new(ModelSource::Catalog("glm-5".into()), "rtx-pro-6000-se");
+        spec.tp = Some(8);
+        let base = spec.build().expect("builds");
+        // Today's release with CUDA graphs, an early release's scale, and an early release run
+        // without CUDA graphs (whose launches the overhead adds on its own).
+        let mut early = base.clone();
+        early.engine.release_step_scale = 2.2;
+        let mut eager = early.clone();
+        eager.engine.cuda_graphs = false;
+        for (name, s) in [("today", &base), ("early", &early), ("early, eager", &eager)] {
+            let (want, got) = (s.point(64), overhead_times(s, 1.0).point(64));
+            assert!(
+                (want.step_ms.total - got.step_ms.total).abs() < 1e-9 * want.step_ms.total,
+                "{name}: {:?} vs {:?}",
+                want.step_ms,
+                got.step_ms
+            );
+            // Twice the overhead adds the scaled overhead once more.
+            let more = overhead_times(s, 2.0).point(64).step_ms.total - want.step_ms.total;
+            let launches =
+                if s.engine.cuda_graphs { 0.0 } else { s.engine.launch_us * s.kernels_per_step() / 1e3 * s.engine.release_step_scale };
+            assert!((more - (s.scaled_overhead_ms() - launches)).abs() < 1e-6, "{name}: {more} ms more");
+        }
+    }
 }

@@ -749,7 +749,7 @@ mod tests {
         let q = s.iter().find(|s| s.source == StepSource::LogWarning).expect("a MoE step");
         assert!(matches!(&q.kind, StepKind::NeedsPerson { key, .. } if key == "moe:h"));
         assert!(q.gain.is_some_and(|g| g > 1.0) && q.evidence == [Evidence::Finding(7)], "{q:?}");
-        // On the RTX PRO 6000 the tables' BF16 fused-MoE rate (0.81) is already past the tuned
+        // On the RTX PRO 6000 the tables' BF16 fused-MoE rate (0.92) is already past the tuned
         // assumption (0.8): nothing to gain, so nothing to ask.
         let Verdict::Steps(s) = steps(1e6, &e, &[f]) else { panic!("expected steps") };
         assert!(s.iter().all(|s| s.source != StepSource::LogWarning), "{s:?}");

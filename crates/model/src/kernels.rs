@@ -10,7 +10,7 @@
 //! rate per (GPU, format) where kernels.toml measured one; elsewhere (AMD, MXFP4) the engine's
 //! figures stay. Relatives read another GPU's tables ([`table_gpu`]): the A100 40 GB and the A100
 //! PCIe cards the A100 80 GB SXM's, the H800 and the 96 GB GH200 the H100 SXM's, the H200 NVL and
-//! the 144 GB GH200 the H200's.
+//! the 144 GB GH200 the H200's, the RTX PRO 6000 Workstation Edition the Server Edition's.
 //!
 //! How each figure is derived (the test `the_decode_tables_are_the_kernel_files_medians`
 //! recomputes every one from kernels.toml and fails on a drift over 0.0005):

@@ -17,7 +17,8 @@ pub type Client<'a> = Option<(&'a dyn VirtualBench, &'a Workload)>;
 /// The concurrencies ranking considers (the range the user asked about).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
 pub struct ConcurrencyRange {
-    /// Concurrencies above this are not considered (None: up to what the KV cache holds).
+    /// Concurrencies above this are not considered (None: up to what the plan runs at once, its
+    /// KV cache or running cap: [`Scenario::running_limit`]).
     pub max: Option<u32>,
 }
 
@@ -219,7 +220,7 @@ pub fn rank(base: &Scenario, slos: &[Slo], range: ConcurrencyRange) -> Vec<Ranke
 }
 
 /// [`rank_within`], searched further when the best plan's best concurrency sits at the end of
-/// `range` and its KV cache holds more: then every plan is ranked up to what its KV cache holds
+/// `range` and it runs more at once: then every plan is ranked up to what it runs at once
 /// (`plan --rank`'s default; each [`Ranked::searched_up_to`] says how far, and a concurrency
 /// above `range.max` says the search went on). Concurrencies are chosen on the steady state, so
 /// when no plan's sits at the end there, the client's virtual runs are made once.

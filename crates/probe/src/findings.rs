@@ -137,7 +137,7 @@ fn vm_without_p2p(p: &ProbeFacts) -> Vec<Finding> {
         Severity::Critical,
         format!("{} guest without GPU peer-to-peer: every TP collective is staged through host memory", v.vm.name()),
         format!("P2P read is not OK on {} of {} GPU pairs ({}); {}", bad.len(), total, ex.join(", "), v.evidence.join("; ")),
-        "give the VM a P2P clique (QEMU/Proxmox: x-nv-gpudirect-clique on every passed-through GPU), or serve from an LXC container or bare metal; then check with servetune fabric p2p. Until then, NCCL_SHM_USE_CUDA_MEMCPY=1 in the server's environment makes NCCL's host-memory (SHM) transport copy with the copy engines instead of GPU loads and stores (AWS recommends it on its PCIe instances without P2P); compare with servetune fabric allreduce before and after",
+        "give the VM a P2P clique (QEMU/Proxmox: x-nv-gpudirect-clique on every passed-through GPU), or serve from an LXC container or bare metal; then check with servetune fabric p2p. Until then, NCCL_SHM_USE_CUDA_MEMCPY=1 in the server's environment makes NCCL's host-memory (SHM) transport copy with the copy engines (cudaMemcpy, on the sending side by default) instead of GPU stores to host memory; AWS's EFA cheatsheet advises it on its g5/g6 instances; compare with servetune fabric allreduce before and after",
     )]
 }
 

@@ -94,8 +94,9 @@ impl Scenario {
     }
 
     /// [`Self::eager_prefill_ms`] for a step carrying prompt tokens in `pass`: nothing when the
-    /// tokens ride in a decode step of `decode_batch` that already runs eagerly for being above the
-    /// largest captured graph ([`Self::eager_decode_ms`]): a step launches its kernels once, ms.
+    /// tokens ride (`PrefillPass::Beside`, the replica's whole decode batch, as
+    /// [`Self::eager_decode_ms`] takes it) in a decode step that already runs eagerly for being
+    /// above the largest captured graph: a step launches its kernels once, ms.
     pub fn eager_prefill_ms_in(&self, pass: PrefillPass) -> f64 {
         match pass {
             PrefillPass::Beside(b) if self.eager_decode_ms(b) > 0.0 => 0.0,

@@ -264,7 +264,7 @@ fn ranking_words(r: &PlanReport) -> String {
     let searched = crate::rank::searched_range(r.concurrency_range, &r.ranked_plans);
     let mut s = slo_words(&r.slos, &searched);
     if searched != r.concurrency_range {
-        s = if r.slos.is_empty() { String::new() } else { format!("{s}, ") } + "concurrency up to what each plan's KV cache holds";
+        s = if r.slos.is_empty() { String::new() } else { format!("{s}, ") } + "concurrency up to what each plan runs at once";
     }
     s
 }

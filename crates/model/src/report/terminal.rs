@@ -368,7 +368,7 @@ fn write_answer(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
         if let Some(max) = r.concurrency_range.max.filter(|m| top.searched_up_to > *m) {
             writeln!(
                 w,
-                "  the best plan sat at the end of the asked range (--concurrency up to {max}), so every plan was searched further, up to what its KV cache holds"
+                "  the best plan sat at the end of the asked range (--concurrency up to {max}), so every plan was searched further, up to the requests it runs at once (its KV cache or running cap)"
             )?;
         }
         let tied: Vec<&Ranked> = r.ranked_plans.iter().skip(1).filter(|x| x.tied_with_best).collect();

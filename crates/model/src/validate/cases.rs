@@ -275,7 +275,8 @@ pub(crate) fn spec_of(c: &E2eCase) -> Result<(ScenarioSpec, u32, &'static str), 
         _ => return Err((SkipReason::NoMeasure, "no input/output length".into())),
     };
     s.max_running = c.max_running_requests;
-    if let Some(kv) = &c.kv_cache_dtype {
+    // `auto` (the engines' default) is what an unstated cache is: the checkpoint's preset.
+    if let Some(kv) = c.kv_cache_dtype.as_deref().filter(|kv| !kv.trim().eq_ignore_ascii_case("auto")) {
         s.quant.kv_cache = Some(kv_of(kv).ok_or((SkipReason::UnknownQuant, format!("KV cache {kv}")))?);
     }
     s.cuda_graphs = c.cuda_graphs != Some(false);
@@ -285,13 +286,13 @@ pub(crate) fn spec_of(c: &E2eCase) -> Result<(ScenarioSpec, u32, &'static str), 
     Ok((s, conc, note))
 }
 
-/// A stated KV-cache format as the engines name it: `fp8` and its E4M3/E5M2 variants, or `bf16`,
-/// `fp16` and `auto` (the model's own 16-bit type in sglang and vLLM). None for anything else (a
-/// mix of formats by layer, say), which is not scored.
+/// A stated KV-cache format as the engines name it: `fp8` and its E4M3/E5M2 variants, or `bf16`
+/// and `fp16`. None for anything else (a mix of formats by layer, say), which is not scored;
+/// `auto` never comes here (it is the checkpoint's preset, as an unstated cache).
 pub(crate) fn kv_of(kv: &str) -> Option<KvDtype> {
     match kv.trim().to_ascii_lowercase().as_str() {
         "fp8" | "fp8_e4m3" | "fp8_e5m2" => Some(KvDtype::Fp8),
-        "bf16" | "fp16" | "auto" => Some(KvDtype::Bf16),
+        "bf16" | "fp16" => Some(KvDtype::Bf16),
         _ => None,
     }
 }

@@ -63,9 +63,13 @@ fn a_stated_kv_cache_format_is_read_and_an_unstated_one_keeps_the_checkpoints_pr
     let unstated = file.case.iter().find(|c| c.kv_cache_dtype.is_none() && spec_of(c).is_ok()).expect("a scored case without one");
     assert_eq!(spec_of(unstated).map(|(s, _, _)| s.quant.kv_cache).map_err(|e| e.0), Ok(None));
     assert_eq!(
-        (kv_of("FP8_E4M3"), kv_of("auto"), kv_of("fp8 (bf16 in the sliding-window layers)")),
+        (kv_of("FP8_E4M3"), kv_of("fp16"), kv_of("fp8 (bf16 in the sliding-window layers)")),
         (Some(KvDtype::Fp8), Some(KvDtype::Bf16), None)
     );
+    // `auto` is the engine's default, which the preset stands for: as if unstated.
+    let mut auto = unstated.clone();
+    auto.kv_cache_dtype = Some("auto".into());
+    assert_eq!(spec_of(&auto).map(|(s, _, _)| s.quant.kv_cache).map_err(|e| e.0), Ok(None));
 }
 
 #[test]
