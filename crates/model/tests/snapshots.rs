@@ -61,3 +61,19 @@ fn terminal_report_of_a_two_node_plan() {
     req.what_ifs = vec![WhatIf::parse("net=ib-ndr").expect("what-if")];
     insta::assert_snapshot!(render(&req, false));
 }
+
+/// An early release (sglang 0.4.6): both reports say its steps are scaled, and by what.
+#[test]
+fn both_reports_of_an_early_release_say_its_step_scale() {
+    let mut req = reference(Some(Dtype::Nvfp4));
+    req.scenario.engine_version = Some("0.4.6".into());
+    for markdown in [false, true] {
+        let out = render(&req, markdown);
+        let line = out
+            .lines()
+            .find(|l| l.contains("early release") && l.contains("every step term"))
+            .unwrap_or_else(|| panic!("no step-scale line:\n{out}"));
+        assert!(line.contains("every step term x2.20") && line.contains("VALIDATION.md"), "{line}");
+        assert!(!markdown || line.contains("sglang@0.4.6"), "{line}");
+    }
+}

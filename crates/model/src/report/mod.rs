@@ -184,6 +184,18 @@ pub fn saturation(s: &Scenario, points: &[Point]) -> Option<Saturation> {
     }
 }
 
+/// What an early release's step scale ([`crate::predict::Engine::release_step_scale`]) does, in
+/// words, or None for today's releases.
+pub fn early_release_words(e: &crate::predict::Engine) -> Option<String> {
+    (e.release_step_scale != 1.0).then(|| {
+        format!(
+            "every step term x{:.2}{} (a calibration on the validation fit set's early-release rows; VALIDATION.md)",
+            e.release_step_scale,
+            if e.step_overhead_ms > 0.0 { ", but the stated step overhead" } else { "" }
+        )
+    })
+}
+
 /// The saturation reason in words.
 pub fn saturation_words(r: &SaturationReason) -> String {
     match r {

@@ -107,13 +107,8 @@ fn write_header(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
         e.gemm_efficiency,
         e.comm_scale
     )?;
-    if e.release_step_scale != 1.0 {
-        writeln!(
-            w,
-            "  early release: every step term above x{:.2}{} (a calibration on the validation fit set's early-release rows; VALIDATION.md)",
-            e.release_step_scale,
-            if e.step_overhead_ms > 0.0 { ", but the stated step overhead" } else { "" }
-        )?;
+    if let Some(words) = super::early_release_words(e) {
+        writeln!(w, "  early release: {words}")?;
     }
     Ok(())
 }
