@@ -346,7 +346,7 @@ type ScaledBy<'a> = &'a dyn Fn(f64) -> Scenario;
 /// it prices every step as `base` does.
 pub fn overhead_times(base: &Scenario, x: f64) -> Scenario {
     let e = &base.engine;
-    let launches_ms = if e.cuda_graphs { 0.0 } else { e.launch_us * base.kernels_per_step() / 1e3 * e.release_step_scale };
+    let launches_ms = if e.cuda_graphs { 0.0 } else { base.launches_ms() * e.release_step_scale };
     // A stated figure is not scaled again; the launches `overhead_ms` adds to it are, as in `base`.
     let fixed = base.scaled_overhead_ms() - launches_ms;
     let mut s = base.clone();

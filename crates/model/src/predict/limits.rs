@@ -155,9 +155,7 @@ impl Scenario {
     /// engine runs without graphs anyway (the per-step overhead already counts the launches).
     pub fn eager_decode_ms(&self, b: f64) -> f64 {
         match self.graph_max_batch() {
-            Some(cap) if self.engine.cuda_graphs && self.scheduler_batch(b) > f64::from(cap) => {
-                self.engine.launch_us * self.kernels_per_step() / 1e3
-            }
+            Some(cap) if self.engine.cuda_graphs && self.scheduler_batch(b) > f64::from(cap) => self.launches_ms(),
             _ => 0.0,
         }
     }

@@ -62,8 +62,14 @@ impl Scenario {
         if e.cuda_graphs {
             floor
         } else {
-            floor + e.launch_us * kernels / 1e3
+            floor + self.launches_ms()
         }
+    }
+
+    /// Each kernel of one step launched from the host ([`Engine::launch_us`](super::Engine::launch_us)
+    /// x [`Self::kernels_per_step`]): what a step run without a CUDA graph pays, ms.
+    pub fn launches_ms(&self) -> f64 {
+        self.engine.launch_us * self.kernels_per_step() / 1e3
     }
 
     /// The overhead of a decode step of `b` running requests: [`Self::overhead_ms`] plus each
@@ -87,7 +93,7 @@ impl Scenario {
     pub fn eager_prefill_ms(&self) -> f64 {
         let e = &self.engine;
         if e.cuda_graphs && !e.prefill_graphs {
-            e.launch_us * self.kernels_per_step() / 1e3 * e.release_step_scale
+            self.launches_ms() * e.release_step_scale
         } else {
             0.0
         }

@@ -287,10 +287,10 @@ impl Scenario {
         };
         // Steps that carry prompt tokens (one in 1/n, every step once n >= 1) run eagerly where the
         // engine graphs decode only.
-        // A decode step above the largest graph runs eagerly already (in `overhead`): the prompt
-        // tokens riding in it add no second set of launches.
-        let eager = if self.engine.mixed_prefill && self.eager_decode_ms(b) > 0.0 { 0.0 } else { self.eager_prefill_ms() };
-        let prefill = prefill + n.min(1.0) * eager;
+        // Prompt tokens riding in a decode step that runs eagerly already (above the largest
+        // graph) add no second set of launches.
+        let pass = if self.engine.mixed_prefill { PrefillPass::Beside(b) } else { PrefillPass::Standalone };
+        let prefill = prefill + n.min(1.0) * self.eager_prefill_ms_in(pass);
         let total = match self.engine.overlap {
             Overlap::None => (weights + kv).max(compute) + communication + overhead + prefill,
             Overlap::Full => (weights + kv).max(compute).max(communication) + overhead + prefill,

@@ -128,7 +128,7 @@ fn write_memory(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
         writeln!(
             w,
             "CUDA graphs: decode batches up to {g} per scheduler replay a graph; a larger one runs eagerly (+{:.1} ms of launches per step)",
-            s.engine.launch_us * s.kernels_per_step() / 1e3
+            s.launches_ms()
         )?;
     }
     if let Some(err) = &r.fit_error {
