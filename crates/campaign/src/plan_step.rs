@@ -7,7 +7,7 @@
 //! the planner's gains, the gap finding, the report's charts and `campaign next` all agree.
 
 use serde::{Deserialize, Serialize};
-use servetune_model::calibrate::{self, Measured};
+use servetune_model::calibrate::{self, Factors, Measured};
 use servetune_model::hw;
 use servetune_model::predict::{EngineName, Scenario};
 use servetune_model::quant::Dtype;
@@ -88,21 +88,18 @@ impl ModelBox {
 }
 
 /// Efficiency factors fitted to one measured sweep of this box (`servetune plan --calibrate`'s
-/// fit: a memory-bandwidth scale, the per-step overhead and, with four or more points, a
-/// communication scale), with the journal records it came from. Calibration, not a prediction:
-/// every figure made with it says so.
+/// fit, [`Factors`]: one point gives a scale on the whole step; more give a memory-bandwidth
+/// scale, the per-step overhead and, with four or more points, a communication scale), with the
+/// journal records it came from. Calibration, not a prediction: every figure made with it says so.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Calibration {
     /// The journal's calibration record.
     pub id: i64,
     /// The experiment whose sweep it was fitted to.
     pub experiment: i64,
-    /// Multiplier on every memory-streaming rate.
-    pub memory_efficiency_scale: f64,
-    /// The whole per-step overhead, ms.
-    pub step_overhead_ms: f64,
-    /// Multiplier on communication time (1 when fewer than four points were measured).
-    pub comm_scale: f64,
+    /// The fitted factors (a journal written before the one-point form holds the terms).
+    #[serde(flatten)]
+    pub factors: Factors,
     /// Root-mean-square of ln(predicted / measured) over the fitted points.
     pub rms_log_error: f64,
     /// Points fitted.
@@ -164,7 +161,7 @@ pub fn scenario(mb: &ModelBox, l: Layout) -> Result<Scenario, String> {
     spec.engine_version = mb.release_version();
     let mut s = spec.build().map_err(|e| e.to_string())?;
     if let Some(c) = &mb.calibration {
-        s.engine = calibrate::apply(&s.engine, c.memory_efficiency_scale, c.step_overhead_ms, c.comm_scale);
+        s.engine = c.factors.apply(&s.engine);
     }
     Ok(s)
 }
@@ -313,15 +310,7 @@ pub fn calibrate(mb: &ModelBox, l: Layout, points: &[(u32, f64)]) -> Option<Cali
         .map(|&(concurrency, output_tokens_per_s)| Measured { concurrency, output_tokens_per_s })
         .collect();
     let f = calibrate::fit(&s, &pts)?;
-    Some(Calibration {
-        id: 0,
-        experiment: 0,
-        memory_efficiency_scale: f.memory_efficiency_scale,
-        step_overhead_ms: f.step_overhead_ms,
-        comm_scale: f.comm_scale,
-        rms_log_error: f.rms_log_error,
-        points: pts.len(),
-    })
+    Some(Calibration { id: 0, experiment: 0, factors: f.factors, rms_log_error: f.rms_log_error, points: pts.len() })
 }
 
 /// A term of the model's step that would explain a measurement on its own.

@@ -425,16 +425,13 @@ fn track_record(r: &Report, o: &mut String) {
             vec![
                 Cell::rec(format!("experiment {}", c.experiment)),
                 Cell::text(&c.environment),
-                Cell::num(format!("{:.2}", f.memory_efficiency_scale)),
-                Cell::num(format!("{:.1}", f.step_overhead_ms)),
-                Cell::num(format!("{:.2}", f.comm_scale)),
+                Cell::text(f.factors.words()),
                 Cell::num(format!("{:.3}", f.rms_log_error)),
                 Cell::num(f.points.to_string()),
                 Cell::text(c.used_words()),
             ]
         });
-        let head =
-            ["fitted to", "environment", "memory scale", "overhead ms/step", "communication scale", "rms log error", "points", "used"];
+        let head = ["fitted to", "environment", "fitted factors", "rms log error", "points", "used"];
         table(o, &head, rows);
     }
     o.push_str("</section>\n");

@@ -342,11 +342,9 @@ pub fn record_measurement(
         j.add_event(
             "calibrated",
             &format!(
-                "calibration {} from experiment {id}: memory x{:.2}, overhead {:.1} ms/step, communication x{:.2} (rms log error {:.3}, {} points){}",
+                "calibration {} from experiment {id}: {} (rms log error {:.3}, {} points){}",
                 c.id,
-                c.memory_efficiency_scale,
-                c.step_overhead_ms,
-                c.comm_scale,
+                c.factors.words(),
                 c.rms_log_error,
                 c.points,
                 if usable(&c) { "" } else { "; not used: it fits its own sweep worse than the model's held-out error" }
@@ -504,6 +502,7 @@ fn after_answer(j: &Journal, q: &QuestionRow, exps: &[Experiment]) -> Result<Opt
 #[cfg(test)]
 mod tests {
     use super::*;
+    use servetune_model::calibrate::Factors;
 
     #[test]
     fn the_width_starts_at_the_held_out_error_and_follows_the_track_record() {
@@ -519,7 +518,40 @@ mod tests {
     }
 
     fn cal(experiment: i64, rms_log_error: f64) -> Calibration {
-        Calibration { id: 0, experiment, memory_efficiency_scale: 0.9, step_overhead_ms: 4.0, comm_scale: 1.0, rms_log_error, points: 3 }
+        Calibration {
+            id: 0,
+            experiment,
+            factors: Factors::Terms { memory_efficiency_scale: 0.9, step_overhead_ms: 4.0, comm_scale: 1.0 },
+            rms_log_error,
+            points: 3,
+        }
+    }
+
+    #[test]
+    fn a_journal_keeps_both_calibration_forms_and_reads_an_older_terms_body() {
+        let d = tempfile::tempdir().expect("tmp");
+        let row =
+            crate::journal::CampaignRow { goal: "g".into(), model: "m".into(), engine: "sim".into(), settings: "{}".into(), created_at: 0 };
+        let j = Journal::create(d.path(), &row).expect("journal");
+        let one = Calibration { factors: Factors::StepScale { step_scale: 1.3 }, points: 1, ..cal(1, 0.0) };
+        add_calibration(&j, "env", None, &cal(1, 0.01)).expect("terms");
+        add_calibration(&j, "env", None, &one).expect("step scale");
+        // A body as the releases before the one-point form wrote it.
+        j.conn()
+            .execute(
+                "INSERT INTO calibrations(experiment, env_hash, fabric, body, created_at) VALUES (3, 'env', NULL, ?1, 0)",
+                [r#"{"id":0,"experiment":3,"memory_efficiency_scale":0.8,"step_overhead_ms":5.0,"comm_scale":1.0,"rms_log_error":0.02,"points":4}"#],
+            )
+            .expect("old body");
+        let read: Vec<Factors> = calibrations(&j).expect("read").into_iter().map(|(c, _, _)| c.factors).collect();
+        assert_eq!(
+            read,
+            vec![
+                cal(1, 0.01).factors,
+                Factors::StepScale { step_scale: 1.3 },
+                Factors::Terms { memory_efficiency_scale: 0.8, step_overhead_ms: 5.0, comm_scale: 1.0 }
+            ]
+        );
     }
 
     #[test]

@@ -186,6 +186,28 @@ fn plan_json_matches_its_schema() {
 }
 
 #[test]
+fn plan_json_calibrated_on_one_point_or_on_a_sweep_matches_its_schema() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let b = dir.path().join("bench.json");
+    let bs = b.to_string_lossy().to_string();
+    for (points, form, absent) in [
+        (&[(8, 300.0)][..], "step_scale", "memory_efficiency_scale"),
+        (&[(1, 24.0), (8, 150.0), (32, 300.0)][..], "memory_efficiency_scale", "step_scale"),
+    ] {
+        let runs: Vec<Value> =
+            points.iter().map(|(c, t)| serde_json::json!({"concurrency": c, "throughput": {"output_tokens_per_s": t}})).collect();
+        std::fs::write(&b, serde_json::json!({"schema": "servetune.bench/1", "runs": runs}).to_string()).expect("write");
+        let (doc, _) = check(
+            "model/schema/plan.schema.json",
+            &["plan", "--model", "glm-5", "--quant", "nvfp4", "--gpu", "rtx-pro-6000-se", "--calibrate", &bs],
+        );
+        let c = &doc["calibration"];
+        assert!(c[form].as_f64().is_some_and(|x| x > 0.0), "{} point(s) fit {form}: {c}", points.len());
+        assert!(c[absent].is_null(), "{} point(s) hold no {absent}: {c}", points.len());
+    }
+}
+
+#[test]
 fn multi_node_plan_json_matches_its_schema_and_carries_the_nodes_and_network() {
     let (doc, _) = check(
         "model/schema/plan.schema.json",

@@ -27,8 +27,9 @@ pub use text::*;
 pub const SCHEMA: &str = "servetune.report/1";
 /// Additions within the major version a reader of `servetune.report/1` may ignore: 1 added
 /// `schema_minor` and `fabric` (measured per-pair bandwidth and latency); 2 added `track_record`,
-/// `calibrations`, calibrated predictions with intervals, grouped warnings and the steps' raw gains.
-pub const SCHEMA_MINOR: u32 = 2;
+/// `calibrations`, calibrated predictions with intervals, grouped warnings and the steps' raw gains;
+/// 3: a calibration fitted on one point holds `step_scale` in place of the three terms.
+pub const SCHEMA_MINOR: u32 = 3;
 
 /// The status report.
 #[derive(Debug, Clone, PartialEq, Serialize)]

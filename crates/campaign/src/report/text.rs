@@ -314,17 +314,15 @@ fn write_markdown_track(r: &Report, w: &mut impl Write) -> io::Result<()> {
     }
     if !r.calibrations.is_empty() {
         writeln!(w, "\n### Calibrations (the model fitted to each measured sweep)\n")?;
-        writeln!(w, "| fitted to | environment | memory scale | overhead ms/step | communication scale | rms log error | points | used |\n|---|---|---|---|---|---|---|---|")?;
+        writeln!(w, "| fitted to | environment | fitted factors | rms log error | points | used |\n|---|---|---|---|---|---|")?;
         for c in &r.calibrations {
             let f = &c.factors;
             writeln!(
                 w,
-                "| experiment {} | {} | {:.2} | {:.1} | {:.2} | {:.3} | {} | {} |",
+                "| experiment {} | {} | {} | {:.3} | {} | {} |",
                 c.experiment,
                 md(&c.environment),
-                f.memory_efficiency_scale,
-                f.step_overhead_ms,
-                f.comm_scale,
+                md(&f.factors.words()),
                 f.rms_log_error,
                 f.points,
                 c.used_words()

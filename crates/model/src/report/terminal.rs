@@ -309,11 +309,7 @@ fn write_versus(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
 
 fn write_calibration(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
     let Some(f) = &r.calibration else { return Ok(()) };
-    writeln!(
-        w,
-        "\ncalibration: memory efficiency x{:.2}, overhead {:.1} ms/step, comm x{:.2}; rms log error {:.3}",
-        f.memory_efficiency_scale, f.step_overhead_ms, f.comm_scale, f.rms_log_error
-    )?;
+    writeln!(w, "\ncalibration: {}; rms log error {:.3}", f.factors.words(), f.rms_log_error)?;
     for x in &f.residuals {
         writeln!(w, "  c={}: measured {:.0}, predicted {:.0} tok/s ({:+.1}%)", x.concurrency, x.measured, x.predicted, x.error * 100.0)?;
     }
