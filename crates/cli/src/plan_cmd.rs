@@ -189,6 +189,12 @@ pub struct PlanArgs {
     /// A `servetune fabric p2p --json` file: its measured link replaces the catalog's
     #[arg(long, value_name = "FILE", conflicts_with = "link")]
     pub fabric: Option<PathBuf>,
+    /// A `servetune fabric allreduce --json` file: the box's measured NCCL all-reduce (the run with
+    /// NCCL's defaults at the plan's TP size, else the nearest size measured) prices the TP
+    /// all-reduces the engine runs with NCCL within the node, in place of the model; a
+    /// calibration, and the report says so
+    #[arg(long, value_name = "FILE")]
+    pub allreduce: Option<PathBuf>,
     /// Tensor parallelism (default: all GPUs)
     #[arg(long)]
     pub tp: Option<u32>,
@@ -289,7 +295,7 @@ fn input(e: ModelError) -> Failure {
 /// The most a `--model-config` may hold: published config.json files are under 100 KB.
 const MAX_MODEL_CONFIG: u64 = 16 * servetune_io::MIB;
 
-/// The most a `--fabric` or `--calibrate` document may hold: both are summaries (matrices,
+/// The most a `--fabric`, `--allreduce` or `--calibrate` document may hold: both are summaries (matrices,
 /// per-run figures) of a few hundred KB at most; per-request records are not in them.
 const MAX_DOCUMENT: u64 = 64 * servetune_io::MIB;
 
@@ -310,7 +316,7 @@ pub(crate) fn written(r: std::io::Result<()>, to: &str) -> Result<(), Failure> {
     }
 }
 
-/// The deployment the flags describe (reads --model-config and --fabric).
+/// The deployment the flags describe (reads --model-config, --fabric and --allreduce).
 pub fn scenario_spec(a: &PlanArgs) -> Result<ScenarioSpec, Failure> {
     let model = match (&a.model, &a.model_config) {
         (Some(m), _) => ModelSource::Catalog(m.clone()),
@@ -327,6 +333,13 @@ pub fn scenario_spec(a: &PlanArgs) -> Result<ScenarioSpec, Failure> {
         }
         (None, Some(l)) => LinkSource::Catalog(l.clone()),
         (None, None) => LinkSource::Default,
+    };
+    let allreduce = match &a.allreduce {
+        Some(p) => {
+            let src = p.display().to_string();
+            Some(FabricInput::parse(&read("--allreduce", p, MAX_DOCUMENT)?, &src).and_then(|f| f.measured_allreduce(&src)).map_err(input)?)
+        }
+        None => None,
     };
     Ok(ScenarioSpec {
         quant: QuantSpec {
@@ -346,6 +359,7 @@ pub fn scenario_spec(a: &PlanArgs) -> Result<ScenarioSpec, Failure> {
         link,
         link_latency_us: a.link_latency,
         link_bw_gbs: a.link_bw,
+        allreduce,
         tp: a.tp,
         pp: a.pp,
         ep: a.ep,

@@ -166,6 +166,7 @@ mod tests {
             output_len: 64,
             max_running: None,
             cluster: None,
+            measured_allreduce: None,
         };
         let w = servetune_model::workload::Workload {
             requests: None,

@@ -154,6 +154,39 @@ fn usage_error(args: &[&str], needle: &str) {
     crate::common::usage_error("plan", args, needle);
 }
 
+/// The c=64 row's tok/s of a plan's table.
+fn rate_at_64(out: &str) -> f64 {
+    let row = out.lines().find(|l| l.split_whitespace().next() == Some("64")).unwrap_or_else(|| panic!("no c=64 row: {out}"));
+    row.split_whitespace().nth(1).and_then(|t| t.parse().ok()).unwrap_or_else(|| panic!("no rate in {row:?}"))
+}
+
+#[test]
+fn a_measured_nccl_all_reduce_prices_the_plan_and_a_p2p_document_is_refused_for_it() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (ar, p2p) = (dir.path().join("ar.json"), dir.path().join("p2p.json"));
+    let (ars, p2ps) = (ar.to_string_lossy().to_string(), p2p.to_string_lossy().to_string());
+    // The simulated box's NCCL is the plan's own model of it, so the plan prices the same.
+    let (code, _, err) = crate::common::run(&["fabric", "allreduce", "--backend", "sim", "--sim-gpus", "8", "--json", &ars]);
+    assert_eq!(code, 0, "{err}");
+    fn args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+        [&REF[..12], &["--concurrency", "1,16,64"], extra].concat()
+    }
+    let (code, model, err) = plan(&args(&[]));
+    assert_eq!(code, 0, "{err}");
+    let (code, measured, err) = plan(&args(&["--allreduce", &ars]));
+    assert_eq!(code, 0, "{err}");
+    assert!(measured.contains("all-reduce: NCCL as measured on the box") && measured.contains("8 ranks"), "{measured}");
+    let (a, b) = (rate_at_64(&model), rate_at_64(&measured));
+    assert!((b / a - 1.0).abs() < 0.03, "the model's own NCCL measured: {b} against {a}");
+    // A p2p document holds no all-reduce.
+    let (code, _, err) = crate::common::run(&["fabric", "p2p", "--backend", "sim", "--sim-gpus", "2", "--json", &p2ps]);
+    assert_eq!(code, 0, "{err}");
+    usage_error(
+        &args(&["--allreduce", &p2ps]),
+        "not \"allreduce\": --allreduce takes the document servetune fabric allreduce --json FILE writes",
+    );
+}
+
 #[test]
 fn unknown_model_gpu_and_link_list_the_known_ones() {
     usage_error(&["--model", "gpt-9", "--gpu", "h200"], "[possible values: glm-5, deepseek-v3");

@@ -208,6 +208,22 @@ fn plan_json_calibrated_on_one_point_or_on_a_sweep_matches_its_schema() {
 }
 
 #[test]
+fn plan_json_with_a_measured_all_reduce_matches_its_schema_and_carries_it() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let ar = dir.path().join("ar.json");
+    let ars = ar.to_string_lossy().to_string();
+    let st = servetune().args(["fabric", "allreduce", "--backend", "sim", "--sim-gpus", "4", "--json", &ars]).output().expect("run");
+    assert_eq!(st.status.code(), Some(0), "{}", String::from_utf8_lossy(&st.stderr));
+    let (doc, _) = check(
+        "model/schema/plan.schema.json",
+        &["plan", "--model", "glm-5", "--quant", "nvfp4", "--gpu", "rtx-pro-6000-se", "--link", "pcie-host-staged", "--allreduce", &ars],
+    );
+    let m = &doc["scenario"]["measured_allreduce"];
+    assert_eq!(m["source"], ars.as_str());
+    assert_eq!(m["runs"][0]["ranks"], 4, "{m}");
+}
+
+#[test]
 fn multi_node_plan_json_matches_its_schema_and_carries_the_nodes_and_network() {
     let (doc, _) = check(
         "model/schema/plan.schema.json",

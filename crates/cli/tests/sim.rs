@@ -288,6 +288,7 @@ fn sim_from_plan_steps_at_the_predicted_decode_time() {
         output_len: 1024,
         max_running: None,
         cluster: None,
+        measured_allreduce: None,
     };
     let want = s.decode_step_ms(1.0, 70.0);
     let tpot = num(&v, "runs.0.latency_ms.tpot.p50");

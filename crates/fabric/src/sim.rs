@@ -1,5 +1,6 @@
 //! A simulated fabric: devices joined by configured alpha-beta links, with P2P allowed or not per
-//! pair and, to test verification, P2P that silently drops data. A first-class backend
+//! pair and, to test verification, P2P that silently drops data; its NCCL all-reduce is the plan's
+//! model of NCCL on the same catalog link (`servetune_model::comm::nccl`). A first-class backend
 //! (`servetune fabric --backend sim`), used by the tests of the timing, fitting and output logic.
 
 use servetune_model::hw::LinkKind;
@@ -13,9 +14,6 @@ const LOCAL_ALPHA_US: f64 = 2.0;
 /// A copy within one GPU's memory: bandwidth, GB/s (about half of a current GPU's HBM bandwidth,
 /// since a copy reads and writes).
 const LOCAL_BETA_GBS: f64 = 1500.0;
-/// NCCL's fixed per-collective latency in the simulated all-reduce, microseconds (the ring base
-/// latency of NCCL's tuning model, docs/reference.md).
-const NCCL_BASE_US: f64 = 6.6;
 /// Host-to-device and device-to-host bandwidth the simulated GPUs report (a PCIe Gen4 x16 slot).
 const SIM_HOST_TRANSFERS: HostTransfers =
     HostTransfers { pinned_h2d_gbs: 25.0, pinned_d2h_gbs: 26.0, pageable_h2d_gbs: 12.0, pageable_d2h_gbs: 10.0 };
@@ -150,13 +148,18 @@ impl AllReduce for SimAllReduce {
         let p2p_off = env.iter().any(|e| e.name == "NCCL_P2P_DISABLE" && e.value == "1");
         let use_p2p = self.fabric.p2p_allowed && !p2p_off;
         let link = if use_p2p { &self.fabric.p2p } else { &self.fabric.staged };
+        // The plan's own model of NCCL on the catalog link (one model of NCCL, the plan's), plus
+        // the per-kernel floor a measurement holds and the plan counts apart, so a simulated
+        // measurement given back to `plan --allreduce` prices what the plan does.
+        let floor = servetune_model::predict::Engine::default().gemm_floor_us;
+        let profile = servetune_model::hw::link(&link.name).map_err(|e| FabricError::Input(format!("--sim-link {:?}: {e}", link.name)))?;
         let points = sizes
             .iter()
             .map(|&b| {
                 let t = if n <= 1.0 {
                     (LOCAL_ALPHA_US * 1e-6 + b as f64 / (LOCAL_BETA_GBS * 1e9)) * 1e6
                 } else {
-                    NCCL_BASE_US + 2.0 * (n - 1.0) * link.alpha_us + b as f64 * 2.0 * (n - 1.0) / n / (link.beta_gbs * 1e3)
+                    servetune_model::comm::nccl(&profile, ranks.len() as u32, b as f64).us + floor
                 };
                 AllReducePoint { bytes: b, time_us: t }
             })

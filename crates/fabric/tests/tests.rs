@@ -95,9 +95,13 @@ fn allreduce_reports_nccl_tests_bus_bandwidth_and_env_comparisons() {
     for row in &base.rows {
         assert!((row.busbw_gbs - row.algbw_gbs * 2.0 * 7.0 / 8.0).abs() < 1e-9);
     }
-    // NCCL's own model: base 6.6 us + 2(n-1) hops of the catalog's 1.0 us PCIe hop.
-    let f = base.fit.as_ref().expect("fit");
-    assert!((f.alpha_us - (6.6 + 14.0 * 1.0)).abs() < 0.01, "{}", f.alpha_us);
+    // The plan's model of NCCL on the same catalog link, size by size, with the kernel's floor.
+    let p2p = servetune_model::hw::link("pcie5-p2p").expect("link");
+    let floor = servetune_model::predict::Engine::default().gemm_floor_us;
+    for row in &base.rows {
+        let want = servetune_model::comm::nccl(&p2p, 8, row.bytes as f64).us + floor;
+        assert!((row.time_us - want).abs() < 1e-9, "{} B: {} against {want}", row.bytes, row.time_us);
+    }
     assert_eq!(base.transports[0].transport, "via P2P/IPC");
     let off = &r.allreduce[1];
     assert_eq!(off.transports[0].transport, "via SHM/direct/direct");

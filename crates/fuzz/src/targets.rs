@@ -535,6 +535,10 @@ impl Target for FabricDoc {
             "\"p2p\":{\"gpus\":[0,1]},",
             "\"matrices\":[{\"title\":\"P2P=Enabled Latency Matrix (4 B)\",\"unit\":\"us\",\"values\":[[2.0,0.5],[0.5,2.0]]}]",
             "\"unit\":\"GB/s\"",
+            "\"kind\":\"allreduce\",",
+            "\"allreduce\":[{\"ranks\":8,\"env\":[],\"rows\":[{\"bytes\":8,\"time_us\":40.0},{\"bytes\":1048576,\"time_us\":90.0}]}]",
+            "\"env\":[{\"name\":\"NCCL_P2P_DISABLE\",\"value\":\"1\"}]",
+            "\"ranks\":4294967297",
             "-53.8",
             "1e-300",
             "1e308",
@@ -550,6 +554,22 @@ impl Target for FabricDoc {
         if let Ok(l) = doc.link_profile("fuzz.json") {
             if !(LINK_LATENCY_US.contains(&l.alpha_us) && LINK_BANDWIDTH_GBS.contains(&l.beta_gbs)) {
                 return Err(format!("accepted a link of {} us and {} GB/s", l.alpha_us, l.beta_gbs));
+            }
+        }
+        if let Ok(m) = doc.measured_allreduce("fuzz.json") {
+            // Every accepted run prices every size with a finite, non-negative time.
+            let link = servetune_model::hw::link("pcie-host-staged").map_err(|e| e.to_string())?;
+            for r in &m.runs {
+                for b in [0.0, 1.0, 4096.0, 1e6, 1e12] {
+                    let t = r.us(b);
+                    if !(t.is_finite() && t >= 0.0) {
+                        return Err(format!("a measured all-reduce of {} ranks priced {b} bytes at {t} us", r.ranks()));
+                    }
+                }
+                let a = m.allreduce(&link, 8, 1e6, 5.0).us;
+                if !(a.is_finite() && a >= 0.0) {
+                    return Err(format!("a measured all-reduce gave {a} us"));
+                }
             }
         }
         if let Ok(ms) = doc.checked_matrices("fuzz.json") {

@@ -1,11 +1,12 @@
 //! The files `plan` reads besides a `config.json`, as typed documents: a `servetune bench` JSON
-//! (`--calibrate`) and a `servetune fabric` JSON (`--fabric`, and the per-pair matrices a campaign
-//! report draws). Only the fields the readers need are read; every error names the file and the
+//! (`--calibrate`) and a `servetune fabric` JSON (`--fabric`'s link, `--allreduce`'s measured
+//! NCCL all-reduce, and the per-pair matrices a campaign report draws). Only the fields the readers need are read; every error names the file and the
 //! field. The caller reads the file; this parses its text.
 
 use serde::Deserialize;
 
 use crate::calibrate::Measured;
+use crate::comm::{MeasuredAllReduce, MeasuredRun};
 use crate::hw::LinkProfile;
 use crate::ModelError;
 
@@ -92,6 +93,39 @@ pub struct FabricInput {
     /// The raw sweep (kind `p2p`); only the swept GPUs are read.
     #[serde(default)]
     pub p2p: Option<FabricSweep>,
+    /// The NCCL all-reduce runs (kind `allreduce`).
+    #[serde(default)]
+    pub allreduce: Vec<FabricAllReduce>,
+}
+
+/// One all-reduce run of a fabric document: a rank count under one set of NCCL settings.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct FabricAllReduce {
+    /// GPUs in the all-reduce.
+    pub ranks: u64,
+    /// The NCCL environment settings of the run (none: NCCL's defaults).
+    #[serde(default)]
+    pub env: Vec<FabricEnv>,
+    /// One row per message size.
+    pub rows: Vec<FabricAllReduceRow>,
+}
+
+/// One environment setting of an all-reduce run.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct FabricEnv {
+    /// The variable.
+    pub name: String,
+    /// Its value.
+    pub value: String,
+}
+
+/// One message size of an all-reduce run.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct FabricAllReduceRow {
+    /// Bytes per rank.
+    pub bytes: u64,
+    /// Time of one all-reduce, us.
+    pub time_us: f64,
 }
 
 /// A GPU-by-GPU matrix of a fabric document.
@@ -158,6 +192,61 @@ impl FabricInput {
         Ok(&self.matrices)
     }
 
+    /// The measured NCCL all-reduce (`plan --allreduce`): the runs made with NCCL's default
+    /// settings over two or more GPUs (a run with `--env` settings is a comparison, not what an
+    /// engine gets), each at two or more sizes. Sizes of 0 bytes are skipped; a time that is not
+    /// finite and positive, or a size measured twice, is refused naming the field.
+    pub fn measured_allreduce(&self, source: &str) -> Result<MeasuredAllReduce, ModelError> {
+        let bad = |m: String| ModelError::Input(format!("{source}: {m}"));
+        if let Some(k) = self.kind.as_deref().filter(|k| *k != "allreduce") {
+            return Err(bad(format!(
+                "field \"kind\" is {k:?}, not \"allreduce\": --allreduce takes the document servetune fabric allreduce --json FILE writes"
+            )));
+        }
+        let mut runs: Vec<MeasuredRun> = Vec::new();
+        for (i, r) in self.allreduce.iter().enumerate() {
+            if !r.env.is_empty() || r.ranks < 2 {
+                continue;
+            }
+            let ranks = u32::try_from(r.ranks)
+                .ok()
+                .filter(|n| *n <= 1024)
+                .ok_or_else(|| bad(format!("field \"allreduce[{i}].ranks\" is {}: at most 1024 GPUs", r.ranks)))?;
+            if let Some((j, row)) =
+                r.rows.iter().enumerate().find(|(_, row)| !(row.time_us.is_finite() && row.time_us > 0.0 && row.time_us < 1e9))
+            {
+                return Err(bad(format!(
+                    "field \"allreduce[{i}].rows[{j}].time_us\" is {}: a time is a positive number of microseconds below 1e9",
+                    row.time_us
+                )));
+            }
+            let mut points: Vec<(f64, f64)> =
+                r.rows.iter().filter(|row| row.bytes > 0).map(|row| (row.bytes as f64, row.time_us)).collect();
+            points.sort_by(|a, b| a.0.total_cmp(&b.0));
+            if let Some(w) = points.windows(2).find(|w| w[0].0 == w[1].0) {
+                return Err(bad(format!("field \"allreduce[{i}].rows\" measures {} bytes twice: one row per size", w[0].0)));
+            }
+            if runs.iter().any(|x| x.ranks() == ranks) {
+                return Err(bad(format!(
+                    "field \"allreduce[{i}]\" measures {ranks} ranks with NCCL's defaults a second time: one run per rank count"
+                )));
+            }
+            let run = MeasuredRun::new(ranks, points).ok_or_else(|| {
+                bad(format!(
+                    "field \"allreduce[{i}].rows\" has fewer than two sizes above 0 bytes: measure a sweep (--min-size, --max-size)"
+                ))
+            })?;
+            runs.push(run);
+        }
+        if runs.is_empty() {
+            return Err(bad(
+                "field \"allreduce\" holds no run over two or more GPUs with NCCL's default settings: run servetune fabric allreduce --json FILE without --env".into(),
+            ));
+        }
+        runs.sort_by_key(|r| r.ranks());
+        Ok(MeasuredAllReduce { source: source.to_string(), runs })
+    }
+
     /// The measured link as the model's link, validated (finite, positive alpha and beta).
     pub fn link_profile(&self, source: &str) -> Result<LinkProfile, ModelError> {
         let l = self.link.as_ref().ok_or_else(|| {
@@ -188,6 +277,41 @@ mod tests {
     }
 
     use crate::hw::LinkKind;
+
+    fn allreduce_doc(runs: &str) -> String {
+        format!(r#"{{"schema":"servetune.fabric/1.1","kind":"allreduce","backend":"nccl","allreduce":[{runs}]}}"#)
+    }
+
+    fn run(ranks: u64, env: &str, rows: &str) -> String {
+        format!(r#"{{"ranks":{ranks},"env":[{env}],"rows":[{rows}],"transports":[],"fit":null,"busbw_large_gbs":1.0}}"#)
+    }
+
+    const ROWS: &str = r#"{"bytes":0,"time_us":30.0},{"bytes":8,"time_us":40.0},{"bytes":1048576,"time_us":90.0}"#;
+    const P2P_OFF: &str = r#"{"name":"NCCL_P2P_DISABLE","value":"1"}"#;
+
+    #[test]
+    fn a_measured_all_reduce_takes_the_default_runs_over_two_or_more_gpus() {
+        let text = allreduce_doc(&[run(8, "", ROWS), run(8, P2P_OFF, ROWS), run(1, "", ROWS), run(4, "", ROWS)].join(","));
+        let m = FabricInput::parse(&text, "ar.json").expect("parse").measured_allreduce("ar.json").expect("runs");
+        assert_eq!(m.runs.iter().map(|r| r.ranks()).collect::<Vec<_>>(), vec![4, 8], "the NCCL_P2P_DISABLE and one-rank runs are left out");
+        assert_eq!(m.runs[1].us(8.0), 40.0, "the 0-byte row is skipped");
+        assert_eq!(m.source, "ar.json");
+    }
+
+    #[test]
+    fn a_bad_all_reduce_document_is_refused_naming_the_field() {
+        let refused = |text: String, want: &str| {
+            let e = FabricInput::parse(&text, "ar.json").and_then(|f| f.measured_allreduce("ar.json")).expect_err(want);
+            assert!(e.to_string().contains("ar.json") && e.to_string().contains(want), "{e}");
+        };
+        refused(fabric(1.0, 50.0, "p2p").replace("\"link\"", "\"kind\":\"p2p\",\"link\""), "not \"allreduce\"");
+        refused(allreduce_doc(&run(8, P2P_OFF, ROWS)), "with NCCL's default settings");
+        refused(allreduce_doc(&run(8, "", r#"{"bytes":8,"time_us":-1.0},{"bytes":16,"time_us":2.0}"#)), "allreduce[0].rows[0].time_us");
+        refused(allreduce_doc(&run(8, "", r#"{"bytes":8,"time_us":1.0},{"bytes":8,"time_us":2.0}"#)), "measures 8 bytes twice");
+        refused(allreduce_doc(&run(8, "", r#"{"bytes":8,"time_us":1.0}"#)), "fewer than two sizes");
+        refused(allreduce_doc(&[run(8, "", ROWS), run(8, "", ROWS)].join(",")), "a second time");
+        refused(allreduce_doc(&run(4_294_967_297, "", ROWS)), "allreduce[0].ranks");
+    }
 
     #[test]
     fn a_network_is_not_taken_as_the_link_within_a_node() {

@@ -21,6 +21,7 @@ fn scen(model: &str, q: Dtype, g: &str, l: &str, tp: u32, input: u32, output: u3
         output_len: output,
         max_running: None,
         cluster: None,
+        measured_allreduce: None,
     }
 }
 

@@ -127,6 +127,12 @@ impl Scenario {
     /// the rule's one-shot / two-shot label. A separate prefill pass's all-reduces take the same
     /// graph-mode figure (sglang before 0.5.10 ran prefill eagerly, which the eager launches of
     /// [`Self::eager_prefill_ms`] price apart) and, in [`Self::point`], no per-kernel floor.
+    ///
+    /// Where the engine runs NCCL within a node (no custom kernel: PCIe boxes of more than two
+    /// GPUs, no P2P, or large messages) and the box's NCCL all-reduce was measured
+    /// (`--allreduce`, [`comm::MeasuredAllReduce`]), the measurement replaces the NCCL model, net
+    /// of the per-kernel floor: what a VM's IOMMU or one host's memory do to eight processes
+    /// staging through it is in the measurement and in no model.
     pub fn tp_allreduce(&self, bytes: f64) -> comm::AllReduce {
         let n = self.plan.tp;
         match self.across(n) {
@@ -134,6 +140,10 @@ impl Scenario {
             None => {
                 let ar = comm::allreduce(&self.link, n, bytes, self.engine.cuda_graphs);
                 let custom = matches!(ar.method, comm::Method::OneShot | comm::Method::TwoShot);
+                if let Some(m) = self.measured_allreduce.as_deref().filter(|_| !custom) {
+                    // The box's own NCCL, net of the per-kernel floor the step counts.
+                    return m.allreduce(&self.link, n, bytes, self.engine.gemm_floor_us);
+                }
                 match self.measured_custom_row() {
                     Some((lat, catalog)) if custom => {
                         let scale = match catalog {

@@ -202,6 +202,10 @@ pub struct Scenario {
     /// The nodes and network of a multi-node deployment (None: one node, `link` joins every GPU).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cluster: Option<Cluster>,
+    /// The box's measured NCCL all-reduce (`--allreduce`), which prices the TP all-reduces NCCL
+    /// runs within a node in place of the model ([`Scenario::tp_allreduce`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured_allreduce: Option<std::sync::Arc<crate::comm::MeasuredAllReduce>>,
 }
 
 /// One step's time, by term, ms.

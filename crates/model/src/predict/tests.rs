@@ -19,6 +19,7 @@ pub fn scenario(model: &str, q: Dtype, g: &str, l: &str, gpus: u32, tp: u32) -> 
         output_len: 1024,
         max_running: None,
         cluster: None,
+        measured_allreduce: None,
     }
 }
 
@@ -160,6 +161,33 @@ fn minimax_all_reduces_its_qk_norm_in_every_layer_under_tp_only() {
     let mut dp_local = dp.clone();
     dp_local.model.qk_norm_across_heads = false;
     assert_eq!(dp.kernels_per_step(), dp_local.kernels_per_step());
+}
+
+#[test]
+fn a_measured_all_reduce_prices_nccls_all_reduces_and_leaves_the_custom_kernel_alone() {
+    use crate::comm::{MeasuredAllReduce, MeasuredRun};
+    // 8 PCIe GPUs without P2P: the engines run NCCL. A box whose NCCL takes three times the
+    // model's (plus the floor a measurement holds) costs three times the model's all-reduces.
+    let mut s = scenario("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", "pcie-host-staged", 8, 8);
+    let floor = s.engine.gemm_floor_us;
+    let pts = (10..=27).step_by(2).map(|p| (2f64.powi(p), 3.0 * comm::nccl(&s.link, 8, 2f64.powi(p)).us + floor)).collect();
+    let m = MeasuredAllReduce { source: "ar.json".into(), runs: vec![MeasuredRun::new(8, pts).expect("run")] };
+    let before = s.point(16);
+    let bytes = 16.0 * s.model.hidden as f64 * 2.0;
+    let model = s.tp_allreduce(bytes).us;
+    s.measured_allreduce = Some(std::sync::Arc::new(m.clone()));
+    let measured = s.tp_allreduce(bytes);
+    assert_eq!(measured.method, comm::Method::Measured { ranks: 8 });
+    assert!((measured.us / model - 3.0).abs() < 0.05, "{} against {model}", measured.us);
+    assert!(s.point(16).tpot_ms > before.tpot_ms, "slower all-reduces, a longer step");
+    // 8x H200 on NVLink under vLLM runs its custom kernel for decode-sized messages: the
+    // measured NCCL does not describe it and changes nothing there.
+    let mut nv = scenario("llama-3.1-70b", Dtype::Fp8, "h200", "nvlink", 8, 8);
+    nv.engine = EngineName::Vllm.defaults();
+    let small = 16.0 * 8192.0 * 2.0;
+    let custom = nv.tp_allreduce(small);
+    nv.measured_allreduce = Some(std::sync::Arc::new(m));
+    assert_eq!(nv.tp_allreduce(small), custom);
 }
 
 #[test]

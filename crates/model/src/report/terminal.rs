@@ -77,6 +77,20 @@ fn write_header(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
             s.gpu.name
         )?;
     }
+    if let Some(m) = &s.measured_allreduce {
+        let ranks: Vec<String> = m.runs.iter().map(|r| r.ranks().to_string()).collect();
+        let scaled = if m.runs.iter().any(|r| r.ranks() == s.plan.tp) {
+            String::new()
+        } else {
+            format!("; TP {} was not measured: the nearest run's ratio to the model is carried over", s.plan.tp)
+        };
+        writeln!(
+            w,
+            "  all-reduce: NCCL as measured on the box ({}, {} ranks) wherever the engine runs NCCL within the node{scaled}",
+            m.source,
+            ranks.join(", ")
+        )?;
+    }
     if let Some(c) = &s.cluster {
         writeln!(
             w,

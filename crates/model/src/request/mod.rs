@@ -83,6 +83,8 @@ pub struct ScenarioSpec {
     pub link_latency_us: Option<f64>,
     /// Measured bandwidth replacing the link's, GB/s.
     pub link_bw_gbs: Option<f64>,
+    /// The box's measured NCCL all-reduce (`--allreduce`, already validated).
+    pub allreduce: Option<crate::comm::MeasuredAllReduce>,
     /// Tensor parallelism (None: all GPUs).
     pub tp: Option<u32>,
     /// Pipeline parallelism.
@@ -147,6 +149,7 @@ impl ScenarioSpec {
             link: LinkSource::Default,
             link_latency_us: None,
             link_bw_gbs: None,
+            allreduce: None,
             tp: None,
             pp: 1,
             ep: 1,
@@ -282,6 +285,7 @@ impl ScenarioSpec {
             output_len: self.output_len,
             max_running: self.max_running,
             cluster,
+            measured_allreduce: self.allreduce.clone().map(std::sync::Arc::new),
         })
         .and_then(|s| s.check_placement().map(|_| s))
     }
