@@ -372,7 +372,7 @@ pub fn explain_gap(mb: &ModelBox, l: Layout, concurrency: u32, measured: f64) ->
             format!("the TP{tp} all-reduce"),
             p.step_ms.communication,
             &comm,
-            "run `servetune fabric allreduce` on the box and record it with `servetune campaign fabric`",
+            "run `servetune fabric allreduce --json ar.json` on the box and price the plan with `servetune plan --allreduce ar.json`",
         ),
         (
             "memory reads (weights, experts and KV)".into(),
