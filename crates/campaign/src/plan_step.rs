@@ -210,7 +210,7 @@ pub fn with_link(mb: &ModelBox, l: Layout, link: &str) -> Option<Predicted> {
 }
 
 /// The prediction with tuned fused-MoE kernels (expert reads at 80% of bandwidth, the model's
-/// tuned-kernel assumption, times the box's calibrated memory scale); `None` for dense models or
+/// tuned-kernel assumption, times the box's calibrated memory or step scale); `None` for dense models or
 /// when the model's own rate for this GPU and format is already at the tuned level. Whether the
 /// kernels are tuned is the model's question, not the calibration's: a memory scale fitted to a
 /// sweep moves every stream at once and cannot tell the MoE kernels from the rest.

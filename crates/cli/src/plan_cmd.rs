@@ -191,8 +191,8 @@ pub struct PlanArgs {
     pub fabric: Option<PathBuf>,
     /// A `servetune fabric allreduce --json` file: the box's measured NCCL all-reduce (the run with
     /// NCCL's defaults at the plan's TP size, else the nearest size measured) prices the TP
-    /// all-reduces the engine runs with NCCL within the node, in place of the model; a
-    /// calibration, and the report says so
+    /// all-reduces the engine runs with NCCL within the node (not its own custom kernel), in
+    /// place of the model, on this link and GPU only; the report names the file
     #[arg(long, value_name = "FILE")]
     pub allreduce: Option<PathBuf>,
     /// Tensor parallelism (default: all GPUs)

@@ -160,24 +160,43 @@ fn rate_at_64(out: &str) -> f64 {
     row.split_whitespace().nth(1).and_then(|t| t.parse().ok()).unwrap_or_else(|| panic!("no rate in {row:?}"))
 }
 
+/// The "+N%" of a `--vs` table's c=64 row.
+fn vs_change_at_64(out: &str) -> f64 {
+    let table = &out[out.find("what if").unwrap_or_else(|| panic!("no what-if: {out}"))..];
+    let row = table.lines().find(|l| l.split_whitespace().next() == Some("64")).unwrap_or_else(|| panic!("no c=64 row: {table}"));
+    row.split_whitespace().nth(3).and_then(|t| t.trim_end_matches('%').parse().ok()).unwrap_or_else(|| panic!("no change in {row:?}"))
+}
+
 #[test]
-fn a_measured_nccl_all_reduce_prices_the_plan_and_a_p2p_document_is_refused_for_it() {
+fn a_measured_nccl_all_reduce_prices_the_plan_on_its_own_box_only() {
     let dir = tempfile::tempdir().expect("tmp");
-    let (ar, p2p) = (dir.path().join("ar.json"), dir.path().join("p2p.json"));
-    let (ars, p2ps) = (ar.to_string_lossy().to_string(), p2p.to_string_lossy().to_string());
-    // The simulated box's NCCL is the plan's own model of it, so the plan prices the same.
+    let (ar, slow, p2p) = (dir.path().join("ar.json"), dir.path().join("slow.json"), dir.path().join("p2p.json"));
+    let (ars, slows, p2ps) = (ar.to_string_lossy().to_string(), slow.to_string_lossy().to_string(), p2p.to_string_lossy().to_string());
+    // The simulated box's NCCL is the plan's own model of it, so the plan prices about the same.
     let (code, _, err) = crate::common::run(&["fabric", "allreduce", "--backend", "sim", "--sim-gpus", "8", "--json", &ars]);
     assert_eq!(code, 0, "{err}");
+    // A box whose all-reduces take three times as long.
+    let mut doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&ar).expect("read")).expect("json");
+    for row in doc["allreduce"][0]["rows"].as_array_mut().expect("rows") {
+        row["time_us"] = serde_json::json!(row["time_us"].as_f64().expect("time") * 3.0);
+    }
+    std::fs::write(&slow, doc.to_string()).expect("write");
     fn args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
-        [&REF[..12], &["--concurrency", "1,16,64"], extra].concat()
+        [&REF[..12], &["--concurrency", "1,16,64", "--vs", "link=pcie5-p2p"], extra].concat()
     }
     let (code, model, err) = plan(&args(&[]));
     assert_eq!(code, 0, "{err}");
-    let (code, measured, err) = plan(&args(&["--allreduce", &ars]));
+    let (code, same, err) = plan(&args(&["--allreduce", &ars]));
     assert_eq!(code, 0, "{err}");
-    assert!(measured.contains("all-reduce: NCCL as measured on the box") && measured.contains("8 ranks"), "{measured}");
-    let (a, b) = (rate_at_64(&model), rate_at_64(&measured));
+    assert!(same.contains("all-reduce: NCCL as measured on the box") && same.contains("8 ranks"), "{same}");
+    let (a, b) = (rate_at_64(&model), rate_at_64(&same));
     assert!((b / a - 1.0).abs() < 0.03, "the model's own NCCL measured: {b} against {a}");
+    let (code, slower, err) = plan(&args(&["--allreduce", &slows]));
+    assert_eq!(code, 0, "{err}");
+    assert!(rate_at_64(&slower) < 0.95 * a, "three times the all-reduce time: {} against {a}", rate_at_64(&slower));
+    // The measurement prices the host-staged box only: with P2P the model takes over, so the
+    // what-if gains more from a slower staged all-reduce.
+    assert!(vs_change_at_64(&slower) > vs_change_at_64(&model) + 5.0, "{slower}");
     // A p2p document holds no all-reduce.
     let (code, _, err) = crate::common::run(&["fabric", "p2p", "--backend", "sim", "--sim-gpus", "2", "--json", &p2ps]);
     assert_eq!(code, 0, "{err}");
@@ -185,6 +204,21 @@ fn a_measured_nccl_all_reduce_prices_the_plan_and_a_p2p_document_is_refused_for_
         &args(&["--allreduce", &p2ps]),
         "not \"allreduce\": --allreduce takes the document servetune fabric allreduce --json FILE writes",
     );
+}
+
+#[test]
+fn a_one_point_calibration_scales_the_whole_step_and_is_not_called_an_early_release() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let b = dir.path().join("b.json");
+    let runs = serde_json::json!([{"concurrency": 8, "throughput": {"output_tokens_per_s": 150.0}}]);
+    std::fs::write(&b, serde_json::json!({"schema": "servetune.bench/1", "runs": runs}).to_string()).expect("write");
+    let bs = b.to_string_lossy().to_string();
+    let args = [&REF[..], &["--calibrate", &bs, "--concurrency", "8,64"]].concat();
+    let (code, out, err) = plan(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("calibration: every step term x"), "{out}");
+    assert!(out.contains("c=8: measured 150, predicted 150"), "{out}");
+    assert!(!out.contains("early release"), "{out}");
 }
 
 #[test]

@@ -128,7 +128,8 @@ impl Fabric for SimFabric {
     }
 }
 
-/// A simulated NCCL: NCCL's ring cost model (tuning.cc; docs/reference.md) over the fabric's links.
+/// A simulated NCCL: the plan's model of NCCL (`servetune_model::comm::nccl`: NCCL's tuning model,
+/// docs/reference.md) over the fabric's catalog link, plus the per-kernel floor a measurement holds.
 #[derive(Debug, Clone)]
 pub struct SimAllReduce {
     /// The machine it runs on.

@@ -151,7 +151,7 @@ impl FabricInput {
     /// Parses a fabric JSON's text; `source` names the file in errors.
     pub fn parse(text: &str, source: &str) -> Result<Self, ModelError> {
         let f: FabricInput = serde_json::from_str(text).map_err(|e| {
-            ModelError::Input(format!("{source}: not a servetune fabric JSON ({e}); write one with servetune fabric p2p --json FILE"))
+            ModelError::Input(format!("{source}: not a servetune fabric JSON ({e}); write one with servetune fabric p2p --json FILE, or fabric allreduce for --allreduce"))
         })?;
         if !f.schema.starts_with("servetune.fabric/1") {
             return Err(ModelError::Input(format!("{source}: field \"schema\" is {:?}, not servetune.fabric/1", f.schema)));
@@ -194,13 +194,19 @@ impl FabricInput {
 
     /// The measured NCCL all-reduce (`plan --allreduce`): the runs made with NCCL's default
     /// settings over two or more GPUs (a run with `--env` settings is a comparison, not what an
-    /// engine gets), each at two or more sizes. Sizes of 0 bytes are skipped; a time that is not
-    /// finite and positive, or a size measured twice, is refused naming the field.
+    /// engine gets), each at two or more sizes. Sizes of 0 bytes are skipped; a time outside 1 to
+    /// 1e9 us, a size measured twice, or a run across nodes (a Slurm backend) is refused naming
+    /// the field.
     pub fn measured_allreduce(&self, source: &str) -> Result<MeasuredAllReduce, ModelError> {
         let bad = |m: String| ModelError::Input(format!("{source}: {m}"));
         if let Some(k) = self.kind.as_deref().filter(|k| *k != "allreduce") {
             return Err(bad(format!(
                 "field \"kind\" is {k:?}, not \"allreduce\": --allreduce takes the document servetune fabric allreduce --json FILE writes"
+            )));
+        }
+        if let Some(b) = self.backend.as_deref().filter(|b| b.contains("slurm")) {
+            return Err(bad(format!(
+                "field \"backend\" is {b:?}: a run across nodes; --allreduce takes the all-reduce within one node (servetune fabric allreduce --json FILE on the box)"
             )));
         }
         let mut runs: Vec<MeasuredRun> = Vec::new();
@@ -212,11 +218,10 @@ impl FabricInput {
                 .ok()
                 .filter(|n| *n <= 1024)
                 .ok_or_else(|| bad(format!("field \"allreduce[{i}].ranks\" is {}: at most 1024 GPUs", r.ranks)))?;
-            if let Some((j, row)) =
-                r.rows.iter().enumerate().find(|(_, row)| !(row.time_us.is_finite() && row.time_us > 0.0 && row.time_us < 1e9))
-            {
+            // An all-reduce between GPUs launches at least one kernel: a microsecond or more.
+            if let Some((j, row)) = r.rows.iter().enumerate().find(|(_, row)| !(row.time_us >= 1.0 && row.time_us < 1e9)) {
                 return Err(bad(format!(
-                    "field \"allreduce[{i}].rows[{j}].time_us\" is {}: a time is a positive number of microseconds below 1e9",
+                    "field \"allreduce[{i}].rows[{j}].time_us\" is {}: an all-reduce between GPUs takes 1 to 1e9 microseconds",
                     row.time_us
                 )));
             }
@@ -244,7 +249,7 @@ impl FabricInput {
             ));
         }
         runs.sort_by_key(|r| r.ranks());
-        Ok(MeasuredAllReduce { source: source.to_string(), runs })
+        Ok(MeasuredAllReduce { source: source.to_string(), runs, measured_on: None })
     }
 
     /// The measured link as the model's link, validated (finite, positive alpha and beta).
@@ -311,6 +316,8 @@ mod tests {
         refused(allreduce_doc(&run(8, "", r#"{"bytes":8,"time_us":1.0}"#)), "fewer than two sizes");
         refused(allreduce_doc(&[run(8, "", ROWS), run(8, "", ROWS)].join(",")), "a second time");
         refused(allreduce_doc(&run(4_294_967_297, "", ROWS)), "allreduce[0].ranks");
+        refused(allreduce_doc(&run(8, "", ROWS)).replace("\"nccl\"", "\"nccl (slurm)\""), "a run across nodes");
+        refused(allreduce_doc(&run(8, "", r#"{"bytes":8,"time_us":1e-300},{"bytes":16,"time_us":2.0}"#)), "takes 1 to 1e9 microseconds");
     }
 
     #[test]

@@ -132,7 +132,8 @@ impl Scenario {
     /// GPUs, no P2P, or large messages) and the box's NCCL all-reduce was measured
     /// (`--allreduce`, [`comm::MeasuredAllReduce`]), the measurement replaces the NCCL model, net
     /// of the per-kernel floor: what a VM's IOMMU or one host's memory do to eight processes
-    /// staging through it is in the measurement and in no model.
+    /// staging through it is in the measurement and in no model. It prices the box it was given
+    /// with only: a what-if or a fix on another link or GPU takes the model.
     pub fn tp_allreduce(&self, bytes: f64) -> comm::AllReduce {
         let n = self.plan.tp;
         match self.across(n) {
@@ -140,7 +141,7 @@ impl Scenario {
             None => {
                 let ar = comm::allreduce(&self.link, n, bytes, self.engine.cuda_graphs);
                 let custom = matches!(ar.method, comm::Method::OneShot | comm::Method::TwoShot);
-                if let Some(m) = self.measured_allreduce.as_deref().filter(|_| !custom) {
+                if let Some(m) = self.measured_allreduce.as_deref().filter(|m| !custom && m.prices(&self.link.name, &self.gpu.name)) {
                     // The box's own NCCL, net of the per-kernel floor the step counts.
                     return m.allreduce(&self.link, n, bytes, self.engine.gemm_floor_us);
                 }

@@ -171,7 +171,11 @@ fn a_measured_all_reduce_prices_nccls_all_reduces_and_leaves_the_custom_kernel_a
     let mut s = scenario("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", "pcie-host-staged", 8, 8);
     let floor = s.engine.gemm_floor_us;
     let pts = (10..=27).step_by(2).map(|p| (2f64.powi(p), 3.0 * comm::nccl(&s.link, 8, 2f64.powi(p)).us + floor)).collect();
-    let m = MeasuredAllReduce { source: "ar.json".into(), runs: vec![MeasuredRun::new(8, pts).expect("run")] };
+    let m = MeasuredAllReduce {
+        source: "ar.json".into(),
+        runs: vec![MeasuredRun::new(8, pts).expect("run")],
+        measured_on: Some((s.link.name.clone(), s.gpu.name.clone())),
+    };
     let before = s.point(16);
     let bytes = 16.0 * s.model.hidden as f64 * 2.0;
     let model = s.tp_allreduce(bytes).us;
@@ -180,6 +184,10 @@ fn a_measured_all_reduce_prices_nccls_all_reduces_and_leaves_the_custom_kernel_a
     assert_eq!(measured.method, comm::Method::Measured { ranks: 8 });
     assert!((measured.us / model - 3.0).abs() < 0.05, "{} against {model}", measured.us);
     assert!(s.point(16).tpot_ms > before.tpot_ms, "slower all-reduces, a longer step");
+    // It prices this box only: the same deployment with P2P (a what-if, the P2P fix) takes the model.
+    let mut p2p = s.clone();
+    p2p.link = crate::hw::link("pcie5-p2p").expect("link");
+    assert_eq!(p2p.tp_allreduce(bytes), comm::allreduce(&p2p.link, 8, bytes, true));
     // 8x H200 on NVLink under vLLM runs its custom kernel for decode-sized messages: the
     // measured NCCL does not describe it and changes nothing there.
     let mut nv = scenario("llama-3.1-70b", Dtype::Fp8, "h200", "nvlink", 8, 8);

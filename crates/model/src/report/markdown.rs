@@ -20,7 +20,7 @@ pub fn write_markdown(r: &PlanReport, mut w: impl Write) -> io::Result<()> {
     if let (cap, limit @ (RunningLimit::Stated | RunningLimit::EngineDefault)) = s.running_limit() {
         writeln!(w, "- running cap: {} {cap} requests at once", limit.words())?;
     }
-    if let Some(words) = super::early_release_words(&s.engine) {
+    if let Some(words) = super::early_release_words(&s.engine, r.calibration.is_some()) {
         writeln!(w, "- early release ({}): {words}", r.engine_release.label())?;
     }
     if let Some(err) = &r.fit_error {

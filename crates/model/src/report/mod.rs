@@ -185,9 +185,10 @@ pub fn saturation(s: &Scenario, points: &[Point]) -> Option<Saturation> {
 }
 
 /// What an early release's step scale ([`crate::predict::Engine::release_step_scale`]) does, in
-/// words, or None for today's releases.
-pub fn early_release_words(e: &crate::predict::Engine) -> Option<String> {
-    (e.release_step_scale != 1.0).then(|| {
+/// words, or None for today's releases and for a calibrated plan (a calibration replaces the
+/// release's scale, and its own line says what it set).
+pub fn early_release_words(e: &crate::predict::Engine, calibrated: bool) -> Option<String> {
+    (e.release_step_scale != 1.0 && !calibrated).then(|| {
         format!(
             "every step term x{:.2}{} (a calibration on the validation fit set's early-release rows; VALIDATION.md)",
             e.release_step_scale,

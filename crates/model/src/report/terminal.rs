@@ -77,7 +77,7 @@ fn write_header(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
             s.gpu.name
         )?;
     }
-    if let Some(m) = &s.measured_allreduce {
+    if let Some(m) = s.measured_allreduce.as_deref().filter(|m| s.plan.tp > 1 && m.prices(&s.link.name, &s.gpu.name)) {
         let ranks: Vec<String> = m.runs.iter().map(|r| r.ranks().to_string()).collect();
         let scaled = if m.runs.iter().any(|r| r.ranks() == s.plan.tp) {
             String::new()
@@ -86,7 +86,7 @@ fn write_header(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
         };
         writeln!(
             w,
-            "  all-reduce: NCCL as measured on the box ({}, {} ranks) wherever the engine runs NCCL within the node{scaled}",
+            "  all-reduce: NCCL as measured on the box ({}, {} ranks) wherever the engine runs NCCL within the node (not its own custom kernel){scaled}",
             m.source,
             ranks.join(", ")
         )?;
@@ -121,7 +121,7 @@ fn write_header(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
         e.gemm_efficiency,
         e.comm_scale
     )?;
-    if let Some(words) = super::early_release_words(e) {
+    if let Some(words) = super::early_release_words(e, r.calibration.is_some()) {
         writeln!(w, "  early release: {words}")?;
     }
     Ok(())

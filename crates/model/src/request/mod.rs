@@ -274,6 +274,11 @@ impl ScenarioSpec {
             return Err(ModelError::Input("--max-running 0 runs nothing: give 1 or more, or leave it out".into()));
         }
         let engine = self.resolve_engine()?;
+        // The measured all-reduce prices this box (its link and GPU) only.
+        let measured_allreduce = self
+            .allreduce
+            .clone()
+            .map(|m| std::sync::Arc::new(crate::comm::MeasuredAllReduce { measured_on: Some((link.name.clone(), gpu.name.clone())), ..m }));
         Ok(Scenario {
             model,
             quant,
@@ -285,7 +290,7 @@ impl ScenarioSpec {
             output_len: self.output_len,
             max_running: self.max_running,
             cluster,
-            measured_allreduce: self.allreduce.clone().map(std::sync::Arc::new),
+            measured_allreduce,
         })
         .and_then(|s| s.check_placement().map(|_| s))
     }

@@ -193,6 +193,78 @@ mod tests {
         (median(&rows.iter().map(|r| r.error.abs()).collect::<Vec<_>>()), median(&per_source))
     }
 
+    /// Each FIT deployment with three or more concurrencies calibrated on its two lowest and
+    /// scored at the others, by form: the terms, a step scale, and whichever of the two fits its
+    /// own points better. Per form: the median |error| over the rows and the median of the
+    /// sources' medians; and how many deployments kept the step scale.
+    fn two_point_forms_on_the_fit_set() -> ([(f64, f64); 3], usize) {
+        let e = Engine::default();
+        let file = Data::E2e.cases().expect("cases");
+        let mut groups: BTreeMap<String, Vec<(&E2eCase, Prepared)>> = BTreeMap::new();
+        for c in file.case.iter().filter(|c| c.set == Set::Fit) {
+            if let Ok(p) = prepare(c, &e, Latency::PerEngine) {
+                groups.entry(deployment_key(c)).or_default().push((c, p));
+            }
+        }
+        let mut errs: [Vec<f64>; 3] = Default::default();
+        let mut by_source: [BTreeMap<String, Vec<f64>>; 3] = Default::default();
+        let mut picked_step = 0;
+        for (_, mut cases) in groups {
+            cases.sort_by_key(|(c, p)| (p.conc, c.id.clone()));
+            let mut concs: Vec<u32> = cases.iter().map(|(_, p)| p.conc).collect();
+            concs.dedup();
+            if concs.len() < 3 {
+                continue;
+            }
+            let on: Vec<Measured> = concs[..2]
+                .iter()
+                .filter_map(|&k| cases.iter().find(|(_, p)| p.conc == k))
+                .map(|(_, p)| Measured { concurrency: p.conc, output_tokens_per_s: p.measured })
+                .collect();
+            let s = &cases[0].1.s;
+            let terms = calibrate::fit_terms(s, &on);
+            let step = calibrate::Factors::StepScale { step_scale: calibrate::fit_step_scale(s, &on) };
+            let rms = |f: &calibrate::Factors| {
+                let sc = Scenario { engine: f.apply(&s.engine), ..s.clone() };
+                on.iter().map(|m| (sc.point(m.concurrency).output_tokens_per_s / m.output_tokens_per_s).ln().powi(2)).sum::<f64>()
+            };
+            let best = if rms(&step) <= rms(&terms) {
+                picked_step += 1;
+                step
+            } else {
+                terms
+            };
+            for (i, f) in [terms, step, best].iter().enumerate() {
+                for (c, p) in cases.iter().filter(|(_, p)| p.conc > concs[1]) {
+                    let mut q = Prepared { s: p.s.clone(), workload: p.workload, ..*p };
+                    q.s.engine = f.apply(&p.s.engine);
+                    let r = predict(c, &q, None);
+                    errs[i].push(r.error.abs());
+                    by_source[i].entry(c.source_key.clone()).or_default().push(r.error.abs());
+                }
+            }
+        }
+        let medians = |i: usize| {
+            let per: Vec<f64> = by_source[i].values().map(|x| median(x)).collect();
+            (median(&errs[i]), median(&per))
+        };
+        ([medians(0), medians(1), medians(2)], picked_step)
+    }
+
+    /// The scan of the sweep forms (run by hand: `cargo test -p servetune-model --lib --
+    /// --ignored two_point_forms_scan_on_the_fit_set --nocapture`). On 2026-12-05: the better fit
+    /// of the two 5.2% over 388 rows (sources 6.6%), the terms 6.3% (6.7%), the step scale 7.3%
+    /// (8.9%); not adopted (see [`calibrate`]'s module doc).
+    #[test]
+    #[ignore]
+    fn two_point_forms_scan_on_the_fit_set() {
+        let (forms, kept_step) = two_point_forms_on_the_fit_set();
+        for ((rows, sources), name) in forms.iter().zip(["terms", "step scale", "better fit of the two"]) {
+            println!("{name}: {rows:.4} over the rows, {sources:.4} over the sources");
+        }
+        println!("the step scale fitted its two points at least as well in {kept_step} deployments");
+    }
+
     /// A regression check of the choice made on the FIT set (not a goal): one measured point
     /// calibrates a scale on the whole step ([`calibrate::Factors::StepScale`]) better than the
     /// memory scale and overhead fitted to that point, by rows and by sources. Steady-state
