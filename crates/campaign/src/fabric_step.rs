@@ -1,10 +1,13 @@
-//! Interconnect measurements in the campaign: a `servetune fabric p2p --json` document
-//! (`servetune.fabric/1`) read through the model's typed reader, checked, recorded in the journal
-//! against the current environment, and its per-pair matrices picked for the report.
+//! Interconnect measurements in the campaign: a `servetune fabric p2p --json` or `servetune fabric
+//! allreduce --json` document (`servetune.fabric/1`) read through the model's typed reader,
+//! checked, recorded in the journal against the current environment; a p2p document's per-pair
+//! matrices are picked for the report, and an all-reduce document's runs price the NCCL
+//! all-reduces of every later prediction in that environment ([`allreduce_for`]).
 
 use std::path::Path;
 
 use serde::Serialize;
+use servetune_model::comm::MeasuredAllReduce;
 use servetune_model::inputs::{FabricInput, FabricMatrix};
 
 use crate::campaign::current_env;
@@ -38,6 +41,15 @@ pub struct Measured {
     pub values: Vec<Vec<Option<f64>>>,
 }
 
+/// What a fabric document measured.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Document {
+    /// `fabric p2p`: the per-pair bandwidth and latency matrices.
+    P2p(PairMatrices),
+    /// `fabric allreduce`: NCCL's all-reduce with its default settings, by rank count and size.
+    AllReduce(MeasuredAllReduce),
+}
+
 /// What `campaign fabric` recorded.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Recorded {
@@ -45,16 +57,23 @@ pub struct Recorded {
     pub id: i64,
     /// The environment it was recorded for.
     pub facts: BoxFacts,
-    /// The bandwidth and latency matrices the document holds.
-    pub matrices: PairMatrices,
+    /// What the document holds.
+    pub document: Document,
     /// Said when the document's GPU count differs from the probe's.
     pub note: Option<String>,
 }
 
 /// Parses and checks a fabric document's text; `source` names the file in errors.
-pub fn parse(text: &str, source: &str) -> Result<(serde_json::Value, PairMatrices)> {
+pub fn parse(text: &str, source: &str) -> Result<(serde_json::Value, Document)> {
     let input = |e: servetune_model::ModelError| CampaignError::Input(e.to_string());
     let doc = FabricInput::parse(text, source).map_err(input)?;
+    let value = || -> Result<serde_json::Value> {
+        serde_json::from_str(text).map_err(|e| CampaignError::Input(format!("{source}: not JSON ({e})")))
+    };
+    if doc.kind.as_deref() == Some("allreduce") {
+        let measured = doc.measured_allreduce(source).map_err(input)?;
+        return Ok((value()?, Document::AllReduce(measured)));
+    }
     let matrices = doc.checked_matrices(source).map_err(input)?;
     // An engine asks for peer access: the P2P=Enabled matrices are what it gets (on a box without
     // P2P they hold the host-staged numbers, which is the finding, measured).
@@ -76,15 +95,31 @@ pub fn parse(text: &str, source: &str) -> Result<(serde_json::Value, PairMatrice
         latency: measured(lat),
         link: doc.link.as_ref().map(|l| format!("{}: alpha {:.2} us, beta {:.2} GB/s", l.name, l.alpha_us, l.beta_gbs)),
     };
-    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| CampaignError::Input(format!("{source}: not JSON ({e})")))?;
-    Ok((value, pairs))
+    Ok((value()?, Document::P2p(pairs)))
 }
 
-/// The matrices of a recorded document (the journal's copy was checked when it was recorded).
-pub fn matrices_of(body: &serde_json::Value, record: i64) -> Result<PairMatrices> {
+/// What a recorded document holds (the journal's copy was checked when it was recorded).
+pub fn document_of(body: &serde_json::Value, record: i64) -> Result<Document> {
     parse(&body.to_string(), &format!("fabric record {record}"))
-        .map(|(_, m)| m)
+        .map(|(_, d)| d)
         .map_err(|e| CampaignError::Runtime(format!("journal: {e}")))
+}
+
+/// The newest all-reduce document recorded for the environment with probe hash `env_hash`, if any:
+/// what prices the NCCL all-reduces of the campaign's predictions there.
+pub fn allreduce_for(j: &Journal, env_hash: &str) -> Result<Option<MeasuredAllReduce>> {
+    let ids: Vec<i64> = j
+        .fingerprints()?
+        .into_iter()
+        .filter(|f| f.kind == crate::journal::FingerprintKind::Probe && f.hash == env_hash)
+        .map(|f| f.id)
+        .collect();
+    for f in j.fabrics()?.into_iter().rev().filter(|f| ids.contains(&f.env_fingerprint)) {
+        if let Document::AllReduce(m) = document_of(&f.body, f.id)? {
+            return Ok(Some(m));
+        }
+    }
+    Ok(None)
 }
 
 /// The most a fabric document may hold: its matrices and sweep for 64 GPUs are a few MB.
@@ -96,14 +131,17 @@ pub fn record(dir: &Path, file: &Path) -> Result<Recorded> {
     let mut j = Journal::open(dir)?;
     let source = file.display().to_string();
     let text = servetune_io::read_text(file, &source, MAX_FABRIC_FILE)
-        .map_err(|e| CampaignError::Input(format!("{e} (give the file servetune fabric p2p --json FILE wrote)")))?;
-    let (body, matrices) = parse(&text, &source)?;
+        .map_err(|e| CampaignError::Input(format!("{e} (give the file servetune fabric p2p or fabric allreduce --json FILE wrote)")))?;
+    let (body, document) = parse(&text, &source)?;
     let (env_id, env) = current_env(&j)?;
     let id = j.add_fabric(env_id, &source, &body)?;
-    let n = matrices.gpus.len();
+    let n = match &document {
+        Document::P2p(m) => m.gpus.len(),
+        Document::AllReduce(m) => m.runs.iter().map(|r| r.ranks() as usize).max().unwrap_or(0),
+    };
     let note = (n != env.facts.gpus as usize)
         .then(|| format!("{source} measured {n} GPU(s); the probe of this environment found {} (a --gpus subset is fine)", env.facts.gpus));
-    Ok(Recorded { id, facts: env.facts, matrices, note })
+    Ok(Recorded { id, facts: env.facts, document, note })
 }
 
 #[cfg(test)]
@@ -121,7 +159,7 @@ mod tests {
 
     #[test]
     fn the_p2p_enabled_unidirectional_matrices_are_drawn() {
-        let (_, m) = parse(DOC, "f.json").expect("parse");
+        let (_, Document::P2p(m)) = parse(DOC, "f.json").expect("parse") else { panic!("a p2p document") };
         assert_eq!(m.bandwidth.title, "Unidirectional P2P=Enabled Bandwidth Matrix (256 MiB)");
         assert_eq!(m.bandwidth.values[0][1], Some(53.8));
         assert_eq!(m.latency.title, "P2P=Enabled Latency Matrix (4 B)");

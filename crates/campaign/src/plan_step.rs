@@ -55,6 +55,11 @@ pub struct ModelBox {
     /// prediction made with this box applies it.
     #[serde(default)]
     pub calibration: Option<Calibration>,
+    /// The box's measured NCCL all-reduce (a recorded `fabric allreduce` document of this
+    /// environment, [`crate::fabric_step::allreduce_for`]): a measurement, so every prediction
+    /// with this box uses it, raw and calibrated. Not stored with the box.
+    #[serde(skip)]
+    pub allreduce: Option<servetune_model::comm::MeasuredAllReduce>,
 }
 
 impl ModelBox {
@@ -84,6 +89,17 @@ impl ModelBox {
     /// The same box with `c` (or none).
     pub fn calibrated(&self, c: Option<Calibration>) -> ModelBox {
         ModelBox { calibration: c, ..self.clone() }
+    }
+
+    /// This box with the environment's measured NCCL all-reduce, if one was recorded: measured on
+    /// this box's link and GPU, so an alternative on another link (the P2P move) is priced by the
+    /// model.
+    pub fn with_allreduce(self, m: Option<servetune_model::comm::MeasuredAllReduce>) -> ModelBox {
+        // The catalog's names, as the scenario carries them (a probed GPU name is an alias).
+        let gpu = servetune_model::hw::gpu(&self.gpu).map_or_else(|_| self.gpu.clone(), |g| g.name);
+        let link = servetune_model::hw::link(&self.link).map_or_else(|_| self.link.clone(), |l| l.name);
+        let on = (link, gpu);
+        ModelBox { allreduce: m.map(|m| servetune_model::comm::MeasuredAllReduce { measured_on: Some(on), ..m }), ..self }
     }
 }
 
@@ -159,6 +175,7 @@ pub fn scenario(mb: &ModelBox, l: Layout) -> Result<Scenario, String> {
     spec.max_running = l.max_running;
     spec.engine = mb.serving;
     spec.engine_version = mb.release_version();
+    spec.allreduce = mb.allreduce.clone();
     let mut s = spec.build().map_err(|e| e.to_string())?;
     if let Some(c) = &mb.calibration {
         s.engine = c.factors.apply(&s.engine);
@@ -372,7 +389,7 @@ pub fn explain_gap(mb: &ModelBox, l: Layout, concurrency: u32, measured: f64) ->
             format!("the TP{tp} all-reduce"),
             p.step_ms.communication,
             &comm,
-            "run `servetune fabric allreduce --json ar.json` on the box and price the plan with `servetune plan --allreduce ar.json`",
+            "run `servetune fabric allreduce --json ar.json` on the box and record it with `servetune campaign fabric`: the predictions then price the all-reduce from it",
         ),
         (
             "memory reads (weights, experts and KV)".into(),
@@ -414,6 +431,43 @@ pub fn explain_gap(mb: &ModelBox, l: Layout, concurrency: u32, measured: f64) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_measured_all_reduce_prices_the_boxs_predictions_and_not_its_p2p_alternative() {
+        let mb = ModelBox {
+            model: "glm-5".into(),
+            quant: "nvfp4".into(),
+            // As a probe names it: an alias of the catalog's rtx-pro-6000-se.
+            gpu: "NVIDIA RTX PRO 6000 Blackwell Server Edition".into(),
+            gpus: 8,
+            link: "pcie-host-staged".into(),
+            input_len: 1024,
+            output_len: 1024,
+            tpot_ms: None,
+            ttft_ms: None,
+            max_concurrency: 64,
+            sweep: vec![64],
+            serving: EngineName::Sglang,
+            engine_version: None,
+            calibration: None,
+            allreduce: None,
+        };
+        let l = Layout { tp: 8, pp: 1, ep: 1, max_running: None };
+        let staged = servetune_model::hw::link("pcie-host-staged").expect("link");
+        // A box whose NCCL all-reduce takes three times the model's.
+        let pts = (10..=27).map(|p| 2f64.powi(p)).map(|b| (b, 3.0 * servetune_model::comm::nccl(&staged, 8, b).us + 6.0)).collect();
+        let run = servetune_model::comm::MeasuredRun::new(8, pts).expect("run");
+        let measured = mb.clone().with_allreduce(Some(servetune_model::comm::MeasuredAllReduce {
+            source: "ar.json".into(),
+            runs: vec![run],
+            measured_on: None,
+        }));
+        let (model, slow) = (predict_at(&mb, l, 64).expect("model"), predict_at(&measured, l, 64).expect("measured"));
+        assert!(slow < 0.9 * model, "{slow} against {model}");
+        // The same box with P2P is another link: the measurement does not price it.
+        let p2p = |m: &ModelBox| predict_at(&ModelBox { link: "pcie5-p2p".into(), ..m.clone() }, l, 64).expect("p2p");
+        assert_eq!(p2p(&mb), p2p(&measured));
+    }
 
     #[test]
     fn the_overhead_at_factor_one_prices_every_step_as_the_model_does() {

@@ -619,6 +619,7 @@ mod tests {
             serving: Default::default(),
             engine_version: None,
             calibration: None,
+            allreduce: None,
         }
     }
 

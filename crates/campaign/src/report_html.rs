@@ -209,6 +209,22 @@ fn results(r: &Report, o: &mut String) {
         o.push_str(&format!("<h3>GPU peer-to-peer matrix: {}</h3>", esc(&m.environment)));
         svg::heatmap(&p2p_heatmap(m), o);
     }
+    for a in &r.allreduce {
+        o.push_str(&format!(
+            "<h3>Measured NCCL all-reduce: {}</h3><p class=\"rec\">servetune fabric allreduce with NCCL's defaults, recorded from {} [fabric record {}]; the predictions in this environment price NCCL's all-reduces from it</p>",
+            esc(&a.environment),
+            esc(&a.source),
+            a.record
+        ));
+        let (head, rows) = a.table();
+        let mut heads = vec!["size"];
+        heads.extend(head.iter().map(String::as_str));
+        table(
+            o,
+            &heads,
+            rows.into_iter().map(|(size, cells)| std::iter::once(Cell::text(size)).chain(cells.into_iter().map(Cell::num)).collect()),
+        );
+    }
     for f in &r.fabric {
         let m = &f.matrices;
         o.push_str(&format!(

@@ -184,12 +184,12 @@ struct ProbeArgs {
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  servetune fabric p2p --json p2p.json && servetune campaign fabric c1 p2p.json\n  servetune fabric p2p --backend sim --sim-link pcie5-p2p --json sim.json && servetune campaign fabric c1 sim.json\n\nThe document (servetune.fabric/1, kind p2p) is stored in the journal against the environment of the\nnewest probe; `campaign report` draws its per-pair bandwidth (GB/s) and small-message latency (us)\nas heatmaps. Re-probe first (campaign probe) when the box has moved."
+    after_help = "Examples:\n  servetune fabric p2p --json p2p.json && servetune campaign fabric c1 p2p.json\n  servetune fabric allreduce --json ar.json && servetune campaign fabric c1 ar.json\n  servetune fabric p2p --backend sim --sim-link pcie5-p2p --json sim.json && servetune campaign fabric c1 sim.json\n\nThe document (servetune.fabric/1, kind p2p or allreduce) is stored in the journal against the\nenvironment of the newest probe. `campaign report` draws a p2p document's per-pair bandwidth (GB/s)\nand small-message latency (us) as heatmaps; an allreduce document's NCCL all-reduce (the runs with\nNCCL's defaults) prices the NCCL all-reduces of every later prediction in that environment, as\n`plan --allreduce` does, and a calibration made before it is not carried over. Re-probe first\n(campaign probe) when the box has moved."
 )]
 struct FabricArgs {
     /// Campaign directory
     dir: PathBuf,
-    /// The JSON `servetune fabric p2p --json FILE` wrote
+    /// The JSON `servetune fabric p2p --json FILE` or `servetune fabric allreduce --json FILE` wrote
     file: PathBuf,
 }
 
@@ -333,17 +333,33 @@ pub fn run(a: CampaignArgs) -> Result<(), Failure> {
             Ok(())
         }
         Sub::Fabric(f) => {
-            let r = servetune_campaign::fabric_step::record(&f.dir, &f.file).map_err(lib)?;
-            let m = &r.matrices;
+            use servetune_campaign::fabric_step::{self, Document};
+            let r = fabric_step::record(&f.dir, &f.file).map_err(lib)?;
+            let what = match &r.document {
+                Document::P2p(m) => format!(
+                    "{} GPU(s) measured ({} backend); {}",
+                    m.gpus.len(),
+                    m.backend,
+                    m.link.as_deref().map_or("no link fitted".to_string(), |l| format!("link {l}"))
+                ),
+                Document::AllReduce(m) => {
+                    let runs: Vec<String> = m
+                        .runs
+                        .iter()
+                        .map(|r| format!("{} ranks, {:.1} us at {} B", r.ranks(), r.us(0.0), r.points().first().map_or(0.0, |p| p.0)))
+                        .collect();
+                    format!(
+                        "NCCL all-reduce ({}); it prices the NCCL all-reduces of this environment's predictions from now on",
+                        runs.join("; ")
+                    )
+                }
+            };
             crate::say!(
-                "fabric record {}: {} GPU(s) measured ({} backend) for environment {} (vm {}, container {}); {}",
+                "fabric record {}: {what} for environment {} (vm {}, container {})",
                 r.id,
-                m.gpus.len(),
-                m.backend,
                 r.facts.hash,
                 r.facts.vm,
-                r.facts.container,
-                m.link.as_deref().map_or("no link fitted".to_string(), |l| format!("link {l}"))
+                r.facts.container
             );
             if let Some(n) = &r.note {
                 crate::tell!("note: {n}");

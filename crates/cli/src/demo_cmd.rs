@@ -221,13 +221,16 @@ fn fabric(dir: &Path, name: &str) -> Result<(), Failure> {
     let text = serde_json::to_string_pretty(&doc).map_err(|e| Failure::runtime(e.to_string()))?;
     std::fs::write(&path, text + "\n").map_err(|e| Failure::runtime(format!("cannot write {}: {e}", path.display())))?;
     let rec = fabric_step::record(dir, &path).map_err(lib)?;
+    let fabric_step::Document::P2p(m) = &rec.document else {
+        return Err(Failure::runtime(format!("{}: the simulated sweep wrote no p2p document", path.display())));
+    };
     let at = |m: &fabric_step::Measured| m.values.first().and_then(|r| r.get(1).copied().flatten()).unwrap_or(0.0);
     crate::say!(
         "  servetune fabric p2p --backend sim --sim-link {link} --json {}; campaign fabric: record {} (GPU0 to GPU1 {:.1} GB/s, {:.1} us)",
         path.display(),
         rec.id,
-        at(&rec.matrices.bandwidth),
-        at(&rec.matrices.latency)
+        at(&m.bandwidth),
+        at(&m.latency)
     );
     Ok(())
 }

@@ -651,6 +651,31 @@ fn a_recorded_fabric_document_is_drawn_per_pair_and_names_its_record() {
 }
 
 #[test]
+fn a_recorded_allreduce_document_is_reported_and_named_as_what_prices_the_environment() {
+    let d = tempfile::tempdir().expect("tmp");
+    let dir = fixture_journal(d.path(), "report-kvm");
+    let ar = d.path().join("ar.json");
+    let out = servetune().args(["fabric", "allreduce", "--backend", "sim", "--sim-gpus", "8", "--json"]).arg(&ar).output().expect("ar");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let (code, out, err) = campaign(&["fabric", s(&dir), s(&ar)]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("fabric record 1: NCCL all-reduce (8 ranks") && out.contains("prices the NCCL all-reduces"), "{out}");
+    let (js, md, html) = (d.path().join("r.json"), d.path().join("r.md"), d.path().join("r.html"));
+    assert_eq!(campaign(&["report", s(&dir), "--json", s(&js), "--markdown", s(&md), "--html", s(&html)]).0, 0);
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&js).expect("json")).expect("parse");
+    let a = &v["allreduce"][0];
+    assert_eq!((a["record"].as_i64(), a["runs"][0]["ranks"].as_u64()), (Some(1), Some(8)), "{a}");
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&ar).expect("doc")).expect("doc json");
+    let first = &doc["allreduce"][0]["rows"][0];
+    assert_eq!(a["runs"][0]["points"][0][1].as_f64(), first["time_us"].as_f64(), "the report draws the recorded numbers");
+    assert!(v["fabric"].as_array().is_some_and(Vec::is_empty), "an all-reduce document has no per-pair matrices");
+    let md = std::fs::read_to_string(&md).expect("md");
+    assert!(md.contains("### NCCL all-reduce: kvm guest, no P2P (fabric record 1)") && md.contains("| size | 8 ranks, us |"), "{md}");
+    let html = std::fs::read_to_string(&html).expect("html");
+    assert!(html.contains("Measured NCCL all-reduce: kvm guest, no P2P"), "the HTML report shows it");
+}
+
+#[test]
 fn bad_fabric_documents_exit_2_naming_the_file() {
     let d = tempfile::tempdir().expect("tmp");
     let dir = fixture_journal(d.path(), "report-kvm");
@@ -659,15 +684,18 @@ fn bad_fabric_documents_exit_2_naming_the_file() {
         std::fs::write(&p, body).expect("write");
         p
     };
-    let allreduce = d.path().join("ar.json");
-    let out =
-        servetune().args(["fabric", "allreduce", "--backend", "sim", "--max-size", "1M", "--json"]).arg(&allreduce).output().expect("ar");
-    assert_eq!(out.status.code(), Some(0));
     let cases = [
         (d.path().join("missing.json"), "cannot read it"),
         (write("text.json", "not json at all"), "not a servetune fabric JSON"),
         (write("probe.json", r#"{"schema":"servetune.probe/1.1"}"#), "field \"schema\""),
-        (allreduce, "field \"kind\" is \"allreduce\""),
+        (
+            write(
+                "ar.json",
+                r#"{"schema":"servetune.fabric/1.1","kind":"allreduce","allreduce":[{"ranks":8,"rows":[{"bytes":8,"time_us":-1},{"bytes":16,"time_us":2}]}]}"#,
+            ),
+            "field \"allreduce[0].rows[0].time_us\" is -1",
+        ),
+        (write("host.json", r#"{"schema":"servetune.fabric/1.1","kind":"host"}"#), "field \"kind\" is \"host\""),
     ];
     for (file, says) in cases {
         let (code, out, err) = campaign(&["fabric", s(&dir), s(&file)]);

@@ -425,7 +425,10 @@ pub(super) fn record_done(
     let kept = summary.clone();
     let recorded = (|| {
         let version = super::run::reported_engine_version(j)?;
-        if let Some(m) = model_box(&snap.settings, &snap.env.facts).map(|m| m.with_engine_version(&snap.settings.engine.name, version)) {
+        let allreduce = crate::fabric_step::allreduce_for(j, &snap.env.facts.hash)?;
+        if let Some(m) = model_box(&snap.settings, &snap.env.facts)
+            .map(|m| m.with_engine_version(&snap.settings.engine.name, version).with_allreduce(allreduce))
+        {
             let values = crate::knobs::KnobValues::parse(knobs, &format!("experiment {id}"))?;
             crate::verdict::record_measurement(j, &m, &snap.env.facts.hash, id, &values, &summary)?;
         }

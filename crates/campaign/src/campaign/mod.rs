@@ -277,6 +277,7 @@ pub fn model_box(s: &Settings, f: &BoxFacts) -> Option<ModelBox> {
         serving: servetune_model::predict::EngineName::from_name(&s.engine.name).unwrap_or_default(),
         engine_version: None,
         calibration: None,
+        allreduce: None,
     })
     .filter(|m| plan_step::check(m).is_ok())
 }

@@ -186,6 +186,8 @@ pub struct Snapshot {
     pub env_ids: Vec<i64>,
     /// The current environment's newest calibration (`crate::verdict`), when it has one.
     pub calibration: Option<plan_step::Calibration>,
+    /// The current environment's measured NCCL all-reduce (`crate::fabric_step::allreduce_for`).
+    pub allreduce: Option<servetune_model::comm::MeasuredAllReduce>,
     /// The engine version the newest launch's server reported (its launch fingerprint).
     pub engine_version: Option<String>,
 }
@@ -209,6 +211,7 @@ impl Snapshot {
             .map(|f| f.id)
             .collect();
         let calibration = crate::verdict::calibration_for(j, &env.facts.hash, None)?;
+        let allreduce = crate::fabric_step::allreduce_for(j, &env.facts.hash)?;
         let engine_version = reported_engine_version(j)?;
         Ok(Self {
             settings,
@@ -219,6 +222,7 @@ impl Snapshot {
             questions: j.questions()?,
             env_ids,
             calibration,
+            allreduce,
             engine_version,
         })
     }
@@ -246,8 +250,11 @@ impl Snapshot {
             experiments: self.experiments.iter().filter(|e| e.env_fingerprint.is_some_and(|id| self.env_ids.contains(&id))).collect(),
             findings: &self.findings,
             questions: &self.questions,
-            model: model_box(s, &self.env.facts)
-                .map(|m| m.calibrated(self.calibration).with_engine_version(&s.engine.name, self.engine_version.clone())),
+            model: model_box(s, &self.env.facts).map(|m| {
+                m.calibrated(self.calibration)
+                    .with_engine_version(&s.engine.name, self.engine_version.clone())
+                    .with_allreduce(self.allreduce.clone())
+            }),
             base_values: crate::knobs::KnobValues::parse(&base_knobs, "the campaign's knobs")?,
             base_knobs,
         })

@@ -49,6 +49,7 @@ pub fn build(j: &Journal) -> Result<Report> {
         breakdown,
         p2p: p2p_matrices(j)?,
         fabric: fabric_lines(j)?,
+        allreduce: allreduce_lines(j)?,
         analysis,
         track_record,
         calibrations: calibration_lines(j)?,
@@ -80,8 +81,9 @@ pub(super) fn curves(j: &Journal, snap: &Snapshot) -> Result<(Vec<Curve>, Vec<Br
     for e in snap.experiments.iter().filter(|e| e.state == ExpState::Done) {
         let Some(r) = &e.result else { continue };
         let facts = experiment_facts(j, snap, e);
+        let allreduce = crate::fabric_step::allreduce_for(j, &facts.hash)?;
         let mb = crate::campaign::model_box(&snap.settings, &facts)
-            .map(|m| m.with_engine_version(&snap.settings.engine.name, snap.engine_version.clone()));
+            .map(|m| m.with_engine_version(&snap.settings.engine.name, snap.engine_version.clone()).with_allreduce(allreduce));
         // The predictions stored when the experiment was measured; a journal older than schema
         // 1.3 has none, and gets the model's own figure through the same path.
         let stored = records.iter().rfind(|x| x.experiment == e.id).cloned();
@@ -199,20 +201,49 @@ pub(super) fn p2p_matrices(j: &Journal) -> Result<Vec<P2pMatrix>> {
     Ok(out.into_iter().map(|(_, m)| m).collect())
 }
 
-pub(super) fn fabric_lines(j: &Journal) -> Result<Vec<FabricLine>> {
-    let mut out: Vec<(String, FabricLine)> = Vec::new();
-    for f in j.fabrics()? {
-        let env = j.fingerprint(f.env_fingerprint)?.and_then(|fp| {
-            let hash = fp.hash.clone();
-            serde_json::from_value::<crate::campaign::EnvBody>(fp.body).ok().map(|b| (hash, environment_words(&b.facts)))
-        });
-        let (hash, environment) = env.unwrap_or_else(|| (format!("fingerprint {}", f.env_fingerprint), "unknown environment".into()));
-        let matrices = crate::fabric_step::matrices_of(&f.body, f.id)?;
-        // One per environment: a newer document of the same box replaces the earlier one.
+/// Each recorded fabric document with its environment's hash and words, oldest first.
+fn fabric_documents(j: &Journal) -> Result<Vec<(String, String, crate::journal::FabricRow, crate::fabric_step::Document)>> {
+    j.fabrics()?
+        .into_iter()
+        .map(|f| {
+            let env = j.fingerprint(f.env_fingerprint)?.and_then(|fp| {
+                let hash = fp.hash.clone();
+                serde_json::from_value::<crate::campaign::EnvBody>(fp.body).ok().map(|b| (hash, environment_words(&b.facts)))
+            });
+            let (hash, environment) = env.unwrap_or_else(|| (format!("fingerprint {}", f.env_fingerprint), "unknown environment".into()));
+            let document = crate::fabric_step::document_of(&f.body, f.id)?;
+            Ok((hash, environment, f, document))
+        })
+        .collect()
+}
+
+/// One line per environment (a newer document of the same box replaces the earlier one), in
+/// the order the environments were first measured.
+fn newest_per_environment<T>(lines: impl Iterator<Item = (String, T)>) -> Vec<T> {
+    let mut out: Vec<(String, T)> = Vec::new();
+    for (hash, line) in lines {
         out.retain(|(h, _)| *h != hash);
-        out.push((hash, FabricLine { record: f.id, fingerprint: f.env_fingerprint, environment, source: f.source, matrices }));
+        out.push((hash, line));
     }
-    Ok(out.into_iter().map(|(_, l)| l).collect())
+    out.into_iter().map(|(_, l)| l).collect()
+}
+
+pub(super) fn fabric_lines(j: &Journal) -> Result<Vec<FabricLine>> {
+    Ok(newest_per_environment(fabric_documents(j)?.into_iter().filter_map(|(hash, environment, f, d)| match d {
+        crate::fabric_step::Document::P2p(matrices) => {
+            Some((hash, FabricLine { record: f.id, fingerprint: f.env_fingerprint, environment, source: f.source, matrices }))
+        }
+        crate::fabric_step::Document::AllReduce(_) => None,
+    })))
+}
+
+pub(super) fn allreduce_lines(j: &Journal) -> Result<Vec<AllReduceLine>> {
+    Ok(newest_per_environment(fabric_documents(j)?.into_iter().filter_map(|(hash, environment, f, d)| match d {
+        crate::fabric_step::Document::AllReduce(m) => {
+            Some((hash, AllReduceLine { record: f.id, fingerprint: f.env_fingerprint, environment, source: f.source, runs: m.runs }))
+        }
+        crate::fabric_step::Document::P2p(_) => None,
+    })))
 }
 
 pub(super) fn task_lines(tasks_rows: &[crate::journal::TaskRow], snap: &Snapshot) -> Vec<TaskLine> {

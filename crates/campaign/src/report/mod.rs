@@ -28,7 +28,8 @@ pub const SCHEMA: &str = "servetune.report/1";
 /// Additions within the major version a reader of `servetune.report/1` may ignore: 1 added
 /// `schema_minor` and `fabric` (measured per-pair bandwidth and latency); 2 added `track_record`,
 /// `calibrations`, calibrated predictions with intervals, grouped warnings and the steps' raw gains;
-/// 3: a calibration fitted on one point holds `step_scale` in place of the three terms.
+/// 3: a calibration fitted on one point holds `step_scale` in place of the three terms, and
+/// `allreduce` (a recorded `fabric allreduce` document per environment) was added.
 pub const SCHEMA_MINOR: u32 = 3;
 
 /// The status report.
@@ -70,6 +71,10 @@ pub struct Report {
     /// Measured GPU-to-GPU bandwidth and latency of each environment with a recorded fabric
     /// document (`campaign fabric`), oldest environment first.
     pub fabric: Vec<FabricLine>,
+    /// Minor 3: the measured NCCL all-reduce of each environment with a recorded `fabric
+    /// allreduce` document, the newest per environment, oldest environment first; it prices the
+    /// NCCL all-reduces of the predictions made there.
+    pub allreduce: Vec<AllReduceLine>,
     /// What the measurements say, in sentences, each naming its journal records.
     pub analysis: Vec<String>,
     /// Each step the campaign acted on with a predicted gain, against the gain measured since.
@@ -186,6 +191,54 @@ pub struct P2pMatrix {
     pub capability: String,
     /// `rows[i][j]`: GPU i to GPU j.
     pub rows: Vec<Vec<String>>,
+}
+
+/// The measured NCCL all-reduce of one environment, from the newest `fabric allreduce` document
+/// recorded for it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AllReduceLine {
+    /// The journal's fabric record.
+    pub record: i64,
+    /// The probe fingerprint of the environment it was measured in.
+    pub fingerprint: i64,
+    /// The environment in words.
+    pub environment: String,
+    /// The file it was recorded from.
+    pub source: String,
+    /// The runs made with NCCL's defaults: ranks and (bytes, us) points.
+    pub runs: Vec<servetune_model::comm::MeasuredRun>,
+}
+
+impl AllReduceLine {
+    /// One row per measured size: the size in words and each run's time, us ("-" where a run did
+    /// not measure that size); with the runs' rank counts as the column heads.
+    pub fn table(&self) -> (Vec<String>, Vec<(String, Vec<String>)>) {
+        let head = self.runs.iter().map(|r| format!("{} ranks, us", r.ranks())).collect();
+        let mut sizes: Vec<f64> = self.runs.iter().flat_map(|r| r.points().iter().map(|p| p.0)).collect();
+        sizes.sort_by(f64::total_cmp);
+        sizes.dedup();
+        let rows = sizes
+            .into_iter()
+            .map(|b| {
+                let cells = self
+                    .runs
+                    .iter()
+                    .map(|r| r.points().iter().find(|p| p.0 == b).map_or("-".to_string(), |p| format!("{:.1}", p.1)))
+                    .collect();
+                (bytes_words(b), cells)
+            })
+            .collect();
+        (head, rows)
+    }
+}
+
+/// A message size in words: "8 B", "64 KiB", "16 MiB".
+fn bytes_words(b: f64) -> String {
+    match b {
+        b if b >= 1048576.0 => format!("{} MiB", b / 1048576.0),
+        b if b >= 1024.0 => format!("{} KiB", b / 1024.0),
+        b => format!("{b} B"),
+    }
 }
 
 /// Per-pair bandwidth (GB/s) and small-message latency (us) of one environment, from the newest

@@ -177,8 +177,22 @@ pub(crate) fn measured_words(v: f64) -> String {
     }
 }
 
-/// The Markdown tables of each environment's measured bandwidth and latency.
+/// The Markdown tables of each environment's measured bandwidth and latency, and of its measured
+/// NCCL all-reduce.
 pub(super) fn write_markdown_fabric(r: &Report, w: &mut impl Write) -> io::Result<()> {
+    for a in &r.allreduce {
+        writeln!(w, "\n### NCCL all-reduce: {} (fabric record {})\n", md(&a.environment), a.record)?;
+        writeln!(
+            w,
+            "Measured by `servetune fabric allreduce` with NCCL's defaults, recorded from {}; the predictions in this environment price NCCL's all-reduces from it (`plan --allreduce`).\n",
+            md(&a.source)
+        )?;
+        let (head, rows) = a.table();
+        writeln!(w, "| size | {} |\n|---|{}", head.join(" | "), "---|".repeat(head.len()))?;
+        for (size, cells) in rows {
+            writeln!(w, "| {size} | {} |", cells.join(" | "))?;
+        }
+    }
     for f in &r.fabric {
         let m = &f.matrices;
         writeln!(w, "\n### GPU-to-GPU bandwidth and latency: {} (fabric record {})\n", md(&f.environment), f.record)?;

@@ -47,6 +47,11 @@ impl MeasuredRun {
         self.ranks
     }
 
+    /// The measured (bytes, us) points, sizes rising.
+    pub fn points(&self) -> &[(f64, f64)] {
+        &self.points
+    }
+
     /// The measured time of `bytes`, us: linear in the size between the measured sizes around it
     /// (a fixed cost plus bytes over a bandwidth within each span, as [`super::measured_latency_us`]
     /// reads its table), the smallest size's time below it (the latency floor), the last span's

@@ -83,7 +83,8 @@ pub struct ScenarioSpec {
     pub link_latency_us: Option<f64>,
     /// Measured bandwidth replacing the link's, GB/s.
     pub link_bw_gbs: Option<f64>,
-    /// The box's measured NCCL all-reduce (`--allreduce`, already validated).
+    /// The box's measured NCCL all-reduce (`--allreduce`, already validated); it prices the link
+    /// and GPU it names (`measured_on`), else this deployment's.
     pub allreduce: Option<crate::comm::MeasuredAllReduce>,
     /// Tensor parallelism (None: all GPUs).
     pub tp: Option<u32>,
@@ -274,11 +275,12 @@ impl ScenarioSpec {
             return Err(ModelError::Input("--max-running 0 runs nothing: give 1 or more, or leave it out".into()));
         }
         let engine = self.resolve_engine()?;
-        // The measured all-reduce prices this box (its link and GPU) only.
-        let measured_allreduce = self
-            .allreduce
-            .clone()
-            .map(|m| std::sync::Arc::new(crate::comm::MeasuredAllReduce { measured_on: Some((link.name.clone(), gpu.name.clone())), ..m }));
+        // The measured all-reduce prices the box it was measured on only: the one it names, else
+        // this deployment's link and GPU.
+        let measured_allreduce = self.allreduce.clone().map(|m| {
+            let on = m.measured_on.clone().or_else(|| Some((link.name.clone(), gpu.name.clone())));
+            std::sync::Arc::new(crate::comm::MeasuredAllReduce { measured_on: on, ..m })
+        });
         Ok(Scenario {
             model,
             quant,
