@@ -21,8 +21,11 @@ pub const SCHEMA_MAJOR: i64 = 1;
 /// Schema minor version: additions an older binary of the same major can ignore. 1 added the
 /// `fabrics` table (interconnect measurements, `campaign fabric`); 2 added experiments.slurm_job and
 /// server_port (the Slurm executor); 3 added the `calibrations` and `predictions` tables (the
-/// box's calibration and the track record, [`crate::verdict`]).
-pub const SCHEMA_MINOR: i64 = 3;
+/// box's calibration and the track record, [`crate::verdict`]); 4 added record bodies, no table: a
+/// calibration fitted on one point (`step_scale`) and a fabric record holding a `fabric allreduce`
+/// document. A binary of minor 3 reads such a journal but reports those records as unreadable,
+/// naming them.
+pub const SCHEMA_MINOR: i64 = 4;
 /// The minor version that added the `fabrics` table; a journal of an older minor gets the table
 /// when its first fabric document is recorded (or when it is opened), and reads as having none until then.
 pub(super) const FABRICS_MINOR: i64 = 1;
@@ -151,7 +154,7 @@ pub(super) fn check(path: &Path) -> Result<()> {
 
 /// Brings a journal of an older minor version up to this one (additions only, in one transaction):
 /// the `fabrics` table (1.1), experiments.slurm_job / server_port (1.2) and the `calibrations` and
-/// `predictions` tables (1.3), each added when missing.
+/// `predictions` tables (1.3), each added when missing; 1.4 changes no table.
 pub(super) fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
     let minor: i64 = conn
         .query_row("SELECT value FROM meta WHERE key = 'schema_minor'", [], |r| r.get::<_, String>(0))
