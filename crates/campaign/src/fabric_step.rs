@@ -105,18 +105,26 @@ pub fn document_of(body: &serde_json::Value, record: i64) -> Result<Document> {
         .map_err(|e| CampaignError::Runtime(format!("journal: {e}")))
 }
 
-/// The newest all-reduce document recorded for the environment with probe hash `env_hash`, if any:
-/// what prices the NCCL all-reduces of the campaign's predictions there.
-pub fn allreduce_for(j: &Journal, env_hash: &str) -> Result<Option<MeasuredAllReduce>> {
+/// The newest all-reduce document recorded for the environment with probe hash `env_hash` (before
+/// `before`, ms since the epoch, when given), if any: what prices the NCCL all-reduces of the
+/// campaign's predictions there. Only records whose document says `"kind": "allreduce"` are read;
+/// one that no longer reads (a hand-edited journal) is passed over, so the model prices the
+/// all-reduce instead of the campaign stopping.
+pub fn allreduce_for(j: &Journal, env_hash: &str, before: Option<i64>) -> Result<Option<(i64, MeasuredAllReduce)>> {
     let ids: Vec<i64> = j
         .fingerprints()?
         .into_iter()
         .filter(|f| f.kind == crate::journal::FingerprintKind::Probe && f.hash == env_hash)
         .map(|f| f.id)
         .collect();
-    for f in j.fabrics()?.into_iter().rev().filter(|f| ids.contains(&f.env_fingerprint)) {
-        if let Document::AllReduce(m) = document_of(&f.body, f.id)? {
-            return Ok(Some(m));
+    let candidates = j
+        .fabrics()?
+        .into_iter()
+        .rev()
+        .filter(|f| ids.contains(&f.env_fingerprint) && f.body["kind"] == "allreduce" && before.is_none_or(|b| f.created_at <= b));
+    for f in candidates {
+        if let Ok(Document::AllReduce(m)) = document_of(&f.body, f.id) {
+            return Ok(Some((f.id, m)));
         }
     }
     Ok(None)
@@ -156,6 +164,40 @@ mod tests {
           {"title":"Bidirectional P2P=Enabled Bandwidth Matrix (256 MiB)","unit":"GB/s","values":[[1483.0,107.6],[107.6,1483.0]]},
           {"title":"P2P=Disabled Latency Matrix (4 B)","unit":"us","values":[[2.0,13.3],[13.3,2.0]]},
           {"title":"P2P=Enabled Latency Matrix (4 B)","unit":"us","values":[[2.0,0.5],[0.5,2.0]]}]}"#;
+
+    fn allreduce_doc(time_us: f64) -> serde_json::Value {
+        serde_json::json!({"schema": "servetune.fabric/1.1", "kind": "allreduce", "backend": "nccl",
+            "allreduce": [{"ranks": 8, "env": [], "rows": [{"bytes": 8, "time_us": time_us}, {"bytes": 1048576, "time_us": 2.0 * time_us}]}]})
+    }
+
+    #[test]
+    fn the_newest_readable_allreduce_record_of_the_environment_prices_it() {
+        let d = tempfile::tempdir().expect("tmp");
+        let row =
+            crate::journal::CampaignRow { goal: "g".into(), model: "m".into(), engine: "sim".into(), settings: "{}".into(), created_at: 0 };
+        let mut j = Journal::create(d.path(), &row).expect("journal");
+        let probe = crate::journal::FingerprintKind::Probe;
+        let (a, b) = (
+            j.add_fingerprint(probe, "a", &serde_json::json!({})).expect("a"),
+            j.add_fingerprint(probe, "b", &serde_json::json!({})).expect("b"),
+        );
+        assert_eq!(allreduce_for(&j, "a", None).expect("read"), None, "none recorded");
+        let first = j.add_fabric(a, "ar1.json", &allreduce_doc(40.0)).expect("ar1");
+        let second = j.add_fabric(a, "ar2.json", &allreduce_doc(90.0)).expect("ar2");
+        // A p2p document recorded after it leaves it in effect; another box's record is not read.
+        let p2p: serde_json::Value = serde_json::from_str(DOC).expect("p2p");
+        j.add_fabric(a, "p2p.json", &p2p).expect("p2p");
+        j.add_fabric(b, "ar3.json", &allreduce_doc(500.0)).expect("ar3");
+        let (id, m) = allreduce_for(&j, "a", None).expect("read").expect("recorded");
+        assert_eq!((id, m.runs[0].us(8.0)), (second, 90.0));
+        // A record that no longer reads is passed over, not fatal.
+        j.conn()
+            .execute("UPDATE fabrics SET body = ?1 WHERE id = ?2", [allreduce_doc(-1.0).to_string(), second.to_string()])
+            .expect("edit");
+        assert_eq!(allreduce_for(&j, "a", None).expect("read").map(|(id, _)| id), Some(first));
+        // Before the first was recorded there was none.
+        assert_eq!(allreduce_for(&j, "a", Some(-1)).expect("read"), None);
+    }
 
     #[test]
     fn the_p2p_enabled_unidirectional_matrices_are_drawn() {

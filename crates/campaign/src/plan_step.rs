@@ -56,10 +56,10 @@ pub struct ModelBox {
     #[serde(default)]
     pub calibration: Option<Calibration>,
     /// The box's measured NCCL all-reduce (a recorded `fabric allreduce` document of this
-    /// environment, [`crate::fabric_step::allreduce_for`]): a measurement, so every prediction
-    /// with this box uses it, raw and calibrated. Not stored with the box.
+    /// environment, [`crate::fabric_step::allreduce_for`]) with its fabric record: a measurement,
+    /// so every prediction with this box uses it, raw and calibrated. Not stored with the box.
     #[serde(skip)]
-    pub allreduce: Option<servetune_model::comm::MeasuredAllReduce>,
+    pub allreduce: Option<(i64, servetune_model::comm::MeasuredAllReduce)>,
 }
 
 impl ModelBox {
@@ -94,12 +94,12 @@ impl ModelBox {
     /// This box with the environment's measured NCCL all-reduce, if one was recorded: measured on
     /// this box's link and GPU, so an alternative on another link (the P2P move) is priced by the
     /// model.
-    pub fn with_allreduce(self, m: Option<servetune_model::comm::MeasuredAllReduce>) -> ModelBox {
+    pub fn with_allreduce(self, m: Option<(i64, servetune_model::comm::MeasuredAllReduce)>) -> ModelBox {
         // The catalog's names, as the scenario carries them (a probed GPU name is an alias).
         let gpu = servetune_model::hw::gpu(&self.gpu).map_or_else(|_| self.gpu.clone(), |g| g.name);
         let link = servetune_model::hw::link(&self.link).map_or_else(|_| self.link.clone(), |l| l.name);
         let on = (link, gpu);
-        ModelBox { allreduce: m.map(|m| servetune_model::comm::MeasuredAllReduce { measured_on: Some(on), ..m }), ..self }
+        ModelBox { allreduce: m.map(|(id, m)| (id, servetune_model::comm::MeasuredAllReduce { measured_on: Some(on), ..m })), ..self }
     }
 }
 
@@ -175,7 +175,7 @@ pub fn scenario(mb: &ModelBox, l: Layout) -> Result<Scenario, String> {
     spec.max_running = l.max_running;
     spec.engine = mb.serving;
     spec.engine_version = mb.release_version();
-    spec.allreduce = mb.allreduce.clone();
+    spec.allreduce = mb.allreduce.as_ref().map(|(_, m)| m.clone());
     let mut s = spec.build().map_err(|e| e.to_string())?;
     if let Some(c) = &mb.calibration {
         s.engine = c.factors.apply(&s.engine);
@@ -384,13 +384,21 @@ pub fn explain_gap(mb: &ModelBox, l: Layout, concurrency: u32, measured: f64) ->
     let over_ms = base.scaled_overhead_ms();
     let over = |x: f64| overhead_times(&base, x);
     let tp = base.plan.tp;
-    let terms: [(String, f64, ScaledBy<'_>, &str); 3] = [
-        (
-            format!("the TP{tp} all-reduce"),
-            p.step_ms.communication,
-            &comm,
-            "run `servetune fabric allreduce --json ar.json` on the box and record it with `servetune campaign fabric`: the predictions then price the all-reduce from it",
+    // A recorded all-reduce already prices the term: name it, and ask for what would move it.
+    let recorded =
+        mb.allreduce.as_ref().filter(|_| base.measured_allreduce.as_deref().is_some_and(|m| m.prices(&base.link.name, &base.gpu.name)));
+    let (comm_term, comm_settle) = match recorded {
+        Some((id, _)) => (
+            format!("the TP{tp} all-reduce (as measured, fabric record {id})"),
+            "measure it again with `servetune fabric allreduce` while the server runs, or profile one serving step with `servetune trace` and compare its all-reduce kernels with the measurement".to_string(),
         ),
+        None => (
+            format!("the TP{tp} all-reduce"),
+            "run `servetune fabric allreduce --json ar.json` on the box and record it with `servetune campaign fabric`: the predictions then price the all-reduce from it".to_string(),
+        ),
+    };
+    let terms: [(String, f64, ScaledBy<'_>, &str); 3] = [
+        (comm_term, p.step_ms.communication, &comm, &comm_settle),
         (
             "memory reads (weights, experts and KV)".into(),
             p.step_ms.weights + p.step_ms.kv,
@@ -457,11 +465,10 @@ mod tests {
         // A box whose NCCL all-reduce takes three times the model's.
         let pts = (10..=27).map(|p| 2f64.powi(p)).map(|b| (b, 3.0 * servetune_model::comm::nccl(&staged, 8, b).us + 6.0)).collect();
         let run = servetune_model::comm::MeasuredRun::new(8, pts).expect("run");
-        let measured = mb.clone().with_allreduce(Some(servetune_model::comm::MeasuredAllReduce {
-            source: "ar.json".into(),
-            runs: vec![run],
-            measured_on: None,
-        }));
+        let measured = mb.clone().with_allreduce(Some((
+            1,
+            servetune_model::comm::MeasuredAllReduce { source: "ar.json".into(), runs: vec![run], measured_on: None },
+        )));
         let (model, slow) = (predict_at(&mb, l, 64).expect("model"), predict_at(&measured, l, 64).expect("measured"));
         assert!(slow < 0.9 * model, "{slow} against {model}");
         // The same box with P2P is another link: the measurement does not price it.

@@ -299,6 +299,14 @@ fn p2p_question(v: &View<'_>, lay: Layout) -> Option<Step> {
         }
         _ => "the model cannot price it for this model/GPU".into(),
     };
+    // The current figure rests on the box's measured all-reduce when one is recorded.
+    let fabric = v.model.as_ref().and_then(|m| m.allreduce.as_ref()).map(|(id, _)| *id);
+    let gain_words = match fabric {
+        Some(id) => {
+            format!("{gain_words}; the current figure prices NCCL's all-reduce as measured (fabric {id}), the P2P one by the model")
+        }
+        None => gain_words,
+    };
     let critical = v.findings.iter().any(|f| f.id == *fid && f.severity == Severity::Critical);
     let basis = if critical {
         format!(
@@ -325,7 +333,7 @@ fn p2p_question(v: &View<'_>, lay: Layout) -> Option<Step> {
         current_tok_s: cur,
         predicted_tok_s: new,
         basis,
-        evidence: vec![Evidence::Finding(*fid)],
+        evidence: std::iter::once(Evidence::Finding(*fid)).chain(fabric.map(Evidence::Fabric)).collect(),
     })
 }
 

@@ -349,7 +349,7 @@ pub fn run(a: CampaignArgs) -> Result<(), Failure> {
                         .map(|r| format!("{} ranks, {:.1} us at {} B", r.ranks(), r.us(0.0), r.points().first().map_or(0.0, |p| p.0)))
                         .collect();
                     format!(
-                        "NCCL all-reduce ({}); it prices the NCCL all-reduces of this environment's predictions from now on",
+                        "NCCL all-reduce ({}); the environment's newest all-reduce record prices the NCCL all-reduces of its predictions",
                         runs.join("; ")
                     )
                 }

@@ -425,7 +425,7 @@ pub(super) fn record_done(
     let kept = summary.clone();
     let recorded = (|| {
         let version = super::run::reported_engine_version(j)?;
-        let allreduce = crate::fabric_step::allreduce_for(j, &snap.env.facts.hash)?;
+        let allreduce = crate::fabric_step::allreduce_for(j, &snap.env.facts.hash, None)?;
         if let Some(m) = model_box(&snap.settings, &snap.env.facts)
             .map(|m| m.with_engine_version(&snap.settings.engine.name, version).with_allreduce(allreduce))
         {

@@ -186,8 +186,9 @@ pub struct Snapshot {
     pub env_ids: Vec<i64>,
     /// The current environment's newest calibration (`crate::verdict`), when it has one.
     pub calibration: Option<plan_step::Calibration>,
-    /// The current environment's measured NCCL all-reduce (`crate::fabric_step::allreduce_for`).
-    pub allreduce: Option<servetune_model::comm::MeasuredAllReduce>,
+    /// The current environment's measured NCCL all-reduce and its fabric record
+    /// (`crate::fabric_step::allreduce_for`).
+    pub allreduce: Option<(i64, servetune_model::comm::MeasuredAllReduce)>,
     /// The engine version the newest launch's server reported (its launch fingerprint).
     pub engine_version: Option<String>,
 }
@@ -211,7 +212,7 @@ impl Snapshot {
             .map(|f| f.id)
             .collect();
         let calibration = crate::verdict::calibration_for(j, &env.facts.hash, None)?;
-        let allreduce = crate::fabric_step::allreduce_for(j, &env.facts.hash)?;
+        let allreduce = crate::fabric_step::allreduce_for(j, &env.facts.hash, None)?;
         let engine_version = reported_engine_version(j)?;
         Ok(Self {
             settings,

@@ -21,10 +21,9 @@ pub const SCHEMA_MAJOR: i64 = 1;
 /// Schema minor version: additions an older binary of the same major can ignore. 1 added the
 /// `fabrics` table (interconnect measurements, `campaign fabric`); 2 added experiments.slurm_job and
 /// server_port (the Slurm executor); 3 added the `calibrations` and `predictions` tables (the
-/// box's calibration and the track record, [`crate::verdict`]); 4 added record bodies, no table: a
-/// calibration fitted on one point (`step_scale`) and a fabric record holding a `fabric allreduce`
-/// document. A binary of minor 3 reads such a journal but reports those records as unreadable,
-/// naming them.
+/// box's calibration and the track record, [`crate::verdict`]); 4 added a record body, no table: a
+/// fabric record holding a `fabric allreduce` document (calibrations fitted on one point,
+/// `step_scale`, came just before it). A binary of minor 3 stops at such a record, naming it.
 pub const SCHEMA_MINOR: i64 = 4;
 /// The minor version that added the `fabrics` table; a journal of an older minor gets the table
 /// when its first fabric document is recorded (or when it is opened), and reads as having none until then.

@@ -81,7 +81,8 @@ pub(super) fn curves(j: &Journal, snap: &Snapshot) -> Result<(Vec<Curve>, Vec<Br
     for e in snap.experiments.iter().filter(|e| e.state == ExpState::Done) {
         let Some(r) = &e.result else { continue };
         let facts = experiment_facts(j, snap, e);
-        let allreduce = crate::fabric_step::allreduce_for(j, &facts.hash)?;
+        // The all-reduce recorded by the time the experiment was: what its stored predictions used.
+        let allreduce = crate::fabric_step::allreduce_for(j, &facts.hash, Some(e.updated_at))?;
         let mb = crate::campaign::model_box(&snap.settings, &facts)
             .map(|m| m.with_engine_version(&snap.settings.engine.name, snap.engine_version.clone()).with_allreduce(allreduce));
         // The predictions stored when the experiment was measured; a journal older than schema
