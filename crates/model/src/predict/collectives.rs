@@ -40,6 +40,9 @@ pub struct Across {
 pub(super) struct Comm {
     /// Time, ms (comm_scale applied).
     pub(super) ms: f64,
+    /// The part of `ms` that is the box's measured all-reduce (`--allreduce`), which an early
+    /// release's step scale leaves alone: it is the box's own figure, not the model's.
+    pub(super) measured_ms: f64,
     /// All-reduces per stage step.
     pub(super) allreduces: f64,
     /// One all-reduce, us.
@@ -78,20 +81,31 @@ impl Scenario {
         } else if self.plan.tp > 1 {
             c.allreduces = 2.0 * ls;
         }
+        let mut measured_us = 0.0;
+        let is_measured = |a: &comm::AllReduce| matches!(a.method, comm::Method::Measured { .. });
         if c.allreduces > 0.0 {
-            c.allreduce_us = self.tp_allreduce(act).us;
-            us += c.allreduces * c.allreduce_us;
+            let a = self.tp_allreduce(act);
+            c.allreduce_us = a.us;
+            us += c.allreduces * a.us;
+            if is_measured(&a) {
+                measured_us += c.allreduces * a.us;
+            }
         }
         if self.qk_norm_allreduce() {
             // In every full-attention layer.
             c.qk_norm_allreduces = m.layer_counts.full as f64 / self.plan.pp as f64;
-            c.qk_norm_allreduce_us = self.tp_allreduce(x * QK_NORM_BYTES_PER_TOKEN).us;
-            us += c.qk_norm_allreduces * c.qk_norm_allreduce_us;
+            let a = self.tp_allreduce(x * QK_NORM_BYTES_PER_TOKEN);
+            c.qk_norm_allreduce_us = a.us;
+            us += c.qk_norm_allreduces * a.us;
+            if is_measured(&a) {
+                measured_us += c.qk_norm_allreduces * a.us;
+            }
         }
         if self.plan.pp > 1 {
             us += self.pp_send_us(act);
         }
         c.ms = us * 1e-3 * self.engine.comm_scale;
+        c.measured_ms = measured_us * 1e-3 * self.engine.comm_scale;
         c
     }
 

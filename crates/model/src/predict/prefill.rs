@@ -213,6 +213,9 @@ impl Scenario {
                 2.0 * m.layers as f64 * (self.tp_allreduce(bytes + decode).us - self.tp_allreduce(decode).us).max(0.0)
             }
         };
-        ((gemm_s.max(read_s) + attn_s) * 1e3 + comm_us * 1e-3 * e.comm_scale) * e.release_step_scale
+        // A measured all-reduce is the box's own figure: the release's scale leaves it alone.
+        let measured = self.plan.tp > 1 && matches!(self.tp_allreduce(bytes).method, crate::comm::Method::Measured { .. });
+        let comm_scale = if measured { 1.0 } else { e.release_step_scale };
+        (gemm_s.max(read_s) + attn_s) * 1e3 * e.release_step_scale + comm_us * 1e-3 * e.comm_scale * comm_scale
     }
 }

@@ -184,6 +184,13 @@ fn a_measured_all_reduce_prices_nccls_all_reduces_and_leaves_the_custom_kernel_a
     assert_eq!(measured.method, comm::Method::Measured { ranks: 8 });
     assert!((measured.us / model - 3.0).abs() < 0.05, "{} against {model}", measured.us);
     assert!(s.point(16).tpot_ms > before.tpot_ms, "slower all-reduces, a longer step");
+    // An early release's step scale leaves the measured all-reduce alone (the box's own figure)
+    // and scales the model's terms.
+    let mut early = s.clone();
+    early.engine.release_step_scale = 2.2;
+    let (now, then) = (s.point(16).step_ms, early.point(16).step_ms);
+    assert!((then.communication - now.communication).abs() < 1e-9 * now.communication, "{then:?} against {now:?}");
+    assert!((then.weights / now.weights - 2.2).abs() < 1e-9);
     // It prices this box only: the same deployment with P2P (a what-if, the P2P fix) takes the model.
     let mut p2p = s.clone();
     p2p.link = crate::hw::link("pcie5-p2p").expect("link");
