@@ -52,8 +52,9 @@ fn run_chromium(profile: &Path, args: &[String]) -> Output {
     out
 }
 
-/// The report of the committed KVM fixture journal with a simulated fabric document of its
-/// host-staged link recorded (`campaign fabric`), as HTML in `tmp`.
+/// The report of the committed KVM fixture journal with simulated fabric documents of its
+/// host-staged link recorded (`campaign fabric`: a p2p sweep and an NCCL all-reduce), as HTML in
+/// `tmp`.
 fn report(tmp: &Path) -> PathBuf {
     let dir = tmp.join("c");
     std::fs::create_dir_all(&dir).expect("mkdir");
@@ -67,6 +68,13 @@ fn report(tmp: &Path) -> PathBuf {
         .expect("fabric");
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let out = servetune().args(["campaign", "fabric"]).arg(&dir).arg(&fabric).output().expect("campaign fabric");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    // And its NCCL all-reduce.
+    let allreduce = tmp.join("ar.json");
+    let out =
+        servetune().args(["fabric", "allreduce", "--backend", "sim", "--sim-gpus", "8", "--json"]).arg(&allreduce).output().expect("ar");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = servetune().args(["campaign", "fabric"]).arg(&dir).arg(&allreduce).output().expect("campaign fabric");
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let html = tmp.join("report.html");
     let out = servetune().args(["campaign", "report"]).arg(&dir).arg("--html").arg(&html).output().expect("report");
@@ -127,6 +135,9 @@ fn html_report_dom_has_every_section_and_each_chart_has_axes_a_series_and_a_lege
         assert!(pos > at, "section {id} out of order");
         at = pos;
     }
+    // The recorded all-reduce is a table of times by size.
+    let ar = dom.find("Measured NCCL all-reduce").unwrap_or_else(|| panic!("no all-reduce section"));
+    assert!(dom[ar..].contains("<th>8 ranks, us</th>") && dom[ar..].contains("<td>8 B</td>"), "the all-reduce table");
     let found = charts(&dom);
     let names: Vec<&str> = found.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names, CHARTS, "the charts, in order");
