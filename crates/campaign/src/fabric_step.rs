@@ -111,17 +111,8 @@ pub fn document_of(body: &serde_json::Value, record: i64) -> Result<Document> {
 /// one that no longer reads (a hand-edited journal) is passed over, so the model prices the
 /// all-reduce instead of the campaign stopping.
 pub fn allreduce_for(j: &Journal, env_hash: &str, before: Option<i64>) -> Result<Option<(i64, MeasuredAllReduce)>> {
-    let ids: Vec<i64> = j
-        .fingerprints()?
-        .into_iter()
-        .filter(|f| f.kind == crate::journal::FingerprintKind::Probe && f.hash == env_hash)
-        .map(|f| f.id)
-        .collect();
-    let candidates = j
-        .fabrics()?
-        .into_iter()
-        .rev()
-        .filter(|f| ids.contains(&f.env_fingerprint) && f.body["kind"] == "allreduce" && before.is_none_or(|b| f.created_at <= b));
+    let candidates =
+        j.env_fabrics(env_hash)?.into_iter().rev().filter(|f| f.body["kind"] == "allreduce" && before.is_none_or(|b| f.created_at <= b));
     for f in candidates {
         if let Ok(Document::AllReduce(m)) = document_of(&f.body, f.id) {
             return Ok(Some((f.id, m)));

@@ -384,10 +384,9 @@ pub fn explain_gap(mb: &ModelBox, l: Layout, concurrency: u32, measured: f64) ->
     let over_ms = base.scaled_overhead_ms();
     let over = |x: f64| overhead_times(&base, x);
     let tp = base.plan.tp;
-    // A recorded all-reduce already prices the term: name it, and ask for what would move it.
-    let recorded =
-        mb.allreduce.as_ref().filter(|_| base.measured_allreduce.as_deref().is_some_and(|m| m.prices(&base.link.name, &base.gpu.name)));
-    let (comm_term, comm_settle) = match recorded {
+    // A recorded all-reduce already prices the term (the box's own link: `with_allreduce`): name
+    // it, and ask for what would move it.
+    let (comm_term, comm_settle) = match &mb.allreduce {
         Some((id, _)) => (
             format!("the TP{tp} all-reduce (as measured, fabric record {id})"),
             "measure it again with `servetune fabric allreduce` while the server runs, or profile one serving step with `servetune trace` and compare its all-reduce kernels with the measurement".to_string(),

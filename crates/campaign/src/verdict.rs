@@ -173,13 +173,7 @@ fn json_err(e: serde_json::Error) -> CampaignError {
 
 /// The newest fabric record measured in the environment with probe hash `env_hash`.
 pub fn fabric_of(j: &Journal, env_hash: &str) -> Result<Option<i64>> {
-    let ids: Vec<i64> = j
-        .fingerprints()?
-        .into_iter()
-        .filter(|f| f.kind == crate::journal::FingerprintKind::Probe && f.hash == env_hash)
-        .map(|f| f.id)
-        .collect();
-    Ok(j.fabrics()?.into_iter().filter(|f| ids.contains(&f.env_fingerprint)).map(|f| f.id).max())
+    Ok(j.env_fabrics(env_hash)?.into_iter().map(|f| f.id).max())
 }
 
 /// Stores `c` (fitted to experiment `c.experiment`) for the environment; returns it with its id.

@@ -120,7 +120,8 @@ fn apply(base: &Engine, mem: f64, over: f64, comm: f64) -> Engine {
     }
 }
 
-fn loss(s: &Scenario, pts: &[Measured], e: Engine) -> f64 {
+/// The mean squared log error of `e`'s rates at `pts`.
+pub(crate) fn loss(s: &Scenario, pts: &[Measured], e: Engine) -> f64 {
     let sc = Scenario { engine: e, ..s.clone() };
     pts.iter().map(|m| (sc.point(m.concurrency).output_tokens_per_s / m.output_tokens_per_s).ln().powi(2)).sum::<f64>()
         / pts.len().max(1) as f64

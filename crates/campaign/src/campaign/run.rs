@@ -205,12 +205,7 @@ impl Snapshot {
     pub fn read(j: &Journal) -> Result<Self> {
         let settings = load_settings(j)?;
         let (env_id, env) = current_env(j)?;
-        let env_ids = j
-            .fingerprints()?
-            .into_iter()
-            .filter(|f| f.kind == journal::FingerprintKind::Probe && f.hash == env.facts.hash)
-            .map(|f| f.id)
-            .collect();
+        let env_ids = j.probe_ids(&env.facts.hash)?;
         let calibration = crate::verdict::calibration_for(j, &env.facts.hash, None)?;
         let allreduce = crate::fabric_step::allreduce_for(j, &env.facts.hash, None)?;
         let engine_version = reported_engine_version(j)?;

@@ -431,6 +431,18 @@ impl Journal {
         Ok(id)
     }
 
+    /// The ids of the probe fingerprints of the environment with hash `env_hash`.
+    pub fn probe_ids(&self, env_hash: &str) -> Result<Vec<i64>> {
+        Ok(self.fingerprints()?.into_iter().filter(|f| f.kind == FingerprintKind::Probe && f.hash == env_hash).map(|f| f.id).collect())
+    }
+
+    /// The fabric records measured in the environment with probe hash `env_hash` (under any of its
+    /// probe fingerprints), oldest first.
+    pub fn env_fabrics(&self, env_hash: &str) -> Result<Vec<FabricRow>> {
+        let ids = self.probe_ids(env_hash)?;
+        Ok(self.fabrics()?.into_iter().filter(|f| ids.contains(&f.env_fingerprint)).collect())
+    }
+
     /// Every fabric record, oldest first (none in a journal older than minor 1).
     pub fn fabrics(&self) -> Result<Vec<FabricRow>> {
         let has: i64 =

@@ -181,16 +181,22 @@ fn run_calibrated_by(
 mod tests {
     use super::*;
 
-    /// The median |calibrated error| of the FIT set's rows, and the median over its sources of
-    /// each source's median (each publication weighing the same).
-    fn fit_medians(v: &CalibratedValidation) -> (f64, f64) {
-        let rows: Vec<&CalibratedRow> = v.rows.iter().filter(|r| r.set == Set::Fit).collect();
+    /// The median |error| of `(source, error)` rows, and the median over the sources of each
+    /// source's median (each publication weighing the same).
+    fn medians<'a>(rows: impl IntoIterator<Item = (&'a str, f64)>) -> (f64, f64) {
+        let mut all = Vec::new();
         let mut by_source: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
-        for r in &rows {
-            by_source.entry(r.source_key.as_str()).or_default().push(r.error.abs());
+        for (source, e) in rows {
+            all.push(e.abs());
+            by_source.entry(source).or_default().push(e.abs());
         }
         let per_source: Vec<f64> = by_source.values().map(|e| median(e)).collect();
-        (median(&rows.iter().map(|r| r.error.abs()).collect::<Vec<_>>()), median(&per_source))
+        (median(&all), median(&per_source))
+    }
+
+    /// [`medians`] of the FIT set's calibrated rows.
+    fn fit_medians(v: &CalibratedValidation) -> (f64, f64) {
+        medians(v.rows.iter().filter(|r| r.set == Set::Fit).map(|r| (r.source_key.as_str(), r.error)))
     }
 
     /// Each FIT deployment with three or more concurrencies calibrated on its two lowest and
@@ -206,8 +212,7 @@ mod tests {
                 groups.entry(deployment_key(c)).or_default().push((c, p));
             }
         }
-        let mut errs: [Vec<f64>; 3] = Default::default();
-        let mut by_source: [BTreeMap<String, Vec<f64>>; 3] = Default::default();
+        let mut errs: [Vec<(&str, f64)>; 3] = Default::default();
         let mut picked_step = 0;
         for (_, mut cases) in groups {
             cases.sort_by_key(|(c, p)| (p.conc, c.id.clone()));
@@ -224,11 +229,8 @@ mod tests {
             let s = &cases[0].1.s;
             let terms = calibrate::fit_terms(s, &on);
             let step = calibrate::Factors::StepScale { step_scale: calibrate::fit_step_scale(s, &on) };
-            let rms = |f: &calibrate::Factors| {
-                let sc = Scenario { engine: f.apply(&s.engine), ..s.clone() };
-                on.iter().map(|m| (sc.point(m.concurrency).output_tokens_per_s / m.output_tokens_per_s).ln().powi(2)).sum::<f64>()
-            };
-            let best = if rms(&step) <= rms(&terms) {
+            let misfit = |f: &calibrate::Factors| calibrate::loss(s, &on, f.apply(&s.engine));
+            let best = if misfit(&step) <= misfit(&terms) {
                 picked_step += 1;
                 step
             } else {
@@ -238,17 +240,11 @@ mod tests {
                 for (c, p) in cases.iter().filter(|(_, p)| p.conc > concs[1]) {
                     let mut q = Prepared { s: p.s.clone(), workload: p.workload, ..*p };
                     q.s.engine = f.apply(&p.s.engine);
-                    let r = predict(c, &q, None);
-                    errs[i].push(r.error.abs());
-                    by_source[i].entry(c.source_key.clone()).or_default().push(r.error.abs());
+                    errs[i].push((c.source_key.as_str(), predict(c, &q, None).error));
                 }
             }
         }
-        let medians = |i: usize| {
-            let per: Vec<f64> = by_source[i].values().map(|x| median(x)).collect();
-            (median(&errs[i]), median(&per))
-        };
-        ([medians(0), medians(1), medians(2)], picked_step)
+        (errs.map(medians), picked_step)
     }
 
     /// The scan of the sweep forms (run by hand: `cargo test -p servetune-model --lib --
