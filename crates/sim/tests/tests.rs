@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use servetune_sim::{ParametricCost, Profile, SimConfig};
 
 mod exact;
+mod fit_calibrated;
 mod hardening;
 mod props;
 mod vbench;

@@ -65,7 +65,7 @@ pub(crate) enum ModelRef {
 }
 
 /// Hugging Face id in e2e.toml -> the model `plan` runs, and why when it is a stand-in.
-pub(crate) const MODELS: [(&str, ModelRef, &str); 44] = [
+pub(crate) const MODELS: [(&str, ModelRef, &str); 52] = [
     ("deepseek-ai/DeepSeek-R1-0528", ModelRef::Catalog("deepseek-v3"), "DeepSeek-V3 architecture"),
     ("deepseek-ai/DeepSeek-R1", ModelRef::Catalog("deepseek-v3"), "DeepSeek-V3 architecture"),
     ("deepseek-ai/DeepSeek-V3", ModelRef::Catalog("deepseek-v3"), ""),
@@ -120,6 +120,15 @@ pub(crate) const MODELS: [(&str, ModelRef, &str); 44] = [
     // The 2026-12-05 extension's ids (mapped before any of its cases was scored).
     ("Qwen/Qwen3-235B-A22B", ModelRef::Catalog("qwen3-235b-a22b"), ""),
     ("Qwen/Qwen3-30B-A3B", ModelRef::Catalog("qwen3-30b-a3b"), ""),
+    // The second 2026-12-05 extension's ids (mapped before any of its cases was scored).
+    ("deepseek-ai/DeepSeek-V3-0324", ModelRef::Catalog("deepseek-v3"), ""),
+    ("nvidia/DeepSeek-R1-FP4", ModelRef::Catalog("deepseek-v3"), "DeepSeek-V3 architecture"),
+    ("Qwen/Qwen3-235B-A22B-Instruct-2507-FP8", ModelRef::Catalog("qwen3-235b-a22b"), ""),
+    ("Qwen/Qwen3-32B-FP8", ModelRef::Config("Qwen--Qwen3-32B.json"), "base Qwen3-32B config"),
+    ("cognitivecomputations/Qwen3-30B-A3B-AWQ", ModelRef::Catalog("qwen3-30b-a3b"), ""),
+    ("amd/Llama-3.3-70B-Instruct-FP8-KV", ModelRef::Catalog("llama-3.1-70b"), "Llama-3.1-70B architecture"),
+    ("zai-org/GLM-5", ModelRef::Config("zai-org--GLM-5.json"), ""),
+    ("nvidia/GLM-5.2-NVFP4", ModelRef::Config("zai-org--GLM-5.2-FP8.json"), "GLM-5.2's config"),
 ];
 
 /// One `[[case]]` of e2e.toml: the fields scoring reads (the file's schema is in its header).

@@ -704,3 +704,24 @@ fn joint_refit_on_the_fit_set() {
         objective(&e)
     );
 }
+
+/// The FIT set's steady-state errors by concurrency band, engine and source (run by hand: `cargo
+/// test -p servetune-model --lib -- --ignored fit_set_by_band_and_source --nocapture`): where
+/// the fitted model misses, read without the test set or the holdout.
+#[test]
+#[ignore]
+fn fit_set_by_band_and_source() {
+    let v = run_with(&Engine::default()).expect("runs");
+    let mut by: std::collections::BTreeMap<(String, String), Vec<f64>> = Default::default();
+    for r in v.rows.iter().filter(|r| r.set == Set::Fit && !r.early_release) {
+        let band = format!("{:?}", super::Band::of(r.concurrency));
+        by.entry((band.clone(), "ALL".into())).or_default().push(r.error);
+        by.entry((band.clone(), format!("{:?}", r.engine))).or_default().push(r.error);
+        by.entry((band, r.source_key.clone())).or_default().push(r.error);
+    }
+    for ((b, k), e) in by {
+        let abs: Vec<f64> = e.iter().map(|x| x.abs()).collect();
+        let m = |v: &[f64]| servetune_stats::median(v).unwrap_or(0.0);
+        println!("{b:>8} {k:<40} n={:3} signed {:+.3} abs {:.3}", e.len(), m(&e), m(&abs));
+    }
+}
