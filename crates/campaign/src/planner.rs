@@ -620,6 +620,7 @@ mod tests {
             link: "pcie5-p2p".into(),
             input_len: 64,
             output_len: 16,
+            requests: Some(64),
             tpot_ms: None,
             ttft_ms: None,
             max_concurrency: 32,

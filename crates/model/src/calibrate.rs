@@ -128,19 +128,63 @@ pub(crate) fn loss(s: &Scenario, pts: &[Measured], e: Engine) -> f64 {
 }
 
 /// Fits the factors to `pts` (checked by [`crate::inputs`]: finite, positive): a step scale to one
-/// point, the terms to more. `None` without points.
+/// point, the terms to more, against the steady state. `None` without points.
 pub fn fit(s: &Scenario, pts: &[Measured]) -> Option<Fit> {
-    let factors = match pts {
-        [] => return None,
-        [_] => Factors::StepScale { step_scale: fit_step_scale(s, pts) },
-        _ => fit_terms(s, pts),
-    };
+    let factors = fit_steady(s, pts)?;
+    Some(finish(s, pts, factors, &|sc, c| sc.point(c).output_tokens_per_s))
+}
+
+/// What a benchmark client would measure running its workload at a concurrency on a scenario: a
+/// virtual-time run ([`crate::workload::VirtualBench`]).
+pub type ClientRate<'a> = &'a dyn Fn(&Scenario, u32) -> f64;
+
+/// Rounds of [`fit_client`]'s fixed point: the client's share of the steady rate moves little
+/// with the factors, so the third round changes the fit by well under a percent.
+const CLIENT_ROUNDS: usize = 3;
+
+/// [`fit`] to what a benchmark client measured, where `client` prices the client's own run (its
+/// request count, lengths, ramp and tail, the prompts queued behind a running cap). The factors
+/// still scale the steady step, so each point is first brought to the steady state by the model's
+/// own ratio of steady to client rate there, taken again at the calibrated model each round
+/// ([`CLIENT_ROUNDS`]). A run that is mostly ramp and queue (few requests per client, a cap
+/// below the concurrency) then calibrates the step, not the run's shape. The residuals are the
+/// client's.
+pub fn fit_client(s: &Scenario, pts: &[Measured], client: ClientRate) -> Option<Fit> {
+    let mut at = s.clone();
+    let mut factors = None;
+    for _ in 0..CLIENT_ROUNDS {
+        let steady: Vec<Measured> = pts
+            .iter()
+            .map(|m| {
+                let (st, cl) = (at.point(m.concurrency).output_tokens_per_s, client(&at, m.concurrency));
+                let share = if st.is_finite() && cl.is_finite() && st > 0.0 && cl > 0.0 { st / cl } else { 1.0 };
+                Measured { output_tokens_per_s: m.output_tokens_per_s * share, ..*m }
+            })
+            .collect();
+        let f = fit_steady(s, &steady)?;
+        at = Scenario { engine: f.apply(&s.engine), ..s.clone() };
+        factors = Some(f);
+    }
+    Some(finish(s, pts, factors?, client))
+}
+
+/// The factors fitted to `pts` against the steady state.
+fn fit_steady(s: &Scenario, pts: &[Measured]) -> Option<Factors> {
+    match pts {
+        [] => None,
+        [_] => Some(Factors::StepScale { step_scale: fit_step_scale(s, pts) }),
+        _ => Some(fit_terms(s, pts)),
+    }
+}
+
+/// The fit of `factors` on `s`, its residuals priced by `rate`.
+fn finish(s: &Scenario, pts: &[Measured], factors: Factors, rate: ClientRate) -> Fit {
     let engine = factors.apply(&s.engine);
     let sc = Scenario { engine, ..s.clone() };
-    let residuals = pts
+    let residuals: Vec<Residual> = pts
         .iter()
         .map(|m| {
-            let p = sc.point(m.concurrency).output_tokens_per_s;
+            let p = rate(&sc, m.concurrency);
             Residual {
                 concurrency: m.concurrency,
                 measured: m.output_tokens_per_s,
@@ -149,7 +193,8 @@ pub fn fit(s: &Scenario, pts: &[Measured]) -> Option<Fit> {
             }
         })
         .collect();
-    Some(Fit { factors, engine, residuals, rms_log_error: loss(s, pts, engine).sqrt() })
+    let msle = residuals.iter().map(|r| (r.predicted / r.measured).ln().powi(2)).sum::<f64>() / residuals.len().max(1) as f64;
+    Fit { factors, engine, residuals, rms_log_error: msle.sqrt() }
 }
 
 /// The step scale that fits `pts` best (least squared log error; at one point the model's rate
@@ -266,6 +311,35 @@ mod tests {
         // Two points fit the terms apart.
         let two = [one, Measured { concurrency: 64, output_tokens_per_s: truth.point(64).output_tokens_per_s }];
         assert!(matches!(fit(&s, &two).expect("fit").factors, Factors::Terms { .. }));
+    }
+
+    /// A "client" that measures a run whose rate falls behind the steady state the more clients
+    /// queue behind a cap of 32 (a plateau the steady state does not have).
+    fn queued_client(sc: &Scenario, c: u32) -> f64 {
+        sc.point(c.min(32)).output_tokens_per_s * if c > 32 { 32.0 / c as f64 + 0.5 } else { 1.0 }
+    }
+
+    #[test]
+    fn fit_client_recovers_a_box_from_what_its_client_measured_where_the_steady_fit_misses() {
+        let s = scenario("deepseek-v3", Dtype::Fp8, "h200", "nvlink", 8, 8);
+        let truth = Scenario { engine: apply(&s.engine, 0.7, 4.0, 1.0), ..s.clone() };
+        let pts: Vec<Measured> =
+            [8, 32, 64, 128].iter().map(|&c| Measured { concurrency: c, output_tokens_per_s: queued_client(&truth, c) }).collect();
+        let f = fit_client(&s, &pts, &queued_client).expect("fit");
+        assert!(f.rms_log_error < 0.02, "{f:?}");
+        // The residuals are the client's: each fitted point within 3% of its measurement.
+        for r in &f.residuals {
+            assert!(r.error.abs() < 0.03, "{r:?}");
+            let fitted = Scenario { engine: f.engine, ..s.clone() };
+            assert_eq!(r.predicted, queued_client(&fitted, r.concurrency));
+        }
+        // Fitted against the steady state, the same points leave the plateau unexplained.
+        let steady = fit(&s, &pts).expect("fit");
+        assert!(steady.rms_log_error > 3.0 * f.rms_log_error, "{} vs {}", steady.rms_log_error, f.rms_log_error);
+        // One point gives a step scale that lands the client's own figure there.
+        let one = fit_client(&s, &pts[3..], &queued_client).expect("fit");
+        assert!(matches!(one.factors, Factors::StepScale { .. }), "{one:?}");
+        assert!(one.residuals[0].error.abs() < 0.01, "{one:?}");
     }
 
     #[test]

@@ -270,6 +270,7 @@ pub fn model_box(s: &Settings, f: &BoxFacts) -> Option<ModelBox> {
         link: link(s, f).to_string(),
         input_len: s.bench.input_len,
         output_len: s.bench.output_len,
+        requests: Some(s.bench.requests),
         tpot_ms: s.goal.bound_ms(SloMetric::Tpot),
         ttft_ms: s.goal.bound_ms(SloMetric::Ttft),
         max_concurrency: s.bench.concurrency.iter().copied().max().unwrap_or(1),
