@@ -20,7 +20,7 @@ use servetune_model::predict::{EngineName, Scenario};
 use servetune_model::quant::Dtype;
 use servetune_model::rank::{self, ConcurrencyRange, TUNED_MOE_EFFICIENCY};
 use servetune_model::request::LinkSource;
-use servetune_model::workload::{LengthDist, VirtualBench, Workload};
+use servetune_model::workload::{ClientRun, LengthDist, VirtualBench, Workload};
 use servetune_model::{ModelSource, ScenarioSpec};
 use servetune_sim::from_plan::PlanBench;
 use servetune_stats::{Slo, SloMetric};
@@ -42,8 +42,9 @@ pub struct ModelBox {
     pub input_len: u32,
     /// Output tokens per request.
     pub output_len: u32,
-    /// Requests the campaign's bench measures at each sweep point (its `BenchPlan::requests`);
-    /// `None` in a box recorded before it was kept: ten per client, `plan`'s default.
+    /// Requests the campaign's bench measures at each sweep point (its `BenchPlan::requests`, set by
+    /// `campaign::model_box`); `None` (a box an API caller builds without a sweep): ten per client,
+    /// `plan`'s default.
     #[serde(default)]
     pub requests: Option<u64>,
     /// Goal latency bounds the model can judge (mean against the threshold).
@@ -133,6 +134,23 @@ pub struct Calibration {
     pub rms_log_error: f64,
     /// Points fitted.
     pub points: usize,
+    /// What the factors were fitted against; a body written before the field says nothing and
+    /// reads as the steady state.
+    #[serde(default)]
+    pub fitted_to: FittedTo,
+}
+
+/// What a calibration's factors were fitted against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FittedTo {
+    /// The steady state (every request running, prefill amortized): calibrations recorded before
+    /// the campaign priced its sweep's own run. Predictions no longer use them: applied to the
+    /// sweep's run they would be off by the run's share of the steady rate.
+    #[default]
+    SteadyState,
+    /// What the campaign's sweep measures (its run in virtual time, [`client_rate`]).
+    SweepRun,
 }
 
 /// The parallelism and cap of one experiment.
@@ -220,21 +238,34 @@ pub fn client_rate(s: &Scenario, mb: &ModelBox, concurrency: u32) -> f64 {
     PlanBench.run(s, &workload(mb), concurrency).output_tokens_per_s
 }
 
-/// The best point of `s` over the campaign's sweep (the goal's latency bounds met, as the steady
-/// step judges them), or over the model's concurrency ladder up to the highest point when no sweep
-/// is known; each at the rate the campaign's bench would measure ([`client_rate`]).
+/// The best point of `s` over the campaign's sweep, each point at what the campaign's bench would
+/// measure there ([`client_rate`]'s run: its rate, and its mean TTFT and TPOT against the goal's
+/// latency bounds). Without a known sweep (a box built by an API caller), the one point is the
+/// concurrency the model's own ranking picks on its ladder up to the highest point.
 fn best(s: &Scenario, mb: &ModelBox) -> Option<Predicted> {
     let (slos, range) = slo(mb);
     s.check_fit().ok()?;
-    let candidates: Vec<u32> = if mb.sweep.is_empty() {
-        vec![rank::best(s, &slos, range)?.concurrency]
-    } else {
-        mb.sweep.iter().copied().filter(|&c| rank::meets(s, &s.point(c), &slos)).collect()
-    };
+    let candidates: Vec<u32> = if mb.sweep.is_empty() { vec![rank::best(s, &slos, range)?.concurrency] } else { mb.sweep.clone() };
+    let w = workload(mb);
     candidates
         .into_iter()
-        .map(|c| Predicted { output_tok_s: client_rate(s, mb, c), concurrency: c })
+        .map(|c| (c, PlanBench.run(s, &w, c)))
+        .filter(|(_, run)| meets(run, &slos, mb.output_len))
+        .map(|(c, run)| Predicted { output_tok_s: run.output_tokens_per_s, concurrency: c })
         .max_by(|a, b| a.output_tok_s.total_cmp(&b.output_tok_s))
+}
+
+/// Whether a run's mean latencies meet every bound (the campaign judges the mean, as
+/// [`ModelBox::tpot_ms`] says).
+fn meets(run: &ClientRun, slos: &[Slo], output_len: u32) -> bool {
+    slos.iter().all(|o| {
+        let v = match o.metric {
+            SloMetric::Ttft => run.ttft_ms.mean,
+            SloMetric::Tpot | SloMetric::Itl => run.tpot_ms.mean,
+            SloMetric::E2e => run.ttft_ms.mean + run.tpot_ms.mean * output_len.saturating_sub(1) as f64,
+        };
+        o.met_by(v)
+    })
 }
 
 /// The best prediction of `l` on `mb`.
@@ -273,20 +304,25 @@ pub fn with_tuned_moe(mb: &ModelBox, l: Layout) -> Option<Predicted> {
     best(&s, mb)
 }
 
-/// Single-replica plans (TP x PP = all GPUs) ranked above `l` by the model, best first. Replicas
-/// need a data-parallel launch (a router or --dp) that the templates' knobs do not turn.
+/// Single-replica plans (TP x PP = all GPUs) the campaign's predictions put above `l`, best first:
+/// the model's enumeration of plans, each priced on the campaign's sweep (and calibration) as
+/// every other prediction is. Replicas need a data-parallel launch (a router or --dp) that the
+/// templates' knobs do not turn.
 pub fn better_plans(mb: &ModelBox, l: Layout) -> Vec<Alternative> {
     let Ok(base) = scenario(mb, l) else { return Vec::new() };
+    let Some(current) = predict(mb, l) else { return Vec::new() };
     let (slos, range) = slo(mb);
-    rank::rank(&base, &slos, range)
+    let mut out: Vec<Alternative> = rank::rank(&base, &slos, range)
         .into_iter()
-        .filter(|r| r.plan != base.plan && !r.plan.dp_attention && r.plan.dp() == 1 && r.gain.is_some_and(|g| g > 1.0))
+        .filter(|r| r.plan != base.plan && !r.plan.dp_attention && r.plan.dp() == 1)
         .filter_map(|r| {
             let layout = Layout { tp: r.plan.tp, pp: r.plan.pp, ep: r.plan.ep, max_running: l.max_running };
-            // Priced again on the campaign's sweep (and calibration), as every other prediction is.
-            Some(Alternative { layout, label: r.label, predicted: predict(mb, layout)? })
+            let predicted = predict(mb, layout)?;
+            (predicted.output_tok_s > current.output_tok_s).then_some(Alternative { layout, label: r.label, predicted })
         })
-        .collect()
+        .collect();
+    out.sort_by(|a, b| b.predicted.output_tok_s.total_cmp(&a.predicted.output_tok_s));
+    out
 }
 
 /// The model's step at one concurrency, by term (ms), with the dominant term in words.
@@ -310,7 +346,8 @@ pub struct StepAt {
     pub prefill_ms: f64,
     /// The step by the model's overlap rule (not the sum of the terms).
     pub total_ms: f64,
-    /// The output tok/s the step gives.
+    /// The output tok/s the campaign's bench would measure there ([`client_rate`]), the figure
+    /// every other prediction of the point gives.
     pub predicted_output_tok_s: f64,
     /// The dominant term with its numbers, as `servetune plan` words it.
     pub bottleneck: String,
@@ -337,7 +374,7 @@ pub fn step_at(mb: &ModelBox, l: Layout, concurrency: u32) -> Option<StepAt> {
         overhead_ms: p.step_ms.overhead,
         prefill_ms: p.step_ms.prefill,
         total_ms: p.step_ms.total,
-        predicted_output_tok_s: p.output_tokens_per_s,
+        predicted_output_tok_s: client_rate(&s, mb, concurrency),
         bottleneck: servetune_model::report::bottleneck_words(&p.bottleneck),
         bottleneck_share: p.bottleneck.share(),
         tp: s.plan.tp,
@@ -360,7 +397,14 @@ pub fn calibrate(mb: &ModelBox, l: Layout, points: &[(u32, f64)]) -> Option<Cali
         .map(|&(concurrency, output_tokens_per_s)| Measured { concurrency, output_tokens_per_s })
         .collect();
     let f = calibrate::fit_client(&s, &pts, &|sc, c| client_rate(sc, mb, c))?;
-    Some(Calibration { id: 0, experiment: 0, factors: f.factors, rms_log_error: f.rms_log_error, points: pts.len() })
+    Some(Calibration {
+        id: 0,
+        experiment: 0,
+        factors: f.factors,
+        rms_log_error: f.rms_log_error,
+        points: pts.len(),
+        fitted_to: FittedTo::SweepRun,
+    })
 }
 
 /// A term of the model's step that would explain a measurement on its own.
@@ -449,14 +493,14 @@ pub fn explain_gap(mb: &ModelBox, l: Layout, concurrency: u32, measured: f64) ->
         if predicted_ms <= 0.0 {
             continue;
         }
-        // Bisection on ln(x) in [1/20, 20]: the rate is monotone in each factor. 30 halvings leave
-        // the factor within 1e-8 of its own size, far below what the figure is printed to.
+        // Bisection on ln(x) in [1/20, 20]: the rate is monotone in each factor. 16 halvings leave
+        // the factor within 1e-4 of its own size, below what the figure is printed to (0.4x).
         let (mut lo, mut hi) = ((1.0f64 / 20.0).ln(), 20.0f64.ln());
         let at = |lx: f64| rate(f, lx.exp());
         if !(at(lo) >= measured && at(hi) <= measured) {
             continue;
         }
-        for _ in 0..30 {
+        for _ in 0..16 {
             let mid = (lo + hi) / 2.0;
             if at(mid) > measured {
                 lo = mid;
@@ -533,7 +577,7 @@ mod tests {
 
     /// A point's prediction is the campaign's own sweep run in virtual time: its request count
     /// and lengths, the cap with the prompts queued behind it. Behind a 64-request cap the run
-    /// plateaus where the steady state (every request running, prefill amortized) falls away.
+    /// plateaus, where the steady state (every request running, prefill amortized) is far below it.
     #[test]
     fn a_prediction_is_the_sweeps_own_run_in_virtual_time_and_plateaus_at_the_cap() {
         let mb = glm_box("pcie5-p2p", 128);
@@ -551,24 +595,27 @@ mod tests {
     }
 
     /// A sweep that plateaus at the running cap (measured on a box slower than the model) calibrates
-    /// the step: the fit follows every point, so the calibration is used.
+    /// the step: the fit follows every point, so the calibration is used. One an older servetune
+    /// stored (fitted against the steady state) is not.
     #[test]
     fn a_sweep_that_plateaus_at_the_cap_calibrates_within_the_models_held_out_error() {
         let mb = glm_box("pcie-host-staged", 128);
         let l = Layout { tp: 8, pp: 1, ep: 1, max_running: Some(64) };
-        let truth = Scenario {
-            engine: Factors::StepScale { step_scale: 1.3 }.apply(&scenario(&mb, l).expect("prices").engine),
-            ..scenario(&mb, l).expect("prices")
-        };
+        let own = scenario(&mb, l).expect("prices");
+        let truth = Scenario { engine: Factors::StepScale { step_scale: 1.3 }.apply(&own.engine), ..own.clone() };
         let measured: Vec<(u32, f64)> = mb.sweep.iter().map(|&c| (c, client_rate(&truth, &mb, c))).collect();
+        assert!((measured[2].1 / measured[1].1 - 1.0).abs() < 0.03, "the sweep plateaus: {measured:?}");
         let c = calibrate(&mb, l, &measured).expect("calibrates");
         assert!(matches!(c.factors, Factors::Terms { .. }), "{c:?}");
+        assert_eq!(c.fitted_to, FittedTo::SweepRun);
         assert!(crate::verdict::usable(&c), "{c:?}");
         let cal = mb.calibrated(Some(c));
-        for (conc, m) in measured {
+        for &(conc, m) in &measured {
             let p = predict_at(&cal, l, conc).expect("prices");
             assert!((p / m - 1.0).abs() < 0.05, "c={conc}: {p} against {m}");
         }
+        // A calibration an older servetune stored (fitted against the steady state) is not used.
+        assert!(!crate::verdict::usable(&Calibration { fitted_to: FittedTo::SteadyState, ..c }));
     }
 
     #[test]

@@ -201,12 +201,25 @@ pub fn calibrations(j: &Journal) -> Result<Vec<(Calibration, String, Option<i64>
         .collect()
 }
 
-/// Whether a calibration is worth using: it must fit its own sweep at least as well as the model
-/// fits data it has never seen (root-mean-square log error within the held-out median error). A
-/// fit that cannot follow its own points (its factors pinned at their bounds, the curve's shape
-/// not the model's) would only carry that misfit into the next prediction.
+/// Whether a calibration is worth using: it must be fitted against the sweep's own run, as every
+/// prediction is now priced (one recorded by an older servetune was fitted against the steady
+/// state), and fit its own sweep at least as well as the model fits data it has never seen
+/// (root-mean-square log error within the held-out median error). A fit that cannot follow its
+/// own points (its factors pinned at their bounds, the curve's shape not the model's) would only
+/// carry that misfit into the next prediction.
 pub fn usable(c: &Calibration) -> bool {
-    c.rms_log_error <= (1.0 + HELD_OUT_MEDIAN_ERROR).ln()
+    c.fitted_to == crate::plan_step::FittedTo::SweepRun && c.rms_log_error <= (1.0 + HELD_OUT_MEDIAN_ERROR).ln()
+}
+
+/// Why a calibration is not used, in words (None when it is).
+pub fn unused_because(c: &Calibration) -> Option<&'static str> {
+    if c.fitted_to != crate::plan_step::FittedTo::SweepRun {
+        Some("fitted against the steady state by an older servetune; the next measured sweep calibrates afresh")
+    } else if !usable(c) {
+        Some("it fits its own sweep worse than the model's held-out error")
+    } else {
+        None
+    }
 }
 
 /// The newest usable calibration of the environment (probe hash and its newest fabric record),
@@ -341,7 +354,7 @@ pub fn record_measurement(
                 c.factors.words(),
                 c.rms_log_error,
                 c.points,
-                if usable(&c) { "" } else { "; not used: it fits its own sweep worse than the model's held-out error" }
+                unused_because(&c).map_or(String::new(), |why| format!("; not used: {why}"))
             ),
         )?;
     }
@@ -518,11 +531,12 @@ mod tests {
             factors: Factors::Terms { memory_efficiency_scale: 0.9, step_overhead_ms: 4.0, comm_scale: 1.0 },
             rms_log_error,
             points: 3,
+            fitted_to: crate::plan_step::FittedTo::SweepRun,
         }
     }
 
     #[test]
-    fn a_journal_keeps_both_calibration_forms_and_reads_an_older_terms_body() {
+    fn a_journal_keeps_both_calibration_forms_and_reads_an_older_terms_body_as_fitted_to_the_steady_state() {
         let d = tempfile::tempdir().expect("tmp");
         let row =
             crate::journal::CampaignRow { goal: "g".into(), model: "m".into(), engine: "sim".into(), settings: "{}".into(), created_at: 0 };
@@ -537,7 +551,12 @@ mod tests {
                 [r#"{"id":0,"experiment":3,"memory_efficiency_scale":0.8,"step_overhead_ms":5.0,"comm_scale":1.0,"rms_log_error":0.02,"points":4}"#],
             )
             .expect("old body");
-        let read: Vec<Factors> = calibrations(&j).expect("read").into_iter().map(|(c, _, _)| c.factors).collect();
+        // The old body says nothing of what it was fitted against: the steady state, so the
+        // newest calibration predictions use is the step scale of experiment 1, not it.
+        let all = calibrations(&j).expect("read");
+        assert_eq!(all[2].0.fitted_to, crate::plan_step::FittedTo::SteadyState);
+        assert_eq!(calibration_for(&j, "env", None).expect("read").map(|c| c.factors), Some(Factors::StepScale { step_scale: 1.3 }));
+        let read: Vec<Factors> = all.into_iter().map(|(c, _, _)| c.factors).collect();
         assert_eq!(
             read,
             vec![

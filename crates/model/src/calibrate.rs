@@ -138,34 +138,46 @@ pub fn fit(s: &Scenario, pts: &[Measured]) -> Option<Fit> {
 /// virtual-time run ([`crate::workload::VirtualBench`]).
 pub type ClientRate<'a> = &'a dyn Fn(&Scenario, u32) -> f64;
 
-/// Rounds of [`fit_client`]'s fixed point: the client's share of the steady rate moves little
-/// with the factors, so the third round changes the fit by well under a percent.
-const CLIENT_ROUNDS: usize = 3;
+/// The most rounds [`fit_client`]'s fixed point takes; it stops earlier once no point's steady
+/// target moves by more than [`CLIENT_SETTLED`] of itself between rounds.
+const CLIENT_ROUNDS: usize = 8;
+
+/// The relative change of every steady target below which [`fit_client`] has settled.
+const CLIENT_SETTLED: f64 = 1e-3;
 
 /// [`fit`] to what a benchmark client measured, where `client` prices the client's own run (its
 /// request count, lengths, ramp and tail, the prompts queued behind a running cap). The factors
 /// still scale the steady step, so each point is first brought to the steady state by the model's
-/// own ratio of steady to client rate there, taken again at the calibrated model each round
-/// ([`CLIENT_ROUNDS`]). A run that is mostly ramp and queue (few requests per client, a cap
-/// below the concurrency) then calibrates the step, not the run's shape. The residuals are the
-/// client's.
+/// own ratio of steady to client rate there, taken again at the calibrated model each round until
+/// the targets settle ([`CLIENT_SETTLED`], at most [`CLIENT_ROUNDS`]). A run that is mostly ramp
+/// and queue (few requests per client, a cap below the concurrency) then calibrates the step, not
+/// the run's shape. The residuals are the client's. `None` without points, or where the model
+/// gives no finite, positive rate for a point (a fit there would mean nothing).
 pub fn fit_client(s: &Scenario, pts: &[Measured], client: ClientRate) -> Option<Fit> {
     let mut at = s.clone();
     let mut factors = None;
+    let mut targets: Vec<f64> = Vec::new();
     for _ in 0..CLIENT_ROUNDS {
-        let steady: Vec<Measured> = pts
-            .iter()
-            .map(|m| {
-                let (st, cl) = (at.point(m.concurrency).output_tokens_per_s, client(&at, m.concurrency));
-                let share = if st.is_finite() && cl.is_finite() && st > 0.0 && cl > 0.0 { st / cl } else { 1.0 };
-                Measured { output_tokens_per_s: m.output_tokens_per_s * share, ..*m }
-            })
-            .collect();
+        let mut next = Vec::with_capacity(pts.len());
+        for m in pts {
+            let (st, cl) = (at.point(m.concurrency).output_tokens_per_s, client(&at, m.concurrency));
+            if !(st.is_finite() && cl.is_finite() && st > 0.0 && cl > 0.0) {
+                return None;
+            }
+            next.push(m.output_tokens_per_s * st / cl);
+        }
+        let settled = targets.len() == next.len() && targets.iter().zip(&next).all(|(a, b)| (b / a - 1.0).abs() < CLIENT_SETTLED);
+        if settled {
+            break;
+        }
+        let steady: Vec<Measured> = pts.iter().zip(&next).map(|(m, &t)| Measured { output_tokens_per_s: t, ..*m }).collect();
         let f = fit_steady(s, &steady)?;
         at = Scenario { engine: f.apply(&s.engine), ..s.clone() };
         factors = Some(f);
+        targets = next;
     }
-    Some(finish(s, pts, factors?, client))
+    let fit = finish(s, pts, factors?, client);
+    fit.rms_log_error.is_finite().then_some(fit)
 }
 
 /// The factors fitted to `pts` against the steady state.
@@ -333,6 +345,13 @@ mod tests {
             let fitted = Scenario { engine: f.engine, ..s.clone() };
             assert_eq!(r.predicted, queued_client(&fitted, r.concurrency));
         }
+        // The box is recovered: the fitted model gives the truth's client rates at concurrencies
+        // it was not fitted on, below and past the cap.
+        let fitted = Scenario { engine: f.engine, ..s.clone() };
+        for c in [16, 48, 256] {
+            let (p, t) = (queued_client(&fitted, c), queued_client(&truth, c));
+            assert!((p / t - 1.0).abs() < 0.03, "c={c}: {p} against {t}");
+        }
         // Fitted against the steady state, the same points leave the plateau unexplained.
         let steady = fit(&s, &pts).expect("fit");
         assert!(steady.rms_log_error > 3.0 * f.rms_log_error, "{} vs {}", steady.rms_log_error, f.rms_log_error);
@@ -340,6 +359,16 @@ mod tests {
         let one = fit_client(&s, &pts[3..], &queued_client).expect("fit");
         assert!(matches!(one.factors, Factors::StepScale { .. }), "{one:?}");
         assert!(one.residuals[0].error.abs() < 0.01, "{one:?}");
+    }
+
+    #[test]
+    fn fit_client_gives_nothing_where_the_client_rate_is_not_a_positive_number() {
+        let s = scenario("deepseek-v3", Dtype::Fp8, "h200", "nvlink", 8, 8);
+        let pts = [Measured { concurrency: 8, output_tokens_per_s: 100.0 }, Measured { concurrency: 64, output_tokens_per_s: 400.0 }];
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            assert!(fit_client(&s, &pts, &|sc, c| if c == 64 { bad } else { sc.point(c).output_tokens_per_s }).is_none(), "{bad}");
+        }
+        assert!(fit_client(&s, &[], &|sc, c| sc.point(c).output_tokens_per_s).is_none());
     }
 
     #[test]

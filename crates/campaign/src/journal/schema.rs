@@ -23,8 +23,10 @@ pub const SCHEMA_MAJOR: i64 = 1;
 /// server_port (the Slurm executor); 3 added the `calibrations` and `predictions` tables (the
 /// box's calibration and the track record, [`crate::verdict`]); 4 added a record body, no table: a
 /// fabric record holding a `fabric allreduce` document (calibrations fitted on one point,
-/// `step_scale`, came just before it). A binary of minor 3 stops at such a record, naming it.
-pub const SCHEMA_MINOR: i64 = 4;
+/// `step_scale`, came just before it). A binary of minor 3 stops at such a record, naming it. 5
+/// added a calibration body field, no table: `fitted_to`, what the factors were fitted against
+/// (the sweep's own run; a body without it was fitted against the steady state and is not used).
+pub const SCHEMA_MINOR: i64 = 5;
 /// The minor version that added the `fabrics` table; a journal of an older minor gets the table
 /// when its first fabric document is recorded (or when it is opened), and reads as having none until then.
 pub(super) const FABRICS_MINOR: i64 = 1;
@@ -153,7 +155,7 @@ pub(super) fn check(path: &Path) -> Result<()> {
 
 /// Brings a journal of an older minor version up to this one (additions only, in one transaction):
 /// the `fabrics` table (1.1), experiments.slurm_job / server_port (1.2) and the `calibrations` and
-/// `predictions` tables (1.3), each added when missing; 1.4 changes no table.
+/// `predictions` tables (1.3), each added when missing; 1.4 and 1.5 change no table.
 pub(super) fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
     let minor: i64 = conn
         .query_row("SELECT value FROM meta WHERE key = 'schema_minor'", [], |r| r.get::<_, String>(0))

@@ -29,8 +29,10 @@ pub const SCHEMA: &str = "servetune.report/1";
 /// `schema_minor` and `fabric` (measured per-pair bandwidth and latency); 2 added `track_record`,
 /// `calibrations`, calibrated predictions with intervals, grouped warnings and the steps' raw gains;
 /// 3: a calibration fitted on one point holds `step_scale` in place of the three terms, and
-/// `allreduce` (a recorded `fabric allreduce` document per environment) was added.
-pub const SCHEMA_MINOR: u32 = 3;
+/// `allreduce` (a recorded `fabric allreduce` document per environment) was added; 4: each
+/// calibration says what it was fitted against (`fitted_to`), and every prediction is what the
+/// campaign's sweep would measure (its run in virtual time, not the steady state).
+pub const SCHEMA_MINOR: u32 = 4;
 
 /// The status report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -307,8 +309,8 @@ pub struct CalibrationLine {
     pub environment: String,
     /// The fabric record of that environment it was made with, if any.
     pub fabric: Option<i64>,
-    /// Whether later predictions use it (`crate::verdict::usable`: it fits its own sweep within the
-    /// model's held-out error).
+    /// Whether later predictions use it (`crate::verdict::usable`: fitted against the sweep's own
+    /// run, and it fits its own sweep within the model's held-out error).
     pub used: bool,
     /// The fitted factors.
     #[serde(flatten)]
@@ -317,11 +319,10 @@ pub struct CalibrationLine {
 
 impl CalibrationLine {
     /// Whether it is used, in words.
-    pub fn used_words(&self) -> &'static str {
-        if self.used {
-            "yes"
-        } else {
-            "no: fits its own sweep worse than the model's held-out error"
+    pub fn used_words(&self) -> String {
+        match crate::verdict::unused_because(&self.factors) {
+            None => "yes".into(),
+            Some(why) => format!("no: {why}"),
         }
     }
 }
