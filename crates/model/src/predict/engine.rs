@@ -504,7 +504,9 @@ pub const VLLM_GPU_MEMORY_UTILIZATION: f64 = 0.9;
 /// first (a burst of prompts is prefilled before any of them decodes), the gap no longer grows with
 /// concurrency on the fit set's sglang rows (medians 226 / 258 / 213 ms at c <= 8, 16-32 and 64;
 /// 243 / 463 / 720 ms with mixed steps, 243.3 ms the constant then); the rule stays c <= 8.
-pub const SGLANG_REQUEST_LATENCY_MS: f64 = 230.4;
+/// 230.4 ms until the second dated extension of 2026-12-05 added its fit rows (DeepSeek-R1 on 8
+/// H200 under sglang 0.5.12 among them).
+pub const SGLANG_REQUEST_LATENCY_MS: f64 = 223.8;
 
 /// vLLM's per-request serving-path latency, ms: as [`SGLANG_REQUEST_LATENCY_MS`], over the FIT
 /// set's vLLM cases at c <= 8 (AIConfigurator's B300 rows; see VALIDATION.md).
