@@ -520,6 +520,41 @@ pub fn fit_objective(v: &Validation) -> Option<f64> {
     fit_rows_objective(v, false)
 }
 
+/// The refit's descent over the jointly fitted engine constants: from `e`, to the neighbour that
+/// `objective` scores lowest within `reach` grid steps of each (the per-kernel floor, which the
+/// GEMM floor follows, by 0.1 us; the MoE efficiency by 0.05; the per-request cost by 2.5 us),
+/// until no neighbour scores lower. `on_move` hears each move and its score. The refit scans share
+/// it: `validate::tests::joint_refit_on_the_fit_set` (steady state) and the simulator's tests'
+/// virtual-run scan.
+pub fn refit_descent(mut e: Engine, reach: [i32; 3], objective: &dyn Fn(&Engine) -> f64, on_move: &mut dyn FnMut(&Engine, f64)) -> Engine {
+    loop {
+        let mut best = (objective(&e), e);
+        for o in -reach[0]..=reach[0] {
+            for m in -reach[1]..=reach[1] {
+                for r in -reach[2]..=reach[2] {
+                    let floor = ((e.kernel_overhead_us + 0.1 * o as f64) * 10.0).round() / 10.0;
+                    let c = Engine {
+                        kernel_overhead_us: floor,
+                        gemm_floor_us: floor,
+                        moe_efficiency: ((e.moe_efficiency + 0.05 * m as f64) * 100.0).round() / 100.0,
+                        request_step_us: e.request_step_us + 2.5 * r as f64,
+                        ..e
+                    };
+                    let f = objective(&c);
+                    if f < best.0 - 1e-12 {
+                        best = (f, c);
+                    }
+                }
+            }
+        }
+        if best.1 == e {
+            return e;
+        }
+        e = best.1;
+        on_move(&e, best.0);
+    }
+}
+
 /// The objective [`crate::predict::EARLY_RELEASE_STEP_SCALE`] minimizes: the median |error| of
 /// the FIT set's early-release rows, each source weighing the same as in [`fit_objective`]. None
 /// without such rows.

@@ -647,36 +647,12 @@ fn joint_refit_on_the_fit_set() {
     let mut e = Engine::default();
     for round in 0..20 {
         let start = e;
-        loop {
-            let here = objective(&e);
-            let mut best = (here, e);
-            for o in -2..=2 {
-                for m in -2..=2 {
-                    for r in -1..=1 {
-                        let floor = ((e.kernel_overhead_us + 0.1 * o as f64) * 10.0).round() / 10.0;
-                        let c = Engine {
-                            kernel_overhead_us: floor,
-                            gemm_floor_us: floor,
-                            moe_efficiency: ((e.moe_efficiency + 0.05 * m as f64) * 100.0).round() / 100.0,
-                            request_step_us: e.request_step_us + 2.5 * r as f64,
-                            ..e
-                        };
-                        let f = objective(&c);
-                        if f < best.0 - 1e-12 {
-                            best = (f, c);
-                        }
-                    }
-                }
-            }
-            if best.1 == e {
-                break;
-            }
-            e = best.1;
+        e = refit_descent(e, [2, 2, 1], &objective, &mut |e, f| {
             println!(
-                "round {round}: floor {:.1} moe {:.2} per-request {:.1}: objective {:.4}",
-                e.kernel_overhead_us, e.moe_efficiency, e.request_step_us, best.0
-            );
-        }
+                "round {round}: floor {:.1} moe {:.2} per-request {:.1}: objective {f:.4}",
+                e.kernel_overhead_us, e.moe_efficiency, e.request_step_us
+            )
+        });
         let scales = (0..=50).map(|i| ((1.0 + 0.1 * i as f64) * 10.0).round() / 10.0);
         let (_, scale) = scales.map(|k| (cdna3(&Engine { cdna3_floor_scale: k, ..e }), k)).fold((f64::INFINITY, 0.0), |b, x| {
             if x.0 < b.0 - 1e-12 {
