@@ -110,8 +110,20 @@ pub struct Teardown {
 }
 
 /// A free localhost port (bound to port 0 and released; the server binds it right after).
+///
+/// The port after it is the multi-node rendezvous port (`{dist_port}`), so it is picked free too:
+/// a kernel-chosen port's neighbour is often some client's ephemeral port. After a few tries
+/// without such a pair the last port is returned anyway; its launch then gets the port retry.
 pub fn free_port() -> std::io::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    let mut last = 0;
+    for _ in 0..16 {
+        let l = TcpListener::bind("127.0.0.1:0")?;
+        last = l.local_addr()?.port();
+        if last < u16::MAX && port_is_free(last + 1) {
+            return Ok(last);
+        }
+    }
+    Ok(last)
 }
 
 /// Whether 127.0.0.1:`port` can be bound now.

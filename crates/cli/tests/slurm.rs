@@ -108,7 +108,11 @@ fn a_two_node_sim_experiment_runs_as_one_job_with_a_log_per_node_and_every_node_
     let job: i64 = one(&c, "SELECT slurm_job FROM experiments WHERE id = 1");
     assert!(job > 0);
     let submitted: i64 = one(&c, "SELECT COUNT(*) FROM events WHERE detail LIKE 'experiment 1: submitted Slurm job%'");
-    assert_eq!(submitted, 1);
+    // One job, unless another process took the picked port first: that race gets one resubmission
+    // on a new port, recorded as a retry event (seen once on a loaded CI machine).
+    let retried: i64 = one(&c, "SELECT COUNT(*) FROM events WHERE detail LIKE 'experiment 1: port % was taken%'");
+    assert!(retried <= 1, "{retried} port retries");
+    assert_eq!(submitted, 1 + retried, "{retried} port retries");
     // The head waited for node 1 at the head address the job gave it; node 1 joined it.
     let n0 = std::fs::read_to_string(dir.join("exp-1-a1.node0.log")).expect("node 0 log");
     let n1 = std::fs::read_to_string(dir.join("exp-1-a1.node1.log")).expect("node 1 log");
@@ -241,7 +245,8 @@ fn a_controller_killed_with_kill_9_is_reattached_to_its_running_job_instead_of_s
     assert!(out.contains("experiment 1 done"), "{out}");
     let c = db(&dir);
     let submitted: i64 = one(&c, "SELECT COUNT(*) FROM events WHERE detail LIKE 'experiment 1: submitted Slurm job%'");
-    assert_eq!(submitted, 1, "submitted once, followed twice");
+    let retried: i64 = one(&c, "SELECT COUNT(*) FROM events WHERE detail LIKE 'experiment 1: port % was taken%'");
+    assert_eq!(submitted, 1 + retried, "submitted once (plus a port-race retry at launch), followed twice");
     assert_eq!(one::<i64>(&c, "SELECT slurm_job FROM experiments WHERE id = 1"), job);
     assert_eq!(one::<i64>(&c, "SELECT attempt FROM experiments WHERE id = 1"), 1);
 }
