@@ -91,6 +91,7 @@ fn demo_tells_the_campaign_story_and_writes_a_report_matching_the_journal() {
     assert!(r["notes"].to_string().contains("replay the team's measured curves"), "the report says what the servers are: {}", r["notes"]);
     let html = std::fs::read_to_string(out_dir.join("report.html")).expect("report.html");
     verdicts_agree(&r, &html, &md);
+    the_docs_quote_the_models_own_figures(&r, lxc_base);
     assert_eq!(html.matches(r#"data-chart="fabric-bandwidth""#).count(), 2, "one bandwidth heatmap per environment");
     // The journal is a campaign the CLI goes on with: it stops again the same way.
     let again = servetune().args(["campaign", "continue"]).arg(&out_dir).output().expect("continue");
@@ -139,6 +140,39 @@ fn verdicts_agree(r: &serde_json::Value, html: &str, md: &str) {
     let moe: Vec<_> = warnings.iter().filter(|w| w["title"] == "fused-MoE kernels run with untuned default configs").collect();
     assert_eq!(moe.len(), 1, "one line for the repeated log warning: {moe:?}");
     assert!(moe[0]["experiments"].as_array().is_some_and(|e| e.len() >= 2), "it lists its experiments: {}", moe[0]);
+}
+
+/// README.md and docs/campaign.md quote the demo's figures that do not depend on a measurement:
+/// the model alone's predictions at concurrency 128 of the two baselines, and its predicted gains
+/// for the P2P move and the higher cap (the measured figures move with the simulated servers'
+/// timing and are quoted as "about"). A change to the model or the campaign's predictions that
+/// moves them fails here until the docs say the new figures.
+fn the_docs_quote_the_models_own_figures(r: &serde_json::Value, lxc_base: i64) {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let readme = std::fs::read_to_string(repo.join("README.md")).expect("README.md");
+    let guide = std::fs::read_to_string(repo.join("docs/campaign.md")).expect("docs/campaign.md");
+    let at_128 = |id: i64| {
+        let c = r["curves"].as_array().expect("curves").iter().find(|c| c["experiment"] == id).expect("curve");
+        let p = c["points"].as_array().expect("points").iter().find(|p| p["concurrency"] == 128).expect("c=128");
+        p["predicted_output_tok_s"].as_f64().expect("predicted")
+    };
+    let (kvm, lxc) = (at_128(1), at_128(lxc_base));
+    let both = format!("{kvm:.0} and {lxc:.0} tok/s");
+    assert!(guide.contains(&both), "docs/campaign.md quotes the baselines' predictions as {both:?}");
+    let gain = |pick: &dyn Fn(&serde_json::Value) -> bool| {
+        let t = r["track_record"].as_array().expect("track record").iter().find(|t| pick(t)).expect("a track-record step");
+        (t["predicted_raw"].as_f64().expect("predicted_raw") - 1.0) * 100.0
+    };
+    let p2p = gain(&|t| t["question"] == 1);
+    let cap = gain(&|t| t["step"].as_str().is_some_and(|s| s.starts_with("raise the running-request cap")));
+    for (doc, name) in [(&readme, "README.md"), (&guide, "docs/campaign.md")] {
+        let alone = format!("+{p2p:.0}% by the model alone");
+        assert!(doc.contains(&alone), "{name} quotes the P2P gain as {alone:?}");
+    }
+    let readme_cap = format!("the higher cap +{cap:.0}%");
+    assert!(readme.contains(&readme_cap), "README.md quotes {readme_cap:?}");
+    let guide_cap = format!("predicted +{cap:.0}% by the model alone");
+    assert!(guide.contains(&guide_cap), "docs/campaign.md quotes {guide_cap:?}");
 }
 
 #[test]
