@@ -114,6 +114,8 @@ pub struct Teardown {
 /// The port after it is the multi-node rendezvous port (`{dist_port}`), so it is picked free too:
 /// a kernel-chosen port's neighbour is often some client's ephemeral port. After a few tries
 /// without such a pair the last port is returned anyway; its launch then gets the port retry.
+/// Both are checked on this machine's 127.0.0.1 only: under the Slurm executor the server binds
+/// on the job's nodes, where a taken port shows as the launch's port-in-use failure and its retry.
 pub fn free_port() -> std::io::Result<u16> {
     let mut last = 0;
     for _ in 0..16 {

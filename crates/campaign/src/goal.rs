@@ -2,7 +2,7 @@
 //! latency objectives in servetune-stats' SLO syntax.
 
 use serde::{Deserialize, Serialize};
-use servetune_stats::{parse_slos, Slo, SloMetric};
+use servetune_stats::{parse_slos, Slo};
 
 use crate::{CampaignError, Result};
 
@@ -47,22 +47,18 @@ impl Goal {
     pub fn slo_list(&self) -> Vec<Slo> {
         self.slos.as_deref().and_then(|l| parse_slos("--goal", l).ok()).unwrap_or_default()
     }
-
-    /// The bound on a metric, ms (the model compares its mean with it).
-    pub fn bound_ms(&self, m: SloMetric) -> Option<f64> {
-        self.slo_list().iter().filter(|s| s.metric == m).map(|s| s.threshold_ms).reduce(f64::min)
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use servetune_stats::SloMetric;
 
     #[test]
     fn parses_floor_and_objectives() {
         let g = parse("output_tok_s>=1000 at tpot:p90<50ms").expect("goal");
         assert_eq!(g.output_tok_s, 1000.0);
-        assert_eq!(g.bound_ms(SloMetric::Tpot), Some(50.0));
+        assert_eq!(g.slo_list(), vec![Slo { metric: SloMetric::Tpot, percentile: 90.0, threshold_ms: 50.0 }]);
         assert_eq!(parse("output_tok_s >= 5").expect("plain").slos, None);
     }
 

@@ -43,14 +43,14 @@ pub struct ModelBox {
     /// Output tokens per request.
     pub output_len: u32,
     /// Requests the campaign's bench measures at each sweep point (its `BenchPlan::requests`, set by
-    /// `campaign::model_box`); `None` (a box an API caller builds without a sweep): ten per client,
-    /// `plan`'s default.
+    /// `campaign::model_box`; a virtual run simulates at most [`virtual_requests_cap`] of them);
+    /// `None` (a box an API caller builds without a sweep): ten per client, `plan`'s default.
     #[serde(default)]
     pub requests: Option<u64>,
-    /// Goal latency bounds the model can judge (mean against the threshold).
-    pub tpot_ms: Option<f64>,
-    /// Goal TTFT bound, ms.
-    pub ttft_ms: Option<f64>,
+    /// The goal's latency objectives (metric, percentile, bound): a predicted point must meet each
+    /// with the virtual run's figure at that percentile, as a measured one must with the bench's.
+    #[serde(skip)]
+    pub objectives: Vec<Slo>,
     /// Highest concurrency the campaign benchmarks.
     pub max_concurrency: u32,
     /// The concurrencies the campaign benchmarks: a "best" prediction is the best of these points,
@@ -214,18 +214,24 @@ pub fn scenario(mb: &ModelBox, l: Layout) -> Result<Scenario, String> {
     Ok(s)
 }
 
-/// The goal's latency bounds as objectives the model judges (its prediction is deterministic, so
-/// the percentile does not matter to it), and the concurrency range the campaign benchmarks.
+/// The goal's latency objectives, and the concurrency range the campaign benchmarks.
 fn slo(mb: &ModelBox) -> (Vec<Slo>, ConcurrencyRange) {
-    let bound = |metric, t: Option<f64>| t.map(|threshold_ms| Slo { metric, percentile: 50.0, threshold_ms });
-    let slos = [bound(SloMetric::Tpot, mb.tpot_ms), bound(SloMetric::Ttft, mb.ttft_ms)].into_iter().flatten().collect();
-    (slos, ConcurrencyRange { max: Some(mb.max_concurrency) })
+    (mb.objectives.clone(), ConcurrencyRange { max: Some(mb.max_concurrency) })
 }
 
-/// The campaign's bench workload: its requests per point and its fixed lengths.
-fn workload(mb: &ModelBox) -> Workload {
+/// The most requests a virtual run at `concurrency` simulates: the sweep's own count up to this.
+/// Past twenty waves of clients the ramp and tail are at most a twentieth of the run, and a
+/// sweep of millions of requests would otherwise cost every planning pass minutes (a run costs
+/// about 15 ms per 1,000 requests in a release build).
+fn virtual_requests_cap(concurrency: u32) -> u64 {
+    (20 * u64::from(concurrency)).max(10_000)
+}
+
+/// The campaign's bench workload at `concurrency`: its requests per point (at most
+/// [`virtual_requests_cap`]) and its fixed lengths.
+fn workload(mb: &ModelBox, concurrency: u32) -> Workload {
     Workload {
-        requests: mb.requests,
+        requests: mb.requests.map(|r| r.min(virtual_requests_cap(concurrency))),
         input: LengthDist::Fixed { len: mb.input_len.max(1) },
         output: LengthDist::Fixed { len: mb.output_len.max(1) },
         seed: 0,
@@ -235,37 +241,50 @@ fn workload(mb: &ModelBox) -> Workload {
 /// What the campaign's bench would measure on `s` at `concurrency`: output tok/s over a
 /// virtual-time run of its workload ([`workload`]).
 pub fn client_rate(s: &Scenario, mb: &ModelBox, concurrency: u32) -> f64 {
-    PlanBench.run(s, &workload(mb), concurrency).output_tokens_per_s
+    PlanBench.run(s, &workload(mb, concurrency), concurrency).output_tokens_per_s
 }
 
 /// The best point of `s` over the campaign's sweep, each point at what the campaign's bench would
 /// measure there ([`client_rate`]'s run: its rate, and its mean TTFT and TPOT against the goal's
-/// latency bounds). Without a known sweep (a box built by an API caller), the one point is the
+/// latency objectives, each at its percentile). Without a known sweep (a box built by an API caller), the one point is the
 /// concurrency the model's own ranking picks on its ladder up to the highest point.
 fn best(s: &Scenario, mb: &ModelBox) -> Option<Predicted> {
     let (slos, range) = slo(mb);
     s.check_fit().ok()?;
     let candidates: Vec<u32> = if mb.sweep.is_empty() { vec![rank::best(s, &slos, range)?.concurrency] } else { mb.sweep.clone() };
-    let w = workload(mb);
     candidates
         .into_iter()
-        .map(|c| (c, PlanBench.run(s, &w, c)))
+        .map(|c| (c, PlanBench.run(s, &workload(mb, c), c)))
         .filter(|(_, run)| meets(run, &slos, mb.output_len))
         .map(|(c, run)| Predicted { output_tok_s: run.output_tokens_per_s, concurrency: c })
         .max_by(|a, b| a.output_tok_s.total_cmp(&b.output_tok_s))
 }
 
-/// Whether a run's mean latencies meet every bound (the campaign judges the mean, as
-/// [`ModelBox::tpot_ms`] says).
+/// Whether a run meets every objective, each judged on the run's figure at the objective's
+/// percentile ([`at_percentile`]); an end-to-end bound on that TTFT plus that TPOT over the rest of
+/// the output (the run keeps no end-to-end distribution).
 fn meets(run: &ClientRun, slos: &[Slo], output_len: u32) -> bool {
     slos.iter().all(|o| {
+        let (ttft, tpot) = (at_percentile(&run.ttft_ms, o.percentile), at_percentile(&run.tpot_ms, o.percentile));
         let v = match o.metric {
-            SloMetric::Ttft => run.ttft_ms.mean,
-            SloMetric::Tpot | SloMetric::Itl => run.tpot_ms.mean,
-            SloMetric::E2e => run.ttft_ms.mean + run.tpot_ms.mean * output_len.saturating_sub(1) as f64,
+            SloMetric::Ttft => ttft,
+            SloMetric::Tpot | SloMetric::Itl => tpot,
+            SloMetric::E2e => ttft + tpot * output_len.saturating_sub(1) as f64,
         };
         o.met_by(v)
     })
+}
+
+/// A run's latency at percentile `p`: the run keeps p50, p90 and p99, so the nearest of them at or
+/// above `p` (p99 past it), never a figure below the one asked.
+fn at_percentile(l: &servetune_model::workload::Latency, p: f64) -> f64 {
+    if p <= 50.0 {
+        l.p50
+    } else if p <= 90.0 {
+        l.p90
+    } else {
+        l.p99
+    }
 }
 
 /// The best prediction of `l` on `mb`.
@@ -529,8 +548,7 @@ mod tests {
             input_len: 1024,
             output_len: 1024,
             requests: Some(128),
-            tpot_ms: None,
-            ttft_ms: None,
+            objectives: Vec::new(),
             max_concurrency: 64,
             sweep: vec![64],
             serving: EngineName::Sglang,
@@ -564,8 +582,7 @@ mod tests {
             input_len: 64,
             output_len: 32,
             requests: Some(requests),
-            tpot_ms: None,
-            ttft_ms: None,
+            objectives: Vec::new(),
             max_concurrency: 128,
             sweep: vec![32, 64, 128],
             serving: EngineName::Sglang,
@@ -592,6 +609,40 @@ mod tests {
         assert!(s.point(128).output_tokens_per_s < 0.8 * at128, "the steady state at 128: {:?}", s.point(128).output_tokens_per_s);
         // Another request count is another run.
         assert_ne!(predict_at(&glm_box("pcie5-p2p", 1280), l, 128), Some(at128));
+    }
+
+    /// A latency objective is judged on the sweep run's figure at the objective's own percentile,
+    /// as the bench judges a measured point: 128 prompts of 2,048 tokens sent at once are prefilled
+    /// in chunks, so the last first token comes several chunks after the median one, and a TTFT
+    /// bound between the run's median and its p99 keeps the point for a p50 objective and drops it
+    /// for a p99 one.
+    #[test]
+    fn a_latency_objective_is_judged_at_its_own_percentile_of_the_sweeps_run() {
+        let base = ModelBox { sweep: vec![128], input_len: 2048, ..glm_box("pcie5-p2p", 128) };
+        let l = Layout { tp: 8, pp: 1, ep: 1, max_running: None };
+        let s = scenario(&base, l).expect("prices");
+        let run = PlanBench.run(&s, &workload(&base, 128), 128);
+        assert!(run.ttft_ms.p99 > 1.5 * run.ttft_ms.p50, "the queue spreads TTFT: {:?}", run.ttft_ms);
+        let bound = (run.ttft_ms.p50 + run.ttft_ms.p99) / 2.0;
+        let with = |percentile: f64| ModelBox {
+            objectives: vec![Slo { metric: SloMetric::Ttft, percentile, threshold_ms: bound }],
+            ..base.clone()
+        };
+        assert_eq!(predict(&with(50.0), l).map(|p| p.concurrency), Some(128));
+        assert_eq!(predict(&with(99.0), l), None, "the p99 TTFT {} is over {bound}", run.ttft_ms.p99);
+        assert_eq!(at_percentile(&run.ttft_ms, 95.0), run.ttft_ms.p99, "between kept percentiles, the higher one");
+    }
+
+    /// A sweep of a billion requests per point is priced as its first twenty waves (at least 10,000
+    /// requests), not simulated request by request.
+    #[test]
+    fn a_huge_sweep_is_priced_on_a_capped_virtual_run() {
+        let l = Layout { tp: 8, pp: 1, ep: 1, max_running: None };
+        let capped = predict_at(&glm_box("pcie5-p2p", virtual_requests_cap(64)), l, 64);
+        assert!(capped.is_some_and(|r| r > 0.0), "{capped:?}");
+        assert_eq!(predict_at(&glm_box("pcie5-p2p", 1_000_000_000), l, 64), capped);
+        assert_eq!(virtual_requests_cap(64), 10_000);
+        assert_eq!(virtual_requests_cap(4096), 81_920);
     }
 
     /// A sweep that plateaus at the running cap (measured on a box slower than the model) calibrates

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use crate::bench_step::BenchSummary;
 use crate::finding::{Code, Severity, Source};
 use crate::journal::{ExpState, Experiment, Journal, NewFinding, QuestionRow, QuestionState};
-use crate::plan_step::{self, Calibration, Layout, ModelBox};
+use crate::plan_step::{self, Calibration, FittedTo, Layout, ModelBox};
 use crate::planner::StepSource;
 use crate::{now_ms, CampaignError, Result};
 
@@ -109,6 +109,10 @@ pub struct PointsRecord {
     pub width: f64,
     /// Where the width comes from.
     pub width_basis: String,
+    /// What the figures were priced as: the sweep's own run, or (a record written before the
+    /// field, journal schema < 1.5) the steady state. Only the first kind feeds later intervals.
+    #[serde(default)]
+    pub priced: FittedTo,
 }
 
 impl PointsRecord {
@@ -135,6 +139,9 @@ pub struct GainRecord {
     pub calibrated_on: Option<i64>,
     /// The interval of the shown gain (calibrated, else raw).
     pub interval: Option<Interval>,
+    /// What the gains were priced as (see [`PointsRecord::priced`]).
+    #[serde(default)]
+    pub priced: FittedTo,
 }
 
 /// One line of the track record: a step's predicted gain against the gain measured.
@@ -165,6 +172,10 @@ pub struct TrackLine {
     pub measured: Option<f64>,
     /// Whether the measured gain fell inside the interval.
     pub inside: Option<bool>,
+    /// What the prediction was priced as; an older steady-state gain is shown but does not widen
+    /// the next interval.
+    #[serde(skip)]
+    pub priced: FittedTo,
 }
 
 fn json_err(e: serde_json::Error) -> CampaignError {
@@ -295,7 +306,7 @@ pub fn measured_layout(knobs: &crate::knobs::KnobValues, gpus: u32, r: Option<&B
 fn point_errors(records: &[PointsRecord], exps: &[Experiment], calibrated: bool) -> Vec<f64> {
     records
         .iter()
-        .filter(|r| r.calibration.is_some() == calibrated)
+        .filter(|r| r.calibration.is_some() == calibrated && r.priced == FittedTo::SweepRun)
         .filter_map(|r| {
             let e = exps.iter().find(|e| e.id == r.experiment)?;
             let p = best_point(e.result.as_ref()?)?;
@@ -340,7 +351,8 @@ pub fn record_measurement(
         .collect();
     let earlier = point_records(j)?;
     let (w, basis) = width(&point_errors(&earlier, &j.experiments()?, cal.is_some()));
-    let rec = PointsRecord { experiment: id, layout: lay, calibration: cal, points, width: w, width_basis: basis };
+    let rec =
+        PointsRecord { experiment: id, layout: lay, calibration: cal, points, width: w, width_basis: basis, priced: FittedTo::SweepRun };
     add_prediction(j, "points", Some(id), None, &rec)?;
     verdict_finding(j, &cal_box, &rec, sm)?;
     let measured: Vec<(u32, f64)> = sm.points.iter().filter(|p| p.completed > 0).map(|p| (p.concurrency, p.output_tok_s)).collect();
@@ -423,7 +435,7 @@ fn verdict_finding(j: &Journal, cal_box: &ModelBox, rec: &PointsRecord, sm: &Ben
 fn gain_errors(lines: &[TrackLine], calibrated: bool) -> Vec<f64> {
     lines
         .iter()
-        .filter(|l| l.predicted_calibrated.is_some() == calibrated)
+        .filter(|l| l.predicted_calibrated.is_some() == calibrated && l.priced == FittedTo::SweepRun)
         .filter_map(|l| {
             let p = l.predicted_calibrated.or(l.predicted_raw)?;
             let m = l.measured?;
@@ -460,6 +472,7 @@ pub fn record_gain(
         calibrated: step.calibrated_on.map(|_| shown),
         calibrated_on: step.calibrated_on,
         interval: Some(gain_interval_of(&track_record(j)?, shown, step.calibrated_on.is_some())),
+        priced: FittedTo::SweepRun,
     };
     add_prediction(j, "gain", experiment, question, &rec).map(|_| ())
 }
@@ -492,6 +505,7 @@ pub fn track_record(j: &Journal) -> Result<Vec<TrackLine>> {
             interval: g.interval,
             measured,
             inside,
+            priced: g.priced,
         });
     }
     Ok(out)
@@ -589,6 +603,44 @@ mod tests {
         assert_eq!(calibration_for(&j, "a", None).expect("read"), None);
         add_calibration(&j, "a", Some(rec), &cal(3, 0.02)).expect("add");
         assert_eq!(calibration_for(&j, "a", None).expect("read").map(|c| c.experiment), Some(3));
+    }
+
+    #[test]
+    fn an_older_steady_state_prediction_is_kept_but_does_not_widen_the_next_interval() {
+        // Records as a journal of schema < 1.5 stored them: no `priced`, so the steady state.
+        let old_points: PointsRecord = serde_json::from_str(
+            r#"{"experiment":1,"layout":{"tp":8,"pp":1,"ep":1,"max_running":null},"calibration":null,"points":[{"concurrency":64,"raw":462.0,"calibrated":null}],"width":0.195,"width_basis":"b"}"#,
+        )
+        .expect("an old points record");
+        assert_eq!(old_points.priced, FittedTo::SteadyState);
+        let old_gain: GainRecord = serde_json::from_str(
+            r#"{"title":"t","source":"running_cap","reference":1,"raw":1.2,"calibrated":null,"calibrated_on":null,"interval":null}"#,
+        )
+        .expect("an old gain record");
+        assert_eq!(old_gain.priced, FittedTo::SteadyState);
+        let line = |raw: f64, measured: f64, priced: FittedTo| TrackLine {
+            record: 1,
+            step: "t".into(),
+            source: StepSource::RunningCap,
+            reference: 1,
+            experiment: Some(2),
+            question: None,
+            predicted_raw: Some(raw),
+            predicted_calibrated: None,
+            calibrated_on: None,
+            interval: None,
+            measured: Some(measured),
+            inside: None,
+            priced,
+        };
+        // An old steady-state gain that missed by 78% and a new one that was exact: only the
+        // new one's error feeds the width.
+        let track = [line(1.0, 1.78, FittedTo::SteadyState), line(1.2, 1.2, FittedTo::SweepRun)];
+        assert_eq!(gain_errors(&track, false), vec![0.0]);
+        let with_old = gain_interval_of(&track, 1.5, false);
+        let without = gain_interval_of(&track[1..], 1.5, false);
+        assert_eq!(with_old, without);
+        assert!(with_old.width < HELD_OUT_MEDIAN_ERROR, "an exact step narrows it: {}", with_old.width);
     }
 
     #[test]

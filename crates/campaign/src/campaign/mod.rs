@@ -13,7 +13,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use servetune_stats::SloMetric;
 
 use crate::bench_step::{self, BenchPlan};
 use crate::classify::{ExitInfo, Failure, FailureKind};
@@ -271,8 +270,7 @@ pub fn model_box(s: &Settings, f: &BoxFacts) -> Option<ModelBox> {
         input_len: s.bench.input_len,
         output_len: s.bench.output_len,
         requests: Some(s.bench.requests),
-        tpot_ms: s.goal.bound_ms(SloMetric::Tpot),
-        ttft_ms: s.goal.bound_ms(SloMetric::Ttft),
+        objectives: s.goal.slo_list(),
         max_concurrency: s.bench.concurrency.iter().copied().max().unwrap_or(1),
         sweep: s.bench.concurrency.clone(),
         serving: servetune_model::predict::EngineName::from_name(&s.engine.name).unwrap_or_default(),

@@ -25,7 +25,9 @@ pub const SCHEMA_MAJOR: i64 = 1;
 /// fabric record holding a `fabric allreduce` document (calibrations fitted on one point,
 /// `step_scale`, came just before it). A binary of minor 3 stops at such a record, naming it. 5
 /// added a calibration body field, no table: `fitted_to`, what the factors were fitted against
-/// (the sweep's own run; a body without it was fitted against the steady state and is not used).
+/// (the sweep's own run; a body without it was fitted against the steady state and is not used),
+/// and `priced` on prediction records (a record without it was priced on the steady state and is
+/// kept, but does not widen later intervals).
 pub const SCHEMA_MINOR: i64 = 5;
 /// The minor version that added the `fabrics` table; a journal of an older minor gets the table
 /// when its first fabric document is recorded (or when it is opened), and reads as having none until then.

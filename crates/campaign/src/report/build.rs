@@ -101,7 +101,8 @@ pub(super) fn curves(j: &Journal, snap: &Snapshot) -> Result<(Vec<Curve>, Vec<Br
                 })
                 .collect();
             let (width, width_basis) = crate::verdict::width(&[]);
-            Some(crate::verdict::PointsRecord { experiment: e.id, layout, calibration: None, points, width, width_basis })
+            let priced = crate::plan_step::FittedTo::SweepRun;
+            Some(crate::verdict::PointsRecord { experiment: e.id, layout, calibration: None, points, width, width_basis, priced })
         });
         let points = r
             .points
@@ -128,7 +129,9 @@ pub(super) fn curves(j: &Journal, snap: &Snapshot) -> Result<(Vec<Curve>, Vec<Br
             points,
         });
         let best = result_line(e).at_concurrency;
-        let m = mb.as_ref().zip(rec.as_ref()).map(|(m, x)| (m.calibrated(x.calibration), x.layout));
+        // A calibration an older servetune stored with its prediction (fitted against the steady
+        // state) is not applied to today's pricing of the step.
+        let m = mb.as_ref().zip(rec.as_ref()).map(|(m, x)| (m.calibrated(x.calibration.filter(crate::verdict::usable)), x.layout));
         if let Some(step) = m.zip(best).and_then(|((m, l), c)| crate::plan_step::step_at(&m, l, c)) {
             breakdown.push(BreakdownLine { experiment: e.id, title: e.title.clone(), step });
         }
