@@ -10,7 +10,8 @@
 //! rate per (GPU, format) where kernels.toml measured one; elsewhere (AMD, MXFP4) the engine's
 //! figures stay. Relatives read another GPU's tables ([`table_gpu`]): the A100 40 GB and the A100
 //! PCIe cards the A100 80 GB SXM's, the H800 and the 96 GB GH200 the H100 SXM's, the H200 NVL and
-//! the 144 GB GH200 the H200's, the RTX PRO 6000 Workstation Edition the Server Edition's.
+//! the 144 GB GH200 the H200's, the RTX PRO 6000 Workstation Edition and the GeForce RTX 5090 the
+//! Server Edition's.
 //!
 //! How each figure is derived (the test `the_decode_tables_are_the_kernel_files_medians`
 //! recomputes every one from kernels.toml and fails on a drift over 0.0005):
@@ -214,12 +215,20 @@ fn log_interp(xs: &[f64], row: &[f64], x: f64) -> f64 {
 /// - The RTX PRO 6000 Workstation Edition reads the Server Edition's (the same GB202 and 512-bit
 ///   GDDR7; its memory runs at 14,001 MHz against 12,481, 1,792 GB/s against 1,597, so a share of
 ///   its own peak is an assumption).
+/// - The GeForce RTX 5090 reads the Server Edition's too, for the same reason as the Workstation
+///   Edition: the same GB202 and SM120 kernels, and the Workstation Edition's 512-bit GDDR7 at
+///   1,792 GB/s (gpus.json). It enables 170 of the die's SMs where the Server Edition has 188, and
+///   GeForce halves the FP32-accumulate tensor rate; the prefill attention table is a share of each
+///   GPU's own BF16 peak (gpus.json holds the 5090's halved one), and the decode rates are shares
+///   of bandwidth. Carrying them over is an assumption no end-to-end fit or test case checks
+///   (the frozen holdout holds seven RTX 5090 rows; the mapping was chosen by the die and memory,
+///   not from them).
 pub(crate) fn table_gpu(gpu: &str) -> &str {
     match gpu {
         "a100-40gb" | "a100-pcie" | "a100-pcie-40gb" => "a100",
         "h800" | "gh200-96gb" => "h100-sxm",
         "h200-nvl" | "gh200-144gb" => "h200",
-        "rtx-pro-6000-ws" => "rtx-pro-6000-se",
+        "rtx-pro-6000-ws" | "rtx-5090" => "rtx-pro-6000-se",
         g => g,
     }
 }
@@ -521,6 +530,29 @@ mod tests {
         // The A100 40 GB runs the 80 GB's kernels.
         assert_eq!(dense_decode_table("a100-40gb", Dtype::Bf16), dense_decode_table("a100", Dtype::Bf16));
         assert!(moe_decode_efficiency("h200", Dtype::Bf16, MoeSplit::Tp) > moe_decode_efficiency("h200", Dtype::Bf16, MoeSplit::Ep));
+    }
+
+    /// The GeForce RTX 5090 and both RTX PRO 6000 editions are one GB202 die: the 5090 reads the
+    /// Server Edition's dense, fused-MoE and prefill attention rates as shares of its own peaks.
+    #[test]
+    fn the_rtx_5090_reads_the_rtx_pro_6000_server_editions_tables() {
+        for dt in [Dtype::Bf16, Dtype::Fp8, Dtype::Nvfp4] {
+            let se = dense_decode_table("rtx-pro-6000-se", dt);
+            assert!(se.is_some(), "{dt:?}");
+            assert_eq!(dense_decode_table("rtx-5090", dt), se, "{dt:?}");
+        }
+        for split in [MoeSplit::Tp, MoeSplit::Ep] {
+            let se = moe_decode_efficiency("rtx-pro-6000-se", Dtype::Nvfp4, split);
+            assert!(se.is_some(), "{split:?}");
+            assert_eq!(moe_decode_efficiency("rtx-5090", Dtype::Nvfp4, split), se);
+        }
+        assert_eq!(
+            prefill_attention_efficiency("rtx-5090", PrefillAttention::Gqa, 4096.0),
+            prefill_attention_efficiency("rtx-pro-6000-se", PrefillAttention::Gqa, 4096.0)
+        );
+        // The RTX 4090 shares the L40S's AD102 but not its memory generation (GDDR6X against GDDR6):
+        // it reads no table.
+        assert_eq!(dense_decode_table("rtx-4090", Dtype::Fp8), None);
     }
 
     #[test]
