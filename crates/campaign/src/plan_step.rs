@@ -245,9 +245,10 @@ pub fn client_rate(s: &Scenario, mb: &ModelBox, concurrency: u32) -> f64 {
 }
 
 /// The best point of `s` over the campaign's sweep, each point at what the campaign's bench would
-/// measure there ([`client_rate`]'s run: its rate, and its mean TTFT and TPOT against the goal's
-/// latency objectives, each at its percentile). Without a known sweep (a box built by an API caller), the one point is the
-/// concurrency the model's own ranking picks on its ladder up to the highest point.
+/// measure there ([`client_rate`]'s run: its rate, and its TTFT and TPOT at each of the goal's
+/// latency objectives' percentiles, [`meets`]). Without a known sweep (a box built by an API
+/// caller), the one point is the concurrency the model's own ranking picks on its ladder up to the
+/// highest point.
 fn best(s: &Scenario, mb: &ModelBox) -> Option<Predicted> {
     let (slos, range) = slo(mb);
     s.check_fit().ok()?;
