@@ -219,14 +219,14 @@ pub fn calibrations(j: &Journal) -> Result<Vec<(Calibration, String, Option<i64>
 /// own points (its factors pinned at their bounds, the curve's shape not the model's) would only
 /// carry that misfit into the next prediction.
 pub fn usable(c: &Calibration) -> bool {
-    c.fitted_to == crate::plan_step::FittedTo::SweepRun && c.rms_log_error <= (1.0 + HELD_OUT_MEDIAN_ERROR).ln()
+    unused_because(c).is_none()
 }
 
-/// Why a calibration is not used, in words (None when it is).
+/// Why a calibration is not used ([`usable`]), in words; None when it is.
 pub fn unused_because(c: &Calibration) -> Option<&'static str> {
-    if c.fitted_to != crate::plan_step::FittedTo::SweepRun {
+    if c.fitted_to != FittedTo::SweepRun {
         Some("fitted against the steady state by an older servetune; the next measured sweep calibrates afresh")
-    } else if !usable(c) {
+    } else if c.rms_log_error > (1.0 + HELD_OUT_MEDIAN_ERROR).ln() {
         Some("it fits its own sweep worse than the model's held-out error")
     } else {
         None

@@ -335,23 +335,26 @@ mod tests {
         sc.point(c.min(32)).output_tokens_per_s * if c > 32 { 32.0 / c as f64 + 0.5 } else { 1.0 }
     }
 
+    /// What [`queued_client`] measures on `truth` at each concurrency.
+    fn queued_points(truth: &Scenario, concurrencies: &[u32]) -> Vec<Measured> {
+        concurrencies.iter().map(|&c| Measured { concurrency: c, output_tokens_per_s: queued_client(truth, c) }).collect()
+    }
+
     #[test]
     fn fit_client_recovers_a_box_from_what_its_client_measured_where_the_steady_fit_misses() {
         let s = scenario("deepseek-v3", Dtype::Fp8, "h200", "nvlink", 8, 8);
         let truth = Scenario { engine: apply(&s.engine, 0.7, 4.0, 1.0), ..s.clone() };
-        let pts: Vec<Measured> =
-            [8, 32, 64, 128].iter().map(|&c| Measured { concurrency: c, output_tokens_per_s: queued_client(&truth, c) }).collect();
+        let pts = queued_points(&truth, &[8, 32, 64, 128]);
         let f = fit_client(&s, &pts, &queued_client).expect("fit");
         assert!(f.rms_log_error < 0.02, "{f:?}");
+        let fitted = Scenario { engine: f.engine, ..s.clone() };
         // The residuals are the client's: each fitted point within 3% of its measurement.
         for r in &f.residuals {
             assert!(r.error.abs() < 0.03, "{r:?}");
-            let fitted = Scenario { engine: f.engine, ..s.clone() };
             assert_eq!(r.predicted, queued_client(&fitted, r.concurrency));
         }
         // The box is recovered: the fitted model gives the truth's client rates at concurrencies
         // it was not fitted on, below and past the cap.
-        let fitted = Scenario { engine: f.engine, ..s.clone() };
         for c in [16, 48, 256] {
             let (p, t) = (queued_client(&fitted, c), queued_client(&truth, c));
             assert!((p / t - 1.0).abs() < 0.03, "c={c}: {p} against {t}");
@@ -369,8 +372,7 @@ mod tests {
     fn fit_client_returns_a_fit_at_least_as_good_as_its_first_round() {
         let s = scenario("deepseek-v3", Dtype::Fp8, "h200", "nvlink", 8, 8);
         let truth = Scenario { engine: apply(&s.engine, 0.8, 9.0, 1.0), ..s.clone() };
-        let pts: Vec<Measured> =
-            [4, 16, 64, 128].iter().map(|&c| Measured { concurrency: c, output_tokens_per_s: queued_client(&truth, c) }).collect();
+        let pts = queued_points(&truth, &[4, 16, 64, 128]);
         // The first round alone: each point brought to the steady state by the uncalibrated
         // model's own ratio, the terms fitted to that.
         let steady: Vec<Measured> = pts
