@@ -150,7 +150,7 @@ pub struct PlanArgs {
     /// Override the dense FFN's format
     #[arg(long, value_enum, value_name = "DTYPE")]
     pub quant_dense: Option<QuantArg>,
-    /// KV-cache format (default: fp8 for quantized checkpoints, else bf16)
+    /// KV-cache format (default: what the engine's --kv-cache-dtype auto gives the checkpoint: fp8 where it declares an FP8 cache, as NVIDIA's NVFP4 exports do, and the engine release reads that; else bf16)
     #[arg(long, value_enum, value_name = "DTYPE")]
     pub kv_dtype: Option<KvArg>,
     // GPU model: the help lists the catalog (gpu_help).
@@ -235,7 +235,7 @@ pub struct PlanArgs {
     /// Prefill rides inside decode steps (sglang --enable-mixed-chunk; always on for the vllm and trtllm engines) instead of its own passes; without it the virtual run schedules prompts first, alone, while decoding waits (sglang's default)
     #[arg(long)]
     pub mixed_prefill: bool,
-    /// Host overhead per decode step, ms: replaces the model's per-kernel floor (5.3 us x the kernels a step runs, 1.8x that on MI300X/MI325X, fitted on public measurements; see VALIDATION.md); the 40 us per running request stays (--request-step-us)
+    /// Host overhead per decode step, ms: replaces the model's per-kernel floor (5.2 us x the kernels a step runs, 1.8x that on MI300X/MI325X, fitted on public measurements; see VALIDATION.md); the 40 us per running request stays (--request-step-us)
     #[arg(long, value_name = "MS")]
     pub step_overhead_ms: Option<f64>,
     /// Per-step cost of each running request, us (scheduling, sampling and output work that grows with the batch) [default: 40, fitted on public measurements; see VALIDATION.md]

@@ -120,6 +120,25 @@ pub enum KvDtype {
 }
 
 impl KvDtype {
+    /// The KV format a checkpoint in `q` declares when its own config says nothing about it, which
+    /// is what the engines' `--kv-cache-dtype auto` then gives ([`crate::predict::EngineRelease::auto_kv`]):
+    /// FP8 for NVFP4, whose checkpoints are NVIDIA ModelOpt exports that declare an FP8 cache
+    /// (`kv_cache_quant_algo` "FP8" or an 8-bit float `kv_cache_scheme`: the nvidia/Kimi-K2.5-NVFP4
+    /// config under `data/validation/configs/`, and nvidia/Qwen3-30B-A3B-NVFP4 in vLLM issue
+    /// 34752); the model's BF16 for the others. Block-scaled FP8 (DeepSeek, Qwen, GLM, MiniMax),
+    /// MXFP4 (gpt-oss, AMD's Quark exports) and AWQ/GPTQ INT4 checkpoints declare no KV format,
+    /// and sglang and vLLM then keep the cache in the model's dtype (sglang's
+    /// `configure_kv_cache_dtype`; vLLM's docs: "auto" uses the model's unquantized type;
+    /// InferenceX PR 1776: its Qwen3.5-MXFP4 sglang recipes "ran with the default (bf16) KV cache").
+    /// docs/reference.md, "The KV cache's format".
+    pub fn declared_by(q: Dtype) -> KvDtype {
+        if q == Dtype::Nvfp4 {
+            KvDtype::Fp8
+        } else {
+            KvDtype::Bf16
+        }
+    }
+
     /// Parses `--kv-dtype` (`bf16`/`fp16` or `fp8`).
     pub fn parse(flag: &str, s: &str) -> Result<Self, ModelError> {
         match s {
@@ -141,8 +160,9 @@ impl Quant {
     /// A MoE model's checkpoint format by its usual name. 4-bit checkpoints quantize the expert
     /// GEMMs and keep the other weights in bf16 (the GLM-5 NVFP4 checkpoint measured 56 GB per GPU
     /// at TP8 on the reference deployment; this layout gives 55.8 GB). `fp8` quantizes every
-    /// linear layer; embeddings stay bf16 in all of them. [`Quant::checkpoint`] is the layout for
-    /// either kind of model.
+    /// linear layer; embeddings stay bf16 in all of them. The KV cache is the format the checkpoint
+    /// declares ([`KvDtype::declared_by`]). [`Quant::checkpoint`] is the layout for either kind of
+    /// model.
     pub fn preset(q: Dtype) -> Self {
         let rest = if q.is_four_bit() { Dtype::Bf16 } else { q };
         Quant {
@@ -151,7 +171,7 @@ impl Quant {
             experts: q,
             shared_experts: q,
             embeddings: Dtype::Bf16,
-            kv_cache: if q == Dtype::Bf16 { KvDtype::Bf16 } else { KvDtype::Fp8 },
+            kv_cache: KvDtype::declared_by(q),
         }
     }
 

@@ -76,7 +76,8 @@ pub struct Engine {
     /// `validate::fit_objective` on a 2.5 us grid; `validate::tests` checks its neighbours),
     /// never the test set: 22.5 us in step 22, 25 us since [`Self::ep_imbalance`] was fitted in
     /// step 23, 40 us since the refit on the dated extension of 2026-12-05 (with the per-kernel
-    /// floor 5.3 us and the MoE efficiency 0.50; `validate::tests::joint_refit_on_the_fit_set`); one figure for every engine and GPU (the fit set cannot tell them
+    /// floor then 5.3 us and the MoE efficiency 0.50; `validate::tests::joint_refit_on_the_fit_set`),
+    /// kept by the refit of 2026-12-06 after the engines' KV-cache default (floor 5.2 us); one figure for every engine and GPU (the fit set cannot tell them
     /// apart: one source each). A stated `--step-overhead-ms` leaves it in place;
     /// `--request-step-us` replaces it.
     pub request_step_us: f64,
@@ -146,8 +147,8 @@ impl Default for Engine {
     fn default() -> Self {
         Self {
             step_overhead_ms: 0.0,
-            kernel_overhead_us: 5.3,
-            gemm_floor_us: 5.3,
+            kernel_overhead_us: 5.2,
+            gemm_floor_us: 5.2,
             cdna3_floor_scale: CDNA3_FLOOR_SCALE,
             cuda_graphs: true,
             prefill_graphs: true,
@@ -293,14 +294,26 @@ pub type FirstRelease = ((u32, u32, u32), &'static str);
 /// early-release rows over 1.0..4.0 by 0.05 (`validate::tests::early_release_scan_on_the_fit_set`;
 /// two sources, DeepSeek-R1 on 8 H200 and 8 MI300X under sglang 0.4.2/0.4.3, vLLM 0.7.3/0.7.4
 /// and TensorRT-LLM 0.17, and Qwen3 on H20 under sglang 0.4.6), never the test set or the
-/// holdout. A calibration, not a model of what changed.
-pub const EARLY_RELEASE_STEP_SCALE: f64 = 2.2;
+/// holdout. A calibration, not a model of what changed: 2.2 until the refit of 2026-12-06, when the
+/// engines' KV-cache default gave early vLLM releases a BF16 cache ([`VLLM_CHECKPOINT_KV`]).
+pub const EARLY_RELEASE_STEP_SCALE: f64 = 2.15;
 
 /// The first vLLM release whose default engine is V1 (vLLM 0.8.0 release notes, March 2025: "V1
 /// engine enabled by default"): V1 puts new prompts' tokens into the running decode steps. V0,
 /// the default before it, ran a waiting prompt as a prefill step of its own first (its chunked
 /// prefill was opt-in for most models), as sglang does.
 pub const VLLM_V1_DEFAULT: (u32, u32, u32) = (0, 8, 0);
+
+/// The first vLLM release whose `--kv-cache-dtype auto` takes a ModelOpt checkpoint's declared KV
+/// format (`kv_cache_quant_algo`): vLLM PR 30785 (opened 2025-12-16, the re-landing of the reverted
+/// PR 29980), taken as 0.14.0, the first release after it. Earlier releases kept the model's BF16
+/// unless `--kv-cache-dtype fp8` was given. The date bounds a measurement that names no release.
+pub const VLLM_CHECKPOINT_KV: ((u32, u32, u32), &str) = ((0, 14, 0), "2025-12-16");
+
+/// The first sglang release whose `--kv-cache-dtype auto` takes a ModelOpt checkpoint's declared
+/// KV format: 0.5.3 for NVFP4 exports (0.5.4 for FP8 ones, not told apart here), read from its
+/// released code (docs/plan-data-sources.md); the date is 0.5.3's, as for its batch defaults.
+pub const SGLANG_CHECKPOINT_KV: ((u32, u32, u32), &str) = ((0, 5, 3), "2025-10-06");
 
 /// An engine release as a user names it (`sglang`, `sglang@0.4.6`, `vllm@0.7.3`): the engine and,
 /// when given, its version, whose release-dependent defaults the model applies
@@ -423,6 +436,25 @@ impl EngineRelease {
         }
     }
 
+    /// The KV-cache format the release's `--kv-cache-dtype auto` (every engine's default) gives a
+    /// checkpoint that declares `declared` ([`crate::quant::KvDtype::declared_by`]): the declared
+    /// format for TensorRT-LLM (its `auto` reads the checkpoint's quantization config), for
+    /// sglang from [`SGLANG_CHECKPOINT_KV`] (its `configure_kv_cache_dtype` reads
+    /// `kv_cache_quant_algo`) and for vLLM from [`VLLM_CHECKPOINT_KV`]; before those, the model's
+    /// BF16. `date` (the measurement's) decides where the version names no release.
+    pub fn auto_kv(&self, declared: crate::quant::KvDtype, date: Option<&str>) -> crate::quant::KvDtype {
+        let first = match self.name {
+            EngineName::Sglang => SGLANG_CHECKPOINT_KV,
+            EngineName::Vllm => VLLM_CHECKPOINT_KV,
+            EngineName::Trtllm => return declared,
+        };
+        if self.at_least(first.0, Some(first.1), date) {
+            declared
+        } else {
+            crate::quant::KvDtype::Bf16
+        }
+    }
+
     /// Whether the release is an early one, before the model's fitted constants
     /// ([`EARLY_RELEASES_END`]): those run markedly slower than the model's figures (the
     /// early-2025 releases' MLA, MoE and scheduling paths), which [`EARLY_RELEASE_STEP_SCALE`]
@@ -441,6 +473,11 @@ impl EngineRelease {
         let mut out = Vec::new();
         if self.name == EngineName::Sglang {
             out.push(ReleaseFeature {
+                feature: "--kv-cache-dtype auto takes the checkpoint's declared KV format (FP8 for ModelOpt NVFP4 exports)",
+                on: self.at_least(SGLANG_CHECKPOINT_KV.0, Some(SGLANG_CHECKPOINT_KV.1), None),
+                since: "sglang 0.5.3 (0.5.4 for ModelOpt FP8 exports; before it, BF16 unless --kv-cache-dtype fp8_e4m3)",
+            });
+            out.push(ReleaseFeature {
                 feature: "piecewise CUDA graphs for prefill",
                 on: self.prefill_graphs(None),
                 since: "sglang 0.5.10 (PR 16331, merged 2026-03-02)",
@@ -448,12 +485,17 @@ impl EngineRelease {
         }
         if self.is_early(None) {
             out.push(ReleaseFeature {
-                feature: "early release: every step takes 2.2 times the model's time (a calibration on the fit set's early-release rows)",
+                feature: "early release: every step takes 2.15 times the model's time (a calibration on the fit set's early-release rows)",
                 on: true,
                 since: "sglang 0.4.8, vLLM 0.9.2, TensorRT-LLM 1.0 end it (VALIDATION.md)",
             });
         }
         if self.name == EngineName::Vllm {
+            out.push(ReleaseFeature {
+                feature: "--kv-cache-dtype auto takes the checkpoint's declared KV format (FP8 for ModelOpt NVFP4 exports)",
+                on: self.at_least(VLLM_CHECKPOINT_KV.0, Some(VLLM_CHECKPOINT_KV.1), None),
+                since: "vLLM 0.14.0 (PR 30785, opened 2025-12-16; before it, BF16 unless --kv-cache-dtype fp8)",
+            });
             out.push(ReleaseFeature {
                 feature: "V1 engine (prompt tokens ride in decode steps)",
                 on: self.mixes_prefill(),

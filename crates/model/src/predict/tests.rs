@@ -60,8 +60,10 @@ fn relatives_read_every_kernel_rate_of_the_gpu_whose_tables_they_share() {
 fn dense_mla_reads_its_kv_at_the_tables_rate_for_its_heads_per_rank() {
     use crate::kernels::mla_decode_efficiency;
     // DeepSeek-V3 (128 heads) at TP8 on a B200 with an FP8 cache: 16 heads per rank.
-    let tp8 = scenario("deepseek-v3", Dtype::Fp8, "b200", "nvlink5", 8, 8);
-    assert_eq!(tp8.quant.kv_cache, KvDtype::Fp8);
+    let mut tp8 = scenario("deepseek-v3", Dtype::Fp8, "b200", "nvlink5", 8, 8);
+    // DeepSeek's block-FP8 checkpoint declares no KV format (a BF16 cache under `auto`): stated.
+    assert_eq!(tp8.quant.kv_cache, KvDtype::Bf16);
+    tp8.quant.kv_cache = KvDtype::Fp8;
     assert_eq!(Some(tp8.kv_read_efficiency()), mla_decode_efficiency("b200", true, 16.0));
     // DP attention keeps every head on each rank.
     let mut dp = tp8.clone();
@@ -74,9 +76,13 @@ fn dense_mla_reads_its_kv_at_the_tables_rate_for_its_heads_per_rank() {
     assert_eq!(Some(bf16.kv_read_efficiency()), mla_decode_efficiency("b200", false, 16.0));
     // Hopper's FP8 path, a DSA model, and a GPU without tables keep the engine's efficiency.
     let hbm = Engine::default().hbm_efficiency;
-    assert_eq!(scenario("deepseek-v3", Dtype::Fp8, "h200", "nvlink", 8, 8).kv_read_efficiency(), hbm);
-    assert_eq!(scenario("glm-5", Dtype::Fp8, "b200", "nvlink5", 8, 8).kv_read_efficiency(), hbm);
-    assert_eq!(scenario("deepseek-v3", Dtype::Fp8, "mi300x", "xgmi", 8, 8).kv_read_efficiency(), hbm);
+    let fp8_kv = |mut s: Scenario| {
+        s.quant.kv_cache = KvDtype::Fp8;
+        s.kv_read_efficiency()
+    };
+    assert_eq!(fp8_kv(scenario("deepseek-v3", Dtype::Fp8, "h200", "nvlink", 8, 8)), hbm);
+    assert_eq!(fp8_kv(scenario("glm-5", Dtype::Fp8, "b200", "nvlink5", 8, 8)), hbm);
+    assert_eq!(fp8_kv(scenario("deepseek-v3", Dtype::Fp8, "mi300x", "xgmi", 8, 8)), hbm);
 }
 
 #[test]
@@ -265,7 +271,8 @@ fn dense_model_batch_one_weight_time_is_bytes_over_bandwidth() {
 #[test]
 fn layers_sharing_the_indexers_top_k_keep_no_indexer_keys_and_run_no_indexer_kernels() {
     // GLM-5 with its indexer in one layer of four (GLM-5.2's "shared" layers reuse the top-k).
-    let every = scenario("glm-5", Dtype::Fp8, "b200", "nvlink5", 8, 8);
+    let mut every = scenario("glm-5", Dtype::Fp8, "b200", "nvlink5", 8, 8);
+    every.quant.kv_cache = KvDtype::Fp8;
     let mut shared = every.clone();
     let layers = shared.model.layers;
     if let Some(d) = shared.model.dsa.as_mut() {
@@ -598,7 +605,10 @@ fn an_engine_release_applies_its_versions_defaults() {
     assert!(!v0.defaults().mixed_prefill, "vLLM V0 runs prompts as steps of their own");
     assert!(EngineRelease::parse("--engine", "vllm@0.8.0").expect("parses").defaults().mixed_prefill);
     assert_eq!(EngineRelease::parse("--engine", "trtllm@1.0.0").expect("parses").defaults(), EngineName::Trtllm.defaults());
-    assert!(EngineRelease::parse("--engine", "sglang@nightly-dev-20260101").expect("parses").features().iter().all(|f| !f.on));
+    // A nightly of 2026-01-01: after 0.5.3's KV default, before 0.5.10's prefill graphs.
+    let on: Vec<bool> =
+        EngineRelease::parse("--engine", "sglang@nightly-dev-20260101").expect("parses").features().iter().map(|f| f.on).collect();
+    assert_eq!(on, [true, false]);
 }
 
 #[test]
@@ -632,4 +642,25 @@ fn an_engine_version_that_names_no_release_is_refused_naming_the_flag() {
         let e = EngineRelease::parse("--engine", bad).expect_err(bad).to_string();
         assert!(e.contains("--engine"), "{bad}: {e}");
     }
+}
+
+#[test]
+fn the_engines_auto_kv_cache_takes_the_checkpoints_declaration_as_each_release_reads_it() {
+    use super::EngineRelease;
+    use crate::quant::{Dtype, KvDtype};
+    let auto = |e: &str, q: Dtype, date: Option<&str>| EngineRelease::parse("--engine", e).expect(e).auto_kv(KvDtype::declared_by(q), date);
+    // Block FP8, MXFP4 and INT4 checkpoints declare nothing: the model's BF16 in every engine.
+    for q in [Dtype::Fp8, Dtype::Mxfp4, Dtype::Int4, Dtype::Bf16] {
+        for e in ["sglang", "vllm", "trtllm"] {
+            assert_eq!(auto(e, q, None), KvDtype::Bf16, "{e} {q:?}");
+        }
+    }
+    // An NVFP4 export declares FP8: sglang and TensorRT-LLM take it, vLLM from 0.14.0 on.
+    assert_eq!(auto("sglang@0.5.3", Dtype::Nvfp4, None), KvDtype::Fp8);
+    assert_eq!(auto("sglang@0.4.6", Dtype::Nvfp4, None), KvDtype::Bf16, "before 0.5.3, the model's BF16");
+    assert_eq!(auto("trtllm", Dtype::Nvfp4, None), KvDtype::Fp8);
+    assert_eq!(auto("vllm@0.13.0", Dtype::Nvfp4, None), KvDtype::Bf16);
+    assert_eq!(auto("vllm@0.14.0", Dtype::Nvfp4, None), KvDtype::Fp8);
+    assert_eq!(auto("vllm", Dtype::Nvfp4, Some("2025-10-01")), KvDtype::Bf16, "a measurement dated before it");
+    assert_eq!(auto("vllm", Dtype::Nvfp4, None), KvDtype::Fp8, "today's release");
 }

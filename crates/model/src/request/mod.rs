@@ -458,9 +458,12 @@ impl ScenarioSpec {
         if let Some(d) = q.dense {
             quant.dense_ffn = d;
         }
-        if let Some(k) = q.kv_cache {
-            quant.kv_cache = k;
-        }
+        // Stated, else what the engine's `--kv-cache-dtype auto` gives: the config's declaration,
+        // else the checkpoint format's, as the release reads it.
+        quant.kv_cache = match q.kv_cache {
+            Some(k) => k,
+            None => self.release().auto_kv(model.kv_declared.unwrap_or(quant.kv_cache), None),
+        };
         quant
     }
 

@@ -310,3 +310,28 @@ fn what_if_changes_the_network_and_the_node_count_with_the_gpus() {
     assert!(WhatIf::parse("net=ib-ndr").expect("parse").apply(&one).expect_err("one node").to_string().contains("one node"));
     assert!(WhatIf::parse("net=nvlink").expect_err("not a net").to_string().contains("--net \"nvlink\" is unknown"));
 }
+
+#[test]
+fn the_kv_cache_is_what_the_engines_auto_gives_the_checkpoint_unless_kv_dtype_states_it() {
+    use crate::quant::KvDtype;
+    let kv = |s: &ScenarioSpec| s.build().expect("builds").quant.kv_cache;
+    // GLM-5's published block-FP8 checkpoint declares no KV format: BF16; its NVFP4 export, FP8.
+    assert_eq!(kv(&glm_on_rtx(None)), KvDtype::Bf16);
+    assert_eq!(kv(&glm_on_rtx(Some(Dtype::Nvfp4))), KvDtype::Fp8);
+    // vLLM before 0.14.0 kept the model's BF16 whatever the checkpoint declared.
+    let mut old_vllm = glm_on_rtx(Some(Dtype::Nvfp4));
+    old_vllm.engine = EngineName::Vllm;
+    old_vllm.engine_version = Some("0.11.0".into());
+    assert_eq!(kv(&old_vllm), KvDtype::Bf16);
+    // --kv-dtype wins either way.
+    old_vllm.quant.kv_cache = Some(KvDtype::Fp8);
+    assert_eq!(kv(&old_vllm), KvDtype::Fp8);
+    let mut stated = glm_on_rtx(Some(Dtype::Nvfp4));
+    stated.quant.kv_cache = Some(KvDtype::Bf16);
+    assert_eq!(kv(&stated), KvDtype::Bf16);
+    // A config's own declaration is read: Moonshot's INT4 Kimi-K2.5 states a null scheme.
+    let text = include_str!("../../data/validation/configs/nvidia--Kimi-K2.5-NVFP4.json").to_string();
+    let mut kimi = ScenarioSpec::new(ModelSource::Config { text, path: "kimi.json".into() }, "b200");
+    kimi.gpus = 8;
+    assert_eq!(kv(&kimi), KvDtype::Fp8, "NVIDIA's export declares an 8-bit float cache");
+}

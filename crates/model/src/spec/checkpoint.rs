@@ -17,7 +17,7 @@
 use serde_json::Value;
 
 use super::PartFormats;
-use crate::quant::Dtype;
+use crate::quant::{Dtype, KvDtype};
 use crate::ModelError;
 
 /// How many layers have each part, for reading which parts a checkpoint left unquantized.
@@ -68,6 +68,33 @@ pub(super) fn read_checkpoint(root: &Value, source: &str, shape: LayerShape) -> 
         _ => Err(ModelError::Input(format!(
             "{source}: field \"quantization_config.quant_method\" {method:?} is not understood (known: fp8, fbgemm_fp8, mxfp4, modelopt, awq, gptq, compressed-tensors); remove it and give --quant"
         ))),
+    }
+}
+
+/// The KV-cache format a checkpoint's `quantization_config` declares, which the engines'
+/// `--kv-cache-dtype auto` takes: a ModelOpt `kv_cache_quant_algo` ("FP8"), or a compressed-tensors
+/// or newer ModelOpt `kv_cache_scheme` (8-bit float, or "FP8" in older ModelOpt exports). A key present and null declares none: the
+/// model's BF16. None when the config says nothing (no `quantization_config`, or neither key: the
+/// checkpoint's format then decides, [`KvDtype::declared_by`]); a declaration servetune does not
+/// model (an integer or 4-bit cache) is None too, and `--kv-dtype` states the cache instead.
+pub(super) fn read_kv_declared(root: &Value) -> Option<KvDtype> {
+    let q = root.get("quantization_config").filter(|q| !q.is_null())?;
+    if let Some(algo) = q.get("kv_cache_quant_algo") {
+        return match algo {
+            Value::Null => Some(KvDtype::Bf16),
+            Value::String(a) if a.eq_ignore_ascii_case("fp8") => Some(KvDtype::Fp8),
+            _ => None,
+        };
+    }
+    match q.get("kv_cache_scheme")? {
+        Value::Null => Some(KvDtype::Bf16),
+        // Older ModelOpt exports name the scheme ("FP8").
+        Value::String(a) => a.eq_ignore_ascii_case("fp8").then_some(KvDtype::Fp8),
+        scheme => {
+            let bits = scheme.get("num_bits").and_then(Value::as_u64);
+            let float = scheme.get("type").and_then(Value::as_str) == Some("float");
+            (bits == Some(8) && float).then_some(KvDtype::Fp8)
+        }
     }
 }
 

@@ -20,7 +20,7 @@
 
 use serde_json::Value;
 
-use super::checkpoint::{read_checkpoint, LayerShape};
+use super::checkpoint::{read_checkpoint, read_kv_declared, LayerShape};
 use super::layers::{
     check_attn_type_list, llama4_dense_layers, qwen_dense_layers, read_attention, read_indexer_layers, read_layer_kinds, read_linear,
     read_moe, read_qk_norm, read_sliding_window,
@@ -180,7 +180,14 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
     check_attn_type_list(v, source, &arch, layers)?;
     let qk_norm_across_heads = arch == "minimax_m2" && read_qk_norm(v, source)?;
     let shape = LayerShape { layers, dense: dense_layers, moe: if moe.is_some() { layers - dense_layers.min(layers) } else { 0 } };
-    let (checkpoint, checkpoint_parts) = read_checkpoint(&root, source, shape)?;
+    // The checkpoint's quantization_config: at the top, or in a multimodal wrapper's text_config
+    // (Moonshot's Kimi-K2.5 keeps its INT4 there).
+    let text = root.get("text_config").filter(|t| t.is_object());
+    let quant_root = match text {
+        Some(t) if root.get("quantization_config").is_none_or(Value::is_null) && t.get("quantization_config").is_some() => t,
+        _ => &root,
+    };
+    let (checkpoint, checkpoint_parts) = read_checkpoint(quant_root, source, shape)?;
     let name = v.get("_name_or_path").and_then(Value::as_str).filter(|s| !s.is_empty()).unwrap_or(source).to_string();
     let spec = ModelSpec {
         name,
@@ -205,6 +212,7 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
         max_context: field(v, &["max_position_embeddings"], source)?.unwrap_or(8192),
         checkpoint,
         checkpoint_parts,
+        kv_declared: read_kv_declared(quant_root),
         arch,
         layer_counts,
         sliding_window,

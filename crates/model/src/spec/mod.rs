@@ -235,6 +235,9 @@ pub struct ModelSpec {
     ///
     /// [`Quant::preset`]: crate::quant::Quant::preset
     pub checkpoint_parts: Option<PartFormats>,
+    /// The KV-cache format the checkpoint's `quantization_config` declares (None: it says nothing,
+    /// and the checkpoint's format decides, [`crate::quant::KvDtype::declared_by`]).
+    pub kv_declared: Option<crate::quant::KvDtype>,
     /// Layers by kind.
     pub layer_counts: LayerCounts,
     /// Tokens a sliding-window layer attends to (Some exactly when there are sliding layers).

@@ -590,3 +590,30 @@ fn every_fixture_config_parses_or_is_refused_by_a_named_field() {
         }
     }
 }
+
+#[test]
+fn a_checkpoints_declared_kv_cache_format_is_read_from_its_quantization_config() {
+    use crate::quant::KvDtype;
+    let read = |text: &str| from_hf_config(text, "c.json").expect("parses").kv_declared;
+    // NVIDIA's NVFP4 exports declare an 8-bit float cache; an older ModelOpt FP8 export names it.
+    assert_eq!(read(include_str!("../../tests/configs/nvidia--GLM-5.2-NVFP4.json")), Some(KvDtype::Fp8));
+    assert_eq!(read(include_str!("../../tests/configs/Qwen--Qwen3-32B-FP8-Static-PerTensor.json")), Some(KvDtype::Fp8));
+    // Moonshot's INT4 checkpoint states a null scheme inside its text_config: no KV
+    // quantization, the model's BF16; and its weights are read from there too.
+    let kimi = from_hf_config(include_str!("../../data/validation/configs/moonshotai--Kimi-K2.5.json"), "k.json").expect("Kimi-K2.5");
+    assert_eq!((kimi.kv_declared, kimi.checkpoint), (Some(KvDtype::Bf16), Some(Dtype::Int4)));
+    // No quantization_config, or one silent about the cache: the checkpoint's format decides.
+    assert_eq!(read(&llama_with("")), None);
+    assert_eq!(read(&llama_with(r#","quantization_config":{"quant_method":"fp8","weight_block_size":[128,128]}"#)), None);
+    assert_eq!(
+        read(&llama_with(r#","quantization_config":{"quant_method":"modelopt","quant_algo":"FP8","kv_cache_quant_algo":"FP8"}"#)),
+        Some(KvDtype::Fp8)
+    );
+    assert_eq!(
+        read(&llama_with(r#","quantization_config":{"quant_method":"modelopt","quant_algo":"FP8","kv_cache_quant_algo":null}"#)),
+        Some(KvDtype::Bf16)
+    );
+    // A cache servetune does not model (8-bit integer) is not taken as FP8.
+    let int8 = r#","quantization_config":{"quant_method":"compressed-tensors","config_groups":{"g":{"weights":{"num_bits":8,"type":"float","strategy":"tensor"},"targets":["Linear"]}},"kv_cache_scheme":{"num_bits":8,"type":"int"}}"#;
+    assert_eq!(from_hf_config(&llama_with(int8), "c.json").map(|m| m.kv_declared).ok().flatten(), None);
+}

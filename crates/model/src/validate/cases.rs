@@ -166,8 +166,8 @@ pub(crate) struct E2eCase {
     pub(crate) input_len: Option<u32>,
     pub(crate) output_len: Option<u32>,
     pub(crate) max_running_requests: Option<u32>,
-    /// The KV cache's format where the source states it (`--kv-cache-dtype`); unstated, the
-    /// checkpoint's preset ([`crate::quant::Quant::preset`]).
+    /// The KV cache's format where the source states it (`--kv-cache-dtype`); unstated, what the
+    /// engine's `auto` gives the checkpoint ([`declared_kv`]).
     pub(crate) kv_cache_dtype: Option<String>,
     pub(crate) output_tok_s: Option<f64>,
     pub(crate) ttft_ms: Option<f64>,
@@ -284,15 +284,37 @@ pub(crate) fn spec_of(c: &E2eCase) -> Result<(ScenarioSpec, u32, &'static str), 
         _ => return Err((SkipReason::NoMeasure, "no input/output length".into())),
     };
     s.max_running = c.max_running_requests;
-    // `auto` (the engines' default) is what an unstated cache is: the checkpoint's preset.
-    if let Some(kv) = c.kv_cache_dtype.as_deref().filter(|kv| !kv.trim().eq_ignore_ascii_case("auto")) {
-        s.quant.kv_cache = Some(kv_of(kv).ok_or((SkipReason::UnknownQuant, format!("KV cache {kv}")))?);
-    }
+    // The KV cache as stated, else what `auto` (every engine's default) gave this checkpoint.
+    s.quant.kv_cache = Some(match c.kv_cache_dtype.as_deref().filter(|kv| !kv.trim().eq_ignore_ascii_case("auto")) {
+        Some(kv) => kv_of(kv).ok_or((SkipReason::UnknownQuant, format!("KV cache {kv}")))?,
+        None => {
+            let release = crate::predict::EngineRelease { name: c.engine, version: c.engine_version.clone() };
+            release.auto_kv(declared_kv(c, quant), c.date.as_deref())
+        }
+    });
     s.cuda_graphs = c.cuda_graphs != Some(false);
     // The engine's defaults: vLLM V1 and TRT-LLM put new prompts' tokens into the running decode
     // steps; vLLM takes 0.9 of GPU memory (EngineName::defaults).
     s.engine = c.engine;
     Ok((s, conc, note))
+}
+
+/// The KV format a case's checkpoint declares, by what its source and checkpoint id say, before
+/// the engine's `auto` reads it ([`crate::predict::EngineRelease::auto_kv`]):
+/// - AIConfigurator's silicon rows: FP8 for FP8 and NVFP4 checkpoints. AIConfigurator gives those
+///   an FP8 cache (`sdk/models/helpers.py`, its quantization defaults) and its generator passes the
+///   cache's format to the engine as `--kv-cache-dtype` (`.claude/rules/generator`).
+/// - A checkpoint id naming its KV scales (`...-FP8-KV`, AMD Quark's exports) or published by
+///   `nvidia/` (ModelOpt exports, which declare an FP8 cache): FP8.
+/// - Otherwise the checkpoint format's declaration ([`KvDtype::declared_by`]).
+pub(crate) fn declared_kv(c: &E2eCase, quant: Dtype) -> KvDtype {
+    let id = c.model.to_ascii_lowercase();
+    let aic = c.source_key.starts_with("aiconfigurator-silicon") && matches!(quant, Dtype::Fp8 | Dtype::Nvfp4);
+    if aic || id.contains("fp8-kv") || (id.starts_with("nvidia/") && quant != Dtype::Bf16) {
+        KvDtype::Fp8
+    } else {
+        KvDtype::declared_by(quant)
+    }
 }
 
 /// A stated KV-cache format as the engines name it: `fp8` and its E4M3/E5M2 variants, or `bf16`

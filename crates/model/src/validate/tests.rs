@@ -50,26 +50,61 @@ fn no_scored_case_is_at_or_above_its_running_cap_or_excluded() {
 }
 
 #[test]
-fn a_stated_kv_cache_format_is_read_and_an_unstated_one_keeps_the_checkpoints_preset() {
+fn a_stated_kv_cache_format_is_read_and_an_unstated_one_is_what_the_engines_auto_gives() {
     let file: E2eFile = toml::from_str(E2E).expect("parses");
-    let kv = |id: &str| {
-        let c = file.case.iter().find(|c| c.id == id).expect(id);
-        spec_of(c).map(|(s, _, _)| s.quant.kv_cache).map_err(|e| e.0)
-    };
-    // vLLM's FP8-KV blog: the same MXFP4 checkpoint with each cache (the preset for MXFP4 is FP8).
-    assert_eq!(kv("vllmfp8kv-gpt-oss-20b-h100-kvbf16-c8"), Ok(Some(KvDtype::Bf16)));
-    assert_eq!(kv("vllmfp8kv-gpt-oss-20b-h100-kvfp8-c8"), Ok(Some(KvDtype::Fp8)));
-    assert_eq!(kv("vllmfp8kv-llama31-8b-h100-kvfp8-c8"), Ok(Some(KvDtype::Fp8)));
-    let unstated = file.case.iter().find(|c| c.kv_cache_dtype.is_none() && spec_of(c).is_ok()).expect("a scored case without one");
-    assert_eq!(spec_of(unstated).map(|(s, _, _)| s.quant.kv_cache).map_err(|e| e.0), Ok(None));
+    let case = |id: &str| file.case.iter().find(|c| c.id == id).expect(id).clone();
+    let kv = |c: &E2eCase| spec_of(c).map(|(s, _, _)| s.quant.kv_cache).map_err(|e| e.0);
+    // vLLM's FP8-KV blog: the same MXFP4 checkpoint with each cache.
+    assert_eq!(kv(&case("vllmfp8kv-gpt-oss-20b-h100-kvbf16-c8")), Ok(Some(KvDtype::Bf16)));
+    assert_eq!(kv(&case("vllmfp8kv-gpt-oss-20b-h100-kvfp8-c8")), Ok(Some(KvDtype::Fp8)));
+    assert_eq!(kv(&case("vllmfp8kv-llama31-8b-h100-kvfp8-c8")), Ok(Some(KvDtype::Fp8)));
     assert_eq!(
         (kv_of("FP8_E4M3"), kv_of("fp16"), kv_of("fp8 (bf16 in the sliding-window layers)")),
         (Some(KvDtype::Fp8), Some(KvDtype::Bf16), None)
     );
-    // `auto` is the engine's default, which the preset stands for: as if unstated.
-    let mut auto = unstated.clone();
-    auto.kv_cache_dtype = Some("auto".into());
-    assert_eq!(spec_of(&auto).map(|(s, _, _)| s.quant.kv_cache).map_err(|e| e.0), Ok(None));
+    // Unstated, or `auto`: a public run of a block-FP8 checkpoint keeps the model's BF16; an
+    // NVIDIA NVFP4 export declares FP8, which sglang takes, as vLLM does from 0.14.0 on.
+    let mut c = file
+        .case
+        .iter()
+        .find(|c| {
+            c.kv_cache_dtype.is_none()
+                && quant_of(&c.quantization) == Some(Dtype::Fp8)
+                && !c.source_key.starts_with("aiconfigurator")
+                && spec_of(c).is_ok()
+        })
+        .expect("a scored public FP8 case without a stated cache")
+        .clone();
+    c.model = "deepseek-ai/DeepSeek-R1".into();
+    c.engine = EngineName::Sglang;
+    assert_eq!(kv(&c), Ok(Some(KvDtype::Bf16)));
+    c.kv_cache_dtype = Some("auto".into());
+    assert_eq!(kv(&c), Ok(Some(KvDtype::Bf16)), "auto is the engine's default, as if unstated");
+    // An NVIDIA ModelOpt export declares an FP8 cache; so does a Quark export named for its KV
+    // scales.
+    for id in ["nvidia/Llama-3.3-70B-Instruct-FP8", "amd/Llama-3.3-70B-Instruct-FP8-KV"] {
+        assert_eq!(declared_kv(&E2eCase { model: id.into(), ..c.clone() }, Dtype::Fp8), KvDtype::Fp8, "{id}");
+    }
+    assert_eq!(declared_kv(&c, Dtype::Nvfp4), KvDtype::Fp8, "an NVFP4 checkpoint declares FP8");
+    c.quantization = "nvfp4".into();
+    c.engine = EngineName::Vllm;
+    c.engine_version = Some("0.13.0".into());
+    assert_eq!(kv(&c), Ok(Some(KvDtype::Bf16)), "vLLM before 0.14.0 kept BF16 under auto");
+    c.engine_version = Some("0.14.0".into());
+    assert_eq!(kv(&c), Ok(Some(KvDtype::Fp8)));
+    // AIConfigurator's silicon rows of FP8 and NVFP4 checkpoints ran with the FP8 cache it gives them.
+    let aic = file
+        .case
+        .iter()
+        .find(|c| {
+            c.source_key.starts_with("aiconfigurator-silicon")
+                && c.engine == EngineName::Sglang
+                && quant_of(&c.quantization) == Some(Dtype::Fp8)
+                && spec_of(c).is_ok()
+        })
+        .expect("an AIConfigurator sglang FP8 row");
+    assert_eq!(kv(aic), Ok(Some(KvDtype::Fp8)));
+    assert_eq!(declared_kv(aic, Dtype::Int4), KvDtype::Bf16, "only its FP8 and NVFP4 rows");
 }
 
 #[test]
