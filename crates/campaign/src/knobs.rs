@@ -1,5 +1,5 @@
-//! The knobs the planner and the model read (`tp`, `pp`, `ep`, `max_running`, `mem_fraction`),
-//! parsed and checked once into typed fields.
+//! The knobs the planner and the model read (`tp`, `pp`, `ep`, `max_running`, `mem_fraction`,
+//! `kv_dtype`), parsed and checked once into typed fields.
 //!
 //! The journal keeps an experiment's knobs as the words of its launch command (`"tp": "8"`), since
 //! that is what the engine was given. Code that branches on a knob reads [`KnobValues`] instead:
@@ -10,6 +10,8 @@
 //! where the value is used, and said there.
 
 use std::collections::BTreeMap;
+
+use servetune_model::quant::KvDtype;
 
 use crate::{CampaignError, Result};
 
@@ -26,6 +28,9 @@ pub struct KnobValues {
     pub max_running: Option<u32>,
     /// The share of GPU memory for weights and KV (`mem_fraction`), in (0, 1].
     pub mem_fraction: Option<f64>,
+    /// The KV cache's format (`kv_dtype`): None for `auto` or unset (the engine's default for the
+    /// checkpoint, which the model applies), else the format the engine was told.
+    pub kv_cache: Option<KvDtype>,
 }
 
 impl KnobValues {
@@ -46,7 +51,16 @@ impl KnobValues {
                 _ => return Err(bad(whose, "mem_fraction", v, "a share of GPU memory in (0, 1], e.g. 0.88")),
             },
         };
-        Ok(Self { tp: count("tp")?, pp: count("pp")?, ep: count("ep")?, max_running: count("max_running")?, mem_fraction })
+        let kv_cache = match knobs.get("kv_dtype").map(|v| v.trim().to_ascii_lowercase()) {
+            None => None,
+            Some(v) => match v.as_str() {
+                "auto" => None,
+                "fp8" | "fp8_e4m3" | "fp8_e5m2" => Some(KvDtype::Fp8),
+                "bf16" | "bfloat16" | "fp16" | "float16" | "half" => Some(KvDtype::Bf16),
+                _ => return Err(bad(whose, "kv_dtype", &v, "auto, fp8, fp8_e4m3, fp8_e5m2, bf16 or fp16")),
+            },
+        };
+        Ok(Self { tp: count("tp")?, pp: count("pp")?, ep: count("ep")?, max_running: count("max_running")?, mem_fraction, kv_cache })
     }
 }
 
@@ -65,12 +79,18 @@ mod tests {
     #[test]
     fn the_planners_knobs_are_read_into_typed_fields_and_absent_ones_stay_none() {
         let v = KnobValues::parse(&knobs(&[("tp", "8"), ("mem_fraction", "0.9"), ("kv_dtype", "fp8")]), "experiment 1").expect("valid");
-        assert_eq!(v, KnobValues { tp: Some(8), mem_fraction: Some(0.9), ..KnobValues::default() });
+        assert_eq!(v, KnobValues { tp: Some(8), mem_fraction: Some(0.9), kv_cache: Some(KvDtype::Fp8), ..KnobValues::default() });
+        // `auto` is the engine's default for the checkpoint, which the model decides: as unset.
+        for (kv, want) in [("auto", None), ("fp8_e4m3", Some(KvDtype::Fp8)), ("bfloat16", Some(KvDtype::Bf16))] {
+            assert_eq!(KnobValues::parse(&knobs(&[("kv_dtype", kv)]), "experiment 2").expect(kv).kv_cache, want, "{kv}");
+        }
     }
 
     #[test]
     fn a_knob_that_is_not_its_kind_of_number_is_refused_naming_the_knob_and_its_owner() {
-        for (k, v) in [("tp", "eight"), ("pp", "0"), ("max_running", "-1"), ("mem_fraction", "1.5"), ("mem_fraction", "x")] {
+        for (k, v) in
+            [("tp", "eight"), ("pp", "0"), ("max_running", "-1"), ("mem_fraction", "1.5"), ("mem_fraction", "x"), ("kv_dtype", "int8")]
+        {
             let e = KnobValues::parse(&knobs(&[(k, v)]), "experiment 4").expect_err("invalid");
             let m = e.to_string();
             assert!(m.contains("experiment 4") && m.contains(&format!("knob {k}={v:?}")), "{m}");

@@ -10,8 +10,8 @@
 //! model's step run in virtual time over the sweep's workload (its request count and lengths, the
 //! running cap, prompts queued behind it), as `servetune plan` answers. The steady state (every
 //! request running, prefill amortized) is not what a sweep of a few waves of requests measures:
-//! on the demo's box at concurrency 128 with 128 requests and a 64-request cap it says 462 tok/s
-//! where the virtual run says 742 and the simulated server gives 822.
+//! on the demo's box at concurrency 128 with 128 requests and a 64-request cap it says 463 tok/s
+//! where the virtual run says 744 and the simulated server gives 822.
 
 use serde::{Deserialize, Serialize};
 use servetune_model::calibrate::{self, Factors, Measured};
@@ -164,6 +164,10 @@ pub struct Layout {
     pub ep: u32,
     /// The running-request cap, when one is set or shown.
     pub max_running: Option<u32>,
+    /// The KV cache's format the engine was told (`kv_dtype`); None: its `auto`, which the model
+    /// decides for the checkpoint and release. Absent in journals written before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_cache: Option<servetune_model::quant::KvDtype>,
 }
 
 /// A prediction: best output tok/s under the goal, at which concurrency.
@@ -188,7 +192,7 @@ pub struct Alternative {
 
 /// Checks that the model can price this campaign (catalog model, GPU, quant, link).
 pub fn check(mb: &ModelBox) -> Result<(), String> {
-    scenario(mb, Layout { tp: mb.gpus, pp: 1, ep: 1, max_running: None }).map(|_| ())
+    scenario(mb, Layout { tp: mb.gpus, pp: 1, ep: 1, max_running: None, kv_cache: None }).map(|_| ())
 }
 
 /// The scenario of `mb` under `l`, built and validated by the model's own `ScenarioSpec` (the
@@ -204,6 +208,7 @@ pub fn scenario(mb: &ModelBox, l: Layout) -> Result<Scenario, String> {
     spec.input_len = mb.input_len;
     spec.output_len = mb.output_len;
     spec.max_running = l.max_running;
+    spec.quant.kv_cache = l.kv_cache;
     spec.engine = mb.serving;
     spec.engine_version = mb.release_version();
     spec.allreduce = mb.allreduce.as_ref().map(|(_, m)| m.clone());
@@ -336,7 +341,7 @@ pub fn better_plans(mb: &ModelBox, l: Layout) -> Vec<Alternative> {
         .into_iter()
         .filter(|r| r.plan != base.plan && !r.plan.dp_attention && r.plan.dp() == 1)
         .filter_map(|r| {
-            let layout = Layout { tp: r.plan.tp, pp: r.plan.pp, ep: r.plan.ep, max_running: l.max_running };
+            let layout = Layout { tp: r.plan.tp, pp: r.plan.pp, ep: r.plan.ep, max_running: l.max_running, kv_cache: l.kv_cache };
             let predicted = predict(mb, layout)?;
             (predicted.output_tok_s > current.output_tok_s).then_some(Alternative { layout, label: r.label, predicted })
         })
@@ -538,6 +543,42 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_experiments_kv_dtype_knob_prices_the_cache_it_set_and_auto_the_engines_default() {
+        let mb = ModelBox {
+            model: "glm-5".into(),
+            // GLM-5's block-FP8 checkpoint declares no FP8 cache: sglang's `auto` keeps BF16.
+            quant: "fp8".into(),
+            gpu: "h200".into(),
+            gpus: 8,
+            link: "nvlink".into(),
+            input_len: 4096,
+            output_len: 1024,
+            requests: Some(1024),
+            objectives: Vec::new(),
+            max_concurrency: 256,
+            sweep: vec![256],
+            serving: EngineName::Sglang,
+            engine_version: None,
+            calibration: None,
+            allreduce: None,
+        };
+        let knobs = |kv: &str| {
+            let k: std::collections::BTreeMap<String, String> = [("kv_dtype".to_string(), kv.to_string())].into();
+            crate::planner::layout(&crate::knobs::KnobValues::parse(&k, "experiment 1").expect("valid"), 8)
+        };
+        let (auto, fp8, bf16) = (knobs("auto"), knobs("fp8_e4m3"), knobs("bf16"));
+        assert_eq!(scenario(&mb, auto).expect("auto").quant.kv_cache, servetune_model::quant::KvDtype::Bf16);
+        assert_eq!(scenario(&mb, fp8).expect("fp8").quant.kv_cache, servetune_model::quant::KvDtype::Fp8);
+        let at = |l: Layout| predict_at(&mb, l, 256).expect("priced");
+        assert_eq!(at(auto), at(bf16), "auto is the engine's BF16 here");
+        assert!(at(fp8) > at(bf16), "half the cache bytes read per step: {} against {}", at(fp8), at(bf16));
+        // A journal written before the field reads as the engine's default.
+        let old: Layout = serde_json::from_str(r#"{"tp":8,"pp":1,"ep":1,"max_running":null}"#).expect("old layout");
+        assert_eq!(old.kv_cache, None);
+        assert!(!serde_json::to_string(&auto).expect("json").contains("kv_cache"), "an unset cache writes nothing");
+    }
+
+    #[test]
     fn a_measured_all_reduce_prices_the_boxs_predictions_and_not_its_p2p_alternative() {
         let mb = ModelBox {
             model: "glm-5".into(),
@@ -557,7 +598,7 @@ mod tests {
             calibration: None,
             allreduce: None,
         };
-        let l = Layout { tp: 8, pp: 1, ep: 1, max_running: None };
+        let l = Layout { tp: 8, pp: 1, ep: 1, max_running: None, kv_cache: None };
         let staged = servetune_model::hw::link("pcie-host-staged").expect("link");
         // A box whose NCCL all-reduce takes three times the model's.
         let pts = (10..=27).map(|p| 2f64.powi(p)).map(|b| (b, 3.0 * servetune_model::comm::nccl(&staged, 8, b).us + 6.0)).collect();
@@ -599,7 +640,7 @@ mod tests {
     #[test]
     fn a_prediction_is_the_sweeps_own_run_in_virtual_time_and_plateaus_at_the_cap() {
         let mb = glm_box("pcie5-p2p", 128);
-        let l = Layout { tp: 8, pp: 1, ep: 1, max_running: Some(64) };
+        let l = Layout { tp: 8, pp: 1, ep: 1, max_running: Some(64), kv_cache: None };
         let s = scenario(&mb, l).expect("prices");
         let w = Workload { requests: Some(128), input: LengthDist::Fixed { len: 64 }, output: LengthDist::Fixed { len: 32 }, seed: 0 };
         for c in [32, 64, 128] {
@@ -620,7 +661,7 @@ mod tests {
     #[test]
     fn a_latency_objective_is_judged_at_its_own_percentile_of_the_sweeps_run() {
         let base = ModelBox { sweep: vec![128], input_len: 2048, ..glm_box("pcie5-p2p", 128) };
-        let l = Layout { tp: 8, pp: 1, ep: 1, max_running: None };
+        let l = Layout { tp: 8, pp: 1, ep: 1, max_running: None, kv_cache: None };
         let s = scenario(&base, l).expect("prices");
         let run = PlanBench.run(&s, &workload(&base, 128), 128);
         assert!(run.ttft_ms.p99 > 1.5 * run.ttft_ms.p50, "the queue spreads TTFT: {:?}", run.ttft_ms);
@@ -638,7 +679,7 @@ mod tests {
     /// requests), not simulated request by request.
     #[test]
     fn a_huge_sweep_is_priced_on_a_capped_virtual_run() {
-        let l = Layout { tp: 8, pp: 1, ep: 1, max_running: None };
+        let l = Layout { tp: 8, pp: 1, ep: 1, max_running: None, kv_cache: None };
         let capped = predict_at(&glm_box("pcie5-p2p", virtual_requests_cap(64)), l, 64);
         assert!(capped.is_some_and(|r| r > 0.0), "{capped:?}");
         assert_eq!(predict_at(&glm_box("pcie5-p2p", 1_000_000_000), l, 64), capped);
@@ -652,7 +693,7 @@ mod tests {
     #[test]
     fn a_sweep_that_plateaus_at_the_cap_calibrates_within_the_models_held_out_error() {
         let mb = glm_box("pcie-host-staged", 128);
-        let l = Layout { tp: 8, pp: 1, ep: 1, max_running: Some(64) };
+        let l = Layout { tp: 8, pp: 1, ep: 1, max_running: Some(64), kv_cache: None };
         let own = scenario(&mb, l).expect("prices");
         let truth = Scenario { engine: Factors::StepScale { step_scale: 1.3 }.apply(&own.engine), ..own.clone() };
         let measured: Vec<(u32, f64)> = mb.sweep.iter().map(|&c| (c, client_rate(&truth, &mb, c))).collect();

@@ -139,9 +139,16 @@ pub struct View<'a> {
 /// An experiment's layout from its knobs.
 /// An unset `tp` spans every GPU of the box, an unset `pp` or `ep` is 1 (no pipeline, no expert
 /// parallelism), and an unset `max_running` is the engine's own default cap, which the model
-/// applies by engine and release (`servetune_model::predict::BatchDefaults`).
+/// applies by engine and release (`servetune_model::predict::BatchDefaults`); an unset or `auto`
+/// `kv_dtype` is the engine's default cache for the checkpoint, which the model decides.
 pub fn layout(knobs: &KnobValues, gpus: u32) -> Layout {
-    Layout { tp: knobs.tp.unwrap_or(gpus), pp: knobs.pp.unwrap_or(1), ep: knobs.ep.unwrap_or(1), max_running: knobs.max_running }
+    Layout {
+        tp: knobs.tp.unwrap_or(gpus),
+        pp: knobs.pp.unwrap_or(1),
+        ep: knobs.ep.unwrap_or(1),
+        max_running: knobs.max_running,
+        kv_cache: knobs.kv_cache,
+    }
 }
 
 /// The best finished experiment in the view's environment: what a step's gain is measured against.
@@ -636,7 +643,7 @@ mod tests {
     /// leaves the current release's defaults.
     #[test]
     fn a_reported_engine_release_brings_its_defaults_and_another_engines_version_does_not() {
-        let layout = crate::plan_step::Layout { tp: 8, pp: 1, ep: 1, max_running: None };
+        let layout = crate::plan_step::Layout { tp: 8, pp: 1, ep: 1, max_running: None, kv_cache: None };
         let graphs = |m: ModelBox| crate::plan_step::scenario(&m, layout).expect("prices").engine.prefill_graphs;
         assert!(!graphs(model().with_engine_version("sglang", Some("0.4.6".into()))));
         assert!(graphs(model().with_engine_version("sglang", Some("0.5.12".into()))));

@@ -110,7 +110,7 @@ pub struct Quant {
 }
 
 /// KV-cache storage.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum KvDtype {
     /// Two bytes per element.

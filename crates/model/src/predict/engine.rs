@@ -307,8 +307,10 @@ pub const VLLM_V1_DEFAULT: (u32, u32, u32) = (0, 8, 0);
 /// The first vLLM release whose `--kv-cache-dtype auto` takes a ModelOpt checkpoint's declared KV
 /// format (`kv_cache_quant_algo`): vLLM PR 30785 (opened 2025-12-16, the re-landing of the reverted
 /// PR 29980), taken as 0.14.0, the first release after it. Earlier releases kept the model's BF16
-/// unless `--kv-cache-dtype fp8` was given. The date bounds a measurement that names no release.
-pub const VLLM_CHECKPOINT_KV: ((u32, u32, u32), &str) = ((0, 14, 0), "2025-12-16");
+/// unless `--kv-cache-dtype fp8` was given. The date stands for 0.14.0 where a measurement names
+/// no release: on 2026-01-09 only 0.13 was published (QwenLM/Qwen3-VL-Embedding issue 7), and a
+/// downstream "Support vllm 0.14.0" PR is dated 2026-01-16 (MetaX-MACA/vLLM-metax PR 197).
+pub const VLLM_CHECKPOINT_KV: ((u32, u32, u32), &str) = ((0, 14, 0), "2026-01-16");
 
 /// The first sglang release whose `--kv-cache-dtype auto` takes a ModelOpt checkpoint's declared
 /// KV format: 0.5.3 for NVFP4 exports (0.5.4 for FP8 ones, not told apart here), read from its

@@ -11,9 +11,10 @@ pub fn write_markdown(r: &PlanReport, mut w: impl Write) -> io::Result<()> {
     let m = &r.memory_per_gpu_gb;
     writeln!(
         w,
-        "- memory per GPU: {:.1} GB weights, {:.1} GB KV ({} tokens, {} requests)",
+        "- memory per GPU: {:.1} GB weights, {:.1} GB KV in {} ({} tokens, {} requests)",
         m.weights_gb,
         m.kv_gb,
+        super::kv_cache_words(s),
         r.max_kv_tokens,
         s.kv_concurrency()
     )?;

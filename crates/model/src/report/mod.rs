@@ -184,6 +184,16 @@ pub fn saturation(s: &Scenario, points: &[Point]) -> Option<Saturation> {
     }
 }
 
+/// The KV cache's format in words for the reports: what `--kv-dtype` stated, else what the
+/// engine's `--kv-cache-dtype auto` gives the checkpoint (docs/reference.md, "The KV cache's
+/// format").
+pub fn kv_cache_words(s: &crate::predict::Scenario) -> &'static str {
+    match s.quant.kv_cache {
+        crate::quant::KvDtype::Fp8 => "an fp8 cache (--kv-dtype, else the engine's auto for this checkpoint)",
+        crate::quant::KvDtype::Bf16 => "a bf16 cache (--kv-dtype, else the engine's auto for this checkpoint)",
+    }
+}
+
 /// What an early release's step scale ([`crate::predict::Engine::release_step_scale`]) does, in
 /// words, or None for today's releases and for a calibrated plan (a calibration replaces the
 /// release's scale, and its own line says what it set).

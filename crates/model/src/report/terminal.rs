@@ -132,17 +132,14 @@ fn write_memory(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
     let s = &r.scenario;
     writeln!(
         w,
-        "\nmemory per GPU: {:.1} GB weights + {:.1} GB workspace + {:.1} GB KV of {:.1} GB usable ({:.1} GB as the driver reports it); KV {:.1} KB/token ({} cache; --kv-dtype states it); {} tokens; {} requests at a mean context of {} tokens (prompt + half the output)",
+        "\nmemory per GPU: {:.1} GB weights + {:.1} GB workspace + {:.1} GB KV of {:.1} GB usable ({:.1} GB as the driver reports it); KV {:.1} KB/token in {}; {} tokens; {} requests at a mean context of {} tokens (prompt + half the output)",
         m.weights_gb,
         m.workspace_gb,
         m.kv_gb,
         m.usable_gb,
         m.capacity_gb,
         m.kv_bytes_per_token / 1e3,
-        match s.quant.kv_cache {
-            crate::quant::KvDtype::Fp8 => "fp8",
-            crate::quant::KvDtype::Bf16 => "bf16",
-        },
+        super::kv_cache_words(s),
         r.max_kv_tokens, s.kv_concurrency(), s.input_len + s.output_len / 2
     )?;
     if let (cap, limit @ (RunningLimit::Stated | RunningLimit::EngineDefault)) = s.running_limit() {

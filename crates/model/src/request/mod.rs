@@ -458,11 +458,16 @@ impl ScenarioSpec {
         if let Some(d) = q.dense {
             quant.dense_ffn = d;
         }
-        // Stated, else what the engine's `--kv-cache-dtype auto` gives: the config's declaration,
-        // else the checkpoint format's, as the release reads it.
+        // Stated, else what the engine's `--kv-cache-dtype auto` gives: the config's declaration
+        // (unless --quant names another checkpoint), else the checkpoint format's, as the release
+        // reads it.
+        let declared = match q.checkpoint {
+            Some(d) if Some(d) != model.checkpoint => None,
+            _ => model.kv_declared,
+        };
         quant.kv_cache = match q.kv_cache {
             Some(k) => k,
-            None => self.release().auto_kv(model.kv_declared.unwrap_or(quant.kv_cache), None),
+            None => self.release().auto_kv(declared.unwrap_or(quant.kv_cache), None),
         };
         quant
     }
@@ -602,7 +607,9 @@ impl WhatIf {
                 Change::Pp(v) => s.plan.pp = *v,
                 Change::Ep(v) => s.plan.ep = *v,
                 Change::Gpus(v) => s.plan.gpus = *v,
-                Change::Quant(d) => s.quant = Quant::checkpoint(*d, s.model.moe.is_some()),
+                // The weights change; the cache stays what the deployment runs (stated or its
+                // engine's default), so the what-if prices the weight format alone.
+                Change::Quant(d) => s.quant = Quant { kv_cache: s.quant.kv_cache, ..Quant::checkpoint(*d, s.model.moe.is_some()) },
                 Change::Overlap(o) => s.engine.overlap = *o,
                 Change::Net(n) => match &mut s.cluster {
                     Some(c) => c.net = n.clone(),
@@ -776,7 +783,9 @@ pub fn suggest_fit(s: &Scenario, published: &[Dtype]) -> FitSuggestion {
     let current = s.quant.headline(has_experts);
     let mut formats: Vec<Dtype> = published.iter().copied().filter(|d| *d != current).collect();
     formats.sort_by(|a, b| b.bytes().total_cmp(&a.bytes()));
-    let quant = formats.into_iter().find(|d| Scenario { quant: Quant::checkpoint(*d, has_experts), ..s.clone() }.check_fit().is_ok());
+    // Each format keeps the deployment's KV cache (stated, or its engine's default).
+    let with = |d: Dtype| Quant { kv_cache: s.quant.kv_cache, ..Quant::checkpoint(d, has_experts) };
+    let quant = formats.into_iter().find(|d| Scenario { quant: with(*d), ..s.clone() }.check_fit().is_ok());
     let gpus = (2..=8u32).find_map(|k| {
         let plan = Plan { gpus: s.plan.gpus * k, pp: s.plan.pp * k, ..s.plan };
         let mut t = Scenario { plan, ..s.clone() };

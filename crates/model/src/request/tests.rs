@@ -329,9 +329,17 @@ fn the_kv_cache_is_what_the_engines_auto_gives_the_checkpoint_unless_kv_dtype_st
     let mut stated = glm_on_rtx(Some(Dtype::Nvfp4));
     stated.quant.kv_cache = Some(KvDtype::Bf16);
     assert_eq!(kv(&stated), KvDtype::Bf16);
-    // A config's own declaration is read: Moonshot's INT4 Kimi-K2.5 states a null scheme.
-    let text = include_str!("../../data/validation/configs/nvidia--Kimi-K2.5-NVFP4.json").to_string();
-    let mut kimi = ScenarioSpec::new(ModelSource::Config { text, path: "kimi.json".into() }, "b200");
-    kimi.gpus = 8;
-    assert_eq!(kv(&kimi), KvDtype::Fp8, "NVIDIA's export declares an 8-bit float cache");
+    // A config's own declaration is read: a ModelOpt FP8 export declares an FP8 cache, where a
+    // block-FP8 checkpoint's format alone would give BF16; --quant naming another checkpoint
+    // drops the declaration with the config's format.
+    let text = include_str!("../../tests/configs/Qwen--Qwen3-32B-FP8-Static-PerTensor.json").to_string();
+    let mut qwen = ScenarioSpec::new(ModelSource::Config { text, path: "qwen.json".into() }, "h100-sxm");
+    qwen.gpus = 1;
+    assert_eq!(kv(&qwen), KvDtype::Fp8, "the config declares it");
+    qwen.quant.checkpoint = Some(Dtype::Int4);
+    assert_eq!(kv(&qwen), KvDtype::Bf16, "an AWQ checkpoint of the same model declares none");
+    // `--vs quant=` changes the weights and keeps the deployment's cache.
+    let fp8 = glm_on_rtx(None).build().expect("glm fp8");
+    let vs = WhatIf::parse("quant=nvfp4").expect("parse").apply(&fp8).expect("applies");
+    assert_eq!((vs.quant.experts, vs.quant.kv_cache), (Dtype::Nvfp4, KvDtype::Bf16));
 }

@@ -72,29 +72,35 @@ pub(super) fn read_checkpoint(root: &Value, source: &str, shape: LayerShape) -> 
 }
 
 /// The KV-cache format a checkpoint's `quantization_config` declares, which the engines'
-/// `--kv-cache-dtype auto` takes: a ModelOpt `kv_cache_quant_algo` ("FP8"), or a compressed-tensors
-/// or newer ModelOpt `kv_cache_scheme` (8-bit float, or "FP8" in older ModelOpt exports). A key present and null declares none: the
-/// model's BF16. None when the config says nothing (no `quantization_config`, or neither key: the
-/// checkpoint's format then decides, [`KvDtype::declared_by`]); a declaration servetune does not
-/// model (an integer or 4-bit cache) is None too, and `--kv-dtype` states the cache instead.
+/// `--kv-cache-dtype auto` takes: a ModelOpt `kv_cache_quant_algo` ("FP8", "FP8_E4M3"), or a
+/// compressed-tensors or newer ModelOpt `kv_cache_scheme` (8-bit float, or "FP8" in older ModelOpt
+/// exports). A key present and null declares none: the model's BF16. None when the config says
+/// nothing servetune models (no `quantization_config`, neither key, or a cache format it does not
+/// model such as an integer or 4-bit one): the checkpoint's format then decides
+/// ([`KvDtype::declared_by`]), and `--kv-dtype` states the cache where that is wrong.
 pub(super) fn read_kv_declared(root: &Value) -> Option<KvDtype> {
     let q = root.get("quantization_config").filter(|q| !q.is_null())?;
-    if let Some(algo) = q.get("kv_cache_quant_algo") {
-        return match algo {
-            Value::Null => Some(KvDtype::Bf16),
-            Value::String(a) if a.eq_ignore_ascii_case("fp8") => Some(KvDtype::Fp8),
-            _ => None,
-        };
-    }
-    match q.get("kv_cache_scheme")? {
-        Value::Null => Some(KvDtype::Bf16),
-        // Older ModelOpt exports name the scheme ("FP8").
-        Value::String(a) => a.eq_ignore_ascii_case("fp8").then_some(KvDtype::Fp8),
-        scheme => {
-            let bits = scheme.get("num_bits").and_then(Value::as_u64);
+    let fp8 = |a: &str| a.to_ascii_lowercase().starts_with("fp8");
+    let by_algo = match q.get("kv_cache_quant_algo") {
+        None => None,
+        Some(Value::Null) => Some(KvDtype::Bf16),
+        Some(Value::String(a)) if fp8(a) => Some(KvDtype::Fp8),
+        Some(_) => None,
+    };
+    let by_scheme = match q.get("kv_cache_scheme") {
+        None => None,
+        Some(Value::Null) => Some(KvDtype::Bf16),
+        Some(Value::String(a)) => fp8(a).then_some(KvDtype::Fp8),
+        Some(scheme) => {
+            let bits = scheme.get("num_bits").and_then(Value::as_f64);
             let float = scheme.get("type").and_then(Value::as_str) == Some("float");
-            (bits == Some(8) && float).then_some(KvDtype::Fp8)
+            (bits == Some(8.0) && float).then_some(KvDtype::Fp8)
         }
+    };
+    // An FP8 declaration in either key wins over a null in the other.
+    match (by_algo, by_scheme) {
+        (Some(KvDtype::Fp8), _) | (_, Some(KvDtype::Fp8)) => Some(KvDtype::Fp8),
+        (a, b) => a.or(b),
     }
 }
 

@@ -615,5 +615,12 @@ fn a_checkpoints_declared_kv_cache_format_is_read_from_its_quantization_config()
     );
     // A cache servetune does not model (8-bit integer) is not taken as FP8.
     let int8 = r#","quantization_config":{"quant_method":"compressed-tensors","config_groups":{"g":{"weights":{"num_bits":8,"type":"float","strategy":"tensor"},"targets":["Linear"]}},"kv_cache_scheme":{"num_bits":8,"type":"int"}}"#;
-    assert_eq!(from_hf_config(&llama_with(int8), "c.json").map(|m| m.kv_declared).ok().flatten(), None);
+    assert_eq!(read(&llama_with(int8)), None);
+    // ModelOpt's spellings of the FP8 cache, and a float bit count.
+    assert_eq!(
+        read(&llama_with(r#","quantization_config":{"quant_method":"modelopt","quant_algo":"FP8","kv_cache_quant_algo":"FP8_E4M3"}"#)),
+        Some(KvDtype::Fp8)
+    );
+    let float_bits = r#","quantization_config":{"quant_method":"modelopt","quant_algo":"NVFP4","kv_cache_quant_algo":"NVFP4","kv_cache_scheme":{"num_bits":8.0,"type":"float"}}"#;
+    assert_eq!(read(&llama_with(float_bits)), Some(KvDtype::Fp8), "an unmodelled algo does not hide the scheme");
 }

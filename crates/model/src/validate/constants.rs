@@ -13,7 +13,7 @@ pub fn constants() -> Vec<ConstantOrigin> {
 /// The step's fitted and kernel-table constants.
 fn step_constants() -> Vec<ConstantOrigin> {
     let e = Engine::default();
-    let fit = "fit: every scored fit case of today's releases (the steady-state fit median absolute error, each source weighing the same, at a local minimum of a 0.1 us x 0.05 x 2.5 us grid: validate::tests::joint_refit_on_the_fit_set, 2026-12-05)";
+    let fit = "fit: every scored fit case of today's releases (the steady-state fit median absolute error, each source weighing the same, at a local minimum of a 0.1 us x 0.05 x 2.5 us grid: validate::tests::joint_refit_on_the_fit_set, 2026-12-05; the per-kernel floor again on 2026-12-06 after the engines' KV-cache default)";
     vec![
         ConstantOrigin { name: "kernel_overhead_us (per kernel per step)", value: e.kernel_overhead_us, set_from: fit },
         ConstantOrigin {
