@@ -117,11 +117,16 @@ pub struct Teardown {
 /// Both are checked on this machine's 127.0.0.1 only: under the Slurm executor the server binds
 /// on the job's nodes, where a taken port shows as the launch's port-in-use failure and its retry.
 pub fn free_port() -> std::io::Result<u16> {
+    pick_port(|| TcpListener::bind("127.0.0.1:0")?.local_addr().map(|a| a.port()), port_is_free)
+}
+
+/// [`free_port`]'s choice over `candidate` (a kernel-chosen free port each call) and `is_free`:
+/// the first of at most 16 candidates whose next port is free, else the last candidate.
+fn pick_port(mut candidate: impl FnMut() -> std::io::Result<u16>, is_free: impl Fn(u16) -> bool) -> std::io::Result<u16> {
     let mut last = 0;
     for _ in 0..16 {
-        let l = TcpListener::bind("127.0.0.1:0")?;
-        last = l.local_addr()?.port();
-        if last < u16::MAX && port_is_free(last + 1) {
+        last = candidate()?;
+        if last < u16::MAX && is_free(last + 1) {
             return Ok(last);
         }
     }
@@ -425,6 +430,34 @@ fn run_bounded(argv: &[String], limit: Duration) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_launch_port_is_one_whose_rendezvous_neighbour_is_free_else_the_last_tried() {
+        // Candidates 40000 and 41000 have their next port taken; 42000's is free.
+        let taken = [40001u16, 41001];
+        let mut offered = [40000u16, 41000, 42000].into_iter();
+        let p = pick_port(|| Ok(offered.next().expect("a candidate")), |q| !taken.contains(&q)).expect("picks");
+        assert_eq!(p, 42000);
+        // Every neighbour taken: the 16th candidate, whose launch then gets the port retry.
+        let mut n = 50000u16;
+        let p = pick_port(
+            || {
+                n += 2;
+                Ok(n)
+            },
+            |_| false,
+        )
+        .expect("picks");
+        assert_eq!(p, 50032);
+        // The last port has no neighbour to pair with.
+        let mut offered = [u16::MAX, 43000].into_iter();
+        assert_eq!(pick_port(|| Ok(offered.next().expect("a candidate")), |_| true).expect("picks"), 43000);
+        // A bind that fails is the caller's error.
+        assert!(pick_port(|| Err(std::io::Error::other("no ports")), |_| true).is_err());
+        // The real one: a port and its neighbour both bindable when it was picked.
+        let p = free_port().expect("a free port");
+        assert!(p > 0 && p < u16::MAX);
+    }
 
     #[test]
     fn an_invalid_utf8_byte_in_a_server_log_hides_no_later_line() {
