@@ -51,14 +51,12 @@ impl KnobValues {
                 _ => return Err(bad(whose, "mem_fraction", v, "a share of GPU memory in (0, 1], e.g. 0.88")),
             },
         };
-        let kv_cache = match knobs.get("kv_dtype").map(|v| v.trim().to_ascii_lowercase()) {
+        let kv_cache = match knobs.get("kv_dtype") {
             None => None,
-            Some(v) => match v.as_str() {
-                "auto" => None,
-                "fp8" | "fp8_e4m3" | "fp8_e5m2" => Some(KvDtype::Fp8),
-                "bf16" | "bfloat16" | "fp16" | "float16" | "half" => Some(KvDtype::Bf16),
-                _ => return Err(bad(whose, "kv_dtype", &v, "auto, fp8, fp8_e4m3, fp8_e5m2, bf16 or fp16")),
-            },
+            Some(v) if v.trim().eq_ignore_ascii_case("auto") => None,
+            Some(v) => {
+                Some(KvDtype::from_engine_name(v).ok_or_else(|| bad(whose, "kv_dtype", v, "auto, fp8, fp8_e4m3, fp8_e5m2, bf16 or fp16"))?)
+            }
         };
         Ok(Self { tp: count("tp")?, pp: count("pp")?, ep: count("ep")?, max_running: count("max_running")?, mem_fraction, kv_cache })
     }

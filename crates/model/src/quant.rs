@@ -139,6 +139,18 @@ impl KvDtype {
         }
     }
 
+    /// A KV-cache format as the engines' `--kv-cache-dtype` names it (any case): `fp8` and its
+    /// E4M3/E5M2 variants, or a 16-bit type (`bf16`, `bfloat16`, `fp16`, `float16`, `half`). None
+    /// for anything else, `auto` included (the engine's default, which
+    /// [`crate::predict::EngineRelease::auto_kv`] decides): callers say what that means.
+    pub fn from_engine_name(s: &str) -> Option<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "fp8" | "fp8_e4m3" | "fp8_e5m2" => Some(KvDtype::Fp8),
+            "bf16" | "bfloat16" | "fp16" | "float16" | "half" => Some(KvDtype::Bf16),
+            _ => None,
+        }
+    }
+
     /// Parses `--kv-dtype` (`bf16`/`fp16` or `fp8`).
     pub fn parse(flag: &str, s: &str) -> Result<Self, ModelError> {
         match s {

@@ -286,7 +286,8 @@ pub(crate) fn spec_of(c: &E2eCase) -> Result<(ScenarioSpec, u32, &'static str), 
     s.max_running = c.max_running_requests;
     // The KV cache as stated, else what `auto` (every engine's default) gave this checkpoint.
     s.quant.kv_cache = Some(match c.kv_cache_dtype.as_deref().filter(|kv| !kv.trim().eq_ignore_ascii_case("auto")) {
-        Some(kv) => kv_of(kv).ok_or((SkipReason::UnknownQuant, format!("KV cache {kv}")))?,
+        // A mix of formats by layer, say, is not scored.
+        Some(kv) => KvDtype::from_engine_name(kv).ok_or((SkipReason::UnknownQuant, format!("KV cache {kv}")))?,
         None => {
             let release = crate::predict::EngineRelease { name: c.engine, version: c.engine_version.clone() };
             release.auto_kv(declared_kv(c, quant), c.date.as_deref())
@@ -314,17 +315,6 @@ pub(crate) fn declared_kv(c: &E2eCase, quant: Dtype) -> KvDtype {
         KvDtype::Fp8
     } else {
         KvDtype::declared_by(quant)
-    }
-}
-
-/// A stated KV-cache format as the engines name it: `fp8` and its E4M3/E5M2 variants, or `bf16`
-/// and `fp16`. None for anything else (a mix of formats by layer, say), which is not scored;
-/// `auto` never comes here (it is the checkpoint's preset, as an unstated cache).
-pub(crate) fn kv_of(kv: &str) -> Option<KvDtype> {
-    match kv.trim().to_ascii_lowercase().as_str() {
-        "fp8" | "fp8_e4m3" | "fp8_e5m2" => Some(KvDtype::Fp8),
-        "bf16" | "fp16" => Some(KvDtype::Bf16),
-        _ => None,
     }
 }
 

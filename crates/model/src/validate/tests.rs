@@ -59,7 +59,11 @@ fn a_stated_kv_cache_format_is_read_and_an_unstated_one_is_what_the_engines_auto
     assert_eq!(kv(&case("vllmfp8kv-gpt-oss-20b-h100-kvfp8-c8")), Ok(Some(KvDtype::Fp8)));
     assert_eq!(kv(&case("vllmfp8kv-llama31-8b-h100-kvfp8-c8")), Ok(Some(KvDtype::Fp8)));
     assert_eq!(
-        (kv_of("FP8_E4M3"), kv_of("fp16"), kv_of("fp8 (bf16 in the sliding-window layers)")),
+        (
+            KvDtype::from_engine_name("FP8_E4M3"),
+            KvDtype::from_engine_name("fp16"),
+            KvDtype::from_engine_name("fp8 (bf16 in the sliding-window layers)")
+        ),
         (Some(KvDtype::Fp8), Some(KvDtype::Bf16), None)
     );
     // Unstated, or `auto`: a public run of a block-FP8 checkpoint keeps the model's BF16; an
