@@ -77,9 +77,10 @@ impl Scenario {
             let bytes = act / tp * k;
             let a2a = self.across(n).map_or_else(|| self.link.alltoall_us(n, bytes), |h| comm::alltoall_across_us(&h, bytes));
             us += 2.0 * a2a * self.frac_moe() * ls;
-            c.allreduces = 2.0 * (1.0 - self.frac_moe()) * ls;
+            c.allreduces = 2.0 * self.frac_dense() * ls;
         } else if self.plan.tp > 1 {
-            c.allreduces = 2.0 * ls;
+            // Each token mixer's and each FFN's output (two per layer of attention then FFN).
+            c.allreduces = m.tp_reductions() as f64 / m.layers as f64 * ls;
         }
         let mut measured_us = 0.0;
         let is_measured = |a: &comm::AllReduce| matches!(a.method, comm::Method::Measured { .. });

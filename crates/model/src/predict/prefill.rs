@@ -119,13 +119,15 @@ impl Scenario {
     ///   absorbed value BMM, output GEMM: 10. A DSA indexer adds its q and k GEMMs, key norm,
     ///   rotary, head-weight GEMM, activation quantization, logits and top-k: 8, in each layer
     ///   that runs it (GLM-5.2's "shared" indexer layers reuse the last top-k and add none).
-    /// - Gated DeltaNet linear attention: input norm, two input GEMMs, causal conv, gating,
-    ///   the recurrent update, gated norm, output GEMM: 8.
+    /// - Linear attention ([`crate::spec::LinearAttention::kernels`]): Gated DeltaNet's input
+    ///   norm, two input GEMMs, causal conv, gating, the recurrent update, gated norm, output GEMM:
+    ///   8; Mamba-2's input norm, input GEMM, causal conv, state update, gated norm, output GEMM: 6.
     /// - Dense FFN: post-attention norm, gate/up GEMM, activation, down GEMM: 4.
     /// - MoE FFN: norm, router GEMM, top-k, token sort, the two grouped GEMMs, activation and
     ///   the weighted combine: 8; a shared expert adds its gate/up, activation and down: 3.
-    /// - Collectives: two all-reduces per layer under TP (a DP-attention MoE layer's dispatch
-    ///   and combine instead).
+    /// - Collectives: one all-reduce per mixer and per FFN under TP, two per layer of attention
+    ///   then FFN ([`crate::spec::ModelSpec::tp_reductions`]; a DP-attention MoE layer's
+    ///   dispatch and combine instead).
     /// - A q/k norm over all heads (MiniMax-M2) under TP: its own all-reduce and the norm's
     ///   second half, in each full-attention layer: 2.
     /// - Per step: embedding, final norm, LM head, sampling: 4.
@@ -134,10 +136,11 @@ impl Scenario {
         let c = m.layer_counts;
         let mla = matches!(m.attention, Attention::Mla { .. });
         let full = if mla { 10.0 + 8.0 * m.indexer_share() } else { 5.0 };
-        let attention = c.full as f64 * full + c.sliding as f64 * 5.0 + c.linear as f64 * 8.0;
+        let linear = m.linear.map_or(0.0, |la| la.kernels());
+        let attention = c.full as f64 * full + c.sliding as f64 * 5.0 + c.linear as f64 * linear;
         let moe = m.moe.map_or(0.0, |mo| 8.0 + if mo.shared_experts > 0 { 3.0 } else { 0.0 });
         let ffn = m.dense_layers as f64 * 4.0 + m.moe_layers() as f64 * moe;
-        let collectives = if self.plan.tp > 1 || self.plan.dp_attention { 2.0 * m.layers as f64 } else { 0.0 };
+        let collectives = if self.plan.tp > 1 || self.plan.dp_attention { m.tp_reductions() as f64 } else { 0.0 };
         // A q/k norm over all heads splits around its own all-reduce: that collective and the
         // norm's second half, in each full-attention layer.
         let qk_norm = if self.qk_norm_allreduce() { 2.0 * c.full as f64 } else { 0.0 };
@@ -203,14 +206,14 @@ impl Scenario {
             PrefillPass::Standalone => {
                 let qk_norm =
                     if self.qk_norm_allreduce() { c.full as f64 * self.tp_allreduce(tokens * QK_NORM_BYTES_PER_TOKEN).us } else { 0.0 };
-                2.0 * m.layers as f64 * self.tp_allreduce(bytes).us + qk_norm
+                m.tp_reductions() as f64 * self.tp_allreduce(bytes).us + qk_norm
             }
             // Riding in a decode step's all-reduces: only the extra bytes cost time, as the
             // all-reduce model prices them (its algorithm and protocol for the larger message)
             // beyond the decode tokens' own message (at least one token's).
             PrefillPass::Beside(d) => {
                 let decode = d.max(1.0) * m.hidden as f64 * 2.0;
-                2.0 * m.layers as f64 * (self.tp_allreduce(bytes + decode).us - self.tp_allreduce(decode).us).max(0.0)
+                m.tp_reductions() as f64 * (self.tp_allreduce(bytes + decode).us - self.tp_allreduce(decode).us).max(0.0)
             }
         };
         // A measured all-reduce is the box's own figure: the release's scale leaves it alone.

@@ -130,6 +130,11 @@ impl Scenario {
         self.model.moe_layers() as f64 / self.model.layers as f64
     }
 
+    /// Share of layers with a dense FFN.
+    pub(super) fn frac_dense(&self) -> f64 {
+        self.model.dense_layers as f64 / self.model.layers as f64
+    }
+
     /// TP ranks attention weights are split over (1 with DP attention).
     pub(super) fn attn_split(&self) -> f64 {
         if self.plan.dp_attention {
@@ -149,7 +154,7 @@ impl Scenario {
         let moe_layers_stage = self.frac_moe() * ls;
         let attn_b = p.attention / m.layers as f64 * ls * q.attention.bytes() / self.attn_split();
         let dense_b = if m.dense_layers > 0 {
-            p.dense_ffn / m.dense_layers as f64 * ((1.0 - self.frac_moe()) * ls) * q.dense_ffn.bytes() / tp
+            p.dense_ffn / m.dense_layers as f64 * (self.frac_dense() * ls) * q.dense_ffn.bytes() / tp
         } else {
             0.0
         };
@@ -225,7 +230,7 @@ impl Scenario {
         let moe_layers_stage = self.frac_moe() * ls;
         let eff = self.engine.gemm_efficiency * 1e12;
         let gemm = |params: f64, dt: Dtype, split: f64| 2.0 * params * x / split / (g.tflops(dt.compute()) * eff);
-        let dense_params = if m.dense_layers > 0 { p.dense_ffn / m.dense_layers as f64 * (1.0 - self.frac_moe()) * ls } else { 0.0 };
+        let dense_params = if m.dense_layers > 0 { p.dense_ffn / m.dense_layers as f64 * self.frac_dense() * ls } else { 0.0 };
         let shared_params = if m.moe_layers() > 0 { (p.shared_experts + p.router) / m.moe_layers() as f64 * moe_layers_stage } else { 0.0 };
         let gemm_s = gemm(p.attention / m.layers as f64 * ls, q.attention, self.attn_split())
             + gemm(dense_params, q.dense_ffn, tp)

@@ -547,6 +547,31 @@ fn hybrid_state_memory_does_not_grow_with_context() {
     assert!((tp2.state_bytes_gpu() - state / 2.0).abs() < 1.0);
 }
 
+/// Nemotron 3 Nano's 52 single-operation blocks (23 Mamba-2, 6 attention, 23 MoE): a TP group
+/// all-reduces once per block, the kernel count adds each block's own kernels, only the 6
+/// attention blocks keep KV, and each request's Mamba-2 state is fp32 and split over the TP ranks.
+#[test]
+fn a_nemotron_h_step_all_reduces_once_per_block_and_keeps_kv_in_its_attention_blocks_only() {
+    let s = scenario("nemotron-3-nano-30b-a3b", Dtype::Bf16, "h100-sxm", "nvlink", 2, 2);
+    assert_eq!(s.communication(8.0).allreduces, 52.0);
+    let moe = 8.0 + 3.0;
+    assert_eq!(s.kernels_per_step(), 6.0 * 5.0 + 23.0 * 6.0 + 23.0 * moe + 52.0 + 4.0);
+    // 6 layers x K and V x 2 KV heads x 128 x 2 bytes per token, the 2 KV heads split over TP2.
+    let kv_per_token = 6.0 * 2.0 * 2.0 * 128.0 * 2.0 / 2.0;
+    let grow = s.request_bytes_gpu(20_000.0) - s.request_bytes_gpu(10_000.0);
+    assert!((grow - 10_000.0 * kv_per_token).abs() / grow < 1e-9, "{grow}");
+    let state = 23.0 * (64.0 * 64.0 * 128.0 * 4.0 + (4096.0 + 2.0 * 8.0 * 128.0) * 3.0 * 2.0) / 2.0;
+    assert!((s.state_bytes_gpu() - state).abs() < 1.0, "{} vs {state}", s.state_bytes_gpu());
+    // A single request reads the active weights once per step: attention, Mamba-2, shared expert,
+    // router, 6 experts in each MoE block and the LM head; BF16, split over TP2.
+    let p = s.model.params();
+    let active = p.active - p.embeddings - p.norms;
+    let read = s.stage(1.0, 100.0).1.weights_gb_per_gpu * 1e9;
+    assert!((read - active).abs() / active < 1e-9, "{read} vs {active}");
+    let one = s.point(1);
+    assert!(one.tpot_ms.is_finite() && (1.0..50.0).contains(&one.tpot_ms), "TPOT {}", one.tpot_ms);
+}
+
 /// gpt-oss alternates 128-token sliding-window layers with full ones: past the window a longer
 /// context adds KV reads in the 18 full layers only; a model of sliding layers alone stops there.
 #[test]

@@ -34,6 +34,9 @@ impl ModelSpec {
         if self.dense_layers > self.layers {
             return bad("first_k_dense_replace", format!("is {}, more than the {} layers", self.dense_layers, self.layers));
         }
+        if self.dense_layers + self.ffn_free_layers > self.layers || self.mixer_layers() > self.layers {
+            return bad("num_hidden_layers", format!("is {}, fewer than the blocks the layer list names", self.layers));
+        }
         self.validate_attention(source)?;
         if let Some(m) = self.moe {
             if m.top_k == 0 || m.top_k > m.experts {

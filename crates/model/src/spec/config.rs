@@ -23,7 +23,7 @@ use serde_json::Value;
 use super::checkpoint::{read_checkpoint, read_kv_declared, LayerShape};
 use super::layers::{
     check_attn_type_list, llama4_dense_layers, qwen_dense_layers, read_attention, read_indexer_layers, read_layer_kinds, read_linear,
-    read_moe, read_qk_norm, read_sliding_window,
+    read_mamba2, read_moe, read_nemotron_blocks, read_qk_norm, read_sliding_window,
 };
 use super::{Dsa, ModelSpec};
 use crate::ModelError;
@@ -90,7 +90,7 @@ pub(super) fn need(v: &Value, keys: &[&str], source: &str, arch: &str) -> Result
 /// `llama4_text` as `llama4`); Qwen3-VL's language models are Qwen3's and Qwen3-MoE's (its
 /// interleaved multimodal rotary embedding costs what Qwen3's does), and are read as those. The
 /// vision encoder is not modelled: the requests are text.
-pub const SUPPORTED: [&str; 31] = [
+pub const SUPPORTED: [&str; 32] = [
     "llama",
     "glm4",
     "phi3",
@@ -122,6 +122,7 @@ pub const SUPPORTED: [&str; 31] = [
     "qwen3_vl_text",
     "qwen3_vl_moe",
     "qwen3_vl_moe_text",
+    "nemotron_h",
 ];
 
 /// Architectures with Multi-head Latent Attention (DeepSeek-V3's, which Kimi-K2 reuses).
@@ -159,10 +160,30 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
         None => v,
     };
     let hidden = need(v, &["hidden_size"], source, &arch)?;
-    let layers = need(v, &["num_hidden_layers"], source, &arch)?;
+    let layers = match field(v, &["num_hidden_layers"], source)? {
+        Some(l) => l,
+        // Newer Nemotron-H configs (Nemotron 3 Ultra) list their blocks and leave the count to
+        // the list's length, as transformers' NemotronHConfig derives it.
+        None if arch == "nemotron_h" => match v.get("layers_block_type").and_then(Value::as_array) {
+            Some(a) if a.len() <= MAX_FIELD as usize => a.len() as u32,
+            _ => need(v, &["num_hidden_layers"], source, &arch)?,
+        },
+        None => need(v, &["num_hidden_layers"], source, &arch)?,
+    };
     let attention = read_attention(v, source, &arch, hidden)?;
-    let moe = read_moe(v, source, &arch)?;
+    // Nemotron-H's layers are single-operation blocks (Mamba-2, attention, MLP, MoE).
+    let blocks = if arch == "nemotron_h" { Some(read_nemotron_blocks(v, source, layers)?) } else { None };
+    let moe = match (&blocks, read_moe(v, source, &arch)?) {
+        (Some(b), _) if b.moe == 0 => None,
+        (Some(_), None) => {
+            return Err(ModelError::Input(format!(
+                "{source}: the block list has MoE blocks (E) but no \"n_routed_experts\" above 1 says how many experts they hold"
+            )))
+        }
+        (_, m) => m,
+    };
     let dense_layers = match &moe {
+        _ if blocks.is_some() => blocks.as_ref().map_or(0, |b| b.mlp),
         None => layers,
         Some(_) if QWEN_MOE_ARCHS.contains(&arch.as_str()) => qwen_dense_layers(v, source, layers)?,
         Some(_) if arch == "llama4" => llama4_dense_layers(v, source, layers)?,
@@ -174,12 +195,26 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
         }
         _ => None,
     };
-    let layer_counts = read_layer_kinds(v, source, &arch, layers, dsa.is_some())?;
+    let layer_counts = match &blocks {
+        Some(b) => b.mixers,
+        None => read_layer_kinds(v, source, &arch, layers, dsa.is_some())?,
+    };
+    // Blocks with a mixer have no FFN in Nemotron-H; every other family's layer has both.
+    let ffn_free_layers = blocks.as_ref().map_or(0, |b| b.mixers.full + b.mixers.linear);
     let sliding_window = read_sliding_window(v, source, &arch, layer_counts)?;
-    let linear = if layer_counts.linear > 0 { Some(read_linear(v, source, &arch)?) } else { None };
+    let linear = match layer_counts.linear {
+        0 => None,
+        _ if blocks.is_some() => Some(read_mamba2(v, source, &arch)?),
+        _ => Some(read_linear(v, source, &arch)?),
+    };
     check_attn_type_list(v, source, &arch, layers)?;
     let qk_norm_across_heads = arch == "minimax_m2" && read_qk_norm(v, source)?;
-    let shape = LayerShape { layers, dense: dense_layers, moe: if moe.is_some() { layers - dense_layers.min(layers) } else { 0 } };
+    let moe_layers = match (&moe, &blocks) {
+        (None, _) => 0,
+        (Some(_), Some(b)) => b.moe,
+        (Some(_), None) => layers - dense_layers.min(layers),
+    };
+    let shape = LayerShape { layers, dense: dense_layers, moe: moe_layers };
     // The checkpoint's quantization_config: at the top, or in a multimodal wrapper's text_config
     // (Moonshot's Kimi-K2.5 keeps its INT4 there).
     let text = root.get("text_config").filter(|t| t.is_object());
@@ -194,6 +229,10 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
         hidden,
         layers,
         dense_layers,
+        ffn_free_layers,
+        // Nemotron-H's MLP and experts are up and down projections around a squared ReLU
+        // (transformers' NemotronHMLP); the other families gate (SwiGLU).
+        ffn_gated: arch != "nemotron_h",
         // Llama 4's dense FFN layers are `intermediate_size_mlp` wide (16,384 when absent, as in
         // transformers' Llama4TextConfig); its `intermediate_size` is an expert's.
         ffn: match arch.as_str() {

@@ -11,8 +11,10 @@
 //!   applies only where the family's modelling code reads it (Qwen's needs
 //!   `use_sliding_window: true`); a layer kind or window servetune cannot model is refused, naming
 //!   the field and the value.
+//! - Nemotron-H's layers are single-operation blocks ([`read_nemotron_blocks`]): Mamba-2,
+//!   attention, MLP or MoE, from `hybrid_override_pattern` or `layers_block_type`.
 //! - Linear-attention layers read their key and value heads and head dimensions and the
-//!   convolution kernel; MiniMax-M2's `attn_type_list` must be all softmax attention (its lightning
+//!   convolution kernel (Mamba-2: groups, state size, heads and head dimension); MiniMax-M2's `attn_type_list` must be all softmax attention (its lightning
 //!   attention is not modelled), and its QK norm may span the heads.
 //! - Experts: the routed count (more than one makes a MoE model), top-k, an expert's FFN width,
 //!   shared experts and their width. Which layers are dense: DeepSeek's `first_k_dense_replace`,
@@ -25,7 +27,7 @@
 use serde_json::Value;
 
 use super::config::{field, need, HYBRID_ARCHS, MLA_ARCHS, OPT_IN_SLIDING_ARCHS, SLIDING_ARCHS};
-use super::{Attention, LayerCounts, LayerKind, LinearAttention, Moe};
+use super::{Attention, LayerCounts, LayerKind, LinearAttention, LinearMixer, Moe};
 use crate::ModelError;
 
 pub(super) fn read_attention(v: &Value, source: &str, arch: &str, hidden: u32) -> Result<Attention, ModelError> {
@@ -40,7 +42,9 @@ pub(super) fn read_attention(v: &Value, source: &str, arch: &str, hidden: u32) -
             v_head_dim: need(v, &["v_head_dim"], source, arch)?,
         });
     }
-    let head_dim = match field(v, &["head_dim"], source)? {
+    // Nemotron-H's first configs name it `attention_head_dim`.
+    let head_keys: &[&str] = if arch == "nemotron_h" { &["head_dim", "attention_head_dim"] } else { &["head_dim"] };
+    let head_dim = match field(v, head_keys, source)? {
         Some(d) => d,
         None if heads == 0 => {
             return Err(ModelError::Input(format!("{source}: field \"num_attention_heads\" is 0: a model needs at least one head")))
@@ -291,21 +295,26 @@ pub(super) fn read_indexer_layers(v: &Value, source: &str, layers: u32) -> Resul
     }
 }
 
+/// Bytes per element of the recurrent state from `key`, `absent` when the config does not say.
+fn read_state_bytes(v: &Value, source: &str, key: &str, absent: u32) -> Result<u32, ModelError> {
+    match v.get(key) {
+        None | Some(Value::Null) => Ok(absent),
+        Some(x) => match x.as_str() {
+            Some("float32") => Ok(4),
+            Some("bfloat16" | "float16") => Ok(2),
+            _ => Err(ModelError::Input(format!(
+                "{source}: field {key:?} is {x}, which servetune does not understand (known: float32, bfloat16, float16)"
+            ))),
+        },
+    }
+}
+
 /// Gated DeltaNet's shape (Qwen3-Next, Qwen3.5).
 pub(super) fn read_linear(v: &Value, source: &str, arch: &str) -> Result<LinearAttention, ModelError> {
-    let state_bytes = match v.get("mamba_ssm_dtype") {
-        None | Some(Value::Null) => 2,
-        Some(x) => match x.as_str() {
-            Some("float32") => 4,
-            Some("bfloat16" | "float16") => 2,
-            _ => {
-                return Err(ModelError::Input(format!(
-                    "{source}: field \"mamba_ssm_dtype\" is {x}, which servetune does not understand (known: float32, bfloat16, float16)"
-                )))
-            }
-        },
-    };
+    // Absent: 2, the engines' `--mamba-ssm-cache-dtype auto` keeps the model's bf16.
+    let state_bytes = read_state_bytes(v, source, "mamba_ssm_dtype", 2)?;
     let la = LinearAttention {
+        mixer: LinearMixer::GatedDeltaNet,
         key_heads: need(v, &["linear_num_key_heads"], source, arch)?,
         value_heads: need(v, &["linear_num_value_heads"], source, arch)?,
         key_head_dim: need(v, &["linear_key_head_dim"], source, arch)?,
@@ -380,7 +389,13 @@ pub(super) fn read_moe(v: &Value, source: &str, arch: &str) -> Result<Option<Moe
     // Every Llama 4 MoE layer has one shared expert of an expert's size (transformers' Llama4TextMoe).
     let shared_default = if arch == "llama4" { 1 } else { 0 };
     let shared_experts = field(v, &["n_shared_experts"], source)?.unwrap_or(shared_default);
-    let shared_ffn = field(v, &["shared_expert_intermediate_size"], source)?.unwrap_or(shared_experts.saturating_mul(expert_ffn));
+    let shared_ffn = field(v, &["shared_expert_intermediate_size", "moe_shared_expert_intermediate_size"], source)?
+        .unwrap_or(shared_experts.saturating_mul(expert_ffn));
+    // LatentMoE (Nemotron-3 Super): the routed experts run at `moe_latent_size`.
+    let latent = if arch == "nemotron_h" { field(v, &["moe_latent_size"], source)? } else { None };
+    if latent == Some(0) {
+        return Err(ModelError::Input(format!("{source}: field \"moe_latent_size\" is 0: it must be at least 1 (or null)")));
+    }
     Ok(Some(Moe {
         experts,
         top_k,
@@ -389,5 +404,96 @@ pub(super) fn read_moe(v: &Value, source: &str, arch: &str) -> Result<Option<Moe
         expert_ffn,
         shared_ffn,
         bias: arch == "gpt_oss",
+        latent,
     }))
+}
+
+/// Nemotron-H's blocks by kind.
+pub(super) struct Blocks {
+    /// Token mixers: attention blocks as full attention, Mamba-2 blocks as linear.
+    pub(super) mixers: LayerCounts,
+    /// MLP (dense FFN) blocks.
+    pub(super) mlp: u32,
+    /// MoE blocks.
+    pub(super) moe: u32,
+}
+
+/// Nemotron-H's blocks: each of its `num_hidden_layers` is one operation, named by a character of
+/// `hybrid_override_pattern` (`M` Mamba-2, `*` attention, `-` MLP, `E` MoE; transformers'
+/// `NemotronHConfig`) or, in newer configs, an entry of `layers_block_type` ("mamba", "attention",
+/// "mlp", "moe"), which wins where both are given.
+pub(super) fn read_nemotron_blocks(v: &Value, source: &str, layers: u32) -> Result<Blocks, ModelError> {
+    let kinds: Vec<char> = match (v.get("layers_block_type").filter(|x| !x.is_null()), v.get("hybrid_override_pattern").filter(|x| !x.is_null())) {
+        (Some(Value::Array(a)), _) => a
+            .iter()
+            .enumerate()
+            .map(|(i, t)| match t.as_str() {
+                Some("mamba") => Ok('M'),
+                Some("attention") => Ok('*'),
+                Some("mlp") => Ok('-'),
+                Some("moe") => Ok('E'),
+                _ => Err(ModelError::Input(format!(
+                    "{source}: field \"layers_block_type\" entry {i} is {t}, which servetune does not understand (known: mamba, attention, mlp, moe)"
+                ))),
+            })
+            .collect::<Result<_, _>>()?,
+        (Some(x), _) => return Err(ModelError::Input(format!("{source}: field \"layers_block_type\" is {x}, not a list of block kinds"))),
+        (None, Some(Value::String(p))) => {
+            if let Some((i, c)) = p.chars().enumerate().find(|(_, c)| !matches!(c, 'M' | '*' | '-' | 'E')) {
+                return Err(ModelError::Input(format!(
+                    "{source}: field \"hybrid_override_pattern\" character {i} is {c:?}, which servetune does not understand (known: M Mamba-2, * attention, - MLP, E MoE)"
+                )));
+            }
+            p.chars().collect()
+        }
+        (None, Some(x)) => return Err(ModelError::Input(format!("{source}: field \"hybrid_override_pattern\" is {x}, not a string"))),
+        (None, None) => {
+            return Err(ModelError::Input(format!(
+                "{source}: model_type \"nemotron_h\" needs the field \"hybrid_override_pattern\" (or \"layers_block_type\"), which is missing"
+            )))
+        }
+    };
+    if kinds.len() != layers as usize {
+        return Err(ModelError::Input(format!(
+            "{source}: the block list has {} entries but \"num_hidden_layers\" is {layers}: give one per layer",
+            kinds.len()
+        )));
+    }
+    let count = |c: char| kinds.iter().filter(|k| **k == c).count() as u32;
+    Ok(Blocks { mixers: LayerCounts { full: count('*'), sliding: 0, linear: count('M') }, mlp: count('-'), moe: count('E') })
+}
+
+/// Mamba-2's shape (Nemotron-H): `n_groups` groups of `ssm_state_size` for B and C,
+/// `mamba_num_heads` heads of `mamba_head_dim` for x, `conv_kernel`, and the state's type
+/// (`mamba_ssm_cache_dtype`, float32 in Nemotron-3's configs). Under `--mamba-ssm-cache-dtype
+/// auto` vLLM takes the config's type for NemotronH, float32 when it names none
+/// (`NemotronHForCausalLMConfig.DEFAULT_MAMBA_SSM_CACHE_DTYPE` in
+/// `vllm/model_executor/models/config.py`; float16 in releases before that default).
+pub(super) fn read_mamba2(v: &Value, source: &str, arch: &str) -> Result<LinearAttention, ModelError> {
+    let la = LinearAttention {
+        mixer: LinearMixer::Mamba2,
+        key_heads: need(v, &["n_groups"], source, arch)?,
+        value_heads: need(v, &["mamba_num_heads"], source, arch)?,
+        key_head_dim: need(v, &["ssm_state_size"], source, arch)?,
+        value_head_dim: need(v, &["mamba_head_dim"], source, arch)?,
+        conv_kernel: need(v, &["conv_kernel"], source, arch)?,
+        state_bytes: read_state_bytes(v, source, "mamba_ssm_cache_dtype", 4)?,
+    };
+    let sizes = [
+        ("n_groups", la.key_heads),
+        ("mamba_num_heads", la.value_heads),
+        ("ssm_state_size", la.key_head_dim),
+        ("mamba_head_dim", la.value_head_dim),
+        ("conv_kernel", la.conv_kernel),
+    ];
+    if let Some((name, _)) = sizes.iter().find(|(_, x)| *x == 0) {
+        return Err(ModelError::Input(format!("{source}: field {name:?} is 0: it must be at least 1")));
+    }
+    if !la.value_heads.is_multiple_of(la.key_heads) {
+        return Err(ModelError::Input(format!(
+            "{source}: field \"mamba_num_heads\" is {}: it must be a multiple of n_groups {}",
+            la.value_heads, la.key_heads
+        )));
+    }
+    Ok(la)
 }

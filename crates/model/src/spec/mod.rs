@@ -2,9 +2,9 @@
 //! published files under `crates/model/data/models/`, read by the same parser as `--model-config`),
 //! validating them, and parameter counts computed from the architecture.
 //!
-//! Layers are full attention, sliding-window attention (gpt-oss, Mistral) or Gated DeltaNet linear
-//! attention (Qwen3-Next, Qwen3.5), read from `layer_types` or the config class's documented
-//! default. A field the parser does not understand for the `model_type` is refused by name and
+//! Layers are full attention, sliding-window attention (gpt-oss, Mistral) or linear attention
+//! (Gated DeltaNet: Qwen3-Next, Qwen3.5; Mamba-2: Nemotron-H), read from `layer_types` (Nemotron-H:
+//! its block list) or the config class's documented default. A field the parser does not understand for the `model_type` is refused by name and
 //! value, never guessed.
 //!
 //! This file holds the types every other part of the model reads: [`ModelSpec`] and its parts
@@ -107,8 +107,8 @@ pub enum LayerKind {
     Full,
     /// Attention over the last `sliding_window` tokens (`sliding_attention`).
     Sliding,
-    /// Gated DeltaNet linear attention (`linear_attention`): a fixed-size recurrent state per
-    /// request instead of a KV cache.
+    /// Linear attention (`linear_attention`; Nemotron-H's Mamba-2 blocks): a fixed-size recurrent
+    /// state per request instead of a KV cache.
     Linear,
 }
 
@@ -130,15 +130,31 @@ pub struct LayerCounts {
     pub full: u32,
     /// Sliding-window attention layers.
     pub sliding: u32,
-    /// Gated DeltaNet linear-attention layers.
+    /// Linear-attention layers (Gated DeltaNet or Mamba-2).
     pub linear: u32,
 }
 
-/// Gated DeltaNet linear attention (Qwen3-Next, Qwen3.5): per request and layer it keeps a
-/// recurrent state of value_heads x key_head_dim x value_head_dim and a causal-convolution state of
-/// (2 x key_heads x key_head_dim + value_heads x value_head_dim) x (conv_kernel - 1).
+/// Which recurrent token mixer a linear layer runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LinearMixer {
+    /// Gated DeltaNet (Qwen3-Next, Qwen3.5): a fused q/k/v/z projection and a beta/alpha projection.
+    GatedDeltaNet,
+    /// Mamba-2 (Nemotron-H): one input projection to z, x, B, C and dt. Its shape maps onto the
+    /// same fields: B and C are `key_heads` = `n_groups` groups of `key_head_dim` =
+    /// `ssm_state_size`; x is `value_heads` = `mamba_num_heads` heads of `value_head_dim` =
+    /// `mamba_head_dim`; the state is heads x head_dim x state_size.
+    Mamba2,
+}
+
+/// A linear (recurrent) token mixer, Gated DeltaNet (Qwen3-Next, Qwen3.5) or Mamba-2
+/// (Nemotron-H): per request and layer it keeps a recurrent state of value_heads x key_head_dim x
+/// value_head_dim and a causal-convolution state of (2 x key_heads x key_head_dim + value_heads x
+/// value_head_dim) x (conv_kernel - 1).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct LinearAttention {
+    /// Which mixer it is.
+    pub mixer: LinearMixer,
     /// Key (and query) heads, `linear_num_key_heads`.
     pub key_heads: u32,
     /// Value heads, `linear_num_value_heads` (a multiple of the key heads).
@@ -160,19 +176,34 @@ impl LinearAttention {
         2.0 * self.key_heads as f64 * self.key_head_dim as f64 + self.value_heads as f64 * self.value_head_dim as f64
     }
 
-    /// Parameters of one layer: the fused q/k/v/z projection, the beta/alpha (decay) projection,
-    /// the convolution, per-head decay and bias, the gated norm and the output projection.
+    /// Parameters of one layer. Gated DeltaNet: the fused q/k/v/z projection, the beta/alpha
+    /// (decay) projection, the convolution, per-head decay and bias, the gated norm (one head's
+    /// width) and the output projection. Mamba-2 (transformers' and vLLM's `Mamba2Mixer`): one input
+    /// projection to z, x, B, C and one dt per head, the convolution with its bias, per-head dt
+    /// bias, A and D, the gated norm over the whole inner width, and the output projection.
     pub fn params(&self, hidden: u32) -> f64 {
         let h = hidden as f64;
         let key = self.key_heads as f64 * self.key_head_dim as f64;
         let value = self.value_heads as f64 * self.value_head_dim as f64;
         let vh = self.value_heads as f64;
-        h * (2.0 * key + 2.0 * value)
-            + h * 2.0 * vh
-            + self.conv_dim() * self.conv_kernel as f64
-            + 2.0 * vh
-            + self.value_head_dim as f64
-            + value * h
+        let conv = self.conv_dim() * self.conv_kernel as f64;
+        match self.mixer {
+            LinearMixer::GatedDeltaNet => {
+                h * (2.0 * key + 2.0 * value) + h * 2.0 * vh + conv + 2.0 * vh + self.value_head_dim as f64 + value * h
+            }
+            LinearMixer::Mamba2 => h * (2.0 * key + 2.0 * value + vh) + conv + self.conv_dim() + 3.0 * vh + value + value * h,
+        }
+    }
+
+    /// Kernels one decode step of one layer runs (see `Scenario::kernels_per_step`). Gated
+    /// DeltaNet: input norm, two input GEMMs, causal conv, gating, the recurrent update, gated
+    /// norm, output GEMM: 8. Mamba-2: input norm, the input GEMM, causal conv, the selective state
+    /// update, gated norm, output GEMM: 6.
+    pub fn kernels(&self) -> f64 {
+        match self.mixer {
+            LinearMixer::GatedDeltaNet => 8.0,
+            LinearMixer::Mamba2 => 6.0,
+        }
     }
 
     /// Bytes of state one request holds in one layer: (recurrent state, convolution state in bf16).
@@ -198,6 +229,10 @@ pub struct Moe {
     pub shared_ffn: u32,
     /// Experts carry biases (gpt-oss).
     pub bias: bool,
+    /// The width routed experts run at where it is not the hidden size (LatentMoE, Nemotron-3
+    /// Super's `moe_latent_size`): each MoE layer projects a token down to it before the experts
+    /// and back up after them; the shared expert runs at the hidden size.
+    pub latent: Option<u32>,
 }
 
 /// A model, as the performance model needs it.
@@ -209,12 +244,22 @@ pub struct ModelSpec {
     pub arch: String,
     /// Hidden size.
     pub hidden: u32,
-    /// Transformer layers (the MTP layer is not counted).
+    /// Transformer layers (the MTP layer is not counted). In a model of single-operation blocks
+    /// (Nemotron-H: each of its `num_hidden_layers` is a Mamba-2, attention, MLP or MoE block) a
+    /// layer is one block, and [`Self::ffn_free_layers`] says how many have no FFN.
     pub layers: u32,
-    /// The first layers with a dense FFN instead of experts (all of them for dense models).
+    /// Layers with a dense FFN instead of experts (all of them for dense models; for DeepSeek the
+    /// first `first_k_dense_replace`).
     pub dense_layers: u32,
+    /// Layers with a token mixer and no FFN (Nemotron-H's Mamba-2 and attention blocks; 0 for
+    /// every model whose layers are attention then FFN). Layers with an FFN and no mixer are the
+    /// layers less the mixers ([`Self::mixer_layers`]).
+    pub ffn_free_layers: u32,
     /// Dense FFN intermediate size.
     pub ffn: u32,
+    /// The FFNs (dense, experts and shared experts) are gated, three matrices (gate, up, down,
+    /// SwiGLU); false for a plain two-matrix FFN (up, down: Nemotron-H's squared ReLU).
+    pub ffn_gated: bool,
     /// Vocabulary size.
     pub vocab: u32,
     /// The LM head shares the embedding table.

@@ -29,7 +29,7 @@ pub struct ParamCounts {
     pub routed_experts: f64,
     /// Shared experts.
     pub shared_experts: f64,
-    /// Routers.
+    /// Routers, and a latent MoE's projections to and from its latent width.
     pub router: f64,
     /// Embedding table.
     pub embeddings: f64,
@@ -48,12 +48,39 @@ pub struct ParamCounts {
 }
 
 impl ModelSpec {
-    /// Layers with routed experts.
+    /// Layers with routed experts: those with an FFN ([`Self::ffn_layers`]) that is not dense.
     pub fn moe_layers(&self) -> u32 {
         if self.moe.is_some() {
-            self.layers - self.dense_layers
+            self.layers.saturating_sub(self.dense_layers + self.ffn_free_layers)
         } else {
             0
+        }
+    }
+
+    /// Layers with a token mixer (attention of any kind, or a linear mixer): all of them but
+    /// Nemotron-H's MLP and MoE blocks.
+    pub fn mixer_layers(&self) -> u32 {
+        let c = self.layer_counts;
+        c.full + c.sliding + c.linear
+    }
+
+    /// Layers with an FFN, dense or experts: all of them but Nemotron-H's mixer blocks.
+    pub fn ffn_layers(&self) -> u32 {
+        self.dense_layers + self.moe_layers()
+    }
+
+    /// Operations per forward pass whose output a tensor-parallel group all-reduces: each token
+    /// mixer and each FFN (two per layer of attention then FFN; one per Nemotron-H block).
+    pub fn tp_reductions(&self) -> u32 {
+        self.mixer_layers() + self.ffn_layers()
+    }
+
+    /// Weight matrices of one FFN or expert: 3 gated (gate, up, down), 2 plain (up, down).
+    pub fn ffn_matrices(&self) -> f64 {
+        if self.ffn_gated {
+            3.0
+        } else {
+            2.0
         }
     }
 
@@ -111,22 +138,27 @@ impl ModelSpec {
     /// counted: it serves only speculative decoding).
     pub fn params(&self) -> ParamCounts {
         let h = self.hidden as f64;
-        let l = self.layers as f64;
         let linear = self.linear.map_or(0.0, |la| la.params(self.hidden) * self.layer_counts.linear as f64);
         let attention = self.attention_params_per_layer() * self.kv_layers() as f64 + linear;
-        let dense_ffn = 3.0 * h * self.ffn as f64 * self.dense_layers as f64;
+        let mats = self.ffn_matrices();
+        let dense_ffn = mats * h * self.ffn as f64 * self.dense_layers as f64;
         let (mut routed, mut shared, mut router, mut per_expert, mut active_routed) = (0.0, 0.0, 0.0, 0.0, 0.0);
         if let Some(m) = self.moe {
             let ml = self.moe_layers() as f64;
-            per_expert = 3.0 * h * m.expert_ffn as f64 + if m.bias { 2.0 * m.expert_ffn as f64 + h } else { 0.0 };
+            // A latent MoE's experts run at the latent width.
+            let width = m.latent.map_or(h, |d| d as f64);
+            per_expert = mats * width * m.expert_ffn as f64 + if m.bias { 2.0 * m.expert_ffn as f64 + width } else { 0.0 };
             routed = per_expert * m.experts as f64 * ml;
-            shared = 3.0 * h * m.shared_ffn as f64 * ml;
-            router = h * m.experts as f64 * ml + if m.bias { m.experts as f64 * ml } else { 0.0 };
+            shared = mats * h * m.shared_ffn as f64 * ml;
+            // The router, and a latent MoE's projections down to the latent and back up.
+            let projections = m.latent.map_or(0.0, |d| 2.0 * h * d as f64);
+            router = (h * m.experts as f64 + projections) * ml + if m.bias { m.experts as f64 * ml } else { 0.0 };
             active_routed = per_expert * m.top_k as f64 * ml;
         }
         let embeddings = self.vocab as f64 * h;
         let lm_head = if self.tied_embeddings { 0.0 } else { self.vocab as f64 * h };
-        let norms = 2.0 * h * l + h;
+        // One norm before each mixer and each FFN, and the final norm.
+        let norms = h * self.tp_reductions() as f64 + h;
         let total = attention + dense_ffn + routed + shared + router + embeddings + lm_head + norms;
         let active_non_embedding = attention + dense_ffn + active_routed + shared + router + norms;
         ParamCounts {

@@ -371,11 +371,83 @@ fn python_float_tokens_outside_strings_are_read_as_null() {
     assert_eq!(python_floats_as_null(r#"{"NaN": 1, "a": NaNx}"#), None, "inside a string, or not a whole token");
     let e = from_hf_config(r#"{"a": Infinity,}"#, "c.json").expect_err("still not JSON");
     assert!(e.to_string().contains("c.json: not valid JSON"), "{e}");
-    // NVIDIA's Nemotron-3 Super config ends time_step_limit in Infinity: it parses, and is then
-    // refused by its architecture.
-    let e = from_hf_config(include_str!("../../tests/configs/nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8.json"), "n.json")
-        .expect_err("nemotron_h");
-    assert!(e.to_string().contains("field \"model_type\" is \"nemotron_h\""), "{e}");
+    // NVIDIA's Nemotron-3 Super config ends time_step_limit in Infinity: it parses.
+    let m = from_hf_config(include_str!("../../tests/configs/nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8.json"), "n.json")
+        .expect("nemotron_h");
+    assert_eq!(m.arch, "nemotron_h");
+}
+
+fn print_counts(name: &str, m: &ModelSpec) {
+    let p = m.params();
+    println!("{name}: total {:.3}B active {:.3}B non-emb {:.3}B", p.total / 1e9, p.active / 1e9, p.active_non_embedding / 1e9);
+}
+
+/// Nemotron-H's layers are single-operation blocks: the pattern's characters are counted as
+/// mixers (attention full, Mamba-2 linear) without an FFN, and MLP or MoE blocks without a mixer.
+/// NVIDIA's model cards: Nemotron-3 Nano 30B-A3B has 31.6B parameters, 3.2B active (3.6B with
+/// the embeddings and LM head); Nemotron-3 Super 120B-A12B has 120B, 12B active (12.7B with the
+/// embeddings and LM head, as counted here).
+#[test]
+fn nemotron_h_blocks_are_counted_as_mixers_and_ffns_and_match_the_model_cards() {
+    let nano = catalog("nemotron-3-nano-30b-a3b").expect("catalog");
+    print_counts("nano", &nano);
+    assert_eq!(nano.layer_counts, LayerCounts { full: 6, sliding: 0, linear: 23 });
+    assert_eq!((nano.layers, nano.dense_layers, nano.ffn_free_layers, nano.moe_layers()), (52, 0, 29, 23));
+    assert_eq!((nano.mixer_layers(), nano.ffn_layers(), nano.tp_reductions()), (29, 23, 52));
+    assert!(!nano.ffn_gated, "squared ReLU: up and down only");
+    let la = nano.linear.expect("mamba");
+    assert_eq!(
+        (la.mixer, la.key_heads, la.value_heads, la.key_head_dim, la.value_head_dim, la.state_bytes),
+        (LinearMixer::Mamba2, 8, 64, 128, 64, 4)
+    );
+    // State per request and layer: 64 heads x 64 x 128 in fp32, and the conv's (4096 + 2 x 8 x 128) x 3 in bf16.
+    assert_eq!(la.state_bytes_per_layer(), (64.0 * 64.0 * 128.0 * 4.0, (4096.0 + 2048.0) * 3.0 * 2.0));
+    let p = nano.params();
+    assert!(within(p.total, 31.6e9, 0.02), "total {:.2}B", p.total / 1e9);
+    // 3.2B is the count with the LM head (gpt-oss's convention), 3.6B with the embeddings too.
+    assert!(within(p.active_non_embedding + p.lm_head, 3.2e9, 0.02), "active {:.2}B", (p.active_non_embedding + p.lm_head) / 1e9);
+    assert!(within(p.active, 3.6e9, 0.02), "active with embeddings {:.2}B", p.active / 1e9);
+
+    let sup =
+        from_hf_config(include_str!("../../tests/configs/nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8.json"), "s.json").expect("super");
+    print_counts("super", &sup);
+    assert_eq!(sup.moe.expect("moe").latent, Some(1024));
+    assert_eq!((sup.layers, sup.mixer_layers() + sup.ffn_layers()), (88, 88));
+    let p = sup.params();
+    assert!(within(p.total, 120e9, 0.02), "total {:.2}B", p.total / 1e9);
+    assert!(within(p.active, 12.7e9, 0.02), "active {:.2}B", p.active / 1e9);
+
+    // The newer list spelling reads the same blocks; an unknown block is refused by name.
+    let mut v: Value = serde_json::from_str(include_str!("../../data/models/nemotron-3-nano-30b-a3b.json")).expect("json");
+    let blocks: Vec<&str> = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
+        .chars()
+        .map(|c| match c {
+            'M' => "mamba",
+            'E' => "moe",
+            _ => "attention",
+        })
+        .collect();
+    let t = v.as_object_mut().expect("object");
+    t.remove("hybrid_override_pattern");
+    t.insert("layers_block_type".into(), serde_json::json!(blocks));
+    let listed = from_hf_config(&v.to_string(), "l.json").expect("layers_block_type");
+    assert_eq!(listed.params(), nano.params());
+    // Nemotron 3 Ultra's config states no num_hidden_layers: the list's length is the count.
+    let mut uncounted = v.clone();
+    uncounted.as_object_mut().expect("object").remove("num_hidden_layers");
+    assert_eq!(from_hf_config(&uncounted.to_string(), "u.json").expect("counted by the list").layers, 52);
+    uncounted.as_object_mut().expect("object").remove("layers_block_type");
+    let e = from_hf_config(&uncounted.to_string(), "u.json").expect_err("no count, no list");
+    assert!(e.to_string().contains("u.json: model_type \"nemotron_h\" needs the field \"num_hidden_layers\""), "{e}");
+    let bad = v.to_string().replacen("\"mamba\"", "\"mamba3\"", 1);
+    let e = from_hf_config(&bad, "l.json").expect_err("unknown block");
+    assert!(e.to_string().contains("l.json: field \"layers_block_type\" entry 0 is \"mamba3\""), "{e}");
+    let short = include_str!("../../data/models/nemotron-3-nano-30b-a3b.json").replacen("MEMEM*E", "MEMEM*", 1);
+    let e = from_hf_config(&short, "p.json").expect_err("51 blocks");
+    assert!(e.to_string().contains("has 51 entries but \"num_hidden_layers\" is 52"), "{e}");
+    let odd = include_str!("../../data/models/nemotron-3-nano-30b-a3b.json").replacen("MEMEM*E", "MEMEM#E", 1);
+    let e = from_hf_config(&odd, "p.json").expect_err("#");
+    assert!(e.to_string().contains("\"hybrid_override_pattern\" character 5 is '#'"), "{e}");
 }
 
 #[test]
