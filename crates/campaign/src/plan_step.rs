@@ -153,8 +153,8 @@ pub enum FittedTo {
     SweepRun,
 }
 
-/// The parallelism and cap of one experiment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// The parallelism, cap and memory settings of one experiment.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Layout {
     /// Tensor parallelism.
     pub tp: u32,
@@ -168,6 +168,10 @@ pub struct Layout {
     /// decides for the checkpoint and release. Absent in journals written before it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_cache: Option<servetune_model::quant::KvDtype>,
+    /// The share of GPU memory the engine was told to take (`mem_fraction`); None: its default,
+    /// which the model applies by engine. Absent in journals written before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_fraction: Option<f64>,
 }
 
 /// A prediction: best output tok/s under the goal, at which concurrency.
@@ -192,7 +196,7 @@ pub struct Alternative {
 
 /// Checks that the model can price this campaign (catalog model, GPU, quant, link).
 pub fn check(mb: &ModelBox) -> Result<(), String> {
-    scenario(mb, Layout { tp: mb.gpus, pp: 1, ep: 1, max_running: None, kv_cache: None }).map(|_| ())
+    scenario(mb, Layout { tp: mb.gpus, pp: 1, ep: 1, max_running: None, kv_cache: None, mem_fraction: None }).map(|_| ())
 }
 
 /// The scenario of `mb` under `l`, built and validated by the model's own `ScenarioSpec` (the
@@ -209,6 +213,7 @@ pub fn scenario(mb: &ModelBox, l: Layout) -> Result<Scenario, String> {
     spec.output_len = mb.output_len;
     spec.max_running = l.max_running;
     spec.quant.kv_cache = l.kv_cache;
+    spec.mem_fraction = l.mem_fraction;
     spec.engine = mb.serving;
     spec.engine_version = mb.release_version();
     spec.allreduce = mb.allreduce.as_ref().map(|(_, m)| m.clone());
@@ -341,7 +346,14 @@ pub fn better_plans(mb: &ModelBox, l: Layout) -> Vec<Alternative> {
         .into_iter()
         .filter(|r| r.plan != base.plan && !r.plan.dp_attention && r.plan.dp() == 1)
         .filter_map(|r| {
-            let layout = Layout { tp: r.plan.tp, pp: r.plan.pp, ep: r.plan.ep, max_running: l.max_running, kv_cache: l.kv_cache };
+            let layout = Layout {
+                tp: r.plan.tp,
+                pp: r.plan.pp,
+                ep: r.plan.ep,
+                max_running: l.max_running,
+                kv_cache: l.kv_cache,
+                mem_fraction: l.mem_fraction,
+            };
             let predicted = predict(mb, layout)?;
             (predicted.output_tok_s > current.output_tok_s).then_some(Alternative { layout, label: r.label, predicted })
         })
@@ -598,7 +610,7 @@ mod tests {
             calibration: None,
             allreduce: None,
         };
-        let l = Layout { tp: 8, pp: 1, ep: 1, max_running: None, kv_cache: None };
+        let l = Layout { tp: 8, pp: 1, ep: 1, max_running: None, kv_cache: None, mem_fraction: None };
         let staged = servetune_model::hw::link("pcie-host-staged").expect("link");
         // A box whose NCCL all-reduce takes three times the model's.
         let pts = (10..=27).map(|p| 2f64.powi(p)).map(|b| (b, 3.0 * servetune_model::comm::nccl(&staged, 8, b).us + 6.0)).collect();
@@ -640,7 +652,7 @@ mod tests {
     #[test]
     fn a_prediction_is_the_sweeps_own_run_in_virtual_time_and_plateaus_at_the_cap() {
         let mb = glm_box("pcie5-p2p", 128);
-        let l = Layout { tp: 8, pp: 1, ep: 1, max_running: Some(64), kv_cache: None };
+        let l = Layout { tp: 8, pp: 1, ep: 1, max_running: Some(64), kv_cache: None, mem_fraction: None };
         let s = scenario(&mb, l).expect("prices");
         let w = Workload { requests: Some(128), input: LengthDist::Fixed { len: 64 }, output: LengthDist::Fixed { len: 32 }, seed: 0 };
         for c in [32, 64, 128] {
@@ -661,7 +673,7 @@ mod tests {
     #[test]
     fn a_latency_objective_is_judged_at_its_own_percentile_of_the_sweeps_run() {
         let base = ModelBox { sweep: vec![128], input_len: 2048, ..glm_box("pcie5-p2p", 128) };
-        let l = Layout { tp: 8, pp: 1, ep: 1, max_running: None, kv_cache: None };
+        let l = Layout { tp: 8, pp: 1, ep: 1, max_running: None, kv_cache: None, mem_fraction: None };
         let s = scenario(&base, l).expect("prices");
         let run = PlanBench.run(&s, &workload(&base, 128), 128);
         assert!(run.ttft_ms.p99 > 1.5 * run.ttft_ms.p50, "the queue spreads TTFT: {:?}", run.ttft_ms);
@@ -679,7 +691,7 @@ mod tests {
     /// requests), not simulated request by request.
     #[test]
     fn a_huge_sweep_is_priced_on_a_capped_virtual_run() {
-        let l = Layout { tp: 8, pp: 1, ep: 1, max_running: None, kv_cache: None };
+        let l = Layout { tp: 8, pp: 1, ep: 1, max_running: None, kv_cache: None, mem_fraction: None };
         let capped = predict_at(&glm_box("pcie5-p2p", virtual_requests_cap(64)), l, 64);
         assert!(capped.is_some_and(|r| r > 0.0), "{capped:?}");
         assert_eq!(predict_at(&glm_box("pcie5-p2p", 1_000_000_000), l, 64), capped);
@@ -693,7 +705,7 @@ mod tests {
     #[test]
     fn a_sweep_that_plateaus_at_the_cap_calibrates_within_the_models_held_out_error() {
         let mb = glm_box("pcie-host-staged", 128);
-        let l = Layout { tp: 8, pp: 1, ep: 1, max_running: Some(64), kv_cache: None };
+        let l = Layout { tp: 8, pp: 1, ep: 1, max_running: Some(64), kv_cache: None, mem_fraction: None };
         let own = scenario(&mb, l).expect("prices");
         let truth = Scenario { engine: Factors::StepScale { step_scale: 1.3 }.apply(&own.engine), ..own.clone() };
         let measured: Vec<(u32, f64)> = mb.sweep.iter().map(|&c| (c, client_rate(&truth, &mb, c))).collect();

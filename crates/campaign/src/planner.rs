@@ -148,6 +148,7 @@ pub fn layout(knobs: &KnobValues, gpus: u32) -> Layout {
         ep: knobs.ep.unwrap_or(1),
         max_running: knobs.max_running,
         kv_cache: knobs.kv_cache,
+        mem_fraction: knobs.mem_fraction,
     }
 }
 
@@ -202,7 +203,7 @@ pub fn plan(v: &View<'_>) -> Verdict {
     if let Some((e, r)) = best {
         runs.extend(plan_rank(v, e, lay));
         runs.extend(running_cap(v, e, r, lay));
-        runs.extend(kv_full(v, e, r));
+        runs.extend(kv_full(v, e, r, lay));
         asks.extend(moe_question(v, lay));
     }
     let by_gain = |a: &Step, b: &Step| b.gain.unwrap_or(0.0).total_cmp(&a.gain.unwrap_or(0.0));
@@ -486,16 +487,22 @@ fn running_cap(v: &View<'_>, best: &Experiment, r: &BenchSummary, lay: Layout) -
 }
 
 /// The share of GPU memory taken as the start when an experiment did not set `mem_fraction` (the
-/// engine chose it): vLLM's default utilization is 0.9 and SGLang picks a static fraction near it
-/// on large GPUs. A step from it says that it assumed it.
+/// engine chose it) and there is no model to say the engine's default: vLLM's default utilization
+/// is 0.9 and SGLang picks a static fraction near it on large GPUs. A step from it says that it
+/// assumed it.
 const UNSET_MEM_FRACTION: f64 = 0.88;
 
-fn kv_full(v: &View<'_>, best: &Experiment, r: &BenchSummary) -> Option<Step> {
+/// The KV cache filled: give it more memory, priced by the model at the concurrency where it
+/// filled (the memory share moves the cache's capacity, and with it the running batch).
+fn kv_full(v: &View<'_>, best: &Experiment, r: &BenchSummary, lay: Layout) -> Option<Step> {
     let knob = v.engine.knob("mem_fraction")?;
     let full = r.points.iter().find(|p| p.server_max_kv_usage.is_some_and(|k| k >= 0.99))?;
-    let (cur, assumed) = match best.values.mem_fraction {
-        Some(x) => (x, ""),
-        None => (UNSET_MEM_FRACTION, " (unset: the engine's own, taken as 0.88)"),
+    // Unset: the engine's own share, as the model applies it by engine (else the constant).
+    let engine_default = v.model.as_ref().and_then(|m| plan_step::scenario(m, lay).ok()).map(|s| s.engine.mem_fraction);
+    let (cur, assumed) = match (best.values.mem_fraction, engine_default) {
+        (Some(x), _) => (x, String::new()),
+        (None, Some(d)) => (d, " (unset: the engine's default)".to_string()),
+        (None, None) => (UNSET_MEM_FRACTION, format!(" (unset: the engine's own, taken as {UNSET_MEM_FRACTION})")),
     };
     let new = ((cur + 0.04) * 100.0).round() / 100.0;
     let mut knobs = best.knobs.clone();
@@ -503,16 +510,26 @@ fn kv_full(v: &View<'_>, best: &Experiment, r: &BenchSummary) -> Option<Step> {
     if tried(v, &knobs) || v.engine.check_knobs(&knobs).is_err() {
         return None;
     }
+    let conc = full.concurrency;
+    let price = |m: &ModelBox| {
+        let cur = plan_step::predict_at(m, Layout { mem_fraction: Some(cur), ..lay }, conc);
+        (cur, plan_step::predict_at(m, Layout { mem_fraction: Some(new), ..lay }, conc))
+    };
+    let ((cur_tok, new_tok), raw_gain, calibrated_on) = priced(v, price);
     Some(Step {
         title: format!("give the KV cache more memory ({} {cur}{assumed} -> {new}); an fp8 KV cache is the other way", knob.name),
         source: StepSource::KvFull,
         kind: StepKind::Runnable { knobs },
-        gain: None,
-        raw_gain: None,
-        calibrated_on: None,
-        current_tok_s: None,
-        predicted_tok_s: None,
-        basis: format!("KV usage reached {:.0}% at concurrency {}", full.server_max_kv_usage.unwrap_or(1.0) * 100.0, full.concurrency),
+        gain: gain_of(cur_tok, new_tok),
+        raw_gain,
+        calibrated_on,
+        current_tok_s: cur_tok,
+        predicted_tok_s: new_tok,
+        basis: format!(
+            "KV usage reached {:.0}% at concurrency {conc}{}",
+            full.server_max_kv_usage.unwrap_or(1.0) * 100.0,
+            calibration_words(raw_gain, calibrated_on)
+        ),
         evidence: vec![Evidence::Experiment(best.id)],
     })
 }
@@ -643,7 +660,7 @@ mod tests {
     /// leaves the current release's defaults.
     #[test]
     fn a_reported_engine_release_brings_its_defaults_and_another_engines_version_does_not() {
-        let layout = crate::plan_step::Layout { tp: 8, pp: 1, ep: 1, max_running: None, kv_cache: None };
+        let layout = crate::plan_step::Layout { tp: 8, pp: 1, ep: 1, max_running: None, kv_cache: None, mem_fraction: None };
         let graphs = |m: ModelBox| crate::plan_step::scenario(&m, layout).expect("prices").engine.prefill_graphs;
         assert!(!graphs(model().with_engine_version("sglang", Some("0.4.6".into()))));
         assert!(graphs(model().with_engine_version("sglang", Some("0.5.12".into()))));
@@ -723,6 +740,42 @@ mod tests {
     }
 
     const BASE: [(&str, &str); 4] = [("tp", "8"), ("pp", "1"), ("ep", "1"), ("max_running", "4")];
+
+    /// A sweep whose KV cache filled gets a step that raises the memory share, priced by the model
+    /// at the concurrency where it filled: Qwen3-30B-A3B in BF16 on one 96 GB GPU with 30k-token
+    /// prompts holds a handful of requests, so 4 more points of memory run more of them. Unset, the
+    /// share starts from vLLM's own default (0.9), not the constant for a campaign without a model.
+    #[test]
+    fn a_full_kv_cache_raises_the_memory_share_with_the_models_gain() {
+        let m = ModelBox { gpus: 1, input_len: 30_000, output_len: 2_000, serving: servetune_model::predict::EngineName::Vllm, ..model() };
+        let f = BoxFacts { gpus: 1, ..facts() };
+        let mut full = point(32, 300.0, 6.0, 26.0);
+        full.server_max_kv_usage = Some(1.0);
+        let g = Goal { text: "output_tok_s>=1e6".into(), output_tok_s: 1e6, slos: None };
+        let eng = crate::engine::find(&crate::engine::builtins(), "vllm").expect("vllm");
+        for (knobs, from) in [(vec![("tp", "1")], "0.9"), (vec![("tp", "1"), ("mem_fraction", "0.85")], "0.85")] {
+            let e = exp(&knobs, vec![point(4, 100.0, 4.0, 0.0), full.clone()]);
+            let v = View {
+                goal: &g,
+                engine: &eng,
+                facts: &f,
+                probe_findings: Vec::new(),
+                experiments: vec![&e],
+                findings: &[],
+                questions: &[],
+                model: Some(m.clone()),
+                base_knobs: e.knobs.clone(),
+                base_values: e.values,
+            };
+            let lay = layout(&e.values, 1);
+            let r = e.result.as_ref().expect("result");
+            let step = kv_full(&v, &e, r, lay).expect("a memory step");
+            assert!(step.title.contains(&format!("mem_fraction {from}")), "{}", step.title);
+            assert!(step.gain.is_some_and(|g| g > 1.0), "{step:?}");
+            assert!(step.predicted_tok_s > step.current_tok_s, "{step:?}");
+            assert!(step.basis.contains("KV usage reached 100% at concurrency 32"), "{}", step.basis);
+        }
+    }
 
     #[test]
     fn queued_behind_the_cap_on_a_plateau_raises_the_cap_with_the_models_gain() {
