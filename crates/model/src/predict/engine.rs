@@ -21,7 +21,7 @@ use super::{BatchDefaults, Overlap};
 use crate::ModelError;
 
 /// [`Engine::cdna3_floor_scale`]'s default: fitted on the fit set's CDNA 3 rows (see there).
-pub const CDNA3_FLOOR_SCALE: f64 = 1.8;
+pub const CDNA3_FLOOR_SCALE: f64 = 1.9;
 
 /// Engine behaviour the prediction assumes: every default names its source.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -77,7 +77,9 @@ pub struct Engine {
     /// never the test set: 22.5 us in step 22, 25 us since [`Self::ep_imbalance`] was fitted in
     /// step 23, 40 us since the refit on the dated extension of 2026-12-05 (with the per-kernel
     /// floor then 5.3 us and the MoE efficiency 0.50; `validate::tests::joint_refit_on_the_fit_set`),
-    /// kept by the refit of 2026-12-06 after the engines' KV-cache default (floor 5.2 us); one figure for every engine and GPU (the fit set cannot tell them
+    /// kept by the refit of 2026-12-06 after the engines' KV-cache default (floor 5.2 us), 42.5 us
+    /// since the refit on the third dated extension (2026-12-06, Nemotron-H; floor 4.9 us); one
+    /// figure for every engine and GPU (the fit set cannot tell them
     /// apart: one source each). A stated `--step-overhead-ms` leaves it in place;
     /// `--request-step-us` replaces it.
     pub request_step_us: f64,
@@ -147,13 +149,13 @@ impl Default for Engine {
     fn default() -> Self {
         Self {
             step_overhead_ms: 0.0,
-            kernel_overhead_us: 5.2,
-            gemm_floor_us: 5.2,
+            kernel_overhead_us: 4.9,
+            gemm_floor_us: 4.9,
             cdna3_floor_scale: CDNA3_FLOOR_SCALE,
             cuda_graphs: true,
             prefill_graphs: true,
             launch_us: 4.0,
-            request_step_us: 40.0,
+            request_step_us: 42.5,
             overlap: Overlap::None,
             hbm_efficiency: 0.80,
             moe_efficiency: 0.50,
@@ -549,13 +551,14 @@ pub const VLLM_GPU_MEMORY_UTILIZATION: f64 = 0.9;
 /// concurrency on the fit set's sglang rows (medians 226 / 258 / 213 ms at c <= 8, 16-32 and 64;
 /// 243 / 463 / 720 ms with mixed steps, 243.3 ms the constant then); the rule stays c <= 8.
 /// 230.4 ms until the second dated extension of 2026-12-05 added its fit rows (DeepSeek-R1 on 8
-/// H200 under sglang 0.5.12 among them).
-pub const SGLANG_REQUEST_LATENCY_MS: f64 = 223.8;
+/// H200 under sglang 0.5.12 among them); 223.8 ms until the refit on the third dated extension
+/// (2026-12-06) moved the per-kernel floor and the per-request cost.
+pub const SGLANG_REQUEST_LATENCY_MS: f64 = 224.9;
 
 /// vLLM's per-request serving-path latency, ms: as [`SGLANG_REQUEST_LATENCY_MS`], over the FIT
 /// set's vLLM cases at c <= 8 (AIConfigurator's B300 rows; see VALIDATION.md).
-pub const VLLM_REQUEST_LATENCY_MS: f64 = 18.2;
+pub const VLLM_REQUEST_LATENCY_MS: f64 = 18.9;
 
 /// TensorRT-LLM's per-request serving-path latency, ms: as [`SGLANG_REQUEST_LATENCY_MS`], over
 /// the FIT set's TensorRT-LLM cases at c <= 8 (AIConfigurator's H100 rows; see VALIDATION.md).
-pub const TRTLLM_REQUEST_LATENCY_MS: f64 = 76.9;
+pub const TRTLLM_REQUEST_LATENCY_MS: f64 = 77.2;

@@ -41,7 +41,7 @@ impl Data {
 }
 
 /// The config.json files under `data/validation/configs/` (their origins: that folder's README.md).
-pub(crate) const CONFIGS: [(&str, &str); 11] = [
+pub(crate) const CONFIGS: [(&str, &str); 13] = [
     ("MiniMaxAI--MiniMax-M2.5.json", include_str!("../../data/validation/configs/MiniMaxAI--MiniMax-M2.5.json")),
     ("MiniMaxAI--MiniMax-M2.7.json", include_str!("../../data/validation/configs/MiniMaxAI--MiniMax-M2.7.json")),
     ("Qwen--Qwen3-14B.json", include_str!("../../data/validation/configs/Qwen--Qwen3-14B.json")),
@@ -50,6 +50,14 @@ pub(crate) const CONFIGS: [(&str, &str); 11] = [
     ("moonshotai--Kimi-K2.5.json", include_str!("../../data/validation/configs/moonshotai--Kimi-K2.5.json")),
     ("nvidia--DeepSeek-V3.1-NVFP4.json", include_str!("../../data/validation/configs/nvidia--DeepSeek-V3.1-NVFP4.json")),
     ("nvidia--Kimi-K2.5-NVFP4.json", include_str!("../../data/validation/configs/nvidia--Kimi-K2.5-NVFP4.json")),
+    (
+        "nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8.json",
+        include_str!("../../data/validation/configs/nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8.json"),
+    ),
+    (
+        "nvidia--NVIDIA-Nemotron-3-Ultra-550B-A55B-NVFP4.json",
+        include_str!("../../data/validation/configs/nvidia--NVIDIA-Nemotron-3-Ultra-550B-A55B-NVFP4.json"),
+    ),
     ("zai-org--GLM-5.1-FP8.json", include_str!("../../data/validation/configs/zai-org--GLM-5.1-FP8.json")),
     ("zai-org--GLM-5.2-FP8.json", include_str!("../../data/validation/configs/zai-org--GLM-5.2-FP8.json")),
     ("zai-org--GLM-5.json", include_str!("../../data/validation/configs/zai-org--GLM-5.json")),
@@ -65,7 +73,7 @@ pub(crate) enum ModelRef {
 }
 
 /// Hugging Face id in e2e.toml -> the model `plan` runs, and why when it is a stand-in.
-pub(crate) const MODELS: [(&str, ModelRef, &str); 52] = [
+pub(crate) const MODELS: [(&str, ModelRef, &str); 59] = [
     ("deepseek-ai/DeepSeek-R1-0528", ModelRef::Catalog("deepseek-v3"), "DeepSeek-V3 architecture"),
     ("deepseek-ai/DeepSeek-R1", ModelRef::Catalog("deepseek-v3"), "DeepSeek-V3 architecture"),
     ("deepseek-ai/DeepSeek-V3", ModelRef::Catalog("deepseek-v3"), ""),
@@ -129,6 +137,22 @@ pub(crate) const MODELS: [(&str, ModelRef, &str); 52] = [
     ("amd/Llama-3.3-70B-Instruct-FP8-KV", ModelRef::Catalog("llama-3.1-70b"), "Llama-3.1-70B architecture"),
     ("zai-org/GLM-5", ModelRef::Config("zai-org--GLM-5.json"), ""),
     ("nvidia/GLM-5.2-NVFP4", ModelRef::Config("zai-org--GLM-5.2-FP8.json"), "GLM-5.2's config"),
+    // The 2026-12-06 extension's ids (mapped before any of its cases was scored).
+    ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", ModelRef::Catalog("nemotron-3-nano-30b-a3b"), ""),
+    ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-FP8", ModelRef::Catalog("nemotron-3-nano-30b-a3b"), ""),
+    ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4", ModelRef::Catalog("nemotron-3-nano-30b-a3b"), ""),
+    (
+        "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16",
+        ModelRef::Config("nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8.json"),
+        "the FP8 export's config",
+    ),
+    ("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8", ModelRef::Config("nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8.json"), ""),
+    (
+        "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4",
+        ModelRef::Config("nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8.json"),
+        "the FP8 export's config",
+    ),
+    ("nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-NVFP4", ModelRef::Config("nvidia--NVIDIA-Nemotron-3-Ultra-550B-A55B-NVFP4.json"), ""),
 ];
 
 /// One `[[case]]` of e2e.toml: the fields scoring reads (the file's schema is in its header).

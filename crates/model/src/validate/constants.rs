@@ -13,7 +13,7 @@ pub fn constants() -> Vec<ConstantOrigin> {
 /// The step's fitted and kernel-table constants.
 fn step_constants() -> Vec<ConstantOrigin> {
     let e = Engine::default();
-    let fit = "fit: every scored fit case of today's releases (the steady-state fit median absolute error, each source weighing the same, at a local minimum of a 0.1 us x 0.05 x 2.5 us grid: validate::tests::joint_refit_on_the_fit_set, 2026-12-05; the per-kernel floor again on 2026-12-06 after the engines' KV-cache default)";
+    let fit = "fit: every scored fit case of today's releases (the steady-state fit median absolute error, each source weighing the same, at a local minimum of a 0.1 us x 0.05 x 2.5 us grid: validate::tests::joint_refit_on_the_fit_set, 2026-12-05; the per-kernel floor again on 2026-12-06 after the engines' KV-cache default, and with the per-request cost on the third dated extension of 2026-12-06)";
     vec![
         ConstantOrigin { name: "kernel_overhead_us (per kernel per step)", value: e.kernel_overhead_us, set_from: fit },
         ConstantOrigin {
@@ -67,7 +67,7 @@ fn comm_prefill_and_serving_constants() -> Vec<ConstantOrigin> {
         ConstantOrigin {
             name: "comm::SHM_HOP_SHARE",
             value: crate::comm::SHM_HOP_SHARE,
-            set_from: "fit: argmin of the fit set's P2P/no-P2P pairs' median gain error on a 0.01 grid (one runnable pair, rtx6kpro-kimik25-ctx0k, decode-only, so not scored here); 0.32 before 2026-12-05, chosen by hand from the same pair; 0.24 until the refit of the second 2026-12-05 sitting",
+            set_from: "fit: argmin of the fit set's P2P/no-P2P pairs' median gain error on a 0.01 grid (one runnable pair, rtx6kpro-kimik25-ctx0k, decode-only, so not scored here); 0.32 before 2026-12-05, chosen by hand from the same pair; 0.24 until the refit of the second 2026-12-05 sitting; 0.26 until the refit on the third dated extension of 2026-12-06",
         },
         ConstantOrigin {
             name: "comm::RING_SIMPLE_EFFICIENCY",
@@ -107,7 +107,7 @@ fn comm_prefill_and_serving_constants() -> Vec<ConstantOrigin> {
         ConstantOrigin {
             name: "request_latency_ms (sglang / vLLM / TensorRT-LLM)",
             value: crate::predict::SGLANG_REQUEST_LATENCY_MS,
-            set_from: "fit: median TTFT gap of each engine's fit cases at c <= 8, virtual run (223.8 / 18.2 / 76.9 ms; sglang shown; early releases left out)",
+            set_from: "fit: median TTFT gap of each engine's fit cases at c <= 8, virtual run (224.9 / 18.9 / 77.2 ms; sglang shown; early releases left out)",
         },
         ConstantOrigin {
             name: "launch_us (each kernel's launch in a step run without CUDA graphs)",
