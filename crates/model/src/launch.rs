@@ -8,12 +8,13 @@
 //!   `--model-path`, `--tp-size`, `--pp-size`, `--ep-size`, `--dp-size`, `--enable-dp-attention`
 //!   (deprecated there for `--attn-dp-size`, still accepted), `--mem-fraction-static`,
 //!   `--max-running-requests`, `--kv-cache-dtype fp8_e4m3`, `--enable-mixed-chunk`,
-//!   `--disable-cuda-graph`, `--nnodes`, `--node-rank`, `--dist-init-addr`, `--host`, `--port`);
+//!   `--disable-cuda-graph`, `--nnodes`, `--node-rank`, `--dist-init-addr`, `--trust-remote-code`,
+//!   `--host`, `--port`);
 //!   the router: `sglang_router.launch_router`'s parser (`--host`, `--port`, `--worker-urls`);
 //! - vLLM: `vllm-project/vllm` `vllm/engine/arg_utils.py` at 99d7eb5d6a51
 //!   (`--tensor-parallel-size`, `--pipeline-parallel-size`, `--data-parallel-size`,
 //!   `--enable-expert-parallel`, `--gpu-memory-utilization`, `--max-num-seqs`, `--kv-cache-dtype`,
-//!   `--enforce-eager`, `--host`, `--port`; `vllm serve MODEL`);
+//!   `--enforce-eager`, `--trust-remote-code`, `--host`, `--port`; `vllm serve MODEL`);
 //! - TensorRT-LLM: `NVIDIA/TensorRT-LLM` `tensorrt_llm/commands/serve.py` at 00209af149e7
 //!   (`trtllm-serve MODEL`, `--tp_size`, `--pp_size`, `--ep_size`, `--max_batch_size`,
 //!   `--free_gpu_memory_fraction`, `--config` for a YAML of LLM API options such as
@@ -78,6 +79,14 @@ fn default_port(e: EngineName) -> u16 {
     }
 }
 
+/// Whether the checkpoint is launched with `--trust-remote-code`: NVIDIA's Nemotron-H checkpoints
+/// name their own configuration code (`auto_map`: `configuration_nemotron_h.NemotronHConfig`), and
+/// their published recipes (the model cards, sgl-cookbook, vLLM's recipes) launch sglang and vLLM
+/// with the flag.
+fn trusts_remote_code(s: &Scenario) -> bool {
+    s.model.arch == "nemotron_h"
+}
+
 fn push(argv: &mut Vec<String>, flag: &str, value: impl ToString) {
     argv.push(flag.to_string());
     argv.push(value.to_string());
@@ -95,6 +104,9 @@ fn running_cap(plan: &Plan, concurrency: u32) -> u32 {
 
 fn sglang(s: &Scenario, plan: &Plan, cap: u32, port: u16, nodes: u32) -> Vec<String> {
     let mut a: Vec<String> = ["python", "-m", "sglang.launch_server", "--model-path", MODEL_ARG].map(String::from).to_vec();
+    if trusts_remote_code(s) {
+        a.push("--trust-remote-code".into());
+    }
     push(&mut a, "--tp-size", plan.tp);
     if plan.pp > 1 {
         push(&mut a, "--pp-size", plan.pp);
@@ -132,6 +144,9 @@ fn vllm(s: &Scenario, plan: &Plan, cap: u32, port: u16) -> Vec<String> {
     // vLLM's attention data parallelism is its data parallelism with TP 1 per rank; its expert
     // parallelism spans the TP x DP ranks.
     let (tp, dp) = if plan.dp_attention { (1, plan.tp) } else { (plan.tp, 1) };
+    if trusts_remote_code(s) {
+        a.push("--trust-remote-code".into());
+    }
     push(&mut a, "--tensor-parallel-size", tp);
     if plan.pp > 1 {
         push(&mut a, "--pipeline-parallel-size", plan.pp);
@@ -386,6 +401,21 @@ mod tests {
         assert!(a.starts_with("trtllm-serve $MODEL --tp_size 8 --ep_size 8 --max_batch_size 512"), "{a}");
         let (name, yaml) = l.servers[0].config_file.clone().expect("attention DP is an LLM API option");
         assert!(a.contains(&format!("--config {name}")) && yaml.contains("enable_attention_dp: true"), "{a} {yaml}");
+    }
+
+    /// Nemotron-H checkpoints launch with `--trust-remote-code` under sglang and vLLM, as their
+    /// recipes do; other models do not.
+    #[test]
+    fn nemotron_h_launches_trust_the_checkpoints_code() {
+        let mut s = scenario("nemotron-3-nano-30b-a3b", Dtype::Fp8, "h100-sxm", "nvlink", 2, 2);
+        let one = plan(2, 2, 1, 1, false);
+        for engine in [EngineName::Sglang, EngineName::Vllm] {
+            s.engine.serving = engine;
+            let a = launch(&s, &one, 64).servers[0].argv.join(" ");
+            assert!(a.contains(" --trust-remote-code "), "{engine:?}: {a}");
+        }
+        let other = scenario("llama-3.1-8b", Dtype::Fp8, "h100-sxm", "nvlink", 2, 2);
+        assert!(!launch(&other, &one, 64).servers[0].argv.iter().any(|x| x == "--trust-remote-code"));
     }
 
     #[test]
