@@ -10,8 +10,8 @@
 //! model's step run in virtual time over the sweep's workload (its request count and lengths, the
 //! running cap, prompts queued behind it), as `servetune plan` answers. The steady state (every
 //! request running, prefill amortized) is not what a sweep of a few waves of requests measures:
-//! on the demo's box at concurrency 128 with 128 requests and a 64-request cap it says 463 tok/s
-//! where the virtual run says 744 and the simulated server gives 822.
+//! on the demo's box at concurrency 128 with 128 requests and a 64-request cap it says 465 tok/s
+//! where the virtual run says 749 and the simulated server gives about 825.
 
 use serde::{Deserialize, Serialize};
 use servetune_model::calibrate::{self, Factors, Measured};
@@ -586,8 +586,15 @@ mod tests {
         assert!(at(fp8) > at(bf16), "half the cache bytes read per step: {} against {}", at(fp8), at(bf16));
         // A journal written before the field reads as the engine's default.
         let old: Layout = serde_json::from_str(r#"{"tp":8,"pp":1,"ep":1,"max_running":null}"#).expect("old layout");
-        assert_eq!(old.kv_cache, None);
+        assert_eq!((old.kv_cache, old.mem_fraction), (None, None));
         assert!(!serde_json::to_string(&auto).expect("json").contains("kv_cache"), "an unset cache writes nothing");
+        assert!(!serde_json::to_string(&auto).expect("json").contains("mem_fraction"), "an unset share writes nothing");
+        // A set share round-trips and is priced: sglang's default is 0.88.
+        let roomier = Layout { mem_fraction: Some(0.92), ..auto };
+        let back: Layout = serde_json::from_str(&serde_json::to_string(&roomier).expect("json")).expect("reads back");
+        assert_eq!(back, roomier);
+        assert_eq!(scenario(&mb, roomier).expect("priced").engine.mem_fraction, 0.92);
+        assert_eq!(scenario(&mb, auto).expect("priced").engine.mem_fraction, 0.88);
     }
 
     #[test]

@@ -501,7 +501,7 @@ fn kv_full(v: &View<'_>, best: &Experiment, r: &BenchSummary, lay: Layout) -> Op
     let engine_default = v.model.as_ref().and_then(|m| plan_step::scenario(m, lay).ok()).map(|s| s.engine.mem_fraction);
     let (cur, assumed) = match (best.values.mem_fraction, engine_default) {
         (Some(x), _) => (x, String::new()),
-        (None, Some(d)) => (d, " (unset: the engine's default)".to_string()),
+        (None, Some(d)) => (d, format!(" (unset: the engine's default, taken as {d})")),
         (None, None) => (UNSET_MEM_FRACTION, format!(" (unset: the engine's own, taken as {UNSET_MEM_FRACTION})")),
     };
     let new = ((cur + 0.04) * 100.0).round() / 100.0;

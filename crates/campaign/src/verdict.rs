@@ -39,7 +39,7 @@ pub struct Interval {
     pub low: f64,
     /// Upper bound.
     pub high: f64,
-    /// Relative half-width (0.183 = 18.3%).
+    /// Relative half-width (0.2 = 20%).
     pub width: f64,
     /// Where the width comes from, in words.
     pub basis: String,

@@ -238,7 +238,7 @@ pub struct PlanArgs {
     /// Host overhead per decode step, ms: replaces the model's per-kernel floor (4.9 us x the kernels a step runs, 1.9x that on MI300X/MI325X, fitted on public measurements; see VALIDATION.md); the 42.5 us per running request stays (--request-step-us)
     #[arg(long, value_name = "MS")]
     pub step_overhead_ms: Option<f64>,
-    /// Per-step cost of each running request, us (scheduling, sampling and output work that grows with the batch) [default: 40, fitted on public measurements; see VALIDATION.md]
+    /// Per-step cost of each running request, us (scheduling, sampling and output work that grows with the batch) [default: 42.5, fitted on public measurements; see VALIDATION.md]
     #[arg(long, value_name = "US")]
     pub request_step_us: Option<f64>,
     /// The serving path's latency outside the GPU (HTTP, tokenization, scheduler hand-offs), ms; it adds to TTFT only [default: the engine's: sglang 224.9, vLLM 18.9, TensorRT-LLM 77.2, fitted on public TTFTs: VALIDATION.md]

@@ -9,8 +9,9 @@
 //!
 //! The one-point rule was chosen on the validation FIT set (each deployment calibrated on its
 //! lowest concurrency and scored at the others; steady-state predictions): 7.2% over 518 rows
-//! against 8.0% for the two terms fitted to it, better on 5 of its 8 sources (5 of 9 since the
-//! third dated extension of 2026-12-06)
+//! against 8.0% for the two terms fitted to it, better on 5 of its 8 sources (5 of 9 today; since
+//! the refit of 2026-12-06 on the third dated extension the median of the sources' medians
+//! favours the terms, 7.6% against 9.25%)
 //! (`a_step_scale_calibrates_one_point_better_than_the_terms_on_the_fit_set` in
 //! `validate::calibrated`). For sweeps, keeping the step scale where it fits the points at least
 //! as well as the terms did better on the fit set (`two_point_forms_scan_on_the_fit_set`), but on

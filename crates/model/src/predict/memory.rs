@@ -74,7 +74,7 @@ impl Scenario {
         let Some(la) = self.model.linear else { return 0.0 };
         let (recurrent, conv) = la.state_bytes_per_layer();
         let layers = self.model.layer_counts.linear as f64 / self.plan.pp as f64;
-        (recurrent + conv) * layers / self.plan.tp.min(la.key_heads) as f64
+        (recurrent + conv) * layers / la.tp_split(self.plan.tp)
     }
 
     /// Bytes one request holds on one GPU at context `ctx`: its KV plus its linear-attention state.
@@ -128,6 +128,7 @@ impl Scenario {
         let body = p.attention * q.attention.bytes() / attn_split
             + p.dense_ffn * q.dense_ffn.bytes() / tp
             + (p.shared_experts + p.router) * q.shared_experts.bytes() / tp
+            + p.latent_projections * q.shared_experts.bytes()
             + experts
             + p.norms * 2.0;
         body * stage + (p.embeddings + p.lm_head) * q.embeddings.bytes() / tp

@@ -142,6 +142,14 @@ impl Plan {
                 self.tp
             )));
         }
+        if let Some(la) = model.linear.filter(|la| la.mixer == crate::spec::LinearMixer::Mamba2) {
+            if !la.value_heads.is_multiple_of(self.tp) {
+                return Err(ModelError::Input(format!(
+                    "--tp {} does not divide the model's {} Mamba-2 heads (vLLM and sglang shard them evenly): pick a --tp that divides {}",
+                    self.tp, la.value_heads, la.value_heads
+                )));
+            }
+        }
         if self.ep > 1 && (model.moe.is_none() || !self.tp.is_multiple_of(self.ep)) {
             return Err(ModelError::Input(format!("--ep {} needs an MoE model and must divide --tp {}", self.ep, self.tp)));
         }

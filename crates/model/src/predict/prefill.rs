@@ -168,6 +168,8 @@ impl Scenario {
         let gemm_s = dense(p.attention, q.attention)
             + dense(p.dense_ffn, q.dense_ffn)
             + dense(p.shared_experts + p.router, q.shared_experts)
+            // A latent MoE's projections run whole on every TP rank.
+            + dense(p.latent_projections * tp, q.shared_experts)
             + gemm(routed, q.experts, PREFILL_MOE_EFFICIENCY)
             + dense(p.lm_head / tokens.max(1.0), q.embeddings);
         // Causal attention over the prompt: ~ 2 * heads * tokens^2/2 * (qk + v) per layer.

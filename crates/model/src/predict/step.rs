@@ -163,6 +163,12 @@ impl Scenario {
         } else {
             0.0
         };
+        // A latent MoE's projections: whole on every TP rank.
+        let latent_b = if m.moe_layers() > 0 {
+            p.latent_projections / m.moe_layers() as f64 * moe_layers_stage * q.shared_experts.bytes()
+        } else {
+            0.0
+        };
         let lm_b = p.lm_head * q.embeddings.bytes() / tp / self.plan.pp as f64;
         let (mut experts, mut distinct) = (0.0, 0.0);
         if let Some(moe) = m.moe {
@@ -181,10 +187,10 @@ impl Scenario {
         let eff = |dt: Dtype| self.dense_stream_efficiency(dt);
         let stream_bytes = attn_b / eff(q.attention)
             + dense_b / eff(q.dense_ffn)
-            + shared_b / eff(q.shared_experts)
+            + (shared_b + latent_b) / eff(q.shared_experts)
             + lm_b / eff(q.embeddings)
             + if experts > 0.0 { experts / self.expert_stream_efficiency() } else { 0.0 };
-        WeightRead { dense: attn_b + dense_b + shared_b + lm_b, experts, distinct, stream_bytes }
+        WeightRead { dense: attn_b + dense_b + shared_b + latent_b + lm_b, experts, distinct, stream_bytes }
     }
 
     /// KV-cache bytes one GPU reads per stage step for a micro-batch of `x` at `mean_ctx`, plus the
@@ -216,7 +222,7 @@ impl Scenario {
         let Some(la) = self.model.linear else { return 0.0 };
         let layers = self.model.layer_counts.linear as f64 / self.plan.pp as f64;
         let per_layer = 6.0 * la.value_heads as f64 * la.key_head_dim as f64 * la.value_head_dim as f64;
-        per_layer * layers / self.plan.tp.min(la.key_heads) as f64
+        per_layer * layers / la.tp_split(self.plan.tp)
     }
 
     /// GEMM and attention time on one GPU per stage step, ms.
@@ -232,9 +238,11 @@ impl Scenario {
         let gemm = |params: f64, dt: Dtype, split: f64| 2.0 * params * x / split / (g.tflops(dt.compute()) * eff);
         let dense_params = if m.dense_layers > 0 { p.dense_ffn / m.dense_layers as f64 * self.frac_dense() * ls } else { 0.0 };
         let shared_params = if m.moe_layers() > 0 { (p.shared_experts + p.router) / m.moe_layers() as f64 * moe_layers_stage } else { 0.0 };
+        let latent_params = if m.moe_layers() > 0 { p.latent_projections / m.moe_layers() as f64 * moe_layers_stage } else { 0.0 };
         let gemm_s = gemm(p.attention / m.layers as f64 * ls, q.attention, self.attn_split())
             + gemm(dense_params, q.dense_ffn, tp)
             + gemm(shared_params, q.shared_experts, tp)
+            + gemm(latent_params, q.shared_experts, 1.0)
             + gemm(m.moe.map_or(0.0, |mo| p.per_expert * mo.top_k as f64) * moe_layers_stage, q.experts, tp)
             + gemm(p.lm_head / self.plan.pp as f64, q.embeddings, tp);
         // Attention scores and values: MLA absorbed, 2*heads*ctx*(2*kv_lora + rope) per token-layer.

@@ -570,6 +570,28 @@ fn a_nemotron_h_step_all_reduces_once_per_block_and_keeps_kv_in_its_attention_bl
     assert!((read - active).abs() / active < 1e-9, "{read} vs {active}");
     let one = s.point(1);
     assert!(one.tpot_ms.is_finite() && (1.0..50.0).contains(&one.tpot_ms), "TPOT {}", one.tpot_ms);
+    // TP must divide the 64 Mamba-2 heads.
+    let e = Plan { gpus: 3, tp: 3, pp: 1, ep: 1, dp_attention: false }.check(&s.model).expect_err("3 does not divide 64");
+    assert!(e.to_string().contains("--tp 3 does not divide the model's 64 Mamba-2 heads"), "{e}");
+}
+
+/// A LatentMoE's projections are whole on every TP rank: at TP4 Nemotron 3 Super reads all of
+/// them on each GPU, and its weights per GPU hold all of them.
+#[test]
+fn latent_moe_projections_are_replicated_over_tp() {
+    let text = include_str!("../../tests/configs/nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8.json");
+    let mut s = scenario("llama-3.1-8b", Dtype::Bf16, "h200", "nvlink", 4, 4);
+    s.model = crate::spec::from_hf_config(text, "super.json").expect("super");
+    let p = s.model.params();
+    assert!((p.latent_projections - 40.0 * 2.0 * 4096.0 * 1024.0).abs() < 1.0, "{}", p.latent_projections);
+    let mut no_latent = s.clone();
+    if let Some(m) = no_latent.model.moe.as_mut() {
+        m.latent = None;
+    }
+    // Replicated: the per-GPU weights carry the projections whole (BF16), not a quarter of them.
+    let extra = s.weight_bytes_gpu() - no_latent.weight_bytes_gpu();
+    let routed_saving = (no_latent.model.params().routed_experts - p.routed_experts) * 2.0 / 4.0;
+    assert!((extra - (p.latent_projections * 2.0 - routed_saving)).abs() < 1e3, "{extra}");
 }
 
 /// gpt-oss alternates 128-token sliding-window layers with full ones: past the window a longer

@@ -164,8 +164,13 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
         Some(l) => l,
         // Newer Nemotron-H configs (Nemotron 3 Ultra) list their blocks and leave the count to
         // the list's length, as transformers' NemotronHConfig derives it.
-        None if arch == "nemotron_h" => match v.get("layers_block_type").and_then(Value::as_array) {
-            Some(a) if a.len() <= MAX_FIELD as usize => a.len() as u32,
+        None if arch == "nemotron_h" => match v.get("layers_block_type") {
+            Some(Value::Array(a)) if !a.is_empty() && a.len() <= MAX_FIELD as usize => a.len() as u32,
+            Some(x) if !x.is_null() => {
+                return Err(ModelError::Input(format!(
+                    "{source}: field \"layers_block_type\" is {x}: without \"num_hidden_layers\" it must list one block kind per layer"
+                )))
+            }
             _ => need(v, &["num_hidden_layers"], source, &arch)?,
         },
         None => need(v, &["num_hidden_layers"], source, &arch)?,
@@ -175,9 +180,10 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
     let blocks = if arch == "nemotron_h" { Some(read_nemotron_blocks(v, source, layers)?) } else { None };
     let moe = match (&blocks, read_moe(v, source, &arch)?) {
         (Some(b), _) if b.moe == 0 => None,
-        (Some(_), None) => {
+        (Some(b), None) => {
             return Err(ModelError::Input(format!(
-                "{source}: the block list has MoE blocks (E) but no \"n_routed_experts\" above 1 says how many experts they hold"
+                "{source}: field \"{}\" has MoE blocks but no \"n_routed_experts\" above 1 says how many experts they hold",
+                b.field
             )))
         }
         (_, m) => m,
@@ -237,6 +243,9 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
         // transformers' Llama4TextConfig); its `intermediate_size` is an expert's.
         ffn: match arch.as_str() {
             "llama4" => field(v, &["intermediate_size_mlp"], source)?.unwrap_or(16_384),
+            // Nemotron-H's MLP blocks are `intermediate_size` wide; its class's default is no
+            // guide for a file that leaves it out.
+            "nemotron_h" if dense_layers > 0 => need(v, &["intermediate_size"], source, &arch)?,
             _ => field(v, &["intermediate_size"], source)?.unwrap_or(hidden.saturating_mul(4)),
         },
         vocab: need(v, &["vocab_size"], source, &arch)?,

@@ -389,8 +389,13 @@ pub(super) fn read_moe(v: &Value, source: &str, arch: &str) -> Result<Option<Moe
     // Every Llama 4 MoE layer has one shared expert of an expert's size (transformers' Llama4TextMoe).
     let shared_default = if arch == "llama4" { 1 } else { 0 };
     let shared_experts = field(v, &["n_shared_experts"], source)?.unwrap_or(shared_default);
-    let shared_ffn = field(v, &["shared_expert_intermediate_size", "moe_shared_expert_intermediate_size"], source)?
-        .unwrap_or(shared_experts.saturating_mul(expert_ffn));
+    let shared_ffn = if arch == "nemotron_h" {
+        // Nemotron-H sizes one shared expert (vLLM's NemotronHMoE: the width times the count).
+        field(v, &["moe_shared_expert_intermediate_size"], source)?.map(|w| w.saturating_mul(shared_experts.max(1)))
+    } else {
+        field(v, &["shared_expert_intermediate_size"], source)?
+    }
+    .unwrap_or(shared_experts.saturating_mul(expert_ffn));
     // LatentMoE (Nemotron-3 Super): the routed experts run at `moe_latent_size`.
     let latent = if arch == "nemotron_h" { field(v, &["moe_latent_size"], source)? } else { None };
     if latent == Some(0) {
@@ -416,51 +421,75 @@ pub(super) struct Blocks {
     pub(super) mlp: u32,
     /// MoE blocks.
     pub(super) moe: u32,
+    /// The config field the blocks were read from.
+    pub(super) field: &'static str,
 }
 
 /// Nemotron-H's blocks: each of its `num_hidden_layers` is one operation, named by a character of
 /// `hybrid_override_pattern` (`M` Mamba-2, `*` attention, `-` MLP, `E` MoE; transformers'
 /// `NemotronHConfig`) or, in newer configs, an entry of `layers_block_type` ("mamba", "attention",
-/// "mlp", "moe"), which wins where both are given.
+/// "mlp", "moe"); where both are given they must agree. A list without a mixer is refused.
 pub(super) fn read_nemotron_blocks(v: &Value, source: &str, layers: u32) -> Result<Blocks, ModelError> {
-    let kinds: Vec<char> = match (v.get("layers_block_type").filter(|x| !x.is_null()), v.get("hybrid_override_pattern").filter(|x| !x.is_null())) {
-        (Some(Value::Array(a)), _) => a
-            .iter()
-            .enumerate()
-            .map(|(i, t)| match t.as_str() {
-                Some("mamba") => Ok('M'),
-                Some("attention") => Ok('*'),
-                Some("mlp") => Ok('-'),
-                Some("moe") => Ok('E'),
-                _ => Err(ModelError::Input(format!(
-                    "{source}: field \"layers_block_type\" entry {i} is {t}, which servetune does not understand (known: mamba, attention, mlp, moe)"
-                ))),
-            })
-            .collect::<Result<_, _>>()?,
-        (Some(x), _) => return Err(ModelError::Input(format!("{source}: field \"layers_block_type\" is {x}, not a list of block kinds"))),
-        (None, Some(Value::String(p))) => {
+    const PATTERN: &str = "hybrid_override_pattern";
+    const LIST: &str = "layers_block_type";
+    let from_list = match v.get(LIST).filter(|x| !x.is_null()) {
+        None => None,
+        Some(Value::Array(a)) => Some(
+            a.iter()
+                .enumerate()
+                .map(|(i, t)| match t.as_str() {
+                    Some("mamba") => Ok('M'),
+                    Some("attention") => Ok('*'),
+                    Some("mlp") => Ok('-'),
+                    Some("moe") => Ok('E'),
+                    _ => Err(ModelError::Input(format!(
+                        "{source}: field \"{LIST}\" entry {i} is {t}, which servetune does not understand (known: mamba, attention, mlp, moe)"
+                    ))),
+                })
+                .collect::<Result<Vec<char>, _>>()?,
+        ),
+        Some(x) => return Err(ModelError::Input(format!("{source}: field \"{LIST}\" is {x}, not a list of block kinds"))),
+    };
+    let from_pattern = match v.get(PATTERN).filter(|x| !x.is_null()) {
+        None => None,
+        Some(Value::String(p)) => {
             if let Some((i, c)) = p.chars().enumerate().find(|(_, c)| !matches!(c, 'M' | '*' | '-' | 'E')) {
                 return Err(ModelError::Input(format!(
-                    "{source}: field \"hybrid_override_pattern\" character {i} is {c:?}, which servetune does not understand (known: M Mamba-2, * attention, - MLP, E MoE)"
+                    "{source}: field \"{PATTERN}\" character {i} is {c:?}, which servetune does not understand (known: M Mamba-2, * attention, - MLP, E MoE)"
                 )));
             }
-            p.chars().collect()
+            Some(p.chars().collect::<Vec<char>>())
         }
-        (None, Some(x)) => return Err(ModelError::Input(format!("{source}: field \"hybrid_override_pattern\" is {x}, not a string"))),
+        Some(x) => return Err(ModelError::Input(format!("{source}: field \"{PATTERN}\" is {x}, not a string"))),
+    };
+    let (kinds, field_name) = match (from_list, from_pattern) {
+        (Some(l), Some(p)) if l != p => {
+            return Err(ModelError::Input(format!(
+                "{source}: fields \"{LIST}\" and \"{PATTERN}\" name different blocks; give one of them, or make them agree"
+            )))
+        }
+        (Some(l), _) => (l, LIST),
+        (None, Some(p)) => (p, PATTERN),
         (None, None) => {
             return Err(ModelError::Input(format!(
-                "{source}: model_type \"nemotron_h\" needs the field \"hybrid_override_pattern\" (or \"layers_block_type\"), which is missing"
+                "{source}: model_type \"nemotron_h\" needs the field \"{PATTERN}\" (or \"{LIST}\"), which is missing"
             )))
         }
     };
     if kinds.len() != layers as usize {
         return Err(ModelError::Input(format!(
-            "{source}: the block list has {} entries but \"num_hidden_layers\" is {layers}: give one per layer",
+            "{source}: field \"{field_name}\" has {} entries but \"num_hidden_layers\" is {layers}: give one per layer",
             kinds.len()
         )));
     }
     let count = |c: char| kinds.iter().filter(|k| **k == c).count() as u32;
-    Ok(Blocks { mixers: LayerCounts { full: count('*'), sliding: 0, linear: count('M') }, mlp: count('-'), moe: count('E') })
+    let mixers = LayerCounts { full: count('*'), sliding: 0, linear: count('M') };
+    if mixers.full + mixers.linear == 0 {
+        return Err(ModelError::Input(format!(
+            "{source}: field \"{field_name}\" names no Mamba-2 or attention block: a model needs at least one token mixer"
+        )));
+    }
+    Ok(Blocks { mixers, mlp: count('-'), moe: count('E'), field: field_name })
 }
 
 /// Mamba-2's shape (Nemotron-H): `n_groups` groups of `ssm_state_size` for B and C,

@@ -206,6 +206,16 @@ impl LinearAttention {
         }
     }
 
+    /// The tensor-parallel ranks one layer's state and recurrence are split over at TP `tp`:
+    /// Gated DeltaNet's key heads (as modelled since the Qwen3-Next work); Mamba-2's heads (vLLM's
+    /// `MambaMixer2` shards the heads, and replicates B and C's groups when there are fewer).
+    pub fn tp_split(&self, tp: u32) -> f64 {
+        match self.mixer {
+            LinearMixer::GatedDeltaNet => tp.min(self.key_heads) as f64,
+            LinearMixer::Mamba2 => tp.min(self.value_heads) as f64,
+        }
+    }
+
     /// Bytes of state one request holds in one layer: (recurrent state, convolution state in bf16).
     pub fn state_bytes_per_layer(&self) -> (f64, f64) {
         let recurrent = self.value_heads as f64 * self.key_head_dim as f64 * self.value_head_dim as f64 * self.state_bytes as f64;

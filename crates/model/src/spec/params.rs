@@ -29,8 +29,12 @@ pub struct ParamCounts {
     pub routed_experts: f64,
     /// Shared experts.
     pub shared_experts: f64,
-    /// Routers, and a latent MoE's projections to and from its latent width.
+    /// Routers.
     pub router: f64,
+    /// A latent MoE's projections down to its latent width and back up (Nemotron 3 Super and
+    /// Ultra): the engines keep a whole copy on every tensor-parallel rank (vLLM's
+    /// `ReplicatedLinear`), so the predictions do not split them over TP.
+    pub latent_projections: f64,
     /// Embedding table.
     pub embeddings: f64,
     /// LM head (0 when tied to the embeddings).
@@ -143,6 +147,7 @@ impl ModelSpec {
         let mats = self.ffn_matrices();
         let dense_ffn = mats * h * self.ffn as f64 * self.dense_layers as f64;
         let (mut routed, mut shared, mut router, mut per_expert, mut active_routed) = (0.0, 0.0, 0.0, 0.0, 0.0);
+        let mut latent_projections = 0.0;
         if let Some(m) = self.moe {
             let ml = self.moe_layers() as f64;
             // A latent MoE's experts run at the latent width.
@@ -150,23 +155,24 @@ impl ModelSpec {
             per_expert = mats * width * m.expert_ffn as f64 + if m.bias { 2.0 * m.expert_ffn as f64 + width } else { 0.0 };
             routed = per_expert * m.experts as f64 * ml;
             shared = mats * h * m.shared_ffn as f64 * ml;
-            // The router, and a latent MoE's projections down to the latent and back up.
-            let projections = m.latent.map_or(0.0, |d| 2.0 * h * d as f64);
-            router = (h * m.experts as f64 + projections) * ml + if m.bias { m.experts as f64 * ml } else { 0.0 };
+            router = h * m.experts as f64 * ml + if m.bias { m.experts as f64 * ml } else { 0.0 };
+            // A latent MoE's projections down to the latent and back up.
+            latent_projections = m.latent.map_or(0.0, |d| 2.0 * h * d as f64) * ml;
             active_routed = per_expert * m.top_k as f64 * ml;
         }
         let embeddings = self.vocab as f64 * h;
         let lm_head = if self.tied_embeddings { 0.0 } else { self.vocab as f64 * h };
         // One norm before each mixer and each FFN, and the final norm.
         let norms = h * self.tp_reductions() as f64 + h;
-        let total = attention + dense_ffn + routed + shared + router + embeddings + lm_head + norms;
-        let active_non_embedding = attention + dense_ffn + active_routed + shared + router + norms;
+        let total = attention + dense_ffn + routed + shared + router + latent_projections + embeddings + lm_head + norms;
+        let active_non_embedding = attention + dense_ffn + active_routed + shared + router + latent_projections + norms;
         ParamCounts {
             attention,
             dense_ffn,
             routed_experts: routed,
             shared_experts: shared,
             router,
+            latent_projections,
             embeddings,
             lm_head,
             norms,

@@ -445,6 +445,18 @@ fn nemotron_h_blocks_are_counted_as_mixers_and_ffns_and_match_the_model_cards() 
     let short = include_str!("../../data/models/nemotron-3-nano-30b-a3b.json").replacen("MEMEM*E", "MEMEM*", 1);
     let e = from_hf_config(&short, "p.json").expect_err("51 blocks");
     assert!(e.to_string().contains("has 51 entries but \"num_hidden_layers\" is 52"), "{e}");
+    // A list without a mixer, two block fields that disagree, MLP blocks without their width.
+    let nano_text = include_str!("../../data/models/nemotron-3-nano-30b-a3b.json");
+    let no_mixer = nano_text.replace("MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME", &"E".repeat(52));
+    let e = from_hf_config(&no_mixer, "p.json").expect_err("no mixer");
+    assert!(e.to_string().contains("field \"hybrid_override_pattern\" names no Mamba-2 or attention block"), "{e}");
+    let mut both = v.clone();
+    both.as_object_mut().expect("object").insert("hybrid_override_pattern".into(), serde_json::json!("M".repeat(52)));
+    let e = from_hf_config(&both.to_string(), "b.json").expect_err("disagree");
+    assert!(e.to_string().contains("fields \"layers_block_type\" and \"hybrid_override_pattern\" name different blocks"), "{e}");
+    let mlp = nano_text.replacen("MEMEM*E", "MEMEM*-", 1).replace("  \"intermediate_size\": 1856,\n", "");
+    let e = from_hf_config(&mlp, "m.json").expect_err("no MLP width");
+    assert!(e.to_string().contains("m.json: model_type \"nemotron_h\" needs the field \"intermediate_size\""), "{e}");
     let odd = include_str!("../../data/models/nemotron-3-nano-30b-a3b.json").replacen("MEMEM*E", "MEMEM#E", 1);
     let e = from_hf_config(&odd, "p.json").expect_err("#");
     assert!(e.to_string().contains("\"hybrid_override_pattern\" character 5 is '#'"), "{e}");
