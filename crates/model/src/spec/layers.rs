@@ -309,32 +309,43 @@ fn read_state_bytes(v: &Value, source: &str, key: &str, absent: u32) -> Result<u
     }
 }
 
-/// Gated DeltaNet's shape (Qwen3-Next, Qwen3.5).
+/// Gated DeltaNet's shape (Qwen3-Next, Qwen3.5). The state's type is `mamba_ssm_dtype`; absent,
+/// 2 bytes: the engines' `--mamba-ssm-cache-dtype auto` keeps the model's bf16.
 pub(super) fn read_linear(v: &Value, source: &str, arch: &str) -> Result<LinearAttention, ModelError> {
-    // Absent: 2, the engines' `--mamba-ssm-cache-dtype auto` keeps the model's bf16.
-    let state_bytes = read_state_bytes(v, source, "mamba_ssm_dtype", 2)?;
+    let names =
+        ["linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim"];
+    read_linear_shape(v, source, arch, LinearMixer::GatedDeltaNet, names, ("mamba_ssm_dtype", 2))
+}
+
+/// A linear mixer's shape from the config fields `names` (key heads, value heads, key head
+/// dimension, value head dimension, convolution kernel) and its state's type from `state`
+/// (field, bytes when absent): every size at least 1, the value heads a multiple of the key
+/// heads, each refusal naming its field.
+fn read_linear_shape(
+    v: &Value,
+    source: &str,
+    arch: &str,
+    mixer: LinearMixer,
+    names: [&str; 5],
+    state: (&str, u32),
+) -> Result<LinearAttention, ModelError> {
+    let [kh, vh, kd, vd, conv] = names;
     let la = LinearAttention {
-        mixer: LinearMixer::GatedDeltaNet,
-        key_heads: need(v, &["linear_num_key_heads"], source, arch)?,
-        value_heads: need(v, &["linear_num_value_heads"], source, arch)?,
-        key_head_dim: need(v, &["linear_key_head_dim"], source, arch)?,
-        value_head_dim: need(v, &["linear_value_head_dim"], source, arch)?,
-        conv_kernel: need(v, &["linear_conv_kernel_dim"], source, arch)?,
-        state_bytes,
+        mixer,
+        key_heads: need(v, &[kh], source, arch)?,
+        value_heads: need(v, &[vh], source, arch)?,
+        key_head_dim: need(v, &[kd], source, arch)?,
+        value_head_dim: need(v, &[vd], source, arch)?,
+        conv_kernel: need(v, &[conv], source, arch)?,
+        state_bytes: read_state_bytes(v, source, state.0, state.1)?,
     };
-    let sizes = [
-        ("linear_num_key_heads", la.key_heads),
-        ("linear_num_value_heads", la.value_heads),
-        ("linear_key_head_dim", la.key_head_dim),
-        ("linear_value_head_dim", la.value_head_dim),
-        ("linear_conv_kernel_dim", la.conv_kernel),
-    ];
-    if let Some((name, _)) = sizes.iter().find(|(_, x)| *x == 0) {
+    let sizes = [la.key_heads, la.value_heads, la.key_head_dim, la.value_head_dim, la.conv_kernel];
+    if let Some((name, _)) = names.iter().zip(sizes).find(|(_, x)| *x == 0) {
         return Err(ModelError::Input(format!("{source}: field {name:?} is 0: it must be at least 1")));
     }
     if !la.value_heads.is_multiple_of(la.key_heads) {
         return Err(ModelError::Input(format!(
-            "{source}: field \"linear_num_value_heads\" is {}: it must be a multiple of linear_num_key_heads {}",
+            "{source}: field \"{vh}\" is {}: it must be a multiple of {kh} {}",
             la.value_heads, la.key_heads
         )));
     }
@@ -499,30 +510,6 @@ pub(super) fn read_nemotron_blocks(v: &Value, source: &str, layers: u32) -> Resu
 /// (`NemotronHForCausalLMConfig.DEFAULT_MAMBA_SSM_CACHE_DTYPE` in
 /// `vllm/model_executor/models/config.py`; float16 in releases before that default).
 pub(super) fn read_mamba2(v: &Value, source: &str, arch: &str) -> Result<LinearAttention, ModelError> {
-    let la = LinearAttention {
-        mixer: LinearMixer::Mamba2,
-        key_heads: need(v, &["n_groups"], source, arch)?,
-        value_heads: need(v, &["mamba_num_heads"], source, arch)?,
-        key_head_dim: need(v, &["ssm_state_size"], source, arch)?,
-        value_head_dim: need(v, &["mamba_head_dim"], source, arch)?,
-        conv_kernel: need(v, &["conv_kernel"], source, arch)?,
-        state_bytes: read_state_bytes(v, source, "mamba_ssm_cache_dtype", 4)?,
-    };
-    let sizes = [
-        ("n_groups", la.key_heads),
-        ("mamba_num_heads", la.value_heads),
-        ("ssm_state_size", la.key_head_dim),
-        ("mamba_head_dim", la.value_head_dim),
-        ("conv_kernel", la.conv_kernel),
-    ];
-    if let Some((name, _)) = sizes.iter().find(|(_, x)| *x == 0) {
-        return Err(ModelError::Input(format!("{source}: field {name:?} is 0: it must be at least 1")));
-    }
-    if !la.value_heads.is_multiple_of(la.key_heads) {
-        return Err(ModelError::Input(format!(
-            "{source}: field \"mamba_num_heads\" is {}: it must be a multiple of n_groups {}",
-            la.value_heads, la.key_heads
-        )));
-    }
-    Ok(la)
+    let names = ["n_groups", "mamba_num_heads", "ssm_state_size", "mamba_head_dim", "conv_kernel"];
+    read_linear_shape(v, source, arch, LinearMixer::Mamba2, names, ("mamba_ssm_cache_dtype", 4))
 }

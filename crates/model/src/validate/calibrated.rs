@@ -181,22 +181,32 @@ fn run_calibrated_by(
 mod tests {
     use super::*;
 
+    /// Each source's median |error| over `(source, error)` rows.
+    fn source_medians<'a>(rows: impl IntoIterator<Item = (&'a str, f64)>) -> BTreeMap<&'a str, f64> {
+        let mut by_source: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+        for (source, e) in rows {
+            by_source.entry(source).or_default().push(e.abs());
+        }
+        by_source.into_iter().map(|(k, e)| (k, median(&e))).collect()
+    }
+
     /// The median |error| of `(source, error)` rows, and the median over the sources of each
     /// source's median (each publication weighing the same).
     fn medians<'a>(rows: impl IntoIterator<Item = (&'a str, f64)>) -> (f64, f64) {
-        let mut all = Vec::new();
-        let mut by_source: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
-        for (source, e) in rows {
-            all.push(e.abs());
-            by_source.entry(source).or_default().push(e.abs());
-        }
-        let per_source: Vec<f64> = by_source.values().map(|e| median(e)).collect();
+        let rows: Vec<(&str, f64)> = rows.into_iter().collect();
+        let all: Vec<f64> = rows.iter().map(|(_, e)| e.abs()).collect();
+        let per_source: Vec<f64> = source_medians(rows).into_values().collect();
         (median(&all), median(&per_source))
+    }
+
+    /// The FIT set's calibrated rows as `(source, error)`.
+    fn fit_rows(v: &CalibratedValidation) -> impl Iterator<Item = (&str, f64)> {
+        v.rows.iter().filter(|r| r.set == Set::Fit).map(|r| (r.source_key.as_str(), r.error))
     }
 
     /// [`medians`] of the FIT set's calibrated rows.
     fn fit_medians(v: &CalibratedValidation) -> (f64, f64) {
-        medians(v.rows.iter().filter(|r| r.set == Set::Fit).map(|r| (r.source_key.as_str(), r.error)))
+        medians(fit_rows(v))
     }
 
     /// Each FIT deployment with three or more concurrencies calibrated on its two lowest and
@@ -261,15 +271,6 @@ mod tests {
         println!("the step scale fitted its two points at least as well in {kept_step} deployments");
     }
 
-    /// Each FIT source's median |error| after calibration, by source key.
-    fn by_source(v: &CalibratedValidation) -> BTreeMap<String, f64> {
-        let mut m: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-        for r in v.rows.iter().filter(|r| r.set == Set::Fit) {
-            m.entry(r.source_key.clone()).or_default().push(r.error.abs());
-        }
-        m.into_iter().map(|(k, e)| (k, median(&e))).collect()
-    }
-
     /// A regression check of the choice made on the FIT set (not a goal): one measured point
     /// calibrates a scale on the whole step ([`calibrate::Factors::StepScale`]) better than the
     /// memory scale and overhead fitted to that point, over the rows and on most of the sources
@@ -287,7 +288,7 @@ mod tests {
         let ((sr, ss), (tr, ts)) = (fit_medians(&step), fit_medians(&terms));
         println!("median of the sources' medians: step scale {ss:.4}, terms {ts:.4}");
         assert!(sr < tr, "by rows: step scale {sr:.4} against terms {tr:.4}");
-        let (s, t) = (by_source(&step), by_source(&terms));
+        let (s, t) = (source_medians(fit_rows(&step)), source_medians(fit_rows(&terms)));
         let better = s.iter().filter(|(k, e)| t.get(*k).is_some_and(|te| *e < te)).count();
         assert!(2 * better > s.len(), "the step scale is better on {better} of {} sources", s.len());
     }
