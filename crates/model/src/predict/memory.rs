@@ -72,7 +72,7 @@ impl Scenario {
     /// over TP ranks), bytes. It does not depend on the context.
     pub fn state_bytes_gpu(&self) -> f64 {
         let Some(la) = self.model.linear else { return 0.0 };
-        let (recurrent, conv) = la.state_bytes_per_layer();
+        let (recurrent, conv) = la.state_bytes_per_layer(self.engine.serving);
         let layers = self.model.layer_counts.linear as f64 / self.plan.pp as f64;
         (recurrent + conv) * layers / la.tp_split(self.plan.tp)
     }

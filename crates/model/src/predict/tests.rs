@@ -526,12 +526,21 @@ fn groups_that_straddle_nodes_are_refused_naming_the_flag() {
     assert!(e.to_string().contains("tp x pp = 4 x 3"), "{e}");
 }
 
-/// Qwen3-Next's 36 Gated DeltaNet layers hold a fixed state per request, 36 x (32 x 128 x 128 x
-/// 2 B recurrent + 8192 x 3 x 2 B convolution) = 39.5 MB at TP1, at any context: only the 12
-/// full-attention layers' KV grows with it, and the state's per-step read does not change.
+/// Qwen3-Next's 36 Gated DeltaNet layers hold a fixed state per request, under vLLM 36 x (32 x
+/// 128 x 128 x 2 B recurrent + 8192 x 3 x 2 B convolution) = 39.5 MB at TP1, at any context:
+/// only the 12 full-attention layers' KV grows with it, and the state's per-step read does not
+/// change. Under sglang the recurrent state is float32 (its default where the config names no
+/// type), twice vLLM's.
 #[test]
 fn hybrid_state_memory_does_not_grow_with_context() {
-    let s = scenario("qwen3-next-80b-a3b", Dtype::Bf16, "h200", "nvlink", 1, 1);
+    let vllm = |mut s: Scenario| {
+        s.engine = EngineName::Vllm.defaults();
+        s
+    };
+    let sglang = scenario("qwen3-next-80b-a3b", Dtype::Bf16, "h200", "nvlink", 1, 1);
+    let fp32 = 36.0 * (32.0 * 128.0 * 128.0 * 4.0 + 8192.0 * 3.0 * 2.0);
+    assert!((sglang.state_bytes_gpu() - fp32).abs() < 1.0, "{}", sglang.state_bytes_gpu());
+    let s = vllm(scenario("qwen3-next-80b-a3b", Dtype::Bf16, "h200", "nvlink", 1, 1));
     let state = 36.0 * (32.0 * 128.0 * 128.0 * 2.0 + 8192.0 * 3.0 * 2.0);
     assert!((s.state_bytes_gpu() - state).abs() < 1.0, "{}", s.state_bytes_gpu());
     // 12 layers x K and V x 2 KV heads x 256 x 2 bytes per token.
@@ -543,7 +552,7 @@ fn hybrid_state_memory_does_not_grow_with_context() {
     assert!((read_grow - 8.0 * 1_000.0 * full_kv_per_token).abs() / read_grow < 1e-9, "{read_grow}");
     assert!((s.kv_read(8.0, 0.0) - 8.0 * 2.0 * state).abs() < 8.0, "the state is read and written back each step");
     // TP splits the heads, so the state per GPU halves at TP2.
-    let tp2 = scenario("qwen3-next-80b-a3b", Dtype::Bf16, "h200", "nvlink", 2, 2);
+    let tp2 = vllm(scenario("qwen3-next-80b-a3b", Dtype::Bf16, "h200", "nvlink", 2, 2));
     assert!((tp2.state_bytes_gpu() - state / 2.0).abs() < 1.0);
 }
 

@@ -310,7 +310,8 @@ fn read_state_bytes(v: &Value, source: &str, key: &str, absent: u32) -> Result<u
 }
 
 /// Gated DeltaNet's shape (Qwen3-Next, Qwen3.5). The state's type is `mamba_ssm_dtype`; absent,
-/// 2 bytes: the engines' `--mamba-ssm-cache-dtype auto` keeps the model's bf16.
+/// 2 bytes under vLLM (its `--mamba-ssm-cache-dtype auto` keeps the model's bf16) and 4 under
+/// sglang ([`LinearAttention::state_bytes_sglang`]).
 pub(super) fn read_linear(v: &Value, source: &str, arch: &str) -> Result<LinearAttention, ModelError> {
     let names =
         ["linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim"];
@@ -338,6 +339,7 @@ fn read_linear_shape(
         value_head_dim: need(v, &[vd], source, arch)?,
         conv_kernel: need(v, &[conv], source, arch)?,
         state_bytes: read_state_bytes(v, source, state.0, state.1)?,
+        state_bytes_sglang: read_state_bytes(v, source, "mamba_ssm_dtype", 4)?,
     };
     let sizes = [la.key_heads, la.value_heads, la.key_head_dim, la.value_head_dim, la.conv_kernel];
     if let Some((name, _)) = names.iter().zip(sizes).find(|(_, x)| *x == 0) {

@@ -165,9 +165,15 @@ pub struct LinearAttention {
     pub value_head_dim: u32,
     /// `linear_conv_kernel_dim`.
     pub conv_kernel: u32,
-    /// Bytes per element of the recurrent state (`mamba_ssm_dtype`; 2 when absent: vLLM's
-    /// `--mamba-ssm-cache-dtype auto` keeps the model's bf16).
+    /// Bytes per element of the recurrent state as vLLM keeps it (`mamba_ssm_dtype` for Gated
+    /// DeltaNet, 2 when absent: its `--mamba-ssm-cache-dtype auto` keeps the model's bf16;
+    /// `mamba_ssm_cache_dtype` for Mamba-2, 4 when absent).
     pub state_bytes: u32,
+    /// Bytes per element of the recurrent state as sglang keeps it: the config's `mamba_ssm_dtype`,
+    /// else float32 (`mamba2_state_dtype` in sglang's `python/sglang/srt/configs/mamba_utils.py`:
+    /// the `SGLANG_MAMBA_SSM_DTYPE` environment variable, then the config's `mamba_ssm_dtype`, then
+    /// "float32"; the same for Gated DeltaNet and Mamba-2).
+    pub state_bytes_sglang: u32,
 }
 
 impl LinearAttention {
@@ -216,9 +222,21 @@ impl LinearAttention {
         }
     }
 
-    /// Bytes of state one request holds in one layer: (recurrent state, convolution state in bf16).
-    pub fn state_bytes_per_layer(&self) -> (f64, f64) {
-        let recurrent = self.value_heads as f64 * self.key_head_dim as f64 * self.value_head_dim as f64 * self.state_bytes as f64;
+    /// Bytes per element of the recurrent state under `engine`: sglang's type
+    /// ([`Self::state_bytes_sglang`]) or vLLM's ([`Self::state_bytes`], which TensorRT-LLM is
+    /// taken to share).
+    pub fn state_bytes_under(&self, engine: crate::predict::EngineName) -> u32 {
+        match engine {
+            crate::predict::EngineName::Sglang => self.state_bytes_sglang,
+            _ => self.state_bytes,
+        }
+    }
+
+    /// Bytes of state one request holds in one layer under `engine`: (recurrent state, convolution
+    /// state in bf16).
+    pub fn state_bytes_per_layer(&self, engine: crate::predict::EngineName) -> (f64, f64) {
+        let recurrent =
+            self.value_heads as f64 * self.key_head_dim as f64 * self.value_head_dim as f64 * self.state_bytes_under(engine) as f64;
         let conv = self.conv_dim() * self.conv_kernel.saturating_sub(1) as f64 * 2.0;
         (recurrent, conv)
     }

@@ -5,6 +5,7 @@ use serde_json::Value;
 
 use super::config::*;
 use super::*;
+use crate::predict::EngineName;
 
 fn within(got: f64, want: f64, tol: f64) -> bool {
     (got - want).abs() / want < tol
@@ -72,9 +73,12 @@ fn hybrid_and_sliding_layers_are_read_from_the_configs() {
     assert_eq!(next.layer_counts, LayerCounts { full: 12, sliding: 0, linear: 36 });
     let la = next.linear.expect("linear attention");
     assert_eq!((la.key_heads, la.value_heads, la.key_head_dim, la.value_head_dim, la.state_bytes), (16, 32, 128, 128, 2));
+    // The config names no state type: vLLM keeps the model's bf16, sglang float32.
+    assert_eq!((la.state_bytes_under(EngineName::Vllm), la.state_bytes_under(EngineName::Sglang)), (2, 4));
     let q35 = catalog("qwen3.5-397b-a17b").expect("3.5");
     assert_eq!(q35.layer_counts, LayerCounts { full: 15, sliding: 0, linear: 45 });
-    assert_eq!(q35.linear.expect("linear").state_bytes, 4, "mamba_ssm_dtype float32");
+    let q35_la = q35.linear.expect("linear");
+    assert_eq!((q35_la.state_bytes, q35_la.state_bytes_sglang), (4, 4), "mamba_ssm_dtype float32");
     assert!(matches!(q35.attention, Attention::Gqa { gate: true, .. }));
     let oss = catalog("gpt-oss-120b").expect("oss");
     assert_eq!((oss.layer_counts, oss.sliding_window), (LayerCounts { full: 18, sliding: 18, linear: 0 }, Some(128)));
@@ -401,7 +405,9 @@ fn nemotron_h_blocks_are_counted_as_mixers_and_ffns_and_match_the_model_cards() 
         (LinearMixer::Mamba2, 8, 64, 128, 64, 4)
     );
     // State per request and layer: 64 heads x 64 x 128 in fp32, and the conv's (4096 + 2 x 8 x 128) x 3 in bf16.
-    assert_eq!(la.state_bytes_per_layer(), (64.0 * 64.0 * 128.0 * 4.0, (4096.0 + 2048.0) * 3.0 * 2.0));
+    for engine in EngineName::ALL {
+        assert_eq!(la.state_bytes_per_layer(engine), (64.0 * 64.0 * 128.0 * 4.0, (4096.0 + 2048.0) * 3.0 * 2.0), "{engine:?}");
+    }
     let p = nano.params();
     assert!(within(p.total, 31.6e9, 0.02), "total {:.2}B", p.total / 1e9);
     // 3.2B is the count with the LM head (gpt-oss's convention), 3.6B with the embeddings too.

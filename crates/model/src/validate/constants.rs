@@ -13,7 +13,7 @@ pub fn constants() -> Vec<ConstantOrigin> {
 /// The step's fitted and kernel-table constants.
 fn step_constants() -> Vec<ConstantOrigin> {
     let e = Engine::default();
-    let fit = "fit: every scored fit case of today's releases (the steady-state fit median absolute error, each source weighing the same, at a local minimum of a 0.1 us x 0.05 x 2.5 us grid: validate::tests::joint_refit_on_the_fit_set, 2026-12-05; the per-kernel floor again on 2026-12-06 after the engines' KV-cache default, and with the per-request cost on the third dated extension of 2026-12-06)";
+    let fit = "fit: every scored fit case of today's releases (the steady-state fit median absolute error, each source weighing the square root of its rows since 2026-12-06's step 31 (chosen by leave-sources-out cross-validation on the fit set, validate::crossval; each source the same before), at a local minimum of a 0.1 us x 0.05 x 2.5 us grid: validate::tests::joint_refit_on_the_fit_set, 2026-12-05; the per-kernel floor again on 2026-12-06 after the engines' KV-cache default, and with the per-request cost on the third dated extension of 2026-12-06 and under the square-root weighting)";
     vec![
         ConstantOrigin { name: "kernel_overhead_us (per kernel per step)", value: e.kernel_overhead_us, set_from: fit },
         ConstantOrigin {
@@ -107,7 +107,7 @@ fn comm_prefill_and_serving_constants() -> Vec<ConstantOrigin> {
         ConstantOrigin {
             name: "request_latency_ms (sglang / vLLM / TensorRT-LLM)",
             value: crate::predict::SGLANG_REQUEST_LATENCY_MS,
-            set_from: "fit: median TTFT gap of each engine's fit cases at c <= 8, virtual run (224.9 / 18.9 / 77.2 ms; sglang shown; early releases left out)",
+            set_from: "fit: median TTFT gap of each engine's fit cases at c <= 8, virtual run (224.7 / 18.7 / 77.1 ms; sglang shown; early releases left out)",
         },
         ConstantOrigin {
             name: "launch_us (each kernel's launch in a step run without CUDA graphs)",

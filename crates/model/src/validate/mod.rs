@@ -11,11 +11,13 @@
 //!
 //! Modules: `cases` reads the data files (e2e.toml, the frozen holdout) into scenarios; `constants`
 //! says where each fitted constant came from; `markdown` writes the report; `calibrated` scores each
-//! deployment after calibrating on its lowest concurrency.
+//! deployment after calibrating on its lowest concurrency; `crossval` refits the constants with
+//! each fifth of the fit set's sources left out and scores what was left out.
 
 mod calibrated;
 mod cases;
 mod constants;
+pub mod crossval;
 mod markdown;
 #[cfg(test)]
 mod tests;
@@ -511,7 +513,8 @@ pub fn band_summaries(errors: impl Iterator<Item = (Set, u32, f64)>) -> Vec<Band
 
 /// The objective the fitted constants minimize: the median |error| over the FIT set's rows of
 /// today's releases (an early release's rows fit [`early_release_objective`] instead) with
-/// each source weighing the same (a row weighs 1 / its source's scored fit rows). The split assigns
+/// each source weighing sqrt(its rows) in all ([`FIT_WEIGHTING`]: a row weighs 1 / sqrt(its
+/// source's scored fit rows); each source the same, 1 / its rows, from step 15 to step 30). The split assigns
 /// whole sources to a set, so the test set asks how the model does on sources it has not seen;
 /// a plain median would let the three AIConfigurator sources that hold most of the fit rows set
 /// the constants alone. The weighted median is the lower one ([`servetune_stats::weighted_median`]).
@@ -556,7 +559,7 @@ pub fn refit_descent(mut e: Engine, reach: [i32; 3], objective: &dyn Fn(&Engine)
 }
 
 /// The objective [`crate::predict::EARLY_RELEASE_STEP_SCALE`] minimizes: the median |error| of
-/// the FIT set's early-release rows, each source weighing the same as in [`fit_objective`]. None
+/// the FIT set's early-release rows, weighted as in [`fit_objective`]. None
 /// without such rows.
 pub fn early_release_objective(v: &Validation) -> Option<f64> {
     fit_rows_objective(v, true)
@@ -566,13 +569,13 @@ pub fn early_release_objective(v: &Validation) -> Option<f64> {
 /// today's.
 fn fit_rows_objective(v: &Validation, early: bool) -> Option<f64> {
     let rows: Vec<&Row> = v.rows.iter().filter(|r| r.set == Set::Fit && r.early_release == early).collect();
-    let mut per_source = std::collections::HashMap::new();
-    for r in &rows {
-        *per_source.entry(r.source_key.as_str()).or_insert(0usize) += 1;
-    }
-    let weighted: Vec<(f64, f64)> = rows.iter().map(|r| (r.error.abs(), 1.0 / per_source[r.source_key.as_str()] as f64)).collect();
-    servetune_stats::weighted_median(&weighted)
+    FIT_WEIGHTING.objective(&rows)
 }
+
+/// How [`fit_objective`] weighs a row: [`crossval::Weighting::SqrtSource`] since VALIDATION.md
+/// step 31, chosen by the leave-sources-out cross-validation of the refit on the fit set
+/// ([`crossval`]); [`crossval::Weighting::PerSource`] from step 15 to step 30.
+pub const FIT_WEIGHTING: crossval::Weighting = crossval::Weighting::SqrtSource;
 
 fn group_skips(skips: Vec<(SkipReason, String, String)>) -> Vec<Skipped> {
     let mut out: Vec<Skipped> = Vec::new();

@@ -413,17 +413,20 @@ fn every_scored_case_has_an_aiconfigurator_estimate_or_its_refusal() {
 }
 
 #[test]
-fn the_fit_objective_weighs_each_source_the_same() {
-    // Source a: four rows (a quarter of a source's weight each); source b: one row (a whole
-    // source's). With b's row the largest error, half the weight is reached at a's 10%; with
-    // b's row the smallest, b's row alone is half the weight.
+fn the_fit_objective_weighs_each_source_by_the_square_root_of_its_rows() {
+    // Source a: four rows, each weighing 1 / sqrt(4) = 1/2, two in all; sources b and c: one row,
+    // weighing 1. Against b alone, a's four rows outweigh b's one (2 to 1), where each source
+    // weighing the same would tie them and give b's 5%. With c too, the two one-row sources
+    // weigh as much as a (2 to 2) and the lower weighted median is theirs, where a plain median
+    // over the six rows would give a's 30%.
     let mut v = validation();
-    let template = v.rows.iter().find(|r| r.set == Set::Fit).expect("a fit row").clone();
+    let template = v.rows.iter().find(|r| r.set == Set::Fit && !r.early_release).expect("a fit row").clone();
     let row = |source: &str, error: f64| Row { source_key: source.to_string(), error, ..template.clone() };
-    v.rows = vec![row("a", 0.1), row("a", -0.1), row("a", 0.1), row("a", 0.1), row("b", 0.5)];
-    assert_eq!(fit_objective(&v), Some(0.1));
-    v.rows = vec![row("a", 0.3), row("a", 0.3), row("a", -0.3), row("a", 0.3), row("b", 0.05)];
-    assert_eq!(fit_objective(&v), Some(0.05), "b weighs as much as all of a");
+    let a = || vec![row("a", 0.3), row("a", -0.3), row("a", 0.3), row("a", 0.3)];
+    v.rows = a().into_iter().chain([row("b", 0.05)]).collect();
+    assert_eq!(fit_objective(&v), Some(0.3), "a's four rows outweigh b's one");
+    v.rows = a().into_iter().chain([row("b", 0.05), row("c", -0.05)]).collect();
+    assert_eq!(fit_objective(&v), Some(0.05), "two one-row sources weigh as much as a's four rows");
     v.rows.iter_mut().for_each(|r| r.set = Set::Test);
     assert_eq!(fit_objective(&v), None, "test rows never count");
 }

@@ -1,0 +1,250 @@
+//! Leave-sources-out cross-validation of the refit, on the FIT set alone.
+//!
+//! The refit ([`refit_descent`] on [`fit_objective`]) chooses the per-kernel floor, the MoE
+//! efficiency and the per-request cost on the fit set's rows of today's releases. How far those
+//! constants carry to a publication the refit never saw is what the test set and the holdout
+//! measure, and each look at them spends them. This module asks the same question of the fit set
+//! alone: its sources are dealt into [`FOLDS`] folds by a hash of their key ([`fold_of`]), the
+//! constants are refit on every fold but one, and the left-out fold's rows are scored with them.
+//! Every fit row is scored once, by constants chosen without its source.
+//!
+//! It also compares ways to weigh the rows in the objective ([`Weighting`]): each source the same
+//! (the objective since step 15), each row the same, or each source by the square root of its
+//! rows. The comparison's statistic was fixed before any run: the median over the fit sources of
+//! each source's median |error| out of fold (each unseen publication counted once, as a new
+//! deployment would be). The steady state is scored (the model crate cannot run the simulator),
+//! with the CDNA 3 floor scale and the early-release scale held at their defaults.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+
+use super::{refit_descent, run_with, Row, Set, Validation};
+use crate::predict::Engine;
+
+/// How many folds the fit set's sources are dealt into.
+pub const FOLDS: usize = 5;
+
+/// How the objective weighs a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Weighting {
+    /// 1 / the source's rows: each publication weighs the same ([`fit_objective`]).
+    PerSource,
+    /// 1: a plain median over the rows.
+    PerRow,
+    /// 1 / sqrt(the source's rows): between the two.
+    SqrtSource,
+}
+
+impl Weighting {
+    /// Every weighting.
+    pub const ALL: [Weighting; 3] = [Weighting::PerSource, Weighting::PerRow, Weighting::SqrtSource];
+
+    /// In words.
+    pub fn name(self) -> &'static str {
+        match self {
+            Weighting::PerSource => "each source the same",
+            Weighting::PerRow => "each row the same",
+            Weighting::SqrtSource => "each source by sqrt(rows)",
+        }
+    }
+
+    /// The weighted median |error| of `rows` (the lower weighted median, as [`fit_objective`]).
+    pub fn objective(self, rows: &[&Row]) -> Option<f64> {
+        let mut per_source: HashMap<&str, usize> = HashMap::new();
+        for r in rows {
+            *per_source.entry(r.source_key.as_str()).or_insert(0) += 1;
+        }
+        let weighted: Vec<(f64, f64)> = rows
+            .iter()
+            .map(|r| {
+                let n = per_source[r.source_key.as_str()] as f64;
+                let w = match self {
+                    Weighting::PerSource => 1.0 / n,
+                    Weighting::PerRow => 1.0,
+                    Weighting::SqrtSource => 1.0 / n.sqrt(),
+                };
+                (r.error.abs(), w)
+            })
+            .collect();
+        servetune_stats::weighted_median(&weighted)
+    }
+}
+
+/// The fold a source falls in: FNV-1a of `cv:` and its key, modulo [`FOLDS`]. Fixed by the key
+/// alone, so no fold was chosen by looking at an error.
+pub fn fold_of(source_key: &str) -> usize {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in b"cv:".iter().chain(source_key.as_bytes()) {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    (h % FOLDS as u64) as usize
+}
+
+/// The rows the refit fits: the FIT set's, of today's releases.
+fn fit_rows(v: &Validation) -> impl Iterator<Item = &Row> {
+    v.rows.iter().filter(|r| r.set == Set::Fit && !r.early_release)
+}
+
+/// One fold's refit.
+#[derive(Debug, Clone)]
+pub struct FoldFit {
+    /// The fold left out.
+    pub fold: usize,
+    /// Sources left out.
+    pub sources: usize,
+    /// Rows left out.
+    pub rows: usize,
+    /// The constants refit without them.
+    pub engine: Engine,
+}
+
+/// A weighting's cross-validation.
+#[derive(Debug, Clone)]
+pub struct CrossValidation {
+    /// The weighting the refit minimized.
+    pub weighting: Weighting,
+    /// Each fold's refit.
+    pub folds: Vec<FoldFit>,
+    /// Every fit row scored out of fold: (source, signed error).
+    pub out_of_fold: Vec<(String, f64)>,
+    /// The same rows scored in sample: with the constants refit on the whole fit set.
+    pub in_sample: Vec<(String, f64)>,
+    /// The constants refit on the whole fit set.
+    pub whole: Engine,
+}
+
+/// The median |error| over rows, and the median over sources of each source's median |error|.
+pub fn medians(rows: &[(String, f64)]) -> (f64, f64) {
+    let all: Vec<f64> = rows.iter().map(|(_, e)| e.abs()).collect();
+    let mut by_source: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for (s, e) in rows {
+        by_source.entry(s.as_str()).or_default().push(e.abs());
+    }
+    let per_source: Vec<f64> = by_source.values().filter_map(|e| servetune_stats::median(e)).collect();
+    (servetune_stats::median(&all).unwrap_or(f64::NAN), servetune_stats::median(&per_source).unwrap_or(f64::NAN))
+}
+
+/// Runs the steady-state validation once per engine and keeps it: the folds' descents cross the
+/// same grid points.
+pub struct RunCache {
+    runs: RefCell<HashMap<(i64, i64, i64), std::rc::Rc<Validation>>>,
+}
+
+impl Default for RunCache {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RunCache {
+    /// An empty cache.
+    pub fn new() -> Self {
+        RunCache { runs: RefCell::new(HashMap::new()) }
+    }
+
+    /// The validation at `e`'s fitted constants (the rest at `e`'s values, which the refit does not move).
+    pub fn run(&self, e: &Engine) -> std::rc::Rc<Validation> {
+        let key = (
+            (e.kernel_overhead_us * 10.0).round() as i64,
+            (e.moe_efficiency * 100.0).round() as i64,
+            (e.request_step_us * 10.0).round() as i64,
+        );
+        if let Some(v) = self.runs.borrow().get(&key) {
+            return v.clone();
+        }
+        // The catalog and e2e.toml are compiled in: a failure here is a bug, not an input.
+        let v = std::rc::Rc::new(run_with(e).expect("the validation data runs"));
+        self.runs.borrow_mut().insert(key, v.clone());
+        v
+    }
+}
+
+/// Refits from `start` on the fit rows outside `left_out` (None: every fit row) under `w`.
+fn refit(cache: &RunCache, start: Engine, w: Weighting, left_out: Option<usize>) -> Engine {
+    let objective = |e: &Engine| {
+        let v = cache.run(e);
+        let rows: Vec<&Row> = fit_rows(&v).filter(|r| Some(fold_of(&r.source_key)) != left_out).collect();
+        w.objective(&rows).unwrap_or(f64::INFINITY)
+    };
+    refit_descent(start, [2, 2, 1], &objective, &mut |_, _| {})
+}
+
+/// Cross-validates the refit under `w` from `start` (the descent's first point).
+pub fn cross_validate(cache: &RunCache, start: Engine, w: Weighting) -> CrossValidation {
+    let mut folds = Vec::new();
+    let mut out_of_fold = Vec::new();
+    for fold in 0..FOLDS {
+        let engine = refit(cache, start, w, Some(fold));
+        let v = cache.run(&engine);
+        let held: Vec<&Row> = fit_rows(&v).filter(|r| fold_of(&r.source_key) == fold).collect();
+        let sources: std::collections::BTreeSet<&str> = held.iter().map(|r| r.source_key.as_str()).collect();
+        out_of_fold.extend(held.iter().map(|r| (r.source_key.clone(), r.error)));
+        folds.push(FoldFit { fold, sources: sources.len(), rows: held.len(), engine });
+    }
+    let whole = refit(cache, start, w, None);
+    let in_sample = fit_rows(&cache.run(&whole)).map(|r| (r.source_key.clone(), r.error)).collect();
+    CrossValidation { weighting: w, folds, out_of_fold, in_sample, whole }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Folds are whole sources: every fit row of a source lands in the one fold of its key, and
+    /// no fold is empty of sources.
+    #[test]
+    fn every_source_falls_in_one_fold_and_every_fold_holds_a_source() {
+        let v = run_with(&Engine::default()).expect("runs");
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        let mut per_fold = [0usize; FOLDS];
+        for r in fit_rows(&v) {
+            let f = fold_of(&r.source_key);
+            assert!(f < FOLDS);
+            if let Some(prev) = seen.insert(&r.source_key, f) {
+                assert_eq!(prev, f, "{} straddles folds", r.source_key);
+            } else {
+                per_fold[f] += 1;
+            }
+        }
+        assert!(per_fold.iter().all(|n| *n > 0), "sources per fold {per_fold:?}");
+    }
+
+    /// [`FIT_WEIGHTING`](super::super::FIT_WEIGHTING) is the fit objective's weighting, and the
+    /// weightings disagree on the fit set's rows.
+    #[test]
+    fn the_fit_objective_is_its_weighting_and_the_weightings_differ() {
+        let v = run_with(&Engine::default()).expect("runs");
+        let rows: Vec<&Row> = fit_rows(&v).collect();
+        assert_eq!(super::super::FIT_WEIGHTING.objective(&rows), super::super::fit_objective(&v));
+        let all: Vec<f64> = Weighting::ALL.iter().map(|w| w.objective(&rows).expect("rows")).collect();
+        assert!(all[0] != all[1] && all[1] != all[2] && all[0] != all[2], "{all:?}");
+    }
+
+    /// The cross-validation of the refit under each weighting (run by hand: `cargo test --release
+    /// -p servetune-model --lib -- --ignored cross_validation_of_the_refit --nocapture`): each
+    /// fold's constants, and the rows' and sources' median |error| out of fold and in sample.
+    #[test]
+    #[ignore]
+    fn cross_validation_of_the_refit_on_the_fit_set() {
+        let cache = RunCache::new();
+        let start = Engine::default();
+        for w in Weighting::ALL {
+            let cv = cross_validate(&cache, start, w);
+            println!("== {}", w.name());
+            for f in &cv.folds {
+                println!(
+                    "  fold {}: {} sources, {} rows left out; floor {:.1} moe {:.2} per-request {:.1}",
+                    f.fold, f.sources, f.rows, f.engine.kernel_overhead_us, f.engine.moe_efficiency, f.engine.request_step_us
+                );
+            }
+            let (oof_rows, oof_sources) = medians(&cv.out_of_fold);
+            let (in_rows, in_sources) = medians(&cv.in_sample);
+            println!(
+                "  whole fit set: floor {:.1} moe {:.2} per-request {:.1}",
+                cv.whole.kernel_overhead_us, cv.whole.moe_efficiency, cv.whole.request_step_us
+            );
+            println!("  out of fold: rows {oof_rows:.4}, sources {oof_sources:.4}; in sample: rows {in_rows:.4}, sources {in_sources:.4}");
+        }
+    }
+}
