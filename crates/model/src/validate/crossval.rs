@@ -14,6 +14,8 @@
 //! each source's median |error| out of fold (each unseen publication counted once, as a new
 //! deployment would be). The steady state is scored (the model crate cannot run the simulator),
 //! with the CDNA 3 floor scale and the early-release scale held at their defaults.
+//! [`Split::EachSource`] leaves out one source at a time instead: a check of the choice on a finer
+//! split, run after it (VALIDATION.md, ninth sitting).
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -160,29 +162,52 @@ impl RunCache {
     }
 }
 
-/// Refits from `start` on the fit rows outside `left_out` (None: every fit row) under `w`.
-fn refit(cache: &RunCache, start: Engine, w: Weighting, left_out: Option<usize>) -> Engine {
+/// How the fit set's sources are split into folds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Split {
+    /// [`FOLDS`] folds by [`fold_of`]: the split the weighting was chosen on.
+    Hashed,
+    /// One fold per source (leave one source out): a check of the choice on a finer split.
+    EachSource,
+}
+
+impl Split {
+    /// The folds' count and each fit source's fold.
+    fn folds(self, cache: &RunCache, start: &Engine) -> (usize, HashMap<String, usize>) {
+        let v = cache.run(start);
+        let sources: std::collections::BTreeSet<&str> = fit_rows(&v).map(|r| r.source_key.as_str()).collect();
+        match self {
+            Split::Hashed => (FOLDS, sources.into_iter().map(|s| (s.to_string(), fold_of(s))).collect()),
+            Split::EachSource => (sources.len(), sources.into_iter().enumerate().map(|(i, s)| (s.to_string(), i)).collect()),
+        }
+    }
+}
+
+/// Refits from `start` on the fit rows outside fold `left_out` of `fold` (None: every fit row)
+/// under `w`.
+fn refit(cache: &RunCache, start: Engine, w: Weighting, fold: &HashMap<String, usize>, left_out: Option<usize>) -> Engine {
     let objective = |e: &Engine| {
         let v = cache.run(e);
-        let rows: Vec<&Row> = fit_rows(&v).filter(|r| Some(fold_of(&r.source_key)) != left_out).collect();
+        let rows: Vec<&Row> = fit_rows(&v).filter(|r| fold.get(&r.source_key).copied() != left_out).collect();
         w.objective(&rows).unwrap_or(f64::INFINITY)
     };
     refit_descent(start, [2, 2, 1], &objective, &mut |_, _| {})
 }
 
-/// Cross-validates the refit under `w` from `start` (the descent's first point).
-pub fn cross_validate(cache: &RunCache, start: Engine, w: Weighting) -> CrossValidation {
+/// Cross-validates the refit under `w` from `start` (the descent's first point) over `split`.
+pub fn cross_validate(cache: &RunCache, start: Engine, w: Weighting, split: Split) -> CrossValidation {
+    let (count, of) = split.folds(cache, &start);
     let mut folds = Vec::new();
     let mut out_of_fold = Vec::new();
-    for fold in 0..FOLDS {
-        let engine = refit(cache, start, w, Some(fold));
+    for fold in 0..count {
+        let engine = refit(cache, start, w, &of, Some(fold));
         let v = cache.run(&engine);
-        let held: Vec<&Row> = fit_rows(&v).filter(|r| fold_of(&r.source_key) == fold).collect();
+        let held: Vec<&Row> = fit_rows(&v).filter(|r| of.get(&r.source_key) == Some(&fold)).collect();
         let sources: std::collections::BTreeSet<&str> = held.iter().map(|r| r.source_key.as_str()).collect();
         out_of_fold.extend(held.iter().map(|r| (r.source_key.clone(), r.error)));
         folds.push(FoldFit { fold, sources: sources.len(), rows: held.len(), engine });
     }
-    let whole = refit(cache, start, w, None);
+    let whole = refit(cache, start, w, &of, None);
     let in_sample = fit_rows(&cache.run(&whole)).map(|r| (r.source_key.clone(), r.error)).collect();
     CrossValidation { weighting: w, folds, out_of_fold, in_sample, whole }
 }
@@ -223,15 +248,16 @@ mod tests {
 
     /// The cross-validation of the refit under each weighting (run by hand: `cargo test --release
     /// -p servetune-model --lib -- --ignored cross_validation_of_the_refit --nocapture`): each
-    /// fold's constants, and the rows' and sources' median |error| out of fold and in sample.
+    /// fold's constants, and the rows' and sources' median |error| out of fold and in sample,
+    /// over the hashed folds and then leaving out one source at a time.
     #[test]
     #[ignore]
     fn cross_validation_of_the_refit_on_the_fit_set() {
         let cache = RunCache::new();
         let start = Engine::default();
-        for w in Weighting::ALL {
-            let cv = cross_validate(&cache, start, w);
-            println!("== {}", w.name());
+        for (split, w) in [Split::Hashed, Split::EachSource].into_iter().flat_map(|s| Weighting::ALL.map(|w| (s, w))) {
+            let cv = cross_validate(&cache, start, w, split);
+            println!("== {split:?}: {}", w.name());
             for f in &cv.folds {
                 println!(
                     "  fold {}: {} sources, {} rows left out; floor {:.1} moe {:.2} per-request {:.1}",
