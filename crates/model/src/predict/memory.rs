@@ -52,11 +52,36 @@ impl Scenario {
     }
 
     /// Token-layers of KV one request holds (and reads) on a stage at context `ctx`: every token in a
-    /// full-attention layer, at most the window in a sliding one.
+    /// full-attention layer, at most the window in a sliding one. Where the full layers have their
+    /// own shape (Gemma 4), a full layer's token counts as [`Self::full_layer_kv_weight`] of a
+    /// sliding layer's, whose shape the per-token bytes and [`Self::kv_split`] are.
     pub(super) fn kv_token_layers(&self, ctx: f64) -> f64 {
         let (full, sliding) = self.kv_layers_per_stage();
         let window = self.model.sliding_window.map_or(ctx, |w| ctx.min(w as f64));
-        full * ctx + sliding * window
+        full * ctx * self.full_layer_kv_weight() + sliding * window
+    }
+
+    /// Token-layers of attention arithmetic per token on a stage at context `ctx`, in units of a
+    /// sliding layer's head dimension: as [`Self::kv_token_layers`], a full layer's token weighing
+    /// its head dimension over a sliding layer's.
+    pub(super) fn attention_token_layers(&self, ctx: f64) -> f64 {
+        let (full, sliding) = self.kv_layers_per_stage();
+        let window = self.model.sliding_window.map_or(ctx, |w| ctx.min(w as f64));
+        full * ctx * self.model.full_head_dim_ratio() + sliding * window
+    }
+
+    /// One full-attention layer's KV per token on one GPU over a sliding layer's: each keeps keys
+    /// and values of its KV heads at its head dimension, split over up to its KV heads' count of TP
+    /// ranks (the rest replicate). 1 unless the full layers have their own shape.
+    pub(super) fn full_layer_kv_weight(&self) -> f64 {
+        match (self.model.global_attention, &self.model.attention) {
+            (Some(g), Attention::Gqa { kv_heads, head_dim, .. }) => {
+                let full = g.kv_heads as f64 * g.head_dim as f64 / self.plan.tp.min(g.kv_heads) as f64;
+                let sliding = *kv_heads as f64 * *head_dim as f64 / self.plan.tp.min(*kv_heads) as f64;
+                full / sliding
+            }
+            _ => 1.0,
+        }
     }
 
     /// TP ranks one request's KV is split over: MLA's latent is replicated on every TP rank (sglang

@@ -184,7 +184,7 @@ impl Scenario {
         let span = m.dsa.map_or(prompt_len / 2.0, |d| (prompt_len / 2.0).min(d.topk as f64));
         let c = m.layer_counts;
         let window = m.sliding_window.map_or(span, |w| span.min(w as f64));
-        let span_layers = c.full as f64 * span + c.sliding as f64 * window;
+        let span_layers = c.full as f64 * span * m.full_head_dim_ratio() + c.sliding as f64 * window;
         let linear_flops =
             m.linear.map_or(0.0, |la| 6.0 * la.value_heads as f64 * la.key_head_dim as f64 * la.value_head_dim as f64 * c.linear as f64);
         // Attention at the measured prefill-attention rate for the prompt's length (kernel

@@ -252,7 +252,9 @@ impl Scenario {
                 let idx = m.dsa.map_or(0.0, |d| 2.0 * d.index_heads as f64 * d.index_head_dim as f64 * mean_ctx) * m.indexer_share();
                 (2.0 * heads as f64 / self.attn_split() * c * (2.0 * kv_lora_rank as f64 + qk_rope_head_dim as f64) + idx) * x
             }
-            Attention::Gqa { heads, head_dim, .. } => 4.0 * heads as f64 / tp * head_dim as f64 * self.kv_token_layers(mean_ctx) / ls * x,
+            Attention::Gqa { heads, head_dim, .. } => {
+                4.0 * heads as f64 / tp * head_dim as f64 * self.attention_token_layers(mean_ctx) / ls * x
+            }
         } * ls
             + self.linear_flops_per_token() * x;
         (gemm_s + attn_flops / (g.bf16_tflops * eff)) * 1e3

@@ -720,3 +720,30 @@ fn the_engines_auto_kv_cache_takes_the_checkpoints_declaration_as_each_release_r
     assert_eq!(auto("vllm", Dtype::Nvfp4, Some("2025-10-01")), KvDtype::Bf16, "a measurement dated before it");
     assert_eq!(auto("vllm", Dtype::Nvfp4, None), KvDtype::Fp8, "today's release");
 }
+
+/// Gemma 4 26B-A4B's KV per request: 25 sliding layers of 8 KV heads x 256 hold at most the
+/// 1,024-token window; 5 full layers of 2 KV heads x 512 hold every token, keys and values apart
+/// (the values are the keys' projection, but cached on their own). Under TP4 the sliding layers
+/// split their 8 KV heads four ways, the full layers' 2 only two ways (each replicated twice). The
+/// full layers' attention arithmetic per token is twice a sliding layer's (head dimension 512).
+#[test]
+fn gemma_4_full_layers_keep_their_own_kv_shape_and_split_only_over_their_kv_heads() {
+    let tp1 = scenario("gemma-4-26b-a4b", Dtype::Bf16, "h100-sxm", "nvlink", 1, 1);
+    let sliding_token = 2.0 * 8.0 * 256.0 * 2.0;
+    let full_token = 2.0 * 2.0 * 512.0 * 2.0;
+    let at = |s: &Scenario, ctx: f64| s.request_bytes_gpu(ctx);
+    let want = |ctx: f64, sliding_split: f64, full_split: f64| {
+        25.0 * ctx.min(1024.0) * sliding_token / sliding_split + 5.0 * ctx * full_token / full_split
+    };
+    for ctx in [512.0, 4096.0] {
+        assert!((at(&tp1, ctx) - want(ctx, 1.0, 1.0)).abs() < 1.0, "{ctx}: {} vs {}", at(&tp1, ctx), want(ctx, 1.0, 1.0));
+    }
+    let tp4 = scenario("gemma-4-26b-a4b", Dtype::Bf16, "h100-sxm", "nvlink", 4, 4);
+    assert!((at(&tp4, 4096.0) - want(4096.0, 4.0, 2.0)).abs() < 1.0, "{} vs {}", at(&tp4, 4096.0), want(4096.0, 4.0, 2.0));
+    // Attention arithmetic: full layers count twice per token of context.
+    assert_eq!(tp1.attention_token_layers(4096.0), 25.0 * 1024.0 + 5.0 * 4096.0 * 2.0);
+    // Every other model's full layers are the sliding layers' shape.
+    let oss = scenario("gpt-oss-120b", Dtype::Mxfp4, "h100-sxm", "nvlink", 1, 1);
+    assert_eq!(oss.full_layer_kv_weight(), 1.0);
+    assert_eq!(oss.attention_token_layers(4096.0), oss.kv_token_layers(4096.0));
+}

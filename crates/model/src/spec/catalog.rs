@@ -43,7 +43,7 @@ pub(super) struct CatalogFile {
 }
 
 /// The catalog's config files, embedded at build time.
-pub(super) const CONFIGS: [(&str, &str); 18] = [
+pub(super) const CONFIGS: [(&str, &str); 20] = [
     ("glm-5.json", include_str!("../../data/models/glm-5.json")),
     ("deepseek-v3.json", include_str!("../../data/models/deepseek-v3.json")),
     ("qwen3-235b-a22b.json", include_str!("../../data/models/qwen3-235b-a22b.json")),
@@ -62,6 +62,8 @@ pub(super) const CONFIGS: [(&str, &str); 18] = [
     ("llama-4-scout.json", include_str!("../../data/models/llama-4-scout.json")),
     ("llama-4-maverick.json", include_str!("../../data/models/llama-4-maverick.json")),
     ("nemotron-3-nano-30b-a3b.json", include_str!("../../data/models/nemotron-3-nano-30b-a3b.json")),
+    ("gemma-4-26b-a4b.json", include_str!("../../data/models/gemma-4-26b-a4b.json")),
+    ("gemma-4-31b.json", include_str!("../../data/models/gemma-4-31b.json")),
 ];
 
 pub(super) fn catalog_file() -> &'static CatalogFile {

@@ -73,6 +73,17 @@ impl ModelSpec {
                         format!("is {kv_heads}: it must be from 1 to {heads} and divide num_attention_heads"),
                     );
                 }
+                if let Some(g) = self.global_attention {
+                    if g.head_dim == 0 {
+                        return bad("global_head_dim", "is 0: a full-attention layer's heads need at least 1 dimension".into());
+                    }
+                    if g.kv_heads == 0 || g.kv_heads > heads || !heads.is_multiple_of(g.kv_heads) {
+                        return bad(
+                            "num_global_key_value_heads",
+                            format!("is {}: it must be from 1 to {heads} and divide num_attention_heads", g.kv_heads),
+                        );
+                    }
+                }
             }
             Attention::Mla { heads, q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim } => {
                 let sizes = [

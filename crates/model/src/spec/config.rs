@@ -22,8 +22,8 @@ use serde_json::Value;
 
 use super::checkpoint::{read_checkpoint, read_kv_declared, LayerShape};
 use super::layers::{
-    check_attn_type_list, llama4_dense_layers, qwen_dense_layers, read_attention, read_indexer_layers, read_layer_kinds, read_linear,
-    read_mamba2, read_moe, read_nemotron_blocks, read_qk_norm, read_sliding_window,
+    check_attn_type_list, llama4_dense_layers, qwen_dense_layers, read_attention, read_gemma4_global, read_indexer_layers,
+    read_layer_kinds, read_linear, read_mamba2, read_moe, read_nemotron_blocks, read_qk_norm, read_sliding_window,
 };
 use super::{Dsa, ModelSpec};
 use crate::ModelError;
@@ -90,13 +90,15 @@ pub(super) fn need(v: &Value, keys: &[&str], source: &str, arch: &str) -> Result
 /// `llama4_text` as `llama4`); Qwen3-VL's language models are Qwen3's and Qwen3-MoE's (its
 /// interleaved multimodal rotary embedding costs what Qwen3's does), and are read as those. The
 /// vision encoder is not modelled: the requests are text.
-pub const SUPPORTED: [&str; 32] = [
+pub const SUPPORTED: [&str; 34] = [
     "llama",
     "glm4",
     "phi3",
     "gemma2",
     "gemma3",
     "gemma3_text",
+    "gemma4",
+    "gemma4_text",
     "llama4",
     "llama4_text",
     "mistral",
@@ -136,7 +138,7 @@ pub(super) const QWEN_MOE_ARCHS: [&str; 4] = ["qwen2_moe", "qwen3_moe", "qwen3_n
 pub(super) const HYBRID_ARCHS: [&str; 3] = ["qwen3_next", "qwen3_5", "qwen3_5_moe"];
 
 /// Architectures whose modelling code reads `sliding_window` for their sliding layers.
-pub(super) const SLIDING_ARCHS: [&str; 7] = ["gpt_oss", "mistral", "mixtral", "llama4", "phi3", "gemma2", "gemma3"];
+pub(super) const SLIDING_ARCHS: [&str; 8] = ["gpt_oss", "mistral", "mixtral", "llama4", "phi3", "gemma2", "gemma3", "gemma4"];
 
 /// Architectures whose config class ties the output projection to the embeddings unless
 /// `tie_word_embeddings` says otherwise (transformers' Gemma2Config and Gemma3TextConfig).
@@ -176,6 +178,7 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
         None => need(v, &["num_hidden_layers"], source, &arch)?,
     };
     let attention = read_attention(v, source, &arch, hidden)?;
+    let global_attention = if arch == "gemma4" { read_gemma4_global(v, source, &attention)? } else { None };
     // Nemotron-H's layers are single-operation blocks (Mamba-2, attention, MLP, MoE).
     let blocks = if arch == "nemotron_h" { Some(read_nemotron_blocks(v, source, layers)?) } else { None };
     let moe = match (&blocks, read_moe(v, source, &arch)?) {
@@ -255,6 +258,7 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
             .and_then(Value::as_bool)
             .unwrap_or(TIED_BY_DEFAULT_ARCHS.contains(&arch.as_str())),
         attention,
+        global_attention,
         dsa,
         moe,
         max_context: field(v, &["max_position_embeddings"], source)?.unwrap_or(8192),

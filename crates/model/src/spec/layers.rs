@@ -27,7 +27,7 @@
 use serde_json::Value;
 
 use super::config::{field, need, HYBRID_ARCHS, MLA_ARCHS, OPT_IN_SLIDING_ARCHS, SLIDING_ARCHS};
-use super::{Attention, LayerCounts, LayerKind, LinearAttention, LinearMixer, Moe};
+use super::{Attention, GlobalAttention, LayerCounts, LayerKind, LinearAttention, LinearMixer, Moe};
 use crate::ModelError;
 
 pub(super) fn read_attention(v: &Value, source: &str, arch: &str, hidden: u32) -> Result<Attention, ModelError> {
@@ -62,6 +62,38 @@ pub(super) fn read_attention(v: &Value, source: &str, arch: &str, hidden: u32) -
         _ => false,
     };
     Ok(Attention::Gqa { heads, kv_heads, head_dim, bias, gate })
+}
+
+/// Gemma 4's full-attention layers' shape ([`GlobalAttention`]), None where it is the sliding
+/// layers': `global_head_dim` (the sliding layers' `head_dim` when absent) and, when
+/// `attention_k_eq_v` is true, `num_global_key_value_heads` KV heads (else the sliding layers'
+/// count), as transformers' and vLLM's `Gemma4Attention` read them. Two Gemma 4 features are
+/// refused by field: Per-Layer Embeddings (`hidden_size_per_layer_input` above 0, Gemma 4 E2B and
+/// E4B) and layers that reuse an earlier layer's KV cache (`num_kv_shared_layers` above 0).
+pub(super) fn read_gemma4_global(v: &Value, source: &str, attention: &Attention) -> Result<Option<GlobalAttention>, ModelError> {
+    let refuse = |key: &str, n: u32, what: &str| {
+        Err(ModelError::Input(format!("{source}: field {key:?} is {n}: {what} are not modelled; servetune cannot plan this model")))
+    };
+    match field(v, &["hidden_size_per_layer_input"], source)? {
+        Some(n) if n > 0 => return refuse("hidden_size_per_layer_input", n, "Per-Layer Embeddings (Gemma 4 E2B/E4B)"),
+        _ => {}
+    }
+    match field(v, &["num_kv_shared_layers"], source)? {
+        Some(n) if n > 0 => return refuse("num_kv_shared_layers", n, "layers that reuse an earlier layer's KV cache"),
+        _ => {}
+    }
+    let Attention::Gqa { kv_heads, head_dim, .. } = *attention else { return Ok(None) };
+    let k_eq_v = match v.get("attention_k_eq_v") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(x) => return Err(ModelError::Input(format!("{source}: field \"attention_k_eq_v\" is {x}, not true or false"))),
+    };
+    let global = GlobalAttention {
+        kv_heads: if k_eq_v { field(v, &["num_global_key_value_heads"], source)?.unwrap_or(kv_heads) } else { kv_heads },
+        head_dim: field(v, &["global_head_dim"], source)?.unwrap_or(head_dim),
+        k_eq_v,
+    };
+    Ok((global != GlobalAttention { kv_heads, head_dim, k_eq_v: false }).then_some(global))
 }
 
 /// An array of whole numbers (`mlp_only_layers`), or an error naming the field.
@@ -223,6 +255,12 @@ pub(super) fn default_layer_kinds(v: &Value, source: &str, arch: &str, layers: u
             LayerCounts { full: layers / every, sliding: layers - layers / every, linear: 0 }
         }
         "mistral" | "mixtral" | "phi3" if field(v, &["sliding_window"], source)?.is_some() => all(LayerKind::Sliding),
+        // Gemma 4's configs list their layers; without the list which layers slide is not stated.
+        "gemma4" => {
+            return Err(ModelError::Input(format!(
+                "{source}: model_type \"gemma4\" needs the field \"layer_types\" (one sliding_attention or full_attention per layer), which is missing"
+            )))
+        }
         _ => all(LayerKind::Full),
     })
 }
@@ -391,6 +429,9 @@ pub(super) fn check_attn_type_list(v: &Value, source: &str, arch: &str, layers: 
 }
 
 pub(super) fn read_moe(v: &Value, source: &str, arch: &str) -> Result<Option<Moe>, ModelError> {
+    if arch == "gemma4" {
+        return read_gemma4_moe(v, source, arch);
+    }
     let experts = match field(v, &["n_routed_experts", "num_experts", "num_local_experts"], source)? {
         Some(e) if e > 1 => e,
         _ => return Ok(None),
@@ -424,6 +465,28 @@ pub(super) fn read_moe(v: &Value, source: &str, arch: &str) -> Result<Option<Moe
         bias: arch == "gpt_oss",
         latent,
     }))
+}
+
+/// Gemma 4's experts (`enable_moe_block`: Gemma 4 26B-A4B): every layer runs its dense MLP
+/// (`intermediate_size` wide) and, beside it, `num_experts` experts of `moe_intermediate_size`
+/// with `top_k_experts` per token (transformers' `Gemma4TextDecoderLayer`). The dense MLP is
+/// modelled as one shared expert: every token runs it. Without the flag the model is dense.
+fn read_gemma4_moe(v: &Value, source: &str, arch: &str) -> Result<Option<Moe>, ModelError> {
+    match v.get("enable_moe_block") {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => return Ok(None),
+        Some(Value::Bool(true)) => {}
+        Some(x) => return Err(ModelError::Input(format!("{source}: field \"enable_moe_block\" is {x}, not true or false"))),
+    }
+    let experts = need(v, &["num_experts"], source, arch)?;
+    if experts < 2 {
+        return Err(ModelError::Input(format!(
+            "{source}: field \"num_experts\" is {experts}, but \"enable_moe_block\" is true: a MoE block needs at least 2 experts"
+        )));
+    }
+    let top_k = need(v, &["top_k_experts"], source, arch)?;
+    let expert_ffn = need(v, &["moe_intermediate_size", "expert_intermediate_size"], source, arch)?;
+    let shared_ffn = need(v, &["intermediate_size"], source, arch)?;
+    Ok(Some(Moe { experts, top_k, shared_experts: 1, expert_ffn, shared_ffn, bias: false, latent: None }))
 }
 
 /// Nemotron-H's blocks by kind.

@@ -292,8 +292,12 @@ pub struct ModelSpec {
     pub vocab: u32,
     /// The LM head shares the embedding table.
     pub tied_embeddings: bool,
-    /// Attention and its KV layout.
+    /// Attention and its KV layout (a sliding layer's where the full layers have their own shape:
+    /// [`Self::global_attention`]).
     pub attention: Attention,
+    /// The full-attention layers' own KV heads and head dimension, where they differ from the
+    /// sliding layers' (Gemma 4); None when every attention layer has [`Self::attention`]'s shape.
+    pub global_attention: Option<GlobalAttention>,
     /// The sparse-attention indexer, if any.
     pub dsa: Option<Dsa>,
     /// Routed experts, if any.
@@ -323,6 +327,21 @@ pub struct ModelSpec {
     /// norm's two halves (vLLM `MiniMaxText01RMSNormTP.forward_qk`, sglang
     /// `MiniMaxM2RMSNormTP`).
     pub qk_norm_across_heads: bool,
+}
+
+/// The full-attention layers' shape where it differs from the sliding layers' (Gemma 4's
+/// `global_head_dim` and, with `attention_k_eq_v`, `num_global_key_value_heads`; transformers' and
+/// vLLM's `Gemma4Attention`). The query heads are the model's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct GlobalAttention {
+    /// KV heads of a full layer.
+    pub kv_heads: u32,
+    /// Dimension of one head in a full layer.
+    pub head_dim: u32,
+    /// The keys' projection also gives the values (`attention_k_eq_v`): a full layer has no value
+    /// projection. Its cache still keeps keys and values apart (the values are the projection's
+    /// own norm without rotary; vLLM's `Gemma4Attention` passes both to the attention layer).
+    pub k_eq_v: bool,
 }
 
 /// The weight format of each part of a mixed-precision checkpoint.

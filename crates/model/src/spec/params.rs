@@ -94,17 +94,12 @@ impl ModelSpec {
     }
 
     /// Parameters of one attention layer's attention (with the DSA indexer); linear-attention
-    /// layers have [`LinearAttention::params`](super::LinearAttention::params) instead.
+    /// layers have [`LinearAttention::params`](super::LinearAttention::params) instead, and a full
+    /// layer of its own shape [`Self::full_attention_params_per_layer`].
     pub fn attention_params_per_layer(&self) -> f64 {
         let h = self.hidden as f64;
         let mut p = match self.attention {
-            Attention::Gqa { heads, kv_heads, head_dim, bias, gate } => {
-                let q = heads as f64 * head_dim as f64;
-                let kv = kv_heads as f64 * head_dim as f64;
-                let q_out = if gate { 2.0 * q } else { q };
-                let w = h * q_out + 2.0 * h * kv + q * h;
-                w + if bias { q_out + 2.0 * kv + h } else { 0.0 }
-            }
+            Attention::Gqa { heads, kv_heads, head_dim, bias, gate } => gqa_params(h, heads, kv_heads, head_dim, bias, gate, true),
             Attention::Mla { heads, q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim } => {
                 let n = heads as f64;
                 let qk = (qk_nope_head_dim + qk_rope_head_dim) as f64;
@@ -133,6 +128,28 @@ impl ModelSpec {
         p
     }
 
+    /// Parameters of one full-attention layer's attention: [`Self::attention_params_per_layer`]
+    /// unless the full layers have their own shape ([`Self::global_attention`](super::ModelSpec::global_attention): its KV heads
+    /// and head dimension, and no value projection when the keys give the values).
+    pub fn full_attention_params_per_layer(&self) -> f64 {
+        match (self.global_attention, &self.attention) {
+            (Some(g), Attention::Gqa { heads, bias, gate, .. }) => {
+                gqa_params(self.hidden as f64, *heads, g.kv_heads, g.head_dim, *bias, *gate, !g.k_eq_v)
+            }
+            _ => self.attention_params_per_layer(),
+        }
+    }
+
+    /// A full-attention layer's head dimension over a sliding layer's: what its attention
+    /// arithmetic per token of context costs against theirs (1 unless the full layers have their
+    /// own shape).
+    pub fn full_head_dim_ratio(&self) -> f64 {
+        match (self.global_attention, &self.attention) {
+            (Some(g), Attention::Gqa { head_dim, .. }) => g.head_dim as f64 / *head_dim as f64,
+            _ => 1.0,
+        }
+    }
+
     /// The share of layers that run the DSA indexer ([`Dsa::indexer_layers`](super::Dsa::indexer_layers); 0 without one).
     pub fn indexer_share(&self) -> f64 {
         self.dsa.map_or(0.0, |d| d.indexer_layers as f64 / self.layers.max(1) as f64)
@@ -143,7 +160,9 @@ impl ModelSpec {
     pub fn params(&self) -> ParamCounts {
         let h = self.hidden as f64;
         let linear = self.linear.map_or(0.0, |la| la.params(self.hidden) * self.layer_counts.linear as f64);
-        let attention = self.attention_params_per_layer() * self.kv_layers() as f64 + linear;
+        let attention = self.attention_params_per_layer() * self.layer_counts.sliding as f64
+            + self.full_attention_params_per_layer() * self.layer_counts.full as f64
+            + linear;
         let mats = self.ffn_matrices();
         let dense_ffn = mats * h * self.ffn as f64 * self.dense_layers as f64;
         let (mut routed, mut shared, mut router, mut per_expert, mut active_routed) = (0.0, 0.0, 0.0, 0.0, 0.0);
@@ -192,4 +211,16 @@ impl ModelSpec {
             Attention::Mla { kv_lora_rank, qk_rope_head_dim, .. } => (kv_lora_rank as f64, qk_rope_head_dim as f64, idx),
         }
     }
+}
+
+/// One grouped-query attention layer's parameters at hidden size `h`: the query projection (twice
+/// as wide with an output gate), the key projection, the value projection when `v_proj`, the output
+/// projection, and their biases.
+fn gqa_params(h: f64, heads: u32, kv_heads: u32, head_dim: u32, bias: bool, gate: bool, v_proj: bool) -> f64 {
+    let q = heads as f64 * head_dim as f64;
+    let kv = kv_heads as f64 * head_dim as f64;
+    let q_out = if gate { 2.0 * q } else { q };
+    let kv_mats = if v_proj { 2.0 } else { 1.0 };
+    let w = h * q_out + kv_mats * h * kv + q * h;
+    w + if bias { q_out + kv_mats * kv + h } else { 0.0 }
 }

@@ -714,3 +714,119 @@ fn a_checkpoints_declared_kv_cache_format_is_read_from_its_quantization_config()
     let float_bits = r#","quantization_config":{"quant_method":"modelopt","quant_algo":"NVFP4","kv_cache_quant_algo":"NVFP4","kv_cache_scheme":{"num_bits":8.0,"type":"float"}}"#;
     assert_eq!(read(&llama_with(float_bits)), Some(KvDtype::Fp8), "an unmodelled algo does not hide the scheme");
 }
+
+/// Gemma 4's full-attention layers have their own shape: 26B-A4B's 5 full layers (every sixth)
+/// have 2 KV heads of 512 whose keys give the values (no value projection), its 25 sliding layers
+/// 8 KV heads of 256 over a 1,024-token window. Each layer runs its dense MLP (2,112 wide, read
+/// as one shared expert) beside 128 experts of 704, top 8. The counts match Google's model card
+/// (25.2B total, 3.8B active); the 31B is dense (30.7B with its 1.4B tied embeddings).
+#[test]
+fn gemma_4_reads_its_full_layers_own_shape_and_its_mlp_beside_the_experts() {
+    let moe = catalog("gemma-4-26b-a4b").expect("catalog");
+    print_counts("gemma-4-26b-a4b", &moe);
+    assert_eq!(moe.arch, "gemma4");
+    assert_eq!((moe.layer_counts, moe.sliding_window), (LayerCounts { full: 5, sliding: 25, linear: 0 }, Some(1024)));
+    assert!(matches!(moe.attention, Attention::Gqa { heads: 16, kv_heads: 8, head_dim: 256, .. }), "{:?}", moe.attention);
+    assert_eq!(moe.global_attention, Some(GlobalAttention { kv_heads: 2, head_dim: 512, k_eq_v: true }));
+    let m = moe.moe.expect("experts");
+    assert_eq!((m.experts, m.top_k, m.expert_ffn, m.shared_experts, m.shared_ffn), (128, 8, 704, 1, 2112));
+    assert_eq!((moe.dense_layers, moe.moe_layers(), moe.tied_embeddings), (0, 30, true));
+    // A sliding layer: q, k, v and o of 16 x 256 or 8 x 256; a full one: q and o of 16 x 512, k of 2 x 512.
+    let h = 2816.0;
+    assert_eq!(moe.attention_params_per_layer(), h * (4096.0 + 2.0 * 2048.0 + 4096.0));
+    assert_eq!(moe.full_attention_params_per_layer(), h * (8192.0 + 1024.0 + 8192.0));
+    assert_eq!(moe.full_head_dim_ratio(), 2.0);
+    let p = moe.params();
+    assert!(within(p.total, 25.2e9, 0.01), "total {:.2}B", p.total / 1e9);
+    assert!(within(p.active, 3.8e9, 0.02), "active {:.2}B", p.active / 1e9);
+    let dense = catalog("gemma-4-31b").expect("catalog");
+    print_counts("gemma-4-31b", &dense);
+    assert_eq!((dense.moe, dense.dense_layers, dense.ffn), (None, 60, 21504));
+    assert_eq!(dense.layer_counts, LayerCounts { full: 10, sliding: 50, linear: 0 });
+    assert_eq!(dense.global_attention, Some(GlobalAttention { kv_heads: 4, head_dim: 512, k_eq_v: true }));
+    assert_eq!(dense.checkpoint, Some(crate::quant::Dtype::Nvfp4), "NVIDIA's NVFP4 export is the catalog's config");
+    assert!(within(dense.params().total, 30.7e9, 0.01), "total {:.2}B", dense.params().total / 1e9);
+}
+
+/// Without `attention_k_eq_v` a full layer keeps the sliding layers' KV heads at its own head
+/// dimension and a value projection; with the same shape it has none of its own. Per-Layer
+/// Embeddings, KV-shared layers, a missing `layer_types` and bad global fields are refused by name.
+#[test]
+fn gemma_4_variants_and_refusals_name_their_fields() {
+    let base: Value = serde_json::from_str(include_str!("../../data/models/gemma-4-26b-a4b.json")).expect("json");
+    let with = |edit: &dyn Fn(&mut serde_json::Map<String, Value>)| {
+        let mut v = base.clone();
+        edit(v["text_config"].as_object_mut().expect("text_config"));
+        from_hf_config(&v.to_string(), "g4.json")
+    };
+    let plain = with(&|t| {
+        t.insert("attention_k_eq_v".into(), Value::Bool(false));
+    })
+    .expect("no k_eq_v");
+    assert_eq!(plain.global_attention, Some(GlobalAttention { kv_heads: 8, head_dim: 512, k_eq_v: false }));
+    assert_eq!(plain.full_attention_params_per_layer(), 2816.0 * (8192.0 + 2.0 * 4096.0 + 8192.0));
+    let same = with(&|t| {
+        t.insert("attention_k_eq_v".into(), Value::Bool(false));
+        t.insert("global_head_dim".into(), Value::from(256));
+    })
+    .expect("one shape");
+    assert_eq!(same.global_attention, None);
+    let dense = with(&|t| {
+        t.insert("enable_moe_block".into(), Value::Bool(false));
+    })
+    .expect("dense");
+    assert_eq!((dense.moe, dense.dense_layers, dense.ffn), (None, 30, 2112));
+    for (edit, want) in [
+        (
+            &(|t: &mut serde_json::Map<String, Value>| {
+                t.insert("hidden_size_per_layer_input".into(), Value::from(256));
+            }) as &dyn Fn(&mut serde_json::Map<String, Value>),
+            "\"hidden_size_per_layer_input\" is 256",
+        ),
+        (
+            &|t| {
+                t.insert("num_kv_shared_layers".into(), Value::from(20));
+            },
+            "\"num_kv_shared_layers\" is 20",
+        ),
+        (
+            &|t| {
+                t.remove("layer_types");
+            },
+            "needs the field \"layer_types\"",
+        ),
+        (
+            &|t| {
+                t.insert("num_global_key_value_heads".into(), Value::from(3));
+            },
+            "\"num_global_key_value_heads\" is 3",
+        ),
+        (
+            &|t| {
+                t.insert("global_head_dim".into(), Value::from(0));
+            },
+            "\"global_head_dim\" is 0",
+        ),
+        (
+            &|t| {
+                t.insert("attention_k_eq_v".into(), Value::from("yes"));
+            },
+            "\"attention_k_eq_v\" is \"yes\"",
+        ),
+        (
+            &|t| {
+                t.insert("enable_moe_block".into(), Value::from(1));
+            },
+            "\"enable_moe_block\" is 1",
+        ),
+        (
+            &|t| {
+                t.remove("top_k_experts");
+            },
+            "needs the field \"top_k_experts\"",
+        ),
+    ] {
+        let e = with(edit).expect_err(want);
+        assert!(e.to_string().contains(want), "{e} lacks {want}");
+    }
+}
