@@ -73,7 +73,7 @@ pub(crate) enum ModelRef {
 }
 
 /// Hugging Face id in e2e.toml -> the model `plan` runs, and why when it is a stand-in.
-pub(crate) const MODELS: [(&str, ModelRef, &str); 59] = [
+pub(crate) const MODELS: [(&str, ModelRef, &str); 64] = [
     ("deepseek-ai/DeepSeek-R1-0528", ModelRef::Catalog("deepseek-v3"), "DeepSeek-V3 architecture"),
     ("deepseek-ai/DeepSeek-R1", ModelRef::Catalog("deepseek-v3"), "DeepSeek-V3 architecture"),
     ("deepseek-ai/DeepSeek-V3", ModelRef::Catalog("deepseek-v3"), ""),
@@ -153,6 +153,13 @@ pub(crate) const MODELS: [(&str, ModelRef, &str); 59] = [
         "the FP8 export's config",
     ),
     ("nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-NVFP4", ModelRef::Config("nvidia--NVIDIA-Nemotron-3-Ultra-550B-A55B-NVFP4.json"), ""),
+    // Gemma 4's published ids, mapped when its catalog entries were added (stop 52). The frozen
+    // holdout's sglang-pr-31216 rows name google/gemma-4-31B-it (HOLDOUT.md, look 21).
+    ("google/gemma-4-26B-A4B", ModelRef::Catalog("gemma-4-26b-a4b"), ""),
+    ("google/gemma-4-26B-A4B-it", ModelRef::Catalog("gemma-4-26b-a4b"), ""),
+    ("nvidia/Gemma-4-26B-A4B-NVFP4", ModelRef::Catalog("gemma-4-26b-a4b"), ""),
+    ("google/gemma-4-31B-it", ModelRef::Catalog("gemma-4-31b"), ""),
+    ("nvidia/Gemma-4-31B-IT-NVFP4", ModelRef::Catalog("gemma-4-31b"), ""),
 ];
 
 /// One `[[case]]` of e2e.toml: the fields scoring reads (the file's schema is in its header).
