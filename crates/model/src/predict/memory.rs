@@ -72,7 +72,9 @@ impl Scenario {
 
     /// One full-attention layer's KV per token on one GPU over a sliding layer's: each keeps keys
     /// and values of its KV heads at its head dimension, split over up to its KV heads' count of TP
-    /// ranks (the rest replicate). 1 unless the full layers have their own shape.
+    /// ranks (the rest replicate). 1 unless the full layers have their own shape. Like
+    /// [`Self::kv_split`], it splits by the plan's TP even under DP attention (which `--rank`
+    /// offers only to MLA models).
     pub(super) fn full_layer_kv_weight(&self) -> f64 {
         match (self.model.global_attention, &self.model.attention) {
             (Some(g), Attention::Gqa { kv_heads, head_dim, .. }) => {
@@ -135,10 +137,11 @@ impl Scenario {
         (idx + (idx / 128.0).ceil() * 4.0) * self.model.indexer_share()
     }
 
-    /// KV bytes per token held on one GPU (all its KV layers; a sliding layer only up to its window).
+    /// KV bytes per token held on one GPU (all its KV layers; a sliding layer only up to its window;
+    /// a full layer of its own shape weighed as in [`Self::kv_token_layers`]).
     pub fn kv_bytes_per_token_gpu(&self) -> f64 {
         let (full, sliding) = self.kv_layers_per_stage();
-        self.kv_bytes_per_token_layer() * (full + sliding) / self.kv_split()
+        self.kv_bytes_per_token_layer() * (full * self.full_layer_kv_weight() + sliding) / self.kv_split()
     }
 
     /// Weight bytes on one GPU (the heaviest pipeline stage).

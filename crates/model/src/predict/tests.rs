@@ -740,6 +740,14 @@ fn gemma_4_full_layers_keep_their_own_kv_shape_and_split_only_over_their_kv_head
     }
     let tp4 = scenario("gemma-4-26b-a4b", Dtype::Bf16, "h100-sxm", "nvlink", 4, 4);
     assert!((at(&tp4, 4096.0) - want(4096.0, 4.0, 2.0)).abs() < 1.0, "{} vs {}", at(&tp4, 4096.0), want(4096.0, 4.0, 2.0));
+    // The KV pool's bytes per token (every layer's token, no window): each kind at its own shape.
+    for (s, sliding_split, full_split) in [(&tp1, 1.0, 1.0), (&tp4, 4.0, 2.0)] {
+        let per_token = 25.0 * sliding_token / sliding_split + 5.0 * full_token / full_split;
+        assert!((s.kv_bytes_per_token_gpu() - per_token).abs() < 1e-6, "{} vs {per_token}", s.kv_bytes_per_token_gpu());
+    }
+    // A decode step reads each request's KV as it holds it.
+    let read = tp4.kv_read(8.0, 4096.0);
+    assert!((read - 8.0 * want(4096.0, 4.0, 2.0)).abs() / read < 1e-9, "{read}");
     // Attention arithmetic: full layers count twice per token of context.
     assert_eq!(tp1.attention_token_layers(4096.0), 25.0 * 1024.0 + 5.0 * 4096.0 * 2.0);
     // Every other model's full layers are the sliding layers' shape.

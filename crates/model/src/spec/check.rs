@@ -40,7 +40,8 @@ impl ModelSpec {
         self.validate_attention(source)?;
         if let Some(m) = self.moe {
             if m.top_k == 0 || m.top_k > m.experts {
-                return bad("num_experts_per_tok", format!("is {}: it must be from 1 to the {} experts", m.top_k, m.experts));
+                let field = if self.arch == "gemma4" { "top_k_experts" } else { "num_experts_per_tok" };
+                return bad(field, format!("is {}: it must be from 1 to the {} experts", m.top_k, m.experts));
             }
             if m.expert_ffn == 0 {
                 return bad("moe_intermediate_size", "is 0: experts need a size".into());

@@ -486,6 +486,11 @@ fn read_gemma4_moe(v: &Value, source: &str, arch: &str) -> Result<Option<Moe>, M
     let top_k = need(v, &["top_k_experts"], source, arch)?;
     let expert_ffn = need(v, &["moe_intermediate_size", "expert_intermediate_size"], source, arch)?;
     let shared_ffn = need(v, &["intermediate_size"], source, arch)?;
+    if shared_ffn == 0 {
+        return Err(ModelError::Input(format!(
+            "{source}: field \"intermediate_size\" is 0, but every Gemma 4 layer runs its dense MLP beside the experts"
+        )));
+    }
     Ok(Some(Moe { experts, top_k, shared_experts: 1, expert_ffn, shared_ffn, bias: false, latent: None }))
 }
 

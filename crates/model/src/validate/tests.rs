@@ -679,7 +679,8 @@ fn the_early_release_scale_minimizes_its_fit_rows_objective_and_moves_only_them(
 /// The joint refit of the round of 2026-12-05's second sitting, run again on 2026-12-06 after the
 /// engines' KV-cache default (step 29: floor 5.3 -> 5.2 us, early scale 2.2 -> 2.15) and on the
 /// third dated extension (step 30: floor 5.2 -> 4.9 us, per-request 40 -> 42.5 us, CDNA 3 scale
-/// 1.8 -> 1.9) (run by hand: `cargo test -p
+/// 1.8 -> 1.9) and under the square-root source weighting (step 31: floor 4.9 -> 5.0 us,
+/// per-request 42.5 -> 45 us, early scale 2.15 -> 2.1) (run by hand: `cargo test -p
 /// servetune-model --lib -- --ignored joint_refit_on_the_fit_set --nocapture`): from the
 /// defaults, a descent over the grid of [`the_fitted_defaults_minimize_the_fit_median_among_their_grid_neighbours`]
 /// (the per-kernel floor by 0.1 us, the MoE efficiency by 0.05, the per-request cost by 2.5 us)
