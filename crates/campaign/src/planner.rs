@@ -516,11 +516,17 @@ fn kv_full(v: &View<'_>, best: &Experiment, r: &BenchSummary, lay: Layout) -> Op
         (cur, plan_step::predict_at(m, Layout { mem_fraction: Some(new), ..lay }, conc))
     };
     let ((cur_tok, new_tok), raw_gain, calibrated_on) = priced(v, price);
+    // As the cap step: with a model that sees less than the least worthwhile gain, the memory
+    // was not what held the batch; without one, the measured full cache is the evidence.
+    let gain = gain_of(cur_tok, new_tok);
+    if v.model.is_some() && gain.is_none_or(|g| g < MIN_STEP_GAIN) {
+        return None;
+    }
     Some(Step {
         title: format!("give the KV cache more memory ({} {cur}{assumed} -> {new}); an fp8 KV cache is the other way", knob.name),
         source: StepSource::KvFull,
         kind: StepKind::Runnable { knobs },
-        gain: gain_of(cur_tok, new_tok),
+        gain,
         raw_gain,
         calibrated_on,
         current_tok_s: cur_tok,
@@ -742,12 +748,13 @@ mod tests {
     const BASE: [(&str, &str); 4] = [("tp", "8"), ("pp", "1"), ("ep", "1"), ("max_running", "4")];
 
     /// A sweep whose KV cache filled gets a step that raises the memory share, priced by the model
-    /// at the concurrency where it filled: Qwen3-30B-A3B in BF16 on one 96 GB GPU with 30k-token
-    /// prompts holds a handful of requests, so 4 more points of memory run more of them. Unset, the
-    /// share starts from vLLM's own default (0.9), not the constant for a campaign without a model.
+    /// at the concurrency where it filled: Qwen3-30B-A3B in BF16 on one 96 GB GPU with 8k-token
+    /// prompts and 2k-token outputs holds fewer than the 32 clients, so 4 more points of memory run
+    /// more of them (a gain above the planner's least worthwhile one). Unset, the share starts from
+    /// vLLM's own default (0.9), not the constant for a campaign without a model.
     #[test]
     fn a_full_kv_cache_raises_the_memory_share_with_the_models_gain() {
-        let m = ModelBox { gpus: 1, input_len: 30_000, output_len: 2_000, serving: servetune_model::predict::EngineName::Vllm, ..model() };
+        let m = ModelBox { gpus: 1, input_len: 8_000, output_len: 2_000, serving: servetune_model::predict::EngineName::Vllm, ..model() };
         let f = BoxFacts { gpus: 1, ..facts() };
         let mut full = point(32, 300.0, 6.0, 26.0);
         full.server_max_kv_usage = Some(1.0);
@@ -771,9 +778,40 @@ mod tests {
             let r = e.result.as_ref().expect("result");
             let step = kv_full(&v, &e, r, lay).expect("a memory step");
             assert!(step.title.contains(&format!("mem_fraction {from}")), "{}", step.title);
-            assert!(step.gain.is_some_and(|g| g > 1.0), "{step:?}");
+            assert!(step.gain.is_some_and(|g| g >= MIN_STEP_GAIN), "{step:?}");
             assert!(step.predicted_tok_s > step.current_tok_s, "{step:?}");
             assert!(step.basis.contains("KV usage reached 100% at concurrency 32"), "{}", step.basis);
+        }
+    }
+
+    /// A full cache the model says more memory would not relieve (short requests: the cache holds
+    /// far more than the batch, so a larger share runs no more of them) gives no memory step; with
+    /// no model to price it, the measured full cache alone proposes one.
+    #[test]
+    fn a_full_kv_cache_gives_no_memory_step_the_model_sees_no_gain_in_but_one_without_a_model() {
+        let short = ModelBox { gpus: 1, input_len: 200, output_len: 200, serving: servetune_model::predict::EngineName::Vllm, ..model() };
+        let f = BoxFacts { gpus: 1, ..facts() };
+        let mut full = point(32, 300.0, 6.0, 26.0);
+        full.server_max_kv_usage = Some(1.0);
+        let g = Goal { text: "output_tok_s>=1e6".into(), output_tok_s: 1e6, slos: None };
+        let eng = crate::engine::find(&crate::engine::builtins(), "vllm").expect("vllm");
+        let e = exp(&[("tp", "1")], vec![point(4, 100.0, 4.0, 0.0), full]);
+        for (model, want_step) in [(Some(short), false), (None, true)] {
+            let v = View {
+                goal: &g,
+                engine: &eng,
+                facts: &f,
+                probe_findings: Vec::new(),
+                experiments: vec![&e],
+                findings: &[],
+                questions: &[],
+                model,
+                base_knobs: e.knobs.clone(),
+                base_values: e.values,
+            };
+            let r = e.result.as_ref().expect("result");
+            let step = kv_full(&v, &e, r, layout(&e.values, 1));
+            assert_eq!(step.is_some(), want_step, "{step:?}");
         }
     }
 
