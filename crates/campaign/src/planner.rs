@@ -747,6 +747,38 @@ mod tests {
 
     const BASE: [(&str, &str); 4] = [("tp", "8"), ("pp", "1"), ("ep", "1"), ("max_running", "4")];
 
+    /// [`kv_full`] on a vLLM sweep on one GPU run with `knobs`, whose cache filled at concurrency
+    /// 32, priced by `model` (or by none), Qwen3-30B-A3B in BF16 on 96 GB with `lens` (prompt,
+    /// output) tokens.
+    fn kv_full_on_one_gpu(knobs: &[(&str, &str)], lens: Option<(u32, u32)>) -> Option<Step> {
+        let model = lens.map(|(input_len, output_len)| ModelBox {
+            gpus: 1,
+            input_len,
+            output_len,
+            serving: servetune_model::predict::EngineName::Vllm,
+            ..model()
+        });
+        let f = BoxFacts { gpus: 1, ..facts() };
+        let mut full = point(32, 300.0, 6.0, 26.0);
+        full.server_max_kv_usage = Some(1.0);
+        let g = Goal { text: "output_tok_s>=1e6".into(), output_tok_s: 1e6, slos: None };
+        let eng = crate::engine::find(&crate::engine::builtins(), "vllm").expect("vllm");
+        let e = exp(knobs, vec![point(4, 100.0, 4.0, 0.0), full]);
+        let v = View {
+            goal: &g,
+            engine: &eng,
+            facts: &f,
+            probe_findings: Vec::new(),
+            experiments: vec![&e],
+            findings: &[],
+            questions: &[],
+            model,
+            base_knobs: e.knobs.clone(),
+            base_values: e.values,
+        };
+        kv_full(&v, &e, e.result.as_ref().expect("result"), layout(&e.values, 1))
+    }
+
     /// A sweep whose KV cache filled gets a step that raises the memory share, priced by the model
     /// at the concurrency where it filled: Qwen3-30B-A3B in BF16 on one 96 GB GPU with 8k-token
     /// prompts and 2k-token outputs holds fewer than the 32 clients, so 4 more points of memory run
@@ -754,29 +786,8 @@ mod tests {
     /// vLLM's own default (0.9), not the constant for a campaign without a model.
     #[test]
     fn a_full_kv_cache_raises_the_memory_share_with_the_models_gain() {
-        let m = ModelBox { gpus: 1, input_len: 8_000, output_len: 2_000, serving: servetune_model::predict::EngineName::Vllm, ..model() };
-        let f = BoxFacts { gpus: 1, ..facts() };
-        let mut full = point(32, 300.0, 6.0, 26.0);
-        full.server_max_kv_usage = Some(1.0);
-        let g = Goal { text: "output_tok_s>=1e6".into(), output_tok_s: 1e6, slos: None };
-        let eng = crate::engine::find(&crate::engine::builtins(), "vllm").expect("vllm");
         for (knobs, from) in [(vec![("tp", "1")], "0.9"), (vec![("tp", "1"), ("mem_fraction", "0.85")], "0.85")] {
-            let e = exp(&knobs, vec![point(4, 100.0, 4.0, 0.0), full.clone()]);
-            let v = View {
-                goal: &g,
-                engine: &eng,
-                facts: &f,
-                probe_findings: Vec::new(),
-                experiments: vec![&e],
-                findings: &[],
-                questions: &[],
-                model: Some(m.clone()),
-                base_knobs: e.knobs.clone(),
-                base_values: e.values,
-            };
-            let lay = layout(&e.values, 1);
-            let r = e.result.as_ref().expect("result");
-            let step = kv_full(&v, &e, r, lay).expect("a memory step");
+            let step = kv_full_on_one_gpu(&knobs, Some((8_000, 2_000))).expect("a memory step");
             assert!(step.title.contains(&format!("mem_fraction {from}")), "{}", step.title);
             assert!(step.gain.is_some_and(|g| g >= MIN_STEP_GAIN), "{step:?}");
             assert!(step.predicted_tok_s > step.current_tok_s, "{step:?}");
@@ -789,30 +800,9 @@ mod tests {
     /// no model to price it, the measured full cache alone proposes one.
     #[test]
     fn a_full_kv_cache_gives_no_memory_step_the_model_sees_no_gain_in_but_one_without_a_model() {
-        let short = ModelBox { gpus: 1, input_len: 200, output_len: 200, serving: servetune_model::predict::EngineName::Vllm, ..model() };
-        let f = BoxFacts { gpus: 1, ..facts() };
-        let mut full = point(32, 300.0, 6.0, 26.0);
-        full.server_max_kv_usage = Some(1.0);
-        let g = Goal { text: "output_tok_s>=1e6".into(), output_tok_s: 1e6, slos: None };
-        let eng = crate::engine::find(&crate::engine::builtins(), "vllm").expect("vllm");
-        let e = exp(&[("tp", "1")], vec![point(4, 100.0, 4.0, 0.0), full]);
-        for (model, want_step) in [(Some(short), false), (None, true)] {
-            let v = View {
-                goal: &g,
-                engine: &eng,
-                facts: &f,
-                probe_findings: Vec::new(),
-                experiments: vec![&e],
-                findings: &[],
-                questions: &[],
-                model,
-                base_knobs: e.knobs.clone(),
-                base_values: e.values,
-            };
-            let r = e.result.as_ref().expect("result");
-            let step = kv_full(&v, &e, r, layout(&e.values, 1));
-            assert_eq!(step.is_some(), want_step, "{step:?}");
-        }
+        assert!(kv_full_on_one_gpu(&[("tp", "1")], Some((200, 200))).is_none());
+        let unpriced = kv_full_on_one_gpu(&[("tp", "1")], None).expect("a memory step without a model");
+        assert_eq!(unpriced.gain, None, "{unpriced:?}");
     }
 
     #[test]

@@ -181,23 +181,7 @@ fn run_calibrated_by(
 mod tests {
     use super::*;
 
-    /// Each source's median |error| over `(source, error)` rows.
-    fn source_medians<'a>(rows: impl IntoIterator<Item = (&'a str, f64)>) -> BTreeMap<&'a str, f64> {
-        let mut by_source: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
-        for (source, e) in rows {
-            by_source.entry(source).or_default().push(e.abs());
-        }
-        by_source.into_iter().map(|(k, e)| (k, median(&e))).collect()
-    }
-
-    /// The median |error| of `(source, error)` rows, and the median over the sources of each
-    /// source's median (each publication weighing the same).
-    fn medians<'a>(rows: impl IntoIterator<Item = (&'a str, f64)>) -> (f64, f64) {
-        let rows: Vec<(&str, f64)> = rows.into_iter().collect();
-        let all: Vec<f64> = rows.iter().map(|(_, e)| e.abs()).collect();
-        let per_source: Vec<f64> = source_medians(rows).into_values().collect();
-        (median(&all), median(&per_source))
-    }
+    use crate::validate::{medians, source_medians};
 
     /// The FIT set's calibrated rows as `(source, error)`.
     fn fit_rows(v: &CalibratedValidation) -> impl Iterator<Item = (&str, f64)> {

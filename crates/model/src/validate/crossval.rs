@@ -22,7 +22,7 @@
 //! split, run after it (VALIDATION.md, ninth sitting).
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use super::{refit_descent, run_with, Row, Set, Validation};
 use crate::predict::Engine;
@@ -125,17 +125,6 @@ pub struct CrossValidation {
     pub in_sample: Vec<(String, f64)>,
     /// The constants refit on the whole fit set.
     pub whole: Engine,
-}
-
-/// The median |error| over rows, and the median over sources of each source's median |error|.
-pub fn medians(rows: &[(String, f64)]) -> (f64, f64) {
-    let all: Vec<f64> = rows.iter().map(|(_, e)| e.abs()).collect();
-    let mut by_source: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
-    for (s, e) in rows {
-        by_source.entry(s.as_str()).or_default().push(e.abs());
-    }
-    let per_source: Vec<f64> = by_source.values().filter_map(|e| servetune_stats::median(e)).collect();
-    (servetune_stats::median(&all).unwrap_or(f64::NAN), servetune_stats::median(&per_source).unwrap_or(f64::NAN))
 }
 
 /// Runs the steady-state validation once per engine and keeps it: the folds' descents cross the
@@ -294,8 +283,8 @@ mod tests {
                     f.fold, f.sources, f.rows, f.engine.kernel_overhead_us, f.engine.moe_efficiency, f.engine.request_step_us
                 );
             }
-            let (oof_rows, oof_sources) = medians(&cv.out_of_fold);
-            let (in_rows, in_sources) = medians(&cv.in_sample);
+            let (oof_rows, oof_sources) = crate::validate::medians(cv.out_of_fold.iter().map(|(s, e)| (s.as_str(), *e)));
+            let (in_rows, in_sources) = crate::validate::medians(cv.in_sample.iter().map(|(s, e)| (s.as_str(), *e)));
             println!(
                 "  whole fit set: floor {:.1} moe {:.2} per-request {:.1}",
                 cv.whole.kernel_overhead_us, cv.whole.moe_efficiency, cv.whole.request_step_us

@@ -410,6 +410,27 @@ fn median(xs: &[f64]) -> f64 {
     servetune_stats::median(xs).unwrap_or(0.0)
 }
 
+/// Each source's median |error| over `(source, error)` rows (the calibrated-form check and the
+/// cross-validation read their rows by source).
+#[cfg(test)]
+pub(crate) fn source_medians<'a>(rows: impl IntoIterator<Item = (&'a str, f64)>) -> std::collections::BTreeMap<&'a str, f64> {
+    let mut by_source: std::collections::BTreeMap<&str, Vec<f64>> = std::collections::BTreeMap::new();
+    for (source, e) in rows {
+        by_source.entry(source).or_default().push(e.abs());
+    }
+    by_source.into_iter().map(|(k, e)| (k, median(&e))).collect()
+}
+
+/// The median |error| of `(source, error)` rows, and the median over the sources of each
+/// source's median (each publication weighing the same).
+#[cfg(test)]
+pub(crate) fn medians<'a>(rows: impl IntoIterator<Item = (&'a str, f64)>) -> (f64, f64) {
+    let rows: Vec<(&str, f64)> = rows.into_iter().collect();
+    let all: Vec<f64> = rows.iter().map(|(_, e)| e.abs()).collect();
+    let per_source: Vec<f64> = source_medians(rows).into_values().collect();
+    (median(&all), median(&per_source))
+}
+
 /// The medians of the rows of `set`.
 pub fn summary(rows: &[Row], set: Set) -> SetSummary {
     let rs: Vec<&Row> = rows.iter().filter(|r| r.set == set).collect();
