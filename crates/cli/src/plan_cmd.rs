@@ -235,10 +235,10 @@ pub struct PlanArgs {
     /// Prefill rides inside decode steps (sglang --enable-mixed-chunk; always on for the vllm and trtllm engines) instead of its own passes; without it the virtual run schedules prompts first, alone, while decoding waits (sglang's default)
     #[arg(long)]
     pub mixed_prefill: bool,
-    /// Host overhead per decode step, ms: replaces the model's per-kernel floor (5 us x the kernels a step runs, 1.9x that on MI300X/MI325X, fitted on public measurements; see VALIDATION.md); the 45 us per running request stays (--request-step-us)
+    /// Host overhead per decode step, ms: replaces the model's per-kernel floor (5 us x the kernels a step runs, 1.9x that on MI300X/MI325X, fitted on public measurements; see VALIDATION.md); the 40 us per running request stays (--request-step-us)
     #[arg(long, value_name = "MS")]
     pub step_overhead_ms: Option<f64>,
-    /// Per-step cost of each running request, us (scheduling, sampling and output work that grows with the batch) [default: 45, fitted on public measurements; see VALIDATION.md]
+    /// Per-step cost of each running request, us (scheduling, sampling and output work that grows with the batch) [default: 40, fitted on public measurements; see VALIDATION.md]
     #[arg(long, value_name = "US")]
     pub request_step_us: Option<f64>,
     /// The serving path's latency outside the GPU (HTTP, tokenization, scheduler hand-offs), ms; it adds to TTFT only [default: the engine's: sglang 224.7, vLLM 18.7, TensorRT-LLM 77.1, fitted on public TTFTs: VALIDATION.md]

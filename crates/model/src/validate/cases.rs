@@ -73,7 +73,7 @@ pub(crate) enum ModelRef {
 }
 
 /// Hugging Face id in e2e.toml -> the model `plan` runs, and why when it is a stand-in.
-pub(crate) const MODELS: [(&str, ModelRef, &str); 64] = [
+pub(crate) const MODELS: [(&str, ModelRef, &str); 66] = [
     ("deepseek-ai/DeepSeek-R1-0528", ModelRef::Catalog("deepseek-v3"), "DeepSeek-V3 architecture"),
     ("deepseek-ai/DeepSeek-R1", ModelRef::Catalog("deepseek-v3"), "DeepSeek-V3 architecture"),
     ("deepseek-ai/DeepSeek-V3", ModelRef::Catalog("deepseek-v3"), ""),
@@ -160,6 +160,13 @@ pub(crate) const MODELS: [(&str, ModelRef, &str); 64] = [
     ("nvidia/Gemma-4-26B-A4B-NVFP4", ModelRef::Catalog("gemma-4-26b-a4b"), ""),
     ("google/gemma-4-31B-it", ModelRef::Catalog("gemma-4-31b"), ""),
     ("nvidia/Gemma-4-31B-IT-NVFP4", ModelRef::Catalog("gemma-4-31b"), ""),
+    // The fourth 2026-12-06 extension's ids (mapped before any of its cases was scored).
+    ("Qwen/Qwen3-30B-A3B-FP8", ModelRef::Catalog("qwen3-30b-a3b"), ""),
+    (
+        "Qwen/Qwen3-Coder-Next-FP8",
+        ModelRef::Catalog("qwen3-next-80b-a3b"),
+        "Qwen3-Next-80B-A3B architecture (the published layer, head and expert counts)",
+    ),
 ];
 
 /// One `[[case]]` of e2e.toml: the fields scoring reads (the file's schema is in its header).

@@ -100,6 +100,27 @@ pub fn bands_table(bands: &[BandSummary]) -> String {
     s
 }
 
+/// The signed TPOT and TTFT errors by set, engine and band.
+fn latency_table(bands: &[LatencyBand]) -> String {
+    let mut s = String::from(
+        "\nTPOT and TTFT by engine and concurrency band (signed medians, predicted / measured - 1, where the source gives them): a throughput can score well with a decode step too slow and a prefill too fast, which other lengths would not forgive.\n\n| set | engine | band | TPOT cases | TPOT signed | TTFT cases | TTFT signed |\n|---|---|---|---:|---:|---:|---:|\n",
+    );
+    let signed = |n: usize, x: f64| if n == 0 { "-".to_string() } else { format!("{:+.1}%", x * 100.0) };
+    for b in bands {
+        s += &format!(
+            "| {} | {} | {} | {} | {} | {} | {} |\n",
+            set_name(b.set),
+            b.engine.name(),
+            b.band.words(),
+            b.tpot_cases,
+            signed(b.tpot_cases, b.tpot_median_error),
+            b.ttft_cases,
+            signed(b.ttft_cases, b.ttft_median_error)
+        );
+    }
+    s
+}
+
 /// The error by set and family (GPU architecture x engine x model kind).
 fn families_table(v: &Validation) -> String {
     let mut groups: std::collections::BTreeMap<(u8, String), (Set, Vec<f64>)> = std::collections::BTreeMap::new();
@@ -183,6 +204,7 @@ pub fn markdown(v: &Validation) -> String {
         }
     }
     s += &bands_table(&v.bands);
+    s += &latency_table(&v.latency_bands);
     s += &families_table(v);
     if v.aiconfigurator.test.scored + v.aiconfigurator.fit.scored > 0 {
         s += &aic_lines(&v.aiconfigurator);

@@ -271,6 +271,8 @@ pub struct Validation {
     pub holdout: SetSummary,
     /// The error by concurrency band, set by set.
     pub bands: Vec<BandSummary>,
+    /// The signed TPOT and TTFT errors by set, engine and band.
+    pub latency_bands: Vec<LatencyBand>,
     /// The same data scored calibrated on each deployment's lowest concurrency
     /// (`plan --validate --calibrated`, and always with `--holdout`); `None` when not asked.
     pub calibrated: Option<CalibratedValidation>,
@@ -533,6 +535,57 @@ pub fn band_summaries(errors: impl Iterator<Item = (Set, u32, f64)>) -> Vec<Band
         .collect()
 }
 
+/// The signed TPOT and TTFT errors of one set's rows of one engine in one concurrency band: where
+/// a throughput that scores well hides a decode step too slow against a prefill too fast (or the
+/// reverse), which a benchmark with other lengths would not forgive.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct LatencyBand {
+    /// The set.
+    pub set: Set,
+    /// The engine.
+    pub engine: EngineName,
+    /// The band.
+    pub band: Band,
+    /// Rows whose source gives a TPOT.
+    pub tpot_cases: usize,
+    /// Median of predicted / measured TPOT - 1 (above 0: decode predicted slower); 0 without rows.
+    pub tpot_median_error: f64,
+    /// Rows whose source gives a TTFT.
+    pub ttft_cases: usize,
+    /// Median of predicted / measured TTFT - 1 (above 0: first token predicted later); 0 without rows.
+    pub ttft_median_error: f64,
+}
+
+/// The TPOT and TTFT split by set, engine and concurrency band, every group with a TPOT or a TTFT.
+pub fn latency_bands(rows: &[Row]) -> Vec<LatencyBand> {
+    type Errors = (Vec<f64>, Vec<f64>);
+    let mut groups: std::collections::BTreeMap<(u8, u8, Band), (Set, EngineName, Errors)> = std::collections::BTreeMap::new();
+    for r in rows {
+        let tpot = r.tpot_measured_ms.filter(|m| *m > 0.0).map(|m| r.tpot_predicted_ms / m - 1.0);
+        let ttft = r.ttft_measured_ms.filter(|m| *m > 0.0).map(|m| r.ttft_predicted_ms / m - 1.0);
+        if tpot.is_none() && ttft.is_none() {
+            continue;
+        }
+        let g =
+            groups.entry((r.set as u8, r.engine as u8, Band::of(r.concurrency))).or_insert_with(|| (r.set, r.engine, Default::default()));
+        g.2 .0.extend(tpot);
+        g.2 .1.extend(ttft);
+    }
+    let med = |v: &[f64]| if v.is_empty() { 0.0 } else { median(v) };
+    groups
+        .into_iter()
+        .map(|((_, _, band), (set, engine, (tpot, ttft)))| LatencyBand {
+            set,
+            engine,
+            band,
+            tpot_cases: tpot.len(),
+            tpot_median_error: med(&tpot),
+            ttft_cases: ttft.len(),
+            ttft_median_error: med(&ttft),
+        })
+        .collect()
+}
+
 /// The objective the fitted constants minimize: the median |error| over the FIT set's rows of
 /// today's releases (an early release's rows fit [`early_release_objective`] instead) with
 /// each source weighing sqrt(its rows) in all ([`FIT_WEIGHTING`]: a row weighs 1 / sqrt(its
@@ -700,6 +753,7 @@ fn run_cases(data: Data, engine: &Engine, bench: Option<&dyn VirtualBench>, late
         AicComparison { tool: crate::aic::AIC_TOOL, data: crate::aic::AIC_PATH, test: side(Set::Test), fit: side(Set::Fit) };
     let (fit, test, holdout) = (summary(&rows, Set::Fit), summary(&rows, Set::Test), summary(&rows, Set::Holdout));
     let bands = bands(&rows);
+    let latency_bands = latency_bands(&rows);
     Ok(Validation {
         schema: "servetune.validation/2",
         data: data.path(),
@@ -709,6 +763,7 @@ fn run_cases(data: Data, engine: &Engine, bench: Option<&dyn VirtualBench>, late
         test,
         holdout,
         bands,
+        latency_bands,
         calibrated: None,
         rows,
         skipped: group_skips(skips),

@@ -680,7 +680,8 @@ fn the_early_release_scale_minimizes_its_fit_rows_objective_and_moves_only_them(
 /// engines' KV-cache default (step 29: floor 5.3 -> 5.2 us, early scale 2.2 -> 2.15) and on the
 /// third dated extension (step 30: floor 5.2 -> 4.9 us, per-request 40 -> 42.5 us, CDNA 3 scale
 /// 1.8 -> 1.9) and under the square-root source weighting (step 31: floor 4.9 -> 5.0 us,
-/// per-request 42.5 -> 45 us, early scale 2.15 -> 2.1) (run by hand: `cargo test -p
+/// per-request 42.5 -> 45 us, early scale 2.15 -> 2.1) and on the fourth dated extension (step 33:
+/// per-request 45 -> 40 us, objective 0.1070 -> 0.1069) (run by hand: `cargo test -p
 /// servetune-model --lib -- --ignored joint_refit_on_the_fit_set --nocapture`): from the
 /// defaults, a descent over the grid of [`the_fitted_defaults_minimize_the_fit_median_among_their_grid_neighbours`]
 /// (the per-kernel floor by 0.1 us, the MoE efficiency by 0.05, the per-request cost by 2.5 us)
@@ -793,4 +794,35 @@ fn per_engine_request_step_scan_on_the_fit_set() {
         }
         println!("sglang {} vllm {} trtllm {}: {:.4}", grid[pick[0]], grid[pick[1]], grid[pick[2]], mix(pick));
     }
+}
+
+#[test]
+fn latency_bands_split_tpot_and_ttft_by_set_engine_and_band_with_signs() {
+    let template = validation().rows.into_iter().find(|r| r.set == Set::Fit).expect("a fit row");
+    let row = |engine: EngineName, c: u32, tpot: Option<(f64, f64)>, ttft: Option<(f64, f64)>| Row {
+        engine,
+        concurrency: c,
+        tpot_measured_ms: tpot.map(|t| t.0),
+        tpot_predicted_ms: tpot.map_or(10.0, |t| t.1),
+        ttft_measured_ms: ttft.map(|t| t.0),
+        ttft_predicted_ms: ttft.map_or(100.0, |t| t.1),
+        ..template.clone()
+    };
+    let rows = vec![
+        // sglang at c = 64: decode predicted 20% slow, first token 10% early.
+        row(EngineName::Sglang, 64, Some((10.0, 12.0)), Some((200.0, 180.0))),
+        // vLLM at c = 4: TPOT only, 10% fast; and a row with neither, which makes no group.
+        row(EngineName::Vllm, 4, Some((10.0, 9.0)), None),
+        row(EngineName::Vllm, 32, None, None),
+    ];
+    let bands = super::latency_bands(&rows);
+    assert_eq!(bands.len(), 2, "{bands:?}");
+    let sglang = bands.iter().find(|b| b.engine == EngineName::Sglang).expect("sglang");
+    assert_eq!((sglang.band, sglang.tpot_cases, sglang.ttft_cases), (super::Band::High, 1, 1));
+    assert!((sglang.tpot_median_error - 0.2).abs() < 1e-12 && (sglang.ttft_median_error + 0.1).abs() < 1e-12);
+    let vllm = bands.iter().find(|b| b.engine == EngineName::Vllm).expect("vllm");
+    assert_eq!((vllm.band, vllm.tpot_cases, vllm.ttft_cases, vllm.ttft_median_error), (super::Band::Low, 1, 0, 0.0));
+    assert!((vllm.tpot_median_error + 0.1).abs() < 1e-12);
+    assert!(super::markdown(&Validation { latency_bands: bands, ..validation() })
+        .contains("| fit | sglang | c >= 64 | 1 | +20.0% | 1 | -10.0% |"));
 }
