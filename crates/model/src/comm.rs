@@ -142,8 +142,9 @@ pub const RING_SIMPLE_EFFICIENCY: f64 = 370.0 / 450.0;
 /// recomputes it; `shm_hop_share_scan_on_the_fit_pairs` prints the scan. No test case and no
 /// goal took part; the pair's own check in `tests/goals.rs` is a regression check. 0.24 until the
 /// refit of 2026-12-05's second sitting moved the fitted per-kernel floor and per-request cost;
-/// 0.26 until the refit on the third dated extension (2026-12-06) moved them again.
-pub const SHM_HOP_SHARE: f64 = 0.25;
+/// 0.26 until the refit on the third dated extension (2026-12-06) moved them again; 0.25 until the
+/// router's skew (step 34) moved them again.
+pub const SHM_HOP_SHARE: f64 = 0.28;
 
 #[cfg(test)]
 thread_local! {

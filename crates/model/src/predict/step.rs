@@ -176,11 +176,12 @@ impl Scenario {
             let expert_bytes = p.per_expert * q.experts.bytes();
             if self.plan.ep > 1 {
                 let per_rank = ee / self.plan.ep as f64;
-                distinct = (per_rank * (1.0 - (1.0 - k / ee).powf(x)) * self.engine.ep_imbalance).min(per_rank);
+                let share = super::engine::distinct_expert_fraction(ee, k, x, self.engine.routing_skew);
+                distinct = (per_rank * share * self.engine.ep_imbalance).min(per_rank);
                 // Experts live whole on their EP rank; ranks in a TP group beyond EP split them.
                 experts = distinct * expert_bytes * moe_layers_stage / (tp / self.plan.ep as f64);
             } else {
-                distinct = ee * (1.0 - (1.0 - k / ee).powf(x));
+                distinct = ee * super::engine::distinct_expert_fraction(ee, k, x, self.engine.routing_skew);
                 experts = distinct * expert_bytes * moe_layers_stage / tp;
             }
         }

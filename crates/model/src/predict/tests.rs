@@ -755,3 +755,26 @@ fn gemma_4_full_layers_keep_their_own_kv_shape_and_split_only_over_their_kv_head
     assert_eq!(oss.full_layer_kv_weight(), 1.0);
     assert_eq!(oss.attention_token_layers(4096.0), oss.kv_token_layers(4096.0));
 }
+
+#[test]
+fn distinct_experts_under_a_skewed_router_are_fewer_at_mid_batches_and_reach_all_at_large_ones() {
+    use super::engine::distinct_expert_fraction as share;
+    // Uniform routing is the closed form; no tokens touch nothing.
+    for t in [1.0, 8.0, 64.0, 512.0] {
+        assert!((share(256.0, 8.0, t, 0.0) - (1.0 - (1.0 - 8.0 / 256.0f64).powf(t))).abs() < 1e-12);
+    }
+    assert_eq!(share(256.0, 8.0, 0.0, 0.9), 0.0);
+    // A skewed router touches fewer experts at every batch, more the larger the batch, and
+    // nearly all of them once the batch is large.
+    let mut last = 0.0;
+    for t in [1.0, 4.0, 16.0, 64.0, 256.0, 4096.0] {
+        let (skewed, uniform) = (share(256.0, 8.0, t, 0.9), share(256.0, 8.0, t, 0.0));
+        assert!(skewed <= uniform + 1e-12 && skewed > last, "t={t}: {skewed} vs {uniform}");
+        last = skewed;
+    }
+    assert!(share(256.0, 8.0, 64.0, 0.9) < 0.8 * share(256.0, 8.0, 64.0, 0.0));
+    assert!(last > 0.99, "{last}");
+    // One token reads about top-k experts whatever the skew (fewer only where an expert's
+    // share passes 1 / top-k and is capped).
+    assert!((share(256.0, 8.0, 1.0, 0.9) * 256.0 - 8.0).abs() < 1.0);
+}

@@ -117,7 +117,11 @@ fn write_header(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
         if e.mixed_prefill { "on" } else { "off" },
         s.scaled(e.hbm_efficiency),
         s.dense_stream_efficiency(s.quant.attention),
-        if s.model.moe.is_some() { format!(", experts {:.2}", s.expert_stream_efficiency()) } else { String::new() },
+        if s.model.moe.is_some() {
+            format!(", experts {:.2}, router skew {:.2}", s.expert_stream_efficiency(), e.routing_skew)
+        } else {
+            String::new()
+        },
         e.gemm_efficiency,
         e.comm_scale
     )?;

@@ -13,7 +13,7 @@ pub fn constants() -> Vec<ConstantOrigin> {
 /// The step's fitted and kernel-table constants.
 fn step_constants() -> Vec<ConstantOrigin> {
     let e = Engine::default();
-    let fit = "fit: every scored fit case of today's releases (the steady-state fit median absolute error, each source weighing the square root of its rows since 2026-12-06's step 31 (chosen by leave-sources-out cross-validation on the fit set, validate::crossval; each source the same before), at a local minimum of a 0.1 us x 0.05 x 2.5 us grid: validate::tests::joint_refit_on_the_fit_set, 2026-12-05; the per-kernel floor again on 2026-12-06 after the engines' KV-cache default, and with the per-request cost on the third dated extension of 2026-12-06 and under the square-root weighting)";
+    let fit = "fit: every scored fit case of today's releases (the steady-state fit median absolute error, each source weighing the square root of its rows since 2026-12-06's step 31 (chosen by leave-sources-out cross-validation on the fit set, validate::crossval; each source the same before), at a local minimum of a 0.1 us x 0.05 x 2.5 us grid: validate::tests::joint_refit_on_the_fit_set, 2026-12-05; the per-kernel floor again on 2026-12-06 after the engines' KV-cache default, and with the per-request cost on the third dated extension of 2026-12-06, under the square-root weighting, on the fourth dated extension and with the router's skew, step 34)";
     vec![
         ConstantOrigin { name: "kernel_overhead_us (per kernel per step)", value: e.kernel_overhead_us, set_from: fit },
         ConstantOrigin {
@@ -67,7 +67,7 @@ fn comm_prefill_and_serving_constants() -> Vec<ConstantOrigin> {
         ConstantOrigin {
             name: "comm::SHM_HOP_SHARE",
             value: crate::comm::SHM_HOP_SHARE,
-            set_from: "fit: argmin of the fit set's P2P/no-P2P pairs' median gain error on a 0.01 grid (one runnable pair, rtx6kpro-kimik25-ctx0k, decode-only, so not scored here); 0.32 before 2026-12-05, chosen by hand from the same pair; 0.24 until the refit of the second 2026-12-05 sitting; 0.26 until the refit on the third dated extension of 2026-12-06",
+            set_from: "fit: argmin of the fit set's P2P/no-P2P pairs' median gain error on a 0.01 grid (one runnable pair, rtx6kpro-kimik25-ctx0k, decode-only, so not scored here); 0.32 before 2026-12-05, chosen by hand from the same pair; 0.24 until the refit of the second 2026-12-05 sitting; 0.26 until the refit on the third dated extension of 2026-12-06; 0.25 until the router's skew of step 34",
         },
         ConstantOrigin {
             name: "comm::RING_SIMPLE_EFFICIENCY",
@@ -113,6 +113,11 @@ fn comm_prefill_and_serving_constants() -> Vec<ConstantOrigin> {
             name: "launch_us (each kernel's launch in a step run without CUDA graphs)",
             value: e.launch_us,
             set_from: "assumption (CUDA launch ~4 us; the fit set cannot tell 1 from 12 us); TensorRT-LLM context/mixed steps and sglang < 0.5.10 prefill passes pay it (engine docs); no e2e case",
+        },
+        ConstantOrigin {
+            name: "routing_skew (Zipf exponent of the router's expert popularity; 0 = uniform)",
+            value: e.routing_skew,
+            set_from: "calibration: every scored fit case of today's releases, argmin of the same objective over 0..1.4 by 0.05 with the floor, MoE efficiency and per-request cost refit at each (validate::tests::routing_skew_scan_on_the_fit_set); adopted because leave-sources-out cross-validation on the fit set, the skew chosen in each fold, beat uniform routing on unseen sources (validate::crossval); the form follows AIConfigurator's default power-law routing",
         },
         ConstantOrigin {
             name: "ep_imbalance (busiest EP rank's distinct experts over the mean)",

@@ -180,9 +180,11 @@ impl Split {
     }
 }
 
-/// Refits from `start` on the fit rows outside fold `left_out` of `fold` (None: every fit row)
-/// under `w`.
-fn refit(cache: &RunCache, start: Engine, w: Weighting, fold: &HashMap<String, usize>, left_out: Option<usize>) -> Engine {
+/// Refits from each of `starts` on the fit rows outside fold `left_out` of `fold` (None: every
+/// fit row) under `w`, and keeps the refit whose objective on those rows is lowest (the first of
+/// equal ones): a constant the descent does not move (the router's skew, say) is chosen by the
+/// same rows as the rest.
+fn refit(cache: &RunCache, starts: &[Engine], w: Weighting, fold: &HashMap<String, usize>, left_out: Option<usize>) -> Engine {
     let objective = |e: &Engine| {
         let v = cache.run(e);
         let rows: Vec<&Row> = fit_rows(&v)
@@ -195,23 +197,38 @@ fn refit(cache: &RunCache, start: Engine, w: Weighting, fold: &HashMap<String, u
             .collect();
         w.objective(&rows).unwrap_or(f64::INFINITY)
     };
-    refit_descent(start, [2, 2, 1], &objective, &mut |_, _| {})
+    let fits = starts.iter().map(|s| refit_descent(*s, [2, 2, 1], &objective, &mut |_, _| {}));
+    let scored = fits.map(|e| (objective(&e), e));
+    scored
+        .fold(None, |best: Option<(f64, Engine)>, (f, e)| match best {
+            Some((b, _)) if b <= f => best,
+            _ => Some((f, e)),
+        })
+        .map(|(_, e)| e)
+        .expect("at least one start")
 }
 
 /// Cross-validates the refit under `w` from `start` (the descent's first point) over `split`.
 pub fn cross_validate(cache: &RunCache, start: Engine, w: Weighting, split: Split) -> CrossValidation {
-    let (count, of) = split.folds(cache, &start);
+    cross_validate_from(cache, &[start], w, split)
+}
+
+/// The same with several starting points, each fold keeping the refit its own rows score best
+/// ([`refit`]): how a choice among the starts carries to unseen sources when it is made without
+/// them.
+pub fn cross_validate_from(cache: &RunCache, starts: &[Engine], w: Weighting, split: Split) -> CrossValidation {
+    let (count, of) = split.folds(cache, &starts[0]);
     let mut folds = Vec::new();
     let mut out_of_fold = Vec::new();
     for fold in 0..count {
-        let engine = refit(cache, start, w, &of, Some(fold));
+        let engine = refit(cache, starts, w, &of, Some(fold));
         let v = cache.run(&engine);
         let held: Vec<&Row> = fit_rows(&v).filter(|r| of.get(&r.source_key) == Some(&fold)).collect();
         let sources: std::collections::BTreeSet<&str> = held.iter().map(|r| r.source_key.as_str()).collect();
         out_of_fold.extend(held.iter().map(|r| (r.source_key.clone(), r.error)));
         folds.push(FoldFit { fold, sources: sources.len(), rows: held.len(), engine });
     }
-    let whole = refit(cache, start, w, &of, None);
+    let whole = refit(cache, starts, w, &of, None);
     let in_sample = fit_rows(&cache.run(&whole)).map(|r| (r.source_key.clone(), r.error)).collect();
     CrossValidation { weighting: w, folds, out_of_fold, in_sample, whole }
 }
@@ -289,6 +306,38 @@ mod tests {
                 "  whole fit set: floor {:.1} moe {:.2} per-request {:.1}",
                 cv.whole.kernel_overhead_us, cv.whole.moe_efficiency, cv.whole.request_step_us
             );
+            println!("  out of fold: rows {oof_rows:.4}, sources {oof_sources:.4}; in sample: rows {in_rows:.4}, sources {in_sources:.4}");
+        }
+    }
+
+    /// Step 34's check of the router's skew (run by hand: `cargo test --release -p
+    /// servetune-model --lib -- --ignored cross_validation_of_the_routing_skew --nocapture`): the
+    /// hashed folds and the step-31 statistic, with the skew held at 0 (uniform routing) and with
+    /// it chosen in each fold from a grid by the fold's own training rows.
+    #[test]
+    #[ignore]
+    fn cross_validation_of_the_routing_skew() {
+        let cache = RunCache::new();
+        let start = Engine { routing_skew: 0.0, ..Engine::default() };
+        let grid: Vec<Engine> = (0..=6).map(|i| Engine { routing_skew: 0.25 * i as f64, ..start }).collect();
+        for (name, starts) in [("uniform routing", vec![start]), ("skew chosen in fold", grid)] {
+            let cv = cross_validate_from(&cache, &starts, Weighting::SqrtSource, Split::Hashed);
+            println!("== {name}");
+            for f in &cv.folds {
+                println!(
+                    "  fold {}: {} sources, {} rows left out; skew {:.2} floor {:.1} moe {:.2} per-request {:.1}",
+                    f.fold,
+                    f.sources,
+                    f.rows,
+                    f.engine.routing_skew,
+                    f.engine.kernel_overhead_us,
+                    f.engine.moe_efficiency,
+                    f.engine.request_step_us
+                );
+            }
+            let (oof_rows, oof_sources) = crate::validate::medians(cv.out_of_fold.iter().map(|(s, e)| (s.as_str(), *e)));
+            let (in_rows, in_sources) = crate::validate::medians(cv.in_sample.iter().map(|(s, e)| (s.as_str(), *e)));
+            println!("  whole fit set: skew {:.2}", cv.whole.routing_skew);
             println!("  out of fold: rows {oof_rows:.4}, sources {oof_sources:.4}; in sample: rows {in_rows:.4}, sources {in_sources:.4}");
         }
     }

@@ -826,3 +826,23 @@ fn latency_bands_split_tpot_and_ttft_by_set_engine_and_band_with_signs() {
     assert!(super::markdown(&Validation { latency_bands: bands, ..validation() })
         .contains("| fit | sglang | c >= 64 | 1 | +20.0% | 1 | -10.0% |"));
 }
+
+/// Step 34's experiment (run by hand: `cargo test --release -p servetune-model --lib -- --ignored
+/// routing_skew_scan_on_the_fit_set --nocapture`): for each Zipf exponent of the router's expert
+/// popularity, the refit of the per-kernel floor, the MoE efficiency and the per-request cost
+/// from the defaults, and the fit objective it reaches; FIT set only.
+#[test]
+#[ignore]
+fn routing_skew_scan_on_the_fit_set() {
+    let objective = |e: &Engine| fit_objective(&run_with(e).expect("runs")).expect("fit rows");
+    for s in (0..=28).map(|i| i as f64 * 0.05) {
+        let e = refit_descent(Engine { routing_skew: s, ..Engine::default() }, [2, 2, 1], &objective, &mut |_, _| {});
+        println!(
+            "routing_skew {s:.2}: floor {:.1} moe {:.2} per-request {:.1}: fit objective {:.4}",
+            e.kernel_overhead_us,
+            e.moe_efficiency,
+            e.request_step_us,
+            objective(&e)
+        );
+    }
+}
