@@ -297,7 +297,9 @@ pub fn write_trace(path: &Path, steps: &[StepRecord], tp: u32) -> Result<Split, 
 }
 
 /// The Kineto document: metadata, then per step a GPU-side step annotation, the host-overhead
-/// idle, and per layer a GEMM, an attention kernel and (TP > 1) an NCCL all-reduce.
+/// idle, and per layer a GEMM, an attention kernel and an NCCL all-reduce, each where the step has
+/// time for it (none for a term the model prices at zero: NVLink's small all-reduces, whose
+/// latency sits in the per-kernel floor).
 pub fn write_events(w: &mut impl Write, steps: &[StepRecord], tp: u32) -> std::io::Result<Split> {
     let mut sum = Split::default();
     write!(w, "{{\"schemaVersion\":1,\"deviceProperties\":[{{\"id\":0,\"name\":\"servetune-sim\"}}],\"distributedInfo\":{{\"rank\":0,\"world_size\":{tp}}},\"traceEvents\":[")?;

@@ -110,7 +110,9 @@ pub struct Engine {
     /// re-chosen; `validate::tests::ep_imbalance_scan_on_the_fit_set`, VALIDATION.md step 23),
     /// never the test set. The fit set's 168 rows with EP see no net excess: skewed routing loads
     /// the busiest rank more but also leaves fewer experts touched, and the two cancel there. It
-    /// was 1.2, an assumption with no source, until step 23.
+    /// was 1.2, an assumption with no source, until step 23. Fitted under uniform routing: with
+    /// [`Self::routing_skew`] the skew supplies the "fewer experts touched" half of that
+    /// cancellation, and the scan was not run again after step 34 (VALIDATION.md, tenth sitting).
     pub ep_imbalance: f64,
     /// How unevenly the router spreads a decode step's tokens over the experts: expert i (by
     /// popularity) is picked with a probability proportional to i^-s (a Zipf law; 0 is uniform,
@@ -122,8 +124,9 @@ pub struct Engine {
     /// (`validate::tests::routing_skew_scan_on_the_fit_set`; 0.1069 uniform, 0.0830 at 0.85),
     /// adopted because leave-sources-out cross-validation on the fit set, choosing the skew in
     /// each fold from its own rows, scored the unseen sources better than uniform routing
-    /// (`validate::crossval`: 0.1183 against 0.1362). The form follows AIConfigurator, whose
-    /// predictions route MoE tokens by a power law by default (`sdk/config.py`
+    /// (`validate::crossval`: 0.1183 against 0.1362). The form follows AIConfigurator
+    /// (github.com/ai-dynamo/aiconfigurator @ 095f58a5), whose predictions route MoE tokens by a
+    /// power law by default (its `aic-core/src/aiconfigurator_core/sdk/config.py`
     /// `workload_distribution = "power_law"`, alpha 1.01 or 1.2 by model; its
     /// `docs/POWER_LAW_DISTRIBUTION.md` estimated them for DeepSeek-V3/R1 and Qwen3-235B on
     /// CNN/DailyMail and OpenOrca prompts from observed latency): its generator
@@ -516,7 +519,7 @@ impl EngineRelease {
         }
         if self.is_early(None) {
             out.push(ReleaseFeature {
-                feature: "early release: every step takes 2.1 times the model's time (a calibration on the fit set's early-release rows)",
+                feature: "early release: every step takes the fitted early-release scale times the model's time (EARLY_RELEASE_STEP_SCALE, a calibration on the fit set's early-release rows)",
                 on: true,
                 since: "sglang 0.4.8, vLLM 0.9.2, TensorRT-LLM 1.0 end it (VALIDATION.md)",
             });
@@ -594,12 +597,15 @@ pub const TRTLLM_REQUEST_LATENCY_MS: f64 = 76.5;
 /// The expected share of `experts` that `tokens` tokens, each routed to `top_k` distinct experts,
 /// touch when expert i (1-based, by popularity) is picked with probability min(1, top_k x p_i), p_i
 /// proportional to i^-`skew` (a Zipf law over the experts). At `skew` 0 every expert is equally
-/// likely and this is 1 - (1 - top_k / experts)^tokens exactly.
+/// likely and this is 1 - (1 - top_k / experts)^tokens exactly. The cap drops the probability
+/// above one pick per token rather than handing it to other experts, so at a strong skew one token
+/// reads slightly fewer than `top_k` experts (7.96 of 8 at 128 experts and 0.85). A skew that is
+/// not finite counts as uniform (no input sets it: it is an engine default).
 pub fn distinct_expert_fraction(experts: f64, top_k: f64, tokens: f64, skew: f64) -> f64 {
     if experts <= 0.0 || tokens <= 0.0 {
         return 0.0;
     }
-    if skew == 0.0 {
+    if skew == 0.0 || !skew.is_finite() {
         return 1.0 - (1.0 - top_k / experts).powf(tokens);
     }
     let n = experts.round().max(1.0) as usize;

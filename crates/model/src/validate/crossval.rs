@@ -199,9 +199,10 @@ fn refit(cache: &RunCache, starts: &[Engine], w: Weighting, fold: &HashMap<Strin
     };
     let fits = starts.iter().map(|s| refit_descent(*s, [2, 2, 1], &objective, &mut |_, _| {}));
     let scored = fits.map(|e| (objective(&e), e));
+    // The first of equal objectives stays; a NaN one never replaces a number (total order).
     scored
         .fold(None, |best: Option<(f64, Engine)>, (f, e)| match best {
-            Some((b, _)) if b <= f => best,
+            Some((b, _)) if f.total_cmp(&b).is_ge() => best,
             _ => Some((f, e)),
         })
         .map(|(_, e)| e)
@@ -217,6 +218,7 @@ pub fn cross_validate(cache: &RunCache, start: Engine, w: Weighting, split: Spli
 /// ([`refit`]): how a choice among the starts carries to unseen sources when it is made without
 /// them.
 pub fn cross_validate_from(cache: &RunCache, starts: &[Engine], w: Weighting, split: Split) -> CrossValidation {
+    assert!(!starts.is_empty(), "cross_validate_from needs at least one starting point");
     let (count, of) = split.folds(cache, &starts[0]);
     let mut folds = Vec::new();
     let mut out_of_fold = Vec::new();
