@@ -385,6 +385,40 @@ mod tests {
         medians(pts)
     }
 
+    /// The router skew is derived from kernel data, not fitted: recomputed here from kernels.toml's
+    /// `[[routing]]` rows (scripts/routing-skew-from-kernels), it is the Zipf exponent on the
+    /// 0..1.4 by 0.05 grid whose distinct-expert share is closest to the kernels' effective share,
+    /// the least median |ln(row / model)|, the first of equals.
+    #[test]
+    fn the_routing_skew_is_the_kernel_tables_argmin() {
+        let t: toml::Table = KERNELS.parse().expect("kernels.toml parses");
+        let rows: Vec<(f64, f64, f64, f64)> = t["routing"]
+            .as_array()
+            .expect("[[routing]]")
+            .iter()
+            .map(|r| {
+                let f = |k: &str| r[k].as_float().or_else(|| r[k].as_integer().map(|i| i as f64)).expect("a number");
+                (f("experts"), f("topk"), f("tokens"), f("touched_share"))
+            })
+            .collect();
+        assert!(rows.len() >= 40, "{} [[routing]] rows", rows.len());
+        let err = |s: f64| {
+            median(rows.iter().map(|&(e, k, n, share)| (share / crate::predict::distinct_expert_fraction(e, k, n, s)).ln().abs()).collect())
+        };
+        let mut best = (0.0, f64::INFINITY);
+        for i in 0..=28 {
+            let s = (0.05 * i as f64 * 100.0).round() / 100.0;
+            let e = err(s);
+            if e < best.1 {
+                best = (s, e);
+            }
+        }
+        let skew = crate::predict::Engine::default().routing_skew;
+        assert!((best.0 - skew).abs() < 1e-9, "kernel argmin {:.2} ({:.4}) against Engine::routing_skew {skew}", best.0, best.1);
+        // The kernels rule out the strong skews: 0.85 (the fit set's argmin) misses by far more.
+        assert!(err(0.85) > 2.0 * best.1, "0.85: {:.4} against {:.4}", err(0.85), best.1);
+    }
+
     fn recompute_moe() -> Vec<((String, Dtype, MoeSplit), f64)> {
         let t: toml::Table = KERNELS.parse().expect("kernels.toml parses");
         let mut pts: Vec<((String, Dtype, MoeSplit), f64)> = Vec::new();

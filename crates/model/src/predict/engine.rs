@@ -21,7 +21,7 @@ use super::{BatchDefaults, Overlap};
 use crate::ModelError;
 
 /// [`Engine::cdna3_floor_scale`]'s default: fitted on the fit set's CDNA 3 rows (see there).
-pub const CDNA3_FLOOR_SCALE: f64 = 1.7;
+pub const CDNA3_FLOOR_SCALE: f64 = 1.8;
 
 /// Engine behaviour the prediction assumes: every default names its source.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -82,7 +82,8 @@ pub struct Engine {
     /// since the objective weighs each source by the square root of its rows (step 31, chosen by
     /// `validate::crossval`; floor 5.0 us), 40 us since the refit on the fourth dated extension
     /// (step 33, 2026-12-06; the objective is flat there: 0.1070 at 42.5 us, 0.1069 at 40), 35 us
-    /// since the router's skew was fitted with it (step 34: floor 6.0 us); one
+    /// since the router's skew was fitted with it (step 34: floor 6.0 us), 40 us since the skew
+    /// was set from kernel data instead (step 35: floor 5.0 us, MoE efficiency 0.45); one
     /// figure for every engine and GPU (the fit set cannot tell them
     /// apart: one source each). A stated `--step-overhead-ms` leaves it in place;
     /// `--request-step-us` replaces it.
@@ -118,22 +119,23 @@ pub struct Engine {
     /// popularity) is picked with a probability proportional to i^-s (a Zipf law; 0 is uniform,
     /// every expert equally likely, the model before step 34), which lowers the distinct experts
     /// a batch of 16 to 256 tokens reads ([`distinct_expert_fraction`]; at 256 experts, top 8 and
-    /// 64 tokens: 87% of the experts uniform, 65% at 0.85). 0.85: a calibration on the FIT set
-    /// (VALIDATION.md, tenth sitting, step 34): the argmin of `validate::fit_objective` over 0..1.4
-    /// by 0.05 with the per-kernel floor, MoE efficiency and per-request cost refit at each
-    /// (`validate::tests::routing_skew_scan_on_the_fit_set`; 0.1069 uniform, 0.0830 at 0.85),
-    /// adopted because leave-sources-out cross-validation on the fit set, choosing the skew in
-    /// each fold from its own rows, scored the unseen sources better than uniform routing
-    /// (`validate::crossval`: 0.1183 against 0.1362). The form follows AIConfigurator
-    /// (github.com/ai-dynamo/aiconfigurator @ 095f58a5), whose predictions route MoE tokens by a
-    /// power law by default (its `aic-core/src/aiconfigurator_core/sdk/config.py`
-    /// `workload_distribution = "power_law"`, alpha 1.01 or 1.2 by model; its
-    /// `docs/POWER_LAW_DISTRIBUTION.md` estimated them for DeepSeek-V3/R1 and Qwen3-235B on
-    /// CNN/DailyMail and OpenOrca prompts from observed latency): its generator
-    /// (`collector/helper.py`) touches 27-31% / 39-44% / about 70% of 256 experts at 16 / 32 / 64
-    /// tokens, where 0.85 gives 29% / 45% / 65%. Benchmarks send random token ids, which real
-    /// routers spread unevenly; it is not a measured router statistic, and the test set and
-    /// holdout took no part in it.
+    /// 64 tokens: 87% of the experts uniform, 81% at 0.45). 0.45: derived from kernel data, not
+    /// fitted (VALIDATION.md, eleventh sitting, step 35). NVIDIA AIConfigurator
+    /// (github.com/ai-dynamo/aiconfigurator @ 095f58a5, Apache-2.0) times each fused-MoE layer
+    /// under balanced routing and under its power-law routing (alpha 1.01, its estimate for
+    /// DeepSeek-V3/R1 on CNN/DailyMail and OpenOrca prompts, `docs/POWER_LAW_DISTRIBUTION.md`;
+    /// power law is its predictions' default, `sdk/config.py`). A balanced call of n tokens reads
+    /// min(E, n k) experts, so its line through latency against experts read turns a power-law
+    /// call's latency into the experts it effectively reads; over sglang 0.5.14's and vLLM
+    /// 0.24.0's kernels on H100, H200, B200 and B300 the Zipf exponent closest to those shares is
+    /// 0.45 (kernels.toml `[[routing]]`, `scripts/routing-skew-from-kernels`; the test
+    /// `kernels::tests::the_routing_skew_is_the_kernel_tables_argmin` recomputes it; every GPU
+    /// and engine alone gives 0.45 to 0.55). The share is what the kernel's time shows, which is
+    /// what a step prices; AIConfigurator's generator leaves more experts untouched than that
+    /// (27-31% of 256 experts at 16 tokens), as hot experts cost more than one read. Step 34 had
+    /// fitted 0.85 on the FIT set; the kernel tables put 0.85 far off (median |ln| 0.228 against
+    /// 0.079) and step 35 replaced it. Benchmarks send random token ids; this is not a measured
+    /// router statistic, and the test set and holdout took no part in it.
     pub routing_skew: f64,
     /// Share of GPU memory the engine may use (sglang's --mem-fraction-static is about 0.88 on large GPUs).
     pub mem_fraction: f64,
@@ -176,20 +178,20 @@ impl Default for Engine {
     fn default() -> Self {
         Self {
             step_overhead_ms: 0.0,
-            kernel_overhead_us: 6.0,
-            gemm_floor_us: 6.0,
+            kernel_overhead_us: 5.0,
+            gemm_floor_us: 5.0,
             cdna3_floor_scale: CDNA3_FLOOR_SCALE,
             cuda_graphs: true,
             prefill_graphs: true,
             launch_us: 4.0,
-            request_step_us: 35.0,
+            request_step_us: 40.0,
             overlap: Overlap::None,
             hbm_efficiency: 0.80,
-            moe_efficiency: 0.50,
+            moe_efficiency: 0.45,
             gemm_efficiency: 0.89,
             comm_scale: 1.0,
             ep_imbalance: 1.0,
-            routing_skew: 0.85,
+            routing_skew: 0.45,
             mem_fraction: 0.88,
             workspace_gb: 3.0,
             request_latency_ms: SGLANG_REQUEST_LATENCY_MS,
@@ -327,8 +329,9 @@ pub type FirstRelease = ((u32, u32, u32), &'static str);
 /// holdout. A calibration, not a model of what changed: 2.2 until the refit of 2026-12-06, when the
 /// engines' KV-cache default gave early vLLM releases a BF16 cache ([`VLLM_CHECKPOINT_KV`]); 2.15
 /// until the objective weighed each source by the square root of its rows (step 31); 2.1 until
-/// the router's skew (step 34), which priced every MoE decode step lighter.
-pub const EARLY_RELEASE_STEP_SCALE: f64 = 2.6;
+/// the router's skew (step 34), which priced every MoE decode step lighter; 2.6 until step 35 set
+/// that skew from kernel data (0.45, not 0.85).
+pub const EARLY_RELEASE_STEP_SCALE: f64 = 2.1;
 
 /// The first vLLM release whose default engine is V1 (vLLM 0.8.0 release notes, March 2025: "V1
 /// engine enabled by default"): V1 puts new prompts' tokens into the running decode steps. V0,
@@ -583,16 +586,17 @@ pub const VLLM_GPU_MEMORY_UTILIZATION: f64 = 0.9;
 /// 230.4 ms until the second dated extension of 2026-12-05 added its fit rows (DeepSeek-R1 on 8
 /// H200 under sglang 0.5.12 among them); 223.8 ms until the refit on the third dated extension
 /// (2026-12-06) moved the per-kernel floor and the per-request cost; 224.9 ms until the refit under
-/// the square-root source weighting (step 31); 224.7 ms until the router's skew (step 34).
-pub const SGLANG_REQUEST_LATENCY_MS: f64 = 221.9;
+/// the square-root source weighting (step 31); 224.7 ms until the router's skew (step 34); 221.9 ms
+/// until step 35 set that skew from kernel data.
+pub const SGLANG_REQUEST_LATENCY_MS: f64 = 224.7;
 
 /// vLLM's per-request serving-path latency, ms: as [`SGLANG_REQUEST_LATENCY_MS`], over the FIT
 /// set's vLLM cases at c <= 8 (AIConfigurator's B300 rows; see VALIDATION.md).
-pub const VLLM_REQUEST_LATENCY_MS: f64 = 17.8;
+pub const VLLM_REQUEST_LATENCY_MS: f64 = 18.8;
 
 /// TensorRT-LLM's per-request serving-path latency, ms: as [`SGLANG_REQUEST_LATENCY_MS`], over
 /// the FIT set's TensorRT-LLM cases at c <= 8 (AIConfigurator's H100 rows; see VALIDATION.md).
-pub const TRTLLM_REQUEST_LATENCY_MS: f64 = 76.5;
+pub const TRTLLM_REQUEST_LATENCY_MS: f64 = 77.1;
 
 /// The expected share of `experts` that `tokens` tokens, each routed to `top_k` distinct experts,
 /// touch when expert i (1-based, by popularity) is picked with probability min(1, top_k x p_i), p_i

@@ -118,7 +118,7 @@ fn write_header(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
         s.scaled(e.hbm_efficiency),
         s.dense_stream_efficiency(s.quant.attention),
         if s.model.moe.is_some() {
-            format!(", experts {:.2}, router skew {:.2} (a calibration on the validation fit set)", s.expert_stream_efficiency(), e.routing_skew)
+            format!(", experts {:.2}, router skew {:.2} (from AIConfigurator's MoE kernel timings)", s.expert_stream_efficiency(), e.routing_skew)
         } else {
             String::new()
         },

@@ -107,7 +107,7 @@ fn comm_prefill_and_serving_constants() -> Vec<ConstantOrigin> {
         ConstantOrigin {
             name: "request_latency_ms (sglang / vLLM / TensorRT-LLM)",
             value: crate::predict::SGLANG_REQUEST_LATENCY_MS,
-            set_from: "fit: median TTFT gap of each engine's fit cases at c <= 8, virtual run (221.9 / 17.8 / 76.5 ms; sglang shown; early releases left out)",
+            set_from: "fit: median TTFT gap of each engine's fit cases at c <= 8, virtual run (224.7 / 18.8 / 77.1 ms; sglang shown; early releases left out)",
         },
         ConstantOrigin {
             name: "launch_us (each kernel's launch in a step run without CUDA graphs)",
@@ -117,7 +117,7 @@ fn comm_prefill_and_serving_constants() -> Vec<ConstantOrigin> {
         ConstantOrigin {
             name: "routing_skew (Zipf exponent of the router's expert popularity; 0 = uniform)",
             value: e.routing_skew,
-            set_from: "calibration: every scored fit case of today's releases, argmin of the same objective over 0..1.4 by 0.05 with the floor, MoE efficiency and per-request cost refit at each (validate::tests::routing_skew_scan_on_the_fit_set); adopted because leave-sources-out cross-validation on the fit set, the skew chosen in each fold, beat uniform routing on unseen sources (validate::crossval); the form follows AIConfigurator's default power-law routing",
+            set_from: "kernel data: AIConfigurator's fused-MoE timings under its power-law routing (alpha 1.01) against balanced routing, sglang 0.5.14 and vLLM 0.24.0 on H100/H200/B200/B300, the Zipf exponent closest to the experts they effectively read (kernels.toml [[routing]], scripts/routing-skew-from-kernels; kernels::tests recomputes it); no e2e case",
         },
         ConstantOrigin {
             name: "ep_imbalance (busiest EP rank's distinct experts over the mean)",
