@@ -111,9 +111,11 @@ pub struct Engine {
     /// re-chosen; `validate::tests::ep_imbalance_scan_on_the_fit_set`, VALIDATION.md step 23),
     /// never the test set. The fit set's 168 rows with EP see no net excess: skewed routing loads
     /// the busiest rank more but also leaves fewer experts touched, and the two cancel there. It
-    /// was 1.2, an assumption with no source, until step 23. Fitted under uniform routing: with
-    /// [`Self::routing_skew`] the skew supplies the "fewer experts touched" half of that
-    /// cancellation, and the scan was not run again after step 34 (VALIDATION.md, tenth sitting).
+    /// was 1.2, an assumption with no source, until step 23. Fitted under uniform routing, and
+    /// scanned again under the kernel-derived [`Self::routing_skew`] in step 36 with the floor,
+    /// MoE efficiency and per-request cost refit at each value: 1.0 stays the argmin (fit
+    /// objective 0.0962; 0.0973 at 1.05, 0.0967 at 1.10, 0.0997 at 1.20; VALIDATION.md, eleventh
+    /// sitting).
     pub ep_imbalance: f64,
     /// How unevenly the router spreads a decode step's tokens over the experts: expert i (by
     /// popularity) is picked with a probability proportional to i^-s (a Zipf law; 0 is uniform,
