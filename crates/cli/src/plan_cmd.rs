@@ -238,9 +238,12 @@ pub struct PlanArgs {
     /// Host overhead per decode step, ms: replaces the model's per-kernel floor (5 us x the kernels a step runs, 1.8x that on MI300X/MI325X, fitted on public measurements; see VALIDATION.md); the 40 us per running request stays (--request-step-us)
     #[arg(long, value_name = "MS")]
     pub step_overhead_ms: Option<f64>,
-    /// Per-step cost of each running request, us (scheduling, sampling and output work that grows with the batch) [default: 35, fitted on public measurements; see VALIDATION.md]
+    /// Per-step cost of each running request, us (scheduling, sampling and output work that grows with the batch) [default: 40, fitted on public measurements; see VALIDATION.md]
     #[arg(long, value_name = "US")]
     pub request_step_us: Option<f64>,
+    /// How unevenly the router spreads a decode batch's tokens over the experts: a Zipf exponent, 0 for uniform routing, higher for fewer distinct experts per step (MoE models only) [default: 0.45, read off AIConfigurator's fused-MoE timings under power-law routing; see VALIDATION.md]. Set it from your own traffic's routing where you have measured it
+    #[arg(long, value_name = "S")]
+    pub routing_skew: Option<f64>,
     /// The serving path's latency outside the GPU (HTTP, tokenization, scheduler hand-offs), ms; it adds to TTFT only [default: the engine's: sglang 224.7, vLLM 18.8, TensorRT-LLM 77.1, fitted on public TTFTs: VALIDATION.md]
     #[arg(long, value_name = "MS")]
     pub request_latency_ms: Option<f64>,
@@ -373,6 +376,7 @@ pub fn scenario_spec(a: &PlanArgs) -> Result<ScenarioSpec, Failure> {
         step_overhead_ms: a.step_overhead_ms,
         request_step_us: a.request_step_us,
         request_latency_ms: a.request_latency_ms,
+        routing_skew: a.routing_skew,
         mem_fraction: a.mem_fraction,
         engine: a.engine.name,
         engine_version: a.engine.version.clone(),

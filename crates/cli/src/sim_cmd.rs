@@ -171,7 +171,7 @@ pub struct SimArgs {
     /// Time steps with the performance model, the deployment as KEY=VALUE pairs (keys as plan's
     /// flags: model, gpu, gpus, link, quant, kv-dtype, tp, pp, ep, dp-attention, input-len,
     /// output-len, max-running, overlap, cuda-graphs, mixed-prefill, step-overhead-ms,
-    /// request-step-us, engine), e.g.
+    /// request-step-us, request-latency-ms, routing-skew, moe-efficiency, engine), e.g.
     /// --from-plan model=glm-5,quant=nvfp4,gpu=rtx-pro-6000-se,gpus=8,link=pcie-host-staged
     #[arg(long, value_name = "KEY=VALUE,...", conflicts_with = "profile")]
     pub from_plan: Option<String>,
@@ -255,7 +255,7 @@ fn from_plan(a: &SimArgs, pairs: &str) -> Result<(Profile, std::sync::Arc<dyn se
     let prof = servetune_sim::from_plan::profile(&s);
     servetune_sim::from_plan::check_cost(&s, &prof).map_err(|e| {
         Failure::usage(format!(
-            "--from-plan {pairs}{}: {e}; a number in it is out of range (step-overhead-ms, request-step-us, request-latency-ms, moe-efficiency): give a realistic value",
+            "--from-plan {pairs}{}: {e}; a number in it is out of range (step-overhead-ms, request-step-us, request-latency-ms, routing-skew, moe-efficiency): give a realistic value",
             a.moe_efficiency.map(|f| format!(" --moe-efficiency {f:?}")).unwrap_or_default()
         ))
     })?;

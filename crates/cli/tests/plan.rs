@@ -646,8 +646,9 @@ fn numbers_at_the_boundary_exit_2_naming_the_flag_and_the_accepted_range() {
         "--pp",
         "2",
     ];
-    let cases: [(&[&str], &[&str], &str); 7] = [
+    let cases: [(&[&str], &[&str], &str); 8] = [
         (&one, &["--request-step-us", "1e308"], "--request-step-us 1e308 is out of range: give microseconds from 0 to 1000000"),
+        (&one, &["--routing-skew", "3.5"], "--routing-skew 3.5 is out of range: give a Zipf exponent from 0 (uniform routing) to 3"),
         (&one, &["--step-overhead-ms", "inf"], "--step-overhead-ms inf is out of range: give milliseconds from 0 to 10000"),
         (&one, &["--request-latency-ms", "1e300"], "--request-latency-ms 1e300 is out of range: give milliseconds from 0 to 600000"),
         (

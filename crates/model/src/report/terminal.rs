@@ -118,7 +118,12 @@ fn write_header(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
         s.scaled(e.hbm_efficiency),
         s.dense_stream_efficiency(s.quant.attention),
         if s.model.moe.is_some() {
-            format!(", experts {:.2}, router skew {:.2} (from AIConfigurator's MoE kernel timings)", s.expert_stream_efficiency(), e.routing_skew)
+            let from = if e.routing_skew == crate::predict::Engine::default().routing_skew {
+                "from AIConfigurator's MoE kernel timings"
+            } else {
+                "stated by --routing-skew"
+            };
+            format!(", experts {:.2}, router skew {:.2} ({from})", s.expert_stream_efficiency(), e.routing_skew)
         } else {
             String::new()
         },

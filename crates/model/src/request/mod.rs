@@ -113,6 +113,9 @@ pub struct ScenarioSpec {
     pub request_step_us: Option<f64>,
     /// The serving path's latency outside the GPU (it adds to TTFT), replacing sglang's default, ms.
     pub request_latency_ms: Option<f64>,
+    /// The router's skew over the experts (a Zipf exponent, 0 = uniform routing), replacing the
+    /// kernel-derived default ([`Engine::routing_skew`]): for traffic whose routing is measured.
+    pub routing_skew: Option<f64>,
     /// Fraction of memory bandwidth the fused-MoE kernels reach, replacing the default (untuned
     /// kernels reach less than tuned ones), 0 < f <= 1.
     pub moe_efficiency: Option<f64>,
@@ -163,6 +166,7 @@ impl ScenarioSpec {
             mixed_prefill: false,
             step_overhead_ms: None,
             request_step_us: None,
+            routing_skew: None,
             request_latency_ms: None,
             moe_efficiency: None,
             mem_fraction: None,
@@ -220,6 +224,9 @@ impl ScenarioSpec {
             "request-latency-ms" => {
                 self.request_latency_ms =
                     Some(v.parse().map_err(|_| ModelError::Input(format!("{what}: not a number of milliseconds")))?)
+            }
+            "routing-skew" => {
+                self.routing_skew = Some(v.parse().map_err(|_| ModelError::Input(format!("{what}: not a number like 0.45")))?)
             }
             "moe-efficiency" => {
                 self.moe_efficiency = Some(v.parse().map_err(|_| ModelError::Input(format!("{what}: not a fraction like 0.8")))?)
@@ -339,6 +346,18 @@ impl ScenarioSpec {
             Some(l) => l,
             None => defaults.request_latency_ms,
         };
+        let routing_skew = match self.routing_skew {
+            Some(s) if !(s.is_finite() && ROUTING_SKEW.contains(&s)) => {
+                return Err(ModelError::Input(format!(
+                    "--routing-skew {s:?} is out of range: give a Zipf exponent from {} (uniform routing) to {} (the default {} is read off AIConfigurator's MoE kernel timings: VALIDATION.md)",
+                    ROUTING_SKEW.start(),
+                    ROUTING_SKEW.end(),
+                    defaults.routing_skew
+                )))
+            }
+            Some(s) => s,
+            None => defaults.routing_skew,
+        };
         let moe_efficiency = match self.moe_efficiency {
             Some(f) if !(f.is_finite() && (MIN_MOE_EFFICIENCY..=1.0).contains(&f)) => {
                 return Err(ModelError::Input(format!(
@@ -364,6 +383,7 @@ impl ScenarioSpec {
             kernel_overhead_us,
             request_step_us,
             request_latency_ms,
+            routing_skew,
             mem_fraction,
             ..defaults
         })
@@ -507,8 +527,12 @@ fn split_pairs<'a>(flag: &str, s: &'a str, example: &str) -> Result<Vec<(&'a str
 /// a step that long is a stalled server, not a setting).
 pub const STEP_OVERHEAD_MS: std::ops::RangeInclusive<f64> = 0.0..=1e4;
 
-/// `--request-step-us`: per running request per decode step, up to 1 s (the fitted value is 35 us).
+/// `--request-step-us`: per running request per decode step, up to 1 s (the fitted value is 40 us).
 pub const REQUEST_STEP_US: std::ops::RangeInclusive<f64> = 0.0..=1e6;
+
+/// `--routing-skew`: the Zipf exponent of the router's expert popularity, from uniform routing
+/// (0) to 3 (beyond it nearly every token picks the same top-k experts).
+pub const ROUTING_SKEW: std::ops::RangeInclusive<f64> = 0.0..=3.0;
 
 /// `--request-latency-ms`: the serving path's latency outside the GPU, up to 10 minutes.
 pub const REQUEST_LATENCY_MS: std::ops::RangeInclusive<f64> = 0.0..=6e5;

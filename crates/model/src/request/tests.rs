@@ -103,6 +103,22 @@ fn from_plan_pairs_build_the_same_scenario_as_the_fields() {
 }
 
 #[test]
+fn a_stated_routing_skew_replaces_the_kernel_derived_one_and_uniform_routing_reads_more_experts() {
+    let pairs = ScenarioSpec::parse_pairs("--from-plan", "model=glm-5,gpu=rtx-pro-6000-se,routing-skew=0").expect("pairs");
+    assert_eq!(pairs.routing_skew, Some(0.0));
+    let default = glm_on_rtx(None).build().expect("default");
+    assert_eq!(default.engine.routing_skew, crate::predict::Engine::default().routing_skew);
+    let mut s = glm_on_rtx(None);
+    s.routing_skew = Some(0.0);
+    let uniform = s.build().expect("uniform");
+    assert_eq!(uniform.engine.routing_skew, 0.0);
+    // At a mid batch uniform routing reads more distinct experts, so the decode step is longer;
+    // one token reads top-k experts under any skew, so the batch-1 step is the same.
+    assert!(uniform.decode_step_ms(32.0, 1536.0) > default.decode_step_ms(32.0, 1536.0));
+    assert!((uniform.decode_step_ms(1.0, 1536.0) - default.decode_step_ms(1.0, 1536.0)).abs() < 1e-9);
+}
+
+#[test]
 fn a_stated_per_request_cost_replaces_the_fitted_one_and_a_stated_overhead_keeps_it() {
     let fitted = glm_on_rtx(None).build().expect("default");
     let pairs = ScenarioSpec::parse_pairs("--from-plan", "model=glm-5,gpu=rtx-pro-6000-se,request-step-us=0").expect("pairs");
@@ -137,6 +153,11 @@ fn impossible_numbers_are_refused_before_predicting() {
         let mut s = glm_on_rtx(None);
         s.request_step_us = Some(bad);
         assert!(s.build().expect_err("per-request").to_string().contains("--request-step-us"), "{bad}");
+    }
+    for bad in [f64::NAN, -0.1, 3.5, f64::INFINITY] {
+        let mut s = glm_on_rtx(None);
+        s.routing_skew = Some(bad);
+        assert!(s.build().expect_err("skew").to_string().contains("--routing-skew"), "{bad}");
     }
     let mut r = PlanRequest::new(glm_on_rtx(None));
     r.top = 0;
