@@ -255,7 +255,7 @@ fn from_plan(a: &SimArgs, pairs: &str) -> Result<(Profile, std::sync::Arc<dyn se
     let prof = servetune_sim::from_plan::profile(&s);
     servetune_sim::from_plan::check_cost(&s, &prof).map_err(|e| {
         Failure::usage(format!(
-            "--from-plan {pairs}{}: {e}; a number in it is out of range (step-overhead-ms, request-step-us, request-latency-ms, routing-skew, moe-efficiency): give a realistic value",
+            "--from-plan {pairs}{}: {e}; a number in it is out of range (step-overhead-ms, request-step-us, request-latency-ms, moe-efficiency): give a realistic value",
             a.moe_efficiency.map(|f| format!(" --moe-efficiency {f:?}")).unwrap_or_default()
         ))
     })?;

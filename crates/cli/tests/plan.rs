@@ -627,6 +627,20 @@ fn engine_names_its_defaults_in_the_header_and_shifts_ttft_by_its_latency() {
     usage_error(&["--validate", "--engine", "vllm"], "--engine does not apply to --validate");
 }
 
+/// `--routing-skew` replaces the kernel-derived skew, and the report's engine line says it was
+/// stated; uniform routing reads more experts at concurrency 64, so the rate falls.
+#[test]
+fn a_stated_routing_skew_is_reported_as_stated_and_uniform_routing_is_slower() {
+    let base = ["--model", "glm-5", "--quant", "nvfp4", "--gpu", "rtx-pro-6000-se", "--link", "pcie5-p2p", "--concurrency", "64"];
+    let (code, default, err) = plan(&base);
+    assert_eq!(code, 0, "{err}");
+    assert!(default.contains("router skew 0.45 (from AIConfigurator's MoE kernel timings)"), "{default}");
+    let (code, uniform, err) = plan(&[&base[..], &["--routing-skew", "0"]].concat());
+    assert_eq!(code, 0, "{err}");
+    assert!(uniform.contains("router skew 0.00 (stated by --routing-skew)"), "{uniform}");
+    assert!(rate_at_64(&uniform) < rate_at_64(&default), "uniform {} against {}", rate_at_64(&uniform), rate_at_64(&default));
+}
+
 #[test]
 fn numbers_at_the_boundary_exit_2_naming_the_flag_and_the_accepted_range() {
     let one = ["--model", "glm-5", "--quant", "nvfp4", "--gpu", "rtx-pro-6000-se", "--concurrency", "1"];

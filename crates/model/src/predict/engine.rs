@@ -109,7 +109,7 @@ pub struct Engine {
     /// routing. 1.0: chosen on the FIT set (the argmin of `validate::fit_objective` over 1.0..1.3
     /// by 0.05, each value with the per-kernel floor, the MoE efficiency and the per-request cost
     /// re-chosen; `validate::tests::ep_imbalance_scan_on_the_fit_set`, VALIDATION.md step 23),
-    /// never the test set. The fit set's 168 rows with EP see no net excess: skewed routing loads
+    /// never the test set. The fit set's 168 rows with EP (step 23's count; the scan of step 36 moves 177) see no net excess: skewed routing loads
     /// the busiest rank more but also leaves fewer experts touched, and the two cancel there. It
     /// was 1.2, an assumption with no source, until step 23. Fitted under uniform routing, and
     /// scanned again under the kernel-derived [`Self::routing_skew`] in step 36 with the floor,
@@ -125,18 +125,19 @@ pub struct Engine {
     /// fitted (VALIDATION.md, eleventh sitting, step 35). NVIDIA AIConfigurator
     /// (github.com/ai-dynamo/aiconfigurator @ 095f58a5, Apache-2.0) times each fused-MoE layer
     /// under balanced routing and under its power-law routing (alpha 1.01, its estimate for
-    /// DeepSeek-V3/R1 on CNN/DailyMail and OpenOrca prompts, `docs/POWER_LAW_DISTRIBUTION.md`;
-    /// power law is its predictions' default, `sdk/config.py`). A balanced call of n tokens reads
+    /// DeepSeek-V3/R1 on CNN/DailyMail and OpenOrca prompts, in that repository's
+    /// `docs/POWER_LAW_DISTRIBUTION.md`; power law is its predictions' default, its
+    /// `aic-core/src/aiconfigurator_core/sdk/config.py`). A balanced call of n tokens reads
     /// min(E, n k) experts, so its line through latency against experts read turns a power-law
     /// call's latency into the experts it effectively reads; over sglang 0.5.14's and vLLM
     /// 0.24.0's kernels on H100, H200, B200 and B300 the Zipf exponent closest to those shares is
     /// 0.45 (kernels.toml `[[routing]]`, `scripts/routing-skew-from-kernels`; the test
     /// `kernels::tests::the_routing_skew_is_the_kernel_tables_argmin` recomputes it; every GPU
-    /// and engine alone gives 0.45 to 0.55). The share is what the kernel's time shows, which is
+    /// and engine alone gives 0.40 to 0.55). The share is what the kernel's time shows, which is
     /// what a step prices; AIConfigurator's generator leaves more experts untouched than that
     /// (27-31% of 256 experts at 16 tokens), as hot experts cost more than one read. Step 34 had
     /// fitted 0.85 on the FIT set; the kernel tables put 0.85 far off (median |ln| 0.228 against
-    /// 0.079) and step 35 replaced it. Benchmarks send random token ids; this is not a measured
+    /// 0.078) and step 35 replaced it. Benchmarks send random token ids; this is not a measured
     /// router statistic, and the test set and holdout took no part in it.
     pub routing_skew: f64,
     /// Share of GPU memory the engine may use (sglang's --mem-fraction-static is about 0.88 on large GPUs).

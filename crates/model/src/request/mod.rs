@@ -177,7 +177,8 @@ impl ScenarioSpec {
 
     /// Parses `KEY=VALUE[,KEY=VALUE]` given to `flag` (`sim --from-plan`): keys model (catalog),
     /// gpu, gpus, link, quant, kv-dtype, tp, pp, ep, dp-attention, input-len, output-len,
-    /// max-running, overlap, cuda-graphs, mixed-prefill, step-overhead-ms, moe-efficiency, engine.
+    /// max-running, overlap, cuda-graphs, mixed-prefill, step-overhead-ms, request-step-us,
+    /// request-latency-ms, routing-skew, moe-efficiency, mem-fraction, engine.
     /// `model` and `gpu` are required.
     pub fn parse_pairs(flag: &str, s: &str) -> Result<Self, ModelError> {
         let pairs = split_pairs(flag, s, "model=glm-5,gpu=rtx-pro-6000-se,gpus=8,link=pcie-host-staged")?;
@@ -237,7 +238,7 @@ impl ScenarioSpec {
             "engine" => self.engine = EngineName::parse(&what, v)?,
             other => {
                 return Err(ModelError::Input(format!(
-                    "{flag}: unknown key {other:?}; keys: model, gpu, gpus, nodes, gpus-per-node, nics-per-node, net, link, quant, kv-dtype, tp, pp, ep, dp-attention, input-len, output-len, max-running, overlap, cuda-graphs, mixed-prefill, step-overhead-ms, request-latency-ms, moe-efficiency, mem-fraction, engine"
+                    "{flag}: unknown key {other:?}; keys: model, gpu, gpus, nodes, gpus-per-node, nics-per-node, net, link, quant, kv-dtype, tp, pp, ep, dp-attention, input-len, output-len, max-running, overlap, cuda-graphs, mixed-prefill, step-overhead-ms, request-step-us, request-latency-ms, routing-skew, moe-efficiency, mem-fraction, engine"
                 )))
             }
         }
