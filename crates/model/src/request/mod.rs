@@ -321,52 +321,35 @@ impl ScenarioSpec {
             Some(o) => (o, 0.0),
             None => (defaults.step_overhead_ms, defaults.kernel_overhead_us),
         };
-        let request_step_us = match self.request_step_us {
-            Some(r) if !(r.is_finite() && REQUEST_STEP_US.contains(&r)) => {
-                return Err(ModelError::Input(format!(
-                    "--request-step-us {r:?} is out of range: give microseconds from {} to {} per running request per decode step (the fitted default is {})",
-                    REQUEST_STEP_US.start(),
-                    REQUEST_STEP_US.end(),
-                    defaults.request_step_us
-                )))
-            }
-            Some(r) => r,
-            None => defaults.request_step_us,
-        };
-        let request_latency_ms = match self.request_latency_ms {
-            Some(l) if !(l.is_finite() && REQUEST_LATENCY_MS.contains(&l)) => {
-                return Err(ModelError::Input(format!(
-                    "--request-latency-ms {l:?} is out of range: give milliseconds from {} to {} (sglang {}, vLLM {}, TensorRT-LLM {}: VALIDATION.md)",
-                    REQUEST_LATENCY_MS.start(),
-                    REQUEST_LATENCY_MS.end(),
-                    crate::predict::SGLANG_REQUEST_LATENCY_MS,
-                    crate::predict::VLLM_REQUEST_LATENCY_MS,
-                    crate::predict::TRTLLM_REQUEST_LATENCY_MS
-                )))
-            }
-            Some(l) => l,
-            None => defaults.request_latency_ms,
-        };
-        let routing_skew = match self.routing_skew {
-            Some(s) if !(s.is_finite() && ROUTING_SKEW.contains(&s)) => {
-                return Err(ModelError::Input(format!(
-                    "--routing-skew {s:?} is out of range: give a Zipf exponent from {} (uniform routing) to {} (the default {} is read off AIConfigurator's MoE kernel timings: VALIDATION.md)",
-                    ROUTING_SKEW.start(),
-                    ROUTING_SKEW.end(),
-                    defaults.routing_skew
-                )))
-            }
-            Some(s) => s,
-            None => defaults.routing_skew,
-        };
-        let moe_efficiency = match self.moe_efficiency {
-            Some(f) if !(f.is_finite() && (MIN_MOE_EFFICIENCY..=1.0).contains(&f)) => {
-                return Err(ModelError::Input(format!(
-                    "moe-efficiency {f:?}: give the fraction of memory bandwidth the MoE kernels reach, from {MIN_MOE_EFFICIENCY} to 1"
-                )))
-            }
-            given => given.unwrap_or(defaults.moe_efficiency),
-        };
+        let request_step_us = ranged(self.request_step_us, &REQUEST_STEP_US, defaults.request_step_us, |r| {
+            format!(
+                "--request-step-us {r:?} is out of range: give microseconds from {} to {} per running request per decode step (the fitted default is {})",
+                REQUEST_STEP_US.start(),
+                REQUEST_STEP_US.end(),
+                defaults.request_step_us
+            )
+        })?;
+        let request_latency_ms = ranged(self.request_latency_ms, &REQUEST_LATENCY_MS, defaults.request_latency_ms, |l| {
+            format!(
+                "--request-latency-ms {l:?} is out of range: give milliseconds from {} to {} (sglang {}, vLLM {}, TensorRT-LLM {}: VALIDATION.md)",
+                REQUEST_LATENCY_MS.start(),
+                REQUEST_LATENCY_MS.end(),
+                crate::predict::SGLANG_REQUEST_LATENCY_MS,
+                crate::predict::VLLM_REQUEST_LATENCY_MS,
+                crate::predict::TRTLLM_REQUEST_LATENCY_MS
+            )
+        })?;
+        let routing_skew = ranged(self.routing_skew, &ROUTING_SKEW, defaults.routing_skew, |s| {
+            format!(
+                "--routing-skew {s:?} is out of range: give a Zipf exponent from {} (uniform routing) to {} (the default {} is read off AIConfigurator's MoE kernel timings: VALIDATION.md)",
+                ROUTING_SKEW.start(),
+                ROUTING_SKEW.end(),
+                defaults.routing_skew
+            )
+        })?;
+        let moe_efficiency = ranged(self.moe_efficiency, &(MIN_MOE_EFFICIENCY..=1.0), defaults.moe_efficiency, |f| {
+            format!("moe-efficiency {f:?}: give the fraction of memory bandwidth the MoE kernels reach, from {MIN_MOE_EFFICIENCY} to 1")
+        })?;
         let mem_fraction = fraction(self.mem_fraction, defaults.mem_fraction, |f| {
             format!(
                 "--mem-fraction {f}: give the share of each GPU's memory the engine may use, above 0 and at most 1 (sglang's --mem-fraction-static, vLLM's --gpu-memory-utilization)"
@@ -541,6 +524,20 @@ pub const REQUEST_LATENCY_MS: std::ops::RangeInclusive<f64> = 0.0..=6e5;
 /// The lowest MoE efficiency taken: below 1% of memory bandwidth a step's time is a typo's
 /// (and reaches durations no clock holds).
 pub const MIN_MOE_EFFICIENCY: f64 = 0.01;
+
+/// A stated finite value inside `range`, else `default`; `why` words the refusal of any other.
+fn ranged(
+    given: Option<f64>,
+    range: &std::ops::RangeInclusive<f64>,
+    default: f64,
+    why: impl FnOnce(f64) -> String,
+) -> Result<f64, ModelError> {
+    match given {
+        Some(x) if !(x.is_finite() && range.contains(&x)) => Err(ModelError::Input(why(x))),
+        Some(x) => Ok(x),
+        None => Ok(default),
+    }
+}
 
 fn fraction(given: Option<f64>, default: f64, why: impl FnOnce(f64) -> String) -> Result<f64, ModelError> {
     match given {
