@@ -7,8 +7,8 @@
 //! (before: the engine's `hbm_efficiency` 0.8 and `moe_efficiency` 0.65) hid how much that rate
 //! differs by GPU and format: the same 8192 x 8192 GEMM reaches 84% of peak in BF16 on an H100 and
 //! 44% in FP8 on a B200 (its FP8 GEMMs take about 19 us at any M up to 64). These tables give the
-//! rate per (GPU, format) where kernels.toml measured one; elsewhere (AMD, MXFP4) the engine's
-//! figures stay. Relatives read another GPU's tables ([`table_gpu`]): the A100 40 GB and the A100
+//! rate per (GPU, format) where kernels.toml measured one; elsewhere (AMD; MXFP4 on the A100) the
+//! engine's figures stay. Relatives read another GPU's tables ([`table_gpu`]): the A100 40 GB and the A100
 //! PCIe cards the A100 80 GB SXM's, the H800 and the 96 GB GH200 the H100 SXM's, the H200 NVL and
 //! the 144 GB GH200 the H200's, the RTX PRO 6000 Workstation Edition and the GeForce RTX 5090 the
 //! Server Edition's.
@@ -30,6 +30,17 @@
 //!   above the peak is dropped whole (its bytes read are not what its shape implies: one
 //!   DeepSeek-shape TP row per GPU in FP8 and NVFP4). At these sizes a layer takes hundreds of
 //!   microseconds, so the few kernel floors inside it (a few percent) are left in the rate.
+//! - MXFP4 experts (step 37, VALIDATION.md twelfth sitting): the `[[moe]]` rows of the kernel vLLM
+//!   0.24.0 runs for a GPT-OSS checkpoint (OpenAI's triton_kernels on Hopper, FlashInfer's TRT-LLM
+//!   MXFP4 kernel on B200/B300/GB200/GB300, Marlin on the L40S and the RTX PRO 6000; sglang picks
+//!   the same family on Hopper and SM100), balanced routing, at most 8 tokens per expert, experts
+//!   sliced over 1 to 8 ranks or whole on 2 to 8, written by `scripts/moe-mxfp4-rows`. The rate is
+//!   the slope of a least-squares line of latency against the bytes one rank reads, over the peak,
+//!   per split; the line's intercept (20-77 us) is left to the eight kernel floors the step charges
+//!   per MoE layer. GPT-OSS's layers are small per rank (211 MB for the 120B model at TP8, against
+//!   1.4 GB for DeepSeek-V3), so that fixed part is a large share of a call's latency and the
+//!   median rate of the rule above would price it twice. The slopes run 0.54-0.85 of the peak
+//!   (H200 lowest), where the engine's figure gave every GPU 0.45.
 
 use crate::quant::Dtype;
 
@@ -70,7 +81,7 @@ pub enum MoeSplit {
 }
 
 /// Fused-MoE decode rate with every expert read, share of peak memory bandwidth, by (GPU, expert
-/// format, split).
+/// format, split); MXFP4's is the slope of latency against bytes read (the module's notes).
 pub const MOE_DECODE: &[(&str, Dtype, MoeSplit, f64)] = &[
     ("a100", Dtype::Bf16, MoeSplit::Tp, 0.820),
     ("a100", Dtype::Bf16, MoeSplit::Ep, 0.520),
@@ -82,6 +93,8 @@ pub const MOE_DECODE: &[(&str, Dtype, MoeSplit, f64)] = &[
     ("b200", Dtype::Fp8, MoeSplit::Ep, 0.680),
     ("b200", Dtype::Int4, MoeSplit::Tp, 0.392),
     ("b200", Dtype::Int4, MoeSplit::Ep, 0.411),
+    ("b200", Dtype::Mxfp4, MoeSplit::Tp, 0.593),
+    ("b200", Dtype::Mxfp4, MoeSplit::Ep, 0.569),
     ("b200", Dtype::Nvfp4, MoeSplit::Tp, 0.654),
     ("b200", Dtype::Nvfp4, MoeSplit::Ep, 0.710),
     ("b300", Dtype::Bf16, MoeSplit::Tp, 0.845),
@@ -90,6 +103,8 @@ pub const MOE_DECODE: &[(&str, Dtype, MoeSplit, f64)] = &[
     ("b300", Dtype::Fp8, MoeSplit::Ep, 0.683),
     ("b300", Dtype::Int4, MoeSplit::Tp, 0.410),
     ("b300", Dtype::Int4, MoeSplit::Ep, 0.427),
+    ("b300", Dtype::Mxfp4, MoeSplit::Tp, 0.599),
+    ("b300", Dtype::Mxfp4, MoeSplit::Ep, 0.574),
     ("b300", Dtype::Nvfp4, MoeSplit::Tp, 0.657),
     ("b300", Dtype::Nvfp4, MoeSplit::Ep, 0.710),
     ("gb200", Dtype::Bf16, MoeSplit::Tp, 0.892),
@@ -98,6 +113,8 @@ pub const MOE_DECODE: &[(&str, Dtype, MoeSplit, f64)] = &[
     ("gb200", Dtype::Fp8, MoeSplit::Ep, 0.712),
     ("gb200", Dtype::Int4, MoeSplit::Tp, 0.411),
     ("gb200", Dtype::Int4, MoeSplit::Ep, 0.429),
+    ("gb200", Dtype::Mxfp4, MoeSplit::Tp, 0.617),
+    ("gb200", Dtype::Mxfp4, MoeSplit::Ep, 0.586),
     ("gb200", Dtype::Nvfp4, MoeSplit::Tp, 0.697),
     ("gb200", Dtype::Nvfp4, MoeSplit::Ep, 0.749),
     ("gb300", Dtype::Bf16, MoeSplit::Tp, 0.865),
@@ -106,6 +123,8 @@ pub const MOE_DECODE: &[(&str, Dtype, MoeSplit, f64)] = &[
     ("gb300", Dtype::Fp8, MoeSplit::Ep, 0.707),
     ("gb300", Dtype::Int4, MoeSplit::Tp, 0.425),
     ("gb300", Dtype::Int4, MoeSplit::Ep, 0.444),
+    ("gb300", Dtype::Mxfp4, MoeSplit::Tp, 0.616),
+    ("gb300", Dtype::Mxfp4, MoeSplit::Ep, 0.585),
     ("gb300", Dtype::Nvfp4, MoeSplit::Tp, 0.682),
     ("gb300", Dtype::Nvfp4, MoeSplit::Ep, 0.728),
     ("h100-sxm", Dtype::Bf16, MoeSplit::Tp, 0.844),
@@ -114,22 +133,30 @@ pub const MOE_DECODE: &[(&str, Dtype, MoeSplit, f64)] = &[
     ("h100-sxm", Dtype::Fp8, MoeSplit::Ep, 0.805),
     ("h100-sxm", Dtype::Int4, MoeSplit::Tp, 0.663),
     ("h100-sxm", Dtype::Int4, MoeSplit::Ep, 0.581),
+    ("h100-sxm", Dtype::Mxfp4, MoeSplit::Tp, 0.756),
+    ("h100-sxm", Dtype::Mxfp4, MoeSplit::Ep, 0.736),
     ("h200", Dtype::Bf16, MoeSplit::Tp, 0.811),
     ("h200", Dtype::Bf16, MoeSplit::Ep, 0.554),
     ("h200", Dtype::Fp8, MoeSplit::Tp, 0.641),
     ("h200", Dtype::Fp8, MoeSplit::Ep, 0.749),
     ("h200", Dtype::Int4, MoeSplit::Tp, 0.542),
     ("h200", Dtype::Int4, MoeSplit::Ep, 0.409),
+    ("h200", Dtype::Mxfp4, MoeSplit::Tp, 0.558),
+    ("h200", Dtype::Mxfp4, MoeSplit::Ep, 0.540),
     ("l40s", Dtype::Bf16, MoeSplit::Tp, 0.804),
     ("l40s", Dtype::Bf16, MoeSplit::Ep, 0.508),
     ("l40s", Dtype::Int4, MoeSplit::Tp, 0.774),
     ("l40s", Dtype::Int4, MoeSplit::Ep, 0.758),
+    ("l40s", Dtype::Mxfp4, MoeSplit::Tp, 0.745),
+    ("l40s", Dtype::Mxfp4, MoeSplit::Ep, 0.742),
     ("rtx-pro-6000-se", Dtype::Bf16, MoeSplit::Tp, 0.9236),
     ("rtx-pro-6000-se", Dtype::Bf16, MoeSplit::Ep, 0.6086),
     ("rtx-pro-6000-se", Dtype::Fp8, MoeSplit::Tp, 0.8907),
     ("rtx-pro-6000-se", Dtype::Fp8, MoeSplit::Ep, 0.8680),
     ("rtx-pro-6000-se", Dtype::Int4, MoeSplit::Tp, 0.8388),
     ("rtx-pro-6000-se", Dtype::Int4, MoeSplit::Ep, 0.8010),
+    ("rtx-pro-6000-se", Dtype::Mxfp4, MoeSplit::Tp, 0.825),
+    ("rtx-pro-6000-se", Dtype::Mxfp4, MoeSplit::Ep, 0.846),
     ("rtx-pro-6000-se", Dtype::Nvfp4, MoeSplit::Tp, 0.6730),
     ("rtx-pro-6000-se", Dtype::Nvfp4, MoeSplit::Ep, 0.8191),
 ];
@@ -422,6 +449,8 @@ mod tests {
     fn recompute_moe() -> Vec<((String, Dtype, MoeSplit), f64)> {
         let t: toml::Table = KERNELS.parse().expect("kernels.toml parses");
         let mut pts: Vec<((String, Dtype, MoeSplit), f64)> = Vec::new();
+        // MXFP4: (bytes one rank reads, latency us) per key, for a line.
+        let mut lines: Vec<((String, Dtype, MoeSplit), (f64, f64))> = Vec::new();
         for m in t["moe"].as_array().expect("[[moe]]") {
             if m["routing"].as_str() != Some("balanced") {
                 continue;
@@ -431,10 +460,23 @@ mod tests {
                 "fp8_block" => Dtype::Fp8,
                 "nvfp4" => Dtype::Nvfp4,
                 "int4_wo" => Dtype::Int4,
+                "w4a16_mxfp4" => Dtype::Mxfp4,
                 other => panic!("an unexpected moe dtype {other}"),
             };
             let int = |k: &str| m[k].as_integer().expect(k) as f64;
             let (e, k) = (int("num_experts"), int("topk"));
+            if dt == Dtype::Mxfp4 {
+                let (tp, ep) = (int("moe_tp"), int("moe_ep"));
+                let gpu = catalog_name(m["gpu"].as_str().expect("gpu")).to_string();
+                let split = if ep > 1.0 { MoeSplit::Ep } else { MoeSplit::Tp };
+                let expert_bytes = 3.0 * int("hidden_size") * int("inter_size") * dt.bytes() / tp;
+                for (n, lat) in floats(&m["num_tokens"]).into_iter().zip(floats(&m["latency_us"])) {
+                    // Balanced routing reads min(E, n k) experts, a rank of EP an ep-th of them.
+                    let read = (e / ep).min(n * k / ep);
+                    lines.push(((gpu.clone(), dt, split), (read * expert_bytes, lat)));
+                }
+                continue;
+            }
             let rank_bytes = e * 3.0 * int("hidden_size") * int("inter_size") * dt.bytes() / 8.0;
             let gpu = catalog_name(m["gpu"].as_str().expect("gpu")).to_string();
             let split = if m["moe_ep"].as_integer() == Some(8) { MoeSplit::Ep } else { MoeSplit::Tp };
@@ -449,7 +491,24 @@ mod tests {
                 pts.extend(row.into_iter().map(|eff| ((gpu.clone(), dt, split), eff)));
             }
         }
-        medians(pts)
+        let mut rates = medians(pts);
+        let mut keys: Vec<(String, Dtype, MoeSplit)> = Vec::new();
+        for (key, _) in &lines {
+            if !keys.contains(key) {
+                keys.push(key.clone());
+            }
+        }
+        for key in keys {
+            let xy: Vec<(f64, f64)> = lines.iter().filter(|(k, _)| *k == key).map(|(_, p)| *p).collect();
+            let nf = xy.len() as f64;
+            let (mx, my) = (xy.iter().map(|p| p.0).sum::<f64>() / nf, xy.iter().map(|p| p.1).sum::<f64>() / nf);
+            let sxy: f64 = xy.iter().map(|(x, y)| (x - mx) * (y - my)).sum();
+            let sxx: f64 = xy.iter().map(|(x, _)| (x - mx).powi(2)).sum();
+            // us per byte -> bytes per second, over the peak.
+            let rate = 1.0 / (sxy / sxx) * 1e6 / peak(&key.0);
+            rates.push((key, rate));
+        }
+        rates
     }
 
     /// The median of each key's points, keys in the order first seen.
@@ -559,7 +618,8 @@ mod tests {
     #[test]
     fn a_gpu_or_format_without_a_table_has_no_rate() {
         assert_eq!(dense_decode_efficiency("mi300x", Dtype::Bf16, 5300.0, 5.0), None);
-        assert_eq!(moe_decode_efficiency("h200", Dtype::Mxfp4, MoeSplit::Ep), None);
+        assert_eq!(moe_decode_efficiency("mi355x", Dtype::Mxfp4, MoeSplit::Ep), None);
+        assert_eq!(moe_decode_efficiency("a100", Dtype::Mxfp4, MoeSplit::Tp), None);
         assert_eq!(dense_decode_table("h200", Dtype::Fp8), Some(0.612));
         // The A100 40 GB runs the 80 GB's kernels.
         assert_eq!(dense_decode_table("a100-40gb", Dtype::Bf16), dense_decode_table("a100", Dtype::Bf16));

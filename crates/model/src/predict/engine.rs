@@ -21,7 +21,7 @@ use super::{BatchDefaults, Overlap};
 use crate::ModelError;
 
 /// [`Engine::cdna3_floor_scale`]'s default: fitted on the fit set's CDNA 3 rows (see there).
-pub const CDNA3_FLOOR_SCALE: f64 = 1.8;
+pub const CDNA3_FLOOR_SCALE: f64 = 1.9;
 
 /// Engine behaviour the prediction assumes: every default names its source.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -83,7 +83,9 @@ pub struct Engine {
     /// `validate::crossval`; floor 5.0 us), 40 us since the refit on the fourth dated extension
     /// (step 33, 2026-12-06; the objective is flat there: 0.1070 at 42.5 us, 0.1069 at 40), 35 us
     /// since the router's skew was fitted with it (step 34: floor 6.0 us), 40 us since the skew
-    /// was set from kernel data instead (step 35: floor 5.0 us, MoE efficiency 0.45); one
+    /// was set from kernel data instead (step 35: floor 5.0 us, MoE efficiency 0.45), 35 us since
+    /// MXFP4 experts read at the kernel tables' rates (step 37: floor 5.2 us, MoE efficiency
+    /// 0.55); one
     /// figure for every engine and GPU (the fit set cannot tell them
     /// apart: one source each). A stated `--step-overhead-ms` leaves it in place;
     /// `--request-step-us` replaces it.
@@ -96,8 +98,9 @@ pub struct Engine {
     /// rate for ([`Scenario::dense_stream_efficiency`](super::Scenario::dense_stream_efficiency)); an assumption, typical of decode GEMV kernels.
     pub hbm_efficiency: f64,
     /// Achieved fraction of peak bandwidth reading expert weights in fused-MoE kernels at decode
-    /// batch sizes, on a GPU or in a format kernels.toml has no MoE rate for (AMD, MXFP4:
-    /// [`Self::moe_table`]); chosen on the FIT set of e2e.toml with `kernel_overhead_us`, see there.
+    /// batch sizes, on a GPU or in a format kernels.toml has no MoE rate for (AMD; MXFP4 on the A100
+    /// and on GPUs without tables since step 37: [`Self::moe_table`]); chosen on the FIT set of
+    /// e2e.toml with `kernel_overhead_us`, see there.
     pub moe_efficiency: f64,
     /// Achieved fraction of peak tensor TFLOPS in decode steps (a torch BF16 GEMM reached 417 of 468
     /// TFLOPS on the reference RTX PRO 6000); prefill uses [`prefill_gemm_efficiency`](super::prefill_gemm_efficiency) and
@@ -181,16 +184,16 @@ impl Default for Engine {
     fn default() -> Self {
         Self {
             step_overhead_ms: 0.0,
-            kernel_overhead_us: 5.0,
-            gemm_floor_us: 5.0,
+            kernel_overhead_us: 5.2,
+            gemm_floor_us: 5.2,
             cdna3_floor_scale: CDNA3_FLOOR_SCALE,
             cuda_graphs: true,
             prefill_graphs: true,
             launch_us: 4.0,
-            request_step_us: 40.0,
+            request_step_us: 35.0,
             overlap: Overlap::None,
             hbm_efficiency: 0.80,
-            moe_efficiency: 0.45,
+            moe_efficiency: 0.55,
             gemm_efficiency: 0.89,
             comm_scale: 1.0,
             ep_imbalance: 1.0,
@@ -590,16 +593,17 @@ pub const VLLM_GPU_MEMORY_UTILIZATION: f64 = 0.9;
 /// H200 under sglang 0.5.12 among them); 223.8 ms until the refit on the third dated extension
 /// (2026-12-06) moved the per-kernel floor and the per-request cost; 224.9 ms until the refit under
 /// the square-root source weighting (step 31); 224.7 ms until the router's skew (step 34); 221.9 ms
-/// until step 35 set that skew from kernel data.
-pub const SGLANG_REQUEST_LATENCY_MS: f64 = 224.7;
+/// until step 35 set that skew from kernel data; 224.7 ms until step 37's MXFP4 kernel rates and
+/// their refit.
+pub const SGLANG_REQUEST_LATENCY_MS: f64 = 224.1;
 
 /// vLLM's per-request serving-path latency, ms: as [`SGLANG_REQUEST_LATENCY_MS`], over the FIT
 /// set's vLLM cases at c <= 8 (AIConfigurator's B300 rows; see VALIDATION.md).
-pub const VLLM_REQUEST_LATENCY_MS: f64 = 18.8;
+pub const VLLM_REQUEST_LATENCY_MS: f64 = 18.5;
 
 /// TensorRT-LLM's per-request serving-path latency, ms: as [`SGLANG_REQUEST_LATENCY_MS`], over
 /// the FIT set's TensorRT-LLM cases at c <= 8 (AIConfigurator's H100 rows; see VALIDATION.md).
-pub const TRTLLM_REQUEST_LATENCY_MS: f64 = 77.1;
+pub const TRTLLM_REQUEST_LATENCY_MS: f64 = 77.0;
 
 /// The expected share of `experts` that `tokens` tokens, each routed to `top_k` distinct experts,
 /// touch when expert i (1-based, by popularity) is picked with probability min(1, top_k x p_i), p_i

@@ -50,7 +50,7 @@ fn step_constants() -> Vec<ConstantOrigin> {
             name: "kernels::MOE_DECODE (per GPU, expert format and split)",
             value: crate::kernels::moe_decode_efficiency("h200", crate::quant::Dtype::Fp8, crate::kernels::MoeSplit::Ep).unwrap_or(0.0),
             set_from:
-                "kernels.toml [[moe]] balanced, 1-8 tokens per expert, median achieved bandwidth (52 entries; h200 fp8 EP shown); no e2e case",
+                "kernels.toml [[moe]] balanced, 1-8 tokens per expert, median achieved bandwidth; MXFP4 (step 37): the slope of latency against bytes read, up to 8 tokens per expert (76 entries; h200 fp8 EP shown); no e2e case",
         },
         ConstantOrigin {
             name: "gemm_efficiency (decode steps only)",
