@@ -235,16 +235,16 @@ pub struct PlanArgs {
     /// Prefill rides inside decode steps (sglang --enable-mixed-chunk; always on for the vllm and trtllm engines) instead of its own passes; without it the virtual run schedules prompts first, alone, while decoding waits (sglang's default)
     #[arg(long)]
     pub mixed_prefill: bool,
-    /// Host overhead per decode step, ms: replaces the model's per-kernel floor (5 us x the kernels a step runs, 1.8x that on MI300X/MI325X, fitted on public measurements; see VALIDATION.md); the 40 us per running request stays (--request-step-us)
+    /// Host overhead per decode step, ms: replaces the model's per-kernel floor (5.2 us x the kernels a step runs, 1.9x that on MI300X/MI325X, fitted on public measurements; see VALIDATION.md); the 35 us per running request stays (--request-step-us)
     #[arg(long, value_name = "MS")]
     pub step_overhead_ms: Option<f64>,
-    /// Per-step cost of each running request, us (scheduling, sampling and output work that grows with the batch) [default: 40, fitted on public measurements; see VALIDATION.md]
+    /// Per-step cost of each running request, us (scheduling, sampling and output work that grows with the batch) [default: 35, fitted on public measurements; see VALIDATION.md]
     #[arg(long, value_name = "US")]
     pub request_step_us: Option<f64>,
     /// How unevenly the router spreads a decode batch's tokens over the experts: a Zipf exponent, 0 for uniform routing, higher for fewer distinct experts per step (MoE models only) [default: 0.45, read off AIConfigurator's fused-MoE timings under power-law routing; see VALIDATION.md]. Set it from your own traffic's routing where you have measured it
     #[arg(long, value_name = "S")]
     pub routing_skew: Option<f64>,
-    /// The serving path's latency outside the GPU (HTTP, tokenization, scheduler hand-offs), ms; it adds to TTFT only [default: the engine's: sglang 224.7, vLLM 18.8, TensorRT-LLM 77.1, fitted on public TTFTs: VALIDATION.md]
+    /// The serving path's latency outside the GPU (HTTP, tokenization, scheduler hand-offs), ms; it adds to TTFT only [default: the engine's: sglang 224.1, vLLM 18.5, TensorRT-LLM 77, fitted on public TTFTs: VALIDATION.md]
     #[arg(long, value_name = "MS")]
     pub request_latency_ms: Option<f64>,
     /// Share of each GPU's memory the engine may use for weights and KV cache, as sglang's --mem-fraction-static or vLLM's --gpu-memory-utilization sets it [default: the engine's: sglang 0.88, vLLM 0.9; the model also keeps 3 GB per GPU for activations and graphs]
