@@ -446,11 +446,14 @@ mod tests {
         assert!(err(0.85) > 2.0 * best.1, "0.85: {:.4} against {:.4}", err(0.85), best.1);
     }
 
-    fn recompute_moe() -> Vec<((String, Dtype, MoeSplit), f64)> {
+    /// A fused-MoE table's key: (GPU, expert format, split).
+    type MoeKey = (String, Dtype, MoeSplit);
+
+    fn recompute_moe() -> Vec<(MoeKey, f64)> {
         let t: toml::Table = KERNELS.parse().expect("kernels.toml parses");
-        let mut pts: Vec<((String, Dtype, MoeSplit), f64)> = Vec::new();
+        let mut pts: Vec<(MoeKey, f64)> = Vec::new();
         // MXFP4: (bytes one rank reads, latency us) per key, for a line.
-        let mut lines: Vec<((String, Dtype, MoeSplit), (f64, f64))> = Vec::new();
+        let mut lines: Vec<(MoeKey, (f64, f64))> = Vec::new();
         for m in t["moe"].as_array().expect("[[moe]]") {
             if m["routing"].as_str() != Some("balanced") {
                 continue;
@@ -492,7 +495,7 @@ mod tests {
             }
         }
         let mut rates = medians(pts);
-        let mut keys: Vec<(String, Dtype, MoeSplit)> = Vec::new();
+        let mut keys: Vec<MoeKey> = Vec::new();
         for (key, _) in &lines {
             if !keys.contains(key) {
                 keys.push(key.clone());
