@@ -181,7 +181,8 @@ pub struct SimArgs {
     pub profile_dir: Option<PathBuf>,
     /// With --from-plan: the fraction of memory bandwidth the fused-MoE kernels reach, replacing
     /// the kernel tables' rate for the GPU and format (untuned kernels reach less than tuned
-    /// ones; absent: the tables' rate, else the model's default), e.g. 0.8
+    /// ones; absent: the tables' rate, else the model's default; for MXFP4 experts the tables give
+    /// the kernel's marginal rate, its fixed part counted in the per-kernel floors), e.g. 0.8
     #[arg(long, value_name = "F", requires = "from_plan")]
     pub moe_efficiency: Option<f64>,
 }

@@ -641,6 +641,29 @@ fn a_stated_routing_skew_is_reported_as_stated_and_uniform_routing_is_slower() {
     assert!(rate_at_64(&uniform) < rate_at_64(&default), "uniform {} against {}", rate_at_64(&uniform), rate_at_64(&default));
 }
 
+/// MXFP4 experts on a GPU with AIConfigurator's GPT-OSS kernel rows read at the kernel's marginal
+/// rate (kernels.rs, step 37), and the engine line says so; NVFP4 experts keep the plain figure, and
+/// an AMD GPU (no table) takes the engine's MoE efficiency.
+#[test]
+fn mxfp4_experts_report_the_kernel_tables_marginal_rate() {
+    let (code, out, err) = plan(&["--model", "gpt-oss-120b", "--gpu", "h100-sxm", "--gpus", "1", "--tp", "1", "--concurrency", "4"]);
+    assert_eq!(code, 0, "{err}");
+    let rate = servetune_model::kernels::moe_decode_efficiency(
+        "h100-sxm",
+        servetune_model::quant::Dtype::Mxfp4,
+        servetune_model::kernels::MoeSplit::Tp,
+    )
+    .expect("an MXFP4 rate for the H100");
+    assert!(out.contains(&format!("experts {rate:.2} (the MXFP4 kernel's marginal rate")), "{out}");
+    let (code, nvfp4, err) = plan(&["--model", "glm-5", "--quant", "nvfp4", "--gpu", "rtx-pro-6000-se", "--concurrency", "64"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!nvfp4.contains("marginal rate"), "{nvfp4}");
+    let (code, amd, err) = plan(&["--model", "gpt-oss-120b", "--gpu", "mi300x", "--gpus", "1", "--tp", "1", "--concurrency", "4"]);
+    assert_eq!(code, 0, "{err}");
+    let e = servetune_model::predict::Engine::default();
+    assert!(amd.contains(&format!("experts {:.2}, router skew", e.moe_efficiency)) && !amd.contains("marginal rate"), "{amd}");
+}
+
 #[test]
 fn numbers_at_the_boundary_exit_2_naming_the_flag_and_the_accepted_range() {
     let one = ["--model", "glm-5", "--quant", "nvfp4", "--gpu", "rtx-pro-6000-se", "--concurrency", "1"];

@@ -7,8 +7,8 @@
 //! (before: the engine's `hbm_efficiency` 0.8 and `moe_efficiency` 0.65) hid how much that rate
 //! differs by GPU and format: the same 8192 x 8192 GEMM reaches 84% of peak in BF16 on an H100 and
 //! 44% in FP8 on a B200 (its FP8 GEMMs take about 19 us at any M up to 64). These tables give the
-//! rate per (GPU, format) where kernels.toml measured one; elsewhere (AMD; MXFP4 on the A100) the
-//! engine's figures stay. Relatives read another GPU's tables ([`table_gpu`]): the A100 40 GB and the A100
+//! rate per (GPU, format) where kernels.toml measured one; elsewhere (AMD, the H20 and other GPUs
+//! without tables, MXFP4 on the A100) the engine's figures stay. Relatives read another GPU's tables ([`table_gpu`]): the A100 40 GB and the A100
 //! PCIe cards the A100 80 GB SXM's, the H800 and the 96 GB GH200 the H100 SXM's, the H200 NVL and
 //! the 144 GB GH200 the H200's, the RTX PRO 6000 Workstation Edition and the GeForce RTX 5090 the
 //! Server Edition's.
@@ -34,7 +34,8 @@
 //!   0.24.0 runs for a GPT-OSS checkpoint (OpenAI's triton_kernels on Hopper, FlashInfer's TRT-LLM
 //!   MXFP4 kernel on B200/B300/GB200/GB300, Marlin on the L40S and the RTX PRO 6000; sglang picks
 //!   the same family on Hopper and SM100), balanced routing, at most 8 tokens per expert, experts
-//!   sliced over 1 to 8 ranks or whole on 2 to 8, written by `scripts/moe-mxfp4-rows`. The rate is
+//!   sliced over any rank count the tables hold (1 to 32) or whole (2 to 128 ranks), written by
+//!   `scripts/moe-mxfp4-rows`. The rate is
 //!   the slope of a least-squares line of latency against the bytes one rank reads, over the peak,
 //!   per split; the line's intercept (20-77 us) is left to the eight kernel floors the step charges
 //!   per MoE layer. GPT-OSS's layers are small per rank (211 MB for the 120B model at TP8, against
@@ -74,9 +75,10 @@ pub const DENSE_DECODE: &[(&str, Dtype, f64)] = &[
 /// `[[moe]]` rows measure it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MoeSplit {
-    /// Every expert sliced over the ranks (`moe_tp = 8`): narrow GEMMs over all experts.
+    /// Every expert sliced over the ranks (`moe_tp = 8`; the MXFP4 rows also 1 to 32 ranks, one
+    /// GPU included): narrow GEMMs over all experts.
     Tp,
-    /// Whole experts, an eighth of them per rank (`moe_ep = 8`).
+    /// Whole experts, an eighth of them per rank (`moe_ep = 8`; the MXFP4 rows also 2 to 128).
     Ep,
 }
 
@@ -473,7 +475,7 @@ mod tests {
                 let gpu = catalog_name(m["gpu"].as_str().expect("gpu")).to_string();
                 let split = if ep > 1.0 { MoeSplit::Ep } else { MoeSplit::Tp };
                 let expert_bytes = 3.0 * int("hidden_size") * int("inter_size") * dt.bytes() / tp;
-                for (n, lat) in floats(&m["num_tokens"]).into_iter().zip(floats(&m["latency_us"])) {
+                for (n, lat) in floats(&m["num_tokens"]).into_iter().zip(floats(&m["latency_us"])).filter(|(n, _)| n * k / e <= 8.0) {
                     // Balanced routing reads min(E, n k) experts, a rank of EP an ep-th of them.
                     let read = (e / ep).min(n * k / ep);
                     lines.push(((gpu.clone(), dt, split), (read * expert_bytes, lat)));

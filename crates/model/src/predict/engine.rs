@@ -98,8 +98,8 @@ pub struct Engine {
     /// rate for ([`Scenario::dense_stream_efficiency`](super::Scenario::dense_stream_efficiency)); an assumption, typical of decode GEMV kernels.
     pub hbm_efficiency: f64,
     /// Achieved fraction of peak bandwidth reading expert weights in fused-MoE kernels at decode
-    /// batch sizes, on a GPU or in a format kernels.toml has no MoE rate for (AMD; MXFP4 on the A100
-    /// and on GPUs without tables since step 37: [`Self::moe_table`]); chosen on the FIT set of
+    /// batch sizes, on a GPU or in a format kernels.toml has no MoE rate for (AMD, the H20 and other
+    /// GPUs without tables; MXFP4 only on those and the A100 since step 37: [`Self::moe_table`]); chosen on the FIT set of
     /// e2e.toml with `kernel_overhead_us`, see there.
     pub moe_efficiency: f64,
     /// Achieved fraction of peak tensor TFLOPS in decode steps (a torch BF16 GEMM reached 417 of 468

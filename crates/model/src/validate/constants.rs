@@ -13,7 +13,7 @@ pub fn constants() -> Vec<ConstantOrigin> {
 /// The step's fitted and kernel-table constants.
 fn step_constants() -> Vec<ConstantOrigin> {
     let e = Engine::default();
-    let fit = "fit: every scored fit case of today's releases (the steady-state fit median absolute error, each source weighing the square root of its rows since 2026-12-06's step 31 (chosen by leave-sources-out cross-validation on the fit set, validate::crossval; each source the same before), at a local minimum of a 0.1 us x 0.05 x 2.5 us grid: validate::tests::joint_refit_on_the_fit_set, 2026-12-05; the per-kernel floor again on 2026-12-06 after the engines' KV-cache default, and with the per-request cost on the third dated extension of 2026-12-06, under the square-root weighting, on the fourth dated extension and with the router's skew, step 34)";
+    let fit = "fit: every scored fit case of today's releases (the steady-state fit median absolute error, each source weighing the square root of its rows since 2026-12-06's step 31 (chosen by leave-sources-out cross-validation on the fit set, validate::crossval; each source the same before), at a local minimum of a 0.1 us x 0.05 x 2.5 us grid: validate::tests::joint_refit_on_the_fit_set, 2026-12-05; the per-kernel floor again on 2026-12-06 after the engines' KV-cache default, and with the per-request cost on the third dated extension of 2026-12-06, under the square-root weighting, on the fourth dated extension and with the router's skew, step 34; under the kernel-derived skew, step 35; with the MXFP4 kernel rates, step 37)";
     vec![
         ConstantOrigin { name: "kernel_overhead_us (per kernel per step)", value: e.kernel_overhead_us, set_from: fit },
         ConstantOrigin {
@@ -67,7 +67,7 @@ fn comm_prefill_and_serving_constants() -> Vec<ConstantOrigin> {
         ConstantOrigin {
             name: "comm::SHM_HOP_SHARE",
             value: crate::comm::SHM_HOP_SHARE,
-            set_from: "fit: argmin of the fit set's P2P/no-P2P pairs' median gain error on a 0.01 grid (one runnable pair, rtx6kpro-kimik25-ctx0k, decode-only, so not scored here); 0.32 before 2026-12-05, chosen by hand from the same pair; 0.24 until the refit of the second 2026-12-05 sitting; 0.26 until the refit on the third dated extension of 2026-12-06; 0.25 until the router's skew of step 34",
+            set_from: "fit: argmin of the fit set's P2P/no-P2P pairs' median gain error on a 0.01 grid (one runnable pair, rtx6kpro-kimik25-ctx0k, decode-only, so not scored here); 0.32 before 2026-12-05, chosen by hand from the same pair; 0.24 until the refit of the second 2026-12-05 sitting; 0.26 until the refit on the third dated extension of 2026-12-06; 0.25 until the router's skew of step 34; 0.28 until step 35 set that skew from kernel data; 0.25 until step 37's MXFP4 kernel rates and their refit",
         },
         ConstantOrigin {
             name: "comm::RING_SIMPLE_EFFICIENCY",
