@@ -646,20 +646,28 @@ fn a_stated_routing_skew_is_reported_as_stated_and_uniform_routing_is_slower() {
 /// an AMD GPU (no table) takes the engine's MoE efficiency.
 #[test]
 fn mxfp4_experts_report_the_kernel_tables_marginal_rate() {
-    let (code, out, err) = plan(&["--model", "gpt-oss-120b", "--gpu", "h100-sxm", "--gpus", "1", "--tp", "1", "--concurrency", "4"]);
-    assert_eq!(code, 0, "{err}");
-    let rate = servetune_model::kernels::moe_decode_efficiency(
-        "h100-sxm",
-        servetune_model::quant::Dtype::Mxfp4,
-        servetune_model::kernels::MoeSplit::Tp,
-    )
-    .expect("an MXFP4 rate for the H100");
-    assert!(out.contains(&format!("experts {rate:.2} (the MXFP4 kernel's marginal rate")), "{out}");
+    use servetune_model::kernels::{moe_decode_efficiency, MoeSplit};
+    use servetune_model::quant::Dtype;
+    let label = "(the MXFP4 kernel's marginal rate";
+    // Sliced experts on one H100, and whole experts over two (expert parallelism).
+    for (args, split) in
+        [(["--gpus", "1", "--tp", "1", "--ep", "1"], MoeSplit::Tp), (["--gpus", "2", "--tp", "2", "--ep", "2"], MoeSplit::Ep)]
+    {
+        let (code, out, err) = plan(&[&["--model", "gpt-oss-120b", "--gpu", "h100-sxm", "--concurrency", "4"][..], &args[..]].concat());
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains("mxfp4"), "the catalog's GPT-OSS is MXFP4: {out}");
+        let rate = moe_decode_efficiency("h100-sxm", Dtype::Mxfp4, split).expect("an MXFP4 rate for the H100");
+        assert!(out.contains(&format!("experts {rate:.2} {label}")), "{split:?}: {out}");
+    }
+    // NVFP4 experts read at an achieved share: the figure stands alone.
     let (code, nvfp4, err) = plan(&["--model", "glm-5", "--quant", "nvfp4", "--gpu", "rtx-pro-6000-se", "--concurrency", "64"]);
     assert_eq!(code, 0, "{err}");
-    assert!(!nvfp4.contains("marginal rate"), "{nvfp4}");
+    let se = moe_decode_efficiency("rtx-pro-6000-se", Dtype::Nvfp4, MoeSplit::Tp).expect("an NVFP4 rate");
+    assert!(nvfp4.contains(&format!("experts {se:.2}, router skew")) && !nvfp4.contains("marginal rate"), "{nvfp4}");
+    // MXFP4 on an AMD GPU has no table: the engine's MoE efficiency, unlabelled.
     let (code, amd, err) = plan(&["--model", "gpt-oss-120b", "--gpu", "mi300x", "--gpus", "1", "--tp", "1", "--concurrency", "4"]);
     assert_eq!(code, 0, "{err}");
+    assert!(amd.contains("mxfp4"), "{amd}");
     let e = servetune_model::predict::Engine::default();
     assert!(amd.contains(&format!("experts {:.2}, router skew", e.moe_efficiency)) && !amd.contains("marginal rate"), "{amd}");
 }

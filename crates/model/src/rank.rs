@@ -378,11 +378,12 @@ pub fn fixes_with(base: &Scenario, slos: &[Slo], range: ConcurrencyRange, client
         cands.push((
             "tune the fused-MoE kernels".into(),
             format!(
-                "kernel configs for {} experts on {} (the engine's fused-MoE tuning script, where its {} expert kernel takes configs), assuming expert reads then reach 80% of bandwidth (now {:.0}%)",
+                "kernel configs for {} experts on {} (the engine's fused-MoE tuning script, where its {} expert kernel takes configs), assuming expert reads then reach 80% of bandwidth (now {:.0}%{})",
                 base.model.moe.map_or(0, |m| m.experts),
                 base.gpu.name,
                 base.quant.experts.name(),
-                base.expert_stream_efficiency() * 100.0
+                base.expert_stream_efficiency() * 100.0,
+                if base.expert_rate_is_marginal() { ", the kernel's marginal rate" } else { "" }
             ),
             Scenario { engine: e, ..base.clone() },
         ));

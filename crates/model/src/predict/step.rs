@@ -125,6 +125,16 @@ impl Scenario {
         self.scaled(table.unwrap_or(e.moe_efficiency))
     }
 
+    /// Whether [`Self::expert_stream_efficiency`] is a kernel's marginal rate (its fixed part counted
+    /// in the per-kernel floors) rather than an achieved share: MXFP4 experts read at the kernel
+    /// tables' slope ([`crate::kernels`], step 37).
+    pub fn expert_rate_is_marginal(&self) -> bool {
+        let split = if self.plan.ep > 1 { crate::kernels::MoeSplit::Ep } else { crate::kernels::MoeSplit::Tp };
+        self.quant.experts == Dtype::Mxfp4
+            && self.engine.moe_table
+            && crate::kernels::moe_decode_efficiency(&self.gpu.name, self.quant.experts, split).is_some()
+    }
+
     /// Share of layers with experts.
     pub(super) fn frac_moe(&self) -> f64 {
         self.model.moe_layers() as f64 / self.model.layers as f64

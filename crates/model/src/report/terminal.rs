@@ -124,11 +124,7 @@ fn write_header(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
                 "stated by --routing-skew"
             };
             // MXFP4's table rate is a slope (kernels.rs): say so, as it is not the achieved share.
-            let split = if s.plan.ep > 1 { crate::kernels::MoeSplit::Ep } else { crate::kernels::MoeSplit::Tp };
-            let marginal = s.quant.experts == crate::quant::Dtype::Mxfp4
-                && e.moe_table
-                && crate::kernels::moe_decode_efficiency(&s.gpu.name, s.quant.experts, split).is_some();
-            let slope = if marginal { " (the MXFP4 kernel's marginal rate; its fixed part is in the per-kernel floors)" } else { "" };
+            let slope = if s.expert_rate_is_marginal() { " (the MXFP4 kernel's marginal rate; its fixed part is in the per-kernel floors)" } else { "" };
             format!(", experts {:.2}{slope}, router skew {:.2} ({from})", s.expert_stream_efficiency(), e.routing_skew)
         } else {
             String::new()
