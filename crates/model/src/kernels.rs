@@ -497,14 +497,7 @@ mod tests {
             }
         }
         let mut rates = medians(pts);
-        let mut keys: Vec<MoeKey> = Vec::new();
-        for (key, _) in &lines {
-            if !keys.contains(key) {
-                keys.push(key.clone());
-            }
-        }
-        for key in keys {
-            let xy: Vec<(f64, f64)> = lines.iter().filter(|(k, _)| *k == key).map(|(_, p)| *p).collect();
+        for (key, xy) in grouped(lines) {
             let nf = xy.len() as f64;
             let (mx, my) = (xy.iter().map(|p| p.0).sum::<f64>() / nf, xy.iter().map(|p| p.1).sum::<f64>() / nf);
             let sxy: f64 = xy.iter().map(|(x, y)| (x - mx) * (y - my)).sum();
@@ -517,19 +510,20 @@ mod tests {
     }
 
     /// The median of each key's points, keys in the order first seen.
-    fn medians<K: PartialEq + Clone>(pts: Vec<(K, f64)>) -> Vec<(K, f64)> {
-        let mut keys: Vec<K> = Vec::new();
-        for (k, _) in &pts {
-            if !keys.contains(k) {
-                keys.push(k.clone());
+    fn medians<K: PartialEq>(pts: Vec<(K, f64)>) -> Vec<(K, f64)> {
+        grouped(pts).into_iter().map(|(key, v)| (key, median(v))).collect()
+    }
+
+    /// Each key's values, keys in the order first seen.
+    fn grouped<K: PartialEq, V>(pts: Vec<(K, V)>) -> Vec<(K, Vec<V>)> {
+        let mut out: Vec<(K, Vec<V>)> = Vec::new();
+        for (k, v) in pts {
+            match out.iter_mut().find(|(key, _)| *key == k) {
+                Some((_, vs)) => vs.push(v),
+                None => out.push((k, vec![v])),
             }
         }
-        keys.into_iter()
-            .map(|key| {
-                let v = pts.iter().filter(|(k, _)| *k == key).map(|(_, e)| *e).collect();
-                (key, median(v))
-            })
-            .collect()
+        out
     }
 
     #[test]

@@ -119,20 +119,21 @@ impl Scenario {
     /// tables' fused-MoE rate for this GPU and the experts' format where there is one
     /// ([`crate::kernels::moe_decode_efficiency`]), else the engine's.
     pub fn expert_stream_efficiency(&self) -> f64 {
-        let e = &self.engine;
+        self.scaled(self.expert_table_rate().unwrap_or(self.engine.moe_efficiency))
+    }
+
+    /// The kernel tables' fused-MoE rate for this GPU, the experts' format and split, unless the
+    /// engine reads no table.
+    fn expert_table_rate(&self) -> Option<f64> {
         let split = if self.plan.ep > 1 { crate::kernels::MoeSplit::Ep } else { crate::kernels::MoeSplit::Tp };
-        let table = if e.moe_table { crate::kernels::moe_decode_efficiency(&self.gpu.name, self.quant.experts, split) } else { None };
-        self.scaled(table.unwrap_or(e.moe_efficiency))
+        self.engine.moe_table.then(|| crate::kernels::moe_decode_efficiency(&self.gpu.name, self.quant.experts, split)).flatten()
     }
 
     /// Whether [`Self::expert_stream_efficiency`] is a kernel's marginal rate (its fixed part counted
     /// in the per-kernel floors) rather than an achieved share: MXFP4 experts read at the kernel
     /// tables' slope ([`crate::kernels`], step 37).
     pub fn expert_rate_is_marginal(&self) -> bool {
-        let split = if self.plan.ep > 1 { crate::kernels::MoeSplit::Ep } else { crate::kernels::MoeSplit::Tp };
-        self.quant.experts == Dtype::Mxfp4
-            && self.engine.moe_table
-            && crate::kernels::moe_decode_efficiency(&self.gpu.name, self.quant.experts, split).is_some()
+        self.quant.experts == Dtype::Mxfp4 && self.expert_table_rate().is_some()
     }
 
     /// Share of layers with experts.
