@@ -71,13 +71,13 @@ struct InitArgs {
     /// What the template's {model} becomes: a path, a Hugging Face id or a catalog name
     #[arg(long)]
     model: String,
-    /// The performance model's catalog name for it, when --model is a path (e.g. glm-5)
+    /// The performance model's catalog model for it, when --model is a path: a catalog name (glm-5) or a listed checkpoint's Hugging Face repository (zai-org/GLM-5-FP8) [default: --model's, when it is one of those]
     #[arg(long, value_name = "NAME")]
     catalog_model: Option<String>,
     /// Goal: output_tok_s>=N, optionally ' at ' latency objectives (tpot:p90<50ms)
     #[arg(long)]
     goal: String,
-    /// Checkpoint format for the model's predictions (bf16, fp8, nvfp4, mxfp4, int4) [default: the format of the model's published checkpoint, as `servetune plan` takes it: --catalog-model's, or --model's when it is a catalog name; bf16 for a model outside the catalog]
+    /// Checkpoint format for the model's predictions (bf16, fp8, nvfp4, mxfp4, int4) [default: the format of the model's published checkpoint, as `servetune plan` takes it: --catalog-model's, or --model's when it is a catalog name or a listed checkpoint's repository; bf16 for a model outside the catalog]
     #[arg(long, value_name = "DTYPE")]
     quant: Option<String>,
     /// Knob values every experiment sets, KEY=VALUE (repeatable)
@@ -434,10 +434,12 @@ fn executor(a: &InitArgs) -> Result<campaign::Executor, Failure> {
     }))
 }
 
-/// The format of the catalog model `name`'s published checkpoint, as `servetune plan` defaults
-/// `--quant` to it; bf16 for a name outside the catalog.
+/// The format of the checkpoint `name` names, as `servetune plan` defaults `--quant` to it: a
+/// listed checkpoint's repository gives its own, a catalog name its published checkpoint's; bf16
+/// for a name outside the catalog.
 fn published_quant(name: &str) -> String {
-    let dtype = servetune_model::spec::catalog(name).ok().and_then(|m| m.checkpoint);
+    let named = servetune_model::spec::named_model(name).ok();
+    let dtype = named.and_then(|n| n.checkpoint.or_else(|| servetune_model::spec::catalog(&n.entry.name).ok()?.checkpoint));
     dtype.unwrap_or(servetune_model::quant::Dtype::Bf16).name().to_string()
 }
 
@@ -447,8 +449,8 @@ fn init(a: InitArgs) -> Result<(), Failure> {
     let quant = a.quant.clone().unwrap_or_else(|| published_quant(a.catalog_model.as_deref().unwrap_or(&a.model)));
     let mut s = campaign::settings(&a.goal, tmpl, &a.model, &quant, knobs(&a.set)?).map_err(lib)?;
     if let Some(c) = &a.catalog_model {
-        servetune_model::spec::catalog(c).map_err(|e| Failure::usage(format!("--catalog-model: {e}")))?;
-        s.catalog_model = Some(c.clone());
+        let named = servetune_model::spec::named_model(c).map_err(|e| Failure::usage(format!("--catalog-model: {e}")))?;
+        s.catalog_model = Some(named.entry.name.clone());
     }
     // The catalog name, however the GPU was spelled ("NVIDIA H100 80GB HBM3" is h100-sxm), so the
     // journal and the report compare like with like.

@@ -95,8 +95,38 @@ impl From<KvArg> for KvDtype {
     }
 }
 
-fn models() -> PossibleValuesParser {
-    PossibleValuesParser::new(spec::catalog_names())
+/// A catalog model by its name or the Hugging Face repository of a checkpoint the catalog lists
+/// (`spec::named_model`), kept as given: [`scenario_spec`] reads the checkpoint's format from it.
+fn model_name(s: &str) -> Result<String, String> {
+    spec::named_model(s).map(|_| s.to_string()).map_err(|e| e.to_string())
+}
+
+/// `--model`'s help: the catalog's names, and under `--help` each one's checkpoints.
+fn model_help() -> String {
+    format!(
+        "Catalog model: a name ({}) or the Hugging Face repository of a checkpoint the catalog lists (zai-org/GLM-5-FP8), which also sets --quant; `--help` lists them",
+        spec::catalog_names().join(", ")
+    )
+}
+
+fn model_long_help() -> String {
+    let mut out = String::from(
+        "Catalog model (its published config.json under crates/model/data/models/): a name, or the Hugging Face repository (any letter case) of a checkpoint the catalog lists, which also sets --quant to that checkpoint's format. The catalog:",
+    );
+    for m in spec::catalog_names().into_iter().filter_map(|n| spec::catalog_entry(n).ok()) {
+        let repos: Vec<String> = m
+            .checkpoints
+            .iter()
+            .filter(|c| c.repo.split('/').count() == 2 && !c.repo.contains(char::is_whitespace))
+            .map(|c| format!("{} ({})", c.repo, c.quant.name()))
+            .collect();
+        out.push_str(&format!(
+            "\n  {}: {}",
+            m.name,
+            if repos.is_empty() { "no checkpoint repository listed".into() } else { repos.join(", ") }
+        ));
+    }
+    out
 }
 
 /// A catalog GPU, by its catalog name or an alias (`hw::resolve_gpu_name`: nvidia-smi's product
@@ -132,8 +162,8 @@ fn what_if(s: &str) -> Result<WhatIf, String> {
     after_help = "Examples:\n  servetune plan --model glm-5 --quant nvfp4 --gpu rtx-pro-6000-se --gpus 8 --link pcie-host-staged --tp 8 --explain --rank\n  servetune plan --model deepseek-v3 --gpu h200 --gpus 8 --vs link=pcie5-p2p --vs tp=4,pp=2\n  servetune plan --model deepseek-v3 --gpu h100-sxm --gpus 16 --gpus-per-node 8 --net ib-ndr --tp 8 --pp 2 --rank\n  servetune plan --validate"
 )]
 pub struct PlanArgs {
-    /// Catalog model (its published config.json under crates/model/data/models/)
-    #[arg(long, value_parser = models(), conflicts_with = "model_config", required_unless_present_any = ["model_config", "validate"])]
+    // Catalog model: the help lists the catalog (model_help, model_long_help).
+    #[arg(long, value_parser = model_name, conflicts_with = "model_config", required_unless_present_any = ["model_config", "validate"], help = model_help(), long_help = model_long_help())]
     pub model: Option<String>,
     /// A Hugging Face config.json instead of a catalog name
     #[arg(long, value_name = "FILE")]
@@ -321,8 +351,21 @@ pub(crate) fn written(r: std::io::Result<()>, to: &str) -> Result<(), Failure> {
 
 /// The deployment the flags describe (reads --model-config, --fabric and --allreduce).
 pub fn scenario_spec(a: &PlanArgs) -> Result<ScenarioSpec, Failure> {
-    let model = match (&a.model, &a.model_config) {
-        (Some(m), _) => ModelSource::Catalog(m.clone()),
+    let named = a.model.as_deref().map(spec::named_model).transpose().map_err(input)?;
+    let checkpoint = match (a.quant.map(Dtype::from), named.and_then(|n| n.checkpoint)) {
+        (Some(q), Some(c)) if q != c => {
+            let (m, name) = (a.model.as_deref().unwrap_or_default(), named.map_or("", |n| n.entry.name.as_str()));
+            return Err(Failure::usage(format!(
+                "--model {m} is the {} checkpoint of {name}, but --quant {} asks for another format: give --model {name} --quant {}",
+                c.name(),
+                q.name(),
+                q.name()
+            )));
+        }
+        (q, c) => q.or(c),
+    };
+    let model = match (&named, &a.model_config) {
+        (Some(n), _) => ModelSource::Catalog(n.entry.name.clone()),
         (None, Some(p)) => ModelSource::Config { text: read("--model-config", p, MAX_MODEL_CONFIG)?, path: p.display().to_string() },
         (None, None) => return Err(Failure::usage("give --model NAME (see --help for the catalog) or --model-config config.json")),
     };
@@ -346,7 +389,7 @@ pub fn scenario_spec(a: &PlanArgs) -> Result<ScenarioSpec, Failure> {
     };
     Ok(ScenarioSpec {
         quant: QuantSpec {
-            checkpoint: a.quant.map(Dtype::from),
+            checkpoint,
             attention: a.quant_attention.map(Dtype::from),
             experts: a.quant_experts.map(Dtype::from),
             dense: a.quant_dense.map(Dtype::from),

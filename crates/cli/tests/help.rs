@@ -35,23 +35,28 @@ fn fabric_without_a_gpu_suggests_the_simulated_backend() {
     }
 }
 
-/// The `quant` a campaign's journal recorded.
-fn journal_quant(dir: &std::path::Path) -> String {
+/// The `quant` and catalog model a campaign's journal recorded.
+fn journal_quant(dir: &std::path::Path) -> (String, Option<String>) {
     let c = rusqlite::Connection::open_with_flags(dir.join("journal.sqlite"), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).expect("journal");
     let settings: String = c.query_row("SELECT settings FROM campaign", [], |r| r.get(0)).expect("settings");
     let v: serde_json::Value = serde_json::from_str(&settings).expect("settings are JSON");
-    v["quant"].as_str().expect("quant").to_string()
+    (v["quant"].as_str().expect("quant").to_string(), v["catalog_model"].as_str().map(str::to_string))
 }
 
 #[test]
 fn campaign_init_takes_the_published_checkpoint_format_unless_told() {
     let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/../probe/tests/fixtures/proxmox-lxc-8gpu");
     let tmp = tempfile::tempdir().expect("tmp");
-    for (name, extra, want) in [
-        ("catalog", vec!["--model", "deepseek-v3"], "fp8"),
-        ("path", vec!["--model", "/models/DeepSeek-V3", "--catalog-model", "deepseek-v3"], "fp8"),
-        ("dense", vec!["--model", "llama-3.1-8b"], "bf16"),
-        ("told", vec!["--model", "deepseek-v3", "--quant", "nvfp4"], "nvfp4"),
+    for (name, extra, want, catalog) in [
+        ("catalog", vec!["--model", "deepseek-v3"], "fp8", "deepseek-v3"),
+        ("path", vec!["--model", "/models/DeepSeek-V3", "--catalog-model", "deepseek-v3"], "fp8", "deepseek-v3"),
+        ("dense", vec!["--model", "llama-3.1-8b"], "bf16", "llama-3.1-8b"),
+        ("told", vec!["--model", "deepseek-v3", "--quant", "nvfp4"], "nvfp4", "deepseek-v3"),
+        // A listed checkpoint's Hugging Face repository, as the engine takes it, names the catalog
+        // model and the checkpoint's own format (glm-5's default is FP8, this one BF16).
+        ("repository", vec!["--model", "zai-org/GLM-5"], "bf16", "glm-5"),
+        ("repository-case", vec!["--model", "qwen/qwen3-30b-a3b-fp8"], "fp8", "qwen3-30b-a3b"),
+        ("path-and-repository", vec!["--model", "/models/glm", "--catalog-model", "zai-org/GLM-5"], "bf16", "glm-5"),
     ] {
         let dir = tmp.path().join(name);
         let d = dir.to_str().expect("utf-8 path");
@@ -59,7 +64,7 @@ fn campaign_init_takes_the_published_checkpoint_format_unless_told() {
         args.extend(extra);
         let (code, out, err) = run(&args);
         assert_eq!(code, 0, "{name}: {out}{err}");
-        assert_eq!(journal_quant(&dir), want, "{name}");
+        assert_eq!(journal_quant(&dir), (want.to_string(), Some(catalog.to_string())), "{name}");
     }
     let (_, help, _) = run(&["campaign", "init", "--help"]);
     assert!(help.contains("published checkpoint"), "campaign init --help says where --quant's default comes from");

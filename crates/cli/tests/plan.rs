@@ -746,3 +746,35 @@ fn plan_to_a_full_device_exits_1_instead_of_0_with_nothing_written() {
         assert!(err.contains("error: cannot write the report to stdout (No space left on device"), "{args:?}: {err}");
     }
 }
+
+/// `--model` takes the Hugging Face repository of a checkpoint the catalog lists, as the engines
+/// take it: the same plan as the catalog name with that checkpoint's format. A --quant of another
+/// format, and a repository the catalog does not list, are refused with exit 2 and the fix.
+#[test]
+fn a_checkpoints_repository_plans_as_its_catalog_model_and_format() {
+    let common = ["--gpu", "h200", "--gpus", "2", "--concurrency", "16", "--json", "-"];
+    let with = |model: &[&str]| {
+        let args: Vec<&str> = model.iter().chain(common.iter()).copied().collect();
+        let (code, out, err) = plan(&args);
+        assert_eq!(code, 0, "{model:?}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+        (v["model"].clone(), v["scenario"].clone(), v["points"].clone())
+    };
+    let by_name = with(&["--model", "qwen3-30b-a3b", "--quant", "fp8"]);
+    assert_eq!(with(&["--model", "Qwen/Qwen3-30B-A3B-FP8"]), by_name, "the FP8 checkpoint's repository");
+    assert_eq!(with(&["--model", "qwen/qwen3-30b-a3b-fp8", "--quant", "fp8"]), by_name, "any letter case, a matching --quant");
+    assert_ne!(with(&["--model", "Qwen/Qwen3-30B-A3B"]), by_name, "the BF16 checkpoint is another format");
+    assert_eq!(with(&["--model", "Qwen/Qwen3-30B-A3B"]), with(&["--model", "qwen3-30b-a3b"]), "the default checkpoint is the BF16 one");
+
+    let (code, _, err) = plan(&["--model", "zai-org/GLM-5-FP8", "--quant", "nvfp4", "--gpu", "h200"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--model zai-org/GLM-5-FP8 is the fp8 checkpoint of glm-5") && err.contains("--model glm-5 --quant nvfp4"),
+        "{err}"
+    );
+    let (code, _, err) = plan(&["--model", "deepseek-ai/DeepSeek-R1", "--gpu", "h200"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("\"deepseek-ai/DeepSeek-R1\" is not in the catalog") && err.contains("--model-config"), "{err}");
+    let (_, help, _) = plan(&["--help"]);
+    assert!(help.contains("glm-5: zai-org/GLM-5-FP8 (fp8)") && help.contains("zai-org/GLM-5 (bf16)"), "--help lists the checkpoints");
+}

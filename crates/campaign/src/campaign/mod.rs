@@ -106,7 +106,9 @@ pub fn settings(goal_text: &str, engine: EngineTemplate, model: &str, quant: &st
     let goal = goal::parse(goal_text)?;
     engine.validate()?;
     engine.check_knobs(&knobs)?;
-    let catalog_model = servetune_model::spec::catalog(model).ok().map(|m| m.name);
+    // A catalog name, or the Hugging Face repository of a checkpoint the catalog lists (what
+    // `sglang --model-path` and `vllm serve` take): the model's predictions use that entry.
+    let catalog_model = servetune_model::spec::named_model(model).ok().map(|n| n.entry.name.clone());
     Ok(Settings {
         bench: BenchPlan {
             concurrency: vec![1, 8, 32],
@@ -119,7 +121,7 @@ pub fn settings(goal_text: &str, engine: EngineTemplate, model: &str, quant: &st
         goal,
         engine,
         model: model.to_string(),
-        catalog_model: catalog_model.map(|_| model.to_string()),
+        catalog_model,
         quant: quant.to_string(),
         gpu: None,
         gpus: None,

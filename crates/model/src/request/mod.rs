@@ -175,7 +175,8 @@ impl ScenarioSpec {
         }
     }
 
-    /// Parses `KEY=VALUE[,KEY=VALUE]` given to `flag` (`sim --from-plan`): keys model (catalog),
+    /// Parses `KEY=VALUE[,KEY=VALUE]` given to `flag` (`sim --from-plan`): keys model (a catalog
+    /// name or a listed checkpoint's Hugging Face repository, [`spec::named_model`]),
     /// gpu, gpus, link, quant, kv-dtype, tp, pp, ep, dp-attention, input-len, output-len,
     /// max-running, overlap, cuda-graphs, mixed-prefill, step-overhead-ms, request-step-us,
     /// request-latency-ms, routing-skew, moe-efficiency, mem-fraction, engine.
@@ -187,11 +188,26 @@ impl ScenarioSpec {
             .ok_or_else(|| ModelError::Input(format!("{flag}: give model=NAME (catalog: {})", spec::catalog_names().join(", "))))?;
         let gpu =
             get("gpu").ok_or_else(|| ModelError::Input(format!("{flag}: give gpu=NAME (catalog: {})", hw::gpu_names().join(", "))))?;
-        let mut out = ScenarioSpec::new(ModelSource::Catalog(model.to_string()), gpu);
+        let named = spec::named_model(model).map_err(|e| ModelError::Input(format!("{flag} model={model}: {e}")))?;
+        let mut out = ScenarioSpec::new(ModelSource::Catalog(named.entry.name.clone()), gpu);
         for (k, v) in &pairs {
             out.set(flag, k, v)?;
         }
-        Ok(out)
+        // A checkpoint's repository names its format; a quant= of another format is refused.
+        match (named.checkpoint, out.quant.checkpoint) {
+            (Some(c), Some(q)) if c != q => Err(ModelError::Input(format!(
+                "{flag} model={model} is the {} checkpoint of {}, but quant={} asks for another format: give model={} quant={}",
+                c.name(),
+                named.entry.name,
+                q.name(),
+                named.entry.name,
+                q.name()
+            ))),
+            (c, q) => {
+                out.quant.checkpoint = q.or(c);
+                Ok(out)
+            }
+        }
     }
 
     fn set(&mut self, flag: &str, k: &str, v: &str) -> Result<(), ModelError> {

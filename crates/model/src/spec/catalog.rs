@@ -82,12 +82,51 @@ pub fn catalog_names() -> Vec<&'static str> {
 
 /// The catalog entry `name`.
 pub fn catalog_entry(name: &str) -> Result<&'static CatalogEntry, ModelError> {
-    catalog_file().models.iter().find(|m| m.name == name).ok_or_else(|| {
-        ModelError::Input(format!(
-            "--model {name:?} is not in the catalog; known: {} (or give --model-config path/to/config.json)",
-            catalog_names().join(", ")
-        ))
-    })
+    catalog_file().models.iter().find(|m| m.name == name).ok_or_else(|| unknown_model(name))
+}
+
+/// A catalog model as a user named it: by its catalog name, or by a Hugging Face repository the
+/// catalog lists for it ([`named_model`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NamedModel {
+    /// The catalog entry.
+    pub entry: &'static CatalogEntry,
+    /// The weight format of the published checkpoint the name is the repository of; None for a
+    /// catalog name, or the repository of a config that is no listed checkpoint's.
+    pub checkpoint: Option<Dtype>,
+}
+
+/// The catalog model `name` names: a catalog name ("glm-5"), or the Hugging Face repository
+/// ("owner/name", in any letter case, as `sglang --model-path` and `vllm serve` take it) of the
+/// entry's config or of one of its published checkpoints ("zai-org/GLM-5-FP8": glm-5's FP8
+/// checkpoint). Only the repositories the catalog lists are known: another checkpoint of the same
+/// architecture is not guessed at (give its config.json with `--model-config`). The error names the
+/// input and lists the catalog.
+pub fn named_model(name: &str) -> Result<NamedModel, ModelError> {
+    let models = &catalog_file().models;
+    if let Some(entry) = models.iter().find(|m| m.name == name) {
+        return Ok(NamedModel { entry, checkpoint: None });
+    }
+    let repo = name.trim().trim_end_matches('/');
+    let same = |r: &str| r.eq_ignore_ascii_case(repo);
+    if repo.split('/').count() == 2 {
+        for entry in models {
+            if let Some(c) = entry.checkpoints.iter().find(|c| same(&c.repo)) {
+                return Ok(NamedModel { entry, checkpoint: Some(c.quant) });
+            }
+            if same(&entry.repo) {
+                return Ok(NamedModel { entry, checkpoint: None });
+            }
+        }
+    }
+    Err(unknown_model(name))
+}
+
+fn unknown_model(name: &str) -> ModelError {
+    ModelError::Input(format!(
+        "--model {name:?} is not in the catalog: give a catalog name ({}) or the Hugging Face repository of a checkpoint it lists (`servetune plan --help`), or --model-config path/to/config.json for any other model",
+        catalog_names().join(", ")
+    ))
 }
 
 /// A catalog model, read from its published `config.json` by [`from_hf_config`].

@@ -41,7 +41,7 @@ mod params;
 #[cfg(test)]
 mod tests;
 
-pub use catalog::{catalog, catalog_entry, catalog_names, CatalogEntry, Checkpoint};
+pub use catalog::{catalog, catalog_entry, catalog_names, named_model, CatalogEntry, Checkpoint, NamedModel};
 pub use config::{from_hf_config, SUPPORTED};
 pub use params::ParamCounts;
 

@@ -830,3 +830,35 @@ fn gemma_4_variants_and_refusals_name_their_fields() {
         assert!(e.to_string().contains(want), "{e} lacks {want}");
     }
 }
+
+/// `--model` takes a catalog name or the Hugging Face repository of a checkpoint the catalog lists,
+/// in any letter case, and the repository names that checkpoint's format; the entry's config
+/// repository that is no checkpoint's names no format. Each entry lists one checkpoint per format,
+/// so the launch script's repository for the named format is the one the user named.
+#[test]
+fn a_model_is_named_by_its_catalog_name_or_a_listed_checkpoints_repository() {
+    let named = named_model("glm-5").expect("a catalog name");
+    assert_eq!((named.entry.name.as_str(), named.checkpoint), ("glm-5", None));
+    let mut repos = 0;
+    for name in catalog_names() {
+        let entry = catalog_entry(name).expect("entry");
+        let mut formats: Vec<_> = entry.checkpoints.iter().map(|c| c.quant).collect();
+        formats.dedup();
+        assert_eq!(formats.len(), entry.checkpoints.len(), "{name}: one checkpoint per format");
+        for c in entry.checkpoints.iter().filter(|c| c.repo.split('/').count() == 2 && !c.repo.contains(' ')) {
+            for spelled in [c.repo.clone(), c.repo.to_lowercase(), c.repo.to_uppercase(), format!("{}/", c.repo)] {
+                let n = named_model(&spelled).unwrap_or_else(|e| panic!("{spelled}: {e}"));
+                assert_eq!((n.entry.name.as_str(), n.checkpoint), (name, Some(c.quant)), "{spelled}");
+            }
+            repos += 1;
+        }
+    }
+    assert!(repos >= 30, "the catalog lists {repos} checkpoint repositories");
+    // Qwen3-Next's config is read from the Thinking model, whose checkpoint the catalog does not list.
+    let next = named_model("Qwen/Qwen3-Next-80B-A3B-Thinking").expect("the config's repository");
+    assert_eq!((next.entry.name.as_str(), next.checkpoint), ("qwen3-next-80b-a3b", None));
+    for bad in ["deepseek-ai/DeepSeek-R1", "GLM-5", "zai-org", "zai-org/GLM-5-FP8/extra", "", "/models/GLM-5-FP8"] {
+        let e = named_model(bad).expect_err(bad).to_string();
+        assert!(e.contains(&format!("--model {bad:?} is not in the catalog")) && e.contains("--model-config"), "{bad}: {e}");
+    }
+}
