@@ -22,8 +22,8 @@ use serde_json::Value;
 
 use super::checkpoint::{read_checkpoint, read_kv_declared, LayerShape};
 use super::layers::{
-    check_attn_type_list, llama4_dense_layers, qwen_dense_layers, read_attention, read_gemma4_global, read_indexer_layers,
-    read_layer_kinds, read_linear, read_mamba2, read_moe, read_nemotron_blocks, read_qk_norm, read_sliding_window,
+    check_attn_type_list, ernie_dense_layers, llama4_dense_layers, qwen_dense_layers, read_attention, read_gemma4_global,
+    read_indexer_layers, read_layer_kinds, read_linear, read_mamba2, read_moe, read_nemotron_blocks, read_qk_norm, read_sliding_window,
 };
 use super::{Dsa, ModelSpec};
 use crate::ModelError;
@@ -55,15 +55,22 @@ pub(super) fn field(v: &Value, keys: &[&str], source: &str) -> Result<Option<u32
 /// Fields a config class fills in when its `config.json` leaves them out, as transformers loads
 /// them: Gemma 3's multimodal checkpoints state no `vocab_size` under `text_config` (the 27B and
 /// 12B), nor `head_dim` (the 12B, whose 3840 / 16 = 240 is not its 256). From transformers'
-/// Gemma2Config and Gemma3TextConfig; other architectures read only what their files state.
+/// Gemma2Config and Gemma3TextConfig. Where a class's default differs from what the parser would
+/// otherwise assume, it is added too: Ministral 3's and Seed-OSS's head dimension is 128, not
+/// hidden / heads (Ministral3Config, SeedOssConfig: the 3B's 3072 / 32 would be 96), and OLMo 3's
+/// window is 4,096 tokens (Olmo3Config). Other architectures read only what their files state.
 pub(super) fn class_defaults(arch: &str) -> Option<&'static [(&'static str, u32)]> {
     const GEMMA2: &[(&str, u32)] =
         &[("vocab_size", 256_000), ("head_dim", 256), ("num_attention_heads", 8), ("num_key_value_heads", 4), ("sliding_window", 4096)];
     const GEMMA3: &[(&str, u32)] =
         &[("vocab_size", 262_208), ("head_dim", 256), ("num_attention_heads", 8), ("num_key_value_heads", 4), ("sliding_window", 4096)];
+    const HEAD_DIM_128: &[(&str, u32)] = &[("head_dim", 128)];
+    const OLMO3: &[(&str, u32)] = &[("sliding_window", 4096)];
     match arch {
         "gemma2" => Some(GEMMA2),
         "gemma3" => Some(GEMMA3),
+        "ministral3" | "seed_oss" => Some(HEAD_DIM_128),
+        "olmo3" => Some(OLMO3),
         _ => None,
     }
 }
@@ -88,10 +95,18 @@ pub(super) fn need(v: &Value, keys: &[&str], source: &str, arch: &str) -> Result
 /// `model_type`s the parser understands. A multimodal config's language model under `text_config`
 /// is read by its own `model_type` less the `_text` suffix (`qwen3_5_moe_text` as `qwen3_5_moe`,
 /// `llama4_text` as `llama4`); Qwen3-VL's language models are Qwen3's and Qwen3-MoE's (its
-/// interleaved multimodal rotary embedding costs what Qwen3's does), and are read as those. The
+/// interleaved multimodal rotary embedding costs what Qwen3's does), and are read as those, and
+/// GLM-4.1V's and GLM-4.5V's are GLM-4's and GLM-4.5's (transformers' Glm4vMoeTextConfig extends
+/// Glm4MoeConfig with the same expert fields; docs/reference.md, "More architectures"). Ling 2.0
+/// and Ring 2.0 state `bailing_moe` with the V2 layout; `bailing_moe_v2` is read the same. The
 /// vision encoder is not modelled: the requests are text.
-pub const SUPPORTED: [&str; 34] = [
+pub const SUPPORTED: [&str; 46] = [
     "llama",
+    "ministral3",
+    "seed_oss",
+    "olmo2",
+    "olmo3",
+    "olmoe",
     "glm4",
     "phi3",
     "gemma2",
@@ -111,7 +126,14 @@ pub const SUPPORTED: [&str; 34] = [
     "deepseek_v3",
     "deepseek_v32",
     "glm4_moe",
+    "glm4v",
+    "glm4v_text",
+    "glm4v_moe",
+    "glm4v_moe_text",
     "glm_moe_dsa",
+    "ernie4_5_moe",
+    "bailing_moe",
+    "bailing_moe_v2",
     "gpt_oss",
     "kimi_k2",
     "minimax_m2",
@@ -138,11 +160,13 @@ pub(super) const QWEN_MOE_ARCHS: [&str; 4] = ["qwen2_moe", "qwen3_moe", "qwen3_n
 pub(super) const HYBRID_ARCHS: [&str; 3] = ["qwen3_next", "qwen3_5", "qwen3_5_moe"];
 
 /// Architectures whose modelling code reads `sliding_window` for their sliding layers.
-pub(super) const SLIDING_ARCHS: [&str; 8] = ["gpt_oss", "mistral", "mixtral", "llama4", "phi3", "gemma2", "gemma3", "gemma4"];
+pub(super) const SLIDING_ARCHS: [&str; 10] =
+    ["gpt_oss", "mistral", "ministral3", "mixtral", "llama4", "phi3", "gemma2", "gemma3", "gemma4", "olmo3"];
 
 /// Architectures whose config class ties the output projection to the embeddings unless
-/// `tie_word_embeddings` says otherwise (transformers' Gemma2Config and Gemma3TextConfig).
-pub(super) const TIED_BY_DEFAULT_ARCHS: [&str; 2] = ["gemma2", "gemma3"];
+/// `tie_word_embeddings` says otherwise (transformers' Gemma2Config, Gemma3TextConfig and
+/// Ernie4_5_MoeConfig).
+pub(super) const TIED_BY_DEFAULT_ARCHS: [&str; 3] = ["gemma2", "gemma3", "ernie4_5_moe"];
 
 /// Architectures whose configs carry a `sliding_window` that only `use_sliding_window: true` turns on.
 pub(super) const OPT_IN_SLIDING_ARCHS: [&str; 7] = ["qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe"];
@@ -196,6 +220,7 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
         None => layers,
         Some(_) if QWEN_MOE_ARCHS.contains(&arch.as_str()) => qwen_dense_layers(v, source, layers)?,
         Some(_) if arch == "llama4" => llama4_dense_layers(v, source, layers)?,
+        Some(_) if arch == "ernie4_5_moe" => ernie_dense_layers(v, source, layers)?,
         Some(_) => field(v, &["first_k_dense_replace"], source)?.unwrap_or(0),
     };
     let dsa = match (field(v, &["index_n_heads"], source)?, field(v, &["index_head_dim"], source)?, field(v, &["index_topk"], source)?) {
@@ -276,8 +301,8 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
 }
 
 /// The family a config is read as: its `model_type` (the language model's, under a multimodal
-/// wrapper), less a `_text` suffix, with Qwen3-VL's language models read as Qwen3's and
-/// Qwen3-MoE's; a type outside [`SUPPORTED`] is refused with the list.
+/// wrapper), less a `_text` suffix, with Qwen3-VL's and GLM-V's language models read as their text
+/// families' ([`SUPPORTED`]); a type outside [`SUPPORTED`] is refused with the list.
 fn family(root: &Value, v: &Value, source: &str) -> Result<String, ModelError> {
     let read = v.get("model_type").or(root.get("model_type")).and_then(Value::as_str).unwrap_or("");
     if !SUPPORTED.contains(&read) {
@@ -289,6 +314,9 @@ fn family(root: &Value, v: &Value, source: &str) -> Result<String, ModelError> {
     let arch = match read.strip_suffix("_text").unwrap_or(read) {
         "qwen3_vl" => "qwen3",
         "qwen3_vl_moe" => "qwen3_moe",
+        "glm4v" => "glm4",
+        "glm4v_moe" => "glm4_moe",
+        "bailing_moe_v2" => "bailing_moe",
         a => a,
     };
     Ok(arch.to_string())

@@ -19,7 +19,9 @@
 //! - Experts: the routed count (more than one makes a MoE model), top-k, an expert's FFN width,
 //!   shared experts and their width. Which layers are dense: DeepSeek's `first_k_dense_replace`,
 //!   Qwen's `mlp_only_layers` and `decoder_sparse_step`, Llama 4's `interleave_moe_layer_step` (or
-//!   its list of MoE layers).
+//!   its list of MoE layers), ERNIE 4.5's `moe_layer_start_index`, `moe_layer_end_index` and
+//!   `moe_layer_interval` ([`ernie_dense_layers`]). ERNIE and Ling name their expert counts their
+//!   own way ([`read_moe`]).
 //!
 //! Every reader takes the parsed JSON, the file's name for errors and the family, and returns a
 //! typed value or an error naming the field; the shared field readers are in `config`.
@@ -51,7 +53,8 @@ pub(super) fn read_attention(v: &Value, source: &str, arch: &str, hidden: u32) -
         }
         None => hidden / heads,
     };
-    let bias_default = matches!(arch, "qwen2" | "qwen2_moe" | "gpt_oss");
+    // Seed-OSS's class biases q, k and v by default (SeedOssConfig: attention_bias True).
+    let bias_default = matches!(arch, "qwen2" | "qwen2_moe" | "gpt_oss" | "seed_oss");
     let bias = v.get("attention_bias").and_then(Value::as_bool).unwrap_or(bias_default);
     let kv_heads = field(v, &["num_key_value_heads"], source)?.unwrap_or(heads);
     // Qwen3-Next's attention always gates its output (transformers' Qwen3NextAttention); Qwen3.5
@@ -149,6 +152,25 @@ pub(super) fn llama4_dense_layers(v: &Value, source: &str, layers: u32) -> Resul
 /// `no_rope_layer_interval`-th (4: transformers' default). Chunked layers are modelled as sliding
 /// windows of the chunk size: exact while a context fits one chunk, and reading up to twice the
 /// average chunk's keys beyond. Without a chunk size every layer is full attention.
+/// ERNIE 4.5's dense layers: layer i is MoE when (i + 1) is a multiple of `moe_layer_interval`
+/// (1 when absent) and `moe_layer_start_index` <= i <= `moe_layer_end_index` (1 and the last layer
+/// when absent, or an end of -1), as transformers' Ernie4_5_MoeModel and vLLM's Ernie4_5_MoeModel
+/// build them; every other layer is a dense FFN of `intermediate_size`.
+pub(super) fn ernie_dense_layers(v: &Value, source: &str, layers: u32) -> Result<u32, ModelError> {
+    let interval = field(v, &["moe_layer_interval"], source)?.unwrap_or(1);
+    if interval == 0 {
+        return Err(ModelError::Input(format!("{source}: field \"moe_layer_interval\" is 0: it must be at least 1")));
+    }
+    let start = field(v, &["moe_layer_start_index"], source)?.unwrap_or(1);
+    let last = layers.saturating_sub(1);
+    let end = match v.get("moe_layer_end_index") {
+        Some(x) if x.as_i64() == Some(-1) => last,
+        _ => field(v, &["moe_layer_end_index"], source)?.unwrap_or(last).min(last),
+    };
+    let moe = (0..layers).filter(|i| (i + 1) % interval == 0 && *i >= start && *i <= end).count() as u32;
+    Ok(layers - moe)
+}
+
 pub(super) fn llama4_layer_kinds(v: &Value, source: &str, layers: u32) -> Result<LayerCounts, ModelError> {
     if field(v, &["attention_chunk_size"], source)?.is_none() {
         return Ok(LayerCounts { full: layers, sliding: 0, linear: 0 });
@@ -254,7 +276,11 @@ pub(super) fn default_layer_kinds(v: &Value, source: &str, arch: &str, layers: u
             }
             LayerCounts { full: layers / every, sliding: layers - layers / every, linear: 0 }
         }
-        "mistral" | "mixtral" | "phi3" if field(v, &["sliding_window"], source)?.is_some() => all(LayerKind::Sliding),
+        // Ministral 3 has no `layer_types`: a window, where set, applies to every layer.
+        "mistral" | "ministral3" | "mixtral" | "phi3" if field(v, &["sliding_window"], source)?.is_some() => all(LayerKind::Sliding),
+        // OLMo 3 without `layer_types`: layer i is full when (i + 1) is a multiple of 4, else it
+        // slides (transformers' Olmo3Config).
+        "olmo3" => LayerCounts { full: layers / 4, sliding: layers - layers / 4, linear: 0 },
         // Gemma 4's configs list their layers; without the list which layers slide is not stated.
         "gemma4" => {
             return Err(ModelError::Input(format!(
@@ -432,19 +458,30 @@ pub(super) fn read_moe(v: &Value, source: &str, arch: &str) -> Result<Option<Moe
     if arch == "gemma4" {
         return read_gemma4_moe(v, source, arch);
     }
-    let experts = match field(v, &["n_routed_experts", "num_experts", "num_local_experts"], source)? {
+    // ERNIE 4.5 names its experts `moe_num_experts`, `moe_k` and `moe_num_shared_experts`
+    // (Ernie4_5_MoeConfig); Ling's `num_shared_experts` (BailingMoeV2Config).
+    let ernie = arch == "ernie4_5_moe";
+    let experts_key: &[&str] = if ernie { &["moe_num_experts"] } else { &["n_routed_experts", "num_experts", "num_local_experts"] };
+    let experts = match field(v, experts_key, source)? {
         Some(e) if e > 1 => e,
         _ => return Ok(None),
     };
-    let top_k = need(v, &["num_experts_per_tok", "experts_per_token", "moe_top_k"], source, arch)?;
+    let top_k_key: &[&str] = if ernie { &["moe_k"] } else { &["num_experts_per_tok", "experts_per_token", "moe_top_k"] };
+    let top_k = need(v, top_k_key, source, arch)?;
     let expert_ffn = field(v, &["moe_intermediate_size", "intermediate_size"], source)?.ok_or_else(|| {
         ModelError::Input(format!("{source}: model_type {arch:?} has experts but no \"moe_intermediate_size\" or \"intermediate_size\""))
     })?;
     // Every Llama 4 MoE layer has one shared expert of an expert's size (transformers' Llama4TextMoe).
     let shared_default = if arch == "llama4" { 1 } else { 0 };
-    let shared_experts = field(v, &["n_shared_experts"], source)?.unwrap_or(shared_default);
-    let shared_ffn = if arch == "nemotron_h" {
-        // Nemotron-H sizes one shared expert (vLLM's NemotronHMoE: the width times the count).
+    let shared_key: &[&str] = match arch {
+        "ernie4_5_moe" => &["moe_num_shared_experts"],
+        "bailing_moe" => &["num_shared_experts"],
+        _ => &["n_shared_experts"],
+    };
+    let shared_experts = field(v, shared_key, source)?.unwrap_or(shared_default);
+    let shared_ffn = if matches!(arch, "nemotron_h" | "bailing_moe") {
+        // Nemotron-H and Ling size one shared expert (vLLM's NemotronHMoE and BailingMoE: the
+        // width times the count; an expert's width where Ling states none).
         field(v, &["moe_shared_expert_intermediate_size"], source)?.map(|w| w.saturating_mul(shared_experts.max(1)))
     } else {
         field(v, &["shared_expert_intermediate_size"], source)?

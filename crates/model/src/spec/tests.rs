@@ -862,3 +862,131 @@ fn a_model_is_named_by_its_catalog_name_or_a_listed_checkpoints_repository() {
         assert!(e.contains(&format!("--model {bad:?} is not in the catalog")) && e.contains("--model-config"), "{bad}: {e}");
     }
 }
+
+/// The families read since stop 56 (docs/reference.md, "More architectures"): each published
+/// config's sizes (as the model's config.json states them) give its published parameter counts,
+/// and the fields that differ from the families they resemble are read as their config classes
+/// define them: Ministral 3's and Seed-OSS's 128-wide heads when the file leaves head_dim out,
+/// OLMo 3's three sliding layers in four, ERNIE 4.5's expert field names and its first dense
+/// layer, Ling's shared-expert width, GLM-4.5V's language model as GLM-4.5-Air's.
+#[test]
+fn newer_families_match_their_published_parameter_counts() {
+    let read = |cfg: &str| from_hf_config(cfg, "c.json").unwrap_or_else(|e| panic!("{e}\n{cfg}"));
+    // (name, config, total, active with embeddings and head, tolerance)
+    let cases: &[(&str, String, f64, Option<f64>, f64)] = &[
+        // Mistral AI's Ministral 3 cards: "13.5B" and "3.4B" language models beside a 0.4B vision
+        // encoder (not modelled); the 3B ties its embeddings, and its 3072 / 32 heads would be 96 wide.
+        (
+            "ministral-3-14b",
+            r#"{"model_type":"mistral3","text_config":{"model_type":"ministral3","hidden_size":5120,"num_hidden_layers":40,"num_attention_heads":32,"num_key_value_heads":8,"intermediate_size":16384,"vocab_size":131072,"tie_word_embeddings":false,"max_position_embeddings":262144,"sliding_window":null}}"#.into(),
+            13.5e9,
+            None,
+            0.01,
+        ),
+        (
+            "ministral-3-3b",
+            r#"{"model_type":"mistral3","text_config":{"model_type":"ministral3","hidden_size":3072,"num_hidden_layers":26,"num_attention_heads":32,"num_key_value_heads":8,"intermediate_size":9216,"vocab_size":131072,"tie_word_embeddings":true}}"#.into(),
+            3.43e9,
+            None,
+            0.01,
+        ),
+        // Seed-OSS-36B: 36,151,104,512 parameters in its safetensors index; q, k and v biased.
+        (
+            "seed-oss-36b",
+            r#"{"model_type":"seed_oss","hidden_size":5120,"num_hidden_layers":64,"num_attention_heads":80,"num_key_value_heads":8,"head_dim":128,"intermediate_size":27648,"vocab_size":155136,"tie_word_embeddings":false,"attention_bias":true,"max_position_embeddings":524288}"#.into(),
+            36.151e9,
+            None,
+            0.002,
+        ),
+        // OLMo-2-0425-1B: "1.48B"; OLMo 3 7B and 32B.
+        (
+            "olmo-2-1b",
+            r#"{"model_type":"olmo2","hidden_size":2048,"num_hidden_layers":16,"num_attention_heads":16,"num_key_value_heads":16,"intermediate_size":8192,"vocab_size":100352,"tie_word_embeddings":false}"#.into(),
+            1.48e9,
+            None,
+            0.01,
+        ),
+        (
+            "olmo-3-32b",
+            r#"{"model_type":"olmo3","hidden_size":5120,"num_hidden_layers":64,"num_attention_heads":40,"num_key_value_heads":8,"intermediate_size":27648,"vocab_size":100278,"tie_word_embeddings":false,"max_position_embeddings":65536}"#.into(),
+            32.2e9,
+            None,
+            0.01,
+        ),
+        // OLMoE-1B-7B-0924: 6.9B total, 1.3B active (the OLMoE paper); every layer MoE.
+        (
+            "olmoe-1b-7b",
+            r#"{"model_type":"olmoe","hidden_size":2048,"num_hidden_layers":16,"num_attention_heads":16,"num_key_value_heads":16,"intermediate_size":1024,"num_experts":64,"num_experts_per_tok":8,"vocab_size":50304,"tie_word_embeddings":false}"#.into(),
+            6.9e9,
+            Some(1.28e9),
+            0.01,
+        ),
+        // ERNIE-4.5-21B-A3B: 21,825,437,888 parameters in its safetensors (with the fp32 routers);
+        // layer 0 dense, two shared experts, tied embeddings by the class's default.
+        (
+            "ernie-4.5-21b-a3b",
+            r#"{"model_type":"ernie4_5_moe","hidden_size":2560,"num_hidden_layers":28,"num_attention_heads":20,"num_key_value_heads":4,"intermediate_size":12288,"moe_intermediate_size":1536,"moe_num_experts":64,"moe_k":6,"moe_num_shared_experts":2,"moe_layer_start_index":1,"moe_layer_interval":1,"vocab_size":103424,"max_position_embeddings":131072}"#.into(),
+            21.825e9,
+            Some(3.35e9),
+            0.005,
+        ),
+        // Ling-mini-2.0: "1.43B activated of 16.26B"; Ling-flash-2.0: 103B, 6.1B active.
+        (
+            "ling-mini-2.0",
+            r#"{"model_type":"bailing_moe","hidden_size":2048,"num_hidden_layers":20,"num_attention_heads":16,"num_key_value_heads":4,"head_dim":128,"intermediate_size":5120,"vocab_size":157184,"tie_word_embeddings":false,"num_experts":256,"num_experts_per_tok":8,"moe_intermediate_size":512,"num_shared_experts":1,"moe_shared_expert_intermediate_size":512,"first_k_dense_replace":1}"#.into(),
+            16.26e9,
+            Some(1.43e9),
+            0.005,
+        ),
+        (
+            "ling-flash-2.0",
+            r#"{"model_type":"bailing_moe_v2","hidden_size":4096,"num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":4,"head_dim":128,"intermediate_size":9216,"vocab_size":157184,"tie_word_embeddings":false,"num_experts":256,"num_experts_per_tok":8,"moe_intermediate_size":1024,"num_shared_experts":1,"first_k_dense_replace":1}"#.into(),
+            102.9e9,
+            Some(6.15e9),
+            0.01,
+        ),
+        // GLM-4.5V's language model (its tensors less the vision tower: 106,852,251,264).
+        (
+            "glm-4.5v",
+            r#"{"model_type":"glm4v_moe","text_config":{"model_type":"glm4v_moe_text","hidden_size":4096,"num_hidden_layers":46,"num_attention_heads":96,"num_key_value_heads":8,"head_dim":128,"intermediate_size":10944,"moe_intermediate_size":1408,"n_routed_experts":128,"n_shared_experts":1,"num_experts_per_tok":8,"first_k_dense_replace":1,"attention_bias":true,"partial_rotary_factor":0.5,"vocab_size":151552,"tie_word_embeddings":false,"max_position_embeddings":65536}}"#.into(),
+            106.852e9,
+            None,
+            0.002,
+        ),
+    ];
+    for (name, cfg, total, active, tol) in cases {
+        let p = read(cfg).params();
+        assert!(within(p.total, *total, *tol), "{name}: total {:.3}B vs {:.3}B", p.total / 1e9, total / 1e9);
+        if let Some(a) = active {
+            assert!(within(p.active, *a, 0.02), "{name}: active {:.3}B vs {:.3}B", p.active / 1e9, a / 1e9);
+        }
+    }
+    let head_dim = |cfg: &str| match read(cfg).attention {
+        Attention::Gqa { head_dim, .. } => head_dim,
+        a => panic!("{a:?}"),
+    };
+    assert_eq!(head_dim(&cases[1].1), 128, "Ministral 3's class default, not 3072 / 32");
+    let olmo3 = read(&cases[4].1);
+    assert_eq!(
+        (olmo3.layer_counts.full, olmo3.layer_counts.sliding, olmo3.sliding_window),
+        (16, 48, Some(4096)),
+        "OLMo 3 without layer_types: every fourth layer full, the class's 4,096-token window"
+    );
+    let listed = cases[4].1.replace(
+        r#""max_position_embeddings":65536"#,
+        &format!(r#""sliding_window":2048,"layer_types":[{}]"#, vec![r#""full_attention""#; 64].join(",")),
+    );
+    assert_eq!((read(&listed).layer_counts.sliding, read(&listed).sliding_window), (0, None), "a listed layer_types wins");
+    let ernie = read(&cases[6].1);
+    assert_eq!((ernie.dense_layers, ernie.tied_embeddings), (1, true), "ERNIE: layer 0 dense, embeddings tied");
+    let every_other = cases[6].1.replace(r#""moe_layer_interval":1"#, r#""moe_layer_interval":2,"moe_layer_end_index":-1"#);
+    assert_eq!(read(&every_other).dense_layers, 14, "MoE where (i + 1) % 2 == 0 from layer 1: 14 of 28");
+    let moe = ernie.moe.expect("moe");
+    assert_eq!((moe.experts, moe.top_k, moe.shared_experts, moe.shared_ffn), (64, 6, 2, 3072));
+    let ling = read(&cases[7].1).moe.expect("moe");
+    assert_eq!((ling.shared_experts, ling.shared_ffn), (1, 512));
+    assert_eq!(read(&cases[9].1).arch, "glm4_moe", "GLM-4.5V's language model is read as GLM-4.5's");
+    let e =
+        from_hf_config(&cases[6].1.replace(r#""moe_layer_interval":1"#, r#""moe_layer_interval":0"#), "e.json").expect_err("interval 0");
+    assert!(e.to_string().contains("e.json: field \"moe_layer_interval\" is 0"), "{e}");
+}
