@@ -22,8 +22,9 @@ use serde_json::Value;
 
 use super::checkpoint::{read_checkpoint, read_kv_declared, LayerShape};
 use super::layers::{
-    check_attn_type_list, ernie_dense_layers, llama4_dense_layers, qwen_dense_layers, read_attention, read_gemma4_global,
-    read_indexer_layers, read_layer_kinds, read_linear, read_mamba2, read_moe, read_nemotron_blocks, read_qk_norm, read_sliding_window,
+    check_attn_type_list, ernie_dense_layers, granite_layer_kinds, llama4_dense_layers, qwen_dense_layers, read_attention,
+    read_gemma4_global, read_granite_mamba, read_indexer_layers, read_layer_kinds, read_linear, read_mamba2, read_moe,
+    read_nemotron_blocks, read_qk_norm, read_sliding_window,
 };
 use super::{Dsa, ModelSpec};
 use crate::ModelError;
@@ -57,8 +58,9 @@ pub(super) fn field(v: &Value, keys: &[&str], source: &str) -> Result<Option<u32
 /// 12B), nor `head_dim` (the 12B, whose 3840 / 16 = 240 is not its 256). From transformers'
 /// Gemma2Config and Gemma3TextConfig. Where a class's default differs from what the parser would
 /// otherwise assume, it is added too: Ministral 3's and Seed-OSS's head dimension is 128, not
-/// hidden / heads (Ministral3Config, SeedOssConfig: the 3B's 3072 / 32 would be 96), and OLMo 3's
-/// window is 4,096 tokens (Olmo3Config). Other architectures read only what their files state.
+/// hidden / heads (Ministral3Config, SeedOssConfig: the 3B's 3072 / 32 would be 96), OLMo 3's
+/// window is 4,096 tokens (Olmo3Config), and Granite 4.0's Mamba-2 and shared-MLP sizes are
+/// GraniteMoeHybridConfig's. Other architectures read only what their files state.
 pub(super) fn class_defaults(arch: &str) -> Option<&'static [(&'static str, u32)]> {
     const GEMMA2: &[(&str, u32)] =
         &[("vocab_size", 256_000), ("head_dim", 256), ("num_attention_heads", 8), ("num_key_value_heads", 4), ("sliding_window", 4096)];
@@ -66,7 +68,16 @@ pub(super) fn class_defaults(arch: &str) -> Option<&'static [(&'static str, u32)
         &[("vocab_size", 262_208), ("head_dim", 256), ("num_attention_heads", 8), ("num_key_value_heads", 4), ("sliding_window", 4096)];
     const HEAD_DIM_128: &[(&str, u32)] = &[("head_dim", 128)];
     const OLMO3: &[(&str, u32)] = &[("sliding_window", 4096)];
+    const GRANITE: &[(&str, u32)] = &[
+        ("shared_intermediate_size", 1024),
+        ("mamba_n_heads", 128),
+        ("mamba_n_groups", 1),
+        ("mamba_d_state", 256),
+        ("mamba_d_conv", 4),
+        ("mamba_expand", 2),
+    ];
     match arch {
+        "granitemoehybrid" => Some(GRANITE),
         "gemma2" => Some(GEMMA2),
         "gemma3" => Some(GEMMA3),
         "ministral3" | "seed_oss" => Some(HEAD_DIM_128),
@@ -100,7 +111,7 @@ pub(super) fn need(v: &Value, keys: &[&str], source: &str, arch: &str) -> Result
 /// Glm4MoeConfig with the same expert fields; docs/reference.md, "More architectures"). Ling 2.0
 /// and Ring 2.0 state `bailing_moe` with the V2 layout; `bailing_moe_v2` is read the same. The
 /// vision encoder is not modelled: the requests are text.
-pub const SUPPORTED: [&str; 46] = [
+pub const SUPPORTED: [&str; 47] = [
     "llama",
     "ministral3",
     "seed_oss",
@@ -147,6 +158,7 @@ pub const SUPPORTED: [&str; 46] = [
     "qwen3_vl_moe",
     "qwen3_vl_moe_text",
     "nemotron_h",
+    "granitemoehybrid",
 ];
 
 /// Architectures with Multi-head Latent Attention (DeepSeek-V3's, which Kimi-K2 reuses).
@@ -231,6 +243,7 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
     };
     let layer_counts = match &blocks {
         Some(b) => b.mixers,
+        None if arch == "granitemoehybrid" => granite_layer_kinds(v, source, layers)?,
         None => read_layer_kinds(v, source, &arch, layers, dsa.is_some())?,
     };
     // Blocks with a mixer have no FFN in Nemotron-H; every other family's layer has both.
@@ -239,6 +252,7 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
     let linear = match layer_counts.linear {
         0 => None,
         _ if blocks.is_some() => Some(read_mamba2(v, source, &arch)?),
+        _ if arch == "granitemoehybrid" => Some(read_granite_mamba(v, source, hidden)?),
         _ => Some(read_linear(v, source, &arch)?),
     };
     check_attn_type_list(v, source, &arch, layers)?;
@@ -274,6 +288,9 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
             // Nemotron-H's MLP blocks are `intermediate_size` wide; its class's default is no
             // guide for a file that leaves it out.
             "nemotron_h" if dense_layers > 0 => need(v, &["intermediate_size"], source, &arch)?,
+            // Granite 4.0 without experts runs its shared MLP alone (GraniteMoeHybridMoE); its
+            // `intermediate_size` is an expert's.
+            "granitemoehybrid" => need(v, &["shared_intermediate_size"], source, &arch)?,
             _ => field(v, &["intermediate_size"], source)?.unwrap_or(hidden.saturating_mul(4)),
         },
         vocab: need(v, &["vocab_size"], source, &arch)?,

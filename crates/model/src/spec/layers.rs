@@ -45,7 +45,12 @@ pub(super) fn read_attention(v: &Value, source: &str, arch: &str, hidden: u32) -
         });
     }
     // Nemotron-H's first configs name it `attention_head_dim`.
-    let head_keys: &[&str] = if arch == "nemotron_h" { &["head_dim", "attention_head_dim"] } else { &["head_dim"] };
+    // Granite 4.0's attention is hidden / heads wide whatever the file says (GraniteMoeHybridAttention).
+    let head_keys: &[&str] = match arch {
+        "nemotron_h" => &["head_dim", "attention_head_dim"],
+        "granitemoehybrid" => &[],
+        _ => &["head_dim"],
+    };
     let head_dim = match field(v, head_keys, source)? {
         Some(d) => d,
         None if heads == 0 => {
@@ -479,7 +484,10 @@ pub(super) fn read_moe(v: &Value, source: &str, arch: &str) -> Result<Option<Moe
         _ => &["n_shared_experts"],
     };
     let shared_experts = field(v, shared_key, source)?.unwrap_or(shared_default);
-    let shared_ffn = if matches!(arch, "nemotron_h" | "bailing_moe") {
+    let shared_ffn = if arch == "granitemoehybrid" {
+        // Granite 4.0's one shared MLP runs beside the routed experts (GraniteMoeHybridMoE).
+        field(v, &["shared_intermediate_size"], source)?
+    } else if matches!(arch, "nemotron_h" | "bailing_moe") {
         // Nemotron-H and Ling size one shared expert (vLLM's NemotronHMoE and BailingMoE: the
         // width times the count; an expert's width where Ling states none).
         field(v, &["moe_shared_expert_intermediate_size"], source)?.map(|w| w.saturating_mul(shared_experts.max(1)))
@@ -608,6 +616,63 @@ pub(super) fn read_nemotron_blocks(v: &Value, source: &str, layers: u32) -> Resu
         )));
     }
     Ok(Blocks { mixers, mlp: count('-'), moe: count('E'), field: field_name })
+}
+
+/// Granite 4.0's layer kinds: `layer_types` (alias `layers_block_type`) names each layer's token
+/// mixer, "mamba" (Mamba-2) or "attention"; without the list every layer is Mamba-2
+/// (GraniteMoeHybridConfig). Every layer, whichever its mixer, has an FFN after it.
+pub(super) fn granite_layer_kinds(v: &Value, source: &str, layers: u32) -> Result<LayerCounts, ModelError> {
+    let (key, list) = match (v.get("layer_types").filter(|x| !x.is_null()), v.get("layers_block_type").filter(|x| !x.is_null())) {
+        (Some(l), _) => ("layer_types", l),
+        (None, Some(l)) => ("layers_block_type", l),
+        (None, None) => return Ok(LayerCounts { full: 0, sliding: 0, linear: layers }),
+    };
+    let Value::Array(a) = list else {
+        return Err(ModelError::Input(format!("{source}: field {key:?} is {list}, not a list of layer kinds")));
+    };
+    if a.len() != layers as usize {
+        return Err(ModelError::Input(format!(
+            "{source}: field {key:?} has {} entries but \"num_hidden_layers\" is {layers}: give one per layer",
+            a.len()
+        )));
+    }
+    let mut counts = LayerCounts { full: 0, sliding: 0, linear: 0 };
+    for (i, t) in a.iter().enumerate() {
+        match t.as_str() {
+            Some("attention") => counts.full += 1,
+            Some("mamba") => counts.linear += 1,
+            _ => {
+                return Err(ModelError::Input(format!(
+                    "{source}: field {key:?} entry {i} is {t}, which servetune does not understand (known: mamba, attention)"
+                )))
+            }
+        }
+    }
+    Ok(counts)
+}
+
+/// Granite 4.0's Mamba-2 (transformers' BambaMixer under GraniteMoeHybridConfig's names):
+/// `mamba_n_groups` groups of `mamba_d_state` for B and C, `mamba_n_heads` heads of `mamba_d_head`
+/// for x (its "auto", or no field, is `mamba_expand` x hidden / heads, which must divide), and
+/// `mamba_d_conv`. The state's type: `mamba_ssm_cache_dtype` where the file names one, else the
+/// model's 2 bytes (vLLM's `--mamba-ssm-cache-dtype auto`; only Nemotron-H's config overrides it).
+pub(super) fn read_granite_mamba(v: &Value, source: &str, hidden: u32) -> Result<LinearAttention, ModelError> {
+    let arch = "granitemoehybrid";
+    let mut with_head = v.clone();
+    if v.get("mamba_d_head").is_none_or(|d| d.is_null() || d.as_str() == Some("auto")) {
+        let heads = need(v, &["mamba_n_heads"], source, arch)?;
+        let inner = u64::from(need(v, &["mamba_expand"], source, arch)?) * u64::from(hidden);
+        if heads == 0 || !inner.is_multiple_of(u64::from(heads)) {
+            return Err(ModelError::Input(format!(
+                "{source}: field \"mamba_n_heads\" is {heads}: it must divide mamba_expand x hidden_size ({inner}), or give \"mamba_d_head\""
+            )));
+        }
+        if let Some(map) = with_head.as_object_mut() {
+            map.insert("mamba_d_head".into(), Value::from(inner / u64::from(heads)));
+        }
+    }
+    let names = ["mamba_n_groups", "mamba_n_heads", "mamba_d_state", "mamba_d_head", "mamba_d_conv"];
+    read_linear_shape(&with_head, source, arch, LinearMixer::Mamba2, names, ("mamba_ssm_cache_dtype", 2))
 }
 
 /// Mamba-2's shape (Nemotron-H): `n_groups` groups of `ssm_state_size` for B and C,

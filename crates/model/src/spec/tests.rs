@@ -990,3 +990,43 @@ fn newer_families_match_their_published_parameter_counts() {
         from_hf_config(&cases[6].1.replace(r#""moe_layer_interval":1"#, r#""moe_layer_interval":0"#), "e.json").expect_err("interval 0");
     assert!(e.to_string().contains("e.json: field \"moe_layer_interval\" is 0"), "{e}");
 }
+
+/// IBM Granite 4.0 (`granitemoehybrid`, docs/reference.md "More architectures"): Mamba-2 and
+/// attention layers by `layer_types`, each followed by its FFN (72 experts of 768 beside a 1,536
+/// shared MLP in H-Small; the shared MLP alone in H-Micro), Mamba-2 sizes under Granite's names,
+/// and heads hidden / heads wide. H-Small's count equals its published 32,207,337,984; H-Micro's
+/// is IBM's "3B".
+#[test]
+fn granite_4_hybrids_read_their_mixers_ffns_and_published_counts() {
+    let kinds = |attention: &[usize], n: usize| {
+        (0..n).map(|i| if attention.contains(&i) { r#""attention""# } else { r#""mamba""# }).collect::<Vec<_>>().join(",")
+    };
+    let small = format!(
+        r#"{{"model_type":"granitemoehybrid","hidden_size":4096,"num_hidden_layers":40,"num_attention_heads":32,"num_key_value_heads":8,"num_local_experts":72,"num_experts_per_tok":10,"intermediate_size":768,"shared_intermediate_size":1536,"mamba_n_heads":128,"mamba_d_head":64,"mamba_d_state":128,"mamba_n_groups":1,"mamba_d_conv":4,"mamba_expand":2,"vocab_size":100352,"tie_word_embeddings":true,"layer_types":[{}]}}"#,
+        kinds(&[5, 15, 25, 35], 40)
+    );
+    let m = from_hf_config(&small, "s.json").expect("h-small");
+    assert_eq!((m.layer_counts.full, m.layer_counts.linear, m.dense_layers, m.ffn_free_layers), (4, 36, 0, 0));
+    let moe = m.moe.expect("moe");
+    assert_eq!((moe.experts, moe.top_k, moe.expert_ffn, moe.shared_experts, moe.shared_ffn), (72, 10, 768, 1, 1536));
+    let la = m.linear.expect("mamba");
+    assert_eq!((la.mixer, la.key_heads, la.value_heads, la.key_head_dim, la.value_head_dim), (LinearMixer::Mamba2, 1, 128, 128, 64));
+    assert!(within(m.params().total, 32_207_337_984.0, 0.001), "h-small {:.4}B", m.params().total / 1e9);
+    // "auto" (or no field) derives the head width from mamba_expand x hidden / heads.
+    let auto = small.replace(r#""mamba_d_head":64"#, r#""mamba_d_head":"auto""#);
+    assert_eq!(from_hf_config(&auto, "a.json").expect("auto").linear.expect("mamba").value_head_dim, 64);
+    let micro = format!(
+        r#"{{"model_type":"granitemoehybrid","hidden_size":2048,"num_hidden_layers":40,"num_attention_heads":32,"num_key_value_heads":8,"num_local_experts":0,"num_experts_per_tok":0,"intermediate_size":8192,"shared_intermediate_size":8192,"mamba_n_heads":64,"mamba_d_head":64,"mamba_d_state":128,"mamba_n_groups":1,"mamba_d_conv":4,"vocab_size":100352,"tie_word_embeddings":true,"layer_types":[{}]}}"#,
+        kinds(&[5, 15, 25, 35], 40)
+    );
+    let m = from_hf_config(&micro, "m.json").expect("h-micro");
+    assert!(m.moe.is_none() && m.dense_layers == 40 && m.ffn == 8192, "the shared MLP alone in every layer");
+    assert!(within(m.params().total, 3.19e9, 0.01), "h-micro {:.3}B", m.params().total / 1e9);
+    // Without layer_types every layer is Mamba-2; another kind is refused by name.
+    let all_mamba = micro.replace(&format!(r#","layer_types":[{}]"#, kinds(&[5, 15, 25, 35], 40)), "");
+    assert_eq!(from_hf_config(&all_mamba, "m.json").expect("all mamba").layer_counts.linear, 40);
+    let e = from_hf_config(&micro.replacen(r#""attention""#, r#""moe""#, 1), "m.json").expect_err("unknown kind").to_string();
+    assert!(e.contains("m.json: field \"layer_types\" entry 5 is \"moe\"") && e.contains("known: mamba, attention"), "{e}");
+    let e = from_hf_config(&auto.replace(r#""mamba_n_heads":128"#, r#""mamba_n_heads":96"#), "a.json").expect_err("96 heads").to_string();
+    assert!(e.contains("\"mamba_n_heads\" is 96: it must divide"), "{e}");
+}
