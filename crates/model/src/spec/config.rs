@@ -111,7 +111,7 @@ pub(super) fn need(v: &Value, keys: &[&str], source: &str, arch: &str) -> Result
 /// Glm4MoeConfig with the same expert fields; docs/reference.md, "More architectures"). Ling 2.0
 /// and Ring 2.0 state `bailing_moe` with the V2 layout; `bailing_moe_v2` is read the same. The
 /// vision encoder is not modelled: the requests are text.
-pub const SUPPORTED: [&str; 47] = [
+pub const SUPPORTED: [&str; 49] = [
     "llama",
     "ministral3",
     "seed_oss",
@@ -159,6 +159,8 @@ pub const SUPPORTED: [&str; 47] = [
     "qwen3_vl_moe_text",
     "nemotron_h",
     "granitemoehybrid",
+    "hunyuan",
+    "hunyuan_v1_moe",
 ];
 
 /// Architectures with Multi-head Latent Attention (DeepSeek-V3's, which Kimi-K2 reuses).
@@ -233,6 +235,8 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
         Some(_) if QWEN_MOE_ARCHS.contains(&arch.as_str()) => qwen_dense_layers(v, source, layers)?,
         Some(_) if arch == "llama4" => llama4_dense_layers(v, source, layers)?,
         Some(_) if arch == "ernie4_5_moe" => ernie_dense_layers(v, source, layers)?,
+        // Hunyuan's leading dense layers (Tencent's HunYuanConfig: `moe_layer_num_skipped`).
+        Some(_) if arch == "hunyuan_v1_moe" => field(v, &["moe_layer_num_skipped"], source)?.unwrap_or(0).min(layers),
         Some(_) => field(v, &["first_k_dense_replace"], source)?.unwrap_or(0),
     };
     let dsa = match (field(v, &["index_n_heads"], source)?, field(v, &["index_head_dim"], source)?, field(v, &["index_topk"], source)?) {
@@ -334,6 +338,9 @@ fn family(root: &Value, v: &Value, source: &str) -> Result<String, ModelError> {
         "glm4v" => "glm4",
         "glm4v_moe" => "glm4_moe",
         "bailing_moe_v2" => "bailing_moe",
+        // Tencent's own configuration code names Hunyuan-A13B `hunyuan`; transformers names it
+        // `hunyuan_v1_moe` (HunYuanMoEV1Config).
+        "hunyuan" => "hunyuan_v1_moe",
         a => a,
     };
     Ok(arch.to_string())

@@ -47,7 +47,7 @@ pub(super) fn read_attention(v: &Value, source: &str, arch: &str, hidden: u32) -
     // Nemotron-H's first configs name it `attention_head_dim`.
     // Granite 4.0's attention is hidden / heads wide whatever the file says (GraniteMoeHybridAttention).
     let head_keys: &[&str] = match arch {
-        "nemotron_h" => &["head_dim", "attention_head_dim"],
+        "nemotron_h" | "hunyuan_v1_moe" => &["head_dim", "attention_head_dim"],
         "granitemoehybrid" => &[],
         _ => &["head_dim"],
     };
@@ -463,6 +463,9 @@ pub(super) fn read_moe(v: &Value, source: &str, arch: &str) -> Result<Option<Moe
     if arch == "gemma4" {
         return read_gemma4_moe(v, source, arch);
     }
+    if arch == "hunyuan_v1_moe" {
+        return read_hunyuan_moe(v, source, arch);
+    }
     // ERNIE 4.5 names its experts `moe_num_experts`, `moe_k` and `moe_num_shared_experts`
     // (Ernie4_5_MoeConfig); Ling's `num_shared_experts` (BailingMoeV2Config).
     let ernie = arch == "ernie4_5_moe";
@@ -509,6 +512,65 @@ pub(super) fn read_moe(v: &Value, source: &str, arch: &str) -> Result<Option<Moe
         shared_ffn,
         bias: arch == "gpt_oss",
         latent,
+    }))
+}
+
+/// One value of a field that Hunyuan may give per layer: a whole number, or a list of them that
+/// must all be equal (servetune prices every MoE layer alike); None when absent.
+fn per_layer(v: &Value, key: &str, source: &str) -> Result<Option<u32>, ModelError> {
+    match v.get(key) {
+        Some(Value::Array(a)) => {
+            let mut values = a.iter().map(|x| {
+                x.as_u64().and_then(|n| u32::try_from(n).ok()).filter(|n| *n <= super::config::MAX_FIELD).ok_or_else(|| {
+                    ModelError::Input(format!(
+                        "{source}: field {key:?} holds {x}, not a whole number from 0 to {}",
+                        super::config::MAX_FIELD
+                    ))
+                })
+            });
+            let first = values.next().ok_or_else(|| ModelError::Input(format!("{source}: field {key:?} is an empty list")))??;
+            for x in values {
+                if x? != first {
+                    return Err(ModelError::Input(format!(
+                        "{source}: field {key:?} differs between layers: servetune prices every MoE layer alike; give one value"
+                    )));
+                }
+            }
+            Ok(Some(first))
+        }
+        _ => field(v, &[key], source),
+    }
+}
+
+/// Hunyuan-A13B's experts (`hunyuan_v1_moe`; Tencent's HunYuanConfig and vLLM's `hunyuan_v1.py`):
+/// `num_experts` experts of `moe_intermediate_size` (else `intermediate_size`) wide, `moe_topk`
+/// of them per token, and with `use_mixed_mlp_moe` a shared MLP of `intermediate_size` x
+/// `num_shared_expert`; each may be a per-layer list, which must hold one value. Cross-layer
+/// attention (`use_cla`, KV shared between layers as in Hunyuan-Large) is refused: not modelled.
+fn read_hunyuan_moe(v: &Value, source: &str, arch: &str) -> Result<Option<Moe>, ModelError> {
+    if v.get("use_cla").and_then(Value::as_bool) == Some(true) {
+        return Err(ModelError::Input(format!(
+            "{source}: field \"use_cla\" is true: cross-layer attention (layers sharing one KV cache) is not modelled by servetune"
+        )));
+    }
+    let experts = match per_layer(v, "num_experts", source)? {
+        Some(e) if e > 1 => e,
+        _ => return Ok(None),
+    };
+    let top_k = per_layer(v, "moe_topk", source)?
+        .ok_or_else(|| ModelError::Input(format!("{source}: model_type {arch:?} needs the field \"moe_topk\", which is missing")))?;
+    let width = need(v, &["intermediate_size"], source, arch)?;
+    let expert_ffn = per_layer(v, "moe_intermediate_size", source)?.unwrap_or(width);
+    let mixed = v.get("use_mixed_mlp_moe").and_then(Value::as_bool).unwrap_or(false);
+    let shared_experts = if mixed { per_layer(v, "num_shared_expert", source)?.unwrap_or(1) } else { 0 };
+    Ok(Some(Moe {
+        experts,
+        top_k,
+        shared_experts: shared_experts.min(1),
+        expert_ffn,
+        shared_ffn: width.saturating_mul(shared_experts),
+        bias: false,
+        latent: None,
     }))
 }
 

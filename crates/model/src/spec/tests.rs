@@ -1030,3 +1030,33 @@ fn granite_4_hybrids_read_their_mixers_ffns_and_published_counts() {
     let e = from_hf_config(&auto.replace(r#""mamba_n_heads":128"#, r#""mamba_n_heads":96"#), "a.json").expect_err("96 heads").to_string();
     assert!(e.contains("\"mamba_n_heads\" is 96: it must divide"), "{e}");
 }
+
+/// Hunyuan-A13B (Tencent's config.json, `model_type` "hunyuan" there and `hunyuan_v1_moe` in
+/// transformers): per-layer lists of one value, 128-wide heads from `attention_head_dim`, 64
+/// experts of 3,072, top-8, a shared MLP of 3,072 beside them; Tencent's "80B total, 13B active".
+/// Lists that differ between layers and cross-layer attention are refused by name.
+#[test]
+fn hunyuan_a13b_reads_its_per_layer_lists_and_published_counts() {
+    let list = |x: u32| vec![x.to_string(); 32].join(",");
+    let cfg = format!(
+        r#"{{"model_type":"hunyuan","architectures":["HunYuanMoEV1ForCausalLM"],"hidden_size":4096,"num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,"attention_head_dim":128,"intermediate_size":3072,"moe_intermediate_size":[{}],"num_experts":64,"moe_topk":[{}],"num_shared_expert":[{}],"use_mixed_mlp_moe":true,"moe_layer_num_skipped":0,"use_cla":false,"cla_share_factor":2,"vocab_size":128167,"tie_word_embeddings":true}}"#,
+        list(3072),
+        list(8),
+        list(1)
+    );
+    let m = from_hf_config(&cfg, "h.json").expect("hunyuan");
+    assert_eq!(m.arch, "hunyuan_v1_moe");
+    let moe = m.moe.expect("moe");
+    assert_eq!((moe.experts, moe.top_k, moe.expert_ffn, moe.shared_experts, moe.shared_ffn, m.dense_layers), (64, 8, 3072, 1, 3072, 0));
+    let p = m.params();
+    assert!(within(p.total, 80e9, 0.01), "total {:.2}B", p.total / 1e9);
+    assert!(within(p.active, 13e9, 0.03), "active {:.2}B (13B published, rounded)", p.active / 1e9);
+    let uneven = cfg.replacen("8,8", "8,4", 1);
+    let e = from_hf_config(&uneven, "h.json").expect_err("uneven").to_string();
+    assert!(e.contains("h.json: field \"moe_topk\" differs between layers"), "{e}");
+    let cla = cfg.replace(r#""use_cla":false"#, r#""use_cla":true"#);
+    let e = from_hf_config(&cla, "h.json").expect_err("cla").to_string();
+    assert!(e.contains("h.json: field \"use_cla\" is true"), "{e}");
+    let dense_first = cfg.replace(r#""moe_layer_num_skipped":0"#, r#""moe_layer_num_skipped":2"#);
+    assert_eq!(from_hf_config(&dense_first, "h.json").expect("skipped").dense_layers, 2);
+}
