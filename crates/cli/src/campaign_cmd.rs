@@ -443,10 +443,38 @@ fn published_quant(name: &str) -> String {
     dtype.unwrap_or(servetune_model::quant::Dtype::Bf16).name().to_string()
 }
 
+/// The checkpoint format a listed checkpoint's repository names, from `--catalog-model` or else
+/// `--model` (None for catalog names, paths and other ids), and the flag that named it.
+fn named_format(a: &InitArgs) -> Result<Option<(servetune_model::quant::Dtype, String)>, Failure> {
+    if let Some(c) = &a.catalog_model {
+        let named = servetune_model::spec::named_model(c)
+            .map_err(|e| Failure::usage(format!("--catalog-model: {e}; for a model outside the catalog leave --catalog-model out")))?;
+        if let Some(q) = named.checkpoint {
+            return Ok(Some((q, format!("--catalog-model {c}"))));
+        }
+    }
+    Ok(servetune_model::spec::named_model(&a.model).ok().and_then(|n| n.checkpoint).map(|q| (q, format!("--model {}", a.model))))
+}
+
 fn init(a: InitArgs) -> Result<(), Failure> {
     let all = engine::all(a.engines.as_deref()).map_err(lib)?;
     let tmpl = engine::find(&all, &a.engine).map_err(lib)?;
-    let quant = a.quant.clone().unwrap_or_else(|| published_quant(a.catalog_model.as_deref().unwrap_or(&a.model)));
+    // A checkpoint's repository names its format; a --quant of another format is refused, as
+    // `servetune plan` refuses it.
+    let named = named_format(&a)?;
+    if let (Some((c, flag)), Some(q)) = (&named, &a.quant) {
+        if servetune_model::quant::Dtype::parse("--quant", q).is_ok_and(|q| q != *c) {
+            return Err(Failure::usage(format!(
+                "{flag} is the {} checkpoint, but --quant {q} asks for another format: leave --quant out, or name the catalog model instead of the repository",
+                c.name()
+            )));
+        }
+    }
+    let quant = match (&a.quant, &named) {
+        (Some(q), _) => q.clone(),
+        (None, Some((c, _))) => c.name().to_string(),
+        (None, None) => published_quant(a.catalog_model.as_deref().unwrap_or(&a.model)),
+    };
     let mut s = campaign::settings(&a.goal, tmpl, &a.model, &quant, knobs(&a.set)?).map_err(lib)?;
     if let Some(c) = &a.catalog_model {
         let named = servetune_model::spec::named_model(c).map_err(|e| Failure::usage(format!("--catalog-model: {e}")))?;

@@ -98,7 +98,7 @@ impl From<KvArg> for KvDtype {
 /// A catalog model by its name or the Hugging Face repository of a checkpoint the catalog lists
 /// (`spec::named_model`), kept as given: [`scenario_spec`] reads the checkpoint's format from it.
 fn model_name(s: &str) -> Result<String, String> {
-    spec::named_model(s).map(|_| s.to_string()).map_err(|e| e.to_string())
+    spec::named_model(s).map(|_| s.to_string()).map_err(|e| format!("{e}; for any other model give --model-config path/to/config.json"))
 }
 
 /// `--model`'s help: the catalog's names, and under `--help` each one's checkpoints.
@@ -109,17 +109,13 @@ fn model_help() -> String {
     )
 }
 
+/// `--model`'s long help: what it takes, and each catalog model's checkpoint repositories.
 fn model_long_help() -> String {
     let mut out = String::from(
         "Catalog model (its published config.json under crates/model/data/models/): a name, or the Hugging Face repository (any letter case) of a checkpoint the catalog lists, which also sets --quant to that checkpoint's format. The catalog:",
     );
     for m in spec::catalog_names().into_iter().filter_map(|n| spec::catalog_entry(n).ok()) {
-        let repos: Vec<String> = m
-            .checkpoints
-            .iter()
-            .filter(|c| c.repo.split('/').count() == 2 && !c.repo.contains(char::is_whitespace))
-            .map(|c| format!("{} ({})", c.repo, c.quant.name()))
-            .collect();
+        let repos: Vec<String> = m.checkpoints.iter().filter_map(|c| c.repository().map(|r| format!("{r} ({})", c.quant.name()))).collect();
         out.push_str(&format!(
             "\n  {}: {}",
             m.name,

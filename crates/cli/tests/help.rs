@@ -66,6 +66,19 @@ fn campaign_init_takes_the_published_checkpoint_format_unless_told() {
         assert_eq!(code, 0, "{name}: {out}{err}");
         assert_eq!(journal_quant(&dir), (want.to_string(), Some(catalog.to_string())), "{name}");
     }
+    // A --quant of another format than the named checkpoint's is refused, naming the flag.
+    for (name, extra) in [
+        ("conflict-model", vec!["--model", "zai-org/GLM-5-FP8", "--quant", "nvfp4"]),
+        ("conflict-catalog", vec!["--model", "/models/glm", "--catalog-model", "zai-org/GLM-5-FP8", "--quant", "bf16"]),
+    ] {
+        let dir = tmp.path().join(name);
+        let d = dir.to_str().expect("utf-8 path");
+        let mut args = vec!["campaign", "init", d, "--engine", "sim", "--goal", "output_tok_s>=1000", "--probe-root", fixture];
+        args.extend(extra);
+        let (code, _, err) = run(&args);
+        assert_eq!(code, 2, "{name}: {err}");
+        assert!(err.contains("is the fp8 checkpoint, but --quant"), "{name}: {err}");
+    }
     let (_, help, _) = run(&["campaign", "init", "--help"]);
     assert!(help.contains("published checkpoint"), "campaign init --help says where --quant's default comes from");
 }

@@ -223,7 +223,7 @@ fn a_one_point_calibration_scales_the_whole_step_and_is_not_called_an_early_rele
 
 #[test]
 fn unknown_model_gpu_and_link_list_the_known_ones() {
-    usage_error(&["--model", "gpt-9", "--gpu", "h200"], "--model \"gpt-9\" is not in the catalog: give a catalog name (glm-5, deepseek-v3");
+    usage_error(&["--model", "gpt-9", "--gpu", "h200"], "\"gpt-9\" is not in the model catalog: give a catalog name (glm-5, deepseek-v3");
     usage_error(&["--model", "glm-5", "--gpu", "tpu-v5e"], "\"tpu-v5e\" is not in the GPU catalog; known: rtx-pro-6000-se");
     usage_error(&["--model", "glm-5", "--gpu", "h200", "--link", "ethernet"], "[possible values: nvlink, pcie5-p2p");
     usage_error(
@@ -774,7 +774,7 @@ fn a_checkpoints_repository_plans_as_its_catalog_model_and_format() {
     );
     let (code, _, err) = plan(&["--model", "deepseek-ai/DeepSeek-R1", "--gpu", "h200"]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("\"deepseek-ai/DeepSeek-R1\" is not in the catalog") && err.contains("--model-config"), "{err}");
+    assert!(err.contains("\"deepseek-ai/DeepSeek-R1\" is not in the model catalog") && err.contains("give --model-config"), "{err}");
     let (_, help, _) = plan(&["--help"]);
     assert!(help.contains("glm-5: zai-org/GLM-5-FP8 (fp8)") && help.contains("zai-org/GLM-5 (bf16)"), "--help lists the checkpoints");
 }

@@ -65,10 +65,8 @@ pub struct Launch {
 fn checkpoint(s: &Scenario) -> Option<String> {
     let entry = crate::spec::catalog_entry(&s.model.name).ok()?;
     let format = s.quant.headline(s.model.moe.is_some());
-    let repo = entry.checkpoints.iter().find(|c| c.quant == format).map(|c| c.repo.clone())?;
     // Some catalog entries describe a checkpoint in words instead of naming a repository.
-    let is_repo = repo.split('/').count() == 2 && !repo.contains(char::is_whitespace);
-    is_repo.then_some(repo)
+    entry.checkpoints.iter().find(|c| c.quant == format).and_then(|c| c.repository()).map(str::to_string)
 }
 
 /// The default HTTP port of each engine's server.
@@ -84,7 +82,10 @@ fn default_port(e: EngineName) -> u16 {
 /// their published recipes (the model cards, sgl-cookbook, vLLM's recipes) launch sglang and vLLM
 /// with the flag.
 fn trusts_remote_code(s: &Scenario) -> bool {
-    s.model.arch == "nemotron_h"
+    // Ling 2.0's (`bailing_moe`) and Hunyuan-A13B's checkpoints name their own configuration code
+    // too (`configuration_bailing_moe_v2`, `configuration_hunyuan`): inclusionAI/Ling-V2's README
+    // launches sglang with the flag, Tencent-Hunyuan/Hunyuan-A13B's README launches vLLM with it.
+    matches!(s.model.arch.as_str(), "nemotron_h" | "bailing_moe" | "hunyuan_v1_moe")
 }
 
 fn push(argv: &mut Vec<String>, flag: &str, value: impl ToString) {

@@ -102,6 +102,20 @@ fn from_plan_pairs_build_the_same_scenario_as_the_fields() {
     assert!(e.to_string().contains("overlap=maybe"), "{e}");
 }
 
+/// `model=` takes a listed checkpoint's repository, whose format a `quant=` may repeat but not
+/// contradict; an unknown model is refused under the flag's own name.
+#[test]
+fn from_plan_pairs_take_a_checkpoints_repository_and_refuse_another_format() {
+    let by_repo = ScenarioSpec::parse_pairs("--from-plan", "model=zai-org/GLM-5-FP8,gpu=h200,gpus=8").expect("repository");
+    let by_name = ScenarioSpec::parse_pairs("--from-plan", "model=glm-5,gpu=h200,gpus=8,quant=fp8").expect("name");
+    assert_eq!(by_repo.build().expect("a"), by_name.build().expect("b"));
+    assert!(ScenarioSpec::parse_pairs("--from-plan", "model=zai-org/GLM-5-FP8,gpu=h200,quant=fp8").is_ok(), "the same format");
+    let e = ScenarioSpec::parse_pairs("--from-plan", "model=zai-org/GLM-5-FP8,gpu=h200,quant=nvfp4").expect_err("another format");
+    assert!(e.to_string().contains("--from-plan model=zai-org/GLM-5-FP8 is the fp8 checkpoint of glm-5, but quant=nvfp4"), "{e}");
+    let e = ScenarioSpec::parse_pairs("--vs-plan", "model=gpt-9,gpu=h200").expect_err("unknown");
+    assert!(e.to_string().starts_with("--vs-plan model=gpt-9: \"gpt-9\" is not in the model catalog"), "{e}");
+}
+
 #[test]
 fn a_stated_routing_skew_replaces_the_kernel_derived_one_and_uniform_routing_reads_more_experts() {
     let pairs = ScenarioSpec::parse_pairs("--from-plan", "model=glm-5,gpu=rtx-pro-6000-se,routing-skew=0").expect("pairs");

@@ -33,8 +33,17 @@ pub struct CatalogEntry {
 pub struct Checkpoint {
     /// Its weight format.
     pub quant: Dtype,
-    /// Where it is published.
+    /// Where it is published: a Hugging Face repository, or words where none is named.
     pub repo: String,
+}
+
+impl Checkpoint {
+    /// Its Hugging Face repository ("owner/name"), or None where the catalog describes it in
+    /// words (GLM-5's NVFP4 checkpoint).
+    pub fn repository(&self) -> Option<&str> {
+        let r = self.repo.as_str();
+        (r.split('/').count() == 2 && !r.contains(char::is_whitespace) && !r.starts_with('/') && !r.ends_with('/')).then_some(r)
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -82,51 +91,47 @@ pub fn catalog_names() -> Vec<&'static str> {
 
 /// The catalog entry `name`.
 pub fn catalog_entry(name: &str) -> Result<&'static CatalogEntry, ModelError> {
-    catalog_file().models.iter().find(|m| m.name == name).ok_or_else(|| unknown_model(name))
+    catalog_file().models.iter().find(|m| m.name == name).ok_or_else(|| {
+        ModelError::Input(format!(
+            "--model {name:?} is not in the catalog; known: {} (or give --model-config path/to/config.json)",
+            catalog_names().join(", ")
+        ))
+    })
 }
 
-/// A catalog model as a user named it: by its catalog name, or by a Hugging Face repository the
-/// catalog lists for it ([`named_model`]).
+/// A catalog model as a user named it: by its catalog name, or by the Hugging Face repository of
+/// one of its published checkpoints ([`named_model`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct NamedModel {
     /// The catalog entry.
     pub entry: &'static CatalogEntry,
-    /// The weight format of the published checkpoint the name is the repository of; None for a
-    /// catalog name, or the repository of a config that is no listed checkpoint's.
+    /// The weight format of the checkpoint whose repository named it; None for a catalog name.
     pub checkpoint: Option<Dtype>,
 }
 
-/// The catalog model `name` names: a catalog name ("glm-5"), or the Hugging Face repository
-/// ("owner/name", in any letter case, as `sglang --model-path` and `vllm serve` take it) of the
-/// entry's config or of one of its published checkpoints ("zai-org/GLM-5-FP8": glm-5's FP8
-/// checkpoint). Only the repositories the catalog lists are known: another checkpoint of the same
-/// architecture is not guessed at (give its config.json with `--model-config`). The error names the
-/// input and lists the catalog.
+/// The catalog model `name` names: a catalog name ("glm-5", any letter case), or the Hugging Face
+/// repository ("owner/name", any letter case, as `sglang --model-path` and `vllm serve` take it)
+/// of one of its published checkpoints, which also names that checkpoint's format
+/// ("zai-org/GLM-5-FP8": glm-5's FP8 checkpoint). Only the repositories the catalog lists
+/// ([`Checkpoint::repository`]) are known: another checkpoint of the same architecture is not
+/// guessed at. The error names the input, lists the catalog and says where its repositories are
+/// listed; each caller adds its own flag and way out.
 pub fn named_model(name: &str) -> Result<NamedModel, ModelError> {
     let models = &catalog_file().models;
-    if let Some(entry) = models.iter().find(|m| m.name == name) {
+    let given = name.trim();
+    if let Some(entry) = models.iter().find(|m| m.name.eq_ignore_ascii_case(given)) {
         return Ok(NamedModel { entry, checkpoint: None });
     }
-    let repo = name.trim().trim_end_matches('/');
-    let same = |r: &str| r.eq_ignore_ascii_case(repo);
-    if repo.split('/').count() == 2 {
-        for entry in models {
-            if let Some(c) = entry.checkpoints.iter().find(|c| same(&c.repo)) {
-                return Ok(NamedModel { entry, checkpoint: Some(c.quant) });
-            }
-            if same(&entry.repo) {
-                return Ok(NamedModel { entry, checkpoint: None });
-            }
+    let repo = given.trim_end_matches('/');
+    for entry in models {
+        if let Some(c) = entry.checkpoints.iter().find(|c| c.repository().is_some_and(|r| r.eq_ignore_ascii_case(repo))) {
+            return Ok(NamedModel { entry, checkpoint: Some(c.quant) });
         }
     }
-    Err(unknown_model(name))
-}
-
-fn unknown_model(name: &str) -> ModelError {
-    ModelError::Input(format!(
-        "--model {name:?} is not in the catalog: give a catalog name ({}) or the Hugging Face repository of a checkpoint it lists (`servetune plan --help`), or --model-config path/to/config.json for any other model",
+    Err(ModelError::Input(format!(
+        "{name:?} is not in the model catalog: give a catalog name ({}) or the Hugging Face repository of a checkpoint it lists (`servetune plan --help` lists them)",
         catalog_names().join(", ")
-    ))
+    )))
 }
 
 /// A catalog model, read from its published `config.json` by [`from_hf_config`].

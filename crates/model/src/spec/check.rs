@@ -29,7 +29,8 @@ impl ModelSpec {
             }
         }
         if self.dense_layers > 0 && self.ffn == 0 {
-            return bad("intermediate_size", "is 0, but the model has dense FFN layers".into());
+            let field = if self.arch == "granitemoehybrid" { "shared_intermediate_size" } else { "intermediate_size" };
+            return bad(field, "is 0, but the model has dense FFN layers".into());
         }
         if self.dense_layers > self.layers {
             return bad("first_k_dense_replace", format!("is {}, more than the {} layers", self.dense_layers, self.layers));
@@ -40,7 +41,12 @@ impl ModelSpec {
         self.validate_attention(source)?;
         if let Some(m) = self.moe {
             if m.top_k == 0 || m.top_k > m.experts {
-                let field = if self.arch == "gemma4" { "top_k_experts" } else { "num_experts_per_tok" };
+                let field = match self.arch.as_str() {
+                    "gemma4" => "top_k_experts",
+                    "ernie4_5_moe" => "moe_k",
+                    "hunyuan_v1_moe" => "moe_topk",
+                    _ => "num_experts_per_tok",
+                };
                 return bad(field, format!("is {}: it must be from 1 to the {} experts", m.top_k, m.experts));
             }
             if m.expert_ffn == 0 {

@@ -4,14 +4,15 @@
 //! A config is parsed as JSON, with the `NaN`, `Infinity` and `-Infinity` tokens Python's
 //! `json.dump` writes read as null (servetune reads no field that holds them). A multimodal
 //! wrapper keeps its language model under `text_config`; its `model_type` less the `_text` suffix
-//! names the family, and Qwen3-VL's language models are read as Qwen3's and Qwen3-MoE's. A
-//! `model_type` outside [`SUPPORTED`] is refused with the list.
+//! names the family, and Qwen3-VL's and GLM-V's language models are read as their text families'
+//! ([`SUPPORTED`]). A `model_type` outside [`SUPPORTED`] is refused with the list.
 //!
 //! Sizes are whole numbers from 0 to [`MAX_FIELD`] (2^26): a field present but negative,
 //! fractional, larger or not a number is refused by name and value; a field an architecture needs
 //! and the file leaves out is refused as missing. Where transformers' config class fills in a
-//! field the file omits (Gemma 2 and 3: vocabulary, head dimension, heads, window), the class's
-//! value is added before reading, and nowhere else.
+//! field the file omits (Gemma 2 and 3: vocabulary, head dimension, heads, window) or its default
+//! differs from what the parser would otherwise assume (Ministral 3, Seed-OSS, OLMo 3, Ling,
+//! Granite 4.0: [`class_defaults`]), the class's value is added before reading, and nowhere else.
 //!
 //! The families differ in how they lay out attention, layers and experts: those readers are in
 //! `layers`; the weight format is read in `checkpoint`; and the finished [`ModelSpec`] is checked
@@ -59,7 +60,8 @@ pub(super) fn field(v: &Value, keys: &[&str], source: &str) -> Result<Option<u32
 /// Gemma2Config and Gemma3TextConfig. Where a class's default differs from what the parser would
 /// otherwise assume, it is added too: Ministral 3's and Seed-OSS's head dimension is 128, not
 /// hidden / heads (Ministral3Config, SeedOssConfig: the 3B's 3072 / 32 would be 96), OLMo 3's
-/// window is 4,096 tokens (Olmo3Config), and Granite 4.0's Mamba-2 and shared-MLP sizes are
+/// window is 4,096 tokens (Olmo3Config), Ling 2.0's first layer is dense (BailingMoeV2Config;
+/// Ling 1.x files state 0), and Granite 4.0's expert, Mamba-2 and shared-MLP sizes are
 /// GraniteMoeHybridConfig's. Other architectures read only what their files state.
 pub(super) fn class_defaults(arch: &str) -> Option<&'static [(&'static str, u32)]> {
     const GEMMA2: &[(&str, u32)] =
@@ -68,7 +70,11 @@ pub(super) fn class_defaults(arch: &str) -> Option<&'static [(&'static str, u32)
         &[("vocab_size", 262_208), ("head_dim", 256), ("num_attention_heads", 8), ("num_key_value_heads", 4), ("sliding_window", 4096)];
     const HEAD_DIM_128: &[(&str, u32)] = &[("head_dim", 128)];
     const OLMO3: &[(&str, u32)] = &[("sliding_window", 4096)];
+    const BAILING: &[(&str, u32)] = &[("first_k_dense_replace", 1)];
     const GRANITE: &[(&str, u32)] = &[
+        ("num_local_experts", 8),
+        ("num_experts_per_tok", 2),
+        ("intermediate_size", 11008),
         ("shared_intermediate_size", 1024),
         ("mamba_n_heads", 128),
         ("mamba_n_groups", 1),
@@ -78,6 +84,7 @@ pub(super) fn class_defaults(arch: &str) -> Option<&'static [(&'static str, u32)
     ];
     match arch {
         "granitemoehybrid" => Some(GRANITE),
+        "bailing_moe" => Some(BAILING),
         "gemma2" => Some(GEMMA2),
         "gemma3" => Some(GEMMA3),
         "ministral3" | "seed_oss" => Some(HEAD_DIM_128),
@@ -199,6 +206,11 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
         }
         None => v,
     };
+    if arch == "bailing_moe" && v.get("moba_block_size").is_some_and(|x| !x.is_null()) {
+        return Err(ModelError::Input(format!(
+            "{source}: field \"moba_block_size\" is set: this Ling checkpoint's MoBA sparse attention is not modelled by servetune"
+        )));
+    }
     let hidden = need(v, &["hidden_size"], source, &arch)?;
     let layers = match field(v, &["num_hidden_layers"], source)? {
         Some(l) => l,

@@ -7,7 +7,9 @@
 //!   the layers `indexer_types` marks "full".
 //! - Each layer is full attention, sliding-window attention or Gated DeltaNet linear attention:
 //!   from `layer_types` where the file lists them, else from the config class's documented default
-//!   (Gemma's and Llama 4's interleaving, Qwen3-Next's every fourth layer full). A sliding window
+//!   (Gemma's and Llama 4's interleaving, Qwen3-Next's and OLMo 3's every fourth layer full,
+//!   Mistral's and Ministral 3's window on every layer; Granite 4.0 names Mamba-2 and attention
+//!   layers in a list of its own, [`granite_layer_kinds`]). A sliding window
 //!   applies only where the family's modelling code reads it (Qwen's needs
 //!   `use_sliding_window: true`); a layer kind or window servetune cannot model is refused, naming
 //!   the field and the value.
@@ -60,7 +62,13 @@ pub(super) fn read_attention(v: &Value, source: &str, arch: &str, hidden: u32) -
     };
     // Seed-OSS's class biases q, k and v by default (SeedOssConfig: attention_bias True).
     let bias_default = matches!(arch, "qwen2" | "qwen2_moe" | "gpt_oss" | "seed_oss");
-    let bias = v.get("attention_bias").and_then(Value::as_bool).unwrap_or(bias_default);
+    // ERNIE 4.5 biases every linear by `use_bias`; Ling its fused q/k/v by `use_qkv_bias`.
+    let bias_key = match arch {
+        "ernie4_5_moe" => "use_bias",
+        "bailing_moe" => "use_qkv_bias",
+        _ => "attention_bias",
+    };
+    let bias = v.get(bias_key).and_then(Value::as_bool).unwrap_or(bias_default);
     let kv_heads = field(v, &["num_key_value_heads"], source)?.unwrap_or(heads);
     // Qwen3-Next's attention always gates its output (transformers' Qwen3NextAttention); Qwen3.5
     // names it `attn_output_gate` (default true in its config class).
@@ -151,16 +159,12 @@ pub(super) fn llama4_dense_layers(v: &Value, source: &str, layers: u32) -> Resul
     Ok(layers - layers / step)
 }
 
-/// Llama 4's attention: a layer with rotary embedding attends within its chunk of
-/// `attention_chunk_size` tokens (chunked local attention), a NoPE layer to the whole context.
-/// The rotary layers are those `no_rope_layers` marks 1, else all but every
-/// `no_rope_layer_interval`-th (4: transformers' default). Chunked layers are modelled as sliding
-/// windows of the chunk size: exact while a context fits one chunk, and reading up to twice the
-/// average chunk's keys beyond. Without a chunk size every layer is full attention.
 /// ERNIE 4.5's dense layers: layer i is MoE when (i + 1) is a multiple of `moe_layer_interval`
-/// (1 when absent) and `moe_layer_start_index` <= i <= `moe_layer_end_index` (1 and the last layer
-/// when absent, or an end of -1), as transformers' Ernie4_5_MoeModel and vLLM's Ernie4_5_MoeModel
-/// build them; every other layer is a dense FFN of `intermediate_size`.
+/// and `moe_layer_start_index` <= i <= `moe_layer_end_index`, as transformers' and vLLM's
+/// Ernie4_5_MoeModel build them; every other layer is a dense FFN of `intermediate_size`. Where the
+/// file leaves a field out, transformers' defaults apply (interval 1, start 1, end the last layer;
+/// an end of -1 is the last layer too); vLLM's own default start is 0, and the released configs
+/// state theirs.
 pub(super) fn ernie_dense_layers(v: &Value, source: &str, layers: u32) -> Result<u32, ModelError> {
     let interval = field(v, &["moe_layer_interval"], source)?.unwrap_or(1);
     if interval == 0 {
@@ -176,6 +180,12 @@ pub(super) fn ernie_dense_layers(v: &Value, source: &str, layers: u32) -> Result
     Ok(layers - moe)
 }
 
+/// Llama 4's attention: a layer with rotary embedding attends within its chunk of
+/// `attention_chunk_size` tokens (chunked local attention), a NoPE layer to the whole context.
+/// The rotary layers are those `no_rope_layers` marks 1, else all but every
+/// `no_rope_layer_interval`-th (4: transformers' default). Chunked layers are modelled as sliding
+/// windows of the chunk size: exact while a context fits one chunk, and reading up to twice the
+/// average chunk's keys beyond. Without a chunk size every layer is full attention.
 pub(super) fn llama4_layer_kinds(v: &Value, source: &str, layers: u32) -> Result<LayerCounts, ModelError> {
     if field(v, &["attention_chunk_size"], source)?.is_none() {
         return Ok(LayerCounts { full: layers, sliding: 0, linear: 0 });
@@ -490,10 +500,13 @@ pub(super) fn read_moe(v: &Value, source: &str, arch: &str) -> Result<Option<Moe
     let shared_ffn = if arch == "granitemoehybrid" {
         // Granite 4.0's one shared MLP runs beside the routed experts (GraniteMoeHybridMoE).
         field(v, &["shared_intermediate_size"], source)?
-    } else if matches!(arch, "nemotron_h" | "bailing_moe") {
-        // Nemotron-H and Ling size one shared expert (vLLM's NemotronHMoE and BailingMoE: the
-        // width times the count; an expert's width where Ling states none).
+    } else if arch == "nemotron_h" {
+        // Nemotron-H sizes one shared expert (vLLM's NemotronHMoE: the width times the count).
         field(v, &["moe_shared_expert_intermediate_size"], source)?.map(|w| w.saturating_mul(shared_experts.max(1)))
+    } else if arch == "bailing_moe" {
+        // Ling: the width times the count, none without shared experts (vLLM's BailingMoE).
+        let w = field(v, &["moe_shared_expert_intermediate_size"], source)?.unwrap_or(expert_ffn);
+        Some(w.saturating_mul(shared_experts))
     } else {
         field(v, &["shared_expert_intermediate_size"], source)?
     }
@@ -515,12 +528,19 @@ pub(super) fn read_moe(v: &Value, source: &str, arch: &str) -> Result<Option<Moe
     }))
 }
 
-/// One value of a field that Hunyuan may give per layer: a whole number, or a list of them that
-/// must all be equal (servetune prices every MoE layer alike); None when absent.
-fn per_layer(v: &Value, key: &str, source: &str) -> Result<Option<u32>, ModelError> {
+/// One value of a field that Hunyuan may give per layer: a whole number, or a list with one entry
+/// per layer whose MoE layers' entries (from `skipped`, the leading dense layers, on) must all be
+/// equal (servetune prices every MoE layer alike); None when absent.
+fn per_layer(v: &Value, key: &str, source: &str, layers: u32, skipped: u32) -> Result<Option<u32>, ModelError> {
     match v.get(key) {
         Some(Value::Array(a)) => {
-            let mut values = a.iter().map(|x| {
+            if a.len() != layers as usize {
+                return Err(ModelError::Input(format!(
+                    "{source}: field {key:?} has {} entries but \"num_hidden_layers\" is {layers}: give one per layer",
+                    a.len()
+                )));
+            }
+            let mut values = a.iter().skip(skipped as usize).map(|x| {
                 x.as_u64().and_then(|n| u32::try_from(n).ok()).filter(|n| *n <= super::config::MAX_FIELD).ok_or_else(|| {
                     ModelError::Input(format!(
                         "{source}: field {key:?} holds {x}, not a whole number from 0 to {}",
@@ -528,7 +548,7 @@ fn per_layer(v: &Value, key: &str, source: &str) -> Result<Option<u32>, ModelErr
                     ))
                 })
             });
-            let first = values.next().ok_or_else(|| ModelError::Input(format!("{source}: field {key:?} is an empty list")))??;
+            let first = values.next().ok_or_else(|| ModelError::Input(format!("{source}: field {key:?} lists no MoE layer")))??;
             for x in values {
                 if x? != first {
                     return Err(ModelError::Input(format!(
@@ -553,16 +573,19 @@ fn read_hunyuan_moe(v: &Value, source: &str, arch: &str) -> Result<Option<Moe>, 
             "{source}: field \"use_cla\" is true: cross-layer attention (layers sharing one KV cache) is not modelled by servetune"
         )));
     }
-    let experts = match per_layer(v, "num_experts", source)? {
+    let layers = need(v, &["num_hidden_layers"], source, arch)?;
+    let skipped = field(v, &["moe_layer_num_skipped"], source)?.unwrap_or(0).min(layers);
+    let per_layer = |key: &str| per_layer(v, key, source, layers, skipped);
+    let experts = match per_layer("num_experts")? {
         Some(e) if e > 1 => e,
         _ => return Ok(None),
     };
-    let top_k = per_layer(v, "moe_topk", source)?
+    let top_k = per_layer("moe_topk")?
         .ok_or_else(|| ModelError::Input(format!("{source}: model_type {arch:?} needs the field \"moe_topk\", which is missing")))?;
     let width = need(v, &["intermediate_size"], source, arch)?;
-    let expert_ffn = per_layer(v, "moe_intermediate_size", source)?.unwrap_or(width);
+    let expert_ffn = per_layer("moe_intermediate_size")?.unwrap_or(width);
     let mixed = v.get("use_mixed_mlp_moe").and_then(Value::as_bool).unwrap_or(false);
-    let shared_experts = if mixed { per_layer(v, "num_shared_expert", source)?.unwrap_or(1) } else { 0 };
+    let shared_experts = if mixed { per_layer("num_shared_expert")?.unwrap_or(1) } else { 0 };
     Ok(Some(Moe {
         experts,
         top_k,
@@ -715,15 +738,17 @@ pub(super) fn granite_layer_kinds(v: &Value, source: &str, layers: u32) -> Resul
 
 /// Granite 4.0's Mamba-2 (transformers' BambaMixer under GraniteMoeHybridConfig's names):
 /// `mamba_n_groups` groups of `mamba_d_state` for B and C, `mamba_n_heads` heads of `mamba_d_head`
-/// for x (its "auto", or no field, is `mamba_expand` x hidden / heads, which must divide), and
-/// `mamba_d_conv`. The state's type: `mamba_ssm_cache_dtype` where the file names one, else the
-/// model's 2 bytes (vLLM's `--mamba-ssm-cache-dtype auto`; only Nemotron-H's config overrides it).
+/// for x (its "auto", or no field, is `mamba_expand` x hidden / heads, which must divide; a stated
+/// width must equal it, as the config class checks), and `mamba_d_conv`. The state's type:
+/// `mamba_ssm_cache_dtype` where the file names one, else 2 bytes under vLLM (the model's type,
+/// which `--mamba-ssm-cache-dtype auto` keeps; an assumption: that vLLM has no Granite-specific
+/// default was not checked) and 4 under sglang, as for Gated DeltaNet.
 pub(super) fn read_granite_mamba(v: &Value, source: &str, hidden: u32) -> Result<LinearAttention, ModelError> {
     let arch = "granitemoehybrid";
     let mut with_head = v.clone();
+    let heads = need(v, &["mamba_n_heads"], source, arch)?;
+    let inner = u64::from(need(v, &["mamba_expand"], source, arch)?) * u64::from(hidden);
     if v.get("mamba_d_head").is_none_or(|d| d.is_null() || d.as_str() == Some("auto")) {
-        let heads = need(v, &["mamba_n_heads"], source, arch)?;
-        let inner = u64::from(need(v, &["mamba_expand"], source, arch)?) * u64::from(hidden);
         if heads == 0 || !inner.is_multiple_of(u64::from(heads)) {
             return Err(ModelError::Input(format!(
                 "{source}: field \"mamba_n_heads\" is {heads}: it must divide mamba_expand x hidden_size ({inner}), or give \"mamba_d_head\""
@@ -731,6 +756,12 @@ pub(super) fn read_granite_mamba(v: &Value, source: &str, hidden: u32) -> Result
         }
         if let Some(map) = with_head.as_object_mut() {
             map.insert("mamba_d_head".into(), Value::from(inner / u64::from(heads)));
+        }
+    } else if let Some(d) = field(v, &["mamba_d_head"], source)? {
+        if u64::from(d) * u64::from(heads) != inner {
+            return Err(ModelError::Input(format!(
+                "{source}: field \"mamba_d_head\" is {d}: mamba_n_heads x mamba_d_head ({heads} x {d}) must equal mamba_expand x hidden_size ({inner})"
+            )));
         }
     }
     let names = ["mamba_n_groups", "mamba_n_heads", "mamba_d_state", "mamba_d_head", "mamba_d_conv"];

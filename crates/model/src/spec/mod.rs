@@ -140,15 +140,16 @@ pub struct LayerCounts {
 pub enum LinearMixer {
     /// Gated DeltaNet (Qwen3-Next, Qwen3.5): a fused q/k/v/z projection and a beta/alpha projection.
     GatedDeltaNet,
-    /// Mamba-2 (Nemotron-H): one input projection to z, x, B, C and dt. Its shape maps onto the
-    /// same fields: B and C are `key_heads` = `n_groups` groups of `key_head_dim` =
+    /// Mamba-2 (Nemotron-H; Granite 4.0's Bamba mixer, under its `mamba_n_groups`, `mamba_d_state`,
+    /// `mamba_n_heads` and `mamba_d_head`): one input projection to z, x, B, C and dt. Its shape
+    /// maps onto the same fields: B and C are `key_heads` = `n_groups` groups of `key_head_dim` =
     /// `ssm_state_size`; x is `value_heads` = `mamba_num_heads` heads of `value_head_dim` =
     /// `mamba_head_dim`; the state is heads x head_dim x state_size.
     Mamba2,
 }
 
 /// A linear (recurrent) token mixer, Gated DeltaNet (Qwen3-Next, Qwen3.5) or Mamba-2
-/// (Nemotron-H): per request and layer it keeps a recurrent state of value_heads x key_head_dim x
+/// (Nemotron-H, Granite 4.0): per request and layer it keeps a recurrent state of value_heads x key_head_dim x
 /// value_head_dim and a causal-convolution state of (2 x key_heads x key_head_dim + value_heads x
 /// value_head_dim) x (conv_kernel - 1).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -167,7 +168,7 @@ pub struct LinearAttention {
     pub conv_kernel: u32,
     /// Bytes per element of the recurrent state as vLLM keeps it (`mamba_ssm_dtype` for Gated
     /// DeltaNet, 2 when absent: its `--mamba-ssm-cache-dtype auto` keeps the model's bf16;
-    /// `mamba_ssm_cache_dtype` for Mamba-2, 4 when absent).
+    /// `mamba_ssm_cache_dtype` for Mamba-2, 4 when absent for Nemotron-H and 2 for Granite 4.0).
     pub state_bytes: u32,
     /// Bytes per element of the recurrent state as sglang keeps it: the config's `mamba_ssm_dtype`,
     /// else float32 (`mamba2_state_dtype` in sglang's `python/sglang/srt/configs/mamba_utils.py`:

@@ -842,11 +842,11 @@ fn a_model_is_named_by_its_catalog_name_or_a_listed_checkpoints_repository() {
     let mut repos = 0;
     for name in catalog_names() {
         let entry = catalog_entry(name).expect("entry");
-        let mut formats: Vec<_> = entry.checkpoints.iter().map(|c| c.quant).collect();
-        formats.dedup();
+        let formats: std::collections::BTreeSet<&str> = entry.checkpoints.iter().map(|c| c.quant.name()).collect();
         assert_eq!(formats.len(), entry.checkpoints.len(), "{name}: one checkpoint per format");
-        for c in entry.checkpoints.iter().filter(|c| c.repo.split('/').count() == 2 && !c.repo.contains(' ')) {
-            for spelled in [c.repo.clone(), c.repo.to_lowercase(), c.repo.to_uppercase(), format!("{}/", c.repo)] {
+        for c in &entry.checkpoints {
+            let Some(repo) = c.repository() else { continue };
+            for spelled in [repo.to_string(), repo.to_lowercase(), repo.to_uppercase(), format!(" {repo}/")] {
                 let n = named_model(&spelled).unwrap_or_else(|e| panic!("{spelled}: {e}"));
                 assert_eq!((n.entry.name.as_str(), n.checkpoint), (name, Some(c.quant)), "{spelled}");
             }
@@ -854,12 +854,23 @@ fn a_model_is_named_by_its_catalog_name_or_a_listed_checkpoints_repository() {
         }
     }
     assert!(repos >= 30, "the catalog lists {repos} checkpoint repositories");
-    // Qwen3-Next's config is read from the Thinking model, whose checkpoint the catalog does not list.
-    let next = named_model("Qwen/Qwen3-Next-80B-A3B-Thinking").expect("the config's repository");
-    assert_eq!((next.entry.name.as_str(), next.checkpoint), ("qwen3-next-80b-a3b", None));
-    for bad in ["deepseek-ai/DeepSeek-R1", "GLM-5", "zai-org", "zai-org/GLM-5-FP8/extra", "", "/models/GLM-5-FP8"] {
+    assert_eq!(named_model("GLM-5").expect("any letter case").entry.name, "glm-5");
+    // Refused: another checkpoint of a catalog architecture, the repository Qwen3-Next's config was
+    // read from (no listed checkpoint: the launch script would serve another), a checkpoint the
+    // catalog describes in words (Kimi-K2's INT4, written as prose), and what is no repository.
+    let kimi_words = catalog_entry("kimi-k2").expect("kimi").checkpoints[1].repo.clone();
+    assert!(kimi_words.contains(' '), "kimi-k2's INT4 checkpoint is described in words: {kimi_words}");
+    for bad in [
+        "deepseek-ai/DeepSeek-R1",
+        "Qwen/Qwen3-Next-80B-A3B-Thinking",
+        &kimi_words,
+        "zai-org",
+        "zai-org/GLM-5-FP8/extra",
+        "",
+        "/models/GLM-5-FP8",
+    ] {
         let e = named_model(bad).expect_err(bad).to_string();
-        assert!(e.contains(&format!("--model {bad:?} is not in the catalog")) && e.contains("--model-config"), "{bad}: {e}");
+        assert!(e.contains(&format!("{bad:?} is not in the model catalog: give a catalog name (glm-5,")), "{bad}: {e}");
     }
 }
 
@@ -989,6 +1000,21 @@ fn newer_families_match_their_published_parameter_counts() {
     let e =
         from_hf_config(&cases[6].1.replace(r#""moe_layer_interval":1"#, r#""moe_layer_interval":0"#), "e.json").expect_err("interval 0");
     assert!(e.to_string().contains("e.json: field \"moe_layer_interval\" is 0"), "{e}");
+    // Seed-OSS without head_dim or attention_bias: the class's 128-wide, biased heads.
+    let seed = read(&cases[2].1.replace(r#""head_dim":128,"#, "").replace(r#","attention_bias":true"#, ""));
+    assert!(matches!(seed.attention, Attention::Gqa { head_dim: 128, bias: true, .. }), "{:?}", seed.attention);
+    // Ling without shared experts has none; a MoBA sparse-attention checkpoint is refused by name.
+    let no_shared = read(&cases[7].1.replace(r#""num_shared_experts":1"#, r#""num_shared_experts":0"#)).moe.expect("moe");
+    assert_eq!((no_shared.shared_experts, no_shared.shared_ffn), (0, 0));
+    let moba = cases[7].1.replace(r#""first_k_dense_replace":1"#, r#""first_k_dense_replace":1,"moba_block_size":4096"#);
+    let e = from_hf_config(&moba, "r.json").expect_err("moba").to_string();
+    assert!(e.contains("r.json: field \"moba_block_size\" is set"), "{e}");
+    // GLM-4.1V's language model is GLM-4's (dense): 40 layers, 32 heads of 128, 2 KV heads.
+    let glm41v = read(
+        r#"{"model_type":"glm4v","text_config":{"model_type":"glm4v_text","hidden_size":4096,"num_hidden_layers":40,"num_attention_heads":32,"num_key_value_heads":2,"intermediate_size":13696,"attention_bias":true,"vocab_size":151552,"tie_word_embeddings":false,"max_position_embeddings":65536}}"#,
+    );
+    assert_eq!((glm41v.arch.as_str(), glm41v.moe.is_none(), glm41v.layers), ("glm4", true, 40));
+    assert!(matches!(glm41v.attention, Attention::Gqa { head_dim: 128, kv_heads: 2, bias: true, .. }), "{:?}", glm41v.attention);
 }
 
 /// IBM Granite 4.0 (`granitemoehybrid`, docs/reference.md "More architectures"): Mamba-2 and
@@ -1011,6 +1037,11 @@ fn granite_4_hybrids_read_their_mixers_ffns_and_published_counts() {
     assert_eq!((moe.experts, moe.top_k, moe.expert_ffn, moe.shared_experts, moe.shared_ffn), (72, 10, 768, 1, 1536));
     let la = m.linear.expect("mamba");
     assert_eq!((la.mixer, la.key_heads, la.value_heads, la.key_head_dim, la.value_head_dim), (LinearMixer::Mamba2, 1, 128, 128, 64));
+    // Granite's attention is hidden / heads wide whatever a head_dim says.
+    let stated = from_hf_config(&small.replace(r#""num_key_value_heads":8"#, r#""num_key_value_heads":8,"head_dim":256"#), "s.json");
+    assert!(matches!(stated.expect("head_dim").attention, Attention::Gqa { head_dim: 128, .. }), "4096 / 32, not the stated 256");
+    let e = from_hf_config(&small.replace(r#""mamba_d_head":64"#, r#""mamba_d_head":32"#), "s.json").expect_err("32").to_string();
+    assert!(e.contains("s.json: field \"mamba_d_head\" is 32: mamba_n_heads x mamba_d_head (128 x 32) must equal"), "{e}");
     assert!(within(m.params().total, 32_207_337_984.0, 0.001), "h-small {:.4}B", m.params().total / 1e9);
     // "auto" (or no field) derives the head width from mamba_expand x hidden / heads.
     let auto = small.replace(r#""mamba_d_head":64"#, r#""mamba_d_head":"auto""#);
@@ -1059,4 +1090,14 @@ fn hunyuan_a13b_reads_its_per_layer_lists_and_published_counts() {
     assert!(e.contains("h.json: field \"use_cla\" is true"), "{e}");
     let dense_first = cfg.replace(r#""moe_layer_num_skipped":0"#, r#""moe_layer_num_skipped":2"#);
     assert_eq!(from_hf_config(&dense_first, "h.json").expect("skipped").dense_layers, 2);
+    // The skipped dense layers' entries may differ (one expert there); the MoE layers' may not.
+    let one_first = dense_first.replacen("[3072,3072", "[1,1", 1);
+    assert_eq!(from_hf_config(&one_first, "h.json").expect("dense entries differ").moe.expect("moe").expert_ffn, 3072);
+    // Heads as wide as attention_head_dim says (64 here, where 4096 / 32 is 128), under
+    // transformers' spelling of the type too.
+    let narrow = cfg.replace(r#""attention_head_dim":128"#, r#""attention_head_dim":64"#).replace(r#""hunyuan""#, r#""hunyuan_v1_moe""#);
+    assert!(matches!(from_hf_config(&narrow, "h.json").expect("64").attention, Attention::Gqa { head_dim: 64, .. }));
+    let short = cfg.replacen("[8,", "[", 1);
+    let e = from_hf_config(&short, "h.json").expect_err("31 entries").to_string();
+    assert!(e.contains("h.json: field \"moe_topk\" has 31 entries but \"num_hidden_layers\" is 32"), "{e}");
 }
