@@ -13,6 +13,7 @@ use servetune_campaign::journal::Journal;
 use servetune_campaign::planner::{StepKind, Verdict};
 use servetune_campaign::CampaignError;
 use servetune_campaign::{report, report_compare, report_html};
+use servetune_model::spec::NamedModel;
 
 use crate::{ExitCode, Failure};
 
@@ -77,7 +78,7 @@ struct InitArgs {
     /// Goal: output_tok_s>=N, optionally ' at ' latency objectives (tpot:p90<50ms)
     #[arg(long)]
     goal: String,
-    /// Checkpoint format for the model's predictions (bf16, fp8, nvfp4, mxfp4, int4) [default: the format of the model's published checkpoint, as `servetune plan` takes it: --catalog-model's, or --model's when it is a catalog name or a listed checkpoint's repository; bf16 for a model outside the catalog]
+    /// Checkpoint format for the model's predictions (bf16, fp8, nvfp4, mxfp4, int4) [default: the format of the model's published checkpoint, as `servetune plan` takes it: that of the listed checkpoint repository --model (else --catalog-model) names, else the catalog model's published one; bf16 for a model outside the catalog]
     #[arg(long, value_name = "DTYPE")]
     quant: Option<String>,
     /// Knob values every experiment sets, KEY=VALUE (repeatable)
@@ -443,36 +444,69 @@ fn published_quant(name: &str) -> String {
     dtype.unwrap_or(servetune_model::quant::Dtype::Bf16).name().to_string()
 }
 
-/// The checkpoint format a listed checkpoint's repository names, from `--catalog-model` or else
-/// `--model` (None for catalog names, paths and other ids), and the flag that named it.
-fn named_format(a: &InitArgs) -> Result<Option<(servetune_model::quant::Dtype, String)>, Failure> {
-    if let Some(c) = &a.catalog_model {
-        let named = servetune_model::spec::named_model(c)
-            .map_err(|e| Failure::usage(format!("--catalog-model: {e}; for a model outside the catalog leave --catalog-model out")))?;
-        if let Some(q) = named.checkpoint {
-            return Ok(Some((q, format!("--catalog-model {c}"))));
+/// What `--model` and `--catalog-model` name in the catalog ([`servetune_model::spec::named_model`]):
+/// `--model` only where it is a catalog name or a listed checkpoint's repository (else a path or an
+/// id the catalog does not know). The two must agree: the same catalog model, and not two
+/// different checkpoints.
+fn named(a: &InitArgs) -> Result<(Option<NamedModel>, Option<NamedModel>), Failure> {
+    let model = servetune_model::spec::named_model(&a.model).ok();
+    let catalog = match &a.catalog_model {
+        Some(c) => Some(
+            servetune_model::spec::named_model(c)
+                .map_err(|e| Failure::usage(format!("--catalog-model: {e}; for a model outside the catalog leave --catalog-model out")))?,
+        ),
+        None => None,
+    };
+    if let (Some(m), Some(c)) = (model, catalog) {
+        let formats_differ = matches!((m.checkpoint, c.checkpoint), (Some(x), Some(y)) if x != y);
+        if m.entry.name != c.entry.name || formats_differ {
+            return Err(Failure::usage(format!(
+                "--model {} is {} but --catalog-model {} is {}: they must name the same model; give --catalog-model {} or leave it out",
+                a.model,
+                describe(&m),
+                a.catalog_model.as_deref().unwrap_or_default(),
+                describe(&c),
+                m.entry.name
+            )));
         }
     }
-    Ok(servetune_model::spec::named_model(&a.model).ok().and_then(|n| n.checkpoint).map(|q| (q, format!("--model {}", a.model))))
+    Ok((model, catalog))
+}
+
+/// "glm-5" or "the fp8 checkpoint of glm-5".
+fn describe(n: &NamedModel) -> String {
+    match n.checkpoint {
+        Some(q) => format!("the {} checkpoint of {}", q.name(), n.entry.name),
+        None => n.entry.name.clone(),
+    }
 }
 
 fn init(a: InitArgs) -> Result<(), Failure> {
     let all = engine::all(a.engines.as_deref()).map_err(lib)?;
     let tmpl = engine::find(&all, &a.engine).map_err(lib)?;
-    // A checkpoint's repository names its format; a --quant of another format is refused, as
-    // `servetune plan` refuses it.
-    let named = named_format(&a)?;
-    if let (Some((c, flag)), Some(q)) = (&named, &a.quant) {
-        if servetune_model::quant::Dtype::parse("--quant", q).is_ok_and(|q| q != *c) {
+    let (model, catalog) = named(&a)?;
+    // A checkpoint's repository names its format, `--model`'s first (what the engine loads); a
+    // --quant of another format is refused, as `servetune plan` refuses it.
+    let checkpoint = model.and_then(|m| m.checkpoint.map(|q| (q, "--model", a.model.clone(), m)));
+    let checkpoint = checkpoint
+        .or_else(|| catalog.and_then(|c| c.checkpoint.map(|q| (q, "--catalog-model", a.catalog_model.clone().unwrap_or_default(), c))));
+    if let (Some((c, flag, value, n)), Some(q)) = (&checkpoint, &a.quant) {
+        if servetune_model::quant::Dtype::parse("--quant", &q.to_ascii_lowercase()).is_ok_and(|q| q != *c) {
+            let fix = if *flag == "--model" {
+                "leave --quant out (the engine loads that checkpoint), or point --model at a checkpoint in the other format".to_string()
+            } else {
+                format!("give --catalog-model {} --quant {q}", n.entry.name)
+            };
             return Err(Failure::usage(format!(
-                "{flag} is the {} checkpoint, but --quant {q} asks for another format: leave --quant out, or name the catalog model instead of the repository",
-                c.name()
+                "{flag} {value} is the {} checkpoint of {}, but --quant {q} asks for another format: {fix}",
+                c.name(),
+                n.entry.name
             )));
         }
     }
-    let quant = match (&a.quant, &named) {
+    let quant = match (&a.quant, &checkpoint) {
         (Some(q), _) => q.clone(),
-        (None, Some((c, _))) => c.name().to_string(),
+        (None, Some((c, ..))) => c.name().to_string(),
         (None, None) => published_quant(a.catalog_model.as_deref().unwrap_or(&a.model)),
     };
     let mut s = campaign::settings(&a.goal, tmpl, &a.model, &quant, knobs(&a.set)?).map_err(lib)?;

@@ -66,10 +66,25 @@ fn campaign_init_takes_the_published_checkpoint_format_unless_told() {
         assert_eq!(code, 0, "{name}: {out}{err}");
         assert_eq!(journal_quant(&dir), (want.to_string(), Some(catalog.to_string())), "{name}");
     }
-    // A --quant of another format than the named checkpoint's is refused, naming the flag.
-    for (name, extra) in [
-        ("conflict-model", vec!["--model", "zai-org/GLM-5-FP8", "--quant", "nvfp4"]),
-        ("conflict-catalog", vec!["--model", "/models/glm", "--catalog-model", "zai-org/GLM-5-FP8", "--quant", "bf16"]),
+    // A --quant of another format than the named checkpoint's is refused, naming the flag, and so
+    // are two flags naming different checkpoints.
+    for (name, extra, want) in [
+        (
+            "conflict-model",
+            vec!["--model", "zai-org/GLM-5-FP8", "--quant", "nvfp4"],
+            "--model zai-org/GLM-5-FP8 is the fp8 checkpoint of glm-5, but --quant nvfp4",
+        ),
+        (
+            "conflict-catalog",
+            vec!["--model", "/models/glm", "--catalog-model", "zai-org/GLM-5-FP8", "--quant", "bf16"],
+            "--catalog-model zai-org/GLM-5-FP8 is the fp8 checkpoint of glm-5, but --quant bf16",
+        ),
+        (
+            "conflict-flags",
+            vec!["--model", "zai-org/GLM-5", "--catalog-model", "zai-org/GLM-5-FP8"],
+            "--model zai-org/GLM-5 is the bf16 checkpoint of glm-5 but --catalog-model zai-org/GLM-5-FP8 is the fp8 checkpoint",
+        ),
+        ("conflict-models", vec!["--model", "Qwen/Qwen3-30B-A3B-FP8", "--catalog-model", "deepseek-v3"], "they must name the same model"),
     ] {
         let dir = tmp.path().join(name);
         let d = dir.to_str().expect("utf-8 path");
@@ -77,7 +92,7 @@ fn campaign_init_takes_the_published_checkpoint_format_unless_told() {
         args.extend(extra);
         let (code, _, err) = run(&args);
         assert_eq!(code, 2, "{name}: {err}");
-        assert!(err.contains("is the fp8 checkpoint, but --quant"), "{name}: {err}");
+        assert!(err.contains(want), "{name}: {err}");
     }
     let (_, help, _) = run(&["campaign", "init", "--help"]);
     assert!(help.contains("published checkpoint"), "campaign init --help says where --quant's default comes from");

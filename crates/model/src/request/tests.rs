@@ -106,8 +106,10 @@ fn from_plan_pairs_build_the_same_scenario_as_the_fields() {
 /// contradict; an unknown model is refused under the flag's own name.
 #[test]
 fn from_plan_pairs_take_a_checkpoints_repository_and_refuse_another_format() {
-    let by_repo = ScenarioSpec::parse_pairs("--from-plan", "model=zai-org/GLM-5-FP8,gpu=h200,gpus=8").expect("repository");
-    let by_name = ScenarioSpec::parse_pairs("--from-plan", "model=glm-5,gpu=h200,gpus=8,quant=fp8").expect("name");
+    // glm-5's default checkpoint is FP8; its BF16 repository must bring BF16 (16 GPUs hold it).
+    let by_repo = ScenarioSpec::parse_pairs("--from-plan", "model=zai-org/GLM-5,gpu=h200,gpus=16").expect("repository");
+    let by_name = ScenarioSpec::parse_pairs("--from-plan", "model=glm-5,gpu=h200,gpus=16,quant=bf16").expect("name");
+    assert_eq!(by_repo.quant.checkpoint, Some(Dtype::Bf16));
     assert_eq!(by_repo.build().expect("a"), by_name.build().expect("b"));
     assert!(ScenarioSpec::parse_pairs("--from-plan", "model=zai-org/GLM-5-FP8,gpu=h200,quant=fp8").is_ok(), "the same format");
     let e = ScenarioSpec::parse_pairs("--from-plan", "model=zai-org/GLM-5-FP8,gpu=h200,quant=nvfp4").expect_err("another format");

@@ -50,7 +50,8 @@ impl ModelSpec {
                 return bad(field, format!("is {}: it must be from 1 to the {} experts", m.top_k, m.experts));
             }
             if m.expert_ffn == 0 {
-                return bad("moe_intermediate_size", "is 0: experts need a size".into());
+                let field = if self.arch == "granitemoehybrid" { "intermediate_size" } else { "moe_intermediate_size" };
+                return bad(field, "is 0: experts need a size".into());
             }
         }
         if let Some(d) = self.dsa {

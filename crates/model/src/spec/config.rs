@@ -60,8 +60,8 @@ pub(super) fn field(v: &Value, keys: &[&str], source: &str) -> Result<Option<u32
 /// Gemma2Config and Gemma3TextConfig. Where a class's default differs from what the parser would
 /// otherwise assume, it is added too: Ministral 3's and Seed-OSS's head dimension is 128, not
 /// hidden / heads (Ministral3Config, SeedOssConfig: the 3B's 3072 / 32 would be 96), OLMo 3's
-/// window is 4,096 tokens (Olmo3Config), Ling 2.0's first layer is dense (BailingMoeV2Config;
-/// Ling 1.x files state 0), and Granite 4.0's expert, Mamba-2 and shared-MLP sizes are
+/// window is 4,096 tokens (Olmo3Config), Ling 2.0's first layer is dense and it has one shared
+/// expert (BailingMoeV2Config; Ling 1.x files state theirs), and Granite 4.0's expert, Mamba-2 and shared-MLP sizes are
 /// GraniteMoeHybridConfig's. Other architectures read only what their files state.
 pub(super) fn class_defaults(arch: &str) -> Option<&'static [(&'static str, u32)]> {
     const GEMMA2: &[(&str, u32)] =
@@ -70,7 +70,7 @@ pub(super) fn class_defaults(arch: &str) -> Option<&'static [(&'static str, u32)
         &[("vocab_size", 262_208), ("head_dim", 256), ("num_attention_heads", 8), ("num_key_value_heads", 4), ("sliding_window", 4096)];
     const HEAD_DIM_128: &[(&str, u32)] = &[("head_dim", 128)];
     const OLMO3: &[(&str, u32)] = &[("sliding_window", 4096)];
-    const BAILING: &[(&str, u32)] = &[("first_k_dense_replace", 1)];
+    const BAILING: &[(&str, u32)] = &[("first_k_dense_replace", 1), ("num_shared_experts", 1)];
     const GRANITE: &[(&str, u32)] = &[
         ("num_local_experts", 8),
         ("num_experts_per_tok", 2),

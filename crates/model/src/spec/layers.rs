@@ -62,13 +62,15 @@ pub(super) fn read_attention(v: &Value, source: &str, arch: &str, hidden: u32) -
     };
     // Seed-OSS's class biases q, k and v by default (SeedOssConfig: attention_bias True).
     let bias_default = matches!(arch, "qwen2" | "qwen2_moe" | "gpt_oss" | "seed_oss");
-    // ERNIE 4.5 biases every linear by `use_bias`; Ling its fused q/k/v by `use_qkv_bias`.
+    // ERNIE 4.5 biases every linear by `use_bias`; Ling its fused q/k/v by `use_qkv_bias` or
+    // `use_bias` (vLLM's BailingAttention).
     let bias_key = match arch {
         "ernie4_5_moe" => "use_bias",
         "bailing_moe" => "use_qkv_bias",
         _ => "attention_bias",
     };
-    let bias = v.get(bias_key).and_then(Value::as_bool).unwrap_or(bias_default);
+    let bias = v.get(bias_key).and_then(Value::as_bool).unwrap_or(bias_default)
+        || (arch == "bailing_moe" && v.get("use_bias").and_then(Value::as_bool) == Some(true));
     let kv_heads = field(v, &["num_key_value_heads"], source)?.unwrap_or(heads);
     // Qwen3-Next's attention always gates its output (transformers' Qwen3NextAttention); Qwen3.5
     // names it `attn_output_gate` (default true in its config class).
@@ -212,8 +214,9 @@ pub(super) fn llama4_layer_kinds(v: &Value, source: &str, layers: u32) -> Result
 /// Layer kinds from `layer_types`, or the config class's default when it is absent: Qwen3-Next
 /// and Qwen3.5 put a full-attention layer every `full_attention_interval` layers (the rest linear);
 /// gpt-oss and Gemma 2 alternate sliding (even layers) and full; Gemma 3 slides in all but every
-/// `sliding_window_pattern`-th layer; Mistral, Mixtral and Phi-3 with a `sliding_window` slide in
-/// every layer; everything else is full attention. `dsa`: the model has a DSA indexer (its
+/// `sliding_window_pattern`-th layer; OLMo 3 slides in all but every fourth; Mistral, Ministral 3,
+/// Mixtral and Phi-3 with a `sliding_window` slide in every layer; everything else is full
+/// attention. `dsa`: the model has a DSA indexer (its
 /// layers may be spelled "deepseek_sparse_attention").
 pub(super) fn read_layer_kinds(v: &Value, source: &str, arch: &str, layers: u32, dsa: bool) -> Result<LayerCounts, ModelError> {
     let kinds: Vec<LayerKind> = match v.get("layer_types") {
@@ -565,7 +568,7 @@ fn per_layer(v: &Value, key: &str, source: &str, layers: u32, skipped: u32) -> R
 /// Hunyuan-A13B's experts (`hunyuan_v1_moe`; Tencent's HunYuanConfig and vLLM's `hunyuan_v1.py`):
 /// `num_experts` experts of `moe_intermediate_size` (else `intermediate_size`) wide, `moe_topk`
 /// of them per token, and with `use_mixed_mlp_moe` a shared MLP of `intermediate_size` x
-/// `num_shared_expert`; each may be a per-layer list, which must hold one value. Cross-layer
+/// `num_shared_expert`; each may be a per-layer list ([`per_layer`]). Cross-layer
 /// attention (`use_cla`, KV shared between layers as in Hunyuan-Large) is refused: not modelled.
 fn read_hunyuan_moe(v: &Value, source: &str, arch: &str) -> Result<Option<Moe>, ModelError> {
     if v.get("use_cla").and_then(Value::as_bool) == Some(true) {

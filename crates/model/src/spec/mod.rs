@@ -107,7 +107,7 @@ pub enum LayerKind {
     Full,
     /// Attention over the last `sliding_window` tokens (`sliding_attention`).
     Sliding,
-    /// Linear attention (`linear_attention`; Nemotron-H's Mamba-2 blocks): a fixed-size recurrent
+    /// Linear attention (`linear_attention`; Nemotron-H's and Granite 4.0's Mamba-2): a fixed-size recurrent
     /// state per request instead of a KV cache.
     Linear,
 }

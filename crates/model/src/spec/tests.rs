@@ -1090,7 +1090,7 @@ fn hunyuan_a13b_reads_its_per_layer_lists_and_published_counts() {
     assert!(e.contains("h.json: field \"use_cla\" is true"), "{e}");
     let dense_first = cfg.replace(r#""moe_layer_num_skipped":0"#, r#""moe_layer_num_skipped":2"#);
     assert_eq!(from_hf_config(&dense_first, "h.json").expect("skipped").dense_layers, 2);
-    // The skipped dense layers' entries may differ (one expert there); the MoE layers' may not.
+    // The skipped dense layers' entries may differ (an expert width of 1 there); the MoE layers' may not.
     let one_first = dense_first.replacen("[3072,3072", "[1,1", 1);
     assert_eq!(from_hf_config(&one_first, "h.json").expect("dense entries differ").moe.expect("moe").expert_ffn, 3072);
     // Heads as wide as attention_head_dim says (64 here, where 4096 / 32 is 128), under
