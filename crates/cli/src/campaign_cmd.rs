@@ -435,15 +435,6 @@ fn executor(a: &InitArgs) -> Result<campaign::Executor, Failure> {
     }))
 }
 
-/// The format of the checkpoint `name` names, as `servetune plan` defaults `--quant` to it: a
-/// listed checkpoint's repository gives its own, a catalog name its published checkpoint's; bf16
-/// for a name outside the catalog.
-fn published_quant(name: &str) -> String {
-    let named = servetune_model::spec::named_model(name).ok();
-    let dtype = named.and_then(|n| n.checkpoint.or_else(|| servetune_model::spec::catalog(&n.entry.name).ok()?.checkpoint));
-    dtype.unwrap_or(servetune_model::quant::Dtype::Bf16).name().to_string()
-}
-
 /// What `--model` and `--catalog-model` name in the catalog ([`servetune_model::spec::named_model`]):
 /// `--model` only where it is a catalog name or a listed checkpoint's repository (else a path or an
 /// id the catalog does not know). The two must agree: the same catalog model, and not two
@@ -507,7 +498,14 @@ fn init(a: InitArgs) -> Result<(), Failure> {
     let quant = match (&a.quant, &checkpoint) {
         (Some(q), _) => q.clone(),
         (None, Some((c, ..))) => c.name().to_string(),
-        (None, None) => published_quant(a.catalog_model.as_deref().unwrap_or(&a.model)),
+        // The catalog model's published checkpoint, as `servetune plan` defaults --quant to it;
+        // bf16 for a model outside the catalog.
+        (None, None) => catalog
+            .or(model)
+            .and_then(|n| servetune_model::spec::catalog(&n.entry.name).ok()?.checkpoint)
+            .unwrap_or(servetune_model::quant::Dtype::Bf16)
+            .name()
+            .to_string(),
     };
     let mut s = campaign::settings(&a.goal, tmpl, &a.model, &quant, knobs(&a.set)?).map_err(lib)?;
     if let Some(c) = &a.catalog_model {

@@ -47,6 +47,14 @@ fn journal_quant(dir: &std::path::Path) -> (String, Option<String>) {
 fn campaign_init_takes_the_published_checkpoint_format_unless_told() {
     let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/../probe/tests/fixtures/proxmox-lxc-8gpu");
     let tmp = tempfile::tempdir().expect("tmp");
+    // `campaign init` into a directory of its own, with the flags `extra` adds.
+    let init = |name: &str, extra: Vec<&str>| {
+        let dir = tmp.path().join(name);
+        let d = dir.to_str().expect("utf-8 path").to_string();
+        let mut args = vec!["campaign", "init", &d, "--engine", "sim", "--goal", "output_tok_s>=1000", "--probe-root", fixture];
+        args.extend(extra);
+        (run(&args), dir)
+    };
     for (name, extra, want, catalog) in [
         ("catalog", vec!["--model", "deepseek-v3"], "fp8", "deepseek-v3"),
         ("path", vec!["--model", "/models/DeepSeek-V3", "--catalog-model", "deepseek-v3"], "fp8", "deepseek-v3"),
@@ -58,11 +66,7 @@ fn campaign_init_takes_the_published_checkpoint_format_unless_told() {
         ("repository-case", vec!["--model", "qwen/qwen3-30b-a3b-fp8"], "fp8", "qwen3-30b-a3b"),
         ("path-and-repository", vec!["--model", "/models/glm", "--catalog-model", "zai-org/GLM-5"], "bf16", "glm-5"),
     ] {
-        let dir = tmp.path().join(name);
-        let d = dir.to_str().expect("utf-8 path");
-        let mut args = vec!["campaign", "init", d, "--engine", "sim", "--goal", "output_tok_s>=1000", "--probe-root", fixture];
-        args.extend(extra);
-        let (code, out, err) = run(&args);
+        let ((code, out, err), dir) = init(name, extra);
         assert_eq!(code, 0, "{name}: {out}{err}");
         assert_eq!(journal_quant(&dir), (want.to_string(), Some(catalog.to_string())), "{name}");
     }
@@ -86,11 +90,7 @@ fn campaign_init_takes_the_published_checkpoint_format_unless_told() {
         ),
         ("conflict-models", vec!["--model", "Qwen/Qwen3-30B-A3B-FP8", "--catalog-model", "deepseek-v3"], "they must name the same model"),
     ] {
-        let dir = tmp.path().join(name);
-        let d = dir.to_str().expect("utf-8 path");
-        let mut args = vec!["campaign", "init", d, "--engine", "sim", "--goal", "output_tok_s>=1000", "--probe-root", fixture];
-        args.extend(extra);
-        let (code, _, err) = run(&args);
+        let ((code, _, err), _) = init(name, extra);
         assert_eq!(code, 2, "{name}: {err}");
         assert!(err.contains(want), "{name}: {err}");
     }
