@@ -481,8 +481,17 @@ fn init(a: InitArgs) -> Result<(), Failure> {
     let checkpoint = model.and_then(|m| m.checkpoint.map(|q| (q, "--model", a.model.clone(), m)));
     let checkpoint = checkpoint
         .or_else(|| catalog.and_then(|c| c.checkpoint.map(|q| (q, "--catalog-model", a.catalog_model.clone().unwrap_or_default(), c))));
-    if let (Some((c, flag, value, n)), Some(q)) = (&checkpoint, &a.quant) {
-        if servetune_model::quant::Dtype::parse("--quant", &q.to_ascii_lowercase()).is_ok_and(|q| q != *c) {
+    // --quant in any letter case ("FP8" is fp8), stored under its canonical name: the journal keeps
+    // it and the plan step parses it again, so an unknown one would only lose every prediction.
+    let asked = a
+        .quant
+        .as_deref()
+        .map(|q| servetune_model::quant::Dtype::parse("--quant", &q.trim().to_ascii_lowercase()))
+        .transpose()
+        .map_err(|e| Failure::usage(e.to_string()))?;
+    if let (Some((c, flag, value, n)), Some(q)) = (&checkpoint, asked) {
+        if q != *c {
+            let q = q.name();
             let fix = if *flag == "--model" {
                 "leave --quant out (the engine loads that checkpoint), or point --model at a checkpoint in the other format".to_string()
             } else {
@@ -495,18 +504,18 @@ fn init(a: InitArgs) -> Result<(), Failure> {
             )));
         }
     }
-    let quant = match (&a.quant, &checkpoint) {
-        (Some(q), _) => q.clone(),
-        (None, Some((c, ..))) => c.name().to_string(),
+    let quant = match (asked, &checkpoint) {
+        (Some(q), _) => q,
+        (None, Some((c, ..))) => *c,
         // The catalog model's published checkpoint, as `servetune plan` defaults --quant to it;
         // bf16 for a model outside the catalog.
         (None, None) => catalog
             .or(model)
             .and_then(|n| servetune_model::spec::catalog(&n.entry.name).ok()?.checkpoint)
-            .unwrap_or(servetune_model::quant::Dtype::Bf16)
-            .name()
-            .to_string(),
-    };
+            .unwrap_or(servetune_model::quant::Dtype::Bf16),
+    }
+    .name()
+    .to_string();
     let mut s = campaign::settings(&a.goal, tmpl, &a.model, &quant, knobs(&a.set)?).map_err(lib)?;
     if let Some(c) = &a.catalog_model {
         let named = servetune_model::spec::named_model(c).map_err(|e| Failure::usage(format!("--catalog-model: {e}")))?;

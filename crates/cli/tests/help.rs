@@ -65,6 +65,11 @@ fn campaign_init_takes_the_published_checkpoint_format_unless_told() {
         ("repository", vec!["--model", "zai-org/GLM-5"], "bf16", "glm-5"),
         ("repository-case", vec!["--model", "qwen/qwen3-30b-a3b-fp8"], "fp8", "qwen3-30b-a3b"),
         ("path-and-repository", vec!["--model", "/models/glm", "--catalog-model", "zai-org/GLM-5"], "bf16", "glm-5"),
+        // --quant in another letter case is stored under its canonical name (the plan step parses
+        // the journal's value again; "FP8" there lost every prediction), and so is fp16.
+        ("told-upper-case", vec!["--model", "deepseek-v3", "--quant", "NVFP4"], "nvfp4", "deepseek-v3"),
+        ("told-fp16", vec!["--model", "llama-3.1-8b", "--quant", "FP16"], "bf16", "llama-3.1-8b"),
+        ("agrees-upper-case", vec!["--model", "zai-org/GLM-5-FP8", "--quant", "Fp8"], "fp8", "glm-5"),
     ] {
         let ((code, out, err), dir) = init(name, extra);
         assert_eq!(code, 0, "{name}: {out}{err}");
@@ -89,10 +94,18 @@ fn campaign_init_takes_the_published_checkpoint_format_unless_told() {
             "--model zai-org/GLM-5 is the bf16 checkpoint of glm-5 but --catalog-model zai-org/GLM-5-FP8 is the fp8 checkpoint",
         ),
         ("conflict-models", vec!["--model", "Qwen/Qwen3-30B-A3B-FP8", "--catalog-model", "deepseek-v3"], "they must name the same model"),
+        // An unknown format is refused before anything is written, with the formats known.
+        (
+            "unknown-quant",
+            vec!["--model", "deepseek-v3", "--quant", "fp9"],
+            "--quant \"fp9\" is unknown; known: bf16, fp8, nvfp4, mxfp4, int4",
+        ),
+        ("unknown-quant-path", vec!["--model", "/models/x", "--quant", "awq"], "--quant \"awq\" is unknown"),
     ] {
-        let ((code, _, err), _) = init(name, extra);
+        let ((code, _, err), dir) = init(name, extra);
         assert_eq!(code, 2, "{name}: {err}");
         assert!(err.contains(want), "{name}: {err}");
+        assert!(!dir.join("journal.sqlite").exists(), "{name}: a refused init writes no journal");
     }
     let (_, help, _) = run(&["campaign", "init", "--help"]);
     assert!(help.contains("published checkpoint"), "campaign init --help says where --quant's default comes from");
