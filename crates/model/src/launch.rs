@@ -84,8 +84,9 @@ fn default_port(e: EngineName) -> u16 {
 fn trusts_remote_code(s: &Scenario) -> bool {
     // Ling 2.0's (`bailing_moe`) and Hunyuan-A13B's checkpoints name their own configuration code
     // too (`configuration_bailing_moe_v2`, `configuration_hunyuan`): inclusionAI/Ling-V2's README
-    // launches sglang with the flag, Tencent-Hunyuan/Hunyuan-A13B's README launches vLLM with it.
-    matches!(s.model.arch.as_str(), "nemotron_h" | "bailing_moe" | "hunyuan_v1_moe")
+    // launches sglang with the flag, Tencent-Hunyuan/Hunyuan-A13B's README launches vLLM with it,
+    // and Kimi Linear's (`configuration_kimi`) README and vLLM recipe launch vLLM with it.
+    matches!(s.model.arch.as_str(), "nemotron_h" | "bailing_moe" | "hunyuan_v1_moe" | "kimi_linear")
 }
 
 fn push(argv: &mut Vec<String>, flag: &str, value: impl ToString) {

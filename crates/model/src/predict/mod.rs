@@ -142,10 +142,11 @@ impl Plan {
                 self.tp
             )));
         }
-        if let Some(la) = model.linear.filter(|la| la.mixer == crate::spec::LinearMixer::Mamba2) {
+        if let Some(la) = model.linear.filter(|la| la.mixer != crate::spec::LinearMixer::GatedDeltaNet) {
             if !la.value_heads.is_multiple_of(self.tp) {
+                let what = if la.mixer == crate::spec::LinearMixer::Kda { "KDA" } else { "Mamba-2" };
                 return Err(ModelError::Input(format!(
-                    "--tp {} does not divide the model's {} Mamba-2 heads (vLLM and sglang shard them evenly): pick a --tp that divides {}",
+                    "--tp {} does not divide the model's {} {what} heads (vLLM and sglang shard them evenly): pick a --tp that divides {}",
                     self.tp, la.value_heads, la.value_heads
                 )));
             }

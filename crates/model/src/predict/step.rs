@@ -257,18 +257,17 @@ impl Scenario {
             + gemm(latent_params, q.shared_experts, 1.0)
             + gemm(m.moe.map_or(0.0, |mo| p.per_expert * mo.top_k as f64) * moe_layers_stage, q.experts, tp)
             + gemm(p.lm_head / self.plan.pp as f64, q.embeddings, tp);
-        // Attention scores and values: MLA absorbed, 2*heads*ctx*(2*kv_lora + rope) per token-layer.
+        // Attention scores and values: MLA absorbed, 2*heads*ctx*(2*kv_lora + rope) per token and
+        // full-attention layer (every layer but Kimi Linear's KDA ones).
         let attn_flops = match m.attention {
             Attention::Mla { heads, kv_lora_rank, qk_rope_head_dim, .. } => {
                 let c = m.dsa.map_or(mean_ctx, |d| mean_ctx.min(d.topk as f64));
                 let idx = m.dsa.map_or(0.0, |d| 2.0 * d.index_heads as f64 * d.index_head_dim as f64 * mean_ctx) * m.indexer_share();
-                (2.0 * heads as f64 / self.attn_split() * c * (2.0 * kv_lora_rank as f64 + qk_rope_head_dim as f64) + idx) * x
+                let (full, _) = self.kv_layers_per_stage();
+                (2.0 * heads as f64 / self.attn_split() * c * (2.0 * kv_lora_rank as f64 + qk_rope_head_dim as f64) + idx) * x * full
             }
-            Attention::Gqa { heads, head_dim, .. } => {
-                4.0 * heads as f64 / tp * head_dim as f64 * self.attention_token_layers(mean_ctx) / ls * x
-            }
-        } * ls
-            + self.linear_flops_per_token() * x;
+            Attention::Gqa { heads, head_dim, .. } => 4.0 * heads as f64 / tp * head_dim as f64 * self.attention_token_layers(mean_ctx) * x,
+        } + self.linear_flops_per_token() * x;
         (gemm_s + attn_flops / (g.bf16_tflops * eff)) * 1e3
     }
 

@@ -780,3 +780,33 @@ fn distinct_experts_under_a_skewed_router_are_fewer_at_mid_batches_and_reach_all
     // share passes 1 / top-k and is capped).
     assert!((share(256.0, 8.0, 1.0, 0.9) * 256.0 - 8.0).abs() < 1.0);
 }
+
+/// Kimi Linear: its 7 MLA layers keep a latent of 576 bf16 elements per token each, its 20 KDA
+/// layers a float32 state of 32 heads x 128 x 128 and a bf16 convolution state of 3 x 4,096
+/// channels x 3, split over TP by head; the MLA arithmetic runs in the 7 MLA layers only; a TP
+/// that does not divide the 32 KDA heads is refused.
+#[test]
+fn kimi_linear_holds_mla_kv_in_its_full_layers_and_kda_state_in_the_rest() {
+    let text = include_str!("../../data/models/kimi-linear-48b-a3b.json");
+    let mut s = scenario("llama-3.1-8b", Dtype::Bf16, "h200", "nvlink", 1, 1);
+    s.model = crate::spec::from_hf_config(text, "kimi.json").expect("kimi linear");
+    s.quant = Quant::preset(Dtype::Bf16);
+    s.engine.serving = EngineName::Vllm;
+    let state = 20.0 * (32.0 * 128.0 * 128.0 * 4.0 + 3.0 * 4096.0 * 3.0 * 2.0);
+    assert_eq!(s.state_bytes_gpu(), state);
+    assert_eq!(s.request_bytes_gpu(1000.0), 1000.0 * 7.0 * 576.0 * 2.0 + state);
+    // At TP4 the state splits by head; the MLA latent does not.
+    let mut tp4 = s.clone();
+    tp4.plan = Plan { gpus: 4, tp: 4, pp: 1, ep: 1, dp_attention: false };
+    assert_eq!(tp4.request_bytes_gpu(1000.0), 1000.0 * 7.0 * 576.0 * 2.0 + state / 4.0);
+    // The MLA arithmetic of a decode step grows with the context in 7 layers, not in all 27:
+    // 2 x 32 heads x (2 x 512 + 64) FLOPs per token of context and MLA layer.
+    let per_ctx = (s.compute_ms(64.0, 9000.0) - s.compute_ms(64.0, 1000.0)) * 1e-3 * s.gpu.bf16_tflops * 1e12 * s.engine.gemm_efficiency;
+    let want = 2.0 * 32.0 * (2.0 * 512.0 + 64.0) * 8000.0 * 7.0 * 64.0;
+    assert!((per_ctx / want - 1.0).abs() < 1e-9, "{per_ctx} against {want}");
+    for tp in [3, 5] {
+        let e = Plan { gpus: tp, tp, pp: 1, ep: 1, dp_attention: false }.check(&s.model).expect_err("uneven").to_string();
+        assert!(e.contains(&format!("--tp {tp} does not divide the model's 32 KDA heads")), "{e}");
+    }
+    assert!(Plan { gpus: 8, tp: 8, pp: 1, ep: 1, dp_attention: false }.check(&s.model).is_ok());
+}

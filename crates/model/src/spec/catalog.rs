@@ -52,7 +52,7 @@ pub(super) struct CatalogFile {
 }
 
 /// The catalog's config files, embedded at build time.
-pub(super) const CONFIGS: [(&str, &str); 20] = [
+pub(super) const CONFIGS: [(&str, &str); 21] = [
     ("glm-5.json", include_str!("../../data/models/glm-5.json")),
     ("deepseek-v3.json", include_str!("../../data/models/deepseek-v3.json")),
     ("qwen3-235b-a22b.json", include_str!("../../data/models/qwen3-235b-a22b.json")),
@@ -73,6 +73,7 @@ pub(super) const CONFIGS: [(&str, &str); 20] = [
     ("nemotron-3-nano-30b-a3b.json", include_str!("../../data/models/nemotron-3-nano-30b-a3b.json")),
     ("gemma-4-26b-a4b.json", include_str!("../../data/models/gemma-4-26b-a4b.json")),
     ("gemma-4-31b.json", include_str!("../../data/models/gemma-4-31b.json")),
+    ("kimi-linear-48b-a3b.json", include_str!("../../data/models/kimi-linear-48b-a3b.json")),
 ];
 
 pub(super) fn catalog_file() -> &'static CatalogFile {

@@ -23,9 +23,9 @@ use serde_json::Value;
 
 use super::checkpoint::{read_checkpoint, read_kv_declared, LayerShape};
 use super::layers::{
-    check_attn_type_list, ernie_dense_layers, granite_layer_kinds, llama4_dense_layers, qwen_dense_layers, read_attention,
-    read_gemma4_global, read_granite_mamba, read_indexer_layers, read_layer_kinds, read_linear, read_mamba2, read_moe,
-    read_nemotron_blocks, read_qk_norm, read_sliding_window,
+    check_attn_type_list, deepseek_dense_layers, ernie_dense_layers, granite_layer_kinds, llama4_dense_layers, qwen_dense_layers,
+    read_attention, read_gemma4_global, read_granite_mamba, read_indexer_layers, read_kimi_linear, read_layer_kinds, read_linear,
+    read_mamba2, read_moe, read_nemotron_blocks, read_qk_norm, read_sliding_window,
 };
 use super::{Dsa, ModelSpec};
 use crate::ModelError;
@@ -118,7 +118,7 @@ pub(super) fn need(v: &Value, keys: &[&str], source: &str, arch: &str) -> Result
 /// Glm4MoeConfig with the same expert fields; docs/reference.md, "More architectures"). Ling 2.0
 /// and Ring 2.0 state `bailing_moe` with the V2 layout; `bailing_moe_v2` is read the same. The
 /// vision encoder is not modelled: the requests are text.
-pub const SUPPORTED: [&str; 49] = [
+pub const SUPPORTED: [&str; 50] = [
     "llama",
     "ministral3",
     "seed_oss",
@@ -154,6 +154,7 @@ pub const SUPPORTED: [&str; 49] = [
     "bailing_moe_v2",
     "gpt_oss",
     "kimi_k2",
+    "kimi_linear",
     "minimax_m2",
     "qwen3_next",
     "qwen3_5",
@@ -170,8 +171,14 @@ pub const SUPPORTED: [&str; 49] = [
     "hunyuan_v1_moe",
 ];
 
-/// Architectures with Multi-head Latent Attention (DeepSeek-V3's, which Kimi-K2 reuses).
-pub(super) const MLA_ARCHS: [&str; 5] = ["deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa", "kimi_k2"];
+/// Architectures with Multi-head Latent Attention (DeepSeek-V3's, which Kimi-K2 reuses; Kimi
+/// Linear's full-attention layers, without rotary embedding but with its cache's rope part).
+pub(super) const MLA_ARCHS: [&str; 6] = ["deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa", "kimi_k2", "kimi_linear"];
+
+/// The DeepSeek-V2 family's MoE layout (vLLM's `DeepseekV2DecoderLayer` and `KimiDecoderLayer`):
+/// layer i holds experts when i >= `first_k_dense_replace` and i is a multiple of
+/// `moe_layer_freq` (1 when absent), else a dense MLP.
+pub(super) const DEEPSEEK_MOE_ARCHS: [&str; 5] = ["deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "kimi_linear"];
 
 /// Qwen's MoE architectures, whose dense layers are named by `mlp_only_layers` and
 /// `decoder_sparse_step` (not `first_k_dense_replace`).
@@ -249,6 +256,7 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
         Some(_) if arch == "ernie4_5_moe" => ernie_dense_layers(v, source, layers)?,
         // Hunyuan's leading dense layers (Tencent's HunYuanConfig: `moe_layer_num_skipped`).
         Some(_) if arch == "hunyuan_v1_moe" => field(v, &["moe_layer_num_skipped"], source)?.unwrap_or(0).min(layers),
+        Some(_) if DEEPSEEK_MOE_ARCHS.contains(&arch.as_str()) => deepseek_dense_layers(v, source, layers)?,
         Some(_) => field(v, &["first_k_dense_replace"], source)?.unwrap_or(0),
     };
     let dsa = match (field(v, &["index_n_heads"], source)?, field(v, &["index_head_dim"], source)?, field(v, &["index_topk"], source)?) {
@@ -260,6 +268,7 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
     let layer_counts = match &blocks {
         Some(b) => b.mixers,
         None if arch == "granitemoehybrid" => granite_layer_kinds(v, source, layers)?,
+        None if arch == "kimi_linear" => read_kimi_linear(v, source, layers)?.0,
         None => read_layer_kinds(v, source, &arch, layers, dsa.is_some())?,
     };
     // Blocks with a mixer have no FFN in Nemotron-H; every other family's layer has both.
@@ -269,6 +278,7 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
         0 => None,
         _ if blocks.is_some() => Some(read_mamba2(v, source, &arch)?),
         _ if arch == "granitemoehybrid" => Some(read_granite_mamba(v, source, hidden)?),
+        _ if arch == "kimi_linear" => Some(read_kimi_linear(v, source, layers)?.1),
         _ => Some(read_linear(v, source, &arch)?),
     };
     check_attn_type_list(v, source, &arch, layers)?;
@@ -319,7 +329,8 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
         global_attention,
         dsa,
         moe,
-        max_context: field(v, &["max_position_embeddings"], source)?.unwrap_or(8192),
+        // Kimi Linear states `model_max_length` (1,048,576) and no `max_position_embeddings`.
+        max_context: field(v, &["max_position_embeddings", "model_max_length"], source)?.unwrap_or(8192),
         checkpoint,
         checkpoint_parts,
         kv_declared: read_kv_declared(quant_root),

@@ -126,6 +126,25 @@ pub(super) fn index_list(v: &Value, key: &str, source: &str) -> Result<Vec<u64>,
     }
 }
 
+/// Dense layers of the DeepSeek-V2 family ([`DEEPSEEK_MOE_ARCHS`](super::config::DEEPSEEK_MOE_ARCHS)):
+/// every layer but those from `first_k_dense_replace` (0 when absent) on whose index is a
+/// multiple of `moe_layer_freq` (1 when absent).
+pub(super) fn deepseek_dense_layers(v: &Value, source: &str, layers: u32) -> Result<u32, ModelError> {
+    let first = field(v, &["first_k_dense_replace"], source)?.unwrap_or(0);
+    let every = match field(v, &["moe_layer_freq"], source)? {
+        Some(0) => return Err(ModelError::Input(format!("{source}: field \"moe_layer_freq\" is 0: it must be at least 1"))),
+        f => f.unwrap_or(1),
+    };
+    if first >= layers {
+        // No MoE layer: as many dense ones as the field says (the spec's check refuses more
+        // than the model has).
+        return Ok(first);
+    }
+    // Multiples of `every` from `first` to `layers - 1`.
+    let moe = (layers - 1) / every - first.div_ceil(every) + 1;
+    Ok(layers - moe)
+}
+
 /// Qwen MoE layers: layer i has experts unless it is in `mlp_only_layers`, and when
 /// (i + 1) is a multiple of `decoder_sparse_step` (transformers' Qwen2/3-MoE and Qwen3-Next
 /// decoder layers); the others have a dense FFN of `intermediate_size`.
@@ -400,6 +419,92 @@ pub(super) fn read_linear(v: &Value, source: &str, arch: &str) -> Result<LinearA
     read_linear_shape(v, source, arch, LinearMixer::GatedDeltaNet, names, ("mamba_ssm_dtype", 2))
 }
 
+/// Kimi Linear's layer kinds and KDA shape from its `linear_attn_config` (Moonshot's
+/// Kimi-Linear-48B-A3B config.json; vLLM's and sglang's `KimiLinearConfig`): `kda_layers` and
+/// `full_attn_layers` list the KDA and the MLA layers by number from 1 (layer i is KDA when i + 1
+/// is listed) and must together name every layer once; `num_heads` heads of `head_dim` and a
+/// `short_conv_kernel_size` convolution. The recurrent state is float32 under vLLM whatever the
+/// config says (its `kda_state_dtype`) and under sglang unless `mamba_ssm_dtype` names another
+/// type (its `mamba2_state_dtype`).
+pub(super) fn read_kimi_linear(v: &Value, source: &str, layers: u32) -> Result<(LayerCounts, LinearAttention), ModelError> {
+    let cfg = match v.get("linear_attn_config") {
+        Some(c) if c.is_object() => c,
+        other => {
+            return Err(ModelError::Input(format!(
+                "{source}: field \"linear_attn_config\" is {}: Kimi Linear lists its KDA and MLA layers and the KDA heads there",
+                other.map_or("missing".to_string(), |x| format!("{x}, not an object"))
+            )))
+        }
+    };
+    let inner = format!("{source}: linear_attn_config");
+    // Kimi-K3's language model states `kimi_linear` too, with parts Kimi Linear lacks: refused by
+    // field rather than priced as Kimi Linear's.
+    if cfg.get("use_full_rank_gate").and_then(Value::as_bool) == Some(true) {
+        return Err(ModelError::Input(format!(
+            "{inner}: field \"use_full_rank_gate\" is true: KDA with full-rank gates (Kimi-K3) is not modelled; servetune cannot plan this model"
+        )));
+    }
+    let hidden = field(v, &["hidden_size"], source)?;
+    match field(v, &["routed_expert_hidden_size"], source)? {
+        Some(w) if Some(w) != hidden => {
+            return Err(ModelError::Input(format!(
+                "{source}: field \"routed_expert_hidden_size\" is {w}: experts that run at another width than hidden_size (Kimi-K3's) are not modelled; servetune cannot plan this model"
+            )))
+        }
+        _ => {}
+    }
+    if v.get("attn_res_block_size").is_some_and(|x| !x.is_null()) {
+        return Err(ModelError::Input(format!(
+            "{source}: field \"attn_res_block_size\" is set: Kimi-K3's attention residual blocks are not modelled; servetune cannot plan this model"
+        )));
+    }
+    // The listed numbers (the lists are as long as the file, not as the layer count says).
+    let mut listed = std::collections::BTreeSet::new();
+    let mut linear = 0u32;
+    for key in ["kda_layers", "full_attn_layers"] {
+        let Some(list) = cfg.get(key).and_then(Value::as_array) else {
+            return Err(ModelError::Input(format!("{inner}: field {key:?} is missing or not a list of layer numbers (from 1)")));
+        };
+        for x in list {
+            let n = x.as_u64().filter(|n| (1..=layers as u64).contains(n)).ok_or_else(|| {
+                ModelError::Input(format!("{inner}: field {key:?} holds {x}, not a layer number from 1 to {layers} (num_hidden_layers)"))
+            })?;
+            if !listed.insert(n) {
+                return Err(ModelError::Input(format!(
+                    "{inner}: layer {n} is listed twice in \"kda_layers\" and \"full_attn_layers\": each layer is one kind"
+                )));
+            }
+            linear += u32::from(key == "kda_layers");
+        }
+    }
+    if listed.len() != layers as usize {
+        let missing = (1..=layers as u64).find(|n| !listed.contains(n)).unwrap_or(1);
+        return Err(ModelError::Input(format!(
+            "{inner}: layer {missing} is in neither \"kda_layers\" nor \"full_attn_layers\": list every layer, numbered from 1"
+        )));
+    }
+    let counts = LayerCounts { full: layers - linear, sliding: 0, linear };
+    let size = |key: &str| -> Result<u32, ModelError> {
+        match field(cfg, &[key], &inner)? {
+            Some(n) if n > 0 => Ok(n),
+            Some(_) => Err(ModelError::Input(format!("{inner}: field {key:?} is 0: it must be at least 1"))),
+            None => Err(ModelError::Input(format!("{inner}: field {key:?} is missing: Kimi Linear's KDA layers need it"))),
+        }
+    };
+    let (heads, head_dim) = (size("num_heads")?, size("head_dim")?);
+    let la = LinearAttention {
+        mixer: LinearMixer::Kda,
+        key_heads: heads,
+        value_heads: heads,
+        key_head_dim: head_dim,
+        value_head_dim: head_dim,
+        conv_kernel: size("short_conv_kernel_size")?,
+        state_bytes: 4,
+        state_bytes_sglang: read_state_bytes(v, source, "mamba_ssm_dtype", 4)?,
+    };
+    Ok((counts, la))
+}
+
 /// A linear mixer's shape from the config fields `names` (key heads, value heads, key head
 /// dimension, value head dimension, convolution kernel) and its state's type from `state`
 /// (field, bytes when absent): every size at least 1, the value heads a multiple of the key
@@ -480,14 +585,17 @@ pub(super) fn read_moe(v: &Value, source: &str, arch: &str) -> Result<Option<Moe
         return read_hunyuan_moe(v, source, arch);
     }
     // ERNIE 4.5 names its experts `moe_num_experts`, `moe_k` and `moe_num_shared_experts`
-    // (Ernie4_5_MoeConfig); Ling's `num_shared_experts` (BailingMoeV2Config).
+    // (Ernie4_5_MoeConfig); Ling's and Kimi Linear's `num_shared_experts` (BailingMoeV2Config,
+    // KimiLinearConfig).
     let ernie = arch == "ernie4_5_moe";
     let experts_key: &[&str] = if ernie { &["moe_num_experts"] } else { &["n_routed_experts", "num_experts", "num_local_experts"] };
     let experts = match field(v, experts_key, source)? {
         Some(e) if e > 1 => e,
         _ => return Ok(None),
     };
-    let top_k_key: &[&str] = if ernie { &["moe_k"] } else { &["num_experts_per_tok", "experts_per_token", "moe_top_k"] };
+    // Kimi Linear spells it `num_experts_per_token`.
+    let top_k_key: &[&str] =
+        if ernie { &["moe_k"] } else { &["num_experts_per_tok", "experts_per_token", "moe_top_k", "num_experts_per_token"] };
     let top_k = need(v, top_k_key, source, arch)?;
     let expert_ffn = field(v, &["moe_intermediate_size", "intermediate_size"], source)?.ok_or_else(|| {
         ModelError::Input(format!("{source}: model_type {arch:?} has experts but no \"moe_intermediate_size\" or \"intermediate_size\""))
@@ -496,7 +604,7 @@ pub(super) fn read_moe(v: &Value, source: &str, arch: &str) -> Result<Option<Moe
     let shared_default = if arch == "llama4" { 1 } else { 0 };
     let shared_key: &[&str] = match arch {
         "ernie4_5_moe" => &["moe_num_shared_experts"],
-        "bailing_moe" => &["num_shared_experts"],
+        "bailing_moe" | "kimi_linear" => &["num_shared_experts"],
         _ => &["n_shared_experts"],
     };
     let shared_experts = field(v, shared_key, source)?.unwrap_or(shared_default);

@@ -130,7 +130,7 @@ pub struct LayerCounts {
     pub full: u32,
     /// Sliding-window attention layers.
     pub sliding: u32,
-    /// Linear-attention layers (Gated DeltaNet or Mamba-2).
+    /// Linear-attention layers (Gated DeltaNet, Mamba-2 or KDA).
     pub linear: u32,
 }
 
@@ -146,10 +146,17 @@ pub enum LinearMixer {
     /// `ssm_state_size`; x is `value_heads` = `mamba_num_heads` heads of `value_head_dim` =
     /// `mamba_head_dim`; the state is heads x head_dim x state_size.
     Mamba2,
+    /// Kimi Delta Attention (Kimi Linear; vLLM's `KimiDeltaAttention`): separate q, k and v
+    /// projections of `num_heads` x `head_dim` each with a short convolution on each, a low-rank
+    /// decay gate and a low-rank output gate (`head_dim` wide in the middle), a per-head beta, a
+    /// per-head gated norm and the output projection. Its `linear_attn_config` maps onto the
+    /// fields as `key_heads` = `value_heads` = `num_heads` and `key_head_dim` = `value_head_dim`
+    /// = `head_dim`: the state is heads x head_dim x head_dim, as Gated DeltaNet's.
+    Kda,
 }
 
-/// A linear (recurrent) token mixer, Gated DeltaNet (Qwen3-Next, Qwen3.5) or Mamba-2
-/// (Nemotron-H, Granite 4.0): per request and layer it keeps a recurrent state of value_heads x key_head_dim x
+/// A linear (recurrent) token mixer, Gated DeltaNet (Qwen3-Next, Qwen3.5), Mamba-2
+/// (Nemotron-H, Granite 4.0) or KDA (Kimi Linear): per request and layer it keeps a recurrent state of value_heads x key_head_dim x
 /// value_head_dim and a causal-convolution state of (2 x key_heads x key_head_dim + value_heads x
 /// value_head_dim) x (conv_kernel - 1).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -199,27 +206,40 @@ impl LinearAttention {
                 h * (2.0 * key + 2.0 * value) + h * 2.0 * vh + conv + 2.0 * vh + self.value_head_dim as f64 + value * h
             }
             LinearMixer::Mamba2 => h * (2.0 * key + 2.0 * value + vh) + conv + self.conv_dim() + 3.0 * vh + value + value * h,
+            // q, k and v; the three convolutions (no bias); the decay gate's and the output
+            // gate's down (hidden to one head's width) and up (to all heads) halves; the decay's
+            // per-channel bias and per-head A; beta; the per-head norm; the output projection.
+            // Kimi-Linear-48B-A3B's 39,514,272 per KDA layer (its tensors, docs/reference.md).
+            LinearMixer::Kda => {
+                let d = self.key_head_dim as f64;
+                h * (2.0 * key + value) + conv + 2.0 * (h * d + d * value) + value + vh + h * vh + self.value_head_dim as f64 + value * h
+            }
         }
     }
 
     /// Kernels one decode step of one layer runs (see `Scenario::kernels_per_step`). Gated
     /// DeltaNet: input norm, two input GEMMs, causal conv, gating, the recurrent update, gated
     /// norm, output GEMM: 8. Mamba-2: input norm, the input GEMM, causal conv, the selective state
-    /// update, gated norm, output GEMM: 6.
+    /// update, gated norm, output GEMM: 6. KDA (vLLM's `KimiDeltaAttention`): input norm, the q, k
+    /// and v GEMMs, the two gates' four GEMMs and beta's, the three convolutions, the decay gate,
+    /// the recurrent update, gated norm, output GEMM: 16.
     pub fn kernels(&self) -> f64 {
         match self.mixer {
             LinearMixer::GatedDeltaNet => 8.0,
             LinearMixer::Mamba2 => 6.0,
+            LinearMixer::Kda => 16.0,
         }
     }
 
     /// The tensor-parallel ranks one layer's state and recurrence are split over at TP `tp`:
     /// Gated DeltaNet's key heads (as modelled since the Qwen3-Next work); Mamba-2's heads (vLLM's
-    /// `MambaMixer2` shards the heads, and replicates B and C's groups when there are fewer).
+    /// `MambaMixer2` shards the heads, and replicates B and C's groups when there are fewer); KDA's
+    /// heads (vLLM's `KimiDeltaAttention` splits every projection but the gates' down halves by
+    /// head, and asserts the heads divide by TP).
     pub fn tp_split(&self, tp: u32) -> f64 {
         match self.mixer {
             LinearMixer::GatedDeltaNet => tp.min(self.key_heads) as f64,
-            LinearMixer::Mamba2 => tp.min(self.value_heads) as f64,
+            LinearMixer::Mamba2 | LinearMixer::Kda => tp.min(self.value_heads) as f64,
         }
     }
 

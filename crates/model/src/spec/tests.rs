@@ -1101,3 +1101,90 @@ fn hunyuan_a13b_reads_its_per_layer_lists_and_published_counts() {
     let e = from_hf_config(&short, "h.json").expect_err("31 entries").to_string();
     assert!(e.contains("h.json: field \"moe_topk\" has 31 entries but \"num_hidden_layers\" is 32"), "{e}");
 }
+
+#[test]
+fn kimi_linear_reads_its_kda_and_mla_layers_and_matches_its_tensor_count() {
+    let text = include_str!("../../data/models/kimi-linear-48b-a3b.json");
+    let m = from_hf_config(text, "k.json").expect("kimi linear");
+    assert_eq!(m.arch, "kimi_linear");
+    // 20 KDA layers and 7 MLA layers (4, 8, ..., 24 and 27, numbered from 1); the first dense.
+    assert_eq!((m.layer_counts.full, m.layer_counts.linear, m.layer_counts.sliding), (7, 20, 0));
+    assert_eq!((m.dense_layers, m.moe_layers()), (1, 26));
+    assert_eq!(m.max_context, 1_048_576, "model_max_length stands in for max_position_embeddings");
+    let moe = m.moe.expect("moe");
+    assert_eq!((moe.experts, moe.top_k, moe.expert_ffn, moe.shared_experts, moe.shared_ffn), (256, 8, 1024, 1, 1024));
+    assert!(matches!(
+        m.attention,
+        Attention::Mla { heads: 32, q_lora_rank: None, kv_lora_rank: 512, qk_nope_head_dim: 128, qk_rope_head_dim: 64, v_head_dim: 128 }
+    ));
+    let la = m.linear.expect("kda");
+    assert_eq!(
+        (la.mixer, la.key_heads, la.value_heads, la.key_head_dim, la.value_head_dim, la.conv_kernel),
+        (LinearMixer::Kda, 32, 32, 128, 128, 4)
+    );
+    // Its tensors (a listing of the checkpoint's 20,493 tensors): 39,514,272 per KDA layer,
+    // 29,114,880 per MLA layer, 49,122,681,728 in all, of which the routers' 26 x 256 score
+    // biases are not modelled.
+    assert_eq!(la.params(m.hidden), 39_514_272.0);
+    assert_eq!(m.attention_params_per_layer(), 29_114_880.0);
+    let p = m.params();
+    assert_eq!(p.total, 49_122_681_728.0 - 26.0 * 256.0, "total {}", p.total);
+    assert!(within(p.active, 3.0e9, 0.2), "active {:.2}B (3B published, rounded)", p.active / 1e9);
+    // The recurrent state is float32 under both engines unless sglang is told otherwise.
+    assert_eq!((la.state_bytes, la.state_bytes_sglang), (4, 4));
+    let bf16 = text.replacen("\"dtype\"", "\"mamba_ssm_dtype\": \"bfloat16\", \"dtype\"", 1);
+    let la = from_hf_config(&bf16, "k.json").expect("bf16 state").linear.expect("kda");
+    assert_eq!((la.state_bytes, la.state_bytes_sglang), (4, 2), "vLLM keeps KDA's state in float32 whatever the config says");
+}
+
+#[test]
+fn kimi_linear_refuses_layer_lists_that_do_not_name_every_layer_once() {
+    let text = include_str!("../../data/models/kimi-linear-48b-a3b.json");
+    for (name, from, to, want) in [
+        ("twice", "\"full_attn_layers\": [4,", "\"full_attn_layers\": [3, 4,", "linear_attn_config: layer 3 is listed twice"),
+        ("missing", "\"full_attn_layers\": [4,", "\"full_attn_layers\": [", "linear_attn_config: layer 4 is in neither"),
+        ("beyond", "24, 27]", "24, 28]", "field \"full_attn_layers\" holds 28, not a layer number from 1 to 27"),
+        ("zero", "[1, 2, 3,", "[0, 2, 3,", "field \"kda_layers\" holds 0"),
+        ("not a list", "\"kda_layers\": [", "\"kda_layers\": 3, \"x\": [", "field \"kda_layers\" is missing or not a list"),
+        ("no heads", "\"num_heads\": 32", "\"num_heads\": 0", "linear_attn_config: field \"num_heads\" is 0"),
+        ("no kernel", "\"short_conv_kernel_size\": 4", "\"other\": 4", "field \"short_conv_kernel_size\" is missing"),
+        ("no config", "\"linear_attn_config\"", "\"linear_attn_config_x\"", "field \"linear_attn_config\" is missing"),
+        // Kimi-K3's language model states kimi_linear with parts that are not modelled.
+        ("full-rank gate", "\"num_heads\": 32", "\"num_heads\": 32, \"use_full_rank_gate\": true", "field \"use_full_rank_gate\" is true"),
+        (
+            "latent experts",
+            "\"hidden_size\": 2304",
+            "\"hidden_size\": 2304, \"routed_expert_hidden_size\": 1152",
+            "field \"routed_expert_hidden_size\" is 1152",
+        ),
+        (
+            "attention residuals",
+            "\"hidden_size\": 2304",
+            "\"hidden_size\": 2304, \"attn_res_block_size\": 12",
+            "field \"attn_res_block_size\" is set",
+        ),
+    ] {
+        let bad = text.replacen(from, to, 1);
+        assert_ne!(bad, text, "{name}: the replacement applies");
+        let e = from_hf_config(&bad, "k.json").expect_err(name).to_string();
+        assert!(e.starts_with("k.json: ") && e.contains(want), "{name}: {e}");
+    }
+}
+
+#[test]
+fn deepseek_family_moe_layers_follow_first_k_dense_replace_and_moe_layer_freq() {
+    let text = include_str!("../../data/models/kimi-linear-48b-a3b.json");
+    // Layer i holds experts when i >= first_k_dense_replace and i is a multiple of moe_layer_freq.
+    for (first, every, dense) in [(1, 1, 1), (0, 1, 0), (1, 2, 14), (3, 2, 15), (27, 1, 27)] {
+        let t = text.replacen("\"first_k_dense_replace\": 1", &format!("\"first_k_dense_replace\": {first}"), 1).replacen(
+            "\"moe_layer_freq\": 1",
+            &format!("\"moe_layer_freq\": {every}"),
+            1,
+        );
+        let m = from_hf_config(&t, "k.json").expect("layout");
+        assert_eq!((m.dense_layers, m.moe_layers()), (dense, 27 - dense), "first {first}, every {every}");
+    }
+    let zero = text.replacen("\"moe_layer_freq\": 1", "\"moe_layer_freq\": 0", 1);
+    let e = from_hf_config(&zero, "k.json").expect_err("0").to_string();
+    assert!(e.contains("k.json: field \"moe_layer_freq\" is 0"), "{e}");
+}
