@@ -319,6 +319,27 @@ pub fn nccl_us(link: &LinkProfile, n: u32, bytes: f64, a: Algorithm, p: Protocol
     latency + bytes / (algbw * 1e3)
 }
 
+/// NCCL's ring all-gather of `bytes` (the gathered size each rank ends with) over `n` GPUs on
+/// `link`, us: n - 1 steps (an all-reduce's ring takes 2(n - 1)), each moving 1/n of the data, at
+/// the same per-protocol bus bandwidth ([`nccl_us`]; nccl-tests' busBw of an all-gather is its
+/// algBw x (n - 1)/n, of an all-reduce 2(n - 1)/n), the cheapest protocol. The engines run their
+/// all-gathers through NCCL (vLLM's `tensor_model_parallel_all_gather`); no custom kernel.
+pub fn nccl_allgather_us(link: &LinkProfile, n: u32, bytes: f64) -> f64 {
+    if n <= 1 {
+        return 0.0;
+    }
+    let steps = n as f64 - 1.0;
+    PROTOCOLS
+        .iter()
+        .filter(|p| **p != Protocol::Ll128 || link.kind == LinkKind::Nvlink)
+        .map(|&p| {
+            base_latency_us(Algorithm::Ring, p)
+                + steps * hop_us(link, Algorithm::Ring, p)
+                + bytes * steps / n as f64 / (bus_gbs(link, n, p) * 1e3)
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
 /// NVLS latency, us: comm.toml `[nccl_tuning] hw_latency_us_nvlink_nvls_simple` (tuning.cc's NVLS
 /// row: base latency 0, one NVLink hardware latency of 25 us, Simple protocol only). NCCL charges it
 /// once, not per rank: the switch does the reduction.
@@ -513,6 +534,19 @@ mod tests {
     /// Small messages: NCCL's latency model against AIConfigurator's measured NCCL 2.29.2 tables
     /// (comm.toml `[[nccl_allreduce_measured]]` h200 and rtx-pro-6000-se, 8 GPUs, 256 to 16384 elements = 512 B .. 32 KB),
     /// within 30% (NCCL's model is low by 6-20% there: it has no launch cost).
+    #[test]
+    fn a_ring_all_gather_takes_half_an_all_reduces_steps_and_bytes() {
+        // n - 1 steps of 1/n of the data against the all-reduce's 2(n - 1): at 1 GB (Simple for
+        // both) two all-gathers cost one ring all-reduce plus one base latency.
+        let l = crate::hw::link("nvlink").expect("nvlink");
+        let (ag, ar) = (nccl_allgather_us(&l, 8, 1e9), nccl_us(&l, 8, 1e9, Algorithm::Ring, Protocol::Simple));
+        assert!((2.0 * ag - ar - base_latency_us(Algorithm::Ring, Protocol::Simple)).abs() < 1e-6, "{ag} {ar}");
+        assert_eq!(nccl_allgather_us(&l, 1, 1e9), 0.0);
+        // Small messages go by LL: the ring's 7 hops and its base latency.
+        let small = nccl_allgather_us(&l, 8, 1024.0);
+        assert!(small < base_latency_us(Algorithm::Ring, Protocol::Ll) + 7.0 * hop_us(&l, Algorithm::Ring, Protocol::Ll) + 1.0, "{small}");
+    }
+
     #[test]
     fn nccl_small_message_latency_is_within_30_percent_of_measured_tables() {
         let nv = link("nvlink").expect("link");

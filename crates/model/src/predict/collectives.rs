@@ -5,7 +5,8 @@
 //! rows of an NVLink box where the engine has them, else NCCL's cheapest algorithm and protocol
 //! ([`crate::comm`]) over the link, or hierarchically over the nodes and the network when the TP
 //! group spans nodes. A q/k norm over all heads (MiniMax-M2) adds an all-reduce of its sums of
-//! squares in each full-attention layer. With DP attention a MoE layer's dispatch and combine
+//! squares in each full-attention layer; one over the whole projections (OLMo 2/3, OLMoE) an
+//! all-gather of q and one of k in each attention layer ([`Scenario::qk_gather_us`]). With DP attention a MoE layer's dispatch and combine
 //! replace the all-reduces; pipeline stages send the activations to the next stage, over the
 //! network when the next stage is on another node. [`Comm`] is one stage step's total (the
 //! calibrated communication scale applied) and its parts.
@@ -102,6 +103,7 @@ impl Scenario {
                 measured_us += c.qk_norm_allreduces * a.us;
             }
         }
+        us += self.qk_gather_us(x);
         if self.plan.pp > 1 {
             us += self.pp_send_us(act);
         }
@@ -251,6 +253,26 @@ impl Scenario {
         }
         c.check_group(self.plan.tp, &format!("--tp {}", self.plan.tp))?;
         c.check_group(self.plan.tp * self.plan.pp, &format!("the replica (tp x pp = {} x {})", self.plan.tp, self.plan.pp))
+    }
+
+    /// The q/k all-gathers of one stage step for `tokens` tokens, us
+    /// ([`ModelSpec::qk_norm_gathered`]): in every attention layer, q (heads x head dim) and k
+    /// (KV heads x head dim) in bf16, gathered over the TP group by NCCL's ring
+    /// ([`comm::nccl_allgather_us`]; across nodes, half the network all-reduce of the same bytes,
+    /// its reduce-scatter and all-gather being the two halves). 0 without TP or without the norm.
+    pub(super) fn qk_gather_us(&self, tokens: f64) -> f64 {
+        let m = &self.model;
+        let crate::spec::Attention::Gqa { heads, kv_heads, head_dim, .. } = m.attention else { return 0.0 };
+        if !m.qk_norm_gathered || self.plan.tp <= 1 || self.plan.dp_attention {
+            return 0.0;
+        }
+        let gather = |bytes: f64| match self.across(self.plan.tp) {
+            Some(h) => comm::allreduce_across(&h, bytes).us / 2.0,
+            None => comm::nccl_allgather_us(&self.link, self.plan.tp, bytes),
+        };
+        let layers = m.kv_layers() as f64 / self.plan.pp as f64;
+        let (q, k) = (tokens * heads as f64 * head_dim as f64 * 2.0, tokens * kv_heads as f64 * head_dim as f64 * 2.0);
+        layers * (gather(q) + gather(k))
     }
 
     /// Whether each full-attention layer all-reduces its q/k norm's sum of squares across the

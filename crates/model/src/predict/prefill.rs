@@ -144,7 +144,9 @@ impl Scenario {
         // A q/k norm over all heads splits around its own all-reduce: that collective and the
         // norm's second half, in each full-attention layer.
         let qk_norm = if self.qk_norm_allreduce() { 2.0 * c.full as f64 } else { 0.0 };
-        attention + ffn + collectives + qk_norm + 4.0
+        // A q/k norm over the whole projections gathers q and k in each attention layer.
+        let qk_gathers = if m.qk_norm_gathered && self.plan.tp > 1 && !self.plan.dp_attention { 2.0 * m.kv_layers() as f64 } else { 0.0 };
+        attention + ffn + collectives + qk_norm + qk_gathers + 4.0
     }
 
     /// Time to prefill `tokens` prompt tokens (prompts of `prompt_len` each) on one replica, ms,
@@ -208,7 +210,7 @@ impl Scenario {
             PrefillPass::Standalone => {
                 let qk_norm =
                     if self.qk_norm_allreduce() { c.full as f64 * self.tp_allreduce(tokens * QK_NORM_BYTES_PER_TOKEN).us } else { 0.0 };
-                m.tp_reductions() as f64 * self.tp_allreduce(bytes).us + qk_norm
+                m.tp_reductions() as f64 * self.tp_allreduce(bytes).us + qk_norm + self.qk_gather_us(tokens) * self.plan.pp as f64
             }
             // Riding in a decode step's all-reduces: only the extra bytes cost time, as the
             // all-reduce model prices them (its algorithm and protocol for the larger message)
@@ -216,6 +218,7 @@ impl Scenario {
             PrefillPass::Beside(d) => {
                 let decode = d.max(1.0) * m.hidden as f64 * 2.0;
                 m.tp_reductions() as f64 * (self.tp_allreduce(bytes + decode).us - self.tp_allreduce(decode).us).max(0.0)
+                    + (self.qk_gather_us(tokens + d.max(1.0)) - self.qk_gather_us(d.max(1.0))) * self.plan.pp as f64
             }
         };
         // A measured all-reduce is the box's own figure: the release's scale leaves it alone.

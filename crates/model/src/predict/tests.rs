@@ -810,3 +810,27 @@ fn kimi_linear_holds_mla_kv_in_its_full_layers_and_kda_state_in_the_rest() {
     }
     assert!(Plan { gpus: 8, tp: 8, pp: 1, ep: 1, dp_attention: false }.check(&s.model).is_ok());
 }
+
+/// OLMo's q/k norm over the whole projections: under TP each attention layer all-gathers q (32
+/// heads x 128 in bf16 per token here) and k (8 KV heads x 128) by NCCL's ring, and runs the two
+/// collectives as kernels of the step; at TP1 there is nothing to gather.
+#[test]
+fn a_q_k_norm_over_the_whole_projections_gathers_q_and_k_in_every_attention_layer_under_tp() {
+    let plain = scenario("llama-3.1-8b", Dtype::Bf16, "h100-sxm", "nvlink", 4, 4);
+    let mut s = plain.clone();
+    s.model.qk_norm_gathered = true;
+    let x = 16.0;
+    let want_us =
+        32.0 * (comm::nccl_allgather_us(&s.link, 4, x * 32.0 * 128.0 * 2.0) + comm::nccl_allgather_us(&s.link, 4, x * 8.0 * 128.0 * 2.0));
+    assert!(want_us > 0.0);
+    let extra_ms = s.communication(x).ms - plain.communication(x).ms;
+    assert!((extra_ms - want_us * 1e-3 * s.engine.comm_scale).abs() < 1e-9, "{extra_ms} ms against {want_us} us");
+    assert_eq!(s.kernels_per_step() - plain.kernels_per_step(), 64.0, "two all-gathers in each of 32 layers");
+    let prefill = |sc: &Scenario| sc.prefill_ms(4096.0, 4096.0, PrefillPass::Standalone);
+    assert!(prefill(&s) > prefill(&plain), "a prefill pass gathers its tokens' q and k too");
+    let mut one = scenario("llama-3.1-8b", Dtype::Bf16, "h100-sxm", "nvlink", 1, 1);
+    let one_plain = one.clone();
+    one.model.qk_norm_gathered = true;
+    assert_eq!(one.qk_gather_us(x), 0.0);
+    assert_eq!(one.kernels_per_step(), one_plain.kernels_per_step());
+}

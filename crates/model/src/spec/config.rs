@@ -283,6 +283,7 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
     };
     check_attn_type_list(v, source, &arch, layers)?;
     let qk_norm_across_heads = arch == "minimax_m2" && read_qk_norm(v, source)?;
+    let qk_norm_gathered = matches!(arch.as_str(), "olmo2" | "olmo3" | "olmoe");
     let moe_layers = match (&moe, &blocks) {
         (None, _) => 0,
         (Some(_), Some(b)) => b.moe,
@@ -339,6 +340,7 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
         sliding_window,
         linear,
         qk_norm_across_heads,
+        qk_norm_gathered,
     };
     spec.validate(source)?;
     Ok(spec)

@@ -348,6 +348,11 @@ pub struct ModelSpec {
     /// norm's two halves (vLLM `MiniMaxText01RMSNormTP.forward_qk`, sglang
     /// `MiniMaxM2RMSNormTP`).
     pub qk_norm_across_heads: bool,
+    /// The query and key RMSNorm runs over the whole q and k projections (OLMo 2, OLMo 3, OLMoE):
+    /// under tensor parallelism vLLM all-gathers each attention layer's q and k across the TP
+    /// ranks before the norm and splits them after (`olmo2.py`, `olmoe.py`: `_apply_qk_norm`),
+    /// two all-gathers per attention layer.
+    pub qk_norm_gathered: bool,
 }
 
 /// The full-attention layers' shape where it differs from the sliding layers' (Gemma 4's

@@ -988,6 +988,10 @@ fn newer_families_match_their_published_parameter_counts() {
         &format!(r#""sliding_window":2048,"layer_types":[{}]"#, vec![r#""full_attention""#; 64].join(",")),
     );
     assert_eq!((read(&listed).layer_counts.sliding, read(&listed).sliding_window), (0, None), "a listed layer_types wins");
+    // OLMo's q/k norm spans the whole projections (gathered under TP); the other families' not.
+    for (i, (name, cfg, ..)) in cases.iter().enumerate() {
+        assert_eq!(read(cfg).qk_norm_gathered, name.starts_with("olmo"), "{name} (case {i})");
+    }
     let ernie = read(&cases[6].1);
     assert_eq!((ernie.dense_layers, ernie.tied_embeddings), (1, true), "ERNIE: layer 0 dense, embeddings tied");
     let every_other = cases[6].1.replace(r#""moe_layer_interval":1"#, r#""moe_layer_interval":2,"moe_layer_end_index":-1"#);
