@@ -195,12 +195,19 @@ pub fn enumerate(base: &Scenario) -> Vec<Plan> {
         for pp in divisors(g / tp) {
             let eps: Vec<u32> = if base.model.moe.is_some() && tp > 1 { vec![1, tp] } else { vec![1] };
             for ep in eps {
-                let dpa: &[bool] =
-                    if base.model.moe.is_some() && matches!(base.model.attention, crate::spec::Attention::Mla { .. }) && tp > 1 && ep > 1 {
-                        &[false, true]
-                    } else {
-                        &[false]
-                    };
+                // DP attention for MLA MoE models; not where linear-attention layers sit beside the
+                // MLA ones (Kimi Linear: sglang's `kimi_linear.py`, adapted from vLLM's, shards its
+                // KDA layers over the whole TP group, `get_tensor_model_parallel_world_size`).
+                let dpa: &[bool] = if base.model.moe.is_some()
+                    && matches!(base.model.attention, crate::spec::Attention::Mla { .. })
+                    && base.model.linear.is_none()
+                    && tp > 1
+                    && ep > 1
+                {
+                    &[false, true]
+                } else {
+                    &[false]
+                };
                 for &dp_attention in dpa {
                     let p = Plan { gpus: g, tp, pp, ep, dp_attention };
                     if p.check(&base.model).is_ok() && placed(&p) {
@@ -436,6 +443,16 @@ mod tests {
         assert!(plans.iter().any(|p| p.tp == 4 && p.pp == 2));
         assert!(plans.iter().any(|p| p.tp == 8 && p.ep == 8));
         assert!(plans.iter().all(|p| p.tp * p.pp <= 8 && 8 % (p.tp * p.pp) == 0));
+    }
+
+    #[test]
+    fn dp_attention_is_offered_to_mla_moe_models_without_linear_layers_only() {
+        let ds = scenario("deepseek-v3", Dtype::Fp8, "h200", "nvlink", 8, 8);
+        assert!(enumerate(&ds).iter().any(|p| p.dp_attention), "DeepSeek-V3: DP attention among the plans");
+        let kimi = scenario("kimi-linear-48b-a3b", Dtype::Bf16, "h100-sxm", "nvlink", 8, 8);
+        let plans = enumerate(&kimi);
+        assert!(plans.iter().any(|p| p.ep > 1), "Kimi Linear: EP plans");
+        assert!(!plans.iter().any(|p| p.dp_attention), "Kimi Linear: its KDA layers shard over the whole TP group");
     }
 
     /// A bench that measures a fixed fraction of the steady rate, and more of it for TP4 plans, so
