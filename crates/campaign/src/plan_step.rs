@@ -203,7 +203,9 @@ pub fn check(mb: &ModelBox) -> Result<(), String> {
 /// campaign holds no second copy of plan logic).
 pub fn scenario(mb: &ModelBox, l: Layout) -> Result<Scenario, String> {
     let mut spec = ScenarioSpec::new(ModelSource::Catalog(mb.model.clone()), mb.gpu.clone());
-    spec.quant.checkpoint = Some(Dtype::parse("--quant", &mb.quant).map_err(|e| e.to_string())?);
+    // Any letter case: journals written before `campaign init` stored the canonical name kept
+    // "FP8" as typed.
+    spec.quant.checkpoint = Some(Dtype::parse("--quant", &mb.quant.trim().to_ascii_lowercase()).map_err(|e| e.to_string())?);
     spec.link = LinkSource::Catalog(mb.link.clone());
     spec.gpus = mb.gpus;
     spec.tp = Some(l.tp);
@@ -595,6 +597,9 @@ mod tests {
         assert_eq!(back, roomier);
         assert_eq!(scenario(&mb, roomier).expect("priced").engine.mem_fraction, 0.92);
         assert_eq!(scenario(&mb, auto).expect("priced").engine.mem_fraction, 0.88);
+        // An older journal's quant as the user typed it prices the same.
+        let upper = ModelBox { quant: "FP8".into(), ..mb.clone() };
+        assert_eq!(predict_at(&upper, auto, 256).expect("FP8 priced"), at(auto));
     }
 
     #[test]

@@ -486,12 +486,16 @@ fn init(a: InitArgs) -> Result<(), Failure> {
     let asked = a
         .quant
         .as_deref()
-        .map(|q| servetune_model::quant::Dtype::parse("--quant", &q.trim().to_ascii_lowercase()))
-        .transpose()
-        .map_err(|e| Failure::usage(e.to_string()))?;
-    if let (Some((c, flag, value, n)), Some(q)) = (&checkpoint, asked) {
-        if q != *c {
-            let q = q.name();
+        .map(|q| {
+            // The error quotes the value as typed.
+            servetune_model::quant::Dtype::parse("--quant", &q.trim().to_ascii_lowercase()).map_err(|_| {
+                Failure::usage(servetune_model::quant::Dtype::parse("--quant", q).err().map_or_else(String::new, |e| e.to_string()))
+            })
+        })
+        .transpose()?;
+    if let (Some((c, flag, value, n)), Some(asked)) = (&checkpoint, asked) {
+        if asked != *c {
+            let q = a.quant.as_deref().unwrap_or_default();
             let fix = if *flag == "--model" {
                 "leave --quant out (the engine loads that checkpoint), or point --model at a checkpoint in the other format".to_string()
             } else {

@@ -100,12 +100,17 @@ fn campaign_init_takes_the_published_checkpoint_format_unless_told() {
             vec!["--model", "deepseek-v3", "--quant", "fp9"],
             "--quant \"fp9\" is unknown; known: bf16, fp8, nvfp4, mxfp4, int4",
         ),
-        ("unknown-quant-path", vec!["--model", "/models/x", "--quant", "awq"], "--quant \"awq\" is unknown"),
+        ("unknown-quant-path", vec!["--model", "/models/x", "--quant", "AWQ"], "--quant \"AWQ\" is unknown"),
+        (
+            "conflict-upper-case",
+            vec!["--model", "zai-org/GLM-5-FP8", "--quant", "NVFP4"],
+            "--model zai-org/GLM-5-FP8 is the fp8 checkpoint of glm-5, but --quant NVFP4 asks for another format",
+        ),
     ] {
         let ((code, _, err), dir) = init(name, extra);
         assert_eq!(code, 2, "{name}: {err}");
         assert!(err.contains(want), "{name}: {err}");
-        assert!(!dir.join("journal.sqlite").exists(), "{name}: a refused init writes no journal");
+        assert!(!dir.exists(), "{name}: a refused init creates no campaign directory");
     }
     let (_, help, _) = run(&["campaign", "init", "--help"]);
     assert!(help.contains("published checkpoint"), "campaign init --help says where --quant's default comes from");

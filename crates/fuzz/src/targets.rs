@@ -195,6 +195,11 @@ impl Target for ModelConfig {
         &[
             "\"num_experts\": ",
             "\"n_routed_experts\": ",
+            "\"moe_layer_freq\": ",
+            "\"linear_attn_config\": {",
+            "\"kda_layers\": [",
+            "\"full_attn_layers\": [",
+            "\"model_type\": \"kimi_linear\"",
             "\"num_experts_per_tok\": ",
             "\"num_attention_heads\": ",
             "\"num_key_value_heads\": ",

@@ -509,6 +509,17 @@ pub fn allreduce_across(h: &Hierarchy, bytes: f64) -> AllReduce {
     best
 }
 
+/// A ring all-gather of `bytes` (the gathered size) across nodes, us: half of NCCL's ring
+/// all-reduce of the same bytes over the hierarchy (a ring all-reduce is a reduce-scatter and an
+/// all-gather of equal cost), the cheapest protocol; NCCL's all-gather has no tree.
+pub fn allgather_across_us(h: &Hierarchy, bytes: f64) -> f64 {
+    PROTOCOLS
+        .iter()
+        .filter(|p| **p != Protocol::Ll128 || h.intra.kind == LinkKind::Nvlink)
+        .map(|&p| nccl_across_us(h, bytes, Algorithm::Ring, p) / 2.0)
+        .fold(f64::INFINITY, f64::min)
+}
+
 /// All-to-all of `bytes` per rank across nodes, us: (n-1)/n of the data leaves each rank, the part
 /// for ranks on its own node over the node link and the rest over its NIC, both at once; one
 /// latency per peer (as [`LinkProfile::alltoall_us`]).
@@ -531,9 +542,6 @@ mod tests {
         ((pred - meas) / meas).abs() <= tol
     }
 
-    /// Small messages: NCCL's latency model against AIConfigurator's measured NCCL 2.29.2 tables
-    /// (comm.toml `[[nccl_allreduce_measured]]` h200 and rtx-pro-6000-se, 8 GPUs, 256 to 16384 elements = 512 B .. 32 KB),
-    /// within 30% (NCCL's model is low by 6-20% there: it has no launch cost).
     #[test]
     fn a_ring_all_gather_takes_half_an_all_reduces_steps_and_bytes() {
         // n - 1 steps of 1/n of the data against the all-reduce's 2(n - 1): at 1 GB (Simple for
@@ -547,6 +555,9 @@ mod tests {
         assert!(small < base_latency_us(Algorithm::Ring, Protocol::Ll) + 7.0 * hop_us(&l, Algorithm::Ring, Protocol::Ll) + 1.0, "{small}");
     }
 
+    /// Small messages: NCCL's latency model against AIConfigurator's measured NCCL 2.29.2 tables
+    /// (comm.toml `[[nccl_allreduce_measured]]` h200 and rtx-pro-6000-se, 8 GPUs, 256 to 16384 elements = 512 B .. 32 KB),
+    /// within 30% (NCCL's model is low by 6-20% there: it has no launch cost).
     #[test]
     fn nccl_small_message_latency_is_within_30_percent_of_measured_tables() {
         let nv = link("nvlink").expect("link");
@@ -677,6 +688,19 @@ mod tests {
         let eth = crate::hw::net("eth-100g").expect("net");
         let slow = allreduce_across(&across(&nv, &eth, 2, 8, 8), 256.0).us;
         assert!(slow > a.us + 2.0 * (eth.alpha_us - ib.alpha_us) - 1e-9, "{slow} vs {}", a.us);
+    }
+
+    /// Across nodes an all-gather is half a ring all-reduce (never the tree NCCL's all-reduce
+    /// picks for small messages): at 256 B over 2 x 8 NVLink GPUs, 28.8 / 2 us, not 25.2 / 2.
+    #[test]
+    fn an_all_gather_across_nodes_is_half_a_ring_all_reduce() {
+        let (nv, ib) = (link("nvlink").expect("link"), crate::hw::net("ib-ndr").expect("net"));
+        let h = across(&nv, &ib, 2, 8, 8);
+        let ring = |bytes: f64| PROTOCOLS.iter().map(|&p| nccl_across_us(&h, bytes, Algorithm::Ring, p)).fold(f64::INFINITY, f64::min);
+        for bytes in [0.0, 256.0, 1e6, 1e9] {
+            assert!((allgather_across_us(&h, bytes) - ring(bytes) / 2.0).abs() < 1e-9, "{bytes} B");
+        }
+        assert!(allgather_across_us(&h, 0.0) > allreduce_across(&h, 0.0).us / 2.0, "the tree's half would be cheaper");
     }
 
     /// Large messages: ring bus bandwidth across 2 nodes against nccl-tests figures. 8 NDR NICs per

@@ -416,6 +416,13 @@ mod tests {
             let a = launch(&s, &one, 64).servers[0].argv.join(" ");
             assert!(a.contains(" --trust-remote-code "), "{engine:?}: {a}");
         }
+        // Kimi Linear's checkpoint names its own configuration code (`configuration_kimi`).
+        let mut kimi = scenario("kimi-linear-48b-a3b", Dtype::Bf16, "h100-sxm", "nvlink", 2, 2);
+        for engine in [EngineName::Sglang, EngineName::Vllm] {
+            kimi.engine.serving = engine;
+            let a = launch(&kimi, &one, 64).servers[0].argv.join(" ");
+            assert!(a.contains(" --trust-remote-code "), "Kimi Linear under {engine:?}: {a}");
+        }
         let other = scenario("llama-3.1-8b", Dtype::Fp8, "h100-sxm", "nvlink", 2, 2);
         assert!(!launch(&other, &one, 64).servers[0].argv.iter().any(|x| x == "--trust-remote-code"));
     }

@@ -11,7 +11,7 @@
 
 use serde::Serialize;
 
-use super::{Across, QkNormAllReduces, Scenario, StepDetail, StepMs};
+use super::{Across, QkGathers, QkNormAllReduces, Scenario, StepDetail, StepMs};
 use crate::quant::ComputeFormat;
 
 /// The step terms, for picking the largest.
@@ -47,6 +47,10 @@ pub enum Bottleneck {
         /// The q/k norm's own small all-reduces (MiniMax-M2), when the model has them.
         #[serde(skip_serializing_if = "Option::is_none")]
         qk_norm: Option<QkNormAllReduces>,
+        /// The q and k all-gathers of a q/k norm over the whole projections (OLMo), when the
+        /// model has them.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        qk_gathers: Option<QkGathers>,
         /// Collectives that cross the network of a multi-node plan (absent on one node).
         #[serde(skip_serializing_if = "Option::is_none")]
         across: Option<Across>,
@@ -145,6 +149,8 @@ impl Scenario {
                 allreduce_us: d.allreduce_us * self.engine.comm_scale,
                 qk_norm: (d.qk_norm_allreduces > 0.0)
                     .then_some(QkNormAllReduces { count: d.qk_norm_allreduces * pp, us: d.qk_norm_allreduce_us * self.engine.comm_scale }),
+                qk_gathers: (d.qk_gathers > 0.0)
+                    .then_some(QkGathers { count: d.qk_gathers * pp, us: d.qk_gather_us * pp * self.engine.comm_scale }),
                 across: self.across_nodes(),
             },
             Term::Weights => Bottleneck::Weights {

@@ -51,6 +51,18 @@ pub(super) struct Comm {
     /// The q/k norm's all-reduces per stage step, and one of them, us.
     pub(super) qk_norm_allreduces: f64,
     pub(super) qk_norm_allreduce_us: f64,
+    /// The q and k all-gathers per stage step ([`Scenario::qk_gather_us`]), and their time, us.
+    pub(super) qk_gathers: f64,
+    pub(super) qk_gather_us: f64,
+}
+
+/// The q and k all-gathers of a step and their time ([`Bottleneck::Communication`](super::Bottleneck::Communication)).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct QkGathers {
+    /// All-gathers per step (all stages).
+    pub count: f64,
+    /// All of them, us.
+    pub us: f64,
 }
 
 /// A q/k norm's all-reduces per step and the cost of one ([`Bottleneck::Communication`](super::Bottleneck::Communication)).
@@ -103,7 +115,11 @@ impl Scenario {
                 measured_us += c.qk_norm_allreduces * a.us;
             }
         }
-        us += self.qk_gather_us(x);
+        c.qk_gather_us = self.qk_gather_us(x);
+        if c.qk_gather_us > 0.0 {
+            c.qk_gathers = 2.0 * self.model.kv_layers() as f64 / self.plan.pp as f64;
+        }
+        us += c.qk_gather_us;
         if self.plan.pp > 1 {
             us += self.pp_send_us(act);
         }
@@ -258,8 +274,8 @@ impl Scenario {
     /// The q/k all-gathers of one stage step for `tokens` tokens, us
     /// ([`ModelSpec::qk_norm_gathered`]): in every attention layer, q (heads x head dim) and k
     /// (KV heads x head dim) in bf16, gathered over the TP group by NCCL's ring
-    /// ([`comm::nccl_allgather_us`]; across nodes, half the network all-reduce of the same bytes,
-    /// its reduce-scatter and all-gather being the two halves). 0 without TP or without the norm.
+    /// ([`comm::nccl_allgather_us`]; across nodes, half the ring all-reduce of the same bytes over
+    /// the hierarchy, [`comm::allgather_across_us`]). 0 without TP or without the norm.
     pub(super) fn qk_gather_us(&self, tokens: f64) -> f64 {
         let m = &self.model;
         let crate::spec::Attention::Gqa { heads, kv_heads, head_dim, .. } = m.attention else { return 0.0 };
@@ -267,7 +283,7 @@ impl Scenario {
             return 0.0;
         }
         let gather = |bytes: f64| match self.across(self.plan.tp) {
-            Some(h) => comm::allreduce_across(&h, bytes).us / 2.0,
+            Some(h) => comm::allgather_across_us(&h, bytes),
             None => comm::nccl_allgather_us(&self.link, self.plan.tp, bytes),
         };
         let layers = m.kv_layers() as f64 / self.plan.pp as f64;

@@ -5,8 +5,8 @@
 //! first and last stage, each part in its checkpoint format. KV per token and layer: MLA's latent
 //! and rope part (replicated on every TP rank, as sglang and vLLM keep it), or GQA's K and V split
 //! by KV head; a DSA indexer adds its fp8 keys and scales in the layers that run it; a sliding
-//! layer holds at most its window. A Gated DeltaNet layer holds a fixed state per request instead
-//! of KV.
+//! layer holds at most its window. A linear-attention layer (Gated DeltaNet, Mamba-2, KDA) holds a
+//! fixed state per request instead of KV.
 //!
 //! [`Memory`] is the GPU's capacity, the engine's usable share, weights, workspace and what is
 //! left for the KV cache. From it: the tokens the deployment's cache holds, and the requests that

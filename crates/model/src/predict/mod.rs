@@ -7,7 +7,7 @@
 //!   imbalance factor (fitted: 1.0); LM head / tp;
 //! - KV: each request's context (MLA latent replicated on every TP rank; DSA reads top-k latents plus
 //!   every indexer key; GQA split over KV heads); a sliding-window layer holds and reads at most its
-//!   window; a linear-attention (Gated DeltaNet) layer holds a fixed state per request instead,
+//!   window; a linear-attention layer (Gated DeltaNet, Mamba-2, KDA) holds a fixed state per request instead,
 //!   read and written back once per step;
 //! - compute: 2 x active parameters x tokens at the GEMM's format's TFLOPS, plus attention;
 //! - communication: 2 TP all-reduces per layer as the engine runs them ([`crate::comm`]: custom
@@ -52,7 +52,7 @@ mod step;
 pub(crate) mod tests;
 
 pub use bottleneck::Bottleneck;
-pub use collectives::{Across, QkNormAllReduces};
+pub use collectives::{Across, QkGathers, QkNormAllReduces};
 pub use engine::{
     distinct_expert_fraction, Engine, EngineName, EngineRelease, ReleaseFeature, CDNA3_FLOOR_SCALE, EARLY_RELEASES_END,
     EARLY_RELEASE_STEP_SCALE, SGLANG_CHECKPOINT_KV, SGLANG_PIECEWISE_DEFAULT, SGLANG_REQUEST_LATENCY_MS, TRTLLM_REQUEST_LATENCY_MS,
@@ -247,6 +247,10 @@ pub struct StepDetail {
     pub qk_norm_allreduces: f64,
     /// One of them, us (before comm_scale).
     pub qk_norm_allreduce_us: f64,
+    /// The q and k all-gathers per stage step ([`ModelSpec::qk_norm_gathered`]).
+    pub qk_gathers: f64,
+    /// All of them, us (before comm_scale).
+    pub qk_gather_us: f64,
     /// Distinct experts touched per MoE layer (busiest EP rank with EP).
     pub distinct_experts: f64,
     /// Weight bytes read per GPU per stage step, GB.

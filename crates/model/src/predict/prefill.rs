@@ -121,7 +121,9 @@ impl Scenario {
     ///   that runs it (GLM-5.2's "shared" indexer layers reuse the last top-k and add none).
     /// - Linear attention ([`crate::spec::LinearAttention::kernels`]): Gated DeltaNet's input
     ///   norm, two input GEMMs, causal conv, gating, the recurrent update, gated norm, output GEMM:
-    ///   8; Mamba-2's input norm, input GEMM, causal conv, state update, gated norm, output GEMM: 6.
+    ///   8; Mamba-2's input norm, input GEMM, causal conv, state update, gated norm, output GEMM: 6;
+    ///   KDA's input norm, q, k and v GEMMs, the two gates' four GEMMs and beta's, three convs,
+    ///   the decay gate, the recurrent update, gated norm, output GEMM: 16.
     /// - Dense FFN: post-attention norm, gate/up GEMM, activation, down GEMM: 4.
     /// - MoE FFN: norm, router GEMM, top-k, token sort, the two grouped GEMMs, activation and
     ///   the weighted combine: 8; a shared expert adds its gate/up, activation and down: 3.
@@ -129,7 +131,8 @@ impl Scenario {
     ///   then FFN ([`crate::spec::ModelSpec::tp_reductions`]; a DP-attention MoE layer's
     ///   dispatch and combine instead).
     /// - A q/k norm over all heads (MiniMax-M2) under TP: its own all-reduce and the norm's
-    ///   second half, in each full-attention layer: 2.
+    ///   second half, in each full-attention layer: 2. A q/k norm over the whole projections (OLMo
+    ///   2/3, OLMoE) under TP: the q and the k all-gathers, in each attention layer: 2.
     /// - Per step: embedding, final norm, LM head, sampling: 4.
     pub fn kernels_per_step(&self) -> f64 {
         let m = &self.model;

@@ -75,6 +75,8 @@ impl Scenario {
             allreduce_us: comm.allreduce_us,
             qk_norm_allreduces: comm.qk_norm_allreduces,
             qk_norm_allreduce_us: comm.qk_norm_allreduce_us,
+            qk_gathers: comm.qk_gathers,
+            qk_gather_us: comm.qk_gather_us,
             distinct_experts: w.distinct,
             weights_gb_per_gpu: (w.dense + w.experts) / 1e9,
             kv_gb_per_gpu: kv_b / 1e9,

@@ -150,6 +150,7 @@ fn minimax_all_reduces_its_qk_norm_in_every_layer_under_tp_only() {
             allreduces: 124.0,
             allreduce_us: 30.0,
             qk_norm: Some(QkNormAllReduces { count: 62.0, us: qk_norm_us }),
+            qk_gathers: None,
             across: None,
         })
     };
@@ -828,6 +829,32 @@ fn a_q_k_norm_over_the_whole_projections_gathers_q_and_k_in_every_attention_laye
     assert_eq!(s.kernels_per_step() - plain.kernels_per_step(), 64.0, "two all-gathers in each of 32 layers");
     let prefill = |sc: &Scenario| sc.prefill_ms(4096.0, 4096.0, PrefillPass::Standalone);
     assert!(prefill(&s) > prefill(&plain), "a prefill pass gathers its tokens' q and k too");
+    // The step's detail counts them, and the bottleneck's words name them beside the all-reduces.
+    let d = s.stage(x, 1536.0).1;
+    assert_eq!((d.qk_gathers, d.qk_gather_us), (64.0, want_us));
+    assert_eq!(plain.stage(x, 1536.0).1.qk_gathers, 0.0);
+    let words = crate::report::bottleneck_words(&Bottleneck::Communication {
+        share: 0.5,
+        step_ms: 20.0,
+        tp: 4,
+        link: "nvlink".into(),
+        allreduces: 64.0,
+        allreduce_us: 10.0,
+        qk_norm: None,
+        qk_gathers: Some(QkGathers { count: 64.0, us: 1500.0 }),
+        across: None,
+    });
+    assert!(words.contains("64 all-reduces x 10.0 us, 64 q/k all-gathers taking 1.50 ms in all"), "{words}");
+    // Under PP2 each stage gathers in its 16 layers; a prefill pass still gathers in all 32.
+    let mut pp2 = s.clone();
+    pp2.plan = Plan { gpus: 8, tp: 4, pp: 2, ep: 1, dp_attention: false };
+    assert!((pp2.qk_gather_us(x) * 2.0 - want_us).abs() < 1e-9);
+    let mut pp2_plain = pp2.clone();
+    pp2_plain.model.qk_norm_gathered = false;
+    let gathered = |a: &Scenario, b: &Scenario| {
+        a.prefill_ms(4096.0, 4096.0, PrefillPass::Standalone) - b.prefill_ms(4096.0, 4096.0, PrefillPass::Standalone)
+    };
+    assert!((gathered(&pp2, &pp2_plain) - gathered(&s, &plain)).abs() < 1e-9, "the whole replica's gathers in a prefill pass");
     let mut one = scenario("llama-3.1-8b", Dtype::Bf16, "h100-sxm", "nvlink", 1, 1);
     let one_plain = one.clone();
     one.model.qk_norm_gathered = true;

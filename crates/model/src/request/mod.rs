@@ -299,6 +299,15 @@ impl ScenarioSpec {
             return Err(ModelError::Input("--max-running 0 runs nothing: give 1 or more, or leave it out".into()));
         }
         let engine = self.resolve_engine()?;
+        // sglang's Kimi Linear (`kimi_linear.py`, adapted from vLLM's) shards its KDA layers over
+        // the whole TP group: it has no DP-attention path for them.
+        let kda = model.linear.is_some_and(|la| la.mixer == spec::LinearMixer::Kda);
+        if plan.dp_attention && kda && engine.serving == EngineName::Sglang {
+            return Err(ModelError::Input(format!(
+                "--dp-attention: sglang runs this model's {} KDA layers tensor-parallel over the whole TP group, with no data-parallel attention for them; drop --dp-attention (or give --engine vllm, whose DP attention is data parallelism at TP1)",
+                model.layer_counts.linear
+            )));
+        }
         // The measured all-reduce prices the box it was measured on only: the one it names, else
         // this deployment's link and GPU.
         let measured_allreduce = self.allreduce.clone().map(|m| {

@@ -380,3 +380,22 @@ fn the_kv_cache_is_what_the_engines_auto_gives_the_checkpoint_unless_kv_dtype_st
     let vs = WhatIf::parse("quant=nvfp4").expect("parse").apply(&fp8).expect("applies");
     assert_eq!((vs.quant.experts, vs.quant.kv_cache), (Dtype::Nvfp4, KvDtype::Bf16));
 }
+
+#[test]
+fn sglang_refuses_dp_attention_for_kimi_linear_and_vllm_takes_it() {
+    let mut spec = ScenarioSpec::new(ModelSource::Catalog("kimi-linear-48b-a3b".into()), "h100-sxm");
+    spec.gpus = 4;
+    spec.tp = Some(4);
+    spec.ep = 4;
+    spec.dp_attention = true;
+    let e = spec.build().expect_err("sglang").to_string();
+    assert!(
+        e.contains("--dp-attention: sglang runs this model's 20 KDA layers tensor-parallel") && e.contains("drop --dp-attention"),
+        "{e}"
+    );
+    spec.engine = EngineName::Vllm;
+    assert!(spec.build().expect("vllm").plan.dp_attention);
+    spec.engine = EngineName::Sglang;
+    spec.dp_attention = false;
+    assert!(spec.build().is_ok(), "sglang without DP attention");
+}

@@ -331,7 +331,10 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
         dsa,
         moe,
         // Kimi Linear states `model_max_length` (1,048,576) and no `max_position_embeddings`.
-        max_context: field(v, &["max_position_embeddings", "model_max_length"], source)?.unwrap_or(8192),
+        max_context: match field(v, &["max_position_embeddings"], source)? {
+            None if arch == "kimi_linear" => field(v, &["model_max_length"], source)?.unwrap_or(8192),
+            m => m.unwrap_or(8192),
+        },
         checkpoint,
         checkpoint_parts,
         kv_declared: read_kv_declared(quant_root),

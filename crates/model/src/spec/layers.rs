@@ -1,11 +1,13 @@
 //! What differs per family: attention, the kind of each layer, experts and dense layers.
 //!
 //! - Attention is grouped-query (heads, KV heads, head dimension, biases, Qwen3-Next's output
-//!   gate) or, for the DeepSeek family (DeepSeek-V2/V3/V3.2, GLM-5, Kimi-K2), Multi-head Latent
+//!   gate) or, for the DeepSeek family (DeepSeek-V2/V3/V3.2, GLM-5, Kimi-K2, Kimi Linear's full
+//!   layers), Multi-head Latent
 //!   Attention (the query and KV LoRA ranks and the rope, no-rope and value head dimensions). A
 //!   DSA indexer (DeepSeek-V3.2, GLM-5) adds its heads, head dimension and top-k, and runs only in
 //!   the layers `indexer_types` marks "full".
-//! - Each layer is full attention, sliding-window attention or Gated DeltaNet linear attention:
+//! - Each layer is full attention, sliding-window attention or linear attention (Gated DeltaNet,
+//!   Mamba-2, or Kimi Linear's KDA as `linear_attn_config` lists it, [`read_kimi_linear`]):
 //!   from `layer_types` where the file lists them, else from the config class's documented default
 //!   (Gemma's and Llama 4's interleaving, Qwen3-Next's and OLMo 3's every fourth layer full,
 //!   Mistral's and Ministral 3's window on every layer; Granite 4.0 names Mamba-2 and attention
@@ -140,8 +142,8 @@ pub(super) fn deepseek_dense_layers(v: &Value, source: &str, layers: u32) -> Res
         // than the model has).
         return Ok(first);
     }
-    // Multiples of `every` from `first` to `layers - 1`.
-    let moe = (layers - 1) / every - first.div_ceil(every) + 1;
+    // Multiples of `every` from `first` to `layers - 1` (none when the first is past the end).
+    let moe = ((layers - 1) / every + 1).saturating_sub(first.div_ceil(every));
     Ok(layers - moe)
 }
 
@@ -439,10 +441,30 @@ pub(super) fn read_kimi_linear(v: &Value, source: &str, layers: u32) -> Result<(
     let inner = format!("{source}: linear_attn_config");
     // Kimi-K3's language model states `kimi_linear` too, with parts Kimi Linear lacks: refused by
     // field rather than priced as Kimi Linear's.
-    if cfg.get("use_full_rank_gate").and_then(Value::as_bool) == Some(true) {
-        return Err(ModelError::Input(format!(
-            "{inner}: field \"use_full_rank_gate\" is true: KDA with full-rank gates (Kimi-K3) is not modelled; servetune cannot plan this model"
-        )));
+    match cfg.get("use_full_rank_gate") {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => {}
+        Some(x) => {
+            return Err(ModelError::Input(format!(
+                "{inner}: field \"use_full_rank_gate\" is {x}: KDA with full-rank gates (Kimi-K3) is not modelled; servetune cannot plan this model"
+            )))
+        }
+    }
+    match v.get("mla_use_output_gate") {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => {}
+        Some(x) => {
+            return Err(ModelError::Input(format!(
+                "{source}: field \"mla_use_output_gate\" is {x}: gated MLA outputs (Kimi-K3) are not modelled; servetune cannot plan this model"
+            )))
+        }
+    }
+    match v.get("hidden_act") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(a)) if a == "silu" => {}
+        Some(x) => {
+            return Err(ModelError::Input(format!(
+                "{source}: field \"hidden_act\" is {x}: Kimi Linear's MLPs are SwiGLU (\"silu\"); another activation (Kimi-K3's \"situ\") is not modelled; servetune cannot plan this model"
+            )))
+        }
     }
     let hidden = field(v, &["hidden_size"], source)?;
     match field(v, &["routed_expert_hidden_size"], source)? {

@@ -3,8 +3,9 @@
 //! validating them, and parameter counts computed from the architecture.
 //!
 //! Layers are full attention, sliding-window attention (gpt-oss, Mistral) or linear attention
-//! (Gated DeltaNet: Qwen3-Next, Qwen3.5; Mamba-2: Nemotron-H), read from `layer_types` (Nemotron-H:
-//! its block list) or the config class's documented default. A field the parser does not understand for the `model_type` is refused by name and
+//! (Gated DeltaNet: Qwen3-Next, Qwen3.5; Mamba-2: Nemotron-H, Granite 4.0; KDA: Kimi Linear), read
+//! from `layer_types` (Nemotron-H: its block list; Kimi Linear: `linear_attn_config`'s lists) or
+//! the config class's documented default. A field the parser does not understand for the `model_type` is refused by name and
 //! value, never guessed.
 //!
 //! This file holds the types every other part of the model reads: [`ModelSpec`] and its parts
@@ -18,9 +19,10 @@
 //!   that sums of a few of them cannot overflow.
 //! - `layers`: what differs per family: attention (grouped-query or DeepSeek's latent attention,
 //!   and the DSA indexer with the layers that run it), which layers are full, sliding-window or
-//!   linear attention, the sliding window, Gated DeltaNet's sizes, MiniMax's layer list and norm,
-//!   experts (routed, shared, top-k) and which layers are dense (Qwen's `mlp_only_layers`, Llama
-//!   4's interleaving, DeepSeek's `first_k_dense_replace`).
+//!   linear attention, the sliding window, the linear mixers' sizes (Gated DeltaNet, Mamba-2,
+//!   KDA), MiniMax's layer list and norm, experts (routed, shared, top-k) and which layers are
+//!   dense (Qwen's `mlp_only_layers`, Llama 4's interleaving, DeepSeek's `first_k_dense_replace`
+//!   and `moe_layer_freq`).
 //! - `checkpoint`: the weight format from `quantization_config`, per part where a checkpoint
 //!   quantizes parts differently (ModelOpt mixed precision, fbgemm FP8 exports, compressed-tensors).
 //! - `catalog`: the catalog's entries, their embedded config files and published checkpoints.
@@ -175,12 +177,13 @@ pub struct LinearAttention {
     pub conv_kernel: u32,
     /// Bytes per element of the recurrent state as vLLM keeps it (`mamba_ssm_dtype` for Gated
     /// DeltaNet, 2 when absent: its `--mamba-ssm-cache-dtype auto` keeps the model's bf16;
-    /// `mamba_ssm_cache_dtype` for Mamba-2, 4 when absent for Nemotron-H and 2 for Granite 4.0).
+    /// `mamba_ssm_cache_dtype` for Mamba-2, 4 when absent for Nemotron-H and 2 for Granite 4.0;
+    /// always 4 for KDA, vLLM's `kda_state_dtype`).
     pub state_bytes: u32,
     /// Bytes per element of the recurrent state as sglang keeps it: the config's `mamba_ssm_dtype`,
     /// else float32 (`mamba2_state_dtype` in sglang's `python/sglang/srt/configs/mamba_utils.py`:
     /// the `SGLANG_MAMBA_SSM_DTYPE` environment variable, then the config's `mamba_ssm_dtype`, then
-    /// "float32"; the same for Gated DeltaNet and Mamba-2).
+    /// "float32"; the same for Gated DeltaNet, Mamba-2 and KDA).
     pub state_bytes_sglang: u32,
 }
 
@@ -235,7 +238,8 @@ impl LinearAttention {
     /// Gated DeltaNet's key heads (as modelled since the Qwen3-Next work); Mamba-2's heads (vLLM's
     /// `MambaMixer2` shards the heads, and replicates B and C's groups when there are fewer); KDA's
     /// heads (vLLM's `KimiDeltaAttention` splits every projection but the gates' down halves by
-    /// head, and asserts the heads divide by TP).
+    /// head, and asserts the heads divide by TP; the model splits the gates' replicated down halves
+    /// too, 2 x hidden x head_dim per layer, 24 MB in bf16 over Kimi-Linear-48B-A3B's 20 layers).
     pub fn tp_split(&self, tp: u32) -> f64 {
         match self.mixer {
             LinearMixer::GatedDeltaNet => tp.min(self.key_heads) as f64,

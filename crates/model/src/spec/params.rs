@@ -1,7 +1,7 @@
 //! Parameter counts from the architecture, and the per-layer figures the predictions use.
 //!
 //! [`ModelSpec::params`] counts weights by component: attention (with the DSA indexer, averaged
-//! over the layers that hold it), Gated DeltaNet linear-attention layers, dense FFN layers
+//! over the layers that hold it), linear-attention layers (Gated DeltaNet, Mamba-2, KDA), dense FFN layers
 //! (three matrices: gate, up, down), routed and shared experts, routers, the embedding table, the
 //! LM head (none when tied to the embeddings) and the norms. "Active" is what one token touches:
 //! everything but the routed experts it is not sent to. Vendors count active parameters

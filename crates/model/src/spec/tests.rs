@@ -1133,7 +1133,9 @@ fn kimi_linear_reads_its_kda_and_mla_layers_and_matches_its_tensor_count() {
     assert_eq!(m.attention_params_per_layer(), 29_114_880.0);
     let p = m.params();
     assert_eq!(p.total, 49_122_681_728.0 - 26.0 * 256.0, "total {}", p.total);
-    assert!(within(p.active, 3.0e9, 0.2), "active {:.2}B (3B published, rounded)", p.active / 1e9);
+    // Activated: eight routed experts and the shared one per MoE layer, every other weight: 3.48B
+    // with the embedding table and the LM head, 3.11B without the table (Moonshot's "3B").
+    assert!(within(p.active - p.embeddings, 3.0e9, 0.05), "active {:.3}B without the embedding table", (p.active - p.embeddings) / 1e9);
     // The recurrent state is float32 under both engines unless sglang is told otherwise.
     assert_eq!((la.state_bytes, la.state_bytes_sglang), (4, 4));
     let bf16 = text.replacen("\"dtype\"", "\"mamba_ssm_dtype\": \"bfloat16\", \"dtype\"", 1);
@@ -1162,6 +1164,19 @@ fn kimi_linear_refuses_layer_lists_that_do_not_name_every_layer_once() {
             "field \"routed_expert_hidden_size\" is 1152",
         ),
         (
+            "full-rank gate as a number",
+            "\"num_heads\": 32",
+            "\"num_heads\": 32, \"use_full_rank_gate\": 1",
+            "field \"use_full_rank_gate\" is 1",
+        ),
+        (
+            "gated MLA output",
+            "\"mla_use_nope\": true",
+            "\"mla_use_nope\": true, \"mla_use_output_gate\": true",
+            "field \"mla_use_output_gate\" is true",
+        ),
+        ("another activation", "\"hidden_act\": \"silu\"", "\"hidden_act\": \"situ\"", "field \"hidden_act\" is \"situ\""),
+        (
             "attention residuals",
             "\"hidden_size\": 2304",
             "\"hidden_size\": 2304, \"attn_res_block_size\": 12",
@@ -1179,7 +1194,8 @@ fn kimi_linear_refuses_layer_lists_that_do_not_name_every_layer_once() {
 fn deepseek_family_moe_layers_follow_first_k_dense_replace_and_moe_layer_freq() {
     let text = include_str!("../../data/models/kimi-linear-48b-a3b.json");
     // Layer i holds experts when i >= first_k_dense_replace and i is a multiple of moe_layer_freq.
-    for (first, every, dense) in [(1, 1, 1), (0, 1, 0), (1, 2, 14), (3, 2, 15), (27, 1, 27)] {
+    // (26, 4) and (1, 40): no multiple of the frequency in range, so no MoE layer (and no underflow).
+    for (first, every, dense) in [(1, 1, 1), (0, 1, 0), (1, 2, 14), (3, 2, 15), (27, 1, 27), (26, 4, 27), (1, 40, 27), (0, 40, 26)] {
         let t = text.replacen("\"first_k_dense_replace\": 1", &format!("\"first_k_dense_replace\": {first}"), 1).replacen(
             "\"moe_layer_freq\": 1",
             &format!("\"moe_layer_freq\": {every}"),
