@@ -173,19 +173,23 @@ pub fn worker(dir: &Path, sizes: &[u64], iters: u32, sim_link: Option<&str>) -> 
 }
 
 /// Rank 0 makes the id with `make` and writes it (or why it could not); the others wait for it.
+/// Both files appear whole (written beside, then renamed), so a waiting rank never reads one
+/// half-written.
 fn hand_over(dir: &Path, rank: usize, make: impl FnOnce() -> Result<String, FabricError>) -> Result<String, FabricError> {
     let (id_path, failed_path) = (dir.join(ID_FILE), dir.join(FAILED_FILE));
+    let publish = |path: &Path, text: &str| {
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".tmp");
+        std::fs::write(&tmp, text).and_then(|_| std::fs::rename(&tmp, path))
+    };
     if rank == 0 {
         return match make() {
             Ok(id) => {
-                let tmp = dir.join(format!("{ID_FILE}.tmp"));
-                std::fs::write(&tmp, &id)
-                    .and_then(|_| std::fs::rename(&tmp, &id_path))
-                    .map_err(|e| FabricError::Runtime(format!("{}: {e}", id_path.display())))?;
+                publish(&id_path, &id).map_err(|e| FabricError::Runtime(format!("{}: {e}", id_path.display())))?;
                 Ok(id)
             }
             Err(e) => {
-                let _ = std::fs::write(&failed_path, e.to_string());
+                let _ = publish(&failed_path, &e.to_string());
                 Err(e)
             }
         };
