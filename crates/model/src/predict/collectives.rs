@@ -6,9 +6,9 @@
 //! ([`crate::comm`]) over the link, or hierarchically over the nodes and the network when the TP
 //! group spans nodes. A q/k norm over all heads (MiniMax-M2) adds an all-reduce of its sums of
 //! squares in each full-attention layer; one over the whole projections (OLMo 2/3, OLMoE) an
-//! all-gather of q and one of k in each attention layer ([`Scenario::qk_gather_us`]). With DP attention a MoE layer's dispatch and combine
-//! replace the all-reduces; pipeline stages send the activations to the next stage, over the
-//! network when the next stage is on another node. [`Comm`] is one stage step's total (the
+//! all-gather of q and one of k in each attention layer ([`Scenario::qk_gather_us`]). With DP
+//! attention a MoE layer's dispatch and combine replace the all-reduces; pipeline stages send the
+//! activations to the next stage, over the network when the next stage is on another node. [`Comm`] is one stage step's total (the
 //! calibrated communication scale applied) and its parts.
 //!
 //! For a multi-node deployment [`Across`] says which collectives cross the network, and
