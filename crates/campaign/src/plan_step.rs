@@ -203,9 +203,9 @@ pub fn check(mb: &ModelBox) -> Result<(), String> {
 /// campaign holds no second copy of plan logic).
 pub fn scenario(mb: &ModelBox, l: Layout) -> Result<Scenario, String> {
     let mut spec = ScenarioSpec::new(ModelSource::Catalog(mb.model.clone()), mb.gpu.clone());
-    // Any letter case: journals written before `campaign init` stored the canonical name kept
-    // "FP8" as typed.
-    spec.quant.checkpoint = Some(Dtype::parse("--quant", &mb.quant.trim().to_ascii_lowercase()).map_err(|e| e.to_string())?);
+    // `Dtype::parse` takes any letter case: journals written before `campaign init` stored the
+    // canonical name keep "FP8" as typed.
+    spec.quant.checkpoint = Some(Dtype::parse("--quant", &mb.quant).map_err(|e| e.to_string())?);
     spec.link = LinkSource::Catalog(mb.link.clone());
     spec.gpus = mb.gpus;
     spec.tp = Some(l.tp);

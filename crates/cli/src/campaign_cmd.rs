@@ -486,13 +486,9 @@ fn init(a: InitArgs) -> Result<(), Failure> {
     let asked = a
         .quant
         .as_deref()
-        .map(|q| {
-            // The error quotes the value as typed.
-            servetune_model::quant::Dtype::parse("--quant", &q.trim().to_ascii_lowercase()).map_err(|_| {
-                Failure::usage(servetune_model::quant::Dtype::parse("--quant", q).err().map_or_else(String::new, |e| e.to_string()))
-            })
-        })
-        .transpose()?;
+        .map(|q| servetune_model::quant::Dtype::parse("--quant", q))
+        .transpose()
+        .map_err(|e| Failure::usage(e.to_string()))?;
     if let (Some((c, flag, value, n)), Some(asked)) = (&checkpoint, asked) {
         if asked != *c {
             let q = a.quant.as_deref().unwrap_or_default();
@@ -521,9 +517,8 @@ fn init(a: InitArgs) -> Result<(), Failure> {
     .name()
     .to_string();
     let mut s = campaign::settings(&a.goal, tmpl, &a.model, &quant, knobs(&a.set)?).map_err(lib)?;
-    if let Some(c) = &a.catalog_model {
-        let named = servetune_model::spec::named_model(c).map_err(|e| Failure::usage(format!("--catalog-model: {e}")))?;
-        s.catalog_model = Some(named.entry.name.clone());
+    if let Some(c) = catalog {
+        s.catalog_model = Some(c.entry.name.clone());
     }
     // The catalog name, however the GPU was spelled ("NVIDIA H100 80GB HBM3" is h100-sxm), so the
     // journal and the report compare like with like.

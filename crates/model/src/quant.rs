@@ -48,9 +48,10 @@ impl Dtype {
     /// Every format, widest first (the order "does not fit" suggestions try them in).
     pub const ALL: [Dtype; 5] = [Dtype::Bf16, Dtype::Fp8, Dtype::Int4, Dtype::Nvfp4, Dtype::Mxfp4];
 
-    /// Parses a format given to `flag` (`bf16`/`fp16`, `fp8`, `nvfp4`, `mxfp4`, `int4`/`w4a16`).
+    /// Parses a format given to `flag` (`bf16`/`fp16`, `fp8`, `nvfp4`, `mxfp4`, `int4`/`w4a16`), in
+    /// any letter case and with surrounding spaces ("FP8" is fp8); the error quotes it as given.
     pub fn parse(flag: &str, s: &str) -> Result<Self, ModelError> {
-        match s {
+        match s.trim().to_ascii_lowercase().as_str() {
             "bf16" | "fp16" => Ok(Dtype::Bf16),
             "fp8" => Ok(Dtype::Fp8),
             "nvfp4" => Ok(Dtype::Nvfp4),
@@ -270,5 +271,14 @@ mod tests {
         assert_eq!(Dtype::Mxfp4.bytes(), 0.53125);
         assert!((Dtype::Fp8.bytes() - 1.000244).abs() < 1e-6);
         assert!(Dtype::parse("--quant", "fp6").is_err());
+    }
+
+    #[test]
+    fn a_format_parses_in_any_letter_case_and_the_error_quotes_it_as_given() {
+        assert_eq!(Dtype::parse("--quant", " FP8 ").expect("FP8"), Dtype::Fp8);
+        assert_eq!(Dtype::parse("--quant", "NvFp4").expect("NvFp4"), Dtype::Nvfp4);
+        assert_eq!(Dtype::parse("--quant", "FP16").expect("FP16"), Dtype::Bf16);
+        let e = Dtype::parse("--quant", "AWQ").expect_err("awq").to_string();
+        assert_eq!(e, "--quant \"AWQ\" is unknown; known: bf16, fp8, nvfp4, mxfp4, int4");
     }
 }

@@ -195,12 +195,10 @@ pub fn enumerate(base: &Scenario) -> Vec<Plan> {
         for pp in divisors(g / tp) {
             let eps: Vec<u32> = if base.model.moe.is_some() && tp > 1 { vec![1, tp] } else { vec![1] };
             for ep in eps {
-                // DP attention for MLA MoE models; not where linear-attention layers sit beside the
-                // MLA ones (Kimi Linear: sglang's `kimi_linear.py`, adapted from vLLM's, shards its
-                // KDA layers over the whole TP group, `get_tensor_model_parallel_world_size`).
+                // DP attention for MLA MoE models, where the engine has a path for it.
                 let dpa: &[bool] = if base.model.moe.is_some()
                     && matches!(base.model.attention, crate::spec::Attention::Mla { .. })
-                    && base.model.linear.is_none()
+                    && crate::predict::dp_attention_runs(&base.model, base.engine.serving)
                     && tp > 1
                     && ep > 1
                 {
@@ -446,13 +444,16 @@ mod tests {
     }
 
     #[test]
-    fn dp_attention_is_offered_to_mla_moe_models_without_linear_layers_only() {
+    fn dp_attention_is_offered_to_mla_moe_models_where_the_engine_runs_it() {
         let ds = scenario("deepseek-v3", Dtype::Fp8, "h200", "nvlink", 8, 8);
         assert!(enumerate(&ds).iter().any(|p| p.dp_attention), "DeepSeek-V3: DP attention among the plans");
-        let kimi = scenario("kimi-linear-48b-a3b", Dtype::Bf16, "h100-sxm", "nvlink", 8, 8);
+        let mut kimi = scenario("kimi-linear-48b-a3b", Dtype::Bf16, "h100-sxm", "nvlink", 8, 8);
+        assert_eq!(kimi.engine.serving, crate::predict::EngineName::Sglang);
         let plans = enumerate(&kimi);
         assert!(plans.iter().any(|p| p.ep > 1), "Kimi Linear: EP plans");
-        assert!(!plans.iter().any(|p| p.dp_attention), "Kimi Linear: its KDA layers shard over the whole TP group");
+        assert!(!plans.iter().any(|p| p.dp_attention), "Kimi Linear under sglang: its KDA layers shard over the whole TP group");
+        kimi.engine.serving = crate::predict::EngineName::Vllm;
+        assert!(enumerate(&kimi).iter().any(|p| p.dp_attention), "Kimi Linear under vLLM: DP attention at TP1");
     }
 
     /// A bench that measures a fixed fraction of the steady rate, and more of it for TP4 plans, so

@@ -115,11 +115,11 @@ impl Scenario {
                 measured_us += c.qk_norm_allreduces * a.us;
             }
         }
-        c.qk_gather_us = self.qk_gather_us(x);
-        if c.qk_gather_us > 0.0 {
-            c.qk_gathers = 2.0 * self.model.kv_layers() as f64 / self.plan.pp as f64;
+        if self.qk_norm_gather() {
+            c.qk_gathers = 2.0 * m.kv_layers() as f64 / self.plan.pp as f64;
+            c.qk_gather_us = self.qk_gather_us(x);
+            us += c.qk_gather_us;
         }
-        us += c.qk_gather_us;
         if self.plan.pp > 1 {
             us += self.pp_send_us(act);
         }
@@ -279,7 +279,7 @@ impl Scenario {
     pub(super) fn qk_gather_us(&self, tokens: f64) -> f64 {
         let m = &self.model;
         let crate::spec::Attention::Gqa { heads, kv_heads, head_dim, .. } = m.attention else { return 0.0 };
-        if !m.qk_norm_gathered || self.plan.tp <= 1 || self.plan.dp_attention {
+        if !self.qk_norm_gather() {
             return 0.0;
         }
         let gather = |bytes: f64| match self.across(self.plan.tp) {
@@ -289,6 +289,13 @@ impl Scenario {
         let layers = m.kv_layers() as f64 / self.plan.pp as f64;
         let (q, k) = (tokens * heads as f64 * head_dim as f64 * 2.0, tokens * kv_heads as f64 * head_dim as f64 * 2.0);
         layers * (gather(q) + gather(k))
+    }
+
+    /// Whether each attention layer all-gathers its q and k across the TP ranks for a norm over
+    /// the whole projections ([`ModelSpec::qk_norm_gathered`]; not with DP attention, where every
+    /// rank holds all heads).
+    pub(super) fn qk_norm_gather(&self) -> bool {
+        self.model.qk_norm_gathered && self.plan.tp > 1 && !self.plan.dp_attention
     }
 
     /// Whether each full-attention layer all-reduces its q/k norm's sum of squares across the

@@ -158,6 +158,13 @@ impl Plan {
     }
 }
 
+/// Whether `engine` has a data-parallel attention path for `model`: sglang's Kimi Linear
+/// (`kimi_linear.py`, adapted from vLLM's) shards its KDA layers over the whole TP group and has
+/// none; vLLM's DP attention is data parallelism at TP1, which any model runs.
+pub fn dp_attention_runs(model: &ModelSpec, engine: EngineName) -> bool {
+    !(engine == EngineName::Sglang && model.linear.is_some_and(|la| la.mixer == crate::spec::LinearMixer::Kda))
+}
+
 /// Whether communication hides behind compute and memory traffic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

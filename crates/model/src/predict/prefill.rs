@@ -148,7 +148,7 @@ impl Scenario {
         // norm's second half, in each full-attention layer.
         let qk_norm = if self.qk_norm_allreduce() { 2.0 * c.full as f64 } else { 0.0 };
         // A q/k norm over the whole projections gathers q and k in each attention layer.
-        let qk_gathers = if m.qk_norm_gathered && self.plan.tp > 1 && !self.plan.dp_attention { 2.0 * m.kv_layers() as f64 } else { 0.0 };
+        let qk_gathers = if self.qk_norm_gather() { 2.0 * m.kv_layers() as f64 } else { 0.0 };
         attention + ffn + collectives + qk_norm + qk_gathers + 4.0
     }
 

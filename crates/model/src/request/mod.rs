@@ -299,10 +299,7 @@ impl ScenarioSpec {
             return Err(ModelError::Input("--max-running 0 runs nothing: give 1 or more, or leave it out".into()));
         }
         let engine = self.resolve_engine()?;
-        // sglang's Kimi Linear (`kimi_linear.py`, adapted from vLLM's) shards its KDA layers over
-        // the whole TP group: it has no DP-attention path for them.
-        let kda = model.linear.is_some_and(|la| la.mixer == spec::LinearMixer::Kda);
-        if plan.dp_attention && kda && engine.serving == EngineName::Sglang {
+        if plan.dp_attention && !crate::predict::dp_attention_runs(&model, engine.serving) {
             return Err(ModelError::Input(format!(
                 "--dp-attention: sglang runs this model's {} KDA layers tensor-parallel over the whole TP group, with no data-parallel attention for them; drop --dp-attention (or give --engine vllm, whose DP attention is data parallelism at TP1)",
                 model.layer_counts.linear

@@ -265,11 +265,13 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
         }
         _ => None,
     };
-    let layer_counts = match &blocks {
-        Some(b) => b.mixers,
-        None if arch == "granitemoehybrid" => granite_layer_kinds(v, source, layers)?,
-        None if arch == "kimi_linear" => read_kimi_linear(v, source, layers)?.0,
-        None => read_layer_kinds(v, source, &arch, layers, dsa.is_some())?,
+    // Kimi Linear names its layer kinds and its KDA shape in one object.
+    let kimi = if arch == "kimi_linear" { Some(read_kimi_linear(v, source, layers)?) } else { None };
+    let layer_counts = match (&blocks, kimi) {
+        (Some(b), _) => b.mixers,
+        (None, Some((counts, _))) => counts,
+        (None, None) if arch == "granitemoehybrid" => granite_layer_kinds(v, source, layers)?,
+        (None, None) => read_layer_kinds(v, source, &arch, layers, dsa.is_some())?,
     };
     // Blocks with a mixer have no FFN in Nemotron-H; every other family's layer has both.
     let ffn_free_layers = blocks.as_ref().map_or(0, |b| b.mixers.full + b.mixers.linear);
@@ -278,7 +280,7 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
         0 => None,
         _ if blocks.is_some() => Some(read_mamba2(v, source, &arch)?),
         _ if arch == "granitemoehybrid" => Some(read_granite_mamba(v, source, hidden)?),
-        _ if arch == "kimi_linear" => Some(read_kimi_linear(v, source, layers)?.1),
+        _ if kimi.is_some() => kimi.map(|(_, kda)| kda),
         _ => Some(read_linear(v, source, &arch)?),
     };
     check_attn_type_list(v, source, &arch, layers)?;

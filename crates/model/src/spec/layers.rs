@@ -440,23 +440,16 @@ pub(super) fn read_kimi_linear(v: &Value, source: &str, layers: u32) -> Result<(
     };
     let inner = format!("{source}: linear_attn_config");
     // Kimi-K3's language model states `kimi_linear` too, with parts Kimi Linear lacks: refused by
-    // field rather than priced as Kimi Linear's.
-    match cfg.get("use_full_rank_gate") {
-        None | Some(Value::Null) | Some(Value::Bool(false)) => {}
-        Some(x) => {
-            return Err(ModelError::Input(format!(
-                "{inner}: field \"use_full_rank_gate\" is {x}: KDA with full-rank gates (Kimi-K3) is not modelled; servetune cannot plan this model"
-            )))
-        }
-    }
-    match v.get("mla_use_output_gate") {
-        None | Some(Value::Null) | Some(Value::Bool(false)) => {}
-        Some(x) => {
-            return Err(ModelError::Input(format!(
-                "{source}: field \"mla_use_output_gate\" is {x}: gated MLA outputs (Kimi-K3) are not modelled; servetune cannot plan this model"
-            )))
-        }
-    }
+    // field rather than priced as Kimi Linear's. A switch of K3's is refused unless absent, null
+    // or false.
+    let switch = |obj: &Value, at: &str, key: &str, what: &str| match obj.get(key) {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => Ok(()),
+        Some(x) => Err(ModelError::Input(format!(
+            "{at}: field {key:?} is {x}: {what} (Kimi-K3) are not modelled; servetune cannot plan this model"
+        ))),
+    };
+    switch(cfg, &inner, "use_full_rank_gate", "KDA's full-rank gates")?;
+    switch(v, source, "mla_use_output_gate", "gated MLA outputs")?;
     match v.get("hidden_act") {
         None | Some(Value::Null) => {}
         Some(Value::String(a)) if a == "silu" => {}
