@@ -17,7 +17,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{BatchDefaults, Overlap};
+use super::{BatchDefaults, Overlap, StatePoolRelease};
 use crate::ModelError;
 
 /// [`Engine::cdna3_floor_scale`]'s default: fitted on the fit set's CDNA 3 rows (see there).
@@ -178,6 +178,9 @@ pub struct Engine {
     /// and the largest decode batch it replays as a CUDA graph ([`BatchDefaults`], from the
     /// engines' code; [`EngineRelease::batch_defaults`]).
     pub batch: BatchDefaults,
+    /// The engine's own pool for a hybrid model's linear-attention state, by release
+    /// ([`StatePoolRelease`]: sglang's), or None where the state shares the KV cache's memory.
+    pub state_pool: Option<StatePoolRelease>,
 }
 
 impl Default for Engine {
@@ -208,6 +211,7 @@ impl Default for Engine {
             release_step_scale: 1.0,
             early_release_scale: EARLY_RELEASE_STEP_SCALE,
             batch: BatchDefaults::SglangTable { minor: SGLANG_CURRENT_MINOR },
+            state_pool: Some(StatePoolRelease::Split0523),
         }
     }
 }
@@ -299,6 +303,7 @@ impl EngineName {
             prefill_graphs: self.graphs_prefill(),
             mem_fraction: self.mem_fraction(),
             batch: EngineRelease::current(self).batch_defaults(None),
+            state_pool: EngineRelease::current(self).state_pool(None),
             ..Engine::default()
         }
     }
@@ -479,6 +484,27 @@ impl EngineRelease {
         }
     }
 
+    /// The release's pool for a hybrid model's linear-attention state ([`StatePoolRelease`]):
+    /// sglang's, by release (the dates are the releases' PyPI uploads); vLLM and TensorRT-LLM
+    /// have none. `date` decides where the version names no release.
+    pub fn state_pool(&self, date: Option<&str>) -> Option<StatePoolRelease> {
+        if self.name != EngineName::Sglang {
+            return None;
+        }
+        let era = [
+            ((0, 5, 23), SGLANG_0_5_23_DATE, StatePoolRelease::Split0523),
+            ((0, 5, 14), "2026-06-26", StatePoolRelease::Split0514),
+            ((0, 5, 9), "2026-02-23", StatePoolRelease::Split059),
+            ((0, 5, 8), "2026-01-23", StatePoolRelease::Split058),
+            ((0, 5, 7), "2026-01-01", StatePoolRelease::Split057),
+            ((0, 5, 4), "2025-10-24", StatePoolRelease::Split054),
+        ]
+        .into_iter()
+        .find(|(first, since, _)| self.at_least(*first, Some(since), date))
+        .map_or(StatePoolRelease::Fixed512, |(_, _, era)| era);
+        Some(era)
+    }
+
     /// The KV-cache format the release's `--kv-cache-dtype auto` (every engine's default) gives a
     /// checkpoint that declares `declared` ([`crate::quant::KvDtype::declared_by`]): the declared
     /// format for TensorRT-LLM (its `auto` reads the checkpoint's quantization config), for
@@ -555,6 +581,7 @@ impl EngineRelease {
             mixed_prefill: self.mixes_prefill(),
             prefill_graphs: self.prefill_graphs(None),
             batch: self.batch_defaults(None),
+            state_pool: self.state_pool(None),
             release_step_scale: if self.is_early(None) { EARLY_RELEASE_STEP_SCALE } else { 1.0 },
             early_release_scale: EARLY_RELEASE_STEP_SCALE,
             ..self.name.defaults()

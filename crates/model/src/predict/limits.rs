@@ -28,6 +28,7 @@ use serde::Serialize;
 
 use super::Scenario;
 use crate::hw::{Arch, GpuSpec};
+use crate::spec::LinearMixer;
 
 /// Bytes in a mebibyte: the engines compare the device's memory in MiB or GiB.
 const MIB: f64 = 1024.0 * 1024.0;
@@ -116,6 +117,88 @@ impl BatchDefaults {
             }),
             BatchDefaults::VllmV0 => Some(256),
             BatchDefaults::VllmV1 { blackwell_1024, .. } => Some(if blackwell_1024 && gpu.arch == Arch::Blackwell { 1024 } else { 512 }),
+        }
+    }
+}
+
+/// How sglang keeps a hybrid model's linear-attention state (Gated DeltaNet, Mamba-2, KDA): in a
+/// pool of its own beside the KV pool, whose size caps the requests that run at once. vLLM keeps
+/// the state in its KV blocks (one shared pool, no such cap), and TensorRT-LLM is not modelled
+/// here: both have none.
+///
+/// sglang's model runner (`handle_max_mamba_cache` and `init_memory`, in
+/// python/sglang/srt/model_executor/model_runner.py, later model_runner_kv_cache_mixin.py and
+/// mem_cache/kv_cache_configurator.py) sizes the pool in whole requests' states and holds the
+/// running requests to its slots over the slots each keeps: the running one, plus two the radix
+/// cache saves states in (`MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO`, 3), plus two more where
+/// the "extra buffer" tracks states for the cache; the cap applies over a stated
+/// `--max-running-requests` too. How, by release, with no memory flag given (the released wheels
+/// read one by one; docs/plan.md "Engine batch limits"):
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StatePoolRelease {
+    /// 0.5.2 .. 0.5.3: 512 states, radix cache off, so 512 running at most.
+    Fixed512,
+    /// 0.5.4 .. 0.5.6: the memory left splits at `--mamba-full-memory-ratio` (state over KV,
+    /// 0.9) and a running request keeps 3 states, for Gated DeltaNet; Mamba-2 and KDA models run
+    /// without the radix cache on 512 states.
+    Split054,
+    /// 0.5.7: the split for Gated DeltaNet and Mamba-2, whose radix cache is on, at 5 states per
+    /// running request (an if/else that 0.5.8 fixed); KDA on 512 states.
+    Split057,
+    /// 0.5.8: as 0.5.7 at 3 states per running request.
+    Split058,
+    /// 0.5.9 .. 0.5.13: the split for every hybrid model (512 is gone); KDA without the radix
+    /// cache keeps 1 state per running request, the others 3.
+    Split059,
+    /// 0.5.14 .. 0.5.22: the radix cache's "auto" strategy resolves to the extra buffer for
+    /// Gated DeltaNet and Mamba-2 (5 states per running request); KDA keeps 3.
+    Split0514,
+    /// 0.5.23: KDA takes the extra buffer too (5).
+    Split0523,
+}
+
+/// What a release's state pool is for a model's linear mixer ([`StatePoolRelease::pool`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct StatePool {
+    /// States the pool holds: a fixed count, or what its share of the memory holds.
+    pub slots: StateSlots,
+    /// States each running request keeps, in the running cap.
+    pub per_running: u32,
+}
+
+/// How sglang sizes the state pool ([`StatePool::slots`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StateSlots {
+    /// A fixed number of states (512 in the releases before the split).
+    Fixed(u32),
+    /// State memory over KV memory of what is left after the weights (`--mamba-full-memory-ratio`).
+    Share(f64),
+}
+
+/// sglang's `--mamba-full-memory-ratio` default from 0.5.4 on (sglang PR 11679 raised it from 0.2
+/// to 0.9 before the release).
+pub const SGLANG_STATE_TO_KV: f64 = 0.9;
+
+impl StatePoolRelease {
+    /// The pool this release keeps for a model whose linear layers are `mixer`.
+    pub fn pool(self, mixer: LinearMixer) -> StatePool {
+        use StatePoolRelease::*;
+        let kda = mixer == LinearMixer::Kda;
+        let gdn = mixer == LinearMixer::GatedDeltaNet;
+        let fixed = StatePool { slots: StateSlots::Fixed(512), per_running: 1 };
+        let split = |per_running| StatePool { slots: StateSlots::Share(SGLANG_STATE_TO_KV), per_running };
+        match self {
+            Fixed512 => fixed,
+            Split054 if gdn => split(3),
+            Split054 => fixed,
+            Split057 | Split058 if kda => fixed,
+            Split057 => split(5),
+            Split058 => split(3),
+            Split059 => split(if kda { 1 } else { 3 }),
+            Split0514 => split(if kda { 3 } else { 5 }),
+            Split0523 => split(5),
         }
     }
 }

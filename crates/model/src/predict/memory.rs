@@ -35,6 +35,10 @@ pub struct Memory {
     pub workspace_gb: f64,
     /// Left for the KV cache.
     pub kv_gb: f64,
+    /// Left for the linear-attention state, where the engine keeps it in a pool of its own
+    /// ([`super::StatePool`]: sglang's hybrid models); 0 where the state shares the KV cache's
+    /// memory or the model has none.
+    pub state_gb: f64,
     /// KV bytes per token on one GPU.
     pub kv_bytes_per_token: f64,
 }
@@ -167,15 +171,44 @@ impl Scenario {
         let cap = self.gpu.memory_gb;
         let usable = cap * self.engine.mem_fraction;
         let weights = self.weight_bytes_gpu() / 1e9;
-        let kv = (usable - weights - self.engine.workspace_gb).max(0.0);
+        let rest = (usable - weights - self.engine.workspace_gb).max(0.0);
+        // sglang splits what is left between its state pool and its KV pool at a fixed ratio.
+        let state = match self.state_pool().map(|p| p.slots) {
+            Some(super::StateSlots::Share(r)) => rest * r / (1.0 + r),
+            Some(super::StateSlots::Fixed(n)) => (f64::from(n) * self.state_bytes_gpu() / 1e9).min(rest),
+            None => 0.0,
+        };
         Memory {
             capacity_gb: cap,
             usable_gb: usable,
             weights_gb: weights,
             workspace_gb: self.engine.workspace_gb,
-            kv_gb: kv,
+            kv_gb: rest - state,
+            state_gb: state,
             kv_bytes_per_token: self.kv_bytes_per_token_gpu(),
         }
+    }
+
+    /// The engine's own pool for the linear-attention state ([`super::Engine::state_pool`]), where
+    /// the model has linear-attention layers.
+    pub fn state_pool(&self) -> Option<super::StatePool> {
+        let la = self.model.linear.filter(|_| self.model.layer_counts.linear > 0 && self.state_bytes_gpu() > 0.0)?;
+        Some(self.engine.state_pool?.pool(la.mixer))
+    }
+
+    /// Requests' states one scheduler's state pool holds (None without a pool of its own): the
+    /// fixed count where it fits, else what its share of the memory holds.
+    pub fn state_slots(&self) -> Option<u64> {
+        self.state_pool()?;
+        Some((self.memory().state_gb * 1e9 / self.state_bytes_gpu() + 1e-9) as u64)
+    }
+
+    /// The running cap the state pool sets for the whole deployment: each scheduler runs at most
+    /// its pool's states over the states a running request keeps ([`super::StatePool::per_running`]).
+    pub fn state_running_cap(&self) -> Option<u32> {
+        let pool = self.state_pool()?;
+        let per = self.state_slots()? / u64::from(pool.per_running.max(1));
+        Some((per.saturating_mul(u64::from(self.schedulers().max(1)))).min(u64::from(u32::MAX)) as u32)
     }
 
     /// Tokens the whole deployment's KV cache holds.
@@ -204,8 +237,14 @@ impl Scenario {
             return (self.max_kv_tokens() as f64 / ctx) as u64;
         }
         // Sliding layers hold at most their window, linear layers a fixed state: count bytes per request.
-        let per_request = self.request_bytes_gpu(ctx);
         let pools = self.plan.dp() as f64 * if self.plan.dp_attention { self.plan.tp as f64 } else { 1.0 };
+        if let Some(slots) = self.state_slots() {
+            // The state in a pool of its own: the KV pool and the state pool each bound the requests.
+            let kv = self.kv_token_layers(ctx) * self.kv_bytes_per_token_layer() / self.kv_split();
+            let by_kv = if kv > 0.0 { self.memory().kv_gb * 1e9 / kv } else { f64::INFINITY };
+            return (by_kv.min(slots as f64) * pools) as u64;
+        }
+        let per_request = self.request_bytes_gpu(ctx);
         if per_request > 0.0 {
             (self.memory().kv_gb * 1e9 / per_request * pools) as u64
         } else {
@@ -228,10 +267,16 @@ impl Scenario {
     /// [`Self::max_concurrency`] and what sets it.
     pub fn running_limit(&self) -> (u32, RunningLimit) {
         let kv = self.kv_concurrency();
-        match (self.max_running, self.default_running_cap()) {
+        let capped = match (self.max_running, self.default_running_cap()) {
             (Some(m), _) if m < kv => (m, RunningLimit::Stated),
             (None, Some(m)) if m < kv => (m, RunningLimit::EngineDefault),
             _ => (kv, RunningLimit::KvCache),
+        };
+        // sglang holds a hybrid model's running requests to its state pool's share, whatever the
+        // stated cap (`ModelRunner.init_memory`).
+        match self.state_running_cap() {
+            Some(m) if m < capped.0 => (m, RunningLimit::StatePool),
+            _ => capped,
         }
     }
 
@@ -272,6 +317,9 @@ pub enum RunningLimit {
     Stated,
     /// The engine's default running cap ([`super::BatchDefaults::running_cap`]).
     EngineDefault,
+    /// The engine's linear-attention state pool: its slots over the slots each running request
+    /// keeps ([`Scenario::state_running_cap`]).
+    StatePool,
 }
 
 impl RunningLimit {
@@ -281,6 +329,7 @@ impl RunningLimit {
             RunningLimit::KvCache => "the KV cache holds",
             RunningLimit::Stated => "the stated running cap (--max-running) allows",
             RunningLimit::EngineDefault => "the engine's default running cap (docs/plan.md, engine batch limits) allows",
+            RunningLimit::StatePool => "the engine's linear-attention state pool (docs/plan.md, engine batch limits) allows",
         }
     }
 }

@@ -58,7 +58,7 @@ pub use engine::{
     EARLY_RELEASE_STEP_SCALE, SGLANG_CHECKPOINT_KV, SGLANG_PIECEWISE_DEFAULT, SGLANG_REQUEST_LATENCY_MS, TRTLLM_REQUEST_LATENCY_MS,
     VLLM_CHECKPOINT_KV, VLLM_GPU_MEMORY_UTILIZATION, VLLM_REQUEST_LATENCY_MS, VLLM_V1_DEFAULT,
 };
-pub use limits::BatchDefaults;
+pub use limits::{BatchDefaults, StatePool, StatePoolRelease, StateSlots, SGLANG_STATE_TO_KV};
 pub use memory::{Memory, RunningLimit};
 pub use prefill::{prefill_gemm_efficiency, PrefillPass, PREFILL_MOE_EFFICIENCY};
 pub use step::hopper_fp8_kv_efficiency;

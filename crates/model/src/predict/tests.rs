@@ -557,6 +557,84 @@ fn hybrid_state_memory_does_not_grow_with_context() {
     assert!((tp2.state_bytes_gpu() - state / 2.0).abs() < 1.0);
 }
 
+/// sglang keeps a hybrid model's state in a pool of its own: today the memory left after the
+/// weights splits 0.9 : 1 between the state pool and the KV pool, and the running requests are
+/// held to a fifth of the pool's states (the running one, two the radix cache saves, two the
+/// extra buffer tracks), over a stated running cap too. vLLM keeps the state with the KV (one
+/// pool, no such cap), and a model without linear layers has no state pool under sglang.
+#[test]
+fn sglang_holds_a_hybrid_models_state_in_its_own_pool_and_caps_the_running_requests_by_it() {
+    let mut s = scenario("qwen3-next-80b-a3b", Dtype::Bf16, "h200", "nvlink", 2, 2);
+    let m = s.memory();
+    let rest = m.usable_gb - m.weights_gb - m.workspace_gb;
+    assert!((m.state_gb + m.kv_gb - rest).abs() < 1e-9, "{m:?}");
+    assert!((m.state_gb / m.kv_gb - 0.9).abs() < 1e-9, "{m:?}");
+    let slots = (m.state_gb * 1e9 / s.state_bytes_gpu()).floor() as u64;
+    assert_eq!(s.state_slots(), Some(slots));
+    assert_eq!(s.state_running_cap(), Some((slots / 5) as u32));
+    // The KV pool alone bounds the requests' KV; the state pool their states.
+    let kv = s.kv_token_layers(s.mean_context()) * s.kv_bytes_per_token_layer() / s.kv_split();
+    let fits = (m.kv_gb * 1e9 / kv).min(slots as f64) as u32;
+    assert_eq!(s.kv_concurrency(), fits);
+    assert!(slots / 5 < u64::from(fits), "the cap binds here: {slots} states, {fits} fit");
+    assert_eq!(s.running_limit(), ((slots / 5) as u32, RunningLimit::StatePool));
+    s.max_running = Some(100_000);
+    assert_eq!(s.running_limit(), ((slots / 5) as u32, RunningLimit::StatePool), "over a stated cap too");
+    s.max_running = Some(16);
+    assert_eq!(s.running_limit(), (16, RunningLimit::Stated));
+    // vLLM: one pool, whole, and no state cap.
+    let mut v = scenario("qwen3-next-80b-a3b", Dtype::Bf16, "h200", "nvlink", 2, 2);
+    v.engine = EngineName::Vllm.defaults();
+    let vm = v.memory();
+    assert_eq!(vm.state_gb, 0.0);
+    assert!((vm.kv_gb - (vm.usable_gb - vm.weights_gb - vm.workspace_gb)).abs() < 1e-9);
+    assert_eq!(v.state_running_cap(), None);
+    assert_ne!(v.running_limit().1, RunningLimit::StatePool);
+    // No linear layers: no state pool under sglang either.
+    let dense = scenario("llama-3.1-70b", Dtype::Bf16, "h200", "nvlink", 2, 2);
+    assert_eq!(dense.memory().state_gb, 0.0);
+    assert_eq!(dense.state_running_cap(), None);
+}
+
+/// sglang's state pool by release: 512 states before 0.5.4, then the memory split, with the
+/// states a running request keeps changing as the radix cache and its extra buffer reached each
+/// mixer; a measurement's date stands in where no version is named.
+#[test]
+fn sglangs_state_pool_follows_the_release_and_the_mixer() {
+    use crate::spec::LinearMixer::{GatedDeltaNet as Gdn, Kda, Mamba2};
+    use StateSlots::{Fixed, Share};
+    let era = |v: &str| EngineRelease::parse("--engine", v).expect("parses").state_pool(None).expect("sglang");
+    let pool = |v: &str, mixer| {
+        let p = era(v).pool(mixer);
+        (p.slots, p.per_running)
+    };
+    for mixer in [Gdn, Mamba2, Kda] {
+        assert_eq!(pool("sglang@0.5.2", mixer), (Fixed(512), 1));
+        assert_eq!(pool("sglang@0.5.23", mixer), (Share(0.9), 5));
+        assert_eq!(pool("sglang", mixer), pool("sglang@0.5.23", mixer), "the current release");
+    }
+    assert_eq!(pool("sglang@0.5.5", Gdn), (Share(0.9), 3));
+    assert_eq!(pool("sglang@0.5.5", Mamba2), (Fixed(512), 1));
+    assert_eq!(pool("sglang@0.5.7", Mamba2), (Share(0.9), 5));
+    assert_eq!(pool("sglang@0.5.7", Kda), (Fixed(512), 1));
+    assert_eq!(pool("sglang@0.5.8", Gdn), (Share(0.9), 3));
+    assert_eq!(pool("sglang@0.5.10", Kda), (Share(0.9), 1));
+    assert_eq!(pool("sglang@0.5.10", Mamba2), (Share(0.9), 3));
+    assert_eq!(pool("sglang@0.5.14", Gdn), (Share(0.9), 5));
+    assert_eq!(pool("sglang@0.5.14", Kda), (Share(0.9), 3));
+    let undated = EngineRelease { name: EngineName::Sglang, version: Some("main branch".into()) };
+    assert_eq!(undated.state_pool(Some("2026-03-10")), Some(StatePoolRelease::Split059));
+    assert_eq!(undated.state_pool(Some("2025-09-20")), Some(StatePoolRelease::Fixed512));
+    for other in ["vllm", "vllm@0.10.2", "trtllm"] {
+        assert_eq!(EngineRelease::parse("--engine", other).expect("parses").state_pool(None), None, "{other}");
+    }
+    // 512 fixed states: 512 requests' states on the GPU, and 512 running at most.
+    let mut s = scenario("qwen3-next-80b-a3b", Dtype::Bf16, "h200", "nvlink", 2, 2);
+    s.engine.state_pool = Some(StatePoolRelease::Fixed512);
+    assert!((s.memory().state_gb - 512.0 * s.state_bytes_gpu() / 1e9).abs() < 1e-9);
+    assert_eq!(s.state_running_cap(), Some(512));
+}
+
 /// Nemotron 3 Nano's 52 single-operation blocks (23 Mamba-2, 6 attention, 23 MoE): a TP group
 /// all-reduces once per block, the kernel count adds each block's own kernels, only the 6
 /// attention blocks keep KV, and each request's Mamba-2 state is fp32 and split over the TP ranks.

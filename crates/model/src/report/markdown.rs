@@ -18,7 +18,10 @@ pub fn write_markdown(r: &PlanReport, mut w: impl Write) -> io::Result<()> {
         r.max_kv_tokens,
         s.kv_concurrency()
     )?;
-    if let (cap, limit @ (RunningLimit::Stated | RunningLimit::EngineDefault)) = s.running_limit() {
+    if m.state_gb > 0.0 {
+        writeln!(w, "- linear-attention state: {:.1} GB per GPU in the engine's own pool", m.state_gb)?;
+    }
+    if let (cap, limit @ (RunningLimit::Stated | RunningLimit::EngineDefault | RunningLimit::StatePool)) = s.running_limit() {
         writeln!(w, "- running cap: {} {cap} requests at once", limit.words())?;
     }
     if let Some(words) = super::early_release_words(&s.engine, r.calibration.is_some()) {

@@ -153,7 +153,20 @@ fn write_memory(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
         super::kv_cache_words(s),
         r.max_kv_tokens, s.kv_concurrency(), s.input_len + s.output_len / 2
     )?;
-    if let (cap, limit @ (RunningLimit::Stated | RunningLimit::EngineDefault)) = s.running_limit() {
+    if let (Some(pool), Some(slots)) = (s.state_pool(), s.state_slots()) {
+        writeln!(
+            w,
+            "linear-attention state: {:.1} GB per GPU in the engine's own pool ({}), {slots} requests' states of {:.1} MB; a running request keeps {} of them",
+            m.state_gb,
+            match pool.slots {
+                crate::predict::StateSlots::Share(r) => format!("{r:.2} of the KV pool's memory"),
+                crate::predict::StateSlots::Fixed(n) => format!("a fixed {n} states"),
+            },
+            s.state_bytes_gpu() / 1e6,
+            pool.per_running
+        )?;
+    }
+    if let (cap, limit @ (RunningLimit::Stated | RunningLimit::EngineDefault | RunningLimit::StatePool)) = s.running_limit() {
         writeln!(w, "running cap: {} {cap} requests at once", limit.words())?;
     }
     if let Some(g) = s.graph_max_batch().filter(|_| s.engine.cuda_graphs) {
