@@ -778,3 +778,30 @@ fn a_checkpoints_repository_plans_as_its_catalog_model_and_format() {
     let (_, help, _) = plan(&["--help"]);
     assert!(help.contains("glm-5: zai-org/GLM-5-FP8 (fp8)") && help.contains("zai-org/GLM-5 (bf16)"), "--help lists the checkpoints");
 }
+
+/// A hybrid model under sglang: `plan` prints the state pool and the cap it sets, and the JSON
+/// carries the pool's memory and runs no more requests than the cap; under vLLM the state shares
+/// the KV cache and no such cap appears.
+#[test]
+fn sglangs_state_pool_for_a_hybrid_model_is_printed_and_caps_the_running_requests() {
+    let args = |engine: &'static str| {
+        ["--model", "qwen3-next-80b-a3b", "--gpu", "h200", "--gpus", "2", "--tp", "2", "--engine", engine, "--concurrency", "64,1024"]
+    };
+    let (code, out, err) = plan(&args("sglang"));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("linear-attention state:") && out.contains("in the engine's own pool (0.90 of the KV pool's memory)"), "{out}");
+    let cap_line = out.lines().find(|l| l.starts_with("running cap: the engine's linear-attention state pool")).expect(&out);
+    let cap: u64 = cap_line.split_whitespace().rev().nth(3).and_then(|n| n.parse().ok()).expect(cap_line);
+    let (code, json, err) = plan(&[&args("sglang")[..], &["--json", "-"]].concat());
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&json).expect("json");
+    assert!(v["memory_per_gpu_gb"]["state_gb"].as_f64().unwrap_or(0.0) > 1.0, "{}", v["memory_per_gpu_gb"]);
+    let running: Vec<u64> = v["points"].as_array().expect("points").iter().filter_map(|p| p["running"].as_u64()).collect();
+    assert_eq!(running, vec![64, cap], "{json}");
+    let (code, json, err) = plan(&[&args("vllm")[..], &["--json", "-"]].concat());
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&json).expect("json");
+    assert_eq!(v["memory_per_gpu_gb"]["state_gb"].as_f64(), Some(0.0));
+    let last = v["points"].as_array().and_then(|p| p.last()).expect("points")["running"].as_u64().unwrap_or(0);
+    assert!(last > cap, "vLLM has no state cap: {last} running against sglang's {cap}");
+}
