@@ -334,7 +334,10 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
         moe,
         // Kimi Linear states `model_max_length` (1,048,576) and no `max_position_embeddings`.
         max_context: match field(v, &["max_position_embeddings"], source)? {
-            None if arch == "kimi_linear" => field(v, &["model_max_length"], source)?.unwrap_or(8192),
+            None if arch == "kimi_linear" => match field(v, &["model_max_length"], source)? {
+                Some(0) => return Err(ModelError::Input(format!("{source}: field \"model_max_length\" is 0: it must be at least 1"))),
+                m => m.unwrap_or(8192),
+            },
             m => m.unwrap_or(8192),
         },
         checkpoint,

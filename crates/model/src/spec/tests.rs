@@ -1144,7 +1144,7 @@ fn kimi_linear_reads_its_kda_and_mla_layers_and_matches_its_tensor_count() {
 }
 
 #[test]
-fn kimi_linear_refuses_layer_lists_that_do_not_name_every_layer_once() {
+fn kimi_linear_refuses_bad_layer_lists_sizes_and_kimi_k3s_fields_naming_each() {
     let text = include_str!("../../data/models/kimi-linear-48b-a3b.json");
     for (name, from, to, want) in [
         ("twice", "\"full_attn_layers\": [4,", "\"full_attn_layers\": [3, 4,", "linear_attn_config: layer 3 is listed twice"),
@@ -1176,6 +1176,13 @@ fn kimi_linear_refuses_layer_lists_that_do_not_name_every_layer_once() {
             "field \"mla_use_output_gate\" is true",
         ),
         ("another activation", "\"hidden_act\": \"silu\"", "\"hidden_act\": \"situ\"", "field \"hidden_act\" is \"situ\""),
+        // Its context length is `model_max_length` (it states no max_position_embeddings).
+        (
+            "no context",
+            "\"model_max_length\": 1048576",
+            "\"model_max_length\": 0",
+            "field \"model_max_length\" is 0: it must be at least 1",
+        ),
         (
             "attention residuals",
             "\"hidden_size\": 2304",
