@@ -180,11 +180,18 @@ pub fn profile(s: &Scenario) -> Profile {
 
 /// One replica's running cap: the deployment's (stated, else the engine's default) shared over
 /// its replicas; without one, the KV's estimate for the whole deployment, which the replica's own
-/// KV pages bound first.
+/// KV pages bound first; and at most the replica's share of sglang's state-pool cap
+/// ([`Scenario::state_running_cap`]).
 fn replica_running_cap(s: &Scenario) -> u32 {
-    match s.max_running.or_else(|| s.default_running_cap()) {
-        Some(cap) => cap.div_ceil(s.plan.dp().max(1)).clamp(1, s.max_concurrency().max(1)),
+    let dp = s.plan.dp().max(1);
+    let cap = match s.max_running.or_else(|| s.default_running_cap()) {
+        Some(cap) => cap.div_ceil(dp).clamp(1, s.max_concurrency().max(1)),
         None => s.max_concurrency().max(1),
+    };
+    // sglang's state pool is each replica's own, and nothing else in the simulator bounds it.
+    match s.state_running_cap() {
+        Some(state) => cap.min(state.div_ceil(dp)).max(1),
+        None => cap,
     }
 }
 

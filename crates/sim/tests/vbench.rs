@@ -259,3 +259,21 @@ fn the_plan_profile_schedules_as_its_engine_and_a_burst_waits_for_the_whole_pref
     assert!(held_mean > 1.5 * mixed_mean, "mean TTFT {held_mean} s vs {mixed_mean} s");
     assert!(mixed_p50 < held_p50 / 2.0, "most mixed arrivals come alone: p50 {mixed_p50} s vs {held_p50} s");
 }
+
+/// sglang's state pool is each replica's own: two replicas of a hybrid model run at most their
+/// own share of the deployment's state cap each, so the virtual run's peak never passes it.
+#[test]
+fn each_replica_runs_at_most_its_share_of_sglangs_state_cap() {
+    let mut spec = ScenarioSpec::new(ModelSource::Catalog("qwen3-next-80b-a3b".into()), "h200");
+    spec.gpus = 4;
+    spec.tp = Some(2);
+    spec.link = LinkSource::Catalog("nvlink".into());
+    let s = spec.build().expect("qwen3-next fits 2 x 2 h200");
+    assert_eq!(s.plan.dp(), 2);
+    let cap = s.state_running_cap().expect("sglang keeps the state in its own pool");
+    assert_eq!(s.max_concurrency(), cap);
+    let per_replica = servetune_sim::from_plan::profile(&s).max_running_requests;
+    assert_eq!(per_replica, cap.div_ceil(2), "each replica's share of the state cap");
+    let r = PlanBench.run(&s, &Workload { requests: Some(u64::from(cap) * 3), ..Workload::fixed(1024, 256) }, cap * 2);
+    assert!(r.peak_running <= cap, "peak {} above the state cap {cap}", r.peak_running);
+}

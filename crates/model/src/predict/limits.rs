@@ -182,6 +182,12 @@ pub enum StateSlots {
 pub const SGLANG_STATE_TO_KV: f64 = 0.9;
 
 impl StatePoolRelease {
+    /// Whether the release sizes the pool by the whole model's state per request under pipeline
+    /// parallelism (every release before 0.5.23, whose sizing counts only the stage's layers).
+    pub fn sizes_by_every_stage(self) -> bool {
+        self != StatePoolRelease::Split0523
+    }
+
     /// The pool this release keeps for a model whose linear layers are `mixer`.
     pub fn pool(self, mixer: LinearMixer) -> StatePool {
         use StatePoolRelease::*;

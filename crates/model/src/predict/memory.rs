@@ -172,10 +172,11 @@ impl Scenario {
         let usable = cap * self.engine.mem_fraction;
         let weights = self.weight_bytes_gpu() / 1e9;
         let rest = (usable - weights - self.engine.workspace_gb).max(0.0);
-        // sglang splits what is left between its state pool and its KV pool at a fixed ratio.
+        // sglang splits what is left between its state pool and its KV pool at a fixed ratio, or
+        // takes a fixed number of states from it first.
         let state = match self.state_pool().map(|p| p.slots) {
             Some(super::StateSlots::Share(r)) => rest * r / (1.0 + r),
-            Some(super::StateSlots::Fixed(n)) => (f64::from(n) * self.state_bytes_gpu() / 1e9).min(rest),
+            Some(super::StateSlots::Fixed(n)) => (self.fixed_slots_per_scheduler(n) * self.state_slot_bytes() / 1e9).min(rest),
             None => 0.0,
         };
         Memory {
@@ -189,18 +190,49 @@ impl Scenario {
         }
     }
 
-    /// The engine's own pool for the linear-attention state ([`super::Engine::state_pool`]), where
-    /// the model has linear-attention layers.
+    /// The engine's own pool for the linear-attention state ([`super::Engine::state_pool`]: sglang's),
+    /// where the model has linear-attention layers. Where the radix cache is off (a running
+    /// request keeps 1 state) and the running cap is stated, sglang sizes the pool at that cap
+    /// instead (`handle_max_mamba_cache`).
     pub fn state_pool(&self) -> Option<super::StatePool> {
+        if self.engine.serving != super::EngineName::Sglang {
+            return None;
+        }
         let la = self.model.linear.filter(|_| self.model.layer_counts.linear > 0 && self.state_bytes_gpu() > 0.0)?;
-        Some(self.engine.state_pool?.pool(la.mixer))
+        let pool = self.engine.state_pool?.pool(la.mixer);
+        match (pool.per_running, self.max_running) {
+            (1, Some(m)) => Some(super::StatePool { slots: super::StateSlots::Fixed(m.div_ceil(self.plan.dp().max(1))), ..pool }),
+            _ => Some(pool),
+        }
     }
 
-    /// Requests' states one scheduler's state pool holds (None without a pool of its own): the
-    /// fixed count where it fits, else what its share of the memory holds.
+    /// The bytes one request's state takes in the pool of one GPU, as sglang sizes it: its share
+    /// of the state over TP ([`Self::state_bytes_gpu`]), whole under DP attention (each rank
+    /// keeps its own requests' states, with the linear layers unsplit), and every stage's layers
+    /// before 0.5.23 (which sized the pool by the whole model's state per request).
+    pub fn state_slot_bytes(&self) -> f64 {
+        let whole_on_rank = match self.model.linear {
+            Some(la) if self.plan.dp_attention => la.tp_split(self.plan.tp),
+            _ => 1.0,
+        };
+        let stages = match self.engine.state_pool {
+            Some(era) if era.sizes_by_every_stage() => self.plan.pp.max(1) as f64,
+            _ => 1.0,
+        };
+        self.state_bytes_gpu() * whole_on_rank * stages
+    }
+
+    /// A fixed count of states for one sglang server (replica) on one scheduler: DP attention
+    /// divides it over its ranks (`max_mamba_cache_size // dp_size`).
+    fn fixed_slots_per_scheduler(&self, n: u32) -> f64 {
+        let ranks = if self.plan.dp_attention { self.plan.tp.max(1) } else { 1 };
+        f64::from(n / ranks)
+    }
+
+    /// Requests' states one scheduler's state pool holds (None without a pool of its own).
     pub fn state_slots(&self) -> Option<u64> {
         self.state_pool()?;
-        Some((self.memory().state_gb * 1e9 / self.state_bytes_gpu() + 1e-9) as u64)
+        Some((self.memory().state_gb * 1e9 / self.state_slot_bytes() + 1e-9) as u64)
     }
 
     /// The running cap the state pool sets for the whole deployment: each scheduler runs at most
@@ -288,6 +320,22 @@ impl Scenario {
     /// Refuses a plan whose weights do not fit, with the numbers.
     pub fn check_fit(&self) -> Result<(), ModelError> {
         let m = self.memory();
+        if let Some(super::StatePool { slots: super::StateSlots::Fixed(n), .. }) = self.state_pool() {
+            let need = self.fixed_slots_per_scheduler(n) * self.state_slot_bytes() / 1e9;
+            let rest = (m.usable_gb - m.weights_gb - m.workspace_gb).max(0.0);
+            if need >= rest {
+                return Err(ModelError::DoesNotFit(format!(
+                    "{} on {} x {} with {}: the engine's {n} linear-attention states need {need:.1} GB per GPU, and only {rest:.1} GB is left after {:.1} GB of weights and {:.1} GB of workspace (mem fraction {:.2}); give more GPUs, or a smaller --max-running",
+                    self.model.name,
+                    self.plan.gpus,
+                    self.gpu.name,
+                    self.plan.label(),
+                    m.weights_gb,
+                    m.workspace_gb,
+                    self.engine.mem_fraction
+                )));
+            }
+        }
         if m.weights_gb + m.workspace_gb >= m.usable_gb || !self.one_request_fits() || self.max_concurrency() == 0 {
             return Err(ModelError::DoesNotFit(format!(
                 "{} on {} x {} with {}: {:.1} GB of weights + {:.1} GB workspace per GPU, but only {:.1} GB of {:.1} GB is usable (mem fraction {:.2}); no room for the KV of one {}-token request",

@@ -635,6 +635,59 @@ fn sglangs_state_pool_follows_the_release_and_the_mixer() {
     assert_eq!(s.state_running_cap(), Some(512));
 }
 
+/// sglang's state pool is one scheduler's: replicas each keep theirs (the cap doubles with two),
+/// DP attention's ranks each keep whole states of their own requests, and before 0.5.23 a
+/// pipeline stage's pool was sized by the whole model's state per request.
+#[test]
+fn sglangs_state_pool_is_each_schedulers_own_under_replicas_dp_attention_and_stages() {
+    let one = scenario("qwen3-next-80b-a3b", Dtype::Bf16, "h200", "nvlink", 2, 2);
+    let per = one.state_running_cap().expect("pool");
+    let two = scenario("qwen3-next-80b-a3b", Dtype::Bf16, "h200", "nvlink", 4, 2);
+    assert_eq!(two.state_running_cap(), Some(per * 2), "two replicas, two pools");
+    let mut dpa = one.clone();
+    dpa.plan.dp_attention = true;
+    let whole = dpa.state_bytes_gpu() * 2.0;
+    assert!((dpa.state_slot_bytes() - whole).abs() < 1.0, "a rank keeps its requests' whole states");
+    let slots = (dpa.memory().state_gb * 1e9 / whole).floor() as u64;
+    assert_eq!(dpa.state_slots(), Some(slots));
+    assert_eq!(dpa.state_running_cap(), Some((slots / 5 * 2) as u32), "two ranks, each its own pool");
+    let mut pp = scenario("qwen3-next-80b-a3b", Dtype::Bf16, "h200", "nvlink", 2, 1);
+    pp.plan.pp = 2;
+    let stage = pp.state_bytes_gpu();
+    pp.engine.state_pool = Some(StatePoolRelease::Split0514);
+    assert!((pp.state_slot_bytes() - 2.0 * stage).abs() < 1.0, "0.5.14 sizes by both stages' layers");
+    pp.engine.state_pool = Some(StatePoolRelease::Split0523);
+    assert!((pp.state_slot_bytes() - stage).abs() < 1.0, "0.5.23 by the stage's own");
+}
+
+/// Where the radix cache is off (a running request keeps 1 state), a stated running cap sizes
+/// sglang's state pool instead of 512 states or the memory split; a pool that does not fit is
+/// refused naming the states; and a scenario served by vLLM has no pool whatever its release field.
+#[test]
+fn a_stated_cap_sizes_sglangs_state_pool_where_the_radix_cache_is_off() {
+    let mut s = scenario("nemotron-3-nano-30b-a3b", Dtype::Bf16, "h200", "nvlink", 1, 1);
+    s.engine.state_pool = Some(StatePoolRelease::Split054);
+    assert_eq!(s.state_pool().map(|p| p.slots), Some(StateSlots::Fixed(512)));
+    assert_eq!(s.state_running_cap(), Some(512));
+    assert!((s.memory().state_gb - 512.0 * s.state_bytes_gpu() / 1e9).abs() < 1e-9);
+    s.max_running = Some(1000);
+    assert_eq!(s.state_pool().map(|p| p.slots), Some(StateSlots::Fixed(1000)));
+    assert_eq!(s.state_running_cap(), Some(1000));
+    assert_eq!(s.running_limit().0, 1000.min(s.kv_concurrency()));
+    // Radix cache on (0.5.8's 3 states each): the stated cap does not size the pool.
+    s.engine.state_pool = Some(StatePoolRelease::Split058);
+    assert!(matches!(s.state_pool().map(|p| p.slots), Some(StateSlots::Share(_))));
+    // More states than the memory left holds: refused, naming them.
+    s.engine.state_pool = Some(StatePoolRelease::Fixed512);
+    s.max_running = Some(10_000_000);
+    let e = s.check_fit().expect_err("ten million states do not fit").to_string();
+    assert!(e.contains("the engine's 10000000 linear-attention states need"), "{e}");
+    // vLLM serving: no pool.
+    s.engine.serving = EngineName::Vllm;
+    assert_eq!(s.state_pool(), None);
+    assert_eq!(s.memory().state_gb, 0.0);
+}
+
 /// Nemotron 3 Nano's 52 single-operation blocks (23 Mamba-2, 6 attention, 23 MoE): a TP group
 /// all-reduces once per block, the kernel count adds each block's own kernels, only the 6
 /// attention blocks keep KV, and each request's Mamba-2 state is fp32 and split over the TP ranks.

@@ -143,10 +143,11 @@ fn write_memory(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
     let s = &r.scenario;
     writeln!(
         w,
-        "\nmemory per GPU: {:.1} GB weights + {:.1} GB workspace + {:.1} GB KV of {:.1} GB usable ({:.1} GB as the driver reports it); KV {:.1} KB/token in {}; {} tokens; {} requests at a mean context of {} tokens (prompt + half the output)",
+        "\nmemory per GPU: {:.1} GB weights + {:.1} GB workspace + {:.1} GB KV{} of {:.1} GB usable ({:.1} GB as the driver reports it); KV {:.1} KB/token in {}; {} tokens; {} requests at a mean context of {} tokens (prompt + half the output)",
         m.weights_gb,
         m.workspace_gb,
         m.kv_gb,
+        if m.state_gb > 0.0 { format!(" + {:.1} GB linear-attention state", m.state_gb) } else { String::new() },
         m.usable_gb,
         m.capacity_gb,
         m.kv_bytes_per_token / 1e3,
@@ -162,7 +163,7 @@ fn write_memory(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
                 crate::predict::StateSlots::Share(r) => format!("{r:.2} of the KV pool's memory"),
                 crate::predict::StateSlots::Fixed(n) => format!("a fixed {n} states"),
             },
-            s.state_bytes_gpu() / 1e6,
+            s.state_slot_bytes() / 1e6,
             pool.per_running
         )?;
     }
