@@ -393,6 +393,9 @@ pub fn fixes_with(base: &Scenario, slos: &[Slo], range: ConcurrencyRange, client
             Scenario { engine: e, ..base.clone() },
         ));
     }
+    if let Some(fix) = radix_cache_off(base) {
+        cands.push(fix);
+    }
     let gain = |rate: f64| (current > 0.0).then(|| rate / current);
     let mut out: Vec<Fix> = std::thread::scope(|scope| {
         let handles: Vec<_> = cands
@@ -416,6 +419,29 @@ pub fn fixes_with(base: &Scenario, slos: &[Slo], range: ConcurrencyRange, client
     }
     out.sort_by(|a, b| b.output_tokens_per_s.total_cmp(&a.output_tokens_per_s));
     out
+}
+
+/// Where sglang's state pool holds a hybrid model's running requests
+/// ([`RunningLimit::StatePool`]) with the radix cache keeping states of its own: the same
+/// deployment with `--disable-radix-cache`, where each running request keeps one state.
+fn radix_cache_off(base: &Scenario) -> Option<(String, String, Scenario)> {
+    let (cap, limit) = base.running_limit();
+    let pool = base.state_pool()?;
+    if limit != RunningLimit::StatePool || pool.per_running <= 1 {
+        return None;
+    }
+    let mut e = base.engine;
+    e.state_pool = Some(crate::predict::StatePoolRelease::RadixCacheOff);
+    let s = Scenario { engine: e, ..base.clone() };
+    let (to, _) = s.running_limit();
+    Some((
+        "turn off sglang's radix cache for this hybrid model".into(),
+        format!(
+            "--disable-radix-cache: each running request keeps 1 linear-attention state instead of {}, so the state pool holds {to} running requests instead of {cap}; prompts that share a prefix are prefilled again",
+            pool.per_running
+        ),
+        s,
+    ))
 }
 
 /// The catalog network one step faster than `base`'s: the least bandwidth per NIC above its own.
@@ -552,6 +578,24 @@ mod tests {
         assert!(f.iter().any(|x| x.fix.contains("P2P")), "{f:?}");
         let p2p = scenario("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", "pcie5-p2p", 8, 8);
         assert!(!fixes(&p2p, &[], ConcurrencyRange::default()).iter().any(|x| x.fix.contains("P2P")));
+    }
+
+    /// Where sglang's state pool holds a hybrid model's running requests, turning its radix cache
+    /// off is offered: each request then keeps 1 state, so more run and the rate rises. Not
+    /// offered under vLLM (no pool) nor for a model without linear layers.
+    #[test]
+    fn turning_sglangs_radix_cache_off_is_offered_where_its_state_pool_holds_the_running_requests() {
+        let s = scenario("qwen3-next-80b-a3b", Dtype::Bf16, "h200", "nvlink", 2, 2);
+        assert_eq!(s.running_limit().1, RunningLimit::StatePool);
+        let f = fixes(&s, &[], ConcurrencyRange { max: Some(512) });
+        let off = f.iter().find(|x| x.fix.contains("radix cache")).expect("the radix-cache fix");
+        assert!(off.how.starts_with("--disable-radix-cache: each running request keeps 1 linear-attention state instead of 5"), "{off:?}");
+        assert!(off.gain.is_some_and(|g| g > 1.1), "{off:?}");
+        let mut vllm = s.clone();
+        vllm.engine = crate::predict::EngineName::Vllm.defaults();
+        assert!(!fixes(&vllm, &[], ConcurrencyRange { max: Some(512) }).iter().any(|x| x.fix.contains("radix cache")));
+        let dense = scenario("llama-3.1-70b", Dtype::Bf16, "h200", "nvlink", 2, 2);
+        assert!(!fixes(&dense, &[], ConcurrencyRange { max: Some(512) }).iter().any(|x| x.fix.contains("radix cache")));
     }
 
     #[test]

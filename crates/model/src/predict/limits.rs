@@ -156,6 +156,9 @@ pub enum StatePoolRelease {
     Split0514,
     /// 0.5.23: KDA takes the extra buffer too (5).
     Split0523,
+    /// A release from 0.5.9 on run with `--disable-radix-cache`: the split, and 1 state per
+    /// running request (a stated cap sizes the pool instead: [`Scenario::state_pool`]).
+    RadixCacheOff,
 }
 
 /// What a release's state pool is for a model's linear mixer ([`StatePoolRelease::pool`]).
@@ -185,7 +188,7 @@ impl StatePoolRelease {
     /// Whether the release sizes the pool by the whole model's state per request under pipeline
     /// parallelism (every release before 0.5.23, whose sizing counts only the stage's layers).
     pub fn sizes_by_every_stage(self) -> bool {
-        self != StatePoolRelease::Split0523
+        !matches!(self, StatePoolRelease::Split0523 | StatePoolRelease::RadixCacheOff)
     }
 
     /// The pool this release keeps for a model whose linear layers are `mixer`.
@@ -205,6 +208,7 @@ impl StatePoolRelease {
             Split059 => split(if kda { 1 } else { 3 }),
             Split0514 => split(if kda { 3 } else { 5 }),
             Split0523 => split(5),
+            RadixCacheOff => split(1),
         }
     }
 }

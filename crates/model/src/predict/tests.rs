@@ -622,6 +622,10 @@ fn sglangs_state_pool_follows_the_release_and_the_mixer() {
     assert_eq!(pool("sglang@0.5.10", Mamba2), (Share(0.9), 3));
     assert_eq!(pool("sglang@0.5.14", Gdn), (Share(0.9), 5));
     assert_eq!(pool("sglang@0.5.14", Kda), (Share(0.9), 3));
+    for mixer in [Gdn, Mamba2, Kda] {
+        let off = StatePoolRelease::RadixCacheOff.pool(mixer);
+        assert_eq!((off.slots, off.per_running), (Share(0.9), 1), "--disable-radix-cache: one state each");
+    }
     let undated = EngineRelease { name: EngineName::Sglang, version: Some("main branch".into()) };
     assert_eq!(undated.state_pool(Some("2026-03-10")), Some(StatePoolRelease::Split059));
     assert_eq!(undated.state_pool(Some("2025-09-20")), Some(StatePoolRelease::Fixed512));
