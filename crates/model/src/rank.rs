@@ -422,8 +422,9 @@ pub fn fixes_with(base: &Scenario, slos: &[Slo], range: ConcurrencyRange, client
 }
 
 /// Where sglang's state pool holds a hybrid model's running requests
-/// ([`RunningLimit::StatePool`]) with the radix cache keeping states of its own: the same
-/// deployment with `--disable-radix-cache`, where each running request keeps one state.
+/// ([`RunningLimit::StatePool`]) with the radix cache keeping states of its own (0.5.9 and later,
+/// where a cache that is off still splits the pool from the memory): the same deployment with
+/// `--disable-radix-cache`, where each running request keeps one state.
 fn radix_cache_off(base: &Scenario) -> Option<(String, String, Scenario)> {
     let (cap, limit) = base.running_limit();
     let pool = base.state_pool()?;
@@ -431,14 +432,16 @@ fn radix_cache_off(base: &Scenario) -> Option<(String, String, Scenario)> {
         return None;
     }
     let mut e = base.engine;
-    e.state_pool = Some(crate::predict::StatePoolRelease::RadixCacheOff);
+    e.state_pool = Some(e.state_pool?.radix_cache_off()?);
     let s = Scenario { engine: e, ..base.clone() };
-    let (to, _) = s.running_limit();
+    let pool_cap = s.state_running_cap()?;
     Some((
         "turn off sglang's radix cache for this hybrid model".into(),
         format!(
-            "--disable-radix-cache: each running request keeps 1 linear-attention state instead of {}, so the state pool holds {to} running requests instead of {cap}; prompts that share a prefix are prefilled again",
-            pool.per_running
+            "--disable-radix-cache: each running request keeps 1 linear-attention state instead of {}, so the state pool allows {pool_cap} running requests instead of {cap} (then {} {} at once); prompts that share a prefix are prefilled again",
+            pool.per_running,
+            s.running_limit().1.words(),
+            s.running_limit().0
         ),
         s,
     ))
@@ -589,7 +592,18 @@ mod tests {
         assert_eq!(s.running_limit().1, RunningLimit::StatePool);
         let f = fixes(&s, &[], ConcurrencyRange { max: Some(512) });
         let off = f.iter().find(|x| x.fix.contains("radix cache")).expect("the radix-cache fix");
-        assert!(off.how.starts_with("--disable-radix-cache: each running request keeps 1 linear-attention state instead of 5"), "{off:?}");
+        let (cap, slots) = (s.state_running_cap().expect("pool"), s.state_slots().expect("pool"));
+        assert!(
+            off.how.starts_with(&format!(
+                "--disable-radix-cache: each running request keeps 1 linear-attention state instead of 5, so the state pool allows {slots} running requests instead of {cap}"
+            )),
+            "{off:?}"
+        );
+        // Before 0.5.9 a cache that is off held 512 states: no fix is priced.
+        let mut old = s.clone();
+        old.engine.state_pool = Some(crate::predict::StatePoolRelease::Split058);
+        assert_eq!(old.running_limit().1, RunningLimit::StatePool);
+        assert!(!fixes(&old, &[], ConcurrencyRange { max: Some(512) }).iter().any(|x| x.fix.contains("radix cache")));
         assert!(off.gain.is_some_and(|g| g > 1.1), "{off:?}");
         let mut vllm = s.clone();
         vllm.engine = crate::predict::EngineName::Vllm.defaults();

@@ -20,6 +20,8 @@
 //!   256 above 90 GB and 512 above 160 GB whatever the TP (under 35 GB, 8 below TP4 and 80 from
 //!   it); releases before 0.4.8 captured fewer sizes (160 on most GPUs), which the model does not
 //!   tell apart. A batch above it runs eagerly (`CudaGraphRunner.can_run` is false).
+//! - sglang keeps a hybrid model's linear-attention state in a pool of its own, whose states cap
+//!   the running requests over any other cap ([`StatePoolRelease`], by release and mixer).
 //! - TensorRT-LLM's `max_batch_size` defaults to 2048 (LLM API and `trtllm-serve`). Its CUDA-graph
 //!   batch sizes (up to 128, no padding by default) are not modelled: the rule for a batch
 //!   outside the captured list comes from its docs, not its code.
@@ -156,9 +158,14 @@ pub enum StatePoolRelease {
     Split0514,
     /// 0.5.23: KDA takes the extra buffer too (5).
     Split0523,
-    /// A release from 0.5.9 on run with `--disable-radix-cache`: the split, and 1 state per
-    /// running request (a stated cap sizes the pool instead: [`Scenario::state_pool`]).
-    RadixCacheOff,
+    /// A release from 0.5.9 on run with `--disable-radix-cache` (the fix `plan --rank` prices):
+    /// the split, and 1 state per running request (a stated cap sizes the pool instead:
+    /// [`Scenario::state_pool`]); `every_stage` is the release's own stage sizing
+    /// ([`Self::sizes_by_every_stage`]).
+    RadixCacheOff {
+        /// Whether the release sizes the pool by every stage's layers.
+        every_stage: bool,
+    },
 }
 
 /// What a release's state pool is for a model's linear mixer ([`StatePoolRelease::pool`]).
@@ -186,9 +193,27 @@ pub const SGLANG_STATE_TO_KV: f64 = 0.9;
 
 impl StatePoolRelease {
     /// Whether the release sizes the pool by the whole model's state per request under pipeline
-    /// parallelism (every release before 0.5.23, whose sizing counts only the stage's layers).
+    /// parallelism: 0.5.10's sizing counts every linear layer of the model, 0.5.23's only the
+    /// stage's (`_pp_local_per_request_bytes`); the releases between take 0.5.10's rule (when it
+    /// changed was not pinned down).
     pub fn sizes_by_every_stage(self) -> bool {
-        !matches!(self, StatePoolRelease::Split0523 | StatePoolRelease::RadixCacheOff)
+        match self {
+            StatePoolRelease::Split0523 => false,
+            StatePoolRelease::RadixCacheOff { every_stage } => every_stage,
+            _ => true,
+        }
+    }
+
+    /// The same release run with `--disable-radix-cache`, where the model knows that rule: from
+    /// 0.5.9, whose pool a cache that is off still splits from the memory (before it, such a
+    /// pool held 512 states, which the fix would not change for the mixers that had the cache).
+    pub fn radix_cache_off(self) -> Option<StatePoolRelease> {
+        match self {
+            StatePoolRelease::Split059 | StatePoolRelease::Split0514 | StatePoolRelease::Split0523 => {
+                Some(StatePoolRelease::RadixCacheOff { every_stage: self.sizes_by_every_stage() })
+            }
+            _ => None,
+        }
     }
 
     /// The pool this release keeps for a model whose linear layers are `mixer`.
@@ -208,7 +233,7 @@ impl StatePoolRelease {
             Split059 => split(if kda { 1 } else { 3 }),
             Split0514 => split(if kda { 3 } else { 5 }),
             Split0523 => split(5),
-            RadixCacheOff => split(1),
+            RadixCacheOff { .. } => split(1),
         }
     }
 }

@@ -209,7 +209,8 @@ impl Scenario {
     /// The bytes one request's state takes in the pool of one GPU, as sglang sizes it: its share
     /// of the state over TP ([`Self::state_bytes_gpu`]), whole under DP attention (each rank
     /// keeps its own requests' states, with the linear layers unsplit), and every stage's layers
-    /// before 0.5.23 (which sized the pool by the whole model's state per request).
+    /// where the release sized the pool by the whole model's state per request
+    /// ([`super::StatePoolRelease::sizes_by_every_stage`]).
     pub fn state_slot_bytes(&self) -> f64 {
         let whole_on_rank = match self.model.linear {
             Some(la) if self.plan.dp_attention => la.tp_split(self.plan.tp),
@@ -299,10 +300,15 @@ impl Scenario {
     /// [`Self::max_concurrency`] and what sets it.
     pub fn running_limit(&self) -> (u32, RunningLimit) {
         let kv = self.kv_concurrency();
+        // The requests that fit may be bound by the state pool's slots rather than the KV pool.
+        let fits_by = match self.state_slots() {
+            Some(slots) if slots.saturating_mul(u64::from(self.schedulers().max(1))) <= u64::from(kv) => RunningLimit::StatePool,
+            _ => RunningLimit::KvCache,
+        };
         let capped = match (self.max_running, self.default_running_cap()) {
             (Some(m), _) if m < kv => (m, RunningLimit::Stated),
             (None, Some(m)) if m < kv => (m, RunningLimit::EngineDefault),
-            _ => (kv, RunningLimit::KvCache),
+            _ => (kv, fits_by),
         };
         // sglang holds a hybrid model's running requests to its state pool's share, whatever the
         // stated cap (`ModelRunner.init_memory`).
@@ -325,7 +331,7 @@ impl Scenario {
             let rest = (m.usable_gb - m.weights_gb - m.workspace_gb).max(0.0);
             if need >= rest {
                 return Err(ModelError::DoesNotFit(format!(
-                    "{} on {} x {} with {}: the engine's {n} linear-attention states need {need:.1} GB per GPU, and only {rest:.1} GB is left after {:.1} GB of weights and {:.1} GB of workspace (mem fraction {:.2}); give more GPUs, or a smaller --max-running",
+                    "{} on {} x {} with {}: the engine's {n} linear-attention states per server need {need:.1} GB on each GPU, and only {rest:.1} GB is left after {:.1} GB of weights and {:.1} GB of workspace (mem fraction {:.2}); give more GPUs, or a smaller --max-running",
                     self.model.name,
                     self.plan.gpus,
                     self.gpu.name,
@@ -335,6 +341,19 @@ impl Scenario {
                     self.engine.mem_fraction
                 )));
             }
+        }
+        if self.state_running_cap() == Some(0) && m.weights_gb + m.workspace_gb < m.usable_gb {
+            return Err(ModelError::DoesNotFit(format!(
+                "{} on {} x {} with {}: the engine's linear-attention state pool ({:.1} GB on each GPU) holds {} states of {:.1} MB, fewer than the {} one running request keeps; give more GPUs or a larger mem fraction",
+                self.model.name,
+                self.plan.gpus,
+                self.gpu.name,
+                self.plan.label(),
+                m.state_gb,
+                self.state_slots().unwrap_or(0),
+                self.state_slot_bytes() / 1e6,
+                self.state_pool().map_or(1, |p| p.per_running)
+            )));
         }
         if m.weights_gb + m.workspace_gb >= m.usable_gb || !self.one_request_fits() || self.max_concurrency() == 0 {
             return Err(ModelError::DoesNotFit(format!(

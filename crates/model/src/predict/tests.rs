@@ -623,9 +623,14 @@ fn sglangs_state_pool_follows_the_release_and_the_mixer() {
     assert_eq!(pool("sglang@0.5.14", Gdn), (Share(0.9), 5));
     assert_eq!(pool("sglang@0.5.14", Kda), (Share(0.9), 3));
     for mixer in [Gdn, Mamba2, Kda] {
-        let off = StatePoolRelease::RadixCacheOff.pool(mixer);
+        let off = StatePoolRelease::Split0514.radix_cache_off().expect("from 0.5.9").pool(mixer);
         assert_eq!((off.slots, off.per_running), (Share(0.9), 1), "--disable-radix-cache: one state each");
     }
+    // Before 0.5.9 a cache that is off held 512 states: the fix is not priced there.
+    assert_eq!(StatePoolRelease::Split058.radix_cache_off(), None);
+    // The fix keeps the release's own stage sizing.
+    assert!(StatePoolRelease::Split0514.radix_cache_off().is_some_and(|r| r.sizes_by_every_stage()));
+    assert!(StatePoolRelease::Split0523.radix_cache_off().is_some_and(|r| !r.sizes_by_every_stage()));
     let undated = EngineRelease { name: EngineName::Sglang, version: Some("main branch".into()) };
     assert_eq!(undated.state_pool(Some("2026-03-10")), Some(StatePoolRelease::Split059));
     assert_eq!(undated.state_pool(Some("2025-09-20")), Some(StatePoolRelease::Fixed512));
@@ -676,8 +681,15 @@ fn a_stated_cap_sizes_sglangs_state_pool_where_the_radix_cache_is_off() {
     assert!((s.memory().state_gb - 512.0 * s.state_bytes_gpu() / 1e9).abs() < 1e-9);
     s.max_running = Some(1000);
     assert_eq!(s.state_pool().map(|p| p.slots), Some(StateSlots::Fixed(1000)));
+    assert!((s.memory().state_gb - 1000.0 * s.state_bytes_gpu() / 1e9).abs() < 1e-9, "the pool holds the stated 1000");
     assert_eq!(s.state_running_cap(), Some(1000));
-    assert_eq!(s.running_limit().0, 1000.min(s.kv_concurrency()));
+    assert_eq!(s.running_limit(), (1000, RunningLimit::StatePool), "the pool, sized at the stated cap, holds 1000");
+    // Under DP attention the 512 states divide over the ranks: 256 on each of two.
+    let mut dpa = scenario("nemotron-3-nano-30b-a3b", Dtype::Bf16, "h200", "nvlink", 2, 2);
+    dpa.engine.state_pool = Some(StatePoolRelease::Split054);
+    dpa.plan.dp_attention = true;
+    assert_eq!(dpa.state_slots(), Some(256));
+    assert_eq!(dpa.state_running_cap(), Some(512));
     // Radix cache on (0.5.8's 3 states each): the stated cap does not size the pool.
     s.engine.state_pool = Some(StatePoolRelease::Split058);
     assert!(matches!(s.state_pool().map(|p| p.slots), Some(StateSlots::Share(_))));
@@ -685,7 +697,7 @@ fn a_stated_cap_sizes_sglangs_state_pool_where_the_radix_cache_is_off() {
     s.engine.state_pool = Some(StatePoolRelease::Fixed512);
     s.max_running = Some(10_000_000);
     let e = s.check_fit().expect_err("ten million states do not fit").to_string();
-    assert!(e.contains("the engine's 10000000 linear-attention states need"), "{e}");
+    assert!(e.contains("the engine's 10000000 linear-attention states per server need"), "{e}");
     // vLLM serving: no pool.
     s.engine.serving = EngineName::Vllm;
     assert_eq!(s.state_pool(), None);

@@ -157,7 +157,7 @@ fn write_memory(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
     if let (Some(pool), Some(slots)) = (s.state_pool(), s.state_slots()) {
         writeln!(
             w,
-            "linear-attention state: {:.1} GB per GPU in the engine's own pool ({}), {slots} requests' states of {:.1} MB; a running request keeps {} of them",
+            "linear-attention state: {:.1} GB per GPU in the engine's own pool ({}), {slots} requests' states sized at {:.1} MB each; a running request keeps {} of them",
             m.state_gb,
             match pool.slots {
                 crate::predict::StateSlots::Share(r) => format!("{r:.2} of the KV pool's memory"),
