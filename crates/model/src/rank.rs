@@ -435,13 +435,13 @@ fn radix_cache_off(base: &Scenario) -> Option<(String, String, Scenario)> {
     e.state_pool = Some(e.state_pool?.radix_cache_off()?);
     let s = Scenario { engine: e, ..base.clone() };
     let pool_cap = s.state_running_cap()?;
+    let (then, then_by) = s.running_limit();
     Some((
         "turn off sglang's radix cache for this hybrid model".into(),
         format!(
-            "--disable-radix-cache: each running request keeps 1 linear-attention state instead of {}, so the state pool allows {pool_cap} running requests instead of {cap} (then {} {} at once); prompts that share a prefix are prefilled again",
+            "--disable-radix-cache: each running request keeps 1 linear-attention state instead of {}, so the state pool allows {pool_cap} running requests instead of {cap} (then {} {then} at once); prompts that share a prefix are prefilled again",
             pool.per_running,
-            s.running_limit().1.words(),
-            s.running_limit().0
+            then_by.words()
         ),
         s,
     ))

@@ -239,9 +239,13 @@ impl Scenario {
     /// The running cap the state pool sets for the whole deployment: each scheduler runs at most
     /// its pool's states over the states a running request keeps ([`super::StatePool::per_running`]).
     pub fn state_running_cap(&self) -> Option<u32> {
-        let pool = self.state_pool()?;
-        let per = self.state_slots()? / u64::from(pool.per_running.max(1));
-        Some((per.saturating_mul(u64::from(self.schedulers().max(1)))).min(u64::from(u32::MAX)) as u32)
+        Some(self.state_cap_of(self.state_pool()?, self.state_slots()?))
+    }
+
+    /// [`Self::state_running_cap`] from the pool and its states per scheduler, already known.
+    fn state_cap_of(&self, pool: super::StatePool, slots: u64) -> u32 {
+        let per = slots / u64::from(pool.per_running.max(1));
+        per.saturating_mul(u64::from(self.schedulers().max(1))).min(u64::from(u32::MAX)) as u32
     }
 
     /// Tokens the whole deployment's KV cache holds.
@@ -300,9 +304,10 @@ impl Scenario {
     /// [`Self::max_concurrency`] and what sets it.
     pub fn running_limit(&self) -> (u32, RunningLimit) {
         let kv = self.kv_concurrency();
+        let state = self.state_pool().zip(self.state_slots());
         // The requests that fit may be bound by the state pool's slots rather than the KV pool.
-        let fits_by = match self.state_slots() {
-            Some(slots) if slots.saturating_mul(u64::from(self.schedulers().max(1))) <= u64::from(kv) => RunningLimit::StatePool,
+        let fits_by = match state {
+            Some((_, slots)) if slots.saturating_mul(u64::from(self.schedulers().max(1))) <= u64::from(kv) => RunningLimit::StatePool,
             _ => RunningLimit::KvCache,
         };
         let capped = match (self.max_running, self.default_running_cap()) {
@@ -312,7 +317,7 @@ impl Scenario {
         };
         // sglang holds a hybrid model's running requests to its state pool's share, whatever the
         // stated cap (`ModelRunner.init_memory`).
-        match self.state_running_cap() {
+        match state.map(|(pool, slots)| self.state_cap_of(pool, slots)) {
             Some(m) if m < capped.0 => (m, RunningLimit::StatePool),
             _ => capped,
         }
@@ -326,49 +331,48 @@ impl Scenario {
     /// Refuses a plan whose weights do not fit, with the numbers.
     pub fn check_fit(&self) -> Result<(), ModelError> {
         let m = self.memory();
-        if let Some(super::StatePool { slots: super::StateSlots::Fixed(n), .. }) = self.state_pool() {
-            let need = self.fixed_slots_per_scheduler(n) * self.state_slot_bytes() / 1e9;
-            let rest = (m.usable_gb - m.weights_gb - m.workspace_gb).max(0.0);
-            if need >= rest {
-                return Err(ModelError::DoesNotFit(format!(
-                    "{} on {} x {} with {}: the engine's {n} linear-attention states per server need {need:.1} GB on each GPU, and only {rest:.1} GB is left after {:.1} GB of weights and {:.1} GB of workspace (mem fraction {:.2}); give more GPUs, or a smaller --max-running",
-                    self.model.name,
-                    self.plan.gpus,
-                    self.gpu.name,
-                    self.plan.label(),
-                    m.weights_gb,
-                    m.workspace_gb,
-                    self.engine.mem_fraction
-                )));
+        let refuse = |why: String| {
+            Err(ModelError::DoesNotFit(format!(
+                "{} on {} x {} with {}: {why}",
+                self.model.name,
+                self.plan.gpus,
+                self.gpu.name,
+                self.plan.label()
+            )))
+        };
+        let weights_fit = m.weights_gb + m.workspace_gb < m.usable_gb;
+        if let Some(pool) = self.state_pool() {
+            if let super::StateSlots::Fixed(n) = pool.slots {
+                let need = self.fixed_slots_per_scheduler(n) * self.state_slot_bytes() / 1e9;
+                // What is left after the weights: the KV pool and the state pool together.
+                let rest = m.kv_gb + m.state_gb;
+                if need >= rest {
+                    return refuse(format!(
+                        "the engine's {n} linear-attention states per server need {need:.1} GB on each GPU, and only {rest:.1} GB is left after {:.1} GB of weights and {:.1} GB of workspace (mem fraction {:.2}); give more GPUs, or a smaller --max-running",
+                        m.weights_gb, m.workspace_gb, self.engine.mem_fraction
+                    ));
+                }
+            }
+            let slots = self.state_slots().unwrap_or(0);
+            if weights_fit && self.state_cap_of(pool, slots) == 0 {
+                return refuse(format!(
+                    "the engine's linear-attention state pool ({:.1} GB on each GPU) holds {slots} states of {:.1} MB, fewer than the {} one running request keeps; give more GPUs or a larger mem fraction",
+                    m.state_gb,
+                    self.state_slot_bytes() / 1e6,
+                    pool.per_running
+                ));
             }
         }
-        if self.state_running_cap() == Some(0) && m.weights_gb + m.workspace_gb < m.usable_gb {
-            return Err(ModelError::DoesNotFit(format!(
-                "{} on {} x {} with {}: the engine's linear-attention state pool ({:.1} GB on each GPU) holds {} states of {:.1} MB, fewer than the {} one running request keeps; give more GPUs or a larger mem fraction",
-                self.model.name,
-                self.plan.gpus,
-                self.gpu.name,
-                self.plan.label(),
-                m.state_gb,
-                self.state_slots().unwrap_or(0),
-                self.state_slot_bytes() / 1e6,
-                self.state_pool().map_or(1, |p| p.per_running)
-            )));
-        }
-        if m.weights_gb + m.workspace_gb >= m.usable_gb || !self.one_request_fits() || self.max_concurrency() == 0 {
-            return Err(ModelError::DoesNotFit(format!(
-                "{} on {} x {} with {}: {:.1} GB of weights + {:.1} GB workspace per GPU, but only {:.1} GB of {:.1} GB is usable (mem fraction {:.2}); no room for the KV of one {}-token request",
-                self.model.name,
-                self.plan.gpus,
-                self.gpu.name,
-                self.plan.label(),
+        if !weights_fit || !self.one_request_fits() || self.max_concurrency() == 0 {
+            return refuse(format!(
+                "{:.1} GB of weights + {:.1} GB workspace per GPU, but only {:.1} GB of {:.1} GB is usable (mem fraction {:.2}); no room for the KV of one {}-token request",
                 m.weights_gb,
                 m.workspace_gb,
                 m.usable_gb,
                 m.capacity_gb,
                 self.engine.mem_fraction,
                 self.input_len + self.output_len
-            )));
+            ));
         }
         Ok(())
     }
