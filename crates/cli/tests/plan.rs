@@ -47,7 +47,7 @@ fn json_has_the_documented_fields() {
     let (code, _, err) = plan(&args);
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&j).expect("json")).expect("parse");
-    assert_eq!(v["schema"], "servetune.plan/1.4");
+    assert_eq!(v["schema"], "servetune.plan/1.5");
     assert_eq!(v["fits"], true);
     for k in ["weights_gb", "kv_gb", "usable_gb", "capacity_gb"] {
         assert!(v["memory_per_gpu_gb"][k].is_f64(), "{k}");
@@ -306,7 +306,7 @@ fn json_to_stdout_is_pure_json() {
     let (code, out, err) = plan(&args);
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{out}"));
-    assert_eq!(v["schema"], "servetune.plan/1.4");
+    assert_eq!(v["schema"], "servetune.plan/1.5");
     assert!(err.contains("step time by term"), "the text report goes to stderr: {err}");
 }
 
@@ -544,20 +544,37 @@ fn request_latency_moves_the_client_ttft_by_its_difference_and_bad_values_exit_2
 }
 
 #[test]
-fn mem_fraction_sets_the_engines_memory_share_and_absurd_shares_exit_2() {
-    let usable = |extra: &[&str]| {
+fn mem_fraction_sets_the_engines_memory_share_sglangs_default_follows_gpu_plan_and_release_and_absurd_shares_exit_2() {
+    let doc = |extra: &[&str]| {
         let mut args = REF.to_vec();
         args.extend_from_slice(&["--json", "-"]);
         args.extend_from_slice(extra);
         let (code, out, err) = plan(&args);
         assert_eq!(code, 0, "{err}");
-        let v: serde_json::Value = serde_json::from_str(&out).expect("json");
-        (v["memory_per_gpu_gb"]["usable_gb"].as_f64().expect("usable"), v["memory_per_gpu_gb"]["capacity_gb"].as_f64().expect("capacity"))
+        serde_json::from_str::<serde_json::Value>(&out).expect("json")
     };
-    let (default, cap) = usable(&[]);
-    let (given, _) = usable(&["--mem-fraction", "0.8"]);
-    assert!((default - 0.88 * cap).abs() < 1e-6, "sglang's default share: {default} of {cap}");
-    assert!((given - 0.8 * cap).abs() < 1e-6, "{given} of {cap}");
+    let share = |v: &serde_json::Value| {
+        let m = &v["memory_per_gpu_gb"];
+        let (usable, cap) = (m["usable_gb"].as_f64().expect("usable"), m["capacity_gb"].as_f64().expect("capacity"));
+        let f = m["mem_fraction"].as_f64().expect("mem_fraction");
+        assert!((usable - f * cap).abs() < 1e-6, "{usable} of {cap} at {f}");
+        f
+    };
+    // sglang's own default on an RTX PRO 6000 (97,887 MiB) at TP8: all but 512 + 1.5 x 8192 +
+    // 2 x 512 + 1024 + 58 x 8 = 15,312 MiB.
+    let default = doc(&[]);
+    assert_eq!(share(&default), 0.844);
+    assert_eq!(default["scenario"]["engine"]["mem_share"]["sglang_reserve"]["minor"], 23);
+    // An early release's table by TP size; vLLM's fixed 0.9; a given share.
+    assert_eq!(share(&doc(&["--engine", "sglang@0.4.3"])), 0.81);
+    let vllm = doc(&["--engine", "vllm"]);
+    assert_eq!((share(&vllm), vllm["scenario"]["engine"]["mem_share"].as_str()), (0.9, Some("vllm_default")));
+    let given = doc(&["--mem-fraction", "0.8"]);
+    assert_eq!((share(&given), given["scenario"]["engine"]["mem_share"]["given"].as_f64()), (0.8, Some(0.8)));
+    // The terminal names the share and where it comes from.
+    let (code, out, err) = plan(&REF);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("(0.844 of the 102.6 GB the driver reports: the --mem-fraction-static default of sglang 0.5.20 and later for this GPU and plan)"), "{out}");
     for bad in ["1.5", "0", "-0.2", "nan"] {
         usage_error(&["--model", "glm-5", "--gpu", "rtx-pro-6000-se", &format!("--mem-fraction={bad}")], "--mem-fraction");
     }

@@ -100,6 +100,12 @@ fn gpu_list(first: u32, n: u32) -> String {
 }
 
 /// The running cap per server: the plan's concurrency shared over its replicas, rounded up.
+/// The memory share the plan's servers run with: the scenario's, for `plan`'s parallel sizes
+/// (sglang's default depends on them).
+fn mem_fraction(s: &Scenario, plan: &Plan) -> f64 {
+    Scenario { plan: *plan, ..s.clone() }.mem_fraction()
+}
+
 fn running_cap(plan: &Plan, concurrency: u32) -> u32 {
     concurrency.div_ceil(plan.dp()).max(1)
 }
@@ -120,7 +126,7 @@ fn sglang(s: &Scenario, plan: &Plan, cap: u32, port: u16, nodes: u32) -> Vec<Str
         push(&mut a, "--dp-size", plan.tp);
         a.push("--enable-dp-attention".into());
     }
-    push(&mut a, "--mem-fraction-static", format!("{:.2}", s.engine.mem_fraction));
+    push(&mut a, "--mem-fraction-static", format!("{:.3}", mem_fraction(s, plan)));
     push(&mut a, "--max-running-requests", cap);
     if s.quant.kv_cache == KvDtype::Fp8 {
         push(&mut a, "--kv-cache-dtype", "fp8_e4m3");
@@ -159,7 +165,7 @@ fn vllm(s: &Scenario, plan: &Plan, cap: u32, port: u16) -> Vec<String> {
     if plan.ep > 1 {
         a.push("--enable-expert-parallel".into());
     }
-    push(&mut a, "--gpu-memory-utilization", format!("{:.2}", s.engine.mem_fraction));
+    push(&mut a, "--gpu-memory-utilization", format!("{:.2}", mem_fraction(s, plan)));
     // --max-num-seqs holds for each data-parallel rank.
     push(&mut a, "--max-num-seqs", cap.div_ceil(dp).max(1));
     if s.quant.kv_cache == KvDtype::Fp8 {
@@ -392,7 +398,7 @@ mod tests {
         let mut s = scenario("deepseek-v3", Dtype::Fp8, "h200", "nvlink", 8, 8);
         let dpa = plan(8, 8, 1, 8, true);
         let a = launch(&s, &dpa, 512).servers[0].argv.join(" ");
-        assert!(a.contains("--tp-size 8 --ep-size 8 --dp-size 8 --enable-dp-attention --mem-fraction-static 0.88"), "{a}");
+        assert!(a.contains("--tp-size 8 --ep-size 8 --dp-size 8 --enable-dp-attention --mem-fraction-static 0.765"), "{a}");
         s.engine.serving = EngineName::Vllm;
         let a = launch(&s, &dpa, 512).servers[0].argv.join(" ");
         assert!(a.starts_with("vllm serve $MODEL --tensor-parallel-size 1 --data-parallel-size 8 --enable-expert-parallel"), "{a}");

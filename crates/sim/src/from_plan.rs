@@ -146,7 +146,8 @@ pub fn profile(s: &Scenario) -> Profile {
     let ctx = s.input_len as f64 + s.output_len as f64 / 2.0;
     let t1 = s.decode_step_ms(1.0, ctx);
     let t64 = s.decode_step_ms(64.0, ctx);
-    let chunk = 8192u32;
+    // The engine's own step budget (sglang's prefill chunk, vLLM's batched tokens) on this GPU.
+    let chunk = s.step_tokens();
     let per_prefill = s.prefill_ms(chunk as f64, s.input_len.max(1) as f64, PrefillPass::Standalone) / chunk as f64;
     Profile {
         name: format!(

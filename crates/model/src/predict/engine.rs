@@ -17,7 +17,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{BatchDefaults, Overlap, StatePoolRelease};
+use super::{BatchDefaults, MemShare, Overlap, StatePoolRelease};
 use crate::ModelError;
 
 /// [`Engine::cdna3_floor_scale`]'s default: fitted on the fit set's CDNA 3 rows (see there).
@@ -143,8 +143,11 @@ pub struct Engine {
     /// 0.078) and step 35 replaced it. Benchmarks send random token ids; this is not a measured
     /// router statistic, and the test set and holdout took no part in it.
     pub routing_skew: f64,
-    /// Share of GPU memory the engine may use (sglang's --mem-fraction-static is about 0.88 on large GPUs).
-    pub mem_fraction: f64,
+    /// How the engine sizes its share of each GPU's memory for weights and caches: a given share,
+    /// or the release's default rule ([`MemShare`]; [`Scenario::mem_fraction`] gives the share).
+    ///
+    /// [`Scenario::mem_fraction`]: super::Scenario::mem_fraction
+    pub mem_share: MemShare,
     /// Activation and workspace memory reserved per GPU, GB (an assumption).
     pub workspace_gb: f64,
     /// Time a request spends on the serving path outside the GPU's steps, between the client
@@ -201,7 +204,7 @@ impl Default for Engine {
             comm_scale: 1.0,
             ep_imbalance: 1.0,
             routing_skew: 0.45,
-            mem_fraction: 0.88,
+            mem_share: MemShare::SglangReserve { minor: SGLANG_CURRENT_MINOR },
             workspace_gb: 3.0,
             request_latency_ms: SGLANG_REQUEST_LATENCY_MS,
             mixed_prefill: false,
@@ -263,17 +266,6 @@ impl EngineName {
         matches!(self, EngineName::Vllm | EngineName::Sglang)
     }
 
-    /// The share of GPU memory the engine takes by default: vLLM's `--gpu-memory-utilization`
-    /// ([`VLLM_GPU_MEMORY_UTILIZATION`]); sglang's `--mem-fraction-static` is about 0.88 on large
-    /// GPUs, which TensorRT-LLM is given too (its KV share is of the memory left free, which the
-    /// model does not track).
-    pub fn mem_fraction(self) -> f64 {
-        match self {
-            EngineName::Vllm => VLLM_GPU_MEMORY_UTILIZATION,
-            _ => Engine::default().mem_fraction,
-        }
-    }
-
     /// The engine's name as the flag and e2e.toml write it.
     pub fn name(self) -> &'static str {
         match self {
@@ -301,7 +293,7 @@ impl EngineName {
             request_latency_ms: self.request_latency_ms(),
             mixed_prefill: self.mixes_prefill(),
             prefill_graphs: self.graphs_prefill(),
-            mem_fraction: self.mem_fraction(),
+            mem_share: EngineRelease::current(self).mem_share(None),
             batch: EngineRelease::current(self).batch_defaults(None),
             state_pool: EngineRelease::current(self).state_pool(None),
             ..Engine::default()
@@ -314,9 +306,13 @@ impl EngineName {
 /// older sglang runs its prefill passes eagerly ([`EngineName::graphs_prefill`]).
 pub const SGLANG_PIECEWISE_DEFAULT: ((u32, u32, u32), &str) = ((0, 5, 10), "2026-03-02");
 
-/// The newest sglang 0.5.x release whose batch-limit table [`BatchDefaults::SglangTable`] knows
-/// (0.5.23, 2026-10-30: its smallest-GPU rows changed): what a current sglang runs.
+/// The newest sglang 0.5.x release read for its defaults (0.5.23, 2026-10-30): what a current
+/// sglang runs ([`BatchDefaults::SglangTable`], [`MemShare::SglangReserve`]).
 pub const SGLANG_CURRENT_MINOR: u32 = 23;
+
+/// sglang 0.5.20's release date (PyPI upload): its smallest-GPU rows of the batch table and its
+/// prefill chunk there changed by it.
+const SGLANG_0_5_20_DATE: &str = "2026-09-18";
 
 /// sglang 0.5.23's release date (PyPI upload), for measurements that name no version.
 const SGLANG_0_5_23_DATE: &str = "2026-10-30";
@@ -468,8 +464,8 @@ impl EngineRelease {
             EngineName::Sglang => {
                 let minor = match release_numbers(self.version.as_deref().unwrap_or("")) {
                     Some((0, 5, m)) => m,
-                    // A nightly or a date alone: the 0.5.5 .. 0.5.22 rows until 0.5.23's date.
-                    _ if !self.at_least((0, 5, 23), Some(SGLANG_0_5_23_DATE), date) => 5,
+                    // A nightly or a date alone: the 0.5.5 .. 0.5.17 rows until 0.5.20's date.
+                    _ if !self.at_least((0, 5, 20), Some(SGLANG_0_5_20_DATE), date) => 5,
                     _ => SGLANG_CURRENT_MINOR,
                 };
                 BatchDefaults::SglangTable { minor }
@@ -481,6 +477,38 @@ impl EngineRelease {
                 blackwell_1024: self.at_least((0, 28, 0), Some("2026-08-26"), date),
             },
             EngineName::Trtllm => BatchDefaults::Trtllm,
+        }
+    }
+
+    /// The release's default share of each GPU's memory ([`MemShare`]): sglang's rule by release
+    /// (the dates are the releases' PyPI uploads; 0.4.6's and 0.4.7's, not checked, stand in
+    /// as 2025-04-27 and 2025-06-09), vLLM's `--gpu-memory-utilization` 0.9 and the 0.88
+    /// TensorRT-LLM is given. `date` decides where the version names no release.
+    pub fn mem_share(&self, date: Option<&str>) -> MemShare {
+        match self.name {
+            EngineName::Vllm => MemShare::VllmDefault,
+            EngineName::Trtllm => MemShare::TrtllmAssumed,
+            EngineName::Sglang => {
+                let minor = match release_numbers(self.version.as_deref().unwrap_or("")) {
+                    Some((0, 5, m)) => Some(m),
+                    _ => [
+                        ((0, 5, 23), SGLANG_0_5_23_DATE, SGLANG_CURRENT_MINOR),
+                        ((0, 5, 20), SGLANG_0_5_20_DATE, 20),
+                        ((0, 5, 5), "2025-11-06", 5),
+                        ((0, 5, 3), "2025-10-06", 3),
+                    ]
+                    .into_iter()
+                    .find(|(first, since, _)| self.at_least(*first, Some(since), date))
+                    .map(|(_, _, m)| m),
+                };
+                match minor {
+                    Some(m) if m >= 3 => MemShare::SglangReserve { minor: m },
+                    _ if self.at_least((0, 4, 8), Some(EARLY_RELEASES_END.0 .1), date) => MemShare::SglangByClass,
+                    _ if self.at_least((0, 4, 7), Some("2025-06-09"), date) => MemShare::Sglang047,
+                    _ if self.at_least((0, 4, 6), Some("2025-04-27"), date) => MemShare::Sglang046,
+                    _ => MemShare::SglangByTp,
+                }
+            }
         }
     }
 
@@ -582,6 +610,7 @@ impl EngineRelease {
             prefill_graphs: self.prefill_graphs(None),
             batch: self.batch_defaults(None),
             state_pool: self.state_pool(None),
+            mem_share: self.mem_share(None),
             release_step_scale: if self.is_early(None) { EARLY_RELEASE_STEP_SCALE } else { 1.0 },
             early_release_scale: EARLY_RELEASE_STEP_SCALE,
             ..self.name.defaults()
@@ -608,6 +637,11 @@ fn nightly_date(v: &str) -> Option<String> {
 /// vLLM's `--gpu-memory-utilization` default (vLLM "Engine Arguments", docs.vllm.ai): the memory
 /// share a vLLM deployment runs with.
 pub const VLLM_GPU_MEMORY_UTILIZATION: f64 = 0.9;
+
+/// The memory share a TensorRT-LLM deployment is given: sglang's classic 0.88 (an assumption;
+/// TensorRT-LLM's `free_gpu_memory_fraction` is a share of the memory left after the weights,
+/// which the model does not track).
+pub const TRTLLM_MEM_FRACTION: f64 = 0.88;
 
 /// sglang's per-request serving-path latency, ms ([`Engine::request_latency_ms`]): the median,
 /// over the FIT set's sglang cases of e2e.toml at client concurrency 8 or less

@@ -15,7 +15,8 @@
 //!   pool: the request slots `KV tokens / context length x 512`, held to [2048, 4096], and at
 //!   most half the KV tokens. Its `cuda_graph_max_bs` is a table by GPU memory and TP size from
 //!   0.5.3 (2025-10-06; `ServerArgs._handle_gpu_memory_settings`): under 20 GB 8; under 35 GB 16
-//!   (24 from 0.5.5, 48 from 0.5.23) below TP4 and 80 (160 from 0.5.23) at TP4 and up; under
+//!   (24 from 0.5.5, 48 from 0.5.20) below TP4 and 80 (160 from 0.5.20) at TP4 and up (0.5.17 has
+//!   the old rows and 0.5.20 the new; 0.5.18 and 0.5.19 were not read); under
 //!   60 GB 32 / 160; under 160 GB 256 / 512; 512 above. Before 0.5.3 (0.4.8 .. 0.5.2) it was 160,
 //!   256 above 90 GB and 512 above 160 GB whatever the TP (under 35 GB, 8 below TP4 and 80 from
 //!   it); releases before 0.4.8 captured fewer sizes (160 on most GPUs), which the model does not
@@ -53,11 +54,13 @@ pub enum BatchDefaults {
     VllmV0,
     /// vLLM's V1 engine.
     VllmV1 {
-        /// 0.8.5 and later: the 1024 cap only on GPUs with at least 70 GiB.
+        /// 0.8.5 and later: the 1024 cap and the 8192-token step only on GPUs with at least 70
+        /// GiB (before, the step's 8192 tokens only on an H100 or H200, by name).
         by_memory: bool,
         /// 0.9.0 and later: not on an A100 either.
         not_a100: bool,
-        /// 0.28.0 and later: graphs up to 1024 on data-centre Blackwell.
+        /// 0.28.0 and later: graphs up to 1024 on data-centre Blackwell, and 16384 tokens a step
+        /// on GPUs with at least 160 GiB.
         blackwell_1024: bool,
     },
     /// TensorRT-LLM: `max_batch_size` 2048; graphs not modelled.
@@ -84,6 +87,57 @@ impl BatchDefaults {
         }
     }
 
+    /// The tokens one replica's step takes at most by default, on `gpu`: sglang's
+    /// `--chunked-prefill-size` (the prompt tokens of one prefill pass; under DP attention each
+    /// rank takes its share of it), vLLM's `max_num_batched_tokens` (decode tokens and prompt
+    /// chunks together, per data-parallel rank) and TensorRT-LLM's `max_num_tokens` (8192, its LLM
+    /// API default). vLLM V1's under `vllm serve` (`EngineArgs._set_default_args_v1`, later
+    /// `get_batch_defaults`): 8192 on the GPUs its 1024 running cap applies to (above), 2048 on
+    /// the others, and from 0.28.0 16384 on GPUs with at least 160 GiB. vLLM V0 ran without
+    /// chunked prefill unless the context is over 32,768 tokens; it keeps 8192 here (not
+    /// modelled).
+    /// sglang's, by GPU memory (`_handle_gpu_memory_settings`): 0.4.8 .. 0.5.2 2048 under 35 GiB,
+    /// 8192 under 160 GiB and 16384 above; from 0.5.3 2048 under 35 GiB (4096 from 0.5.20),
+    /// 4096 under 60 GiB, 8192 under 160 GiB and 16384 above. Releases before 0.4.8 (2048 under
+    /// 25,000 MiB, else 8192; 16384 over 180,000 MiB in 0.4.7) are not told apart.
+    pub fn step_tokens(self, gpu: &GpuSpec) -> u32 {
+        let gib = gpu.memory_gb * 1e9 / MIB / 1024.0;
+        match self {
+            BatchDefaults::SglangBeforeTable => match gib {
+                g if g < 35.0 => 2048,
+                g if g < 160.0 => 8192,
+                _ => 16384,
+            },
+            BatchDefaults::SglangTable { minor } => match gib {
+                g if g < 20.0 => 2048,
+                g if g < 35.0 => {
+                    if minor >= 20 {
+                        4096
+                    } else {
+                        2048
+                    }
+                }
+                g if g < 60.0 => 4096,
+                g if g < 160.0 => 8192,
+                _ => 16384,
+            },
+            BatchDefaults::VllmV1 { by_memory, not_a100, blackwell_1024 } => {
+                let name = gpu.name.as_str();
+                let big = if by_memory {
+                    gib >= 70.0 && !(not_a100 && name.starts_with("a100"))
+                } else {
+                    name.contains("h100") || name.contains("h200")
+                };
+                match (blackwell_1024 && gib >= 160.0, big) {
+                    (true, _) => 16384,
+                    (false, true) => 8192,
+                    (false, false) => 2048,
+                }
+            }
+            BatchDefaults::VllmV0 | BatchDefaults::Trtllm | BatchDefaults::Unlimited => 8192,
+        }
+    }
+
     /// The largest decode batch one scheduler replays as a CUDA graph by default, on `gpu` with
     /// TP size `tp` (None: no limit modelled).
     pub fn graph_max_batch(self, gpu: &GpuSpec, tp: u32) -> Option<u32> {
@@ -101,12 +155,12 @@ impl BatchDefaults {
             BatchDefaults::SglangTable { minor } => Some(match (mib / 1024.0, small_tp) {
                 (g, _) if g < 20.0 => 8,
                 (g, true) if g < 35.0 => match minor {
-                    m if m >= 23 => 48,
+                    m if m >= 20 => 48,
                     m if m >= 5 => 24,
                     _ => 16,
                 },
                 (g, false) if g < 35.0 => {
-                    if minor >= 23 {
+                    if minor >= 20 {
                         160
                     } else {
                         80
@@ -255,6 +309,17 @@ impl Scenario {
         Some(per.saturating_mul(n))
     }
 
+    /// The tokens one replica's step takes at most by default ([`BatchDefaults::step_tokens`]):
+    /// the prefill chunk the virtual run schedules. sglang splits its chunk over the
+    /// attention-DP ranks; vLLM gives each data-parallel rank its own budget.
+    pub fn step_tokens(&self) -> u32 {
+        let per = self.engine.batch.step_tokens(&self.gpu);
+        match self.engine.batch {
+            BatchDefaults::VllmV1 { .. } if self.plan.dp_attention => per.saturating_mul(self.plan.tp),
+            _ => per,
+        }
+    }
+
     /// The largest decode batch a scheduler replays as a CUDA graph (None: every batch does).
     pub fn graph_max_batch(&self) -> Option<u32> {
         self.engine.batch.graph_max_batch(&self.gpu, self.plan.tp)
@@ -327,6 +392,20 @@ mod tests {
     }
 
     #[test]
+    fn a_steps_default_token_budget_follows_each_engines_table_by_gpu_and_release() {
+        let t = |release_: &str, g: &str| release(release_).step_tokens(&gpu(g).expect("gpu"));
+        // sglang's --chunked-prefill-size: 0.4.8 .. 0.5.2 by three classes, then five.
+        assert_eq!((t("sglang@0.4.9", "l40s"), t("sglang@0.4.9", "h200"), t("sglang@0.4.9", "b200")), (8192, 8192, 16384));
+        assert_eq!((t("sglang@0.5.9", "l40s"), t("sglang@0.5.9", "rtx-4090"), t("sglang@0.5.9", "mi300x")), (4096, 2048, 16384));
+        assert_eq!((t("sglang@0.5.17", "rtx-5090"), t("sglang@0.5.20", "rtx-5090")), (2048, 4096));
+        // vLLM V1's max_num_batched_tokens under `vllm serve`.
+        assert_eq!((t("vllm@0.8.2", "h100-sxm"), t("vllm@0.8.2", "mi300x"), t("vllm@0.8.5", "a100")), (8192, 2048, 8192));
+        assert_eq!((t("vllm@0.9.2", "a100"), t("vllm@0.9.2", "l40s"), t("vllm@0.9.2", "b200")), (2048, 2048, 8192));
+        assert_eq!((t("vllm@0.28.0", "b200"), t("vllm@0.28.0", "h200"), t("vllm@0.28.0", "rtx-5090")), (16384, 8192, 2048));
+        assert_eq!(t("trtllm", "h200"), 8192);
+    }
+
+    #[test]
     fn sglangs_largest_decode_graph_follows_its_table_by_memory_and_tp() {
         let table = release("sglang");
         let g = |name: &str, tp: u32| table.graph_max_batch(&gpu(name).expect("gpu"), tp);
@@ -334,7 +413,9 @@ mod tests {
         assert_eq!((g("h200", 1), g("h200", 4)), (Some(256), Some(512)));
         assert_eq!((g("b200", 1), g("mi300x", 8)), (Some(512), Some(512)));
         assert_eq!((g("l40s", 2), g("l40s", 4)), (Some(32), Some(160)));
-        assert_eq!((g("rtx-5090", 1), g("rtx-5090", 4)), (Some(48), Some(160)), "0.5.23's rows");
+        assert_eq!((g("rtx-5090", 1), g("rtx-5090", 4)), (Some(48), Some(160)), "0.5.20's rows");
+        let r = |v: &str| release(v).graph_max_batch(&gpu("rtx-5090").expect("gpu"), 1);
+        assert_eq!((r("sglang@0.5.17"), r("sglang@0.5.20")), (Some(24), Some(48)));
         assert_eq!(g("rtx-4090", 1), Some(48));
         let mid = release("sglang@0.5.9");
         assert_eq!(mid.graph_max_batch(&gpu("rtx-5090").expect("gpu"), 1), Some(24));

@@ -27,6 +27,8 @@ use crate::ModelError;
 pub struct Memory {
     /// The GPU's memory.
     pub capacity_gb: f64,
+    /// The share of the GPU's memory the engine takes ([`Scenario::mem_fraction`]).
+    pub mem_fraction: f64,
     /// What the engine may use (capacity x mem_fraction).
     pub usable_gb: f64,
     /// Weights on the busiest GPU.
@@ -169,7 +171,8 @@ impl Scenario {
     /// Memory per GPU and the KV capacity it leaves.
     pub fn memory(&self) -> Memory {
         let cap = self.gpu.memory_gb;
-        let usable = cap * self.engine.mem_fraction;
+        let mem_fraction = self.mem_fraction();
+        let usable = cap * mem_fraction;
         let weights = self.weight_bytes_gpu() / 1e9;
         let rest = (usable - weights - self.engine.workspace_gb).max(0.0);
         // sglang splits what is left between its state pool and its KV pool at a fixed ratio, or
@@ -181,6 +184,7 @@ impl Scenario {
         };
         Memory {
             capacity_gb: cap,
+            mem_fraction,
             usable_gb: usable,
             weights_gb: weights,
             workspace_gb: self.engine.workspace_gb,
@@ -348,8 +352,8 @@ impl Scenario {
                 let rest = m.kv_gb + m.state_gb;
                 if need >= rest {
                     return refuse(format!(
-                        "the engine's {n} linear-attention states per server need {need:.1} GB on each GPU, and only {rest:.1} GB is left after {:.1} GB of weights and {:.1} GB of workspace (mem fraction {:.2}); give more GPUs, or a smaller --max-running",
-                        m.weights_gb, m.workspace_gb, self.engine.mem_fraction
+                        "the engine's {n} linear-attention states per server need {need:.1} GB on each GPU, and only {rest:.1} GB is left after {:.1} GB of weights and {:.1} GB of workspace (mem fraction {:.3}); give more GPUs, or a smaller --max-running",
+                        m.weights_gb, m.workspace_gb, m.mem_fraction
                     ));
                 }
             }
@@ -365,12 +369,12 @@ impl Scenario {
         }
         if !weights_fit || !self.one_request_fits() || self.max_concurrency() == 0 {
             return refuse(format!(
-                "{:.1} GB of weights + {:.1} GB workspace per GPU, but only {:.1} GB of {:.1} GB is usable (mem fraction {:.2}); no room for the KV of one {}-token request",
+                "{:.1} GB of weights + {:.1} GB workspace per GPU, but only {:.1} GB of {:.1} GB is usable (mem fraction {:.3}); no room for the KV of one {}-token request",
                 m.weights_gb,
                 m.workspace_gb,
                 m.usable_gb,
                 m.capacity_gb,
-                self.engine.mem_fraction,
+                m.mem_fraction,
                 self.input_len + self.output_len
             ));
         }

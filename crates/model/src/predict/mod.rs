@@ -45,6 +45,7 @@ mod bottleneck;
 mod collectives;
 mod engine;
 mod limits;
+mod mem_share;
 mod memory;
 mod prefill;
 mod step;
@@ -55,10 +56,11 @@ pub use bottleneck::Bottleneck;
 pub use collectives::{Across, QkGathers, QkNormAllReduces};
 pub use engine::{
     distinct_expert_fraction, Engine, EngineName, EngineRelease, ReleaseFeature, CDNA3_FLOOR_SCALE, EARLY_RELEASES_END,
-    EARLY_RELEASE_STEP_SCALE, SGLANG_CHECKPOINT_KV, SGLANG_PIECEWISE_DEFAULT, SGLANG_REQUEST_LATENCY_MS, TRTLLM_REQUEST_LATENCY_MS,
-    VLLM_CHECKPOINT_KV, VLLM_GPU_MEMORY_UTILIZATION, VLLM_REQUEST_LATENCY_MS, VLLM_V1_DEFAULT,
+    EARLY_RELEASE_STEP_SCALE, SGLANG_CHECKPOINT_KV, SGLANG_PIECEWISE_DEFAULT, SGLANG_REQUEST_LATENCY_MS, TRTLLM_MEM_FRACTION,
+    TRTLLM_REQUEST_LATENCY_MS, VLLM_CHECKPOINT_KV, VLLM_GPU_MEMORY_UTILIZATION, VLLM_REQUEST_LATENCY_MS, VLLM_V1_DEFAULT,
 };
 pub use limits::{BatchDefaults, StatePool, StatePoolRelease, StateSlots, SGLANG_STATE_TO_KV};
+pub use mem_share::MemShare;
 pub use memory::{Memory, RunningLimit};
 pub use prefill::{prefill_gemm_efficiency, PrefillPass, PREFILL_MOE_EFFICIENCY};
 pub use step::hopper_fp8_kv_efficiency;

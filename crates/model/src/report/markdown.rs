@@ -11,12 +11,14 @@ pub fn write_markdown(r: &PlanReport, mut w: impl Write) -> io::Result<()> {
     let m = &r.memory_per_gpu_gb;
     writeln!(
         w,
-        "- memory per GPU: {:.1} GB weights, {:.1} GB KV in {} ({} tokens, {} requests)",
+        "- memory per GPU: {:.1} GB weights, {:.1} GB KV in {} ({} tokens, {} requests); the engine takes {:.3} of the GPU's memory ({})",
         m.weights_gb,
         m.kv_gb,
         super::kv_cache_words(s),
         r.max_kv_tokens,
-        s.kv_concurrency()
+        s.kv_concurrency(),
+        m.mem_fraction,
+        s.engine.mem_share.origin()
     )?;
     if m.state_gb > 0.0 {
         writeln!(w, "- linear-attention state: {:.1} GB per GPU in the engine's own pool", m.state_gb)?;

@@ -143,13 +143,15 @@ fn write_memory(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
     let s = &r.scenario;
     writeln!(
         w,
-        "\nmemory per GPU: {:.1} GB weights + {:.1} GB workspace + {:.1} GB KV{} of {:.1} GB usable ({:.1} GB as the driver reports it); KV {:.1} KB/token in {}; {} tokens; {} requests at a mean context of {} tokens (prompt + half the output)",
+        "\nmemory per GPU: {:.1} GB weights + {:.1} GB workspace + {:.1} GB KV{} of {:.1} GB usable ({:.3} of the {:.1} GB the driver reports: {}); KV {:.1} KB/token in {}; {} tokens; {} requests at a mean context of {} tokens (prompt + half the output)",
         m.weights_gb,
         m.workspace_gb,
         m.kv_gb,
         if m.state_gb > 0.0 { format!(" + {:.1} GB linear-attention state", m.state_gb) } else { String::new() },
         m.usable_gb,
+        m.mem_fraction,
         m.capacity_gb,
+        s.engine.mem_share.origin(),
         m.kv_bytes_per_token / 1e3,
         super::kv_cache_words(s),
         r.max_kv_tokens, s.kv_concurrency(), s.input_len + s.output_len / 2

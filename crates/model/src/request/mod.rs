@@ -6,7 +6,7 @@ use servetune_stats::Slo;
 
 use crate::calibrate::{self, Measured};
 use crate::hw::{self, Cluster, GpuSpec, LinkProfile};
-use crate::predict::{Engine, EngineName, Overlap, Plan, Scenario};
+use crate::predict::{Engine, EngineName, MemShare, Overlap, Plan, Scenario};
 use crate::quant::{Dtype, KvDtype, Quant};
 use crate::rank::{self, ConcurrencyRange};
 use crate::report::{self, FitSuggestion, GpuSuggestion, PlanReport, Versus};
@@ -372,11 +372,16 @@ impl ScenarioSpec {
         let moe_efficiency = ranged(self.moe_efficiency, &(MIN_MOE_EFFICIENCY..=1.0), defaults.moe_efficiency, |f| {
             format!("moe-efficiency {f:?}: give the fraction of memory bandwidth the MoE kernels reach, from {MIN_MOE_EFFICIENCY} to 1")
         })?;
-        let mem_fraction = fraction(self.mem_fraction, defaults.mem_fraction, |f| {
-            format!(
-                "--mem-fraction {f}: give the share of each GPU's memory the engine may use, above 0 and at most 1 (sglang's --mem-fraction-static, vLLM's --gpu-memory-utilization)"
-            )
-        })?;
+        // A given share replaces the release's default rule.
+        let mem_share = match self.mem_fraction {
+            Some(f) if !(f.is_finite() && f > 0.0 && f <= 1.0) => {
+                return Err(ModelError::Input(format!(
+                    "--mem-fraction {f}: give the share of each GPU's memory the engine may use, above 0 and at most 1 (sglang's --mem-fraction-static, vLLM's --gpu-memory-utilization)"
+                )))
+            }
+            Some(f) => MemShare::Given(f),
+            None => defaults.mem_share,
+        };
         Ok(Engine {
             moe_efficiency,
             // A given MoE efficiency replaces the kernel tables' rate.
@@ -390,7 +395,7 @@ impl ScenarioSpec {
             request_step_us,
             request_latency_ms,
             routing_skew,
-            mem_fraction,
+            mem_share,
             ..defaults
         })
     }
@@ -557,14 +562,6 @@ fn ranged(
     match given {
         Some(x) if !(x.is_finite() && range.contains(&x)) => Err(ModelError::Input(why(x))),
         Some(x) => Ok(x),
-        None => Ok(default),
-    }
-}
-
-fn fraction(given: Option<f64>, default: f64, why: impl FnOnce(f64) -> String) -> Result<f64, ModelError> {
-    match given {
-        Some(f) if !(f.is_finite() && f > 0.0 && f <= 1.0) => Err(ModelError::Input(why(f))),
-        Some(f) => Ok(f),
         None => Ok(default),
     }
 }

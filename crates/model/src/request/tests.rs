@@ -222,7 +222,7 @@ fn an_engine_brings_its_defaults_and_the_flags_still_override_them() {
     assert_eq!(vllm.engine.serving, EngineName::Vllm);
     assert!(vllm.engine.mixed_prefill, "vLLM V1 mixes prefill into decode steps");
     assert_eq!(vllm.engine.request_latency_ms, crate::predict::VLLM_REQUEST_LATENCY_MS);
-    assert_eq!(vllm.engine.mem_fraction, crate::predict::VLLM_GPU_MEMORY_UTILIZATION);
+    assert_eq!(vllm.mem_fraction(), crate::predict::VLLM_GPU_MEMORY_UTILIZATION);
     // The fitted step constants are the same for every engine.
     assert_eq!(vllm.engine.kernel_overhead_us, sglang.engine.kernel_overhead_us);
     s.request_latency_ms = Some(5.0);
@@ -230,7 +230,7 @@ fn an_engine_brings_its_defaults_and_the_flags_still_override_them() {
     // A stated memory share replaces the engine's, and more of it holds more KV.
     s.mem_fraction = Some(0.95);
     let roomier = s.build().expect("vllm at 0.95");
-    assert_eq!(roomier.engine.mem_fraction, 0.95);
+    assert_eq!(roomier.mem_fraction(), 0.95);
     assert!(roomier.memory().kv_gb > vllm.memory().kv_gb);
     for bad in [0.0, 1.5, f64::NAN, -0.1] {
         s.mem_fraction = Some(bad);
@@ -238,7 +238,7 @@ fn an_engine_brings_its_defaults_and_the_flags_still_override_them() {
         assert!(e.contains("--mem-fraction") && e.contains("above 0 and at most 1"), "{e}");
     }
     let pairs = ScenarioSpec::parse_pairs("--vs", "model=glm-5,gpu=h200,mem-fraction=0.8").expect("pairs").build().expect("0.8");
-    assert_eq!(pairs.engine.mem_fraction, 0.8);
+    assert_eq!(pairs.mem_fraction(), 0.8);
     let trt = ScenarioSpec::parse_pairs("--from-plan", "model=glm-5,gpu=h200,engine=trtllm").expect("pairs").build().expect("trt");
     assert_eq!(trt.engine.serving, EngineName::Trtllm);
     assert!(trt.engine.mixed_prefill);

@@ -204,6 +204,10 @@ pub(crate) struct E2eCase {
     pub(crate) input_len: Option<u32>,
     pub(crate) output_len: Option<u32>,
     pub(crate) max_running_requests: Option<u32>,
+    /// The memory share the server was given where the source states it
+    /// (`--mem-fraction-static`, `--gpu-memory-utilization`); unstated, the release's default
+    /// ([`crate::predict::MemShare`]).
+    pub(crate) mem_fraction: Option<f64>,
     /// The KV cache's format where the source states it (`--kv-cache-dtype`); unstated, what the
     /// engine's `auto` gives the checkpoint ([`declared_kv`]).
     pub(crate) kv_cache_dtype: Option<String>,
@@ -322,6 +326,7 @@ pub(crate) fn spec_of(c: &E2eCase) -> Result<(ScenarioSpec, u32, &'static str), 
         _ => return Err((SkipReason::NoMeasure, "no input/output length".into())),
     };
     s.max_running = c.max_running_requests;
+    s.mem_fraction = c.mem_fraction;
     // The KV cache as stated, else what `auto` (every engine's default) gave this checkpoint.
     s.quant.kv_cache = Some(match c.kv_cache_dtype.as_deref().filter(|kv| !kv.trim().eq_ignore_ascii_case("auto")) {
         // A mix of formats by layer, say, is not scored.

@@ -124,7 +124,11 @@ fn comm_prefill_and_serving_constants() -> Vec<ConstantOrigin> {
             value: e.ep_imbalance,
             set_from: "fit: every scored fit case, argmin of the same objective over 1.0..1.3 by 0.05 with the floor, MoE efficiency and per-request cost re-chosen at each",
         },
-        ConstantOrigin { name: "mem_fraction", value: e.mem_fraction, set_from: "sglang's --mem-fraction-static default; no e2e case" },
+        ConstantOrigin {
+            name: "mem_fraction (TensorRT-LLM cases; sglang's is its own rule by release, GPU and TP: docs/plan.md)",
+            value: crate::predict::TRTLLM_MEM_FRACTION,
+            set_from: "assumption (sglang's classic --mem-fraction-static); no e2e case",
+        },
         ConstantOrigin {
             name: "mem_fraction (vLLM cases)",
             value: VLLM_GPU_MEMORY_UTILIZATION,

@@ -347,7 +347,8 @@ fn prepare(c: &E2eCase, engine: &Engine, latency: Latency) -> Result<Prepared, (
         prefill_graphs,
         // vLLM's V0 (before 0.8.0) runs prompts as steps of their own.
         mixed_prefill: e.mixed_prefill && release.mixes_prefill(),
-        mem_fraction: e.mem_fraction,
+        // A share the case states, else its release's default.
+        mem_share: if c.mem_fraction.is_some() { e.mem_share } else { release.mem_share(c.date.as_deref()) },
         serving: e.serving,
         batch: release.batch_defaults(c.date.as_deref()),
         state_pool: release.state_pool(c.date.as_deref()),

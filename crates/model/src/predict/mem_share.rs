@@ -1,0 +1,257 @@
+//! The share of each GPU's memory an engine takes for weights and caches ([`MemShare`]): a share
+//! given to it, a fixed default (vLLM's `--gpu-memory-utilization` 0.9), or sglang's default
+//! `--mem-fraction-static`, which sglang computes from the GPU's memory, the parallel sizes and
+//! its own batch defaults, by a rule that changed five times over its releases.
+//!
+//! Sources: sglang's released wheels on PyPI, `ServerArgs.__post_init__` and later
+//! `_handle_gpu_memory_settings` (python/sglang/srt/server_args.py; from 0.5.20
+//! `handle_gpu_memory_settings` in srt/arg_groups/memory_hook.py), read for 0.4.3 .. 0.4.10,
+//! 0.5.1 .. 0.5.5, 0.5.9, 0.5.10, 0.5.12 .. 0.5.14, 0.5.17, 0.5.20 and 0.5.23 (docs/plan.md,
+//! "sglang's memory share"). `gpu_mem` there is the device's memory in MiB as nvidia-smi (or
+//! rocm-smi) reports it, which the GPU catalog's `memory_gb` is (hw.rs).
+
+use serde::Serialize;
+
+use super::Scenario;
+use crate::hw::{Arch, GpuSpec};
+use crate::spec::Attention;
+
+/// Bytes in a mebibyte: sglang compares the device's memory in MiB.
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// How an engine sizes its share of each GPU's memory ([`Scenario::mem_fraction`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemShare {
+    /// A share given to the engine (`--mem-fraction`, `mem-fraction=` pairs, a campaign's
+    /// `mem_fraction` knob).
+    Given(f64),
+    /// vLLM's fixed default, `--gpu-memory-utilization` 0.9 (vLLM "Engine Arguments").
+    VllmDefault,
+    /// The share TensorRT-LLM is given: sglang's classic 0.88 (an assumption; its
+    /// `free_gpu_memory_fraction` is a share of the memory left after the weights, which the
+    /// model does not track).
+    TrtllmAssumed,
+    /// sglang before 0.4.6: by TP size, 0.88 at TP1, 0.87 from TP2, 0.85 from TP4, 0.81 from
+    /// TP8 and 0.79 from TP16.
+    SglangByTp,
+    /// sglang 0.4.6: the TP table on GPUs of at most 80 GiB; above, all but 13 GiB.
+    Sglang046,
+    /// sglang 0.4.7: the table by TP x PP up to 80 GiB and 0.88 above; then 0.79 on NVIDIA
+    /// GPUs above 180,000 MiB, and above 96 GiB the lesser of the share plus 48 GiB of what it
+    /// leaves and all but 18 GiB.
+    Sglang047,
+    /// sglang 0.4.8 .. 0.5.2: a reserve by the GPU's memory class, (2.8 + TP x PP / 10) GiB up
+    /// to 35 GiB, (9.5 + TP x PP / 2) up to 90 GiB, (12 + TP x PP / 2) up to 160 GiB and 32 GiB
+    /// above, 4 GiB more under DP attention; the share is what it leaves.
+    SglangByClass,
+    /// sglang from 0.5.3: a reserve of 512 MiB, 1.5 MiB per token of the default prefill chunk,
+    /// 2 MiB per request of the largest decode CUDA graph, 1 GiB per 8 GPUs of TP x PP, under DP
+    /// attention 3 MiB (4.5 above 300 requests) per graph request and rank, from 0.5.9 8 MiB per
+    /// captured prefill graph size where prefill graphs are on, and at least 10 GiB on GPUs over
+    /// 60 GiB; the share is what it leaves. From 0.5.5, on AMD GPUs whose attention runs on
+    /// aiter, a model whose context is over 8192 tokens gets 0.85 of it.
+    SglangReserve {
+        /// The 0.5.x minor release (3 and up): the prefill chunk under 35 GiB (2048 tokens,
+        /// 4096 from 0.5.20) and aiter's 0.85 (from 0.5.5) depend on it.
+        minor: u32,
+    },
+}
+
+impl MemShare {
+    /// Where the share comes from, for a reader.
+    pub fn origin(self) -> String {
+        let sglang = |era: &str| format!("the --mem-fraction-static default of sglang {era} for this GPU and plan");
+        match self {
+            MemShare::Given(_) => "as given".into(),
+            MemShare::VllmDefault => "vLLM's --gpu-memory-utilization default".into(),
+            MemShare::TrtllmAssumed => "the share TensorRT-LLM is given, an assumption".into(),
+            MemShare::SglangByTp => sglang("before 0.4.6"),
+            MemShare::Sglang046 => sglang("0.4.6"),
+            MemShare::Sglang047 => sglang("0.4.7"),
+            MemShare::SglangByClass => sglang("0.4.8 to 0.5.2"),
+            MemShare::SglangReserve { minor } if minor >= 20 => sglang("0.5.20 and later"),
+            MemShare::SglangReserve { minor } if minor >= 5 => sglang("0.5.5 to 0.5.19"),
+            MemShare::SglangReserve { .. } => sglang("0.5.3 to 0.5.4"),
+        }
+    }
+}
+
+/// The prefill CUDA-graph sizes sglang captures up to `max_tokens` (its piecewise capture list:
+/// 4 .. 32 by 4, 48 .. 256 by 16, 288 .. 512 by 32, 576 .. 1024 by 64, 1280 .. 4096 by 256, then
+/// by 512): 58 sizes up to 8192 tokens, 74 up to 16384.
+fn prefill_graph_sizes(max_tokens: f64) -> usize {
+    let runs: [(u32, u32, u32); 6] = [(4, 32, 4), (48, 256, 16), (288, 512, 32), (576, 1024, 64), (1280, 4096, 256), (4608, u32::MAX, 512)];
+    runs.iter()
+        .map(|&(from, to, by)| {
+            let top = f64::from(to).min(max_tokens);
+            if top < f64::from(from) {
+                0
+            } else {
+                ((top - f64::from(from)) / f64::from(by)).floor() as usize + 1
+            }
+        })
+        .sum()
+}
+
+/// sglang's share by TP size before 0.4.8 (the 0.4.7 table counts TP x PP).
+fn by_tp(parallel: u32) -> f64 {
+    match parallel {
+        p if p >= 16 => 0.79,
+        p if p >= 8 => 0.81,
+        p if p >= 4 => 0.85,
+        p if p >= 2 => 0.87,
+        _ => 0.88,
+    }
+}
+
+impl Scenario {
+    /// The share of each GPU's memory the engine takes for weights and caches (before the
+    /// workspace: [`super::Memory`]), by [`super::Engine::mem_share`].
+    pub fn mem_fraction(&self) -> f64 {
+        let share = self.engine.mem_share;
+        let gpu = &self.gpu;
+        let mib = gpu.memory_gb * 1e9 / MIB;
+        let (tp, pp) = (self.plan.tp, self.plan.pp.max(1));
+        let round3 = |reserve: f64| ((mib - reserve) / mib * 1000.0).round() / 1000.0;
+        match share {
+            MemShare::Given(f) => f,
+            MemShare::VllmDefault => super::VLLM_GPU_MEMORY_UTILIZATION,
+            MemShare::TrtllmAssumed => super::TRTLLM_MEM_FRACTION,
+            MemShare::SglangByTp => by_tp(tp),
+            MemShare::Sglang046 if mib <= 81920.0 => by_tp(tp),
+            MemShare::Sglang046 => (mib - 13.0 * 1024.0) / mib,
+            MemShare::Sglang047 => {
+                let f = if mib <= 81920.0 { by_tp(tp * pp) } else { 0.88 };
+                if mib > 180_000.0 && !is_amd(gpu) {
+                    0.79
+                } else if mib > 96.0 * 1024.0 {
+                    (f + 48.0 * 1024.0 * (1.0 - f) / mib).min((mib - 18.0 * 1024.0) / mib)
+                } else {
+                    f
+                }
+            }
+            MemShare::SglangByClass => {
+                let p = f64::from(tp * pp);
+                let gib = match mib / 1024.0 {
+                    g if g < 35.0 => 2.8 + p / 10.0,
+                    g if g < 90.0 => 9.5 + p / 2.0,
+                    g if g < 160.0 => 12.0 + p / 2.0,
+                    _ => 32.0,
+                };
+                let dp_attention = if self.plan.dp_attention { 4.0 } else { 0.0 };
+                round3((gib + dp_attention) * 1024.0)
+            }
+            MemShare::SglangReserve { minor } => {
+                let chunk = f64::from(super::BatchDefaults::SglangTable { minor }.step_tokens(gpu));
+                let graph_bs = f64::from(self.graph_max_batch().unwrap_or(0));
+                let mut reserve = 512.0 + chunk.max(2048.0) * 1.5 + graph_bs * 2.0 + f64::from(tp * pp) / 8.0 * 1024.0;
+                if self.plan.dp_attention {
+                    let ranks = f64::from(tp);
+                    reserve += graph_bs * ranks * if graph_bs > 300.0 { 4.5 } else { 3.0 };
+                }
+                if self.engine.prefill_graphs {
+                    reserve += prefill_graph_sizes(chunk) as f64 * 8.0;
+                }
+                if mib > 60.0 * 1024.0 {
+                    reserve = reserve.max(10.0 * 1024.0);
+                }
+                let f = round3(reserve);
+                if minor >= 5 && self.runs_on_aiter() && self.model.max_context > 8192 {
+                    f * 0.85
+                } else {
+                    f
+                }
+            }
+        }
+    }
+
+    /// Whether sglang's default attention backend for this model is aiter: on an AMD GPU, for
+    /// every MHA/GQA model, and for an MLA model with 16 or 128 heads per rank (others run on
+    /// Triton) (`_handle_attention_backend_compatibility`, 0.5.x).
+    fn runs_on_aiter(&self) -> bool {
+        if !is_amd(&self.gpu) {
+            return false;
+        }
+        match self.model.attention {
+            Attention::Mla { heads, .. } => {
+                let per_rank = heads / self.plan.tp.max(1);
+                per_rank == 16 || per_rank == 128
+            }
+            _ => true,
+        }
+    }
+}
+
+/// Whether the GPU is AMD's (sglang's ROCm path).
+fn is_amd(gpu: &GpuSpec) -> bool {
+    matches!(gpu.arch, Arch::Cdna3 | Arch::Cdna4)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::predict::tests::scenario;
+    use crate::predict::{EngineName, EngineRelease};
+    use crate::quant::Dtype;
+
+    fn share(s: &str, g: &str, tp: u32) -> f64 {
+        let mut sc = scenario("llama-3.1-70b", Dtype::Bf16, g, "nvlink", tp, tp);
+        let r = EngineRelease::parse("--engine", s).expect("parses");
+        sc.engine = r.defaults();
+        sc.mem_fraction()
+    }
+
+    #[test]
+    fn prefill_graph_sizes_count_sglangs_capture_list() {
+        // 8 + 14 + 8 + 8 + 12 + 8 up to 8192, 16 more by 512 up to 16384, 42 up to MLA's 2048.
+        assert_eq!((prefill_graph_sizes(8192.0), prefill_graph_sizes(16384.0), prefill_graph_sizes(2048.0)), (58, 74, 42));
+    }
+
+    #[test]
+    fn sglangs_default_share_follows_its_release_gpu_and_tp() {
+        // The TP table before 0.4.6, on any GPU.
+        assert_eq!((share("sglang@0.4.3", "h200", 8), share("sglang@0.4.3", "h100-sxm", 1)), (0.81, 0.88));
+        // 0.4.6: the table up to 80 GiB (an A100 reports 81920 MiB), all but 13 GiB above.
+        assert_eq!(share("sglang@0.4.6", "a100", 8), 0.81);
+        let h200 = 150.754820096e9 / MIB;
+        assert!((share("sglang@0.4.6", "h200", 8) - (h200 - 13312.0) / h200).abs() < 1e-12);
+        // 0.4.7: 0.79 on a B200; the lesser rule on an H200 (all but 18 GiB binds).
+        assert_eq!(share("sglang@0.4.7", "b200", 8), 0.79);
+        assert!((share("sglang@0.4.7", "h200", 8) - (h200 - 18432.0) / h200).abs() < 1e-12);
+        // 0.4.8 .. 0.5.2: H200 TP8 reserves 16 GiB, H100 TP8 13.5 GiB, B200 32 GiB.
+        assert_eq!(share("sglang@0.5.1", "h200", 8), ((h200 - 16384.0) / h200 * 1000.0).round() / 1000.0);
+        assert_eq!(share("sglang@0.4.8", "h100-sxm", 8), 0.831);
+        assert_eq!(share("sglang@0.5.2", "b200", 8), 0.821);
+        // 0.5.3 ..: H200 TP4 512 + 12288 + 1024 + 512 = 14336 MiB (the figure AIConfigurator's
+        // derive_sglang_mem_fraction_static gives too: 0.900); B200 TP4 26624 (0.855).
+        assert_eq!(share("sglang@0.5.9", "h200", 4), 0.9);
+        assert_eq!(share("sglang@0.5.9", "b200", 4), 0.855);
+        // 0.5.10 adds the prefill graphs' 58 x 8 MiB on an H200 at TP4: 14800 MiB.
+        assert_eq!(share("sglang@0.5.10", "h200", 4), 0.897);
+        // An H100 at TP8: 512 + 12288 + 1024 + 1024 + 464 = 15312 MiB of 81559.
+        assert_eq!(share("sglang@0.5.23", "h100-sxm", 8), 0.812);
+        // vLLM's and TensorRT-LLM's fixed shares.
+        assert_eq!((share("vllm", "h100-sxm", 8), share("trtllm", "h100-sxm", 8)), (0.9, 0.88));
+    }
+
+    #[test]
+    fn aiter_takes_085_of_sglangs_share_for_long_contexts_from_0_5_5() {
+        let on = |release: &str, tp: u32| {
+            let mut sc = scenario("deepseek-v3", Dtype::Fp8, "mi300x", "nvlink", tp, tp);
+            sc.engine = EngineRelease::parse("--engine", release).expect("parses").defaults();
+            sc.mem_fraction()
+        };
+        // DeepSeek-V3 (128 heads, 163,840 tokens of context) at TP8: 16 heads per rank, aiter.
+        let (before, after) = (on("sglang@0.5.4", 8), on("sglang@0.5.5", 8));
+        assert!((after - before * 0.85).abs() < 1e-12, "{before} -> {after}");
+        // At TP4 (32 heads per rank) it runs on Triton: no scale.
+        assert_eq!(on("sglang@0.5.5", 4), on("sglang@0.5.4", 4));
+        // NVIDIA GPUs never take it.
+        let mut h = scenario("deepseek-v3", Dtype::Fp8, "h200", "nvlink", 8, 8);
+        h.engine = EngineName::Sglang.defaults();
+        let f = h.mem_fraction();
+        h.engine = EngineRelease::parse("--engine", "sglang@0.5.4").expect("parses").defaults();
+        assert!(f > 0.85 && h.mem_fraction() > 0.85, "{f}, {}", h.mem_fraction());
+    }
+}
