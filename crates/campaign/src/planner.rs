@@ -498,7 +498,7 @@ fn kv_full(v: &View<'_>, best: &Experiment, r: &BenchSummary, lay: Layout) -> Op
     let knob = v.engine.knob("mem_fraction")?;
     let full = r.points.iter().find(|p| p.server_max_kv_usage.is_some_and(|k| k >= 0.99))?;
     // Unset: the engine's own share, as the model applies it by engine (else the constant).
-    let engine_default = v.model.as_ref().and_then(|m| plan_step::scenario(m, lay).ok()).map(|s| s.mem_fraction());
+    let engine_default = v.model.as_ref().and_then(|m| plan_step::scenario(m, lay).ok()).map(|s| s.mem_fraction_flag());
     let (cur, assumed) = match (best.values.mem_fraction, engine_default) {
         (Some(x), _) => (x, String::new()),
         (None, Some(d)) => (d, format!(" (unset: the engine's default, taken as {d})")),

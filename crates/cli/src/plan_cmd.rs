@@ -273,7 +273,7 @@ pub struct PlanArgs {
     /// The serving path's latency outside the GPU (HTTP, tokenization, scheduler hand-offs), ms; it adds to TTFT only [default: the engine's: sglang 224.1, vLLM 18.5, TensorRT-LLM 77.0, fitted on public TTFTs: VALIDATION.md]
     #[arg(long, value_name = "MS")]
     pub request_latency_ms: Option<f64>,
-    /// Share of each GPU's memory the engine may use for weights and KV cache, as sglang's --mem-fraction-static or vLLM's --gpu-memory-utilization sets it [default: the engine's: sglang 0.88, vLLM 0.9; the model also keeps 3 GB per GPU for activations and graphs]
+    /// Share of each GPU's memory the engine may use for weights and KV cache, as sglang's --mem-fraction-static or vLLM's --gpu-memory-utilization sets it [default: the engine's: sglang's own by GPU, TP and release (0.893 for a GQA model on an H200 at TP8 today: docs/plan.md), vLLM 0.9; the model also keeps 3 GB per GPU outside it]
     #[arg(long, value_name = "F")]
     pub mem_fraction: Option<f64>,
     /// Show everything behind the headline: the step time by term, the steady-state rates, the client's full table and the bottleneck at every concurrency

@@ -103,7 +103,7 @@ fn gpu_list(first: u32, n: u32) -> String {
 /// The memory share the plan's servers run with: the scenario's, for `plan`'s parallel sizes
 /// (sglang's default depends on them).
 fn mem_fraction(s: &Scenario, plan: &Plan) -> f64 {
-    Scenario { plan: *plan, ..s.clone() }.mem_fraction()
+    Scenario { plan: *plan, ..s.clone() }.mem_fraction_flag()
 }
 
 fn running_cap(plan: &Plan, concurrency: u32) -> u32 {
@@ -398,7 +398,7 @@ mod tests {
         let mut s = scenario("deepseek-v3", Dtype::Fp8, "h200", "nvlink", 8, 8);
         let dpa = plan(8, 8, 1, 8, true);
         let a = launch(&s, &dpa, 512).servers[0].argv.join(" ");
-        assert!(a.contains("--tp-size 8 --ep-size 8 --dp-size 8 --enable-dp-attention --mem-fraction-static 0.765"), "{a}");
+        assert!(a.contains("--tp-size 8 --ep-size 8 --dp-size 8 --enable-dp-attention --mem-fraction-static 0.758"), "{a}");
         s.engine.serving = EngineName::Vllm;
         let a = launch(&s, &dpa, 512).servers[0].argv.join(" ");
         assert!(a.starts_with("vllm serve $MODEL --tensor-parallel-size 1 --data-parallel-size 8 --enable-expert-parallel"), "{a}");

@@ -460,7 +460,9 @@ impl EngineRelease {
     /// where the version names no release.
     pub fn batch_defaults(&self, date: Option<&str>) -> BatchDefaults {
         match self.name {
-            EngineName::Sglang if !self.at_least((0, 5, 3), Some("2025-10-06"), date) => BatchDefaults::SglangBeforeTable,
+            EngineName::Sglang if !self.at_least((0, 5, 3), Some("2025-10-06"), date) => BatchDefaults::SglangBeforeTable {
+                since_0_4_8: self.at_least(EARLY_RELEASES_END.0 .0, Some(EARLY_RELEASES_END.0 .1), date),
+            },
             EngineName::Sglang => {
                 let minor = match release_numbers(self.version.as_deref().unwrap_or("")) {
                     Some((0, 5, m)) => m,
@@ -501,10 +503,18 @@ impl EngineRelease {
                     .find(|(first, since, _)| self.at_least(*first, Some(since), date))
                     .map(|(_, _, m)| m),
                 };
+                // 0.4.6.post5 already has 0.4.7's rule but its B200 branch (.post1 .. .post4 not read).
+                let post5 = self
+                    .version
+                    .as_deref()
+                    .and_then(|v| v.trim_start_matches('v').strip_prefix("0.4.6.post"))
+                    .and_then(|n| n.parse::<u32>().ok())
+                    .is_some_and(|n| n >= 5);
                 match minor {
                     Some(m) if m >= 3 => MemShare::SglangReserve { minor: m },
                     _ if self.at_least((0, 4, 8), Some(EARLY_RELEASES_END.0 .1), date) => MemShare::SglangByClass,
-                    _ if self.at_least((0, 4, 7), Some("2025-06-09"), date) => MemShare::Sglang047,
+                    _ if self.at_least((0, 4, 7), Some("2025-06-09"), date) => MemShare::Sglang047 { over_180k: true },
+                    _ if post5 => MemShare::Sglang047 { over_180k: false },
                     _ if self.at_least((0, 4, 6), Some("2025-04-27"), date) => MemShare::Sglang046,
                     _ => MemShare::SglangByTp,
                 }
@@ -655,8 +665,9 @@ pub const TRTLLM_MEM_FRACTION: f64 = 0.88;
 /// (2026-12-06) moved the per-kernel floor and the per-request cost; 224.9 ms until the refit under
 /// the square-root source weighting (step 31); 224.7 ms until the router's skew (step 34); 221.9 ms
 /// until step 35 set that skew from kernel data; 224.7 ms until step 37's MXFP4 kernel rates and
-/// their refit.
-pub const SGLANG_REQUEST_LATENCY_MS: f64 = 224.1;
+/// their refit; 224.1 ms until step 40 gave the B200 and MI3xx GPUs sglang's own 16,384-token
+/// prefill chunk (its fit rows' TTFT at low concurrency grew).
+pub const SGLANG_REQUEST_LATENCY_MS: f64 = 218.9;
 
 /// vLLM's per-request serving-path latency, ms: as [`SGLANG_REQUEST_LATENCY_MS`], over the FIT
 /// set's vLLM cases at c <= 8 (AIConfigurator's B300 rows; see VALIDATION.md).

@@ -43,7 +43,11 @@ pub enum BatchDefaults {
     /// No default limit: only the KV cache bounds the batch, and every decode batch replays a graph.
     Unlimited,
     /// sglang before 0.5.3: `cuda_graph_max_bs` by memory alone.
-    SglangBeforeTable,
+    SglangBeforeTable {
+        /// 0.4.8 and later: the prefill chunk by three memory classes (before, 8192 from 25,000
+        /// MiB, [`BatchDefaults::step_tokens`]).
+        since_0_4_8: bool,
+    },
     /// sglang from 0.5.3: the table by memory and TP, whose smallest-GPU rows `minor` (the
     /// release's 0.5.x number) picks.
     SglangTable {
@@ -73,7 +77,7 @@ impl BatchDefaults {
     pub fn running_cap(self, gpu: &GpuSpec, kv_tokens: f64, context_len: u32) -> Option<u32> {
         match self {
             BatchDefaults::Unlimited => None,
-            BatchDefaults::SglangBeforeTable | BatchDefaults::SglangTable { .. } => {
+            BatchDefaults::SglangBeforeTable { .. } | BatchDefaults::SglangTable { .. } => {
                 let slots = (kv_tokens / f64::from(context_len.max(1)) * 512.0).clamp(2048.0, 4096.0);
                 Some(slots.min((kv_tokens / 2.0).floor()).max(1.0) as u32)
             }
@@ -98,12 +102,19 @@ impl BatchDefaults {
     /// modelled).
     /// sglang's, by GPU memory (`_handle_gpu_memory_settings`): 0.4.8 .. 0.5.2 2048 under 35 GiB,
     /// 8192 under 160 GiB and 16384 above; from 0.5.3 2048 under 35 GiB (4096 from 0.5.20),
-    /// 4096 under 60 GiB, 8192 under 160 GiB and 16384 above. Releases before 0.4.8 (2048 under
-    /// 25,000 MiB, else 8192; 16384 over 180,000 MiB in 0.4.7) are not told apart.
+    /// 4096 under 60 GiB, 8192 under 160 GiB and 16384 above; before 0.4.8, 2048 under 25,000 MiB
+    /// and 8192 above (0.4.7's 16384 over 180,000 MiB is not told apart).
     pub fn step_tokens(self, gpu: &GpuSpec) -> u32 {
         let gib = gpu.memory_gb * 1e9 / MIB / 1024.0;
         match self {
-            BatchDefaults::SglangBeforeTable => match gib {
+            BatchDefaults::SglangBeforeTable { since_0_4_8: false } => {
+                if gpu.memory_gb * 1e9 / MIB < 25_000.0 {
+                    2048
+                } else {
+                    8192
+                }
+            }
+            BatchDefaults::SglangBeforeTable { since_0_4_8: true } => match gib {
                 g if g < 35.0 => 2048,
                 g if g < 160.0 => 8192,
                 _ => 16384,
@@ -145,7 +156,7 @@ impl BatchDefaults {
         let small_tp = tp < 4;
         match self {
             BatchDefaults::Unlimited | BatchDefaults::Trtllm => None,
-            BatchDefaults::SglangBeforeTable => Some(match (mib, small_tp) {
+            BatchDefaults::SglangBeforeTable { .. } => Some(match (mib, small_tp) {
                 (m, true) if m < 35.0 * 1024.0 => 8,
                 (m, false) if m < 35.0 * 1024.0 => 80,
                 (m, _) if m > 160.0 * 1000.0 => 512,
@@ -396,6 +407,8 @@ mod tests {
         let t = |release_: &str, g: &str| release(release_).step_tokens(&gpu(g).expect("gpu"));
         // sglang's --chunked-prefill-size: 0.4.8 .. 0.5.2 by three classes, then five.
         assert_eq!((t("sglang@0.4.9", "l40s"), t("sglang@0.4.9", "h200"), t("sglang@0.4.9", "b200")), (8192, 8192, 16384));
+        // Before 0.4.8: 8192 from 25,000 MiB, whatever the GPU.
+        assert_eq!((t("sglang@0.4.3", "rtx-4090"), t("sglang@0.4.3", "rtx-5090"), t("sglang@0.4.3", "mi300x")), (2048, 8192, 8192));
         assert_eq!((t("sglang@0.5.9", "l40s"), t("sglang@0.5.9", "rtx-4090"), t("sglang@0.5.9", "mi300x")), (4096, 2048, 16384));
         assert_eq!((t("sglang@0.5.17", "rtx-5090"), t("sglang@0.5.20", "rtx-5090")), (2048, 4096));
         // vLLM V1's max_num_batched_tokens under `vllm serve`.
@@ -422,12 +435,12 @@ mod tests {
         assert_eq!(mid.graph_max_batch(&gpu("rtx-5090").expect("gpu"), 8), Some(80));
         // Before the table (0.4.8 .. 0.5.2): by memory alone.
         let old = release("sglang@0.4.9");
-        assert_eq!(old, BatchDefaults::SglangBeforeTable);
+        assert_eq!(old, BatchDefaults::SglangBeforeTable { since_0_4_8: true });
         let o = |name: &str| old.graph_max_batch(&gpu(name).expect("gpu"), 8);
         assert_eq!((o("h100-sxm"), o("h200"), o("b200")), (Some(160), Some(256), Some(512)));
         // A measurement that names no release takes its date.
         let undated = EngineRelease::current(EngineName::Sglang);
-        assert_eq!(undated.batch_defaults(Some("2025-06-01")), BatchDefaults::SglangBeforeTable);
+        assert_eq!(undated.batch_defaults(Some("2025-06-01")), BatchDefaults::SglangBeforeTable { since_0_4_8: false });
         assert_eq!(undated.batch_defaults(Some("2026-03-01")), BatchDefaults::SglangTable { minor: 5 });
     }
 

@@ -35,12 +35,17 @@ pub enum MemShare {
     /// sglang before 0.4.6: by TP size, 0.88 at TP1, 0.87 from TP2, 0.85 from TP4, 0.81 from
     /// TP8 and 0.79 from TP16.
     SglangByTp,
-    /// sglang 0.4.6: the TP table on GPUs of at most 80 GiB; above, all but 13 GiB.
+    /// sglang 0.4.6 (its .post1 .. .post4 not read): the TP table on GPUs of at most 80 GiB;
+    /// above, all but 13 GiB.
     Sglang046,
     /// sglang 0.4.7: the table by TP x PP up to 80 GiB and 0.88 above; then 0.79 on NVIDIA
     /// GPUs above 180,000 MiB, and above 96 GiB the lesser of the share plus 48 GiB of what it
     /// leaves and all but 18 GiB.
-    Sglang047,
+    Sglang047 {
+        /// The 0.79 on NVIDIA GPUs over 180,000 MiB: 0.4.7 has it, 0.4.6.post5 (which has the
+        /// rest of this rule) does not.
+        over_180k: bool,
+    },
     /// sglang 0.4.8 .. 0.5.2: a reserve by the GPU's memory class, (2.8 + TP x PP / 10) GiB up
     /// to 35 GiB, (9.5 + TP x PP / 2) up to 90 GiB, (12 + TP x PP / 2) up to 160 GiB and 32 GiB
     /// above, 4 GiB more under DP attention; the share is what it leaves.
@@ -68,7 +73,8 @@ impl MemShare {
             MemShare::TrtllmAssumed => "the share TensorRT-LLM is given, an assumption".into(),
             MemShare::SglangByTp => sglang("before 0.4.6"),
             MemShare::Sglang046 => sglang("0.4.6"),
-            MemShare::Sglang047 => sglang("0.4.7"),
+            MemShare::Sglang047 { over_180k: true } => sglang("0.4.7"),
+            MemShare::Sglang047 { over_180k: false } => sglang("0.4.6.post5"),
             MemShare::SglangByClass => sglang("0.4.8 to 0.5.2"),
             MemShare::SglangReserve { minor } if minor >= 20 => sglang("0.5.20 and later"),
             MemShare::SglangReserve { minor } if minor >= 5 => sglang("0.5.5 to 0.5.19"),
@@ -106,9 +112,10 @@ fn by_tp(parallel: u32) -> f64 {
 }
 
 impl Scenario {
-    /// The share of each GPU's memory the engine takes for weights and caches (before the
-    /// workspace: [`super::Memory`]), by [`super::Engine::mem_share`].
-    pub fn mem_fraction(&self) -> f64 {
+    /// The share of each GPU's memory the engine is told to take for weights and caches (its
+    /// `--mem-fraction-static` / `--gpu-memory-utilization`), by [`super::Engine::mem_share`];
+    /// what it then takes is [`Self::mem_fraction`].
+    pub fn mem_fraction_flag(&self) -> f64 {
         let share = self.engine.mem_share;
         let gpu = &self.gpu;
         let mib = gpu.memory_gb * 1e9 / MIB;
@@ -121,9 +128,9 @@ impl Scenario {
             MemShare::SglangByTp => by_tp(tp),
             MemShare::Sglang046 if mib <= 81920.0 => by_tp(tp),
             MemShare::Sglang046 => (mib - 13.0 * 1024.0) / mib,
-            MemShare::Sglang047 => {
+            MemShare::Sglang047 { over_180k } => {
                 let f = if mib <= 81920.0 { by_tp(tp * pp) } else { 0.88 };
-                if mib > 180_000.0 && !is_amd(gpu) {
+                if over_180k && mib > 180_000.0 && !is_amd(gpu) {
                     0.79
                 } else if mib > 96.0 * 1024.0 {
                     (f + 48.0 * 1024.0 * (1.0 - f) / mib).min((mib - 18.0 * 1024.0) / mib)
@@ -150,27 +157,60 @@ impl Scenario {
                     let ranks = f64::from(tp);
                     reserve += graph_bs * ranks * if graph_bs > 300.0 { 4.5 } else { 3.0 };
                 }
-                if self.engine.prefill_graphs {
-                    reserve += prefill_graph_sizes(chunk) as f64 * 8.0;
-                }
+                reserve += self.prefill_graph_reserve_mib(minor, chunk);
                 if mib > 60.0 * 1024.0 {
                     reserve = reserve.max(10.0 * 1024.0);
                 }
-                let f = round3(reserve);
-                if minor >= 5 && self.runs_on_aiter() && self.model.max_context > 8192 {
-                    f * 0.85
-                } else {
-                    f
-                }
+                round3(reserve)
             }
+        }
+    }
+
+    /// The share of each GPU's memory the engine takes ([`Self::mem_fraction_flag`] times sglang's
+    /// aiter scale, [`Self::aiter_scale`]).
+    pub fn mem_fraction(&self) -> f64 {
+        self.mem_fraction_flag() * self.aiter_scale()
+    }
+
+    /// sglang's scale on its share from 0.5.5, on AMD GPUs whose attention runs on aiter, for a
+    /// model whose context is over 8,192 tokens: 0.85, whether the share was given or its own
+    /// default (`_handle_attention_backend_compatibility`; 0.5.20's
+    /// `SGLANG_AITER_HONOR_EXPLICIT_MEM_FRACTION`, off by default, exempts a given share). 1
+    /// elsewhere.
+    pub fn aiter_scale(&self) -> f64 {
+        let from_055 = self.engine.serving == super::EngineName::Sglang
+            && matches!(self.engine.batch, super::BatchDefaults::SglangTable { minor } if minor >= 5);
+        if from_055 && self.runs_on_aiter() && self.model.max_context > 8192 {
+            0.85
+        } else {
+            1.0
+        }
+    }
+
+    /// sglang's reserve for its prefill CUDA graphs, MiB, where its release captures them for this
+    /// model and plan (the default from 0.5.10: [`super::Engine::prefill_graphs`]): 8 MiB per
+    /// captured size up to the prefill chunk, or a flat 1.5 GiB for an MLA model. None on AMD
+    /// GPUs, under DP attention or pipeline parallelism before 0.5.17 (0.5.10 .. 0.5.14 read),
+    /// or for an MLA model without DSA in 0.5.17 .. 0.5.19 (0.5.17 read).
+    fn prefill_graph_reserve_mib(&self, minor: u32, chunk: f64) -> f64 {
+        let mla = matches!(self.model.attention, Attention::Mla { .. });
+        let off = !self.engine.prefill_graphs
+            || is_amd(&self.gpu)
+            || (minor < 17 && (self.plan.dp_attention || self.plan.pp > 1))
+            || ((17..20).contains(&minor) && mla && self.model.dsa.is_none());
+        match (off, mla) {
+            (true, _) => 0.0,
+            (false, true) => 1536.0,
+            (false, false) => prefill_graph_sizes(chunk) as f64 * 8.0,
         }
     }
 
     /// Whether sglang's default attention backend for this model is aiter: on an AMD GPU, for
     /// every MHA/GQA model, and for an MLA model with 16 or 128 heads per rank (others run on
-    /// Triton) (`_handle_attention_backend_compatibility`, 0.5.x).
+    /// Triton) (`_handle_attention_backend_compatibility`, 0.5.x); a DSA model (GLM-5,
+    /// DeepSeek-V3.2) runs on its own NSA backend.
     fn runs_on_aiter(&self) -> bool {
-        if !is_amd(&self.gpu) {
+        if !is_amd(&self.gpu) || self.model.dsa.is_some() {
             return false;
         }
         match self.model.attention {
@@ -203,6 +243,29 @@ mod tests {
     }
 
     #[test]
+    fn the_prefill_graph_reserve_follows_the_release_model_and_plan() {
+        let reserve = |model: &str, g: &str, release: &str, dpa: bool| {
+            let mut sc = scenario(model, Dtype::Fp8, g, "nvlink", 8, 8);
+            sc.engine = EngineRelease::parse("--engine", release).expect("parses").defaults();
+            sc.plan.dp_attention = dpa;
+            let minor = match sc.engine.mem_share {
+                MemShare::SglangReserve { minor } => minor,
+                other => panic!("{other:?}"),
+            };
+            sc.prefill_graph_reserve_mib(minor, 8192.0)
+        };
+        // GQA: 58 sizes of 8 MiB; MLA: a flat 1.5 GiB; none before 0.5.10 or on AMD.
+        assert_eq!(reserve("qwen3-235b-a22b", "h200", "sglang@0.5.23", false), 464.0);
+        assert_eq!(reserve("deepseek-v3", "h200", "sglang@0.5.23", false), 1536.0);
+        assert_eq!(reserve("deepseek-v3", "h200", "sglang@0.5.9", false), 0.0);
+        assert_eq!(reserve("qwen3-235b-a22b", "mi300x", "sglang@0.5.23", false), 0.0);
+        // DP attention turns them off until 0.5.17; MLA without DSA is off in 0.5.17.
+        assert_eq!(reserve("deepseek-v3", "h200", "sglang@0.5.14", true), 0.0);
+        assert_eq!(reserve("deepseek-v3", "h200", "sglang@0.5.17", false), 0.0);
+        assert_eq!(reserve("glm-5", "h200", "sglang@0.5.17", false), 1536.0);
+    }
+
+    #[test]
     fn prefill_graph_sizes_count_sglangs_capture_list() {
         // 8 + 14 + 8 + 8 + 12 + 8 up to 8192, 16 more by 512 up to 16384, 42 up to MLA's 2048.
         assert_eq!((prefill_graph_sizes(8192.0), prefill_graph_sizes(16384.0), prefill_graph_sizes(2048.0)), (58, 74, 42));
@@ -227,6 +290,9 @@ mod tests {
         // derive_sglang_mem_fraction_static gives too: 0.900); B200 TP4 26624 (0.855).
         assert_eq!(share("sglang@0.5.9", "h200", 4), 0.9);
         assert_eq!(share("sglang@0.5.9", "b200", 4), 0.855);
+        // 0.4.6.post5 takes 0.4.7's rule without its B200 branch.
+        assert!((share("sglang@0.4.6.post5", "h200", 8) - (h200 - 18432.0) / h200).abs() < 1e-12);
+        assert!(share("sglang@0.4.6.post5", "b200", 8) > 0.85);
         // 0.5.10 adds the prefill graphs' 58 x 8 MiB on an H200 at TP4: 14800 MiB.
         assert_eq!(share("sglang@0.5.10", "h200", 4), 0.897);
         // An H100 at TP8: 512 + 12288 + 1024 + 1024 + 464 = 15312 MiB of 81559.
@@ -245,6 +311,12 @@ mod tests {
         // DeepSeek-V3 (128 heads, 163,840 tokens of context) at TP8: 16 heads per rank, aiter.
         let (before, after) = (on("sglang@0.5.4", 8), on("sglang@0.5.5", 8));
         assert!((after - before * 0.85).abs() < 1e-12, "{before} -> {after}");
+        // A given share takes the scale too; the flag is the share as given.
+        let mut given = scenario("deepseek-v3", Dtype::Fp8, "mi300x", "nvlink", 8, 8);
+        given.engine = EngineRelease::parse("--engine", "sglang@0.5.9").expect("parses").defaults();
+        given.engine.mem_share = MemShare::Given(0.8);
+        assert_eq!(given.mem_fraction_flag(), 0.8);
+        assert!((given.mem_fraction() - 0.68).abs() < 1e-12);
         // At TP4 (32 heads per rank) it runs on Triton: no scale.
         assert_eq!(on("sglang@0.5.5", 4), on("sglang@0.5.4", 4));
         // NVIDIA GPUs never take it.

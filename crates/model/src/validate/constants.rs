@@ -107,7 +107,7 @@ fn comm_prefill_and_serving_constants() -> Vec<ConstantOrigin> {
         ConstantOrigin {
             name: "request_latency_ms (sglang / vLLM / TensorRT-LLM)",
             value: crate::predict::SGLANG_REQUEST_LATENCY_MS,
-            set_from: "fit: median TTFT gap of each engine's fit cases at c <= 8, virtual run (224.1 / 18.5 / 77.0 ms; sglang shown; early releases left out)",
+            set_from: "fit: median TTFT gap of each engine's fit cases at c <= 8, virtual run (218.9 / 18.5 / 77.0 ms; sglang shown; early releases left out; sglang's 224.1 until step 40)",
         },
         ConstantOrigin {
             name: "launch_us (each kernel's launch in a step run without CUDA graphs)",
