@@ -270,7 +270,7 @@ pub struct PlanArgs {
     /// How unevenly the router spreads a decode batch's tokens over the experts: a Zipf exponent, 0 for uniform routing, higher for fewer distinct experts per step (MoE models only) [default: 0.45, read off AIConfigurator's fused-MoE timings under power-law routing; see VALIDATION.md]. Set it from your own traffic's routing where you have measured it
     #[arg(long, value_name = "S")]
     pub routing_skew: Option<f64>,
-    /// The serving path's latency outside the GPU (HTTP, tokenization, scheduler hand-offs), ms; it adds to TTFT only [default: the engine's: sglang 224.1, vLLM 18.5, TensorRT-LLM 77.0, fitted on public TTFTs: VALIDATION.md]
+    /// The serving path's latency outside the GPU (HTTP, tokenization, scheduler hand-offs), ms; it adds to TTFT only [default: the engine's: sglang 218.9, vLLM 18.5, TensorRT-LLM 77.0, fitted on public TTFTs: VALIDATION.md]
     #[arg(long, value_name = "MS")]
     pub request_latency_ms: Option<f64>,
     /// Share of each GPU's memory the engine may use for weights and KV cache, as sglang's --mem-fraction-static or vLLM's --gpu-memory-utilization sets it [default: the engine's: sglang's own by GPU, TP and release (0.893 for a GQA model on an H200 at TP8 today: docs/plan.md), vLLM 0.9; the model also keeps 3 GB per GPU outside it]

@@ -52,13 +52,14 @@ pub enum MemShare {
     SglangByClass,
     /// sglang from 0.5.3: a reserve of 512 MiB, 1.5 MiB per token of the default prefill chunk,
     /// 2 MiB per request of the largest decode CUDA graph, 1 GiB per 8 GPUs of TP x PP, under DP
-    /// attention 3 MiB (4.5 above 300 requests) per graph request and rank, from 0.5.9 8 MiB per
-    /// captured prefill graph size where prefill graphs are on, and at least 10 GiB on GPUs over
-    /// 60 GiB; the share is what it leaves. From 0.5.5, on AMD GPUs whose attention runs on
-    /// aiter, a model whose context is over 8192 tokens gets 0.85 of it.
+    /// attention 3 MiB (4.5 above 300 requests) per graph request and rank, the prefill CUDA
+    /// graphs' reserve where the release captures them (8 MiB per captured size, 1.5 GiB for an
+    /// MLA model; the default from 0.5.10), and at least 10 GiB on GPUs over 60 GiB; the share is
+    /// what it leaves. aiter's 0.85 on AMD GPUs (from 0.5.5) applies on top, to any share
+    /// (`Scenario::aiter_scale`).
     SglangReserve {
         /// The 0.5.x minor release (3 and up): the prefill chunk under 35 GiB (2048 tokens,
-        /// 4096 from 0.5.20) and aiter's 0.85 (from 0.5.5) depend on it.
+        /// 4096 from 0.5.20) and which prefill graphs are captured depend on it.
         minor: u32,
     },
 }
