@@ -308,14 +308,28 @@ pub const SGLANG_PIECEWISE_DEFAULT: ((u32, u32, u32), &str) = ((0, 5, 10), "2026
 
 /// The newest sglang 0.5.x release read for its defaults (0.5.23, 2026-10-30): what a current
 /// sglang runs ([`BatchDefaults::SglangTable`], [`MemShare::SglangReserve`]).
-pub const SGLANG_CURRENT_MINOR: u32 = 23;
+pub const SGLANG_CURRENT_MINOR: u32 = SGLANG_0_5_RELEASES[0].0;
 
-/// sglang 0.5.20's release date (PyPI upload): its smallest-GPU rows of the batch table and its
-/// prefill chunk there changed by it.
-const SGLANG_0_5_20_DATE: &str = "2026-09-18";
+/// sglang 0.4.10's PyPI upload date (2025-07-31): the first release read that cuts its default
+/// memory share for a multimodal model ([`MemShare::SglangByClass`]; 0.4.9 does not, its
+/// .post1 .. .post6 not read).
+const SGLANG_0_4_10_DATE: &str = "2025-07-31";
 
-/// sglang 0.5.23's release date (PyPI upload), for measurements that name no version.
-const SGLANG_0_5_23_DATE: &str = "2026-10-30";
+/// The sglang 0.5.x releases whose defaults differ from the release before them in what the model
+/// reads (batch table, memory share, state pool, prefill graphs' reserve), newest first, each with
+/// its PyPI upload date: the date stands for the release when a measurement or a nightly names no
+/// version ([`EngineRelease::sglang_minor`]).
+const SGLANG_0_5_RELEASES: [(u32, &str); 9] = [
+    (23, "2026-10-30"),
+    (20, "2026-09-18"),
+    (14, "2026-06-26"),
+    (9, "2026-02-23"),
+    (8, "2026-01-23"),
+    (7, "2026-01-01"),
+    (5, "2025-11-06"),
+    (4, "2025-10-24"),
+    (3, "2025-10-06"),
+];
 
 /// The first release of each engine (sglang, vLLM, TensorRT-LLM) after the early ones, with the
 /// date that stands for it when a measurement names no version: sglang 0.4.8 (PyPI, 2025-06-24),
@@ -434,6 +448,21 @@ impl EngineRelease {
         }
     }
 
+    /// The sglang 0.5.x minor release this release is or stands for: a 0.5.x version's own; for
+    /// a later release (0.6 and up), a nightly's date or, where the version names neither, the
+    /// measurement's `date`, the newest of [`SGLANG_0_5_RELEASES`] at or before it (with nothing
+    /// known, the newest). None for releases before 0.5.3 (a 0.5.0 .. 0.5.2 version gives its own
+    /// minor) and for other engines.
+    pub fn sglang_minor(&self, date: Option<&str>) -> Option<u32> {
+        if self.name != EngineName::Sglang {
+            return None;
+        }
+        match release_numbers(self.version.as_deref().unwrap_or("")) {
+            Some((0, 5, m)) => Some(m),
+            _ => SGLANG_0_5_RELEASES.iter().find(|(m, since)| self.at_least((0, 5, *m), Some(since), date)).map(|&(m, _)| m),
+        }
+    }
+
     /// Whether the release replays CUDA graphs for steps that carry prompt tokens: sglang from
     /// [`SGLANG_PIECEWISE_DEFAULT`], the others as [`EngineName::graphs_prefill`]. `date` is the
     /// measurement's, used when the version names no release.
@@ -460,18 +489,12 @@ impl EngineRelease {
     /// where the version names no release.
     pub fn batch_defaults(&self, date: Option<&str>) -> BatchDefaults {
         match self.name {
-            EngineName::Sglang if !self.at_least((0, 5, 3), Some("2025-10-06"), date) => BatchDefaults::SglangBeforeTable {
-                since_0_4_8: self.at_least(EARLY_RELEASES_END.0 .0, Some(EARLY_RELEASES_END.0 .1), date),
+            EngineName::Sglang => match self.sglang_minor(date) {
+                Some(minor) if minor >= 3 => BatchDefaults::SglangTable { minor },
+                _ => BatchDefaults::SglangBeforeTable {
+                    since_0_4_8: self.at_least(EARLY_RELEASES_END.0 .0, Some(EARLY_RELEASES_END.0 .1), date),
+                },
             },
-            EngineName::Sglang => {
-                let minor = match release_numbers(self.version.as_deref().unwrap_or("")) {
-                    Some((0, 5, m)) => m,
-                    // A nightly or a date alone: the 0.5.5 .. 0.5.17 rows until 0.5.20's date.
-                    _ if !self.at_least((0, 5, 20), Some(SGLANG_0_5_20_DATE), date) => 5,
-                    _ => SGLANG_CURRENT_MINOR,
-                };
-                BatchDefaults::SglangTable { minor }
-            }
             EngineName::Vllm if !self.mixes_prefill() => BatchDefaults::VllmV0,
             EngineName::Vllm => BatchDefaults::VllmV1 {
                 by_memory: self.at_least((0, 8, 5), Some("2025-04-28"), date),
@@ -491,18 +514,7 @@ impl EngineRelease {
             EngineName::Vllm => MemShare::VllmDefault,
             EngineName::Trtllm => MemShare::TrtllmAssumed,
             EngineName::Sglang => {
-                let minor = match release_numbers(self.version.as_deref().unwrap_or("")) {
-                    Some((0, 5, m)) => Some(m),
-                    _ => [
-                        ((0, 5, 23), SGLANG_0_5_23_DATE, SGLANG_CURRENT_MINOR),
-                        ((0, 5, 20), SGLANG_0_5_20_DATE, 20),
-                        ((0, 5, 5), "2025-11-06", 5),
-                        ((0, 5, 3), "2025-10-06", 3),
-                    ]
-                    .into_iter()
-                    .find(|(first, since, _)| self.at_least(*first, Some(since), date))
-                    .map(|(_, _, m)| m),
-                };
+                let minor = self.sglang_minor(date);
                 // 0.4.6.post5 already has 0.4.7's rule but its B200 branch (.post1 .. .post4 not read).
                 let post5 = self
                     .version
@@ -512,7 +524,9 @@ impl EngineRelease {
                     .is_some_and(|n| n >= 5);
                 match minor {
                     Some(m) if m >= 3 => MemShare::SglangReserve { minor: m },
-                    _ if self.at_least((0, 4, 8), Some(EARLY_RELEASES_END.0 .1), date) => MemShare::SglangByClass,
+                    _ if self.at_least((0, 4, 8), Some(EARLY_RELEASES_END.0 .1), date) => {
+                        MemShare::SglangByClass { vision_scale: self.at_least((0, 4, 10), Some(SGLANG_0_4_10_DATE), date) }
+                    }
                     _ if self.at_least((0, 4, 7), Some("2025-06-09"), date) => MemShare::Sglang047 { over_180k: true },
                     _ if post5 => MemShare::Sglang047 { over_180k: false },
                     _ if self.at_least((0, 4, 6), Some("2025-04-27"), date) => MemShare::Sglang046,
@@ -529,17 +543,15 @@ impl EngineRelease {
         if self.name != EngineName::Sglang {
             return None;
         }
-        let era = [
-            ((0, 5, 23), SGLANG_0_5_23_DATE, StatePoolRelease::Split0523),
-            ((0, 5, 14), "2026-06-26", StatePoolRelease::Split0514),
-            ((0, 5, 9), "2026-02-23", StatePoolRelease::Split059),
-            ((0, 5, 8), "2026-01-23", StatePoolRelease::Split058),
-            ((0, 5, 7), "2026-01-01", StatePoolRelease::Split057),
-            ((0, 5, 4), "2025-10-24", StatePoolRelease::Split054),
-        ]
-        .into_iter()
-        .find(|(first, since, _)| self.at_least(*first, Some(since), date))
-        .map_or(StatePoolRelease::Fixed512, |(_, _, era)| era);
+        let era = match self.sglang_minor(date) {
+            Some(m) if m >= 23 => StatePoolRelease::Split0523,
+            Some(m) if m >= 14 => StatePoolRelease::Split0514,
+            Some(m) if m >= 9 => StatePoolRelease::Split059,
+            Some(8) => StatePoolRelease::Split058,
+            Some(7) => StatePoolRelease::Split057,
+            Some(m) if m >= 4 => StatePoolRelease::Split054,
+            _ => StatePoolRelease::Fixed512,
+        };
         Some(era)
     }
 

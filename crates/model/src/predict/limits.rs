@@ -441,7 +441,7 @@ mod tests {
         // A measurement that names no release takes its date.
         let undated = EngineRelease::current(EngineName::Sglang);
         assert_eq!(undated.batch_defaults(Some("2025-06-01")), BatchDefaults::SglangBeforeTable { since_0_4_8: false });
-        assert_eq!(undated.batch_defaults(Some("2026-03-01")), BatchDefaults::SglangTable { minor: 5 });
+        assert_eq!(undated.batch_defaults(Some("2026-03-01")), BatchDefaults::SglangTable { minor: 9 });
     }
 
     #[test]

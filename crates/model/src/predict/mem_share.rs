@@ -49,14 +49,19 @@ pub enum MemShare {
     /// sglang 0.4.8 .. 0.5.2: a reserve by the GPU's memory class, (2.8 + TP x PP / 10) GiB up
     /// to 35 GiB, (9.5 + TP x PP / 2) up to 90 GiB, (12 + TP x PP / 2) up to 160 GiB and 32 GiB
     /// above, 4 GiB more under DP attention; the share is what it leaves.
-    SglangByClass,
+    SglangByClass {
+        /// The release cuts the share for a multimodal model by its vision encoder
+        /// ([`Scenario::vision_scale`]): from 0.4.10 (0.4.8 and 0.4.9 do not).
+        vision_scale: bool,
+    },
     /// sglang from 0.5.3: a reserve of 512 MiB, 1.5 MiB per token of the default prefill chunk,
     /// 2 MiB per request of the largest decode CUDA graph, 1 GiB per 8 GPUs of TP x PP, under DP
     /// attention 3 MiB (4.5 above 300 requests) per graph request and rank, the prefill CUDA
     /// graphs' reserve where the release captures them (8 MiB per captured size, 1.5 GiB for an
     /// MLA model; the default from 0.5.10), and at least 10 GiB on GPUs over 60 GiB; the share is
-    /// what it leaves. aiter's 0.85 on AMD GPUs (from 0.5.5) applies on top, to any share
-    /// (`Scenario::aiter_scale`).
+    /// what it leaves, less the cut for a multimodal model's vision encoder
+    /// ([`Scenario::vision_scale`]). aiter's 0.85 on AMD GPUs (from 0.5.5) applies on top, to any
+    /// share ([`Scenario::aiter_scale`]).
     SglangReserve {
         /// The 0.5.x minor release (3 and up): the prefill chunk under 35 GiB (2048 tokens,
         /// 4096 from 0.5.20) and which prefill graphs are captured depend on it.
@@ -76,7 +81,8 @@ impl MemShare {
             MemShare::Sglang046 => sglang("0.4.6"),
             MemShare::Sglang047 { over_180k: true } => sglang("0.4.7"),
             MemShare::Sglang047 { over_180k: false } => sglang("0.4.6.post5"),
-            MemShare::SglangByClass => sglang("0.4.8 to 0.5.2"),
+            MemShare::SglangByClass { vision_scale: false } => sglang("0.4.8 and 0.4.9"),
+            MemShare::SglangByClass { vision_scale: true } => sglang("0.4.10 to 0.5.2"),
             MemShare::SglangReserve { minor } if minor >= 20 => sglang("0.5.20 and later"),
             MemShare::SglangReserve { minor } if minor >= 5 => sglang("0.5.5 to 0.5.19"),
             MemShare::SglangReserve { .. } => sglang("0.5.3 to 0.5.4"),
@@ -100,6 +106,11 @@ fn prefill_graph_sizes(max_tokens: f64) -> usize {
         })
         .sum()
 }
+
+/// The model families (`model_type`) sglang serves as text models unless `--enable-multimodal` is
+/// given, whatever their `vision_config` says (`mm_disabled_models` in sglang's ModelConfig,
+/// from 0.4.9: Gemma 3 and Llama 4).
+pub const SGLANG_TEXT_ONLY_ARCHS: [&str; 2] = ["gemma3", "llama4"];
 
 /// sglang's share by TP size before 0.4.8 (the 0.4.7 table counts TP x PP).
 fn by_tp(parallel: u32) -> f64 {
@@ -139,7 +150,7 @@ impl Scenario {
                     f
                 }
             }
-            MemShare::SglangByClass => {
+            MemShare::SglangByClass { .. } => {
                 let p = f64::from(tp * pp);
                 let gib = match mib / 1024.0 {
                     g if g < 35.0 => 2.8 + p / 10.0,
@@ -148,7 +159,7 @@ impl Scenario {
                     _ => 32.0,
                 };
                 let dp_attention = if self.plan.dp_attention { 4.0 } else { 0.0 };
-                round3((gib + dp_attention) * 1024.0)
+                round3((gib + dp_attention) * 1024.0) * self.vision_scale()
             }
             MemShare::SglangReserve { minor } => {
                 let chunk = f64::from(super::BatchDefaults::SglangTable { minor }.step_tokens(gpu));
@@ -162,7 +173,7 @@ impl Scenario {
                 if mib > 60.0 * 1024.0 {
                     reserve = reserve.max(10.0 * 1024.0);
                 }
-                round3(reserve)
+                round3(reserve) * self.vision_scale()
             }
         }
     }
@@ -171,6 +182,43 @@ impl Scenario {
     /// aiter scale, [`Self::aiter_scale`]).
     pub fn mem_fraction(&self) -> f64 {
         self.mem_fraction_flag() * self.aiter_scale()
+    }
+
+    /// sglang's cut to its own default share for a multimodal model, by the size of its vision
+    /// encoder (`adjust_mem_fraction_for_vlm`, from 0.4.10): 0.95 times 1 - 0.1 x (L x H^2 /
+    /// (24 x 1024^2) - 1), that factor held to 0.8 .. 1.05, for an encoder of L layers of width
+    /// H against ViT-L/14's 24 x 1024: 0.910 for Gemma 4's 27 x 1152, 0.925 for Qwen3.5's 1152
+    /// wide encoder (sglang reads no layer count from its config, so 24). 1 for a text model, for
+    /// a share given to the engine, for sglang before 0.4.10, for vLLM and TensorRT-LLM, and for
+    /// the architectures sglang serves text-only unless `--enable-multimodal` is given
+    /// ([`SGLANG_TEXT_ONLY_ARCHS`]).
+    pub fn vision_scale(&self) -> f64 {
+        let applies = match self.engine.mem_share {
+            MemShare::SglangByClass { vision_scale } => vision_scale,
+            MemShare::SglangReserve { .. } => true,
+            _ => false,
+        };
+        match self.model.vision {
+            Some(v) if applies && !SGLANG_TEXT_ONLY_ARCHS.contains(&self.model.arch.as_str()) => {
+                let ratio = f64::from(v.layers) * f64::from(v.hidden).powi(2) / (24.0 * 1024.0 * 1024.0);
+                0.95 * (1.0 - 0.1 * (ratio - 1.0)).clamp(0.8, 1.05)
+            }
+            _ => 1.0,
+        }
+    }
+
+    /// Where the share in force comes from, for a reader: [`MemShare::origin`] and the cuts on
+    /// it ([`Self::vision_scale`], [`Self::aiter_scale`]).
+    pub fn mem_share_origin(&self) -> String {
+        let mut words = self.engine.mem_share.origin();
+        let vision = self.vision_scale();
+        if vision != 1.0 {
+            words.push_str(&format!(", cut to {vision:.3} of itself for the vision encoder"));
+        }
+        if self.aiter_scale() != 1.0 {
+            words.push_str(", times the 0.85 sglang keeps on AMD GPUs whose attention runs on aiter");
+        }
+        words
     }
 
     /// sglang's scale on its share from 0.5.5, on AMD GPUs whose attention runs on aiter, for a
@@ -326,5 +374,44 @@ mod tests {
         let f = h.mem_fraction();
         h.engine = EngineRelease::parse("--engine", "sglang@0.5.4").expect("parses").defaults();
         assert!(f > 0.85 && h.mem_fraction() > 0.85, "{f}, {}", h.mem_fraction());
+    }
+
+    #[test]
+    fn sglang_cuts_its_own_share_for_a_multimodal_models_vision_encoder_from_0_4_10() {
+        let at = |model: &str, release: &str| {
+            let mut sc = scenario(model, Dtype::Bf16, "h200", "nvlink", 8, 8);
+            sc.engine = EngineRelease::parse("--engine", release).expect("parses").defaults();
+            let text = {
+                let mut t = sc.clone();
+                t.model.vision = None;
+                t.mem_fraction_flag()
+            };
+            (sc.mem_fraction_flag(), text, sc.vision_scale())
+        };
+        // Gemma 4's encoder, 27 layers of 1152: 0.95 x (1 - 0.1 x (27 x 1152^2 / (24 x 1024^2) - 1)).
+        let (f, text, v) = at("gemma-4-31b", "sglang@0.5.23");
+        assert!((v - 0.909_74).abs() < 1e-5, "{v}");
+        assert!((f - text * v).abs() < 1e-12, "{f} = {text} x {v}");
+        // Qwen3.5's, 24 (read) layers of 1152: 0.925; from 0.4.10, not in 0.4.9.
+        assert!((at("qwen3.5-397b-a17b", "sglang@0.5.9").2 - 0.924_77).abs() < 1e-5);
+        assert!((at("gemma-4-31b", "sglang@0.4.10").2 - v).abs() < 1e-12);
+        let old = at("gemma-4-31b", "sglang@0.4.9");
+        assert_eq!((old.0, old.2), (old.1, 1.0));
+        // vLLM and a given share keep theirs; a text model takes none.
+        assert_eq!(at("gemma-4-31b", "vllm").0, 0.9);
+        let mut given = scenario("gemma-4-31b", Dtype::Bf16, "h200", "nvlink", 8, 8);
+        given.engine = EngineName::Sglang.defaults();
+        given.engine.mem_share = MemShare::Given(0.8);
+        assert_eq!((given.mem_fraction_flag(), given.vision_scale()), (0.8, 1.0));
+        assert_eq!(at("llama-3.1-70b", "sglang").2, 1.0);
+        // sglang serves Llama 4 as text unless told otherwise, whatever its vision config says.
+        let mut llama4 = scenario("llama-4-scout", Dtype::Bf16, "h200", "nvlink", 8, 8);
+        llama4.engine = EngineName::Sglang.defaults();
+        llama4.model.vision = Some(crate::spec::VisionTower { layers: 34, hidden: 1408 });
+        assert_eq!(llama4.vision_scale(), 1.0);
+        // The report says so.
+        let mut g = scenario("gemma-4-31b", Dtype::Bf16, "h200", "nvlink", 8, 8);
+        g.engine = EngineName::Sglang.defaults();
+        assert!(g.mem_share_origin().ends_with("cut to 0.910 of itself for the vision encoder"), "{}", g.mem_share_origin());
     }
 }

@@ -18,7 +18,7 @@ pub fn write_markdown(r: &PlanReport, mut w: impl Write) -> io::Result<()> {
         r.max_kv_tokens,
         s.kv_concurrency(),
         m.mem_fraction,
-        s.engine.mem_share.origin()
+        s.mem_share_origin()
     )?;
     if m.state_gb > 0.0 {
         writeln!(w, "- linear-attention state: {:.1} GB per GPU in the engine's own pool", m.state_gb)?;

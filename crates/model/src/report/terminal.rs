@@ -151,7 +151,7 @@ fn write_memory(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
         m.usable_gb,
         m.mem_fraction,
         m.capacity_gb,
-        s.engine.mem_share.origin(),
+        s.mem_share_origin(),
         m.kv_bytes_per_token / 1e3,
         super::kv_cache_words(s),
         r.max_kv_tokens, s.kv_concurrency(), s.input_len + s.output_len / 2

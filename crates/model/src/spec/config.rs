@@ -349,9 +349,21 @@ pub fn from_hf_config(text: &str, source: &str) -> Result<ModelSpec, ModelError>
         linear,
         qk_norm_across_heads,
         qk_norm_gathered,
+        vision: read_vision(&root, source)?,
     };
     spec.validate(source)?;
     Ok(spec)
+}
+
+/// A multimodal checkpoint's vision encoder from its top-level `vision_config` (an object; absent,
+/// null or not an object: none), with sglang's defaults for the fields it leaves out
+/// ([`super::VisionTower`]).
+fn read_vision(root: &Value, source: &str) -> Result<Option<super::VisionTower>, ModelError> {
+    let Some(vc) = root.get("vision_config").filter(|x| x.is_object()) else {
+        return Ok(None);
+    };
+    let inner = |k: &str| field(vc, &[k], &format!("{source}: vision_config"));
+    Ok(Some(super::VisionTower { layers: inner("num_hidden_layers")?.unwrap_or(24), hidden: inner("hidden_size")?.unwrap_or(1024) }))
 }
 
 /// The family a config is read as: its `model_type` (the language model's, under a multimodal

@@ -357,6 +357,22 @@ pub struct ModelSpec {
     /// ranks before the norm and splits them after (`olmo2.py`, `olmoe.py`: `_apply_qk_norm`),
     /// two all-gathers per attention layer.
     pub qk_norm_gathered: bool,
+    /// The vision encoder a multimodal checkpoint declares (its top-level `vision_config`), None
+    /// for a text model. The model does not price it (the requests are text), but sglang's
+    /// default memory share shrinks by its size ([`crate::predict::MemShare`]).
+    pub vision: Option<VisionTower>,
+}
+
+/// A multimodal checkpoint's vision encoder, as sglang sizes it for its default memory share
+/// (`adjust_mem_fraction_for_vlm`, which reads `vision_config.num_hidden_layers` and
+/// `hidden_size` with ViT-L/14's 24 and 1024 where a config leaves them out: Qwen3-VL's and
+/// Qwen3.5's configs name their depth `depth`, which it does not read).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct VisionTower {
+    /// `vision_config.num_hidden_layers`, 24 where absent.
+    pub layers: u32,
+    /// `vision_config.hidden_size`, 1024 where absent.
+    pub hidden: u32,
 }
 
 /// The full-attention layers' shape where it differs from the sliding layers' (Gemma 4's

@@ -1215,3 +1215,18 @@ fn deepseek_family_moe_layers_follow_first_k_dense_replace_and_moe_layer_freq() 
     let e = from_hf_config(&zero, "k.json").expect_err("0").to_string();
     assert!(e.contains("k.json: field \"moe_layer_freq\" is 0"), "{e}");
 }
+
+#[test]
+fn a_vision_config_is_read_with_sglangs_defaults_and_its_bad_fields_are_refused() {
+    // Gemma 4 states its encoder's layers and width; Qwen3.5 names its layers `depth`, which
+    // sglang does not read, so 24; a text model has none.
+    let gemma = catalog("gemma-4-31b").expect("gemma").vision;
+    assert_eq!(gemma, Some(VisionTower { layers: 27, hidden: 1152 }));
+    assert_eq!(catalog("qwen3.5-397b-a17b").expect("qwen").vision, Some(VisionTower { layers: 24, hidden: 1152 }));
+    assert_eq!(catalog("llama-3.1-8b").expect("llama").vision, None);
+    let empty = from_hf_config(&llama_with(r#","vision_config":{}"#), "v.json").expect("an empty vision config");
+    assert_eq!(empty.vision, Some(VisionTower { layers: 24, hidden: 1024 }));
+    assert_eq!(from_hf_config(&llama_with(r#","vision_config":null"#), "v.json").expect("null").vision, None);
+    let e = from_hf_config(&llama_with(r#","vision_config":{"hidden_size":"wide"}"#), "v.json").expect_err("a string").to_string();
+    assert!(e.starts_with("v.json: vision_config: field \"hidden_size\" is \"wide\""), "{e}");
+}
