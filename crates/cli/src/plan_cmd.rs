@@ -297,7 +297,7 @@ pub struct PlanArgs {
     /// Score the model on the public end-to-end cases (crates/model/data/validation/e2e.toml): fit and test sets apart, the test median first (VALIDATION.md), and exit
     #[arg(long)]
     pub validate: bool,
-    /// Write the report as JSON (servetune.plan/1.6) to FILE; `-` for stdout (the text report then goes to stderr)
+    /// Write the report as JSON (servetune.plan/1.5) to FILE; `-` for stdout (the text report then goes to stderr)
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
     /// Write the report as Markdown to FILE; `-` for stdout (the text report then goes to stderr)

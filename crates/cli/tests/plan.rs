@@ -47,7 +47,7 @@ fn json_has_the_documented_fields() {
     let (code, _, err) = plan(&args);
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&j).expect("json")).expect("parse");
-    assert_eq!(v["schema"], "servetune.plan/1.6");
+    assert_eq!(v["schema"], "servetune.plan/1.5");
     assert_eq!(v["fits"], true);
     for k in ["weights_gb", "kv_gb", "usable_gb", "capacity_gb"] {
         assert!(v["memory_per_gpu_gb"][k].is_f64(), "{k}");
@@ -306,7 +306,7 @@ fn json_to_stdout_is_pure_json() {
     let (code, out, err) = plan(&args);
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{out}"));
-    assert_eq!(v["schema"], "servetune.plan/1.6");
+    assert_eq!(v["schema"], "servetune.plan/1.5");
     assert!(err.contains("step time by term"), "the text report goes to stderr: {err}");
 }
 

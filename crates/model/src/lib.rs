@@ -15,7 +15,7 @@
 //! - [`validate`]: predictions against public measurements;
 //! - [`workload`]: a benchmark's workload and what its client measures, through the
 //!   [`workload::VirtualBench`] seam the simulator implements;
-//! - [`report`]: the `servetune.plan/1.6` document and its renderings.
+//! - [`report`]: the `servetune.plan/1.5` document and its renderings.
 //!
 //! No I/O beyond parsing text the caller read (a config.json, a bench or fabric JSON).
 

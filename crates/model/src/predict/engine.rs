@@ -184,6 +184,37 @@ pub struct Engine {
     /// The engine's own pool for a hybrid model's linear-attention state, by release
     /// ([`StatePoolRelease`]: sglang's), or None where the state shares the KV cache's memory.
     pub state_pool: Option<StatePoolRelease>,
+    /// The cuts the release makes to its share of memory for a multimodal model and on AMD GPUs
+    /// ([`ShareCuts`]).
+    pub share_cuts: ShareCuts,
+}
+
+/// The cuts sglang makes to the share of memory it takes, by release ([`EngineRelease::share_cuts`];
+/// what they come to for a model and GPU: `Scenario::vision_scale`, `Scenario::aiter_scale`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ShareCuts {
+    /// The cut for a multimodal model's vision encoder.
+    pub vision: VisionCut,
+    /// 0.85 of the share on AMD GPUs whose attention runs on aiter, for a model whose context is
+    /// over 8,192 tokens, given share or default alike (from 0.4.8: `ModelRunner`'s
+    /// `model_specific_adjustment` to 0.5.3, `_handle_attention_backend_compatibility` from 0.5.5).
+    pub aiter: bool,
+}
+
+/// How an sglang release cuts its share of memory for a multimodal model, one it serves with its
+/// vision encoder (read from its released code; docs/plan.md, "sglang's memory share").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VisionCut {
+    /// No cut (vLLM, TensorRT-LLM).
+    None,
+    /// 0.90 of any share, a given one too, in `ModelRunner` (0.4.6 and 0.4.8 read; taken for
+    /// every release before 0.4.9).
+    FlatAnyShare,
+    /// 0.90 of its own default only, in `ServerArgs` (0.4.9).
+    FlatOwnDefault,
+    /// Its own default only, by the encoder's size (`adjust_mem_fraction_for_vlm`, from 0.4.10).
+    BySize,
 }
 
 impl Default for Engine {
@@ -215,6 +246,7 @@ impl Default for Engine {
             early_release_scale: EARLY_RELEASE_STEP_SCALE,
             batch: BatchDefaults::SglangTable { minor: SGLANG_CURRENT_MINOR },
             state_pool: Some(StatePoolRelease::Split0523),
+            share_cuts: ShareCuts { vision: VisionCut::BySize, aiter: true },
         }
     }
 }
@@ -296,6 +328,7 @@ impl EngineName {
             mem_share: EngineRelease::current(self).mem_share(None),
             batch: EngineRelease::current(self).batch_defaults(None),
             state_pool: EngineRelease::current(self).state_pool(None),
+            share_cuts: EngineRelease::current(self).share_cuts(None),
             ..Engine::default()
         }
     }
@@ -310,18 +343,19 @@ pub const SGLANG_PIECEWISE_DEFAULT: ((u32, u32, u32), &str) = ((0, 5, 10), "2026
 /// sglang runs ([`BatchDefaults::SglangTable`], [`MemShare::SglangReserve`]).
 pub const SGLANG_CURRENT_MINOR: u32 = SGLANG_0_5_RELEASES[0].0;
 
-/// sglang 0.4.10's PyPI upload date (2025-07-31): the first release read that cuts its default
-/// memory share for a multimodal model ([`MemShare::SglangByClass`]; 0.4.9 does not, its
-/// .post1 .. .post6 not read).
+/// sglang 0.4.9's and 0.4.10's PyPI upload dates: the releases whose cut for a multimodal model's
+/// share changed ([`VisionCut`]; their .post releases not read).
+const SGLANG_0_4_9_DATE: &str = "2025-07-06";
 const SGLANG_0_4_10_DATE: &str = "2025-07-31";
 
 /// The sglang 0.5.x releases whose defaults differ from the release before them in what the model
 /// reads (batch table, memory share, state pool, prefill graphs' reserve), newest first, each with
 /// its PyPI upload date: the date stands for the release when a measurement or a nightly names no
 /// version ([`EngineRelease::sglang_minor`]).
-const SGLANG_0_5_RELEASES: [(u32, &str); 9] = [
+const SGLANG_0_5_RELEASES: [(u32, &str); 10] = [
     (23, "2026-10-30"),
     (20, "2026-09-18"),
+    (17, "2026-08-08"),
     (14, "2026-06-26"),
     (9, "2026-02-23"),
     (8, "2026-01-23"),
@@ -448,19 +482,36 @@ impl EngineRelease {
         }
     }
 
-    /// The sglang 0.5.x minor release this release is or stands for: a 0.5.x version's own; for
-    /// a later release (0.6 and up), a nightly's date or, where the version names neither, the
-    /// measurement's `date`, the newest of [`SGLANG_0_5_RELEASES`] at or before it (with nothing
-    /// known, the newest). None for releases before 0.5.3 (a 0.5.0 .. 0.5.2 version gives its own
-    /// minor) and for other engines.
+    /// The sglang 0.5.x minor release this release is or stands for, decided as [`Self::at_least`]
+    /// decides: a nightly by its date; a 0.5.x version gives its own minor, a later one (0.6 and
+    /// up) the newest of [`SGLANG_0_5_RELEASES`], an earlier one None; with neither, the
+    /// measurement's `date` gives the newest release of the table at or before it (None before
+    /// 0.5.3's), and with no date the newest. None for other engines.
     pub fn sglang_minor(&self, date: Option<&str>) -> Option<u32> {
         if self.name != EngineName::Sglang {
             return None;
         }
-        match release_numbers(self.version.as_deref().unwrap_or("")) {
-            Some((0, 5, m)) => Some(m),
+        let v = self.version.as_deref().unwrap_or("");
+        match release_numbers(v) {
+            Some((0, 5, m)) if nightly_date(v).is_none() => Some(m),
             _ => SGLANG_0_5_RELEASES.iter().find(|(m, since)| self.at_least((0, 5, *m), Some(since), date)).map(|&(m, _)| m),
         }
+    }
+
+    /// The cuts the release makes to the share of memory it takes ([`ShareCuts`]); `date`
+    /// decides where the version names no release.
+    pub fn share_cuts(&self, date: Option<&str>) -> ShareCuts {
+        if self.name != EngineName::Sglang {
+            return ShareCuts { vision: VisionCut::None, aiter: false };
+        }
+        let vision = if self.at_least((0, 4, 10), Some(SGLANG_0_4_10_DATE), date) {
+            VisionCut::BySize
+        } else if self.at_least((0, 4, 9), Some(SGLANG_0_4_9_DATE), date) {
+            VisionCut::FlatOwnDefault
+        } else {
+            VisionCut::FlatAnyShare
+        };
+        ShareCuts { vision, aiter: self.at_least(EARLY_RELEASES_END.0 .0, Some(EARLY_RELEASES_END.0 .1), date) }
     }
 
     /// Whether the release replays CUDA graphs for steps that carry prompt tokens: sglang from
@@ -524,9 +575,7 @@ impl EngineRelease {
                     .is_some_and(|n| n >= 5);
                 match minor {
                     Some(m) if m >= 3 => MemShare::SglangReserve { minor: m },
-                    _ if self.at_least((0, 4, 8), Some(EARLY_RELEASES_END.0 .1), date) => {
-                        MemShare::SglangByClass { vision_scale: self.at_least((0, 4, 10), Some(SGLANG_0_4_10_DATE), date) }
-                    }
+                    _ if self.at_least((0, 4, 8), Some(EARLY_RELEASES_END.0 .1), date) => MemShare::SglangByClass,
                     _ if self.at_least((0, 4, 7), Some("2025-06-09"), date) => MemShare::Sglang047 { over_180k: true },
                     _ if post5 => MemShare::Sglang047 { over_180k: false },
                     _ if self.at_least((0, 4, 6), Some("2025-04-27"), date) => MemShare::Sglang046,
@@ -544,12 +593,12 @@ impl EngineRelease {
             return None;
         }
         let era = match self.sglang_minor(date) {
-            Some(m) if m >= 23 => StatePoolRelease::Split0523,
-            Some(m) if m >= 14 => StatePoolRelease::Split0514,
-            Some(m) if m >= 9 => StatePoolRelease::Split059,
+            Some(23..) => StatePoolRelease::Split0523,
+            Some(14..=22) => StatePoolRelease::Split0514,
+            Some(9..=13) => StatePoolRelease::Split059,
             Some(8) => StatePoolRelease::Split058,
             Some(7) => StatePoolRelease::Split057,
-            Some(m) if m >= 4 => StatePoolRelease::Split054,
+            Some(4..=6) => StatePoolRelease::Split054,
             _ => StatePoolRelease::Fixed512,
         };
         Some(era)
@@ -632,6 +681,7 @@ impl EngineRelease {
             prefill_graphs: self.prefill_graphs(None),
             batch: self.batch_defaults(None),
             state_pool: self.state_pool(None),
+            share_cuts: self.share_cuts(None),
             mem_share: self.mem_share(None),
             release_step_scale: if self.is_early(None) { EARLY_RELEASE_STEP_SCALE } else { 1.0 },
             early_release_scale: EARLY_RELEASE_STEP_SCALE,
@@ -644,7 +694,8 @@ impl EngineRelease {
 fn release_numbers(v: &str) -> Option<(u32, u32, u32)> {
     let v = v.trim_start_matches('v');
     let head = v.split(|ch: char| !ch.is_ascii_digit() && ch != '.').next().unwrap_or("");
-    let nums: Vec<u32> = head.split('.').filter_map(|p| p.parse().ok()).collect();
+    // A part too large for a number is no release (not a part to skip: 0.5.99999999999 is not 0.5.0).
+    let nums: Vec<u32> = head.split('.').filter(|p| !p.is_empty()).map(|p| p.parse().ok()).collect::<Option<_>>()?;
     (nums.len() >= 2).then(|| (nums[0], nums[1], nums.get(2).copied().unwrap_or(0)))
 }
 
@@ -729,4 +780,48 @@ pub fn distinct_expert_fraction(experts: f64, top_k: f64, tokens: f64, skew: f64
     });
     let touched: f64 = logs.iter().map(|l| 1.0 - (tokens * l).exp()).sum();
     touched / n as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sglang(version: Option<&str>) -> EngineRelease {
+        EngineRelease { name: EngineName::Sglang, version: version.map(str::to_string) }
+    }
+
+    #[test]
+    fn one_release_table_places_a_date_for_the_batch_table_the_memory_share_and_the_state_pool() {
+        let undated = sglang(None);
+        for (minor, date) in SGLANG_0_5_RELEASES {
+            let day = Some(date);
+            assert_eq!(undated.sglang_minor(day), Some(minor), "{date}");
+            assert_eq!(undated.batch_defaults(day), BatchDefaults::SglangTable { minor }, "{date}");
+            assert_eq!(undated.mem_share(day), MemShare::SglangReserve { minor }, "{date}");
+            // The state pool is the version's own era.
+            assert_eq!(undated.state_pool(day), sglang(Some(&format!("0.5.{minor}"))).state_pool(None), "{date}");
+            // A nightly of that day is that release too.
+            let nightly = sglang(Some(&format!("nightly-dev-{}", date.replace('-', ""))));
+            assert_eq!(nightly.sglang_minor(None), Some(minor), "{date}");
+        }
+        // The day before 0.5.17's upload is 0.5.14; before 0.5.3's, no 0.5.x release.
+        assert_eq!(undated.sglang_minor(Some("2026-08-07")), Some(14));
+        assert_eq!(undated.sglang_minor(Some("2025-10-05")), None);
+        assert_eq!(undated.batch_defaults(Some("2025-10-05")), BatchDefaults::SglangBeforeTable { since_0_4_8: true });
+        // A version names its own; a later one the newest; no version and no date, the newest.
+        assert_eq!((sglang(Some("0.5.11")).sglang_minor(None), sglang(Some("0.6.0")).sglang_minor(None)), (Some(11), Some(23)));
+        assert_eq!((sglang(Some("0.4.9")).sglang_minor(None), undated.sglang_minor(None)), (None, Some(SGLANG_CURRENT_MINOR)));
+        // A tag with both numbers and a nightly date goes by the date, as every other default does.
+        assert_eq!(sglang(Some("0.5.2-nightly-20251101")).sglang_minor(None), Some(4));
+        assert_eq!(EngineRelease::current(EngineName::Vllm).sglang_minor(None), None);
+    }
+
+    #[test]
+    fn a_release_number_too_large_for_a_number_is_no_release() {
+        assert_eq!(release_numbers("0.4.6.post5"), Some((0, 4, 6)));
+        assert_eq!(release_numbers("v0.5.10rc1"), Some((0, 5, 10)));
+        assert_eq!(release_numbers("0.5.99999999999"), None);
+        let e = EngineRelease::parse("--engine", "sglang@0.5.99999999999").expect_err("refused").to_string();
+        assert!(e.contains("is not a release version"), "{e}");
+    }
 }

@@ -12,7 +12,9 @@
 
 use serde::Serialize;
 
-use super::Scenario;
+use std::fmt::Write as _;
+
+use super::{Scenario, VisionCut};
 use crate::hw::{Arch, GpuSpec};
 use crate::spec::Attention;
 
@@ -49,19 +51,14 @@ pub enum MemShare {
     /// sglang 0.4.8 .. 0.5.2: a reserve by the GPU's memory class, (2.8 + TP x PP / 10) GiB up
     /// to 35 GiB, (9.5 + TP x PP / 2) up to 90 GiB, (12 + TP x PP / 2) up to 160 GiB and 32 GiB
     /// above, 4 GiB more under DP attention; the share is what it leaves.
-    SglangByClass {
-        /// The release cuts the share for a multimodal model by its vision encoder
-        /// ([`Scenario::vision_scale`]): from 0.4.10 (0.4.8 and 0.4.9 do not).
-        vision_scale: bool,
-    },
+    SglangByClass,
     /// sglang from 0.5.3: a reserve of 512 MiB, 1.5 MiB per token of the default prefill chunk,
     /// 2 MiB per request of the largest decode CUDA graph, 1 GiB per 8 GPUs of TP x PP, under DP
     /// attention 3 MiB (4.5 above 300 requests) per graph request and rank, the prefill CUDA
     /// graphs' reserve where the release captures them (8 MiB per captured size, 1.5 GiB for an
     /// MLA model; the default from 0.5.10), and at least 10 GiB on GPUs over 60 GiB; the share is
-    /// what it leaves, less the cut for a multimodal model's vision encoder
-    /// ([`Scenario::vision_scale`]). aiter's 0.85 on AMD GPUs (from 0.5.5) applies on top, to any
-    /// share ([`Scenario::aiter_scale`]).
+    /// what it leaves. The cuts for a multimodal model's vision encoder
+    /// ([`Scenario::vision_scale`]) and on AMD GPUs ([`Scenario::aiter_scale`]) apply on top.
     SglangReserve {
         /// The 0.5.x minor release (3 and up): the prefill chunk under 35 GiB (2048 tokens,
         /// 4096 from 0.5.20) and which prefill graphs are captured depend on it.
@@ -81,8 +78,7 @@ impl MemShare {
             MemShare::Sglang046 => sglang("0.4.6"),
             MemShare::Sglang047 { over_180k: true } => sglang("0.4.7"),
             MemShare::Sglang047 { over_180k: false } => sglang("0.4.6.post5"),
-            MemShare::SglangByClass { vision_scale: false } => sglang("0.4.8 and 0.4.9"),
-            MemShare::SglangByClass { vision_scale: true } => sglang("0.4.10 to 0.5.2"),
+            MemShare::SglangByClass => sglang("0.4.8 to 0.5.2"),
             MemShare::SglangReserve { minor } if minor >= 20 => sglang("0.5.20 and later"),
             MemShare::SglangReserve { minor } if minor >= 5 => sglang("0.5.5 to 0.5.19"),
             MemShare::SglangReserve { .. } => sglang("0.5.3 to 0.5.4"),
@@ -108,8 +104,9 @@ fn prefill_graph_sizes(max_tokens: f64) -> usize {
 }
 
 /// The model families (`model_type`) sglang serves as text models unless `--enable-multimodal` is
-/// given, whatever their `vision_config` says (`mm_disabled_models` in sglang's ModelConfig,
-/// from 0.4.9: Gemma 3 and Llama 4).
+/// given, whatever their `vision_config` says (`mm_disabled_models` in sglang's ModelConfig, in
+/// 0.4.6 and every release read after it: Gemma 3 and Llama 4; Step3-VL and Inkling, which the
+/// parser does not read, joined later).
 pub const SGLANG_TEXT_ONLY_ARCHS: [&str; 2] = ["gemma3", "llama4"];
 
 /// sglang's share by TP size before 0.4.8 (the 0.4.7 table counts TP x PP).
@@ -128,6 +125,17 @@ impl Scenario {
     /// `--mem-fraction-static` / `--gpu-memory-utilization`), by [`super::Engine::mem_share`];
     /// what it then takes is [`Self::mem_fraction`].
     pub fn mem_fraction_flag(&self) -> f64 {
+        match self.engine.mem_share {
+            MemShare::Given(f) => f,
+            // vLLM and TensorRT-LLM make no cut; sglang's own default includes its vision cut
+            // from 0.4.9 (before, its model runner cuts whatever share it is given).
+            _ if self.engine.share_cuts.vision == VisionCut::FlatAnyShare => self.default_share(),
+            _ => self.default_share() * self.vision_scale(),
+        }
+    }
+
+    /// The engine's own default share before any cut ([`MemShare`]; a given share as given).
+    fn default_share(&self) -> f64 {
         let share = self.engine.mem_share;
         let gpu = &self.gpu;
         let mib = gpu.memory_gb * 1e9 / MIB;
@@ -150,7 +158,7 @@ impl Scenario {
                     f
                 }
             }
-            MemShare::SglangByClass { .. } => {
+            MemShare::SglangByClass => {
                 let p = f64::from(tp * pp);
                 let gib = match mib / 1024.0 {
                     g if g < 35.0 => 2.8 + p / 10.0,
@@ -159,7 +167,7 @@ impl Scenario {
                     _ => 32.0,
                 };
                 let dp_attention = if self.plan.dp_attention { 4.0 } else { 0.0 };
-                round3((gib + dp_attention) * 1024.0) * self.vision_scale()
+                round3((gib + dp_attention) * 1024.0)
             }
             MemShare::SglangReserve { minor } => {
                 let chunk = f64::from(super::BatchDefaults::SglangTable { minor }.step_tokens(gpu));
@@ -173,7 +181,7 @@ impl Scenario {
                 if mib > 60.0 * 1024.0 {
                     reserve = reserve.max(10.0 * 1024.0);
                 }
-                round3(reserve) * self.vision_scale()
+                round3(reserve)
             }
         }
     }
@@ -181,28 +189,35 @@ impl Scenario {
     /// The share of each GPU's memory the engine takes ([`Self::mem_fraction_flag`] times sglang's
     /// aiter scale, [`Self::aiter_scale`]).
     pub fn mem_fraction(&self) -> f64 {
-        self.mem_fraction_flag() * self.aiter_scale()
+        let runner_vision = if self.engine.share_cuts.vision == VisionCut::FlatAnyShare { self.vision_scale() } else { 1.0 };
+        self.mem_fraction_flag() * runner_vision * self.aiter_scale()
     }
 
-    /// sglang's cut to its own default share for a multimodal model, by the size of its vision
-    /// encoder (`adjust_mem_fraction_for_vlm`, from 0.4.10): 0.95 times 1 - 0.1 x (L x H^2 /
-    /// (24 x 1024^2) - 1), that factor held to 0.8 .. 1.05, for an encoder of L layers of width
-    /// H against ViT-L/14's 24 x 1024: 0.910 for Gemma 4's 27 x 1152, 0.925 for Qwen3.5's 1152
-    /// wide encoder (sglang reads no layer count from its config, so 24). 1 for a text model, for
-    /// a share given to the engine, for sglang before 0.4.10, for vLLM and TensorRT-LLM, and for
-    /// the architectures sglang serves text-only unless `--enable-multimodal` is given
-    /// ([`SGLANG_TEXT_ONLY_ARCHS`]).
+    /// sglang's cut to its share for a multimodal model ([`VisionCut`], by release): from 0.4.10
+    /// its own default times 0.95 x (1 - 0.1 x (L x H^2 / (24 x 1024^2) - 1)), the second factor
+    /// held to 0.8 .. 1.05, for a vision encoder of L layers of width H against ViT-L/14's
+    /// 24 x 1024 (`adjust_mem_fraction_for_vlm`): 0.910 for Gemma 4's 27 x 1152, 0.925 for
+    /// Qwen3.5's (its config class has no `num_hidden_layers`, so sglang takes 24). 0.4.9 takes
+    /// 0.90 of its own default; earlier releases 0.90 of any share, a given one too. 1 for a share
+    /// given to 0.4.9 or later, for vLLM and TensorRT-LLM, and for a model sglang does not serve
+    /// with its encoder: one without a `vision_config`, or of a family it serves as text unless
+    /// `--enable-multimodal` is given ([`SGLANG_TEXT_ONLY_ARCHS`]). Not modelled: sglang also
+    /// needs the architecture in its release's multimodal list (the cut is applied for any
+    /// release named, even one that cannot load the model), and skips the cut under
+    /// `--language-only` or on a disaggregated decode server.
     pub fn vision_scale(&self) -> f64 {
-        let applies = match self.engine.mem_share {
-            MemShare::SglangByClass { vision_scale } => vision_scale,
-            MemShare::SglangReserve { .. } => true,
-            _ => false,
-        };
-        match self.model.vision {
-            Some(v) if applies && !SGLANG_TEXT_ONLY_ARCHS.contains(&self.model.arch.as_str()) => {
+        let Some(v) = self.model.vision else { return 1.0 };
+        if SGLANG_TEXT_ONLY_ARCHS.contains(&self.model.arch.as_str()) {
+            return 1.0;
+        }
+        let given = matches!(self.engine.mem_share, MemShare::Given(_));
+        match self.engine.share_cuts.vision {
+            VisionCut::BySize if !given => {
                 let ratio = f64::from(v.layers) * f64::from(v.hidden).powi(2) / (24.0 * 1024.0 * 1024.0);
                 0.95 * (1.0 - 0.1 * (ratio - 1.0)).clamp(0.8, 1.05)
             }
+            VisionCut::FlatOwnDefault if !given => 0.9,
+            VisionCut::FlatAnyShare => 0.9,
             _ => 1.0,
         }
     }
@@ -213,7 +228,7 @@ impl Scenario {
         let mut words = self.engine.mem_share.origin();
         let vision = self.vision_scale();
         if vision != 1.0 {
-            words.push_str(&format!(", cut to {vision:.3} of itself for the vision encoder"));
+            let _ = write!(words, ", times {vision:.3} for the vision encoder");
         }
         if self.aiter_scale() != 1.0 {
             words.push_str(", times the 0.85 sglang keeps on AMD GPUs whose attention runs on aiter");
@@ -221,15 +236,14 @@ impl Scenario {
         words
     }
 
-    /// sglang's scale on its share from 0.5.5, on AMD GPUs whose attention runs on aiter, for a
+    /// sglang's scale on its share from 0.4.8, on AMD GPUs whose attention runs on aiter, for a
     /// model whose context is over 8,192 tokens: 0.85, whether the share was given or its own
-    /// default (`_handle_attention_backend_compatibility`; 0.5.20's
+    /// default (`ModelRunner.model_specific_adjustment` in 0.4.8 .. 0.5.3,
+    /// `_handle_attention_backend_compatibility` from 0.5.5; 0.5.20's
     /// `SGLANG_AITER_HONOR_EXPLICIT_MEM_FRACTION`, off by default, exempts a given share). 1
-    /// elsewhere.
+    /// elsewhere ([`super::ShareCuts::aiter`]).
     pub fn aiter_scale(&self) -> f64 {
-        let from_055 = self.engine.serving == super::EngineName::Sglang
-            && matches!(self.engine.batch, super::BatchDefaults::SglangTable { minor } if minor >= 5);
-        if from_055 && self.runs_on_aiter() && self.model.max_context > 8192 {
+        if self.engine.share_cuts.aiter && self.runs_on_aiter() && self.model.max_context > 8192 {
             0.85
         } else {
             1.0
@@ -256,8 +270,10 @@ impl Scenario {
 
     /// Whether sglang's default attention backend for this model is aiter: on an AMD GPU, for
     /// every MHA/GQA model, and for an MLA model with 16 or 128 heads per rank (others run on
-    /// Triton) (`_handle_attention_backend_compatibility`, 0.5.x); a DSA model (GLM-5,
-    /// DeepSeek-V3.2) runs on its own NSA backend.
+    /// Triton) (`ModelRunner.model_specific_adjustment` from 0.4.8, where the heads per rank are
+    /// the config's KV heads over TP, the query heads for DeepSeek's MLA;
+    /// `_handle_attention_backend_compatibility` from 0.5.5); a DSA model (GLM-5, DeepSeek-V3.2)
+    /// runs on its own NSA backend.
     fn runs_on_aiter(&self) -> bool {
         if !is_amd(&self.gpu) || self.model.dsa.is_some() {
             return false;
@@ -351,15 +367,27 @@ mod tests {
     }
 
     #[test]
-    fn aiter_takes_085_of_sglangs_share_for_long_contexts_from_0_5_5() {
+    fn aiter_takes_085_of_sglangs_share_for_long_contexts_from_0_4_8() {
         let on = |release: &str, tp: u32| {
             let mut sc = scenario("deepseek-v3", Dtype::Fp8, "mi300x", "nvlink", tp, tp);
             sc.engine = EngineRelease::parse("--engine", release).expect("parses").defaults();
-            sc.mem_fraction()
+            (sc.mem_fraction_flag(), sc.mem_fraction())
         };
         // DeepSeek-V3 (128 heads, 163,840 tokens of context) at TP8: 16 heads per rank, aiter.
-        let (before, after) = (on("sglang@0.5.4", 8), on("sglang@0.5.5", 8));
-        assert!((after - before * 0.85).abs() < 1e-12, "{before} -> {after}");
+        for release in ["sglang@0.4.8", "sglang@0.5.3", "sglang@0.5.5", "sglang"] {
+            let (flag, share) = on(release, 8);
+            assert!((share - flag * 0.85).abs() < 1e-12, "{release}: {flag} -> {share}");
+        }
+        let (flag, share) = on("sglang@0.4.7", 8);
+        assert_eq!(share, flag, "0.4.7 has no aiter scale");
+        // A date between 0.5.3's and 0.5.5's stands for 0.5.3 or 0.5.4, which have it too.
+        let mut dated = scenario("deepseek-v3", Dtype::Fp8, "mi300x", "nvlink", 8, 8);
+        let undated = EngineRelease::current(EngineName::Sglang);
+        dated.engine.share_cuts = undated.share_cuts(Some("2025-11-01"));
+        dated.engine.mem_share = undated.mem_share(Some("2025-11-01"));
+        assert_eq!(dated.aiter_scale(), 0.85);
+        dated.engine.share_cuts = undated.share_cuts(Some("2025-06-01"));
+        assert_eq!(dated.aiter_scale(), 1.0, "before 0.4.8's date");
         // A given share takes the scale too; the flag is the share as given.
         let mut given = scenario("deepseek-v3", Dtype::Fp8, "mi300x", "nvlink", 8, 8);
         given.engine = EngineRelease::parse("--engine", "sglang@0.5.9").expect("parses").defaults();
@@ -367,51 +395,77 @@ mod tests {
         assert_eq!(given.mem_fraction_flag(), 0.8);
         assert!((given.mem_fraction() - 0.68).abs() < 1e-12);
         // At TP4 (32 heads per rank) it runs on Triton: no scale.
-        assert_eq!(on("sglang@0.5.5", 4), on("sglang@0.5.4", 4));
+        let (flag, share) = on("sglang@0.5.5", 4);
+        assert_eq!(share, flag);
         // NVIDIA GPUs never take it.
         let mut h = scenario("deepseek-v3", Dtype::Fp8, "h200", "nvlink", 8, 8);
         h.engine = EngineName::Sglang.defaults();
-        let f = h.mem_fraction();
-        h.engine = EngineRelease::parse("--engine", "sglang@0.5.4").expect("parses").defaults();
-        assert!(f > 0.85 && h.mem_fraction() > 0.85, "{f}, {}", h.mem_fraction());
+        assert_eq!(h.aiter_scale(), 1.0);
+        h.engine = EngineRelease::parse("--engine", "sglang@0.4.8").expect("parses").defaults();
+        assert_eq!(h.aiter_scale(), 1.0);
     }
 
     #[test]
-    fn sglang_cuts_its_own_share_for_a_multimodal_models_vision_encoder_from_0_4_10() {
-        let at = |model: &str, release: &str| {
+    fn sglang_cuts_its_share_for_a_multimodal_models_vision_encoder_by_release() {
+        let with = |model: &str, release: &str| {
             let mut sc = scenario(model, Dtype::Bf16, "h200", "nvlink", 8, 8);
             sc.engine = EngineRelease::parse("--engine", release).expect("parses").defaults();
-            let text = {
-                let mut t = sc.clone();
-                t.model.vision = None;
-                t.mem_fraction_flag()
-            };
-            (sc.mem_fraction_flag(), text, sc.vision_scale())
+            sc
         };
-        // Gemma 4's encoder, 27 layers of 1152: 0.95 x (1 - 0.1 x (27 x 1152^2 / (24 x 1024^2) - 1)).
-        let (f, text, v) = at("gemma-4-31b", "sglang@0.5.23");
+        // (flag, share in force, the same model without its encoder's flag)
+        let at = |model: &str, release: &str| {
+            let sc = with(model, release);
+            let mut text = sc.clone();
+            text.model.vision = None;
+            (sc.mem_fraction_flag(), sc.mem_fraction(), text.mem_fraction_flag(), sc.vision_scale())
+        };
+        // From 0.4.10, by size: Gemma 4's encoder, 27 layers of 1152:
+        // 0.95 x (1 - 0.1 x (27 x 1152^2 / (24 x 1024^2) - 1)), in the flag's value.
+        let (flag, share, text, v) = at("gemma-4-31b", "sglang@0.5.23");
         assert!((v - 0.909_74).abs() < 1e-5, "{v}");
-        assert!((f - text * v).abs() < 1e-12, "{f} = {text} x {v}");
-        // Qwen3.5's, 24 (read) layers of 1152: 0.925; from 0.4.10, not in 0.4.9.
-        assert!((at("qwen3.5-397b-a17b", "sglang@0.5.9").2 - 0.924_77).abs() < 1e-5);
-        assert!((at("gemma-4-31b", "sglang@0.4.10").2 - v).abs() < 1e-12);
-        let old = at("gemma-4-31b", "sglang@0.4.9");
-        assert_eq!((old.0, old.2), (old.1, 1.0));
-        // vLLM and a given share keep theirs; a text model takes none.
-        assert_eq!(at("gemma-4-31b", "vllm").0, 0.9);
-        let mut given = scenario("gemma-4-31b", Dtype::Bf16, "h200", "nvlink", 8, 8);
-        given.engine = EngineName::Sglang.defaults();
-        given.engine.mem_share = MemShare::Given(0.8);
-        assert_eq!((given.mem_fraction_flag(), given.vision_scale()), (0.8, 1.0));
-        assert_eq!(at("llama-3.1-70b", "sglang").2, 1.0);
-        // sglang serves Llama 4 as text unless told otherwise, whatever its vision config says.
-        let mut llama4 = scenario("llama-4-scout", Dtype::Bf16, "h200", "nvlink", 8, 8);
-        llama4.engine = EngineName::Sglang.defaults();
+        assert!((flag - text * v).abs() < 1e-12 && share == flag, "{flag} = {text} x {v}");
+        assert!((at("gemma-4-31b", "sglang@0.4.10").3 - v).abs() < 1e-12);
+        // Qwen3.5's, 24 layers (none read) of 1152: 0.925.
+        assert!((at("qwen3.5-397b-a17b", "sglang@0.5.9").3 - 0.924_77).abs() < 1e-5);
+        // 0.4.9: 0.90 of its own default, in the flag.
+        let (flag, share, text, v) = at("gemma-4-31b", "sglang@0.4.9");
+        assert_eq!(v, 0.9);
+        assert!((flag - text * 0.9).abs() < 1e-12 && share == flag);
+        // 0.4.8 and before: 0.90 of any share in the model runner, after the flag.
+        let (flag, share, text, _) = at("gemma-4-31b", "sglang@0.4.8");
+        assert!(flag == text && (share - flag * 0.9).abs() < 1e-12, "{flag} {share}");
+        // A date stands for its release.
+        let undated = EngineRelease::current(EngineName::Sglang);
+        assert_eq!(undated.share_cuts(Some("2025-07-30")).vision, VisionCut::FlatOwnDefault);
+        assert_eq!(undated.share_cuts(Some("2025-07-31")).vision, VisionCut::BySize);
+        assert_eq!(undated.share_cuts(Some("2025-07-05")).vision, VisionCut::FlatAnyShare);
+        // The size factor is held to 0.8 .. 1.05: a 48 x 2048 encoder gives 0.95 x 0.8; an
+        // encoder of no layers 0.95 x 1.05 (the 1.1 it would give, held).
+        let mut big = with("gemma-4-31b", "sglang");
+        big.model.vision = Some(crate::spec::VisionTower { layers: 48, hidden: 2048 });
+        assert!((big.vision_scale() - 0.76).abs() < 1e-12);
+        big.model.vision = Some(crate::spec::VisionTower { layers: 0, hidden: 1152 });
+        assert!((big.vision_scale() - 0.9975).abs() < 1e-12);
+        // A share given to 0.4.9 or later is not cut; one given to 0.4.8 is.
+        for (release, want) in [("sglang", 0.8), ("sglang@0.4.9", 0.8), ("sglang@0.4.8", 0.72)] {
+            let mut given = with("gemma-4-31b", release);
+            given.engine.mem_share = MemShare::Given(0.8);
+            assert_eq!(given.mem_fraction_flag(), 0.8, "{release}");
+            assert!((given.mem_fraction() - want).abs() < 1e-12, "{release}: {}", given.mem_fraction());
+        }
+        // vLLM makes no cut; a text model takes none.
+        assert_eq!(at("gemma-4-31b", "vllm").1, 0.9);
+        assert_eq!(at("llama-3.1-70b", "sglang").3, 1.0);
+        // sglang serves Llama 4 and Gemma 3 as text unless told otherwise, whatever their vision
+        // configs say.
+        let mut llama4 = with("llama-4-scout", "sglang");
         llama4.model.vision = Some(crate::spec::VisionTower { layers: 34, hidden: 1408 });
         assert_eq!(llama4.vision_scale(), 1.0);
+        let mut gemma3 = with("gemma-4-31b", "sglang");
+        gemma3.model.arch = "gemma3".into();
+        assert_eq!(gemma3.vision_scale(), 1.0);
         // The report says so.
-        let mut g = scenario("gemma-4-31b", Dtype::Bf16, "h200", "nvlink", 8, 8);
-        g.engine = EngineName::Sglang.defaults();
-        assert!(g.mem_share_origin().ends_with("cut to 0.910 of itself for the vision encoder"), "{}", g.mem_share_origin());
+        let g = with("gemma-4-31b", "sglang");
+        assert!(g.mem_share_origin().ends_with("times 0.910 for the vision encoder"), "{}", g.mem_share_origin());
     }
 }

@@ -1,4 +1,4 @@
-//! The `servetune.plan/1.6` document and its renderings (terminal with an ASCII curve, Markdown).
+//! The `servetune.plan/1.5` document and its renderings (terminal with an ASCII curve, Markdown).
 //! Decisions arrive typed ([`Bottleneck`], [`SaturationReason`], [`FitSuggestion`]); this is the
 //! only place they become words.
 
@@ -160,7 +160,7 @@ pub fn point_intervals(points: &[Point], i: &Interval) -> Vec<PointInterval> {
 }
 
 /// The document's schema and version.
-pub const SCHEMA: &str = "servetune.plan/1.6";
+pub const SCHEMA: &str = "servetune.plan/1.5";
 
 /// Where the curve saturates: the running limit ([`Scenario::running_limit`]) capping the batch, or the knee of
 /// [`servetune_stats::knee`], whichever comes first.

@@ -1227,6 +1227,11 @@ fn a_vision_config_is_read_with_sglangs_defaults_and_its_bad_fields_are_refused(
     let empty = from_hf_config(&llama_with(r#","vision_config":{}"#), "v.json").expect("an empty vision config");
     assert_eq!(empty.vision, Some(VisionTower { layers: 24, hidden: 1024 }));
     assert_eq!(from_hf_config(&llama_with(r#","vision_config":null"#), "v.json").expect("null").vision, None);
-    let e = from_hf_config(&llama_with(r#","vision_config":{"hidden_size":"wide"}"#), "v.json").expect_err("a string").to_string();
-    assert!(e.starts_with("v.json: vision_config: field \"hidden_size\" is \"wide\""), "{e}");
+    // Not an object: no encoder sglang could read either.
+    assert_eq!(from_hf_config(&llama_with(r#","vision_config":"x""#), "v.json").expect("a string").vision, None);
+    for (bad, shown) in [(r#""wide""#, r#""wide""#), ("-1", "-1"), ("27.5", "27.5"), ("134217728", "134217728")] {
+        let text = llama_with(&format!(r#","vision_config":{{"hidden_size":{bad}}}"#));
+        let e = from_hf_config(&text, "v.json").expect_err(bad).to_string();
+        assert!(e.starts_with(&format!("v.json: vision_config: field \"hidden_size\" is {shown}")), "{e}");
+    }
 }

@@ -352,6 +352,7 @@ fn prepare(c: &E2eCase, engine: &Engine, latency: Latency) -> Result<Prepared, (
         serving: e.serving,
         batch: release.batch_defaults(c.date.as_deref()),
         state_pool: release.state_pool(c.date.as_deref()),
+        share_cuts: release.share_cuts(c.date.as_deref()),
         release_step_scale: if early { engine.early_release_scale } else { 1.0 },
         request_latency_ms,
         ..*engine
