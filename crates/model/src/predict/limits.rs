@@ -331,9 +331,16 @@ impl Scenario {
         }
     }
 
-    /// The largest decode batch a scheduler replays as a CUDA graph (None: every batch does).
+    /// The largest decode batch a scheduler replays as a CUDA graph (None: every batch does): the
+    /// engine's default ([`BatchDefaults::graph_max_batch`]); from sglang 0.5.23 no more than a
+    /// stated running limit (`handle_gpu_memory_settings` lowers its default `max_bs` to
+    /// `--max-running-requests`; 0.5.20 does not), which also shrinks its memory reserve.
     pub fn graph_max_batch(&self) -> Option<u32> {
-        self.engine.batch.graph_max_batch(&self.gpu, self.plan.tp)
+        let default = self.engine.batch.graph_max_batch(&self.gpu, self.plan.tp);
+        match (self.engine.batch, default, self.max_running) {
+            (BatchDefaults::SglangTable { minor }, Some(graphs), Some(stated)) if minor >= 23 => Some(graphs.min(stated.max(1))),
+            _ => default,
+        }
     }
 
     /// One scheduler's decode batch when a replica runs `b` requests: each pipeline stage runs
@@ -477,6 +484,23 @@ mod tests {
         dpa.plan.dp_attention = true;
         assert_eq!(dpa.eager_decode_ms(600.0), 0.0);
         assert!(dpa.eager_decode_ms(8.0 * 513.0) > 0.0);
+    }
+
+    #[test]
+    fn sglang_0_5_23_holds_its_decode_graphs_and_their_reserve_to_a_stated_running_limit() {
+        let mut s = scenario("llama-3.1-70b", Dtype::Fp8, "h100-sxm", "nvlink", 8, 8);
+        let open = s.mem_fraction_flag();
+        s.max_running = Some(64);
+        assert_eq!(s.graph_max_batch(), Some(64));
+        // An H100 at TP8 reserves 2 MiB per graph request: 448 fewer requests, 896 MiB less of
+        // its 15312, so 0.823 of 81559 MiB where it took 0.812.
+        assert_eq!((open, s.mem_fraction_flag()), (0.812, 0.823));
+        // A stated limit above the default changes nothing; 0.5.20 keeps its default.
+        s.max_running = Some(2048);
+        assert_eq!(s.graph_max_batch(), Some(512));
+        s.max_running = Some(64);
+        s.engine.batch = BatchDefaults::SglangTable { minor: 20 };
+        assert_eq!(s.graph_max_batch(), Some(512));
     }
 
     #[test]
