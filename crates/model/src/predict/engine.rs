@@ -195,10 +195,11 @@ pub struct Engine {
 pub struct ShareCuts {
     /// The cut for a multimodal model's vision encoder.
     pub vision: VisionCut,
-    /// 0.85 of the share on AMD GPUs whose attention runs on aiter, for a model whose context is
-    /// over 8,192 tokens, given share or default alike (from 0.4.8: `ModelRunner`'s
-    /// `model_specific_adjustment` to 0.5.3, `_handle_attention_backend_compatibility` from 0.5.5).
-    pub aiter: bool,
+    /// Gemma 3 and Llama 4 are served as text models unless `--enable-multimodal` is given, so
+    /// take no vision cut (`mm_disabled_models`, from 0.4.6; 0.4.5 cuts Gemma 3).
+    pub text_only_families: bool,
+    /// Which models keep 0.85 of the share on AMD GPUs whose attention runs on aiter.
+    pub aiter: AiterCut,
 }
 
 /// How an sglang release cuts its share of memory for a multimodal model, one it serves with its
@@ -208,13 +209,38 @@ pub struct ShareCuts {
 pub enum VisionCut {
     /// No cut (vLLM, TensorRT-LLM).
     None,
-    /// 0.90 of any share, a given one too, in `ModelRunner` (0.4.6 and 0.4.8 read; taken for
-    /// every release before 0.4.9).
-    FlatAnyShare,
+    /// 0.95 of any share, a given one too, in `ModelRunner` (0.4.3 and 0.4.4 read; taken for
+    /// every release before 0.4.5).
+    AnyShare95,
+    /// 0.90 of any share, a given one too, in `ModelRunner` (0.4.5, 0.4.6 and 0.4.8 read).
+    AnyShare90,
     /// 0.90 of its own default only, in `ServerArgs` (0.4.9).
-    FlatOwnDefault,
+    OwnDefault90,
     /// Its own default only, by the encoder's size (`adjust_mem_fraction_for_vlm`, from 0.4.10).
     BySize,
+}
+
+impl VisionCut {
+    /// The cut is the model runner's, on any share, given ones too, after the flag's value.
+    pub fn in_runner(self) -> bool {
+        matches!(self, VisionCut::AnyShare95 | VisionCut::AnyShare90)
+    }
+}
+
+/// Which models an sglang release keeps 0.85 of the share for on AMD GPUs whose attention runs on
+/// aiter, when their context is over 8,192 tokens, given share or default alike
+/// (`ModelRunner.model_specific_adjustment` from 0.4.8 to 0.5.3,
+/// `_handle_attention_backend_compatibility` from 0.5.5; 0.5.4 not read).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AiterCut {
+    /// None: before 0.4.8, and vLLM and TensorRT-LLM.
+    None,
+    /// Every model on aiter but GPT-OSS, which sglang sends to Triton on AMD GPUs (its model
+    /// adjustments in 0.5.1 .. 0.5.9 read; taken until 0.5.17).
+    NotGptOss,
+    /// Every model on aiter (from 0.5.17, whose GPT-OSS overrides pick aiter on AMD GPUs).
+    Every,
 }
 
 impl Default for Engine {
@@ -246,7 +272,7 @@ impl Default for Engine {
             early_release_scale: EARLY_RELEASE_STEP_SCALE,
             batch: BatchDefaults::SglangTable { minor: SGLANG_CURRENT_MINOR },
             state_pool: Some(StatePoolRelease::Split0523),
-            share_cuts: ShareCuts { vision: VisionCut::BySize, aiter: true },
+            share_cuts: ShareCuts { vision: VisionCut::BySize, text_only_families: true, aiter: AiterCut::Every },
         }
     }
 }
@@ -343,10 +369,17 @@ pub const SGLANG_PIECEWISE_DEFAULT: ((u32, u32, u32), &str) = ((0, 5, 10), "2026
 /// sglang runs ([`BatchDefaults::SglangTable`], [`MemShare::SglangReserve`]).
 pub const SGLANG_CURRENT_MINOR: u32 = SGLANG_0_5_RELEASES[0].0;
 
-/// sglang 0.4.9's and 0.4.10's PyPI upload dates: the releases whose cut for a multimodal model's
-/// share changed ([`VisionCut`]; their .post releases not read).
+/// sglang 0.4.5's, 0.4.9's and 0.4.10's PyPI upload dates: the releases whose cut for a
+/// multimodal model's share changed ([`VisionCut`]; their .post releases not read).
+const SGLANG_0_4_5_DATE: &str = "2025-04-07";
 const SGLANG_0_4_9_DATE: &str = "2025-07-06";
 const SGLANG_0_4_10_DATE: &str = "2025-07-31";
+
+/// sglang 0.5.17's PyPI upload date: its prefill-graph rules, and GPT-OSS on aiter on AMD GPUs.
+const SGLANG_0_5_17_DATE: &str = "2026-08-08";
+
+/// The date that stands for sglang 0.4.6 where a measurement names no release (not checked).
+const SGLANG_0_4_6_DATE: &str = "2025-04-27";
 
 /// The sglang 0.5.x releases whose defaults differ from the release before them in what the model
 /// reads (batch table, memory share, state pool, prefill graphs' reserve), newest first, each with
@@ -355,7 +388,7 @@ const SGLANG_0_4_10_DATE: &str = "2025-07-31";
 const SGLANG_0_5_RELEASES: [(u32, &str); 10] = [
     (23, "2026-10-30"),
     (20, "2026-09-18"),
-    (17, "2026-08-08"),
+    (17, SGLANG_0_5_17_DATE),
     (14, "2026-06-26"),
     (9, "2026-02-23"),
     (8, "2026-01-23"),
@@ -502,16 +535,25 @@ impl EngineRelease {
     /// decides where the version names no release.
     pub fn share_cuts(&self, date: Option<&str>) -> ShareCuts {
         if self.name != EngineName::Sglang {
-            return ShareCuts { vision: VisionCut::None, aiter: false };
+            return ShareCuts { vision: VisionCut::None, text_only_families: false, aiter: AiterCut::None };
         }
         let vision = if self.at_least((0, 4, 10), Some(SGLANG_0_4_10_DATE), date) {
             VisionCut::BySize
         } else if self.at_least((0, 4, 9), Some(SGLANG_0_4_9_DATE), date) {
-            VisionCut::FlatOwnDefault
+            VisionCut::OwnDefault90
+        } else if self.at_least((0, 4, 5), Some(SGLANG_0_4_5_DATE), date) {
+            VisionCut::AnyShare90
         } else {
-            VisionCut::FlatAnyShare
+            VisionCut::AnyShare95
         };
-        ShareCuts { vision, aiter: self.at_least(EARLY_RELEASES_END.0 .0, Some(EARLY_RELEASES_END.0 .1), date) }
+        let aiter = if self.at_least((0, 5, 17), Some(SGLANG_0_5_17_DATE), date) {
+            AiterCut::Every
+        } else if self.at_least(EARLY_RELEASES_END.0 .0, Some(EARLY_RELEASES_END.0 .1), date) {
+            AiterCut::NotGptOss
+        } else {
+            AiterCut::None
+        };
+        ShareCuts { vision, text_only_families: self.at_least((0, 4, 6), Some(SGLANG_0_4_6_DATE), date), aiter }
     }
 
     /// Whether the release replays CUDA graphs for steps that carry prompt tokens: sglang from
@@ -571,14 +613,14 @@ impl EngineRelease {
                     .version
                     .as_deref()
                     .and_then(|v| v.trim_start_matches('v').strip_prefix("0.4.6.post"))
-                    .and_then(|n| n.parse::<u32>().ok())
+                    .and_then(|n| n.split(|ch: char| !ch.is_ascii_digit()).next()?.parse::<u32>().ok())
                     .is_some_and(|n| n >= 5);
                 match minor {
                     Some(m) if m >= 3 => MemShare::SglangReserve { minor: m },
                     _ if self.at_least((0, 4, 8), Some(EARLY_RELEASES_END.0 .1), date) => MemShare::SglangByClass,
                     _ if self.at_least((0, 4, 7), Some("2025-06-09"), date) => MemShare::Sglang047 { over_180k: true },
                     _ if post5 => MemShare::Sglang047 { over_180k: false },
-                    _ if self.at_least((0, 4, 6), Some("2025-04-27"), date) => MemShare::Sglang046,
+                    _ if self.at_least((0, 4, 6), Some(SGLANG_0_4_6_DATE), date) => MemShare::Sglang046,
                     _ => MemShare::SglangByTp,
                 }
             }
@@ -693,9 +735,10 @@ impl EngineRelease {
 /// A release's leading x.y.z (`0.4.6`, `v0.5.10rc1`, `0.5.10-cu129`), if it has one.
 fn release_numbers(v: &str) -> Option<(u32, u32, u32)> {
     let v = v.trim_start_matches('v');
-    let head = v.split(|ch: char| !ch.is_ascii_digit() && ch != '.').next().unwrap_or("");
-    // A part too large for a number is no release (not a part to skip: 0.5.99999999999 is not 0.5.0).
-    let nums: Vec<u32> = head.split('.').filter(|p| !p.is_empty()).map(|p| p.parse().ok()).collect::<Option<_>>()?;
+    // `0.4.6.` of `0.4.6.post5`: the dot before a suffix is not a part.
+    let head = v.split(|ch: char| !ch.is_ascii_digit() && ch != '.').next().unwrap_or("").trim_end_matches('.');
+    // An empty part (`0..5`) or one too large for a number (`0.5.99999999999`) is no release.
+    let nums: Vec<u32> = head.split('.').map(|p| p.parse().ok()).collect::<Option<_>>()?;
     (nums.len() >= 2).then(|| (nums[0], nums[1], nums.get(2).copied().unwrap_or(0)))
 }
 
@@ -798,11 +841,24 @@ mod tests {
             assert_eq!(undated.sglang_minor(day), Some(minor), "{date}");
             assert_eq!(undated.batch_defaults(day), BatchDefaults::SglangTable { minor }, "{date}");
             assert_eq!(undated.mem_share(day), MemShare::SglangReserve { minor }, "{date}");
-            // The state pool is the version's own era.
-            assert_eq!(undated.state_pool(day), sglang(Some(&format!("0.5.{minor}"))).state_pool(None), "{date}");
-            // A nightly of that day is that release too.
+            // A nightly of that day is that release too; the day before is the release before.
             let nightly = sglang(Some(&format!("nightly-dev-{}", date.replace('-', ""))));
             assert_eq!(nightly.sglang_minor(None), Some(minor), "{date}");
+            let before = SGLANG_0_5_RELEASES.iter().map(|&(m, _)| m).find(|&m| m < minor);
+            let eve = format!("{}{:02}", &date[..8], date[8..].parse::<u32>().expect("day") - 1);
+            if !date.ends_with("-01") {
+                assert_eq!(undated.sglang_minor(Some(&eve)), before, "{eve}");
+            }
+        }
+        // The state pool's eras by date.
+        for (date, era) in [
+            ("2025-10-23", StatePoolRelease::Fixed512),
+            ("2025-10-24", StatePoolRelease::Split054),
+            ("2026-02-23", StatePoolRelease::Split059),
+            ("2026-08-08", StatePoolRelease::Split0514),
+            ("2026-10-30", StatePoolRelease::Split0523),
+        ] {
+            assert_eq!(undated.state_pool(Some(date)), Some(era), "{date}");
         }
         // The day before 0.5.17's upload is 0.5.14; before 0.5.3's, no 0.5.x release.
         assert_eq!(undated.sglang_minor(Some("2026-08-07")), Some(14));
@@ -820,7 +876,14 @@ mod tests {
     fn a_release_number_too_large_for_a_number_is_no_release() {
         assert_eq!(release_numbers("0.4.6.post5"), Some((0, 4, 6)));
         assert_eq!(release_numbers("v0.5.10rc1"), Some((0, 5, 10)));
+        assert_eq!(release_numbers("0.5.10-cu129"), Some((0, 5, 10)));
         assert_eq!(release_numbers("0.5.99999999999"), None);
+        for none in ["nightly-dev-20251101", "latest", "", "0..5", ".5.3"] {
+            assert_eq!(release_numbers(none), None, "{none}");
+        }
+        // A .post with a suffix still counts its number.
+        let post = EngineRelease { name: EngineName::Sglang, version: Some("0.4.6.post5-cu124".into()) };
+        assert_eq!(post.mem_share(None), MemShare::Sglang047 { over_180k: false });
         let e = EngineRelease::parse("--engine", "sglang@0.5.99999999999").expect_err("refused").to_string();
         assert!(e.contains("is not a release version"), "{e}");
     }

@@ -333,12 +333,17 @@ impl Scenario {
 
     /// The largest decode batch a scheduler replays as a CUDA graph (None: every batch does): the
     /// engine's default ([`BatchDefaults::graph_max_batch`]); from sglang 0.5.23 no more than a
-    /// stated running limit (`handle_gpu_memory_settings` lowers its default `max_bs` to
-    /// `--max-running-requests`; 0.5.20 does not), which also shrinks its memory reserve.
+    /// server's stated running limit (`handle_gpu_memory_settings` lowers its default `max_bs` to
+    /// `--max-running-requests`, the server's whole cap even under DP attention; 0.5.20 does not,
+    /// 0.5.21 and 0.5.22 not read), which also shrinks its memory reserve. A stated limit is the
+    /// deployment's, so each replica's server has its share of it (as `plan --launch` writes);
+    /// a limit of 0 is refused before it gets here.
     pub fn graph_max_batch(&self) -> Option<u32> {
         let default = self.engine.batch.graph_max_batch(&self.gpu, self.plan.tp);
         match (self.engine.batch, default, self.max_running) {
-            (BatchDefaults::SglangTable { minor }, Some(graphs), Some(stated)) if minor >= 23 => Some(graphs.min(stated.max(1))),
+            (BatchDefaults::SglangTable { minor }, Some(graphs), Some(stated)) if minor >= 23 => {
+                Some(graphs.min(stated.div_ceil(self.plan.dp().max(1))))
+            }
             _ => default,
         }
     }
@@ -501,6 +506,20 @@ mod tests {
         s.max_running = Some(64);
         s.engine.batch = BatchDefaults::SglangTable { minor: 20 };
         assert_eq!(s.graph_max_batch(), Some(512));
+        // Two replicas of TP4: each server states half the deployment's cap.
+        let mut two = scenario("llama-3.1-70b", Dtype::Fp8, "h100-sxm", "nvlink", 8, 4);
+        two.max_running = Some(128);
+        assert_eq!(two.graph_max_batch(), Some(64));
+        // DP attention over 8 ranks: the server's cap against each rank's graphs, whole. DeepSeek-V3
+        // on an H200 with 256 stated reserves 2 x 256 + 256 x 8 x 3 MiB for its decode graphs where
+        // it reserved 2 x 512 + 512 x 8 x 4.5: 12,800 MiB less, of 143,771.
+        let mut dpa = scenario("deepseek-v3", Dtype::Fp8, "h200", "nvlink", 8, 8);
+        dpa.plan.dp_attention = true;
+        let open = dpa.mem_fraction_flag();
+        dpa.max_running = Some(256);
+        assert_eq!(dpa.graph_max_batch(), Some(256));
+        let mib = dpa.gpu.memory_gb * 1e9 / (1024.0 * 1024.0);
+        assert!((dpa.mem_fraction_flag() - open - 12_800.0 / mib).abs() < 1.5e-3, "{open} -> {}", dpa.mem_fraction_flag());
     }
 
     #[test]

@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use std::fmt::Write as _;
 
-use super::{Scenario, VisionCut};
+use super::{AiterCut, Scenario, VisionCut};
 use crate::hw::{Arch, GpuSpec};
 use crate::spec::Attention;
 
@@ -105,8 +105,8 @@ fn prefill_graph_sizes(max_tokens: f64) -> usize {
 
 /// The model families (`model_type`) sglang serves as text models unless `--enable-multimodal` is
 /// given, whatever their `vision_config` says (`mm_disabled_models` in sglang's ModelConfig, in
-/// 0.4.6 and every release read after it: Gemma 3 and Llama 4; Step3-VL and Inkling, which the
-/// parser does not read, joined later).
+/// 0.4.6 and every release read after it, [`super::ShareCuts::text_only_families`]: Gemma 3 and
+/// Llama 4; Step3-VL and Inkling, which the parser does not read, joined later).
 pub const SGLANG_TEXT_ONLY_ARCHS: [&str; 2] = ["gemma3", "llama4"];
 
 /// sglang's share by TP size before 0.4.8 (the 0.4.7 table counts TP x PP).
@@ -129,7 +129,7 @@ impl Scenario {
             MemShare::Given(f) => f,
             // vLLM and TensorRT-LLM make no cut; sglang's own default includes its vision cut
             // from 0.4.9 (before, its model runner cuts whatever share it is given).
-            _ if self.engine.share_cuts.vision == VisionCut::FlatAnyShare => self.default_share(),
+            _ if self.engine.share_cuts.vision.in_runner() => self.default_share(),
             _ => self.default_share() * self.vision_scale(),
         }
     }
@@ -186,10 +186,11 @@ impl Scenario {
         }
     }
 
-    /// The share of each GPU's memory the engine takes ([`Self::mem_fraction_flag`] times sglang's
-    /// aiter scale, [`Self::aiter_scale`]).
+    /// The share of each GPU's memory the engine takes: [`Self::mem_fraction_flag`] times the cuts
+    /// sglang's model runner makes to any share, the vision cut of releases before 0.4.9
+    /// ([`Self::vision_scale`]) and the aiter scale ([`Self::aiter_scale`]).
     pub fn mem_fraction(&self) -> f64 {
-        let runner_vision = if self.engine.share_cuts.vision == VisionCut::FlatAnyShare { self.vision_scale() } else { 1.0 };
+        let runner_vision = if self.engine.share_cuts.vision.in_runner() { self.vision_scale() } else { 1.0 };
         self.mem_fraction_flag() * runner_vision * self.aiter_scale()
     }
 
@@ -198,26 +199,29 @@ impl Scenario {
     /// held to 0.8 .. 1.05, for a vision encoder of L layers of width H against ViT-L/14's
     /// 24 x 1024 (`adjust_mem_fraction_for_vlm`): 0.910 for Gemma 4's 27 x 1152, 0.925 for
     /// Qwen3.5's (its config class has no `num_hidden_layers`, so sglang takes 24). 0.4.9 takes
-    /// 0.90 of its own default; earlier releases 0.90 of any share, a given one too. 1 for a share
-    /// given to 0.4.9 or later, for vLLM and TensorRT-LLM, and for a model sglang does not serve
-    /// with its encoder: one without a `vision_config`, or of a family it serves as text unless
-    /// `--enable-multimodal` is given ([`SGLANG_TEXT_ONLY_ARCHS`]). Not modelled: sglang also
-    /// needs the architecture in its release's multimodal list (the cut is applied for any
-    /// release named, even one that cannot load the model), and skips the cut under
-    /// `--language-only` or on a disaggregated decode server.
+    /// 0.90 of its own default; 0.4.5 .. 0.4.8 0.90 of any share, a given one too, and earlier
+    /// releases 0.95. 1 for a share given to 0.4.9 or later, for vLLM and TensorRT-LLM, and for
+    /// a model the model does not count as multimodal: one without a `vision_config`, or (from
+    /// 0.4.6) of a family sglang serves as text unless `--enable-multimodal` is given
+    /// ([`SGLANG_TEXT_ONLY_ARCHS`]). Not modelled: sglang decides by architecture (its release's
+    /// multimodal list; from 0.4.10 it also skips a config without `vision_config`), so the cut
+    /// is applied for any release named, even one that cannot load the model; and it skips the
+    /// cut under `--language-only` or on a disaggregated decode server.
     pub fn vision_scale(&self) -> f64 {
         let Some(v) = self.model.vision else { return 1.0 };
-        if SGLANG_TEXT_ONLY_ARCHS.contains(&self.model.arch.as_str()) {
+        let cuts = self.engine.share_cuts;
+        if cuts.text_only_families && SGLANG_TEXT_ONLY_ARCHS.contains(&self.model.arch.as_str()) {
             return 1.0;
         }
         let given = matches!(self.engine.mem_share, MemShare::Given(_));
-        match self.engine.share_cuts.vision {
+        match cuts.vision {
             VisionCut::BySize if !given => {
                 let ratio = f64::from(v.layers) * f64::from(v.hidden).powi(2) / (24.0 * 1024.0 * 1024.0);
                 0.95 * (1.0 - 0.1 * (ratio - 1.0)).clamp(0.8, 1.05)
             }
-            VisionCut::FlatOwnDefault if !given => 0.9,
-            VisionCut::FlatAnyShare => 0.9,
+            VisionCut::OwnDefault90 if !given => 0.9,
+            VisionCut::AnyShare90 => 0.9,
+            VisionCut::AnyShare95 => 0.95,
             _ => 1.0,
         }
     }
@@ -241,9 +245,9 @@ impl Scenario {
     /// default (`ModelRunner.model_specific_adjustment` in 0.4.8 .. 0.5.3,
     /// `_handle_attention_backend_compatibility` from 0.5.5; 0.5.20's
     /// `SGLANG_AITER_HONOR_EXPLICIT_MEM_FRACTION`, off by default, exempts a given share). 1
-    /// elsewhere ([`super::ShareCuts::aiter`]).
+    /// elsewhere ([`AiterCut`]).
     pub fn aiter_scale(&self) -> f64 {
-        if self.engine.share_cuts.aiter && self.runs_on_aiter() && self.model.max_context > 8192 {
+        if self.runs_on_aiter() && self.model.max_context > 8192 {
             0.85
         } else {
             1.0
@@ -268,14 +272,21 @@ impl Scenario {
         }
     }
 
-    /// Whether sglang's default attention backend for this model is aiter: on an AMD GPU, for
-    /// every MHA/GQA model, and for an MLA model with 16 or 128 heads per rank (others run on
-    /// Triton) (`ModelRunner.model_specific_adjustment` from 0.4.8, where the heads per rank are
-    /// the config's KV heads over TP, the query heads for DeepSeek's MLA;
-    /// `_handle_attention_backend_compatibility` from 0.5.5); a DSA model (GLM-5, DeepSeek-V3.2)
-    /// runs on its own NSA backend.
+    /// Whether sglang's default attention backend for this model is aiter, in a release that
+    /// keeps the 0.85 for it ([`AiterCut`]): on an AMD GPU, for every MHA/GQA model but GPT-OSS
+    /// before 0.5.17 (its model adjustments pick Triton), and for an MLA model with 16 or 128
+    /// heads per rank (others run on Triton) (`ModelRunner.model_specific_adjustment` from 0.4.8,
+    /// where the heads per rank are the config's KV heads over TP, the query heads for DeepSeek's
+    /// MLA; `_handle_attention_backend_compatibility` from 0.5.5); a DSA model (GLM-5,
+    /// DeepSeek-V3.2) runs on its own NSA backend. Not modelled: a backend given by hand, and
+    /// speculative decoding, which sent an MLA model to Triton from 0.4.8 to 0.5.2.
     fn runs_on_aiter(&self) -> bool {
-        if !is_amd(&self.gpu) || self.model.dsa.is_some() {
+        let release = match self.engine.share_cuts.aiter {
+            AiterCut::None => false,
+            AiterCut::NotGptOss => self.model.arch != "gpt_oss",
+            AiterCut::Every => true,
+        };
+        if !release || !is_amd(&self.gpu) || self.model.dsa.is_some() {
             return false;
         }
         match self.model.attention {
@@ -397,6 +408,18 @@ mod tests {
         // At TP4 (32 heads per rank) it runs on Triton: no scale.
         let (flag, share) = on("sglang@0.5.5", 4);
         assert_eq!(share, flag);
+        // An MHA model takes it where its context is over 8,192 tokens; GPT-OSS runs on Triton
+        // before 0.5.17.
+        let mha = |model: &str, release: &str, context: u32| {
+            let mut sc = scenario(model, Dtype::Bf16, "mi300x", "nvlink", 8, 8);
+            sc.engine = EngineRelease::parse("--engine", release).expect("parses").defaults();
+            sc.model.max_context = context;
+            sc.aiter_scale()
+        };
+        assert_eq!(mha("llama-3.1-70b", "sglang@0.5.9", 131_072), 0.85);
+        assert_eq!(mha("llama-3.1-70b", "sglang@0.5.9", 8192), 1.0);
+        assert_eq!(mha("gpt-oss-120b", "sglang@0.5.9", 131_072), 1.0);
+        assert_eq!(mha("gpt-oss-120b", "sglang@0.5.17", 131_072), 0.85);
         // NVIDIA GPUs never take it.
         let mut h = scenario("deepseek-v3", Dtype::Fp8, "h200", "nvlink", 8, 8);
         h.engine = EngineName::Sglang.defaults();
@@ -431,14 +454,21 @@ mod tests {
         let (flag, share, text, v) = at("gemma-4-31b", "sglang@0.4.9");
         assert_eq!(v, 0.9);
         assert!((flag - text * 0.9).abs() < 1e-12 && share == flag);
-        // 0.4.8 and before: 0.90 of any share in the model runner, after the flag.
+        // 0.4.5 to 0.4.8: 0.90 of any share in the model runner, after the flag; 0.4.4 and
+        // before 0.95.
         let (flag, share, text, _) = at("gemma-4-31b", "sglang@0.4.8");
         assert!(flag == text && (share - flag * 0.9).abs() < 1e-12, "{flag} {share}");
-        // A date stands for its release.
+        let (flag, share, text, _) = at("gemma-4-31b", "sglang@0.4.4");
+        assert!(flag == text && (share - flag * 0.95).abs() < 1e-12, "{flag} {share}");
+        // A date or a nightly's stands for its release; a .post release for its own.
         let undated = EngineRelease::current(EngineName::Sglang);
-        assert_eq!(undated.share_cuts(Some("2025-07-30")).vision, VisionCut::FlatOwnDefault);
+        assert_eq!(undated.share_cuts(Some("2025-07-30")).vision, VisionCut::OwnDefault90);
         assert_eq!(undated.share_cuts(Some("2025-07-31")).vision, VisionCut::BySize);
-        assert_eq!(undated.share_cuts(Some("2025-07-05")).vision, VisionCut::FlatAnyShare);
+        assert_eq!(undated.share_cuts(Some("2025-07-05")).vision, VisionCut::AnyShare90);
+        assert_eq!(undated.share_cuts(Some("2025-04-06")).vision, VisionCut::AnyShare95);
+        let release = |v: &str| EngineRelease::parse("--engine", v).expect("parses");
+        assert_eq!(release("sglang@nightly-dev-20250730").share_cuts(None).vision, VisionCut::OwnDefault90);
+        assert_eq!(release("sglang@0.4.9.post1").share_cuts(None).vision, VisionCut::OwnDefault90);
         // The size factor is held to 0.8 .. 1.05: a 48 x 2048 encoder gives 0.95 x 0.8; an
         // encoder of no layers 0.95 x 1.05 (the 1.1 it would give, held).
         let mut big = with("gemma-4-31b", "sglang");
@@ -447,7 +477,7 @@ mod tests {
         big.model.vision = Some(crate::spec::VisionTower { layers: 0, hidden: 1152 });
         assert!((big.vision_scale() - 0.9975).abs() < 1e-12);
         // A share given to 0.4.9 or later is not cut; one given to 0.4.8 is.
-        for (release, want) in [("sglang", 0.8), ("sglang@0.4.9", 0.8), ("sglang@0.4.8", 0.72)] {
+        for (release, want) in [("sglang", 0.8), ("sglang@0.4.9", 0.8), ("sglang@0.4.8", 0.72), ("sglang@0.4.4", 0.76)] {
             let mut given = with("gemma-4-31b", release);
             given.engine.mem_share = MemShare::Given(0.8);
             assert_eq!(given.mem_fraction_flag(), 0.8, "{release}");
@@ -464,6 +494,9 @@ mod tests {
         let mut gemma3 = with("gemma-4-31b", "sglang");
         gemma3.model.arch = "gemma3".into();
         assert_eq!(gemma3.vision_scale(), 1.0);
+        // 0.4.5 has no such list: it cuts Gemma 3 too.
+        gemma3.engine = EngineRelease::parse("--engine", "sglang@0.4.5").expect("parses").defaults();
+        assert_eq!(gemma3.vision_scale(), 0.9);
         // The report says so.
         let g = with("gemma-4-31b", "sglang");
         assert!(g.mem_share_origin().ends_with("times 0.910 for the vision encoder"), "{}", g.mem_share_origin());

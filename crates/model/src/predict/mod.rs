@@ -55,7 +55,7 @@ pub(crate) mod tests;
 pub use bottleneck::Bottleneck;
 pub use collectives::{Across, QkGathers, QkNormAllReduces};
 pub use engine::{
-    distinct_expert_fraction, Engine, EngineName, EngineRelease, ReleaseFeature, ShareCuts, VisionCut, CDNA3_FLOOR_SCALE,
+    distinct_expert_fraction, AiterCut, Engine, EngineName, EngineRelease, ReleaseFeature, ShareCuts, VisionCut, CDNA3_FLOOR_SCALE,
     EARLY_RELEASES_END, EARLY_RELEASE_STEP_SCALE, SGLANG_CHECKPOINT_KV, SGLANG_PIECEWISE_DEFAULT, SGLANG_REQUEST_LATENCY_MS,
     TRTLLM_MEM_FRACTION, TRTLLM_REQUEST_LATENCY_MS, VLLM_CHECKPOINT_KV, VLLM_GPU_MEMORY_UTILIZATION, VLLM_REQUEST_LATENCY_MS,
     VLLM_V1_DEFAULT,

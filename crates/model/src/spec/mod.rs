@@ -358,8 +358,8 @@ pub struct ModelSpec {
     /// two all-gathers per attention layer.
     pub qk_norm_gathered: bool,
     /// The vision encoder a multimodal checkpoint declares (its top-level `vision_config`), None
-    /// for a text model. The model does not price it (the requests are text), but sglang's
-    /// default memory share shrinks by its size ([`crate::predict::MemShare`]).
+    /// for a text model. The model does not price it (the requests are text), but sglang cuts its
+    /// memory share for it, by release ([`crate::predict::VisionCut`]).
     pub vision: Option<VisionTower>,
 }
 
