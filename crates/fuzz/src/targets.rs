@@ -401,13 +401,26 @@ pub struct HttpResponse;
 /// the fuzzer down).
 const HTTP_TRICKLE_MAX: usize = 4096;
 
-/// Serves `reply` to one connection on a loopback port after reading the request's head, whole
-/// or one byte per write, then closes it.
-fn serve_reply(reply: Vec<u8>, trickle: bool) -> Result<(u16, std::thread::JoinHandle<()>), String> {
-    use std::io::{Read, Write};
+/// The loopback listener every reply is served on, bound once for the run: a listener per reply
+/// leaves its port in TIME_WAIT after each connection, and a fast box binds every free port
+/// within the minute ("Address already in use", found by a CI run).
+fn loopback_listener() -> Result<&'static std::net::TcpListener, String> {
+    static LISTENER: std::sync::OnceLock<std::net::TcpListener> = std::sync::OnceLock::new();
+    if let Some(l) = LISTENER.get() {
+        return Ok(l);
+    }
     let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("cannot bind a loopback port: {e}"))?;
+    Ok(LISTENER.get_or_init(|| l))
+}
+
+/// Serves `reply` to the connection whose request names `nonce`, after reading its head, whole or
+/// one byte per write, then closes it. A connection that does not name it (one an earlier reply's
+/// client left behind) is dropped unanswered.
+fn serve_reply(reply: Vec<u8>, trickle: bool, nonce: String) -> Result<(u16, std::thread::JoinHandle<()>), String> {
+    use std::io::{Read, Write};
+    let l = loopback_listener()?;
     let port = l.local_addr().map_err(|e| e.to_string())?.port();
-    let h = std::thread::spawn(move || {
+    let h = std::thread::spawn(move || loop {
         let Ok((mut c, _)) = l.accept() else { return };
         let _ = c.set_nodelay(true);
         let _ = c.set_read_timeout(Some(std::time::Duration::from_secs(5)));
@@ -419,12 +432,16 @@ fn serve_reply(reply: Vec<u8>, trickle: bool) -> Result<(u16, std::thread::JoinH
                 Ok(n) => head.extend_from_slice(&b[..n]),
             }
         }
+        if !head.windows(nonce.len()).any(|w| w == nonce.as_bytes()) {
+            continue;
+        }
         let pieces: Vec<&[u8]> = if trickle { reply.chunks(1).collect() } else { vec![&reply[..]] };
         for p in pieces {
             if c.write_all(p).is_err() {
                 return;
             }
         }
+        return;
     });
     Ok((port, h))
 }
@@ -432,8 +449,11 @@ fn serve_reply(reply: Vec<u8>, trickle: bool) -> Result<(u16, std::thread::JoinH
 /// One GET against a server replying `reply`.
 fn get_reply(reply: &[u8], trickle: bool) -> Result<Result<servetune_campaign::http::Response, String>, String> {
     use servetune_campaign::http::{get, Endpoint};
-    let (port, server) = serve_reply(reply.to_vec(), trickle)?;
-    let r = get(&Endpoint::local(port), "/health", std::time::Duration::from_secs(5)).map_err(|e| e.to_string());
+    static REQUESTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = REQUESTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let nonce = format!("/health/{n}-");
+    let (port, server) = serve_reply(reply.to_vec(), trickle, nonce.clone())?;
+    let r = get(&Endpoint::local(port), &nonce, std::time::Duration::from_secs(5)).map_err(|e| e.to_string());
     server.join().map_err(|_| "the loopback server panicked".to_string())?;
     Ok(r)
 }
