@@ -346,17 +346,14 @@ impl EngineName {
     /// The model's defaults with this engine's: its serving-path latency, prefill mixing and
     /// memory share.
     pub fn defaults(self) -> Engine {
-        Engine {
+        let base = Engine {
             serving: self,
             request_latency_ms: self.request_latency_ms(),
             mixed_prefill: self.mixes_prefill(),
             prefill_graphs: self.graphs_prefill(),
-            mem_share: EngineRelease::current(self).mem_share(None),
-            batch: EngineRelease::current(self).batch_defaults(None),
-            state_pool: EngineRelease::current(self).state_pool(None),
-            share_cuts: EngineRelease::current(self).share_cuts(None),
             ..Engine::default()
-        }
+        };
+        EngineRelease::current(self).with_defaults(base, None)
     }
 }
 
@@ -718,16 +715,26 @@ impl EngineRelease {
     /// The model's defaults for this release: [`EngineName::defaults`] with the release's
     /// prefill mixing and prefill graphs.
     pub fn defaults(&self) -> Engine {
+        let base = Engine { mixed_prefill: self.mixes_prefill(), prefill_graphs: self.prefill_graphs(None), ..self.name.defaults() };
+        self.with_defaults(base, None)
+    }
+
+    /// `base` with the release's defaults for a measurement of `date` (None where none is known):
+    /// its batch limits, state pool, memory share (a share `base` was given stays), the cuts to
+    /// that share, and, for an early release, `base`'s early-release step scale. The one place
+    /// these are set together, for a plan and for a validation case alike; prefill mixing and
+    /// prefill graphs are the caller's, which a case's own flags may change.
+    pub fn with_defaults(&self, base: Engine, date: Option<&str>) -> Engine {
         Engine {
-            mixed_prefill: self.mixes_prefill(),
-            prefill_graphs: self.prefill_graphs(None),
-            batch: self.batch_defaults(None),
-            state_pool: self.state_pool(None),
-            share_cuts: self.share_cuts(None),
-            mem_share: self.mem_share(None),
-            release_step_scale: if self.is_early(None) { EARLY_RELEASE_STEP_SCALE } else { 1.0 },
-            early_release_scale: EARLY_RELEASE_STEP_SCALE,
-            ..self.name.defaults()
+            batch: self.batch_defaults(date),
+            state_pool: self.state_pool(date),
+            share_cuts: self.share_cuts(date),
+            mem_share: match base.mem_share {
+                MemShare::Given(f) => MemShare::Given(f),
+                _ => self.mem_share(date),
+            },
+            release_step_scale: if self.is_early(date) { base.early_release_scale } else { 1.0 },
+            ..base
         }
     }
 }

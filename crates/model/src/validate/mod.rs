@@ -342,21 +342,18 @@ fn prepare(c: &E2eCase, engine: &Engine, latency: Latency) -> Result<Prepared, (
     let release = crate::predict::EngineRelease { name: c.engine, version: c.engine_version.clone() };
     let early = release.is_early(c.date.as_deref());
     let prefill_graphs = if c.engine == EngineName::Sglang { release.prefill_graphs(c.date.as_deref()) } else { e.prefill_graphs };
-    s.engine = Engine {
+    let base = Engine {
         cuda_graphs: e.cuda_graphs,
         prefill_graphs,
         // vLLM's V0 (before 0.8.0) runs prompts as steps of their own.
         mixed_prefill: e.mixed_prefill && release.mixes_prefill(),
-        // A share the case states, else its release's default.
-        mem_share: if c.mem_fraction.is_some() { e.mem_share } else { release.mem_share(c.date.as_deref()) },
+        // A share the case states (given), else its release's default (with_defaults).
+        mem_share: e.mem_share,
         serving: e.serving,
-        batch: release.batch_defaults(c.date.as_deref()),
-        state_pool: release.state_pool(c.date.as_deref()),
-        share_cuts: release.share_cuts(c.date.as_deref()),
-        release_step_scale: if early { engine.early_release_scale } else { 1.0 },
         request_latency_ms,
         ..*engine
     };
+    s.engine = release.with_defaults(base, c.date.as_deref());
     s.check_fit().map_err(|e| (SkipReason::Refused, e.to_string()))?;
     check_plausible(&s, measured)?;
     let workload = workload_of(c, spec.input_len, spec.output_len);
