@@ -114,12 +114,16 @@ fn model_long_help() -> String {
     let mut out = String::from(
         "Catalog model (its published config.json under crates/model/data/models/): a name, or the Hugging Face repository (any letter case) of a checkpoint the catalog lists, which also sets --quant to that checkpoint's format. The catalog:",
     );
-    for m in spec::catalog_names().into_iter().filter_map(|n| spec::catalog_entry(n).ok()) {
+    let entries: Vec<&spec::CatalogEntry> = spec::catalog_names().into_iter().filter_map(|n| spec::catalog_entry(n).ok()).collect();
+    for m in &entries {
         let repos: Vec<String> = m.checkpoints.iter().filter_map(|c| c.repository().map(|r| format!("{r} ({})", c.quant.name()))).collect();
+        // A release published with an architecture the catalog already has reads that entry's config.
+        let owner = entries.iter().find(|e| e.config == m.config).filter(|e| e.name != m.name);
         out.push_str(&format!(
-            "\n  {}: {}",
+            "\n  {}: {}{}",
             m.name,
-            if repos.is_empty() { "no checkpoint repository listed".into() } else { repos.join(", ") }
+            if repos.is_empty() { "no checkpoint repository listed".into() } else { repos.join(", ") },
+            owner.map(|o| format!(" ({}'s architecture and config)", o.name)).unwrap_or_default()
         ));
     }
     out

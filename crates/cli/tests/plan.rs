@@ -789,11 +789,28 @@ fn a_checkpoints_repository_plans_as_its_catalog_model_and_format() {
         err.contains("--model zai-org/GLM-5-FP8 is the fp8 checkpoint of glm-5") && err.contains("--model glm-5 --quant nvfp4"),
         "{err}"
     );
-    let (code, _, err) = plan(&["--model", "deepseek-ai/DeepSeek-R1", "--gpu", "h200"]);
+    let (code, _, err) = plan(&["--model", "deepseek-ai/DeepSeek-V3-Base", "--gpu", "h200"]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("\"deepseek-ai/DeepSeek-R1\" is not in the model catalog") && err.contains("give --model-config"), "{err}");
+    assert!(err.contains("\"deepseek-ai/DeepSeek-V3-Base\" is not in the model catalog") && err.contains("give --model-config"), "{err}");
     let (_, help, _) = plan(&["--help"]);
     assert!(help.contains("glm-5: zai-org/GLM-5-FP8 (fp8)") && help.contains("zai-org/GLM-5 (bf16)"), "--help lists the checkpoints");
+
+    // A release the catalog lists with another entry's architecture: DeepSeek-R1-0528 plans as
+    // DeepSeek-V3's model under its own name, and --help says whose config it reads.
+    let common = ["--gpu", "h200", "--gpus", "8", "--concurrency", "16", "--json", "-"];
+    let json = |model: &str| {
+        let args: Vec<&str> = ["--model", model].iter().chain(common.iter()).copied().collect();
+        let (code, out, err) = plan(&args);
+        assert_eq!(code, 0, "{model}: {err}");
+        serde_json::from_str::<serde_json::Value>(&out).expect("json")
+    };
+    let (r1, v3) = (json("deepseek-ai/DeepSeek-R1-0528"), json("deepseek-v3"));
+    assert_eq!(r1["model"], "deepseek-r1-0528");
+    assert_eq!(r1["points"], v3["points"], "the same architecture, the same prediction");
+    assert!(
+        help.contains("deepseek-r1-0528: deepseek-ai/DeepSeek-R1-0528 (fp8)") && help.contains("deepseek-v3's architecture and config"),
+        "{help}"
+    );
 }
 
 /// A hybrid model under sglang: `plan` prints the state pool and the cap it sets, and the JSON

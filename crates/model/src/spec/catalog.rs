@@ -24,6 +24,11 @@ pub struct CatalogEntry {
     pub config: String,
     /// The Hugging Face repository the config comes from.
     pub repo: String,
+    /// Where the entry's config is another model's (a release published with an architecture the
+    /// catalog already has, DeepSeek-R1 with DeepSeek-V3's), or the file says less than its name:
+    /// which config it reads and why that is the same architecture.
+    #[serde(default)]
+    pub note: Option<String>,
     /// Published checkpoints, the default (the config's own format) first.
     pub checkpoints: Vec<Checkpoint>,
 }
@@ -52,7 +57,7 @@ pub(super) struct CatalogFile {
 }
 
 /// The catalog's config files, embedded at build time.
-pub(super) const CONFIGS: [(&str, &str); 21] = [
+pub(super) const CONFIGS: [(&str, &str); 29] = [
     ("glm-5.json", include_str!("../../data/models/glm-5.json")),
     ("deepseek-v3.json", include_str!("../../data/models/deepseek-v3.json")),
     ("qwen3-235b-a22b.json", include_str!("../../data/models/qwen3-235b-a22b.json")),
@@ -74,6 +79,14 @@ pub(super) const CONFIGS: [(&str, &str); 21] = [
     ("gemma-4-26b-a4b.json", include_str!("../../data/models/gemma-4-26b-a4b.json")),
     ("gemma-4-31b.json", include_str!("../../data/models/gemma-4-31b.json")),
     ("kimi-linear-48b-a3b.json", include_str!("../../data/models/kimi-linear-48b-a3b.json")),
+    ("kimi-k2.5.json", include_str!("../../data/models/kimi-k2.5.json")),
+    ("qwen3-32b.json", include_str!("../../data/models/qwen3-32b.json")),
+    ("qwen3-14b.json", include_str!("../../data/models/qwen3-14b.json")),
+    ("minimax-m2.5.json", include_str!("../../data/models/minimax-m2.5.json")),
+    ("minimax-m2.7.json", include_str!("../../data/models/minimax-m2.7.json")),
+    ("glm-5.1.json", include_str!("../../data/models/glm-5.1.json")),
+    ("glm-5.2.json", include_str!("../../data/models/glm-5.2.json")),
+    ("nemotron-3-super-120b-a12b.json", include_str!("../../data/models/nemotron-3-super-120b-a12b.json")),
 ];
 
 pub(super) fn catalog_file() -> &'static CatalogFile {

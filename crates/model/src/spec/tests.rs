@@ -612,7 +612,7 @@ fn qwen3_vl_language_models_read_as_qwen3() {
 
 #[test]
 fn glm_5_2_runs_its_dsa_indexer_only_in_its_full_indexer_layers() {
-    let text = include_str!("../../data/validation/configs/zai-org--GLM-5.2-FP8.json");
+    let text = include_str!("../../data/models/glm-5.2.json");
     let m = from_hf_config(text, "g.json").expect("GLM-5.2");
     let cfg = json(text);
     let types = cfg["indexer_types"].as_array().expect("indexer_types");
@@ -690,7 +690,7 @@ fn a_checkpoints_declared_kv_cache_format_is_read_from_its_quantization_config()
     assert_eq!(read(include_str!("../../tests/configs/Qwen--Qwen3-32B-FP8-Static-PerTensor.json")), Some(KvDtype::Fp8));
     // Moonshot's INT4 checkpoint states a null scheme inside its text_config: no KV
     // quantization, the model's BF16; and its weights are read from there too.
-    let kimi = from_hf_config(include_str!("../../data/validation/configs/moonshotai--Kimi-K2.5.json"), "k.json").expect("Kimi-K2.5");
+    let kimi = from_hf_config(include_str!("../../data/models/kimi-k2.5.json"), "k.json").expect("Kimi-K2.5");
     assert_eq!((kimi.kv_declared, kimi.checkpoint), (Some(KvDtype::Bf16), Some(Dtype::Int4)));
     // No quantization_config, or one silent about the cache: the checkpoint's format decides.
     assert_eq!(read(&llama_with("")), None);
@@ -855,13 +855,13 @@ fn a_model_is_named_by_its_catalog_name_or_a_listed_checkpoints_repository() {
     }
     assert!(repos >= 30, "the catalog lists {repos} checkpoint repositories");
     assert_eq!(named_model("GLM-5").expect("any letter case").entry.name, "glm-5");
-    // Refused: another checkpoint of a catalog architecture, the repository Qwen3-Next's config was
+    // Refused: a release of a catalog architecture the catalog does not list, the repository Qwen3-Next's config was
     // read from (no listed checkpoint: the launch script would serve another), a checkpoint the
     // catalog describes in words (Kimi-K2's INT4, written as prose), and what is no repository.
     let kimi_words = catalog_entry("kimi-k2").expect("kimi").checkpoints[1].repo.clone();
     assert!(kimi_words.contains(' '), "kimi-k2's INT4 checkpoint is described in words: {kimi_words}");
     for bad in [
-        "deepseek-ai/DeepSeek-R1",
+        "deepseek-ai/DeepSeek-V3-Base",
         "Qwen/Qwen3-Next-80B-A3B-Thinking",
         &kimi_words,
         "zai-org",
@@ -872,6 +872,40 @@ fn a_model_is_named_by_its_catalog_name_or_a_listed_checkpoints_repository() {
         let e = named_model(bad).expect_err(bad).to_string();
         assert!(e.contains(&format!("{bad:?} is not in the model catalog: give a catalog name (glm-5,")), "{bad}: {e}");
     }
+}
+
+/// The releases the catalog lists with another model's config (DeepSeek-R1 with DeepSeek-V3's,
+/// Llama 3.3 70B with Llama 3.1 70B's): each is named by its own repositories and launched with
+/// them, reads exactly its architecture's model (the same spec, its own name), and says whose
+/// config it reads. An entry that shares no file says nothing.
+#[test]
+fn a_release_with_another_models_architecture_reads_that_config_and_says_so() {
+    let mut shared = 0;
+    for name in catalog_names() {
+        let entry = catalog_entry(name).expect("entry");
+        let owner =
+            catalog_names().into_iter().map(|n| catalog_entry(n).expect("entry")).find(|e| e.config == entry.config).expect("itself");
+        if owner.name == entry.name {
+            continue;
+        }
+        shared += 1;
+        let note = entry.note.as_deref().unwrap_or_else(|| panic!("{name} reads {}'s config and says nothing", owner.name));
+        assert!(note.contains(&entry.config), "{name}: the note names the file it reads: {note}");
+        assert_eq!(entry.repo, owner.repo, "{name}: the config's repository is the owner's");
+        let (mut mine, theirs) = (catalog(name).expect("config"), catalog(&owner.name).expect("config"));
+        assert_eq!(mine.name, name);
+        mine.name = theirs.name.clone();
+        assert_eq!(mine, theirs, "{name}: {}'s architecture", owner.name);
+        for c in entry.checkpoints.iter().filter_map(|c| c.repository().map(|r| (r, c.quant))) {
+            let n = named_model(c.0).expect("its repository names it");
+            assert_eq!((n.entry.name.as_str(), n.checkpoint), (name, Some(c.1)), "{}", c.0);
+        }
+    }
+    assert!(shared >= 7, "{shared} releases share a config");
+    let r1 = named_model("deepseek-ai/DeepSeek-R1-0528").expect("R1-0528");
+    assert_eq!((r1.entry.name.as_str(), r1.checkpoint), ("deepseek-r1-0528", Some(Dtype::Fp8)));
+    assert_eq!(named_model("meta-llama/Llama-3.3-70B-Instruct").expect("Llama 3.3").entry.name, "llama-3.3-70b");
+    assert_eq!(catalog_entry("glm-5").expect("glm").note, None);
 }
 
 /// The families read since stop 56 (docs/reference.md, "More architectures"): each published

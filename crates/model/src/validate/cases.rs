@@ -41,25 +41,13 @@ impl Data {
 }
 
 /// The config.json files under `data/validation/configs/` (their origins: that folder's README.md).
-pub(crate) const CONFIGS: [(&str, &str); 13] = [
-    ("MiniMaxAI--MiniMax-M2.5.json", include_str!("../../data/validation/configs/MiniMaxAI--MiniMax-M2.5.json")),
-    ("MiniMaxAI--MiniMax-M2.7.json", include_str!("../../data/validation/configs/MiniMaxAI--MiniMax-M2.7.json")),
-    ("Qwen--Qwen3-14B.json", include_str!("../../data/validation/configs/Qwen--Qwen3-14B.json")),
-    ("Qwen--Qwen3-32B.json", include_str!("../../data/validation/configs/Qwen--Qwen3-32B.json")),
-    ("Qwen--Qwen3.5-397B-A17B.json", include_str!("../../data/validation/configs/Qwen--Qwen3.5-397B-A17B.json")),
-    ("moonshotai--Kimi-K2.5.json", include_str!("../../data/validation/configs/moonshotai--Kimi-K2.5.json")),
+pub(crate) const CONFIGS: [(&str, &str); 4] = [
     ("nvidia--DeepSeek-V3.1-NVFP4.json", include_str!("../../data/validation/configs/nvidia--DeepSeek-V3.1-NVFP4.json")),
     ("nvidia--Kimi-K2.5-NVFP4.json", include_str!("../../data/validation/configs/nvidia--Kimi-K2.5-NVFP4.json")),
-    (
-        "nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8.json",
-        include_str!("../../data/validation/configs/nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8.json"),
-    ),
     (
         "nvidia--NVIDIA-Nemotron-3-Ultra-550B-A55B-NVFP4.json",
         include_str!("../../data/validation/configs/nvidia--NVIDIA-Nemotron-3-Ultra-550B-A55B-NVFP4.json"),
     ),
-    ("zai-org--GLM-5.1-FP8.json", include_str!("../../data/validation/configs/zai-org--GLM-5.1-FP8.json")),
-    ("zai-org--GLM-5.2-FP8.json", include_str!("../../data/validation/configs/zai-org--GLM-5.2-FP8.json")),
     ("zai-org--GLM-5.json", include_str!("../../data/validation/configs/zai-org--GLM-5.json")),
 ];
 
@@ -91,19 +79,19 @@ pub(crate) const MODELS: [(&str, ModelRef, &str); 66] = [
     ("nvidia/Qwen3-30B-A3B-FP4", ModelRef::Catalog("qwen3-30b-a3b"), ""),
     ("openai/gpt-oss-120b", ModelRef::Catalog("gpt-oss-120b"), ""),
     ("nvidia/Kimi-K2.5-NVFP4", ModelRef::Config("nvidia--Kimi-K2.5-NVFP4.json"), ""),
-    ("moonshotai/Kimi-K2.5", ModelRef::Config("moonshotai--Kimi-K2.5.json"), ""),
-    ("moonshotai/Kimi-K2.6", ModelRef::Config("moonshotai--Kimi-K2.5.json"), "K2.5's config"),
-    ("Qwen/Qwen3-14B-AWQ", ModelRef::Config("Qwen--Qwen3-14B.json"), "base Qwen3-14B config"),
-    ("Qwen/Qwen3-32B", ModelRef::Config("Qwen--Qwen3-32B.json"), ""),
-    ("nvidia/Qwen3-32B-NVFP4", ModelRef::Config("Qwen--Qwen3-32B.json"), "base Qwen3-32B config"),
-    ("Qwen/Qwen3.5-397B-A17B", ModelRef::Config("Qwen--Qwen3.5-397B-A17B.json"), ""),
-    ("MiniMaxAI/MiniMax-M2.5", ModelRef::Config("MiniMaxAI--MiniMax-M2.5.json"), ""),
-    ("MiniMaxAI/MiniMax-M2.7", ModelRef::Config("MiniMaxAI--MiniMax-M2.7.json"), ""),
-    ("MiniMaxAI/MiniMax-M2", ModelRef::Config("MiniMaxAI--MiniMax-M2.5.json"), "M2.5's config"),
+    ("moonshotai/Kimi-K2.5", ModelRef::Catalog("kimi-k2.5"), ""),
+    ("moonshotai/Kimi-K2.6", ModelRef::Catalog("kimi-k2.5"), "K2.5's config"),
+    ("Qwen/Qwen3-14B-AWQ", ModelRef::Catalog("qwen3-14b"), "base Qwen3-14B config"),
+    ("Qwen/Qwen3-32B", ModelRef::Catalog("qwen3-32b"), ""),
+    ("nvidia/Qwen3-32B-NVFP4", ModelRef::Catalog("qwen3-32b"), "base Qwen3-32B config"),
+    ("Qwen/Qwen3.5-397B-A17B", ModelRef::Catalog("qwen3.5-397b-a17b"), ""),
+    ("MiniMaxAI/MiniMax-M2.5", ModelRef::Catalog("minimax-m2.5"), ""),
+    ("MiniMaxAI/MiniMax-M2.7", ModelRef::Catalog("minimax-m2.7"), ""),
+    ("MiniMaxAI/MiniMax-M2", ModelRef::Catalog("minimax-m2.5"), "M2.5's config"),
     ("zai-org/GLM-4.6", ModelRef::Catalog("glm-4.6"), ""),
     ("zhipuai/GLM-5", ModelRef::Config("zai-org--GLM-5.json"), ""),
-    ("zai-org/GLM-5.1-FP8", ModelRef::Config("zai-org--GLM-5.1-FP8.json"), ""),
-    ("zai-org/GLM-5.2-FP8", ModelRef::Config("zai-org--GLM-5.2-FP8.json"), ""),
+    ("zai-org/GLM-5.1-FP8", ModelRef::Catalog("glm-5.1"), ""),
+    ("zai-org/GLM-5.2-FP8", ModelRef::Catalog("glm-5.2"), ""),
     // The frozen holdout's ids (HOLDOUT.md "Models and the catalog", each mapped before any holdout case was scored).
     ("openai/gpt-oss-20b", ModelRef::Catalog("gpt-oss-20b"), ""),
     ("Qwen/Qwen3-235B-A22B-Instruct-2507", ModelRef::Catalog("qwen3-235b-a22b"), ""),
@@ -132,26 +120,18 @@ pub(crate) const MODELS: [(&str, ModelRef, &str); 66] = [
     ("deepseek-ai/DeepSeek-V3-0324", ModelRef::Catalog("deepseek-v3"), ""),
     ("nvidia/DeepSeek-R1-FP4", ModelRef::Catalog("deepseek-v3"), "DeepSeek-V3 architecture"),
     ("Qwen/Qwen3-235B-A22B-Instruct-2507-FP8", ModelRef::Catalog("qwen3-235b-a22b"), ""),
-    ("Qwen/Qwen3-32B-FP8", ModelRef::Config("Qwen--Qwen3-32B.json"), "base Qwen3-32B config"),
+    ("Qwen/Qwen3-32B-FP8", ModelRef::Catalog("qwen3-32b"), "base Qwen3-32B config"),
     ("cognitivecomputations/Qwen3-30B-A3B-AWQ", ModelRef::Catalog("qwen3-30b-a3b"), ""),
     ("amd/Llama-3.3-70B-Instruct-FP8-KV", ModelRef::Catalog("llama-3.1-70b"), "Llama-3.1-70B architecture"),
     ("zai-org/GLM-5", ModelRef::Config("zai-org--GLM-5.json"), ""),
-    ("nvidia/GLM-5.2-NVFP4", ModelRef::Config("zai-org--GLM-5.2-FP8.json"), "GLM-5.2's config"),
+    ("nvidia/GLM-5.2-NVFP4", ModelRef::Catalog("glm-5.2"), "GLM-5.2's config"),
     // The 2026-12-06 extension's ids (mapped before any of its cases was scored).
     ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", ModelRef::Catalog("nemotron-3-nano-30b-a3b"), ""),
     ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-FP8", ModelRef::Catalog("nemotron-3-nano-30b-a3b"), ""),
     ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4", ModelRef::Catalog("nemotron-3-nano-30b-a3b"), ""),
-    (
-        "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16",
-        ModelRef::Config("nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8.json"),
-        "the FP8 export's config",
-    ),
-    ("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8", ModelRef::Config("nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8.json"), ""),
-    (
-        "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4",
-        ModelRef::Config("nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8.json"),
-        "the FP8 export's config",
-    ),
+    ("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16", ModelRef::Catalog("nemotron-3-super-120b-a12b"), "the FP8 export's config"),
+    ("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8", ModelRef::Catalog("nemotron-3-super-120b-a12b"), ""),
+    ("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4", ModelRef::Catalog("nemotron-3-super-120b-a12b"), "the FP8 export's config"),
     ("nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-NVFP4", ModelRef::Config("nvidia--NVIDIA-Nemotron-3-Ultra-550B-A55B-NVFP4.json"), ""),
     // Gemma 4's published ids, mapped when its catalog entries were added (stop 52). The frozen
     // holdout's sglang-pr-31216 rows name google/gemma-4-31B-it (HOLDOUT.md, look 21).

@@ -834,3 +834,30 @@ fn routing_skew_scan_on_the_fit_set() {
         );
     }
 }
+
+/// The validation's model table and the catalog agree: every e2e.toml or holdout.toml id that
+/// `plan --model` also takes reads the same model in both, so a case scores the model a user
+/// naming that repository gets. The name and the config's declared format aside: a case is priced
+/// in its own `quantization`, a user in the format of the repository named (zai-org/GLM-5's
+/// BF16 config against the catalog's FP8 one).
+#[test]
+fn the_validation_models_agree_with_the_catalog_on_every_id_both_name() {
+    let mut both = 0;
+    for (id, r, _) in MODELS.iter() {
+        let Ok(named) = crate::spec::named_model(id) else { continue };
+        both += 1;
+        let source = match r {
+            ModelRef::Catalog(name) => ModelSource::Catalog((*name).to_string()),
+            ModelRef::Config(file) => {
+                let (_, text) = CONFIGS.iter().find(|(f, _)| f == file).expect("an embedded config");
+                ModelSource::Config { text: (*text).to_string(), path: (*file).to_string() }
+            }
+        };
+        let mut scored = crate::request::ScenarioSpec::new(source, "h200").model_spec().expect("the validation's model");
+        let planned = crate::spec::catalog(&named.entry.name).expect("the catalog's model");
+        scored.name = planned.name.clone();
+        scored.checkpoint = planned.checkpoint;
+        assert_eq!(scored, planned, "{id}: validation and catalog read different models");
+    }
+    assert!(both >= 30, "{both} ids are in both tables");
+}
