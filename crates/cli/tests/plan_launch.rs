@@ -168,7 +168,7 @@ fn rank_answers_with_an_interval_ties_the_concurrency_and_a_launch_command() {
     let answer = out.lines().position(|l| l.starts_with("answer: ")).expect("an answer line");
     assert_eq!(answer, 1, "the answer comes right after the title:\n{out}");
     assert!(out.contains("output tok/s a benchmark client would measure"), "{out}");
-    assert!(out.contains("80% interval") && out.contains("validation cases"), "{out}");
+    assert!(out.contains("80% interval") && out.contains("validation test-set cases"), "{out}");
     assert!(out.lines().nth(3).is_some_and(|l| l.trim_start().starts_with("concurrency ")), "why that concurrency:\n{out}");
     assert!(
         out.contains("CUDA_VISIBLE_DEVICES=") && out.contains("python -m sglang.launch_server --model-path Qwen/Qwen3-235B-A22B"),

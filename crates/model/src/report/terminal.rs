@@ -378,7 +378,7 @@ pub fn concurrency_words(c: u32, why: &ConcurrencyReason) -> String {
     }
 }
 
-/// "80% interval 5,400-8,700 tok/s (23 validation cases of hopper x sglang x moe)".
+/// "80% interval 5,400-8,700 tok/s (23 validation test-set cases of hopper x sglang x moe)".
 fn interval_words(i: &Interval, rate: f64) -> String {
     let (lo, hi) = i.of(rate);
     format!("{:.0}% interval {lo:.0}-{hi:.0} tok/s ({})", i.coverage * 100.0, i.source_words())

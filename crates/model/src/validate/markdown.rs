@@ -155,6 +155,17 @@ pub fn calibrated_markdown(v: &CalibratedValidation) -> String {
     }
     s += &format!("\n{} deployments measured at one concurrency only are not scored.\n", v.single_point_deployments);
     s += &bands_table(&v.bands);
+    s += "\nCALIBRATED on another plan: each deployment's one-point calibration applied to every row of the other plans its source measured of the same model, GPUs, engine, format and lengths (what a campaign that measured one plan predicts for the others; the rows are in the JSON's `calibrated.other_plans`).\n\n| set | cases | calibrations applied | raw median abs error | calibrated median abs error |\n|---|---:|---:|---:|---:|\n";
+    for x in &v.other_plan_sets {
+        s += &format!(
+            "| {} | {} | {} | {} | {} |\n",
+            set_name(x.set),
+            x.cases,
+            x.deployments,
+            pct(x.raw_median_abs_error),
+            pct(x.calibrated_median_abs_error)
+        );
+    }
     s += "\n| case | set | c | calibrated on (c) | measured tok/s | raw tok/s (error) | calibrated tok/s (error) |\n|---|---|---:|---|---:|---:|---:|\n";
     for r in &v.rows {
         s += &format!(
@@ -172,6 +183,24 @@ pub fn calibrated_markdown(v: &CalibratedValidation) -> String {
         );
     }
     s
+}
+
+/// How often the printed intervals hold (`IntervalCoverage`), in sample or out of it.
+fn coverage_line(c: &IntervalCoverage) -> String {
+    format!(
+        "\nIntervals: {} of {} measurements of today's releases ({}) fall inside the {} interval of their family that `plan` prints (crates/model/data/validation/intervals.json); {} below it (over-predicted past it), {} above. {}\n",
+        c.inside,
+        c.rows,
+        pct(c.share()),
+        pct(c.nominal),
+        c.below,
+        c.above,
+        if c.out_of_sample {
+            "Out of sample: the table was computed from e2e.toml's test-set rows, none of these."
+        } else {
+            "Test-set rows, in sample: the table is computed from them, so this checks the table, not the intervals' worth on new deployments (the frozen holdout's figure is that)."
+        }
+    )
 }
 
 /// The report as Markdown (what `plan --validate` prints and VALIDATION.md holds).
@@ -204,6 +233,7 @@ pub fn markdown(v: &Validation) -> String {
         }
     }
     s += &bands_table(&v.bands);
+    s += &coverage_line(&v.interval_coverage);
     s += &latency_table(&v.latency_bands);
     s += &families_table(v);
     if v.aiconfigurator.test.scored + v.aiconfigurator.fit.scored > 0 {

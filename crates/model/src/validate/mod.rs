@@ -288,6 +288,68 @@ pub struct Validation {
     pub predicted_by: PredictedBy,
     /// AIConfigurator beside `plan` on the cases it estimated.
     pub aiconfigurator: AicComparison,
+    /// How many measurements fall inside the interval `plan` gives beside each prediction.
+    pub interval_coverage: IntervalCoverage,
+}
+
+/// How many scored measurements of today's releases fall inside the committed interval of their
+/// family (`crates/model/data/validation/intervals.json`, the one `plan` prints beside each
+/// prediction). The table is computed from e2e.toml's test-set rows, so on e2e.toml the count
+/// takes those rows and is in sample (a check of the table, near its nominal share by
+/// construction); on the frozen holdout it takes every row and is out of sample: how often the
+/// interval holds for a deployment it never saw.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct IntervalCoverage {
+    /// Whether the table was computed without these rows (the holdout).
+    pub out_of_sample: bool,
+    /// The share the interval is meant to hold.
+    pub nominal: f64,
+    /// Rows counted (today's releases; an early release's rows carry a calibration of their own,
+    /// as in the table).
+    pub rows: usize,
+    /// Measured inside the interval.
+    pub inside: usize,
+    /// Measured below it: over-predicted past the interval.
+    pub below: usize,
+    /// Measured above it: under-predicted past the interval.
+    pub above: usize,
+}
+
+impl IntervalCoverage {
+    /// `rows` against the committed table.
+    fn of(rows: &[Row], out_of_sample: bool) -> Result<Self, ModelError> {
+        let t = crate::interval::committed();
+        let mut c = IntervalCoverage { out_of_sample, nominal: t.coverage, rows: 0, inside: 0, below: 0, above: 0 };
+        let counted = |r: &&Row| {
+            if out_of_sample {
+                r.predicted > 0.0 && r.measured > 0.0 && !r.early_release
+            } else {
+                crate::interval::table_row(r)
+            }
+        };
+        for r in rows.iter().filter(counted) {
+            let i = crate::interval::lookup(t, crate::interval::row_family(r)?);
+            let ratio = r.measured / r.predicted;
+            c.rows += 1;
+            if ratio < i.low {
+                c.below += 1;
+            } else if ratio > i.high {
+                c.above += 1;
+            } else {
+                c.inside += 1;
+            }
+        }
+        Ok(c)
+    }
+
+    /// The share inside (0 with no rows).
+    pub fn share(&self) -> f64 {
+        if self.rows == 0 {
+            0.0
+        } else {
+            self.inside as f64 / self.rows as f64
+        }
+    }
 }
 
 /// AIConfigurator's estimates scored like `plan`'s, set by set, on the cases it gave one for.
@@ -754,6 +816,7 @@ fn run_cases(data: Data, engine: &Engine, bench: Option<&dyn VirtualBench>, late
     let (fit, test, holdout) = (summary(&rows, Set::Fit), summary(&rows, Set::Test), summary(&rows, Set::Holdout));
     let bands = bands(&rows);
     let latency_bands = latency_bands(&rows);
+    let interval_coverage = IntervalCoverage::of(&rows, data == Data::Holdout)?;
     Ok(Validation {
         schema: "servetune.validation/2",
         data: data.path(),
@@ -771,5 +834,6 @@ fn run_cases(data: Data, engine: &Engine, bench: Option<&dyn VirtualBench>, late
         engine: *engine,
         predicted_by: if bench.is_some() { PredictedBy::VirtualRun } else { PredictedBy::SteadyState },
         aiconfigurator,
+        interval_coverage,
     })
 }
