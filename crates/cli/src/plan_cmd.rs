@@ -310,10 +310,10 @@ pub struct PlanArgs {
     /// Write each ranked plan's launch command as an executable shell script into DIR (created if missing)
     #[arg(long, value_name = "DIR", requires = "rank")]
     pub emit_launch: Option<PathBuf>,
-    /// With --validate: write the prediction-interval table (residuals by GPU architecture x engine x model kind) to FILE; the committed one is crates/model/data/validation/intervals.json
+    /// With --validate: write the prediction-interval table (the test set's residuals by GPU architecture x engine x model kind) to FILE; the committed one is crates/model/data/validation/intervals.json
     #[arg(long, value_name = "FILE", requires = "validate", conflicts_with = "holdout")]
     pub write_intervals: Option<PathBuf>,
-    /// With --validate: also score each deployment calibrated on its lowest measured concurrency (as `--calibrate` does with one point) at its other concurrencies, beside the raw error on the same rows
+    /// With --validate: also score each deployment calibrated on its lowest measured concurrency (as `--calibrate` does with one point) at its other concurrencies, and at every row of the other deployments (plans, GPU counts) its source measured of the same model, beside the raw error on the same rows
     #[arg(long, requires = "validate")]
     pub calibrated: bool,
     /// With --validate: score the frozen holdout (crates/model/data/validation/holdout.toml, raw and calibrated) instead of e2e.toml; log every look in HOLDOUT.md beside it

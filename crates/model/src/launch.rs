@@ -85,8 +85,11 @@ fn trusts_remote_code(s: &Scenario) -> bool {
     // Ling 2.0's (`bailing_moe`) and Hunyuan-A13B's checkpoints name their own configuration code
     // too (`configuration_bailing_moe_v2`, `configuration_hunyuan`): inclusionAI/Ling-V2's README
     // launches sglang with the flag, Tencent-Hunyuan/Hunyuan-A13B's README launches vLLM with it,
-    // and Kimi Linear's (`configuration_kimi`) README and vLLM recipe launch vLLM with it.
-    matches!(s.model.arch.as_str(), "nemotron_h" | "bailing_moe" | "hunyuan_v1_moe" | "kimi_linear")
+    // and Kimi Linear's (`configuration_kimi`) README and vLLM recipe launch vLLM with it. Kimi-K2
+    // and K2.5 (`configuration_deepseek`, `configuration_kimi_k25`) and MiniMax-M2.x
+    // (`configuration_minimax_m2`) do too: sgl-cookbook's Kimi-K2 and MiniMax-M2.5 pages launch
+    // sglang with the flag.
+    matches!(s.model.arch.as_str(), "nemotron_h" | "bailing_moe" | "hunyuan_v1_moe" | "kimi_linear" | "kimi_k2" | "minimax_m2")
 }
 
 fn push(argv: &mut Vec<String>, flag: &str, value: impl ToString) {
@@ -428,6 +431,13 @@ mod tests {
             kimi.engine.serving = engine;
             let a = launch(&kimi, &one, 64).servers[0].argv.join(" ");
             assert!(a.contains(" --trust-remote-code "), "Kimi Linear under {engine:?}: {a}");
+        }
+        // Kimi-K2/K2.5 and MiniMax-M2.x name theirs too (sgl-cookbook launches them with the flag).
+        let eight = plan(8, 8, 1, 1, false);
+        for (model, q) in [("kimi-k2", Dtype::Fp8), ("kimi-k2.5", Dtype::Int4), ("minimax-m2.5", Dtype::Fp8)] {
+            let m = scenario(model, q, "h200", "nvlink", 8, 8);
+            let a = launch(&m, &eight, 64).servers[0].argv.join(" ");
+            assert!(a.contains(" --trust-remote-code "), "{model}: {a}");
         }
         let other = scenario("llama-3.1-8b", Dtype::Fp8, "h100-sxm", "nvlink", 2, 2);
         assert!(!launch(&other, &one, 64).servers[0].argv.iter().any(|x| x == "--trust-remote-code"));

@@ -5,10 +5,11 @@
 //! other concurrency it measured. Deployments measured at one concurrency only are counted, not
 //! scored. Raw errors on the same rows are given beside the calibrated ones.
 //!
-//! A campaign also asks for other plans of its box (TP4+PP2 where it measured TP8): so each
-//! deployment's calibration is also applied to the other plans the same source measured of the
-//! same model, GPUs, engine, format and lengths ([`family_key`]), and every row of those is scored
-//! ([`OtherPlanRow`]): how well one measured plan's calibration carries to a plan not measured.
+//! `plan --calibrate` applies a calibration to every plan it prices, not only the one measured:
+//! so each deployment's calibration is also applied to the other deployments the same source
+//! measured of the same model, GPU type, engine, format and lengths ([`family_key`]: other plans
+//! and, in most of the data, other GPU counts), and every row of those is scored
+//! ([`OtherPlanRow`]): how well one measured deployment's calibration carries to one not measured.
 
 use std::collections::BTreeMap;
 
@@ -81,7 +82,7 @@ pub struct OtherPlanRow {
 pub struct CalibratedSummary {
     /// The set.
     pub set: Set,
-    /// Rows scored (calibration rows not counted).
+    /// Rows scored (each deployment's calibration row not counted).
     pub cases: usize,
     /// Deployments they come from.
     pub deployments: usize,
@@ -108,8 +109,8 @@ pub struct CalibratedValidation {
     pub single_point_deployments: usize,
     /// Every row of a plan scored with the calibration of another plan of its family.
     pub other_plans: Vec<OtherPlanRow>,
-    /// Medians of [`Self::other_plans`] by set (`deployments`: the calibrations applied).
-    pub other_plan_sets: Vec<CalibratedSummary>,
+    /// Medians of [`Self::other_plans`] by set.
+    pub other_plan_sets: Vec<OtherPlanSummary>,
 }
 
 /// What makes two cases one deployment: everything but the concurrency (and the prompt count,
@@ -138,7 +139,10 @@ fn deployment_key(c: &E2eCase) -> String {
 }
 
 /// What makes deployments one family: [`deployment_key`] without the parallel plan and the GPU
-/// count (the same source, model, GPUs, engine, format, lengths and client).
+/// count (the same source, model, GPU type, engine, format, interconnect, lengths and client).
+/// Most families of the data are one plan measured on different GPU counts (TP4 on 4 GPUs, TP8 on
+/// 8), so most pairs carry a calibration across GPU counts; the summary gives the same-count
+/// pairs apart ([`OtherPlanSummary`]).
 fn family_key(c: &E2eCase) -> String {
     format!(
         "{}|{}|{}|{}|{:?}|{}|{}|{:?}|{:?}|{:?}|{:?}",
@@ -184,25 +188,20 @@ fn run_calibrated_by(
         let lowest = cases[0].1.conc;
         let (cal_case, cal) = &cases[0];
         let factors = one_point(&cal.s, Measured { concurrency: cal.conc, output_tokens_per_s: cal.measured });
+        let key = family_key(cal_case);
         if cases.iter().all(|(_, p)| p.conc == lowest) {
             single += 1;
-            if let Some(f) = factors {
-                families.entry(family_key(cal_case)).or_default().push(CalibratedDeployment {
-                    on: cal_case,
-                    conc: cal.conc,
-                    factors: f,
-                    cases,
-                });
-            }
+            families.entry(key).or_default().push(CalibratedDeployment { on: cal_case, conc: cal.conc, factors, cases });
             continue;
         }
-        let Some(factors) = factors else {
+        let Some(fitted) = factors else {
+            families.entry(key).or_default().push(CalibratedDeployment { on: cal_case, conc: cal.conc, factors, cases });
             continue;
         };
         for (c, p) in cases.iter().skip(1).filter(|(_, p)| p.conc > lowest) {
             let raw = predict(c, p, bench);
             let mut calibrated = Prepared { s: p.s.clone(), workload: p.workload, ..*p };
-            calibrated.s.engine = factors.apply(&p.s.engine);
+            calibrated.s.engine = fitted.apply(&p.s.engine);
             let after = predict(c, &calibrated, bench);
             rows.push(CalibratedRow {
                 id: c.id.clone(),
@@ -218,10 +217,10 @@ fn run_calibrated_by(
                 error: after.error,
             });
         }
-        families.entry(family_key(cal_case)).or_default().push(CalibratedDeployment { on: cal_case, conc: cal.conc, factors, cases });
+        families.entry(key).or_default().push(CalibratedDeployment { on: cal_case, conc: cal.conc, factors, cases });
     }
     let other_plans = other_plan_rows(&families, bench);
-    let other_plan_sets = summaries(other_plans.iter().map(|r| (r.set, r.calibrated_on.as_str(), r.raw_error, r.error)));
+    let other_plan_sets = other_plan_summaries(&other_plans);
     let sets = summaries(rows.iter().map(|r| (r.set, r.calibrated_on.as_str(), r.raw_error, r.error)));
     let bands = band_summaries(rows.iter().map(|r| (r.set, r.concurrency, r.error)));
     Ok(CalibratedValidation {
@@ -242,8 +241,9 @@ struct CalibratedDeployment<'a> {
     on: &'a E2eCase,
     /// That case's concurrency.
     conc: u32,
-    /// The one-point fit.
-    factors: calibrate::Factors,
+    /// The one-point fit (None where the model gives that point no rate to fit to: the
+    /// deployment is still scored with the others' calibrations).
+    factors: Option<calibrate::Factors>,
     /// Every case of the deployment, lowest concurrency first.
     cases: Vec<(&'a E2eCase, Prepared)>,
 }
@@ -256,18 +256,19 @@ fn other_plan_rows(families: &BTreeMap<String, Vec<CalibratedDeployment>>, bench
         // Raw predictions once per case, not once per calibration applied to it.
         let raw: Vec<Vec<Row>> = members.iter().map(|d| d.cases.iter().map(|(c, p)| predict(c, p, bench)).collect()).collect();
         for (i, from) in members.iter().enumerate() {
-            let calibrated_plan = from.cases[0].1.s.plan.label();
+            let Some(factors) = from.factors else { continue };
+            let calibrated_plan = plan_words(&from.cases[0].1.s);
             for (j, to) in members.iter().enumerate().filter(|(j, _)| *j != i) {
                 for ((c, p), raw) in to.cases.iter().zip(&raw[j]) {
                     let mut q = Prepared { s: p.s.clone(), workload: p.workload, ..*p };
-                    q.s.engine = from.factors.apply(&p.s.engine);
+                    q.s.engine = factors.apply(&p.s.engine);
                     let after = predict(c, &q, bench);
                     out.push(OtherPlanRow {
                         id: c.id.clone(),
                         set: c.set,
                         source_key: c.source_key.clone(),
                         concurrency: p.conc,
-                        plan: p.s.plan.label(),
+                        plan: plan_words(&p.s),
                         calibrated_on: from.on.id.clone(),
                         calibrated_plan: calibrated_plan.clone(),
                         calibrated_on_concurrency: from.conc,
@@ -282,6 +283,63 @@ fn other_plan_rows(families: &BTreeMap<String, Vec<CalibratedDeployment>>, bench
         }
     }
     out
+}
+
+/// A plan and its GPU count, e.g. "TP4+PP2 on 8 GPUs".
+fn plan_words(s: &Scenario) -> String {
+    format!("{} on {} GPUs", s.plan.label(), s.plan.gpus)
+}
+
+/// One set's [`OtherPlanRow`]s: each row of a plan is scored once per calibration of another plan
+/// of its family, so a case counts as many times as its family has other calibrated plans.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct OtherPlanSummary {
+    /// The set.
+    pub set: Set,
+    /// (case, calibration) pairs scored.
+    pub pairs: usize,
+    /// Distinct cases among them.
+    pub cases: usize,
+    /// Distinct calibrations applied.
+    pub calibrations: usize,
+    /// Median |raw error| over the pairs.
+    pub raw_median_abs_error: f64,
+    /// Median |calibrated error| over the pairs.
+    pub calibrated_median_abs_error: f64,
+    /// Pairs whose calibration was measured on as many GPUs as the case runs on (another plan of
+    /// the same box, as a campaign asks); the rest carry a calibration across GPU counts.
+    pub same_gpu_count_pairs: usize,
+    /// Median |raw error| over those pairs (0 with none).
+    pub same_gpu_count_raw_median_abs_error: f64,
+    /// Median |calibrated error| over those pairs (0 with none).
+    pub same_gpu_count_calibrated_median_abs_error: f64,
+}
+
+fn other_plan_summaries(rows: &[OtherPlanRow]) -> Vec<OtherPlanSummary> {
+    let gpus = |plan: &str| plan.rsplit(" on ").next().map(str::to_string);
+    let med = |v: Vec<f64>| if v.is_empty() { 0.0 } else { median(&v) };
+    [Set::Test, Set::Fit, Set::Holdout]
+        .into_iter()
+        .filter_map(|set| {
+            let rs: Vec<&OtherPlanRow> = rows.iter().filter(|r| r.set == set).collect();
+            if rs.is_empty() {
+                return None;
+            }
+            let distinct = |f: &dyn Fn(&OtherPlanRow) -> &str| rs.iter().map(|r| f(r)).collect::<std::collections::BTreeSet<&str>>().len();
+            let same: Vec<&&OtherPlanRow> = rs.iter().filter(|r| gpus(&r.plan) == gpus(&r.calibrated_plan)).collect();
+            Some(OtherPlanSummary {
+                set,
+                pairs: rs.len(),
+                cases: distinct(&|r| r.id.as_str()),
+                calibrations: distinct(&|r| r.calibrated_on.as_str()),
+                raw_median_abs_error: median(&rs.iter().map(|r| r.raw_error.abs()).collect::<Vec<_>>()),
+                calibrated_median_abs_error: median(&rs.iter().map(|r| r.error.abs()).collect::<Vec<_>>()),
+                same_gpu_count_pairs: same.len(),
+                same_gpu_count_raw_median_abs_error: med(same.iter().map(|r| r.raw_error.abs()).collect()),
+                same_gpu_count_calibrated_median_abs_error: med(same.iter().map(|r| r.error.abs()).collect()),
+            })
+        })
+        .collect()
 }
 
 /// Per set: rows, the calibrations they come from, and the raw and calibrated medians, from

@@ -153,17 +153,24 @@ pub fn calibrated_markdown(v: &CalibratedValidation) -> String {
             pct(x.calibrated_median_abs_error)
         );
     }
-    s += &format!("\n{} deployments measured at one concurrency only are not scored.\n", v.single_point_deployments);
+    s += &format!(
+        "\n{} deployments measured at one concurrency only are not scored at another concurrency (their calibration still carries to the other deployments below).\n",
+        v.single_point_deployments
+    );
     s += &bands_table(&v.bands);
-    s += "\nCALIBRATED on another plan: each deployment's one-point calibration applied to every row of the other plans its source measured of the same model, GPUs, engine, format and lengths (what a campaign that measured one plan predicts for the others; the rows are in the JSON's `calibrated.other_plans`).\n\n| set | cases | calibrations applied | raw median abs error | calibrated median abs error |\n|---|---:|---:|---:|---:|\n";
+    s += "\nCALIBRATED on another deployment: each deployment's one-point calibration applied to every row of the other deployments its source measured of the same model, GPU type, engine, format and lengths (other plans, and in most of the data other GPU counts: `plan --calibrate` carries a calibration to every plan it prices). A case counts once per calibration applied to it; the same-GPU-count columns are the pairs that are another plan of the same box. The rows are in the JSON's `calibrated.other_plans`.\n\n| set | pairs | cases | calibrations | raw median abs error | calibrated median abs error | same GPU count: pairs | raw | calibrated |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
     for x in &v.other_plan_sets {
         s += &format!(
-            "| {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             set_name(x.set),
+            x.pairs,
             x.cases,
-            x.deployments,
+            x.calibrations,
             pct(x.raw_median_abs_error),
-            pct(x.calibrated_median_abs_error)
+            pct(x.calibrated_median_abs_error),
+            x.same_gpu_count_pairs,
+            if x.same_gpu_count_pairs > 0 { pct(x.same_gpu_count_raw_median_abs_error) } else { "-".into() },
+            if x.same_gpu_count_pairs > 0 { pct(x.same_gpu_count_calibrated_median_abs_error) } else { "-".into() }
         );
     }
     s += "\n| case | set | c | calibrated on (c) | measured tok/s | raw tok/s (error) | calibrated tok/s (error) |\n|---|---|---:|---|---:|---:|---:|\n";

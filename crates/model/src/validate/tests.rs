@@ -847,7 +847,10 @@ fn the_validation_models_agree_with_the_catalog_on_every_id_both_name() {
         let Ok(named) = crate::spec::named_model(id) else { continue };
         both += 1;
         let source = match r {
-            ModelRef::Catalog(name) => ModelSource::Catalog((*name).to_string()),
+            ModelRef::Catalog(name) => {
+                assert_eq!(*name, named.entry.name, "{id}: the validation names another catalog entry than the one the id names");
+                ModelSource::Catalog((*name).to_string())
+            }
             ModelRef::Config(file) => {
                 let (_, text) = CONFIGS.iter().find(|(f, _)| f == file).expect("an embedded config");
                 ModelSource::Config { text: (*text).to_string(), path: (*file).to_string() }
@@ -859,5 +862,5 @@ fn the_validation_models_agree_with_the_catalog_on_every_id_both_name() {
         scored.checkpoint = planned.checkpoint;
         assert_eq!(scored, planned, "{id}: validation and catalog read different models");
     }
-    assert!(both >= 30, "{both} ids are in both tables");
+    assert!(both >= 45, "{both} ids are in both tables");
 }
