@@ -57,12 +57,16 @@ pub struct OtherPlanRow {
     pub source_key: String,
     /// Client concurrency.
     pub concurrency: u32,
-    /// The case's plan ([`crate::predict::Plan::label`]).
+    /// The case's plan and GPU count, in words ("TP4+PP2 on 8 GPUs").
     pub plan: String,
-    /// The case the calibration was fitted on (the lowest concurrency of another plan).
+    /// The case's GPU count.
+    pub gpus: u32,
+    /// The case the calibration was fitted on (the lowest concurrency of another deployment).
     pub calibrated_on: String,
-    /// That case's plan.
+    /// That case's plan and GPU count, in words.
     pub calibrated_plan: String,
+    /// That case's GPU count.
+    pub calibrated_gpus: u32,
     /// That case's concurrency.
     pub calibrated_on_concurrency: u32,
     /// Measured output tokens/s.
@@ -269,8 +273,10 @@ fn other_plan_rows(families: &BTreeMap<String, Vec<CalibratedDeployment>>, bench
                         source_key: c.source_key.clone(),
                         concurrency: p.conc,
                         plan: plan_words(&p.s),
+                        gpus: p.s.plan.gpus,
                         calibrated_on: from.on.id.clone(),
                         calibrated_plan: calibrated_plan.clone(),
+                        calibrated_gpus: from.cases[0].1.s.plan.gpus,
                         calibrated_on_concurrency: from.conc,
                         measured: p.measured,
                         raw_predicted: raw.predicted,
@@ -316,7 +322,6 @@ pub struct OtherPlanSummary {
 }
 
 fn other_plan_summaries(rows: &[OtherPlanRow]) -> Vec<OtherPlanSummary> {
-    let gpus = |plan: &str| plan.rsplit(" on ").next().map(str::to_string);
     let med = |v: Vec<f64>| if v.is_empty() { 0.0 } else { median(&v) };
     [Set::Test, Set::Fit, Set::Holdout]
         .into_iter()
@@ -326,7 +331,7 @@ fn other_plan_summaries(rows: &[OtherPlanRow]) -> Vec<OtherPlanSummary> {
                 return None;
             }
             let distinct = |f: &dyn Fn(&OtherPlanRow) -> &str| rs.iter().map(|r| f(r)).collect::<std::collections::BTreeSet<&str>>().len();
-            let same: Vec<&&OtherPlanRow> = rs.iter().filter(|r| gpus(&r.plan) == gpus(&r.calibrated_plan)).collect();
+            let same: Vec<&&OtherPlanRow> = rs.iter().filter(|r| r.gpus == r.calibrated_gpus).collect();
             Some(OtherPlanSummary {
                 set,
                 pairs: rs.len(),
