@@ -864,3 +864,21 @@ fn the_validation_models_agree_with_the_catalog_on_every_id_both_name() {
     }
     assert!(both >= 45, "{both} ids are in both tables");
 }
+
+/// The interval count puts every counted row in exactly one of inside, below and above, counts
+/// e2e.toml's test rows of today's releases in sample (the rows the table is computed from), and
+/// every scored holdout row of today's releases out of sample.
+#[test]
+fn the_interval_count_takes_the_tables_rows_in_sample_and_the_holdouts_out_of_sample() {
+    let v = validation();
+    let c = v.interval_coverage;
+    assert!(!c.out_of_sample && (c.nominal - 0.8).abs() < 1e-9, "{c:?}");
+    assert_eq!(c.inside + c.below + c.above, c.rows);
+    assert_eq!(c.rows, v.rows.iter().filter(|r| crate::interval::table_row(r)).count());
+    assert!(c.rows > 100 && c.share() > 0.0 && c.share() < 1.0, "{c:?}");
+    let h = run_holdout(&Engine::default(), None).expect("the holdout scores");
+    let hc = h.interval_coverage;
+    assert!(hc.out_of_sample, "{hc:?}");
+    assert_eq!(hc.inside + hc.below + hc.above, hc.rows);
+    assert_eq!(hc.rows, h.rows.iter().filter(|r| !r.early_release && r.predicted > 0.0 && r.measured > 0.0).count());
+}
