@@ -114,11 +114,10 @@ fn model_long_help() -> String {
     let mut out = String::from(
         "Catalog model (its published config.json under crates/model/data/models/): a name, or the Hugging Face repository (any letter case) of a checkpoint the catalog lists, which also sets --quant to that checkpoint's format. The catalog:",
     );
-    let entries: Vec<&spec::CatalogEntry> = spec::catalog_names().into_iter().filter_map(|n| spec::catalog_entry(n).ok()).collect();
-    for m in &entries {
+    for m in spec::catalog_names().into_iter().filter_map(|n| spec::catalog_entry(n).ok()) {
         let repos: Vec<String> = m.checkpoints.iter().filter_map(|c| c.repository().map(|r| format!("{r} ({})", c.quant.name()))).collect();
         // A release published with an architecture the catalog already has reads that entry's config.
-        let owner = entries.iter().find(|e| e.config == m.config).filter(|e| e.name != m.name);
+        let owner = spec::architecture_of(m);
         out.push_str(&format!(
             "\n  {}: {}{}",
             m.name,

@@ -189,11 +189,17 @@ pub fn row_family(r: &Row) -> Result<Family, ModelError> {
     Ok(Family { gpu_arch: gpu.arch, engine: r.engine, model_kind: r.model_kind })
 }
 
-/// Whether a validation row is one the table is computed from: a test-set row (the model was not
-/// fitted to it) of today's releases (an early release's rows carry a calibration of their own,
-/// `Row::early_release`, and a plan predicts for a current release unless told otherwise).
+/// Whether a scored validation row is of today's releases, with a rate on both sides (an early
+/// release's rows carry a calibration of their own, `Row::early_release`, and a plan predicts for
+/// a current release unless told otherwise).
+pub fn current_row(r: &Row) -> bool {
+    r.predicted > 0.0 && r.measured > 0.0 && !r.early_release
+}
+
+/// Whether a validation row is one the table is computed from: a [`current_row`] of the test set
+/// (the model was not fitted to it).
 pub fn table_row(r: &Row) -> bool {
-    r.set == crate::validate::Set::Test && r.predicted > 0.0 && r.measured > 0.0 && !r.early_release
+    r.set == crate::validate::Set::Test && current_row(r)
 }
 
 /// The table of `rows` (validate's scored cases; those [`table_row`] takes).

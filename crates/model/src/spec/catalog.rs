@@ -113,6 +113,13 @@ pub fn catalog_entry(name: &str) -> Result<&'static CatalogEntry, ModelError> {
     })
 }
 
+/// The entry whose config file `entry` reads, where that is another entry: the architecture a
+/// release was published with (deepseek-r1 reads deepseek-v3's); None for an entry with a file of
+/// its own.
+pub fn architecture_of(entry: &CatalogEntry) -> Option<&'static CatalogEntry> {
+    catalog_file().models.iter().find(|e| e.config == entry.config).filter(|e| e.name != entry.name)
+}
+
 /// A catalog model as a user named it: by its catalog name, or by the Hugging Face repository of
 /// one of its published checkpoints ([`named_model`]).
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -43,7 +43,7 @@ mod params;
 #[cfg(test)]
 mod tests;
 
-pub use catalog::{catalog, catalog_entry, catalog_names, named_model, CatalogEntry, Checkpoint, NamedModel};
+pub use catalog::{architecture_of, catalog, catalog_entry, catalog_names, named_model, CatalogEntry, Checkpoint, NamedModel};
 pub use config::{from_hf_config, SUPPORTED};
 pub use params::ParamCounts;
 

@@ -883,11 +883,14 @@ fn a_release_with_another_models_architecture_reads_that_config_and_says_so() {
     let mut shared = 0;
     for name in catalog_names() {
         let entry = catalog_entry(name).expect("entry");
-        let owner =
+        let first =
             catalog_names().into_iter().map(|n| catalog_entry(n).expect("entry")).find(|e| e.config == entry.config).expect("itself");
-        if owner.name == entry.name {
+        let Some(owner) = architecture_of(entry) else {
+            assert_eq!(first.name, entry.name, "{name} reads {}'s file", first.name);
             continue;
-        }
+        };
+        assert_eq!(owner.name, first.name, "{name}: the entry that owns the file is the first to read it");
+        assert_eq!(architecture_of(owner), None, "{name}: {} reads a file of its own", owner.name);
         shared += 1;
         let note = entry.note.as_deref().unwrap_or_else(|| panic!("{name} reads {}'s config and says nothing", owner.name));
         assert!(note.contains(&entry.config), "{name}: the note names the file it reads: {note}");

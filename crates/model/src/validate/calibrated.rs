@@ -45,40 +45,41 @@ pub struct CalibratedRow {
     pub error: f64,
 }
 
-/// One row of another plan of a calibrated deployment's family, scored with that deployment's
-/// calibration.
+impl CalibratedRow {
+    /// Case `c` (prepared as `p`) calibrated on case `on` at concurrency `on_conc`: its raw and
+    /// calibrated predictions.
+    fn new(c: &E2eCase, p: &Prepared, on: &E2eCase, on_conc: u32, raw: &Row, after: &Row) -> Self {
+        CalibratedRow {
+            id: c.id.clone(),
+            set: c.set,
+            source_key: c.source_key.clone(),
+            concurrency: p.conc,
+            calibrated_on: on.id.clone(),
+            calibrated_on_concurrency: on_conc,
+            measured: p.measured,
+            raw_predicted: raw.predicted,
+            raw_error: raw.error,
+            predicted: after.predicted,
+            error: after.error,
+        }
+    }
+}
+
+/// One row of another deployment of a calibrated deployment's family, scored with that
+/// deployment's calibration: the row as [`CalibratedRow`] has it, and the two plans.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct OtherPlanRow {
-    /// The case's id.
-    pub id: String,
-    /// Its set.
-    pub set: Set,
-    /// Its publication.
-    pub source_key: String,
-    /// Client concurrency.
-    pub concurrency: u32,
+    /// The case, the case it was calibrated on, and the raw and calibrated predictions.
+    #[serde(flatten)]
+    pub row: CalibratedRow,
     /// The case's plan and GPU count, in words ("TP4+PP2 on 8 GPUs").
     pub plan: String,
     /// The case's GPU count.
     pub gpus: u32,
-    /// The case the calibration was fitted on (the lowest concurrency of another deployment).
-    pub calibrated_on: String,
-    /// That case's plan and GPU count, in words.
+    /// The calibration case's plan and GPU count, in words.
     pub calibrated_plan: String,
     /// That case's GPU count.
     pub calibrated_gpus: u32,
-    /// That case's concurrency.
-    pub calibrated_on_concurrency: u32,
-    /// Measured output tokens/s.
-    pub measured: f64,
-    /// The raw prediction (the model's defaults).
-    pub raw_predicted: f64,
-    /// (raw - measured) / measured.
-    pub raw_error: f64,
-    /// The prediction with the other plan's calibration.
-    pub predicted: f64,
-    /// (calibrated - measured) / measured.
-    pub error: f64,
 }
 
 /// One set's raw and calibrated medians over the same rows.
@@ -204,22 +205,8 @@ fn run_calibrated_by(
         };
         for (c, p) in cases.iter().skip(1).filter(|(_, p)| p.conc > lowest) {
             let raw = predict(c, p, bench);
-            let mut calibrated = Prepared { s: p.s.clone(), workload: p.workload, ..*p };
-            calibrated.s.engine = fitted.apply(&p.s.engine);
-            let after = predict(c, &calibrated, bench);
-            rows.push(CalibratedRow {
-                id: c.id.clone(),
-                set: c.set,
-                source_key: c.source_key.clone(),
-                concurrency: p.conc,
-                calibrated_on: cal_case.id.clone(),
-                calibrated_on_concurrency: cal.conc,
-                measured: p.measured,
-                raw_predicted: raw.predicted,
-                raw_error: raw.error,
-                predicted: after.predicted,
-                error: after.error,
-            });
+            let after = predict_calibrated(c, p, &fitted, bench);
+            rows.push(CalibratedRow::new(c, p, cal_case, cal.conc, &raw, &after));
         }
         families.entry(key).or_default().push(CalibratedDeployment { on: cal_case, conc: cal.conc, factors, cases });
     }
@@ -264,31 +251,26 @@ fn other_plan_rows(families: &BTreeMap<String, Vec<CalibratedDeployment>>, bench
             let calibrated_plan = plan_words(&from.cases[0].1.s);
             for (j, to) in members.iter().enumerate().filter(|(j, _)| *j != i) {
                 for ((c, p), raw) in to.cases.iter().zip(&raw[j]) {
-                    let mut q = Prepared { s: p.s.clone(), workload: p.workload, ..*p };
-                    q.s.engine = factors.apply(&p.s.engine);
-                    let after = predict(c, &q, bench);
+                    let after = predict_calibrated(c, p, &factors, bench);
                     out.push(OtherPlanRow {
-                        id: c.id.clone(),
-                        set: c.set,
-                        source_key: c.source_key.clone(),
-                        concurrency: p.conc,
+                        row: CalibratedRow::new(c, p, from.on, from.conc, raw, &after),
                         plan: plan_words(&p.s),
                         gpus: p.s.plan.gpus,
-                        calibrated_on: from.on.id.clone(),
                         calibrated_plan: calibrated_plan.clone(),
                         calibrated_gpus: from.cases[0].1.s.plan.gpus,
-                        calibrated_on_concurrency: from.conc,
-                        measured: p.measured,
-                        raw_predicted: raw.predicted,
-                        raw_error: raw.error,
-                        predicted: after.predicted,
-                        error: after.error,
                     });
                 }
             }
         }
     }
     out
+}
+
+/// Case `c`'s prediction with `factors` applied to its engine.
+fn predict_calibrated(c: &E2eCase, p: &Prepared, factors: &calibrate::Factors, bench: Option<&dyn VirtualBench>) -> Row {
+    let mut q = Prepared { s: p.s.clone(), workload: p.workload, ..*p };
+    q.s.engine = factors.apply(&p.s.engine);
+    predict(c, &q, bench)
 }
 
 /// A plan and its GPU count, e.g. "TP4+PP2 on 8 GPUs".
@@ -326,7 +308,7 @@ fn other_plan_summaries(rows: &[OtherPlanRow]) -> Vec<OtherPlanSummary> {
     [Set::Test, Set::Fit, Set::Holdout]
         .into_iter()
         .filter_map(|set| {
-            let rs: Vec<&OtherPlanRow> = rows.iter().filter(|r| r.set == set).collect();
+            let rs: Vec<&OtherPlanRow> = rows.iter().filter(|r| r.row.set == set).collect();
             if rs.is_empty() {
                 return None;
             }
@@ -335,13 +317,13 @@ fn other_plan_summaries(rows: &[OtherPlanRow]) -> Vec<OtherPlanSummary> {
             Some(OtherPlanSummary {
                 set,
                 pairs: rs.len(),
-                cases: distinct(&|r| r.id.as_str()),
-                calibrations: distinct(&|r| r.calibrated_on.as_str()),
-                raw_median_abs_error: median(&rs.iter().map(|r| r.raw_error.abs()).collect::<Vec<_>>()),
-                calibrated_median_abs_error: median(&rs.iter().map(|r| r.error.abs()).collect::<Vec<_>>()),
+                cases: distinct(&|r| r.row.id.as_str()),
+                calibrations: distinct(&|r| r.row.calibrated_on.as_str()),
+                raw_median_abs_error: median(&rs.iter().map(|r| r.row.raw_error.abs()).collect::<Vec<_>>()),
+                calibrated_median_abs_error: median(&rs.iter().map(|r| r.row.error.abs()).collect::<Vec<_>>()),
                 same_gpu_count_pairs: same.len(),
-                same_gpu_count_raw_median_abs_error: med(same.iter().map(|r| r.raw_error.abs()).collect()),
-                same_gpu_count_calibrated_median_abs_error: med(same.iter().map(|r| r.error.abs()).collect()),
+                same_gpu_count_raw_median_abs_error: med(same.iter().map(|r| r.row.raw_error.abs()).collect()),
+                same_gpu_count_calibrated_median_abs_error: med(same.iter().map(|r| r.row.error.abs()).collect()),
             })
         })
         .collect()
@@ -424,9 +406,7 @@ mod tests {
             };
             for (i, f) in [terms, step, best].iter().enumerate() {
                 for (c, p) in cases.iter().filter(|(_, p)| p.conc > concs[1]) {
-                    let mut q = Prepared { s: p.s.clone(), workload: p.workload, ..*p };
-                    q.s.engine = f.apply(&p.s.engine);
-                    errs[i].push((c.source_key.as_str(), predict(c, &q, None).error));
+                    errs[i].push((c.source_key.as_str(), predict_calibrated(c, p, f, None).error));
                 }
             }
         }
@@ -477,7 +457,7 @@ mod tests {
             Some(calibrate::Factors::StepScale { step_scale: calibrate::fit_step_scale(s, &[m]).powf(k) })
         })
         .expect("scores");
-        medians(v.other_plans.iter().filter(|r| r.set == Set::Fit).map(|r| (r.source_key.as_str(), r.error)))
+        medians(v.other_plans.iter().map(|r| &r.row).filter(|r| r.set == Set::Fit).map(|r| (r.source_key.as_str(), r.error)))
     }
 
     /// The scan of how much of a measured plan's step scale to carry to the other plans (run by

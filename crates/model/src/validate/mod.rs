@@ -320,13 +320,7 @@ impl IntervalCoverage {
     fn of(rows: &[Row], out_of_sample: bool) -> Result<Self, ModelError> {
         let t = crate::interval::committed();
         let mut c = IntervalCoverage { out_of_sample, nominal: t.coverage, rows: 0, inside: 0, below: 0, above: 0 };
-        let counted = |r: &&Row| {
-            if out_of_sample {
-                r.predicted > 0.0 && r.measured > 0.0 && !r.early_release
-            } else {
-                crate::interval::table_row(r)
-            }
-        };
+        let counted = |r: &&Row| if out_of_sample { crate::interval::current_row(r) } else { crate::interval::table_row(r) };
         for r in rows.iter().filter(counted) {
             let i = crate::interval::lookup(t, crate::interval::row_family(r)?);
             let ratio = r.measured / r.predicted;

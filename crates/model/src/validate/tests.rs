@@ -881,4 +881,5 @@ fn the_interval_count_takes_the_tables_rows_in_sample_and_the_holdouts_out_of_sa
     assert!(hc.out_of_sample, "{hc:?}");
     assert_eq!(hc.inside + hc.below + hc.above, hc.rows);
     assert_eq!(hc.rows, h.rows.iter().filter(|r| !r.early_release && r.predicted > 0.0 && r.measured > 0.0).count());
+    assert!(hc.rows > 100, "{hc:?}");
 }
