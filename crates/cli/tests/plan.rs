@@ -30,7 +30,7 @@ fn reference_story_explains_every_concurrency_and_names_the_best_fix() {
     for c in [1, 8, 32, 64, 128, 256] {
         assert!(out.contains(&format!("at concurrency {c}")), "bottleneck at {c} missing:\n{out}");
     }
-    assert!(out.contains("156 all-reduces"), "{out}");
+    assert!(out.contains("157 all-reduces"), "{out}");
     assert!(out.contains("what gains most"), "{out}");
     assert!(out.contains("enable GPU peer-to-peer (P2P)"), "{out}");
     assert!(out.contains("ranked plans on 8 GPUs"), "{out}");

@@ -201,6 +201,9 @@ pub struct NcclKernel {
 /// `ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, ...)`; None for a non-NCCL name.
 pub fn parse_nccl(name: &str) -> Option<NcclKernel> {
     let base = name.split('(').next().unwrap_or(name);
+    // RCCL's kernels carry a return type and a namespace: `void rccl::ncclKernel_AllGather_...`.
+    let base = base.strip_prefix("void ").unwrap_or(base);
+    let base = base.strip_prefix("rccl::").unwrap_or(base);
     let rest = base.strip_prefix("ncclDevKernel_").or_else(|| base.strip_prefix("ncclKernel_"))?;
     let mut toks = rest.split('_');
     let collective = toks.next().filter(|t| !t.is_empty())?.to_string();
@@ -439,6 +442,9 @@ mod tests {
         assert!(ar("void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>"));
         assert!(ar("void flashinfer::trtllm_allreduce_fusion::allreduce_fusion_kernel_oneshot_lamport<__nv_bfloat16>"));
         assert!(!ar("ncclDevKernel_AllGather_RING_LL"));
+        // RCCL's names carry a return type and a namespace; the collective is still read.
+        assert!(!ar("void rccl::ncclKernel_AllGather_RING_LL_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)"));
+        assert!(ar("void rccl::ncclKernel_AllReduce_RING_LL_Sum_bf16(ncclDevComm*, unsigned long, ncclWork*)"));
         assert!(!ar("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_TNT"));
     }
 

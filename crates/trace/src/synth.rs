@@ -181,6 +181,8 @@ struct Names {
     mlp: Mlp,
     embed: &'static str,
     lm_head: &'static str,
+    /// The vocab-parallel LM head's all-gather of the logits (NCCL; RCCL on ROCm).
+    logits_gather: &'static str,
     sample: &'static [&'static str],
     copy_in: &'static str,
     unknown: &'static str,
@@ -220,6 +222,7 @@ const NAMES_SGLANG_CUDA: Names = Names {
     },
     embed: "void at::native::(anonymous namespace)::indexSelectLargeIndex<c10::BFloat16, long, unsigned int, 2, 2, -2, true>(...)",
     lm_head: "nvjet_tst_256x128_64x4_2x1_v_bz_coopA_TNT",
+    logits_gather: "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
     sample: &["void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(...)", "void flashinfer::sampling::TopKTopPSamplingFromProbKernel<1024u, (cub::BlockScanAlgorithm)2, (cub::BlockReduceAlgorithm)2, 4u, false, float, int>(...)"],
     copy_in: "Memcpy HtoD (Pinned -> Device)",
     unknown: "void sglang_fixture_unknown_kernel<int>(int*)",
@@ -245,6 +248,7 @@ const NAMES_SGLANG_ROCM: Names = Names {
     },
     embed: "void at::native::(anonymous namespace)::indexSelectLargeIndex<c10::BFloat16, long, unsigned int, 2, 2, -2, true>(...)",
     lm_head: "Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT256x128x64_MI16x16x1_SN_LDSB1_GRVWA8_GRVWB8_IU1_K1_MIWT4_4_SU0_WG32_8_1",
+    logits_gather: "void rccl::ncclKernel_AllGather_RING_LL_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)",
     sample: &["void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(...)", "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::ArgMaxOps<float>, unsigned int, long, 4>>(...)"],
     copy_in: "CopyHostToDevice",
     unknown: "void sglang_fixture_unknown_kernel<int>(int*)",
@@ -269,6 +273,7 @@ const NAMES_VLLM_FULL: Names = Names {
     },
     embed: "void at::native::(anonymous namespace)::indexSelectLargeIndex<c10::BFloat16, long, unsigned int, 2, 2, -2, true>(...)",
     lm_head: "nvjet_tst_256x128_64x4_2x1_v_bz_coopA_TNT",
+    logits_gather: "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
     sample: &["void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(...)", "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::ArgMaxOps<float>, unsigned int, long, 4>>(...)"],
     copy_in: "Memcpy HtoD (Pinned -> Device)",
     unknown: "void vllm_fixture_unknown_kernel<int>(int*)",
@@ -298,6 +303,7 @@ const NAMES_TRT_LLM: Names = Names {
     },
     embed: "void at::native::(anonymous namespace)::indexSelectLargeIndex<c10::BFloat16, long, unsigned int, 2, 2, -2, true>(...)",
     lm_head: "nvjet_sm100_tst_256x128_64x4_2x1_v_bz_coopA_TNT",
+    logits_gather: "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
     sample: &["void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(...)", "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::ArgMaxOps<float>, unsigned int, long, 4>>(...)"],
     copy_in: "Memcpy HtoD (Pinned -> Device)",
     unknown: "void trtllm_fixture_unknown_kernel<int>(int*)",
@@ -336,6 +342,11 @@ fn forward(e: Engine, names: &Names, layers: u32, s: &StepSpec) -> Vec<Piece> {
         let mut v = Vec::new();
         if first {
             v.push((names.embed, small));
+            // sglang's and vLLM's vocab-parallel embedding all-reduces its output under TP
+            // (`VocabParallelEmbedding.forward`); TensorRT-LLM's is not drawn.
+            if !trt {
+                v.push(ar);
+            }
         }
         if !trt || first {
             // TensorRT-LLM's fused all-reduce + norm is the norm after the first layer.
@@ -371,6 +382,7 @@ fn forward(e: Engine, names: &Names, layers: u32, s: &StepSpec) -> Vec<Piece> {
         if last {
             v.push((names.norm, small));
             v.push((names.lm_head, 2.0 * gemm));
+            v.push((names.logits_gather, dur("allreduce", n, r)));
         }
         v
     };

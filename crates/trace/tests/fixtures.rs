@@ -57,12 +57,14 @@ fn check_engine(engine: Engine, family: Family) -> TraceReport {
     assert!(r.phases.iter().all(|p| !p.kind_guessed && p.phase_source == PhaseSource::Annotation));
     assert!(r.other_pct < 5.0 && r.other_pct > 0.0, "{engine:?}: other {}%", r.other_pct);
     assert_eq!(r.other_kernels.len(), 1, "{engine:?}: {:?}", r.other_kernels.iter().map(|k| &k.name).collect::<Vec<_>>());
-    // Two all-reduces per layer in every step, whichever kernel runs them.
+    // Two all-reduces per layer in every step, whichever kernel runs them, and the embedding's
+    // (sglang and vLLM); the LM head's all-gather of the logits is not an all-reduce.
+    let want = 2 * spec.layers + u32::from(engine != Engine::TrtLlm);
     for s in &r.steps {
-        assert_eq!(s.allreduce_calls, 2 * spec.layers, "{engine:?} step {}", s.index);
+        assert_eq!(s.allreduce_calls, want, "{engine:?} step {}", s.index);
     }
     let decode = r.phases.iter().find(|p| p.phase == Phase::Decode).expect("decode steps");
-    assert_eq!(decode.allreduce_calls_per_step, 2.0 * spec.layers as f64);
+    assert_eq!(decode.allreduce_calls_per_step, want as f64);
     // Per token: the decode steps' tokens are their requests.
     let want_tokens = truth.steps.iter().filter(|t| t.kind == Phase::Decode).map(|t| t.tokens as f64).sum::<f64>() / decode.steps as f64;
     assert!((decode.tokens_per_step.expect("tokens") - want_tokens).abs() < 1e-9);
@@ -74,10 +76,11 @@ fn check_engine(engine: Engine, family: Family) -> TraceReport {
 #[test]
 fn sglang_cuda_steps_are_its_step_annotations() {
     let r = check_engine(Engine::SglangCuda, Family::Sglang);
-    // The 3000-token prefill runs NCCL, the decode steps the custom all-reduce.
+    // The 3000-token prefill runs its 17 all-reduces (two per layer and the embedding's) over
+    // NCCL, the decode steps the custom all-reduce; every step all-gathers its logits over NCCL.
     let prefill = r.steps.iter().find(|s| s.tokens == Some(3000)).expect("the long prefill");
-    assert_eq!(prefill.nccl_calls, 16);
-    assert!(r.steps.iter().filter(|s| s.phase == Phase::Decode).all(|s| s.nccl_calls == 0 && s.graph_replays == 1));
+    assert_eq!(prefill.nccl_calls, 17 + 1);
+    assert!(r.steps.iter().filter(|s| s.phase == Phase::Decode).all(|s| s.nccl_calls == 1 && s.graph_replays == 1));
     assert!(category_pct(&r, Category::MoeGemm) > 10.0);
 }
 
@@ -99,8 +102,10 @@ fn sglang_rocm_steps_and_amd_kernels() {
         assert!(category_pct(&r, c) > 0.0, "{c:?}");
     }
     assert!(r.top_kernels.iter().any(|k| k.name.starts_with("Cijk_") && k.category == Category::DenseGemm));
-    // RCCL in the two long prefills (3000 and 1024 tokens), 16 all-reduces each.
-    assert!(r.nccl.iter().any(|n| n.collective == "Generic" && n.count == 32), "{:?}", r.nccl);
+    // RCCL in the two long prefills (3000 and 1024 tokens), 17 all-reduces each, and one
+    // all-gather of the logits in each of the 8 steps.
+    assert!(r.nccl.iter().any(|n| n.collective == "Generic" && n.count == 34), "{:?}", r.nccl);
+    assert!(r.nccl.iter().any(|n| n.collective == "AllGather" && n.count == 8), "{:?}", r.nccl);
 }
 
 #[test]

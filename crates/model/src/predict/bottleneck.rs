@@ -51,6 +51,9 @@ pub enum Bottleneck {
         /// model has them.
         #[serde(skip_serializing_if = "Option::is_none")]
         qk_gathers: Option<QkGathers>,
+        /// The LM head's all-gather of the step's logits, us per step (all stages), under TP.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        logits_gather_us: Option<f64>,
         /// Collectives that cross the network of a multi-node plan (absent on one node).
         #[serde(skip_serializing_if = "Option::is_none")]
         across: Option<Across>,
@@ -151,6 +154,7 @@ impl Scenario {
                     .then_some(QkNormAllReduces { count: d.qk_norm_allreduces * pp, us: d.qk_norm_allreduce_us * self.engine.comm_scale }),
                 qk_gathers: (d.qk_gathers > 0.0)
                     .then_some(QkGathers { count: d.qk_gathers * pp, us: d.qk_gather_us * pp * self.engine.comm_scale }),
+                logits_gather_us: (d.logits_gather_us > 0.0).then_some(d.logits_gather_us * pp * self.engine.comm_scale),
                 across: self.across_nodes(),
             },
             Term::Weights => Bottleneck::Weights {

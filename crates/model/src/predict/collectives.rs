@@ -6,7 +6,9 @@
 //! ([`crate::comm`]) over the link, or hierarchically over the nodes and the network when the TP
 //! group spans nodes. A q/k norm over all heads (MiniMax-M2) adds an all-reduce of its sums of
 //! squares in each full-attention layer; one over the whole projections (OLMo 2/3, OLMoE) an
-//! all-gather of q and one of k in each attention layer ([`Scenario::qk_gather_us`]). With DP
+//! all-gather of q and one of k in each attention layer ([`Scenario::qk_gather_us`]). Once per
+//! forward pass the vocab-parallel embedding all-reduces its output and the vocab-parallel LM head
+//! all-gathers the step's logits ([`Scenario::logits_gather_us`]). With DP
 //! attention a MoE layer's dispatch and combine replace the all-reduces; pipeline stages send the
 //! activations to the next stage, over the network when the next stage is on another node. [`Comm`] is one stage step's total (the
 //! calibrated communication scale applied) and its parts.
@@ -54,6 +56,9 @@ pub(super) struct Comm {
     /// The q and k all-gathers per stage step ([`Scenario::qk_gather_us`]), and their time, us.
     pub(super) qk_gathers: f64,
     pub(super) qk_gather_us: f64,
+    /// The LM head's all-gather of the logits, us per stage step (one per forward pass, over the
+    /// stages: [`Scenario::logits_gather_us`] / PP).
+    pub(super) logits_gather_us: f64,
 }
 
 /// The q and k all-gathers of a step and their time ([`Bottleneck::Communication`](super::Bottleneck::Communication)).
@@ -92,8 +97,10 @@ impl Scenario {
             us += 2.0 * a2a * self.frac_moe() * ls;
             c.allreduces = 2.0 * self.frac_dense() * ls;
         } else if self.plan.tp > 1 {
-            // Each token mixer's and each FFN's output (two per layer of attention then FFN).
-            c.allreduces = m.tp_reductions() as f64 / m.layers as f64 * ls;
+            // Each token mixer's and each FFN's output (two per layer of attention then FFN), and
+            // the vocab-parallel embedding's output once per pass (on the first stage: spread over
+            // the stages, as the LM head's weight read is).
+            c.allreduces = m.tp_reductions() as f64 / m.layers as f64 * ls + 1.0 / self.plan.pp as f64;
         }
         let mut measured_us = 0.0;
         let is_measured = |a: &comm::AllReduce| matches!(a.method, comm::Method::Measured { .. });
@@ -119,6 +126,10 @@ impl Scenario {
             c.qk_gathers = 2.0 * m.kv_layers() as f64 / self.plan.pp as f64;
             c.qk_gather_us = self.qk_gather_us(x);
             us += c.qk_gather_us;
+        }
+        if self.plan.tp > 1 {
+            c.logits_gather_us = self.logits_gather_us(x) / self.plan.pp as f64;
+            us += c.logits_gather_us;
         }
         if self.plan.pp > 1 {
             us += self.pp_send_us(act);
@@ -289,6 +300,24 @@ impl Scenario {
         let layers = m.kv_layers() as f64 / self.plan.pp as f64;
         let (q, k) = (tokens * heads as f64 * head_dim as f64 * 2.0, tokens * kv_heads as f64 * head_dim as f64 * 2.0);
         layers * (gather(q) + gather(k))
+    }
+
+    /// The LM head's all-gather of the logits of `tokens` sampled tokens over the TP ranks, us.
+    /// The head is vocab-parallel: each rank computes its share of the vocabulary for every token
+    /// and the ranks all-gather the bf16 logits (tokens x vocab x 2 bytes each rank ends with)
+    /// through NCCL before sampling. sglang's `LogitsProcessor._get_logits` (0.5.9:
+    /// `tensor_model_parallel_all_gather`, also under DP attention, whose tokens are gathered
+    /// first), vLLM's `LogitsProcessor` (an all-gather on CUDA), TensorRT-LLM's LM head (its output
+    /// gathered). Once per forward pass, on the last stage; 0 without TP.
+    pub fn logits_gather_us(&self, tokens: f64) -> f64 {
+        if self.plan.tp <= 1 || tokens <= 0.0 {
+            return 0.0;
+        }
+        let bytes = tokens * self.model.vocab as f64 * 2.0;
+        match self.across(self.plan.tp) {
+            Some(h) => comm::allgather_across_us(&h, bytes),
+            None => comm::nccl_allgather_us(&self.link, self.plan.tp, bytes),
+        }
     }
 
     /// Whether each attention layer all-gathers its q and k across the TP ranks for a norm over

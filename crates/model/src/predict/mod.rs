@@ -261,6 +261,8 @@ pub struct StepDetail {
     pub qk_gathers: f64,
     /// All of them, us (before comm_scale).
     pub qk_gather_us: f64,
+    /// The LM head's logits all-gather, us per stage step (before comm_scale; the gather over PP).
+    pub logits_gather_us: f64,
     /// Distinct experts touched per MoE layer (busiest EP rank with EP).
     pub distinct_experts: f64,
     /// Weight bytes read per GPU per stage step, GB.

@@ -129,7 +129,9 @@ impl Scenario {
     ///   the weighted combine: 8; a shared expert adds its gate/up, activation and down: 3.
     /// - Collectives: one all-reduce per mixer and per FFN under TP, two per layer of attention
     ///   then FFN ([`crate::spec::ModelSpec::tp_reductions`]; a DP-attention MoE layer's
-    ///   dispatch and combine instead).
+    ///   dispatch and combine instead); once per pass the vocab-parallel embedding's all-reduce
+    ///   (not under DP attention) and the LM head's logits all-gather
+    ///   ([`Scenario::logits_gather_us`]).
     /// - A q/k norm over all heads (MiniMax-M2) under TP: its own all-reduce and the norm's
     ///   second half, in each full-attention layer: 2. A q/k norm over the whole projections (OLMo
     ///   2/3, OLMoE) under TP: the q and the k all-gathers, in each attention layer: 2.
@@ -143,13 +145,28 @@ impl Scenario {
         let attention = c.full as f64 * full + c.sliding as f64 * 5.0 + c.linear as f64 * linear;
         let moe = m.moe.map_or(0.0, |mo| 8.0 + if mo.shared_experts > 0 { 3.0 } else { 0.0 });
         let ffn = m.dense_layers as f64 * 4.0 + m.moe_layers() as f64 * moe;
-        let collectives = if self.plan.tp > 1 || self.plan.dp_attention { m.tp_reductions() as f64 } else { 0.0 };
+        // Under TP the embedding's all-reduce (not with DP attention, where sglang replicates the
+        // embedding) and the LM head's logits all-gather too, once per pass.
+        let collectives = if self.plan.dp_attention {
+            m.tp_reductions() as f64 + if self.plan.tp > 1 { 1.0 } else { 0.0 }
+        } else if self.plan.tp > 1 {
+            m.tp_reductions() as f64 + 2.0
+        } else {
+            0.0
+        };
         // A q/k norm over all heads splits around its own all-reduce: that collective and the
         // norm's second half, in each full-attention layer.
         let qk_norm = if self.qk_norm_allreduce() { 2.0 * c.full as f64 } else { 0.0 };
         // A q/k norm over the whole projections gathers q and k in each attention layer.
         let qk_gathers = if self.qk_norm_gather() { 2.0 * m.kv_layers() as f64 } else { 0.0 };
         attention + ffn + collectives + qk_norm + qk_gathers + 4.0
+    }
+
+    /// All-reduces of a prompt pass's activations under TP: each mixer's and each FFN's output,
+    /// and the vocab-parallel embedding's (not under DP attention). The LM head samples one
+    /// token per prompt, so its logits all-gather is a decode step's, not a prompt's.
+    fn prefill_allreduces(&self) -> f64 {
+        self.model.tp_reductions() as f64 + if self.plan.dp_attention { 0.0 } else { 1.0 }
     }
 
     /// Time to prefill `tokens` prompt tokens (prompts of `prompt_len` each) on one replica, ms,
@@ -213,14 +230,14 @@ impl Scenario {
             PrefillPass::Standalone => {
                 let qk_norm =
                     if self.qk_norm_allreduce() { c.full as f64 * self.tp_allreduce(tokens * QK_NORM_BYTES_PER_TOKEN).us } else { 0.0 };
-                m.tp_reductions() as f64 * self.tp_allreduce(bytes).us + qk_norm + self.qk_gather_us(tokens) * self.plan.pp as f64
+                self.prefill_allreduces() * self.tp_allreduce(bytes).us + qk_norm + self.qk_gather_us(tokens) * self.plan.pp as f64
             }
             // Riding in a decode step's all-reduces: only the extra bytes cost time, as the
             // all-reduce model prices them (its algorithm and protocol for the larger message)
             // beyond the decode tokens' own message (at least one token's).
             PrefillPass::Beside(d) => {
                 let decode = d.max(1.0) * m.hidden as f64 * 2.0;
-                m.tp_reductions() as f64 * (self.tp_allreduce(bytes + decode).us - self.tp_allreduce(decode).us).max(0.0)
+                self.prefill_allreduces() * (self.tp_allreduce(bytes + decode).us - self.tp_allreduce(decode).us).max(0.0)
                     + (self.qk_gather_us(tokens + d.max(1.0)) - self.qk_gather_us(d.max(1.0))) * self.plan.pp as f64
             }
         };

@@ -77,6 +77,7 @@ impl Scenario {
             qk_norm_allreduce_us: comm.qk_norm_allreduce_us,
             qk_gathers: comm.qk_gathers,
             qk_gather_us: comm.qk_gather_us,
+            logits_gather_us: comm.logits_gather_us,
             distinct_experts: w.distinct,
             weights_gb_per_gpu: (w.dense + w.experts) / 1e9,
             kv_gb_per_gpu: kv_b / 1e9,

@@ -99,26 +99,28 @@ fn a_chunk_beside_decode_costs_its_all_reduce_bytes_beyond_the_decode_batch_and_
     let bytes = |t: f64| t * m.hidden as f64 * 2.0;
     let extra = |decode: f64| s.tp_allreduce(bytes(1024.0 + decode)).us - s.tp_allreduce(bytes(decode)).us;
     let (small, large) = (s.prefill_ms(1024.0, 1024.0, PrefillPass::Beside(1.0)), s.prefill_ms(1024.0, 1024.0, PrefillPass::Beside(256.0)));
-    let want = 2.0 * m.layers as f64 * (extra(256.0) - extra(1.0)) * 1e-3 * s.engine.comm_scale;
+    // Two all-reduces per layer and the embedding's.
+    let want = (2.0 * m.layers as f64 + 1.0) * (extra(256.0) - extra(1.0)) * 1e-3 * s.engine.comm_scale;
     assert!((large - small - want).abs() < 1e-9, "{large} - {small} vs {want}");
 }
 
 #[test]
 fn kernels_per_step_follow_the_documented_per_layer_counts() {
-    // Llama-3.1-70B: 80 GQA layers of 5 attention + 4 FFN kernels, two all-reduces each under TP.
+    // Llama-3.1-70B: 80 GQA layers of 5 attention + 4 FFN kernels, two all-reduces each under TP,
+    // and once per pass the embedding's all-reduce and the logits' all-gather.
     let llama_tp8 = scenario("llama-3.1-70b", Dtype::Fp8, "h200", "nvlink", 8, 8);
-    assert_eq!(llama_tp8.kernels_per_step(), 80.0 * (5.0 + 4.0 + 2.0) + 4.0);
+    assert_eq!(llama_tp8.kernels_per_step(), 80.0 * (5.0 + 4.0 + 2.0) + 4.0 + 2.0);
     let llama_tp1 = scenario("llama-3.1-70b", Dtype::Fp8, "h200", "nvlink", 1, 1);
     assert_eq!(llama_tp1.kernels_per_step(), 80.0 * (5.0 + 4.0) + 4.0);
     // DeepSeek-V3: 61 MLA layers, 3 dense FFNs, 58 MoE layers with a shared expert.
     let ds = scenario("deepseek-v3", Dtype::Fp8, "h200", "nvlink", 8, 8);
-    assert_eq!(ds.kernels_per_step(), 61.0 * 10.0 + 3.0 * 4.0 + 58.0 * 11.0 + 61.0 * 2.0 + 4.0);
+    assert_eq!(ds.kernels_per_step(), 61.0 * 10.0 + 3.0 * 4.0 + 58.0 * 11.0 + 61.0 * 2.0 + 4.0 + 2.0);
     // GLM-5's DSA indexer adds 8 kernels to each of its MLA layers.
     let glm = scenario("glm-5", Dtype::Fp8, "b200", "nvlink5", 8, 8);
     let m = &glm.model;
     let moe = m.moe.expect("moe");
     let ffn = m.dense_layers as f64 * 4.0 + m.moe_layers() as f64 * (8.0 + if moe.shared_experts > 0 { 3.0 } else { 0.0 });
-    assert_eq!(glm.kernels_per_step(), m.layers as f64 * (18.0 + 2.0) + ffn + 4.0);
+    assert_eq!(glm.kernels_per_step(), m.layers as f64 * (18.0 + 2.0) + ffn + 4.0 + 2.0);
     // The floor is the count times the fitted per-kernel cost.
     let e = Engine::default();
     assert!((ds.overhead_ms() - e.kernel_overhead_us * ds.kernels_per_step() / 1e3).abs() < 1e-12);
@@ -151,6 +153,7 @@ fn minimax_all_reduces_its_qk_norm_in_every_layer_under_tp_only() {
             allreduce_us: 30.0,
             qk_norm: Some(QkNormAllReduces { count: 62.0, us: qk_norm_us }),
             qk_gathers: None,
+            logits_gather_us: None,
             across: None,
         })
     };
@@ -195,8 +198,12 @@ fn a_measured_all_reduce_prices_nccls_all_reduces_and_leaves_the_custom_kernel_a
     // and scales the model's terms.
     let mut early = s.clone();
     early.engine.release_step_scale = 2.2;
+    // (The logits' all-gather is the model's, not the measurement's: it takes the scale.)
     let (now, then) = (s.point(16).step_ms, early.point(16).step_ms);
-    assert!((then.communication - now.communication).abs() < 1e-9 * now.communication, "{then:?} against {now:?}");
+    let c = s.communication(16.0);
+    assert!(c.measured_ms > 0.0 && c.ms > c.measured_ms);
+    let want = 1.2 * (c.ms - c.measured_ms);
+    assert!((then.communication - now.communication - want).abs() < 1e-9 * now.communication, "{then:?} against {now:?}");
     assert!((then.weights / now.weights - 2.2).abs() < 1e-9);
     // It prices this box only: the same deployment with P2P (a what-if, the P2P fix) takes the model.
     let mut p2p = s.clone();
@@ -710,9 +717,9 @@ fn a_stated_cap_sizes_sglangs_state_pool_where_the_radix_cache_is_off() {
 #[test]
 fn a_nemotron_h_step_all_reduces_once_per_block_and_keeps_kv_in_its_attention_blocks_only() {
     let s = scenario("nemotron-3-nano-30b-a3b", Dtype::Bf16, "h100-sxm", "nvlink", 2, 2);
-    assert_eq!(s.communication(8.0).allreduces, 52.0);
+    assert_eq!(s.communication(8.0).allreduces, 52.0 + 1.0, "and the embedding's");
     let moe = 8.0 + 3.0;
-    assert_eq!(s.kernels_per_step(), 6.0 * 5.0 + 23.0 * 6.0 + 23.0 * moe + 52.0 + 4.0);
+    assert_eq!(s.kernels_per_step(), 6.0 * 5.0 + 23.0 * 6.0 + 23.0 * moe + 52.0 + 4.0 + 2.0);
     // 6 layers x K and V x 2 KV heads x 128 x 2 bytes per token, the 2 KV heads split over TP2.
     let kv_per_token = 6.0 * 2.0 * 2.0 * 128.0 * 2.0 / 2.0;
     let grow = s.request_bytes_gpu(20_000.0) - s.request_bytes_gpu(10_000.0);
@@ -989,6 +996,7 @@ fn a_q_k_norm_over_the_whole_projections_gathers_q_and_k_in_every_attention_laye
         allreduce_us: 10.0,
         qk_norm: None,
         qk_gathers: Some(QkGathers { count: 64.0, us: 1500.0 }),
+        logits_gather_us: None,
         across: None,
     });
     assert!(words.contains("64 all-reduces x 10.0 us, 64 q/k all-gathers taking 1.50 ms in all"), "{words}");
@@ -1007,4 +1015,65 @@ fn a_q_k_norm_over_the_whole_projections_gathers_q_and_k_in_every_attention_laye
     one.model.qk_norm_gathered = true;
     assert_eq!(one.qk_gather_us(x), 0.0);
     assert_eq!(one.kernels_per_step(), one_plain.kernels_per_step());
+}
+
+/// The vocab-parallel embedding and LM head under TP: the embedding all-reduces its output once
+/// per pass (one more all-reduce of the step's activations), and the head all-gathers the step's
+/// bf16 logits (tokens x vocab x 2 bytes) by NCCL's ring, once per pass, spread over the stages
+/// as the head's weight read is; both run as kernels of the step. Nothing at TP1; under DP
+/// attention the embedding is replicated, so only the gather.
+#[test]
+fn under_tp_the_embedding_all_reduces_and_the_lm_head_all_gathers_the_logits_once_per_pass() {
+    let s = scenario("llama-3.1-8b", Dtype::Bf16, "h100-sxm", "nvlink", 4, 4);
+    let x = 32.0;
+    let layers = s.model.layers as f64;
+    let want_gather = comm::nccl_allgather_us(&s.link, 4, x * s.model.vocab as f64 * 2.0);
+    assert!(want_gather > 0.0);
+    assert_eq!(s.logits_gather_us(x), want_gather);
+    let c = s.communication(x);
+    assert_eq!(c.allreduces, 2.0 * layers + 1.0, "two per layer and the embedding's");
+    assert_eq!(c.logits_gather_us, want_gather);
+    let want_ms = (c.allreduces * s.tp_allreduce(x * s.model.hidden as f64 * 2.0).us + want_gather) * 1e-3 * s.engine.comm_scale;
+    assert!((c.ms - want_ms).abs() < 1e-9, "{} ms against {want_ms}", c.ms);
+    assert_eq!(s.stage(x, 1536.0).1.logits_gather_us, want_gather);
+    // The bottleneck's words name the gather.
+    let words = crate::report::bottleneck_words(&Bottleneck::Communication {
+        share: 0.5,
+        step_ms: 20.0,
+        tp: 4,
+        link: "nvlink".into(),
+        allreduces: 65.0,
+        allreduce_us: 10.0,
+        qk_norm: None,
+        qk_gathers: None,
+        logits_gather_us: Some(250.0),
+        across: None,
+    });
+    assert!(words.contains("65 all-reduces x 10.0 us, and the logits' all-gather 0.25 ms"), "{words}");
+    // The logits grow with the batch; a larger vocabulary gathers more.
+    assert!(s.logits_gather_us(4.0 * x) > want_gather);
+    let mut wide = s.clone();
+    wide.model.vocab *= 2;
+    assert!(wide.logits_gather_us(x) > want_gather);
+    // PP2: each stage step carries half of the pass's embedding all-reduce and logits gather.
+    let mut pp2 = scenario("llama-3.1-8b", Dtype::Bf16, "h100-sxm", "nvlink", 8, 4);
+    pp2.plan = Plan { gpus: 8, tp: 4, pp: 2, ep: 1, dp_attention: false };
+    let c2 = pp2.communication(x);
+    assert_eq!(c2.allreduces, layers + 0.5);
+    assert!((c2.logits_gather_us - pp2.logits_gather_us(x) / 2.0).abs() < 1e-9);
+    // TP1: no collective at all.
+    let one = scenario("llama-3.1-8b", Dtype::Bf16, "h100-sxm", "nvlink", 1, 1);
+    assert_eq!(one.logits_gather_us(x), 0.0);
+    assert_eq!((one.communication(x).allreduces, one.communication(x).ms), (0.0, 0.0));
+    // Kernels: the two collectives at TP4, none at TP1 (the per-layer ones aside).
+    let per_layer = |sc: &Scenario| sc.kernels_per_step() - if sc.plan.tp > 1 { sc.model.tp_reductions() as f64 } else { 0.0 };
+    assert_eq!(per_layer(&s) - per_layer(&one), 2.0);
+    // A prompt pass all-reduces its embedding too: one more all-reduce of its tokens.
+    let tokens = 4096.0;
+    let prefill_comm = |sc: &Scenario| sc.prefill_ms(tokens, tokens, PrefillPass::Standalone);
+    let mut no_comm = s.clone();
+    no_comm.engine.comm_scale = 0.0;
+    let want_prefill_us = (2.0 * layers + 1.0) * s.tp_allreduce(tokens * s.model.hidden as f64 * 2.0).us;
+    let got_us = (prefill_comm(&s) - prefill_comm(&no_comm)) * 1e3 / s.engine.comm_scale;
+    assert!((got_us - want_prefill_us).abs() < 1e-6, "{got_us} us against {want_prefill_us}");
 }

@@ -223,7 +223,9 @@ pub fn saturation_words(r: &SaturationReason) -> String {
 pub fn bottleneck_words(b: &Bottleneck) -> String {
     let pct = b.share() * 100.0;
     match b {
-        Bottleneck::Communication { step_ms, tp, link, allreduces, allreduce_us, qk_norm, qk_gathers, across, .. } => {
+        Bottleneck::Communication {
+            step_ms, tp, link, allreduces, allreduce_us, qk_norm, qk_gathers, logits_gather_us, across, ..
+        } => {
             let over = match across {
                 None => link.clone(),
                 Some(a) if a.tp_nodes > 1 => {
@@ -232,13 +234,14 @@ pub fn bottleneck_words(b: &Bottleneck) -> String {
                 Some(a) => format!("{link} (PP sends across nodes over {})", a.net),
             };
             format!(
-                "TP{tp} all-reduce over {over} is {pct:.0}% of the {step_ms:.1} ms step: {allreduces:.0} all-reduces x {allreduce_us:.1} us{}{} (plus a per-kernel floor each, counted in the overhead)",
+                "TP{tp} all-reduce over {over} is {pct:.0}% of the {step_ms:.1} ms step: {allreduces:.0} all-reduces x {allreduce_us:.1} us{}{}{} (plus a per-kernel floor each, counted in the overhead)",
                 qk_norm.map_or(String::new(), |q| if q.us < 0.05 {
                     format!(" and {:.0} q/k-norm all-reduces within their kernel floors", q.count)
                 } else {
                     format!(" and {:.0} q/k-norm all-reduces x {:.1} us", q.count, q.us)
                 }),
-                qk_gathers.map_or(String::new(), |g| format!(", {:.0} q/k all-gathers taking {:.2} ms in all", g.count, g.us / 1e3))
+                qk_gathers.map_or(String::new(), |g| format!(", {:.0} q/k all-gathers taking {:.2} ms in all", g.count, g.us / 1e3)),
+                logits_gather_us.map_or(String::new(), |us| format!(", and the logits' all-gather {:.2} ms", us / 1e3))
             )
         }
         Bottleneck::Weights { step_ms, gb_per_gpu, distinct_experts, busiest_ep_rank, mem_bw_gbs, .. } => {
