@@ -674,8 +674,11 @@ mod tests {
         let (at64, at128) = (predict_at(&mb, l, 64).expect("64"), predict_at(&mb, l, 128).expect("128"));
         assert!((at128 / at64 - 1.0).abs() < 0.02, "plateau: {at64} then {at128}");
         assert!(s.point(128).output_tokens_per_s < 0.8 * at128, "the steady state at 128: {:?}", s.point(128).output_tokens_per_s);
-        // Another request count is another run.
-        assert_ne!(predict_at(&glm_box("pcie5-p2p", 1280), l, 128), Some(at128));
+        // Another request count is another run: 96 requests are one full wave behind the cap and
+        // a half one, where 128 are two full waves (whole waves of equal requests give the same
+        // rate to the last bit, whatever their number).
+        let other = predict_at(&glm_box("pcie5-p2p", 96), l, 128).expect("96");
+        assert!((other / at128 - 1.0).abs() > 0.01, "{other} against {at128}");
     }
 
     /// A latency objective is judged on the sweep run's figure at the objective's own percentile,

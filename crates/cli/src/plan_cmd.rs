@@ -264,10 +264,10 @@ pub struct PlanArgs {
     /// Prefill rides inside decode steps (sglang --enable-mixed-chunk; always on for the vllm and trtllm engines) instead of its own passes; without it the virtual run schedules prompts first, alone, while decoding waits (sglang's default)
     #[arg(long)]
     pub mixed_prefill: bool,
-    /// Host overhead per decode step, ms: replaces the model's per-kernel floor (5.2 us x the kernels a step runs, 1.9x that on MI300X/MI325X, fitted on public measurements; see VALIDATION.md); the 32.5 us per running request stays (--request-step-us)
+    /// Host overhead per decode step, ms: replaces the model's per-kernel floor (5.2 us x the kernels a step runs, 1.9x that on MI300X/MI325X, fitted on public measurements; see VALIDATION.md); the 35 us per running request stays (--request-step-us)
     #[arg(long, value_name = "MS")]
     pub step_overhead_ms: Option<f64>,
-    /// Per-step cost of each running request, us (scheduling, sampling and output work that grows with the batch) [default: 32.5, fitted on public measurements; see VALIDATION.md]
+    /// Per-step cost of each running request, us (scheduling, sampling and output work that grows with the batch) [default: 35, fitted on public measurements; see VALIDATION.md]
     #[arg(long, value_name = "US")]
     pub request_step_us: Option<f64>,
     /// How unevenly the router spreads a decode batch's tokens over the experts: a Zipf exponent, 0 for uniform routing, higher for fewer distinct experts per step (MoE models only) [default: 0.45, read off AIConfigurator's fused-MoE timings under power-law routing; see VALIDATION.md]. Set it from your own traffic's routing where you have measured it

@@ -100,7 +100,8 @@ impl Scenario {
             // Each token mixer's and each FFN's output (two per layer of attention then FFN), and
             // the vocab-parallel embedding's output once per pass (on the first stage: spread over
             // the stages, as the LM head's weight read is).
-            c.allreduces = m.tp_reductions() as f64 / m.layers as f64 * ls + 1.0 / self.plan.pp as f64;
+            let embedding = if self.embedding_allreduce() { 1.0 / self.plan.pp as f64 } else { 0.0 };
+            c.allreduces = m.tp_reductions() as f64 / m.layers as f64 * ls + embedding;
         }
         let mut measured_us = 0.0;
         let is_measured = |a: &comm::AllReduce| matches!(a.method, comm::Method::Measured { .. });
@@ -127,7 +128,7 @@ impl Scenario {
             c.qk_gather_us = self.qk_gather_us(x);
             us += c.qk_gather_us;
         }
-        if self.plan.tp > 1 {
+        if self.logits_gathered() {
             c.logits_gather_us = self.logits_gather_us(x) / self.plan.pp as f64;
             us += c.logits_gather_us;
         }
@@ -302,15 +303,33 @@ impl Scenario {
         layers * (gather(q) + gather(k))
     }
 
+    /// Whether the vocab-parallel embedding all-reduces its output once per pass: under TP with
+    /// sglang (`VocabParallelEmbedding.forward`, 0.5.9) and vLLM (the same layer); not under DP
+    /// attention, where sglang replicates the embedding (`enable_tp=False`) and vLLM's ranks each
+    /// hold the whole model; not priced for TensorRT-LLM, whose embedding's parallel mode (an
+    /// all-gather over the hidden size, or none) was not confirmed.
+    pub(super) fn embedding_allreduce(&self) -> bool {
+        self.plan.tp > 1 && !self.plan.dp_attention && self.engine.serving != super::EngineName::Trtllm
+    }
+
+    /// Whether the LM head all-gathers the logits once per pass ([`Self::logits_gather_us`]):
+    /// under TP; under DP attention only with sglang, which gathers the DP ranks' hidden states,
+    /// runs its vocab-parallel head over all of them and all-gathers the logits
+    /// (`LogitsProcessor._get_logits`, 0.5.9; the hidden states' own gather is not priced), where
+    /// vLLM's DP ranks each hold the whole head.
+    pub(super) fn logits_gathered(&self) -> bool {
+        self.plan.tp > 1 && (!self.plan.dp_attention || self.engine.serving == super::EngineName::Sglang)
+    }
+
     /// The LM head's all-gather of the logits of `tokens` sampled tokens over the TP ranks, us.
     /// The head is vocab-parallel: each rank computes its share of the vocabulary for every token
     /// and the ranks all-gather the bf16 logits (tokens x vocab x 2 bytes each rank ends with)
     /// through NCCL before sampling. sglang's `LogitsProcessor._get_logits` (0.5.9:
-    /// `tensor_model_parallel_all_gather`, also under DP attention, whose tokens are gathered
-    /// first), vLLM's `LogitsProcessor` (an all-gather on CUDA), TensorRT-LLM's LM head (its output
-    /// gathered). Once per forward pass, on the last stage; 0 without TP.
+    /// `tensor_model_parallel_all_gather`), vLLM's `LogitsProcessor` (an all-gather on CUDA),
+    /// TensorRT-LLM's `LMHead` (an `allgather` of its output). Once per forward pass, on the last
+    /// stage; 0 where [`Self::logits_gathered`] is false.
     pub fn logits_gather_us(&self, tokens: f64) -> f64 {
-        if self.plan.tp <= 1 || tokens <= 0.0 {
+        if !self.logits_gathered() || tokens <= 0.0 {
             return 0.0;
         }
         let bytes = tokens * self.model.vocab as f64 * 2.0;

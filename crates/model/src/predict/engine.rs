@@ -85,9 +85,8 @@ pub struct Engine {
     /// since the router's skew was fitted with it (step 34: floor 6.0 us), 40 us since the skew
     /// was set from kernel data instead (step 35: floor 5.0 us, MoE efficiency 0.45), 35 us since
     /// MXFP4 experts read at the kernel tables' rates (step 37: floor 5.2 us, MoE efficiency
-    /// 0.55), 32.5 us since the embedding's all-reduce and the LM head's logits all-gather are
-    /// priced (step 43, 2026-12-07: the gather grows with the batch and takes over part of this
-    /// cost; floor and MoE efficiency unchanged, objective 0.1007 at 35 us, 0.1006 at 32.5); one
+    /// 0.55), kept by the refit after the embedding's all-reduce and the LM head's logits
+    /// all-gather were priced (step 43, 2026-12-07: objective 0.1008); one
     /// figure for every engine and GPU (the fit set cannot tell them
     /// apart: one source each). A stated `--step-overhead-ms` leaves it in place;
     /// `--request-step-us` replaces it.
@@ -255,7 +254,7 @@ impl Default for Engine {
             cuda_graphs: true,
             prefill_graphs: true,
             launch_us: 4.0,
-            request_step_us: 32.5,
+            request_step_us: 35.0,
             overlap: Overlap::None,
             hbm_efficiency: 0.80,
             moe_efficiency: 0.55,

@@ -145,15 +145,10 @@ impl Scenario {
         let attention = c.full as f64 * full + c.sliding as f64 * 5.0 + c.linear as f64 * linear;
         let moe = m.moe.map_or(0.0, |mo| 8.0 + if mo.shared_experts > 0 { 3.0 } else { 0.0 });
         let ffn = m.dense_layers as f64 * 4.0 + m.moe_layers() as f64 * moe;
-        // Under TP the embedding's all-reduce (not with DP attention, where sglang replicates the
-        // embedding) and the LM head's logits all-gather too, once per pass.
-        let collectives = if self.plan.dp_attention {
-            m.tp_reductions() as f64 + if self.plan.tp > 1 { 1.0 } else { 0.0 }
-        } else if self.plan.tp > 1 {
-            m.tp_reductions() as f64 + 2.0
-        } else {
-            0.0
-        };
+        // And once per pass the embedding's all-reduce and the LM head's logits all-gather, where
+        // the engine runs them (`Scenario::embedding_allreduce`, `Scenario::logits_gathered`).
+        let layers = if self.plan.tp > 1 || self.plan.dp_attention { m.tp_reductions() as f64 } else { 0.0 };
+        let collectives = layers + f64::from(u8::from(self.embedding_allreduce())) + f64::from(u8::from(self.logits_gathered()));
         // A q/k norm over all heads splits around its own all-reduce: that collective and the
         // norm's second half, in each full-attention layer.
         let qk_norm = if self.qk_norm_allreduce() { 2.0 * c.full as f64 } else { 0.0 };
@@ -163,10 +158,11 @@ impl Scenario {
     }
 
     /// All-reduces of a prompt pass's activations under TP: each mixer's and each FFN's output,
-    /// and the vocab-parallel embedding's (not under DP attention). The LM head samples one
-    /// token per prompt, so its logits all-gather is a decode step's, not a prompt's.
+    /// and the vocab-parallel embedding's where the engine runs it
+    /// ([`Scenario::embedding_allreduce`](super::Scenario)). The LM head's logits all-gather
+    /// covers the sampled tokens only, one per prompt ([`Self::prefill_ms`]).
     fn prefill_allreduces(&self) -> f64 {
-        self.model.tp_reductions() as f64 + if self.plan.dp_attention { 0.0 } else { 1.0 }
+        self.model.tp_reductions() as f64 + f64::from(u8::from(self.embedding_allreduce()))
     }
 
     /// Time to prefill `tokens` prompt tokens (prompts of `prompt_len` each) on one replica, ms,
@@ -225,12 +221,17 @@ impl Scenario {
             0.0
         };
         let bytes = tokens * m.hidden as f64 * 2.0;
+        // The LM head samples one token per prompt: its logits all-gather covers those.
+        let sampled = (tokens / prompt_len.max(1.0)).max(1.0);
         let comm_us = match pass {
             _ if self.plan.tp <= 1 => 0.0,
             PrefillPass::Standalone => {
                 let qk_norm =
                     if self.qk_norm_allreduce() { c.full as f64 * self.tp_allreduce(tokens * QK_NORM_BYTES_PER_TOKEN).us } else { 0.0 };
-                self.prefill_allreduces() * self.tp_allreduce(bytes).us + qk_norm + self.qk_gather_us(tokens) * self.plan.pp as f64
+                self.prefill_allreduces() * self.tp_allreduce(bytes).us
+                    + qk_norm
+                    + self.qk_gather_us(tokens) * self.plan.pp as f64
+                    + self.logits_gather_us(sampled)
             }
             // Riding in a decode step's all-reduces: only the extra bytes cost time, as the
             // all-reduce model prices them (its algorithm and protocol for the larger message)
@@ -239,6 +240,7 @@ impl Scenario {
                 let decode = d.max(1.0) * m.hidden as f64 * 2.0;
                 self.prefill_allreduces() * (self.tp_allreduce(bytes + decode).us - self.tp_allreduce(decode).us).max(0.0)
                     + (self.qk_gather_us(tokens + d.max(1.0)) - self.qk_gather_us(d.max(1.0))) * self.plan.pp as f64
+                    + (self.logits_gather_us(sampled + d.max(1.0)) - self.logits_gather_us(d.max(1.0))).max(0.0)
             }
         };
         // A measured all-reduce is the box's own figure: the release's scale leaves it alone.

@@ -99,8 +99,10 @@ fn a_chunk_beside_decode_costs_its_all_reduce_bytes_beyond_the_decode_batch_and_
     let bytes = |t: f64| t * m.hidden as f64 * 2.0;
     let extra = |decode: f64| s.tp_allreduce(bytes(1024.0 + decode)).us - s.tp_allreduce(bytes(decode)).us;
     let (small, large) = (s.prefill_ms(1024.0, 1024.0, PrefillPass::Beside(1.0)), s.prefill_ms(1024.0, 1024.0, PrefillPass::Beside(256.0)));
-    // Two all-reduces per layer and the embedding's.
-    let want = (2.0 * m.layers as f64 + 1.0) * (extra(256.0) - extra(1.0)) * 1e-3 * s.engine.comm_scale;
+    // Two all-reduces per layer and the embedding's, and the one sampled token's logits beyond
+    // the decode batch's in the LM head's all-gather.
+    let gather = |d: f64| s.logits_gather_us(d + 1.0) - s.logits_gather_us(d);
+    let want = ((2.0 * m.layers as f64 + 1.0) * (extra(256.0) - extra(1.0)) + gather(256.0) - gather(1.0)) * 1e-3 * s.engine.comm_scale;
     assert!((large - small - want).abs() < 1e-9, "{large} - {small} vs {want}");
 }
 
@@ -1068,12 +1070,29 @@ fn under_tp_the_embedding_all_reduces_and_the_lm_head_all_gathers_the_logits_onc
     // Kernels: the two collectives at TP4, none at TP1 (the per-layer ones aside).
     let per_layer = |sc: &Scenario| sc.kernels_per_step() - if sc.plan.tp > 1 { sc.model.tp_reductions() as f64 } else { 0.0 };
     assert_eq!(per_layer(&s) - per_layer(&one), 2.0);
-    // A prompt pass all-reduces its embedding too: one more all-reduce of its tokens.
     let tokens = 4096.0;
     let prefill_comm = |sc: &Scenario| sc.prefill_ms(tokens, tokens, PrefillPass::Standalone);
     let mut no_comm = s.clone();
     no_comm.engine.comm_scale = 0.0;
-    let want_prefill_us = (2.0 * layers + 1.0) * s.tp_allreduce(tokens * s.model.hidden as f64 * 2.0).us;
+    // A prompt pass all-reduces its embedding too, and gathers the logits of its one sampled token.
+    let want_prefill_us = (2.0 * layers + 1.0) * s.tp_allreduce(tokens * s.model.hidden as f64 * 2.0).us + s.logits_gather_us(1.0);
     let got_us = (prefill_comm(&s) - prefill_comm(&no_comm)) * 1e3 / s.engine.comm_scale;
     assert!((got_us - want_prefill_us).abs() < 1e-6, "{got_us} us against {want_prefill_us}");
+    // TensorRT-LLM: the gather, but no embedding all-reduce (its embedding's mode is not confirmed).
+    let mut trt = s.clone();
+    trt.engine.serving = EngineName::Trtllm;
+    assert_eq!(trt.communication(x).allreduces, 2.0 * layers);
+    assert_eq!(trt.logits_gather_us(x), want_gather);
+    assert_eq!(per_layer(&s) - per_layer(&trt), 1.0);
+    // DP attention: no embedding all-reduce; sglang gathers the logits over the TP group, vLLM's
+    // DP ranks each hold the whole head.
+    let mut dp = scenario("deepseek-v3", Dtype::Fp8, "h200", "nvlink", 8, 8);
+    dp.plan = Plan { gpus: 8, tp: 8, pp: 1, ep: 8, dp_attention: true };
+    let dense_only = 2.0 * dp.frac_dense() * dp.model.layers as f64;
+    assert_eq!(dp.communication(x).allreduces, dense_only);
+    assert!(dp.logits_gather_us(x) > 0.0 && dp.communication(x).logits_gather_us > 0.0);
+    let mut dp_vllm = dp.clone();
+    dp_vllm.engine.serving = EngineName::Vllm;
+    assert_eq!((dp_vllm.logits_gather_us(x), dp_vllm.communication(x).logits_gather_us), (0.0, 0.0));
+    assert_eq!(dp.kernels_per_step() - dp_vllm.kernels_per_step(), 1.0, "sglang's gather is a kernel of the step");
 }

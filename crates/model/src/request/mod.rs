@@ -538,7 +538,7 @@ fn split_pairs<'a>(flag: &str, s: &'a str, example: &str) -> Result<Vec<(&'a str
 /// a step that long is a stalled server, not a setting).
 pub const STEP_OVERHEAD_MS: std::ops::RangeInclusive<f64> = 0.0..=1e4;
 
-/// `--request-step-us`: per running request per decode step, up to 1 s (the fitted value is 32.5 us).
+/// `--request-step-us`: per running request per decode step, up to 1 s (the fitted value is 35 us).
 pub const REQUEST_STEP_US: std::ops::RangeInclusive<f64> = 0.0..=1e6;
 
 /// `--routing-skew`: the Zipf exponent of the router's expert popularity, from uniform routing
