@@ -294,13 +294,19 @@ impl Scenario {
         if !self.qk_norm_gather() {
             return 0.0;
         }
-        let gather = |bytes: f64| match self.across(self.plan.tp) {
-            Some(h) => comm::allgather_across_us(&h, bytes),
-            None => comm::nccl_allgather_us(&self.link, self.plan.tp, bytes),
-        };
         let layers = m.kv_layers() as f64 / self.plan.pp as f64;
         let (q, k) = (tokens * heads as f64 * head_dim as f64 * 2.0, tokens * kv_heads as f64 * head_dim as f64 * 2.0);
-        layers * (gather(q) + gather(k))
+        layers * (self.tp_allgather_us(q) + self.tp_allgather_us(k))
+    }
+
+    /// One NCCL all-gather of `bytes` (what each rank ends with) over the TP group: within a node
+    /// ([`comm::nccl_allgather_us`]) or, when the group spans nodes, hierarchically
+    /// ([`comm::allgather_across_us`]).
+    fn tp_allgather_us(&self, bytes: f64) -> f64 {
+        match self.across(self.plan.tp) {
+            Some(h) => comm::allgather_across_us(&h, bytes),
+            None => comm::nccl_allgather_us(&self.link, self.plan.tp, bytes),
+        }
     }
 
     /// Whether the vocab-parallel embedding all-reduces its output once per pass: under TP with
@@ -332,11 +338,7 @@ impl Scenario {
         if !self.logits_gathered() || tokens <= 0.0 {
             return 0.0;
         }
-        let bytes = tokens * self.model.vocab as f64 * 2.0;
-        match self.across(self.plan.tp) {
-            Some(h) => comm::allgather_across_us(&h, bytes),
-            None => comm::nccl_allgather_us(&self.link, self.plan.tp, bytes),
-        }
+        self.tp_allgather_us(tokens * self.model.vocab as f64 * 2.0)
     }
 
     /// Whether each attention layer all-gathers its q and k across the TP ranks for a norm over
