@@ -421,7 +421,7 @@ fn write_answer(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
         }
         return Ok(());
     }
-    let Some(best) = r.points.iter().max_by(|a, b| headline_rate(a).total_cmp(&headline_rate(b))) else { return Ok(()) };
+    let Some(best) = plateau_start(&r.points) else { return Ok(()) };
     let rate = headline_rate(best);
     writeln!(w, "answer: {} at concurrency {}: {rate:.0} {}", r.scenario.plan.label(), best.concurrency, rate_words(r))?;
     writeln!(w, "  {}", interval_words(&crate::interval::for_scenario(&r.scenario), rate))?;
@@ -436,6 +436,21 @@ fn write_answer(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// How close to the best rate a point counts as reaching it: a benchmark cannot tell rates this
+/// close apart, and behind a running cap the rates past it differ only by float rounding.
+const PLATEAU_TOLERANCE: f64 = 1e-3;
+
+/// The point the answer names: the lowest concurrency whose rate is within [`PLATEAU_TOLERANCE`]
+/// of the best, so a plateau (a running cap, a full KV cache) is named where it starts, not at
+/// the highest concurrency that only queues more requests. `None` without points.
+fn plateau_start(points: &[Point]) -> Option<&Point> {
+    let top = points.iter().map(headline_rate).filter(|r| r.is_finite()).fold(f64::NEG_INFINITY, f64::max);
+    if !top.is_finite() {
+        return points.first();
+    }
+    points.iter().filter(|p| headline_rate(p) >= top * (1.0 - PLATEAU_TOLERANCE)).min_by_key(|p| p.concurrency)
 }
 
 /// Without `--explain`: what a client measures at each concurrency with its interval, the
@@ -492,4 +507,27 @@ fn write_launches(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
         writeln!(w, "(--emit-launch DIR writes every ranked plan's launch as a script)")?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::predict::tests::scenario;
+    use crate::quant::Dtype;
+
+    #[test]
+    fn the_answer_names_where_a_plateau_starts_not_its_highest_concurrency() {
+        let s = scenario("glm-5", Dtype::Nvfp4, "rtx-pro-6000-se", "pcie-host-staged", 8, 8);
+        let at = |c: u32, rate: f64| Point { output_tokens_per_s: rate, ..s.point(c) };
+        // Behind a running cap the rates past it differ by float rounding only.
+        let capped = [at(8, 195.0), at(64, 632.0), at(128, 632.0 + 1e-10), at(256, 632.0 + 2e-10)];
+        assert_eq!(plateau_start(&capped).map(|p| p.concurrency), Some(64));
+        // A rate that still grows past the tolerance is the answer.
+        let growing = [at(8, 195.0), at(64, 632.0), at(128, 640.0)];
+        assert_eq!(plateau_start(&growing).map(|p| p.concurrency), Some(128));
+        // A peak before the end.
+        let peak = [at(8, 195.0), at(64, 700.0), at(128, 650.0)];
+        assert_eq!(plateau_start(&peak).map(|p| p.concurrency), Some(64));
+        assert!(plateau_start(&[]).is_none());
+    }
 }
