@@ -449,7 +449,8 @@ pub fn calibrate(mb: &ModelBox, l: Layout, points: &[(u32, f64)]) -> Option<Cali
 /// A term of the model's step that would explain a measurement on its own.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TermChange {
-    /// Which term, in words ("the TP8 all-reduce", "memory reads", "the per-step overhead").
+    /// Which term, in words ("the TP8 communication (all-reduces and the logits' all-gather)", "memory
+    /// reads", "the per-step overhead").
     pub term: String,
     /// The term's time per step in the prediction, ms.
     pub predicted_ms: f64,
@@ -504,11 +505,11 @@ pub fn explain_gap(mb: &ModelBox, l: Layout, concurrency: u32, measured: f64) ->
     // it, and ask for what would move it.
     let (comm_term, comm_settle) = match &mb.allreduce {
         Some((id, _)) => (
-            format!("the TP{tp} all-reduce (as measured, fabric record {id})"),
+            format!("the TP{tp} communication (all-reduces as measured, fabric record {id}, and the logits' all-gather)"),
             "measure it again with `servetune fabric allreduce` while the server runs, or profile one serving step with `servetune trace` and compare its all-reduce kernels with the measurement".to_string(),
         ),
         None => (
-            format!("the TP{tp} all-reduce"),
+            format!("the TP{tp} communication (all-reduces and the logits' all-gather)"),
             "run `servetune fabric allreduce --json ar.json` on the box and record it with `servetune campaign fabric`: the predictions then price the all-reduce from it".to_string(),
         ),
     };

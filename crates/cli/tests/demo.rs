@@ -205,7 +205,7 @@ fn report_agrees_with_the_journal(c: &Connection, r: &serde_json::Value, md: &st
     );
     // The plateau is explained with evidence: the running cap and the model's step terms.
     let analysis = r["analysis"].to_string();
-    for words in ["running-request cap", "MoE kernels at", "TP8 all-reduce"] {
+    for words in ["running-request cap", "MoE kernels at", "TP8 communication"] {
         assert!(analysis.contains(words), "analysis names {words}: {analysis}");
     }
     assert!(r["open_questions"].to_string().contains("fused-MoE tuning"), "{}", r["open_questions"]);

@@ -125,6 +125,12 @@ pub fn is_allreduce(name: &str, category: Category) -> bool {
     }
 }
 
+/// Whether `name` is an NCCL kernel whose name does not say which collective it runs
+/// (`ncclDevKernel_Generic`, or a name [`parse_nccl`] cannot read): only a trace's `args` can.
+pub fn collective_not_named(name: &str) -> bool {
+    classify(name) == Category::Nccl && parse_nccl(name).is_none_or(|k| k.collective.starts_with("Generic"))
+}
+
 /// NCCL's ring/tree/... algorithm, from a kernel name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -200,7 +200,10 @@ impl Timeline {
                     self.skipped += 1;
                     return;
                 }
-                let name = self.intern(index, &e.name, e.cat);
+                let name = match e.args.collective.filter(|_| classify::collective_not_named(&e.name)) {
+                    Some(c) => self.intern_collective(index, &e.name, c),
+                    None => self.intern(index, &e.name, e.cat),
+                };
                 self.kernels.push(Kernel { start: ts, dur: dur as f32, correlation: e.args.correlation.unwrap_or(-1), name });
             }
             EventCat::Runtime if is_launch(&e.name) => {
@@ -242,11 +245,29 @@ impl Timeline {
         i
     }
 
+    /// An NCCL kernel whose name does not say its collective, with the collective its `args`
+    /// name: kept under its name with the collective appended (`ncclDevKernel_Generic_4(...)
+    /// [allgather]`), an all-reduce only when the args say so.
+    fn intern_collective(&mut self, index: &mut HashMap<String, u32>, name: &str, c: read::Collective) -> u32 {
+        let shown = format!("{name} [{}]", c.name());
+        if let Some(i) = index.get(&shown) {
+            return *i;
+        }
+        let i = self.push_name_as(&shown, Category::Nccl, c == read::Collective::AllReduce);
+        index.insert(shown, i);
+        i
+    }
+
     /// Adds a kernel name of a known category; returns its index.
     pub fn push_name(&mut self, name: &str, category: Category) -> u32 {
+        self.push_name_as(name, category, classify::is_allreduce(name, category))
+    }
+
+    /// [`Self::push_name`] with whether its kernels are all-reduces stated.
+    fn push_name_as(&mut self, name: &str, category: Category, allreduce: bool) -> u32 {
         let i = self.names.len() as u32;
         self.categories.push(category);
-        self.allreduce.push(classify::is_allreduce(name, category));
+        self.allreduce.push(allreduce);
         self.names.push(name.to_string());
         i
     }

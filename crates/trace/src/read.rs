@@ -67,6 +67,86 @@ pub struct EventArgs {
     /// Links a kernel to the runtime call that launched it.
     #[serde(default)]
     pub correlation: Option<i64>,
+    /// The collective a communication kernel ran, where the profiler recorded it (PyTorch's
+    /// process groups write `"Collective name"` on their NCCL kernels). It tells the collective of
+    /// a kernel whose name does not, as NCCL's `ncclDevKernel_Generic`.
+    #[serde(default, rename = "Collective name")]
+    pub collective: Option<Collective>,
+}
+
+/// A collective named in a kernel's `args`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Collective {
+    /// "allreduce", "all_reduce", "allreduce_coalesced", ...
+    AllReduce,
+    /// "allgather", "_allgather_base", "all_gather_into_tensor_coalesced", ...
+    AllGather,
+    /// Any other collective (broadcast, reduce_scatter, send, recv, all_to_all, ...), or a value
+    /// that is not a name.
+    Other,
+}
+
+impl Collective {
+    /// The collective a name says: underscores and case ignored.
+    pub fn from_name(s: &str) -> Self {
+        let n: String = s.chars().filter(|c| *c != '_' && *c != ' ').flat_map(char::to_lowercase).collect();
+        if n.contains("allreduce") {
+            Collective::AllReduce
+        } else if n.contains("allgather") {
+            Collective::AllGather
+        } else {
+            Collective::Other
+        }
+    }
+
+    /// As the report writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Collective::AllReduce => "allreduce",
+            Collective::AllGather => "allgather",
+            Collective::Other => "other collective",
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Collective {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Collective;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a collective's name")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Collective, E> {
+                Ok(Collective::from_name(s))
+            }
+            // Anything else names no collective the analysis can use: "other", not a refusal.
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Collective, E> {
+                Ok(Collective::Other)
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Collective, E> {
+                Ok(Collective::Other)
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Collective, E> {
+                Ok(Collective::Other)
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Collective, E> {
+                Ok(Collective::Other)
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Collective, E> {
+                Ok(Collective::Other)
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut a: A) -> Result<Collective, A::Error> {
+                while a.next_element::<de::IgnoredAny>()?.is_some() {}
+                Ok(Collective::Other)
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, mut a: A) -> Result<Collective, A::Error> {
+                while a.next_entry::<de::IgnoredAny, de::IgnoredAny>()?.is_some() {}
+                Ok(Collective::Other)
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// A thread id: Kineto writes a number, some writers a string (hashed to a number here).
@@ -299,6 +379,28 @@ fn classify_error(path: &Path, gz: bool, e: ScanError) -> TraceError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_collective_name_in_args_is_read_whatever_its_spelling_and_anything_else_is_other() {
+        for (v, want) in [
+            ("allreduce", Collective::AllReduce),
+            ("all_reduce_coalesced", Collective::AllReduce),
+            ("_allgather_base", Collective::AllGather),
+            ("all_gather_into_tensor_coalesced", Collective::AllGather),
+            ("broadcast", Collective::Other),
+            ("_reduce_scatter_base", Collective::Other),
+        ] {
+            assert_eq!(Collective::from_name(v), want, "{v}");
+        }
+        for args in
+            [r#"{"Collective name": 3}"#, r#"{"Collective name": [1]}"#, r#"{"Collective name": {"a": 1}}"#, r#"{"Collective name": true}"#]
+        {
+            let a: EventArgs = serde_json::from_str(args).expect(args);
+            assert_eq!(a.collective, Some(Collective::Other), "{args}");
+        }
+        let a: EventArgs = serde_json::from_str(r#"{"Collective name": null, "correlation": 4}"#).expect("null");
+        assert_eq!((a.collective, a.correlation), (None, Some(4)));
+    }
 
     #[test]
     fn streams_events_from_an_object_and_skips_other_keys() {

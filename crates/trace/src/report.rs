@@ -354,8 +354,10 @@ fn kernel_tables(t: &Timeline) -> (Vec<KernelRow>, Vec<KernelRow>, Vec<NcclRow>)
     let other: Vec<KernelRow> = rows.iter().filter(|r| r.category == Category::Other).cloned().collect();
     let mut nccl: BTreeMap<(String, NcclAlgo, NcclProto), (u64, f64)> = BTreeMap::new();
     for r in rows.iter().filter(|r| r.category == Category::Nccl) {
+        // A kernel whose collective only the trace's args named carries it in brackets.
+        let named = r.name.strip_suffix(']').and_then(|n| n.rsplit_once(" [")).map(|(_, c)| c);
         let key = match parse_nccl(&r.name) {
-            Some(k) => (k.collective, k.algorithm, k.protocol),
+            Some(k) => (named.map_or(k.collective.clone(), |c| format!("{} ({c})", k.collective)), k.algorithm, k.protocol),
             None => (r.name.split('(').next().unwrap_or(&r.name).to_string(), NcclAlgo::Unknown, NcclProto::Unknown),
         };
         let e = nccl.entry(key).or_default();

@@ -183,6 +183,9 @@ struct Names {
     lm_head: &'static str,
     /// The vocab-parallel LM head's all-gather of the logits (NCCL; RCCL on ROCm).
     logits_gather: &'static str,
+    /// The collective PyTorch's profiler names in the `args` of kernels whose name does not say it
+    /// (NCCL's `ncclDevKernel_Generic`): kernel name, `"Collective name"`.
+    collective_args: &'static [(&'static str, &'static str)],
     sample: &'static [&'static str],
     copy_in: &'static str,
     unknown: &'static str,
@@ -222,7 +225,10 @@ const NAMES_SGLANG_CUDA: Names = Names {
     },
     embed: "void at::native::(anonymous namespace)::indexSelectLargeIndex<c10::BFloat16, long, unsigned int, 2, 2, -2, true>(...)",
     lm_head: "nvjet_tst_256x128_64x4_2x1_v_bz_coopA_TNT",
-    logits_gather: "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+    // Newer NCCL runs collectives it has no specialized kernel for as `ncclDevKernel_Generic`;
+    // only the profiler's args say it is a gather.
+    logits_gather: "ncclDevKernel_Generic_1(ncclDevKernelArgsStorage<4096ul>)",
+    collective_args: &[("ncclDevKernel_Generic_1(ncclDevKernelArgsStorage<4096ul>)", "_allgather_base")],
     sample: &["void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(...)", "void flashinfer::sampling::TopKTopPSamplingFromProbKernel<1024u, (cub::BlockScanAlgorithm)2, (cub::BlockReduceAlgorithm)2, 4u, false, float, int>(...)"],
     copy_in: "Memcpy HtoD (Pinned -> Device)",
     unknown: "void sglang_fixture_unknown_kernel<int>(int*)",
@@ -249,6 +255,7 @@ const NAMES_SGLANG_ROCM: Names = Names {
     embed: "void at::native::(anonymous namespace)::indexSelectLargeIndex<c10::BFloat16, long, unsigned int, 2, 2, -2, true>(...)",
     lm_head: "Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT256x128x64_MI16x16x1_SN_LDSB1_GRVWA8_GRVWB8_IU1_K1_MIWT4_4_SU0_WG32_8_1",
     logits_gather: "void rccl::ncclKernel_AllGather_RING_LL_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)",
+    collective_args: &[("ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<4096ul>)", "allreduce")],
     sample: &["void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(...)", "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::ArgMaxOps<float>, unsigned int, long, 4>>(...)"],
     copy_in: "CopyHostToDevice",
     unknown: "void sglang_fixture_unknown_kernel<int>(int*)",
@@ -274,6 +281,7 @@ const NAMES_VLLM_FULL: Names = Names {
     embed: "void at::native::(anonymous namespace)::indexSelectLargeIndex<c10::BFloat16, long, unsigned int, 2, 2, -2, true>(...)",
     lm_head: "nvjet_tst_256x128_64x4_2x1_v_bz_coopA_TNT",
     logits_gather: "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+    collective_args: &[],
     sample: &["void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(...)", "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::ArgMaxOps<float>, unsigned int, long, 4>>(...)"],
     copy_in: "Memcpy HtoD (Pinned -> Device)",
     unknown: "void vllm_fixture_unknown_kernel<int>(int*)",
@@ -304,6 +312,7 @@ const NAMES_TRT_LLM: Names = Names {
     embed: "void at::native::(anonymous namespace)::indexSelectLargeIndex<c10::BFloat16, long, unsigned int, 2, 2, -2, true>(...)",
     lm_head: "nvjet_sm100_tst_256x128_64x4_2x1_v_bz_coopA_TNT",
     logits_gather: "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+    collective_args: &[],
     sample: &["void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(...)", "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::ArgMaxOps<float>, unsigned int, long, 4>>(...)"],
     copy_in: "Memcpy HtoD (Pinned -> Device)",
     unknown: "void trtllm_fixture_unknown_kernel<int>(int*)",
@@ -414,6 +423,8 @@ struct Draw {
     truth: Truth,
     /// The step being drawn: its kernels' span, time by category, all-reduces, replays.
     cur: Option<TruthStep>,
+    /// [`Names::collective_args`].
+    collective_args: &'static [(&'static str, &'static str)],
 }
 
 const PID: u64 = 4_242;
@@ -436,6 +447,10 @@ impl Draw {
         let dur = (dur * 256.0).round() / 256.0;
         let start = self.gpu.max(self.cpu + 4.0);
         let mut args = json!({"device": 0, "stream": stream, "correlation": corr});
+        let collective = self.collective_args.iter().find(|(k, _)| *k == name).map(|(_, c)| *c);
+        if let Some(c) = collective {
+            args["Collective name"] = json!(c);
+        }
         if cat == "kernel" {
             args["grid"] = json!([132, 1, 1]);
             args["block"] = json!([384, 1, 1]);
@@ -453,7 +468,11 @@ impl Draw {
             s.end = s.end.max(start + dur);
             let c = if cat == "kernel" { classify(name) } else { Category::MemcpyMemset };
             s.category_us[c.index()] += dur;
-            if crate::classify::is_allreduce(name, c) {
+            let allreduce = match collective {
+                Some(k) => crate::read::Collective::from_name(k) == crate::read::Collective::AllReduce,
+                None => crate::classify::is_allreduce(name, c),
+            };
+            if allreduce {
                 s.allreduces += 1;
             }
         }
@@ -508,7 +527,16 @@ fn step_name(e: Engine, i: usize, s: &StepSpec) -> String {
 /// Draws the trace of `spec` as a Kineto document.
 pub fn draw(spec: &Spec) -> (Value, Truth) {
     let n = names(spec.engine);
-    let mut d = Draw { events: Vec::new(), corr: 1000, cpu: T0, gpu: T0, rocm: n.rocm, truth: Truth::default(), cur: None };
+    let mut d = Draw {
+        events: Vec::new(),
+        corr: 1000,
+        cpu: T0,
+        gpu: T0,
+        rocm: n.rocm,
+        truth: Truth::default(),
+        cur: None,
+        collective_args: n.collective_args,
+    };
     let gpu_name = if n.rocm {
         "AMD Instinct MI300X"
     } else if spec.engine == Engine::TrtLlm {
@@ -650,7 +678,7 @@ pub fn write_doc(doc: &Value, path: &Path) -> std::io::Result<()> {
 /// `rocm` draws it as on an MI250 (hipBLASLt GEMMs, MIOpen, RCCL, HIP launches, its
 /// `ProfilerStep#N` on the GPU too). Returns the document and the steps' GPU spans.
 pub fn training(steps: usize, rocm: bool) -> (Value, Truth) {
-    let mut d = Draw { events: Vec::new(), corr: 500, cpu: T0, gpu: T0, rocm, truth: Truth::default(), cur: None };
+    let mut d = Draw { events: Vec::new(), corr: 500, cpu: T0, gpu: T0, rocm, truth: Truth::default(), cur: None, collective_args: &[] };
     let conv: &[(&'static str, f64)] = if rocm {
         &[
             ("Cijk_Ailk_Bljk_SB_MT64x64x16_MI32x32x2x1_SN_1LDSB0_APM1_ABV0_ACED0_AF0EM1_AF1EM1_AMAS3_ASE_ASGT_ASLT_ASAE01_ASCE01_ASEM1_AAC0_BL1_BS1_DTL0_DTVA0_DVO0_ETSP_EPS1_FL0_GRVW4_GSU1_GSUASB_GLS0_ISA90a_IU1_K1_KLA_LBSPP0_LPA0_LPB0_LDL1_LRVW4_LWPMn1_LDW0_FMA_MIAV0_MDA2_NTA0_NTB0_NTC0_NTD0_NEPBS0_NLCA1_NLCB1_ONLL1_OPLV0_PK0_PAP0_PGR1_PLR1_RK0_SIA1_SS0_SU32_SUM0_SUS256_SCIUI1_SPO0_SRVW0_SSO0_SVW4_SNLL0_TT2_32_TLDS0_USFGROn1_VAW1_VSn1_VW4_WSGRA0_WSGRB0_WS64_WG32_8_1_WGM1", 40.0),

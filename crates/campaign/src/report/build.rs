@@ -402,7 +402,7 @@ pub(super) fn analysis(snap: &Snapshot) -> Vec<String> {
 }
 
 /// The plateau of each done experiment, explained: the running cap from the server's metrics, then
-/// the model's step (expert reads at the MoE kernels' efficiency, the TP all-reduce share).
+/// the model's step (expert reads at the MoE kernels' efficiency, the TP communication's share: all-reduces and the logits' all-gather).
 pub(super) fn plateau_lines(snap: &Snapshot, breakdown: &[BreakdownLine]) -> Vec<String> {
     let mut out = Vec::new();
     for e in snap.experiments.iter().filter(|e| e.state == ExpState::Done) {
@@ -425,7 +425,7 @@ pub(super) fn plateau_lines(snap: &Snapshot, breakdown: &[BreakdownLine]) -> Vec
             let s = &b.step;
             let pct = |v: f64| if s.total_ms > 0.0 { v / s.total_ms * 100.0 } else { 0.0 };
             line += &format!(
-                "; the model's {:.1} ms step at concurrency {}: weight reads {:.1} ms ({:.0}%){}, TP{} all-reduce {:.1} ms ({:.0}%), prefill {:.1} ms, overhead {:.1} ms",
+                "; the model's {:.1} ms step at concurrency {}: weight reads {:.1} ms ({:.0}%){}, TP{} communication {:.1} ms ({:.0}%), prefill {:.1} ms, overhead {:.1} ms",
                 s.total_ms,
                 s.concurrency,
                 s.weights_ms,
