@@ -383,7 +383,9 @@ async fn watch_stop(
         return;
     }
     interrupted.store(true, Ordering::Relaxed);
-    let _ = sh.stop.send(true);
+    // `send_replace`, not `send`: the open loop's pacer reads the value without a receiver of its
+    // own, and `send` leaves the value as it was when no receiver is subscribed.
+    sh.stop.send_replace(true);
     tokio::select! {
         _ = tokio::time::sleep(drain) => {}
         _ = stopping.wait_for(|s| *s >= Stopping::Abort) => {}

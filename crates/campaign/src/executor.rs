@@ -149,11 +149,36 @@ pub fn group_alive(pgid: i32) -> bool {
     pgid > 1 && signal_group(pgid, 0)
 }
 
-/// Kills what is left of a process group recorded by a dead `continue` (stale step).
-pub fn kill_group(pgid: i32) {
-    if group_alive(pgid) {
-        signal_group(pgid, libc::SIGKILL);
+/// The variable every launched server is given: its log's path, which a later `continue` reads
+/// back from `/proc` to tell the group it launched from any other that took the number since.
+pub const SERVER_MARK: &str = "SERVETUNE_SERVER_LOG";
+
+/// Kills what is left of a process group recorded by a dead `continue` (stale step), but only when
+/// one of the group's processes carries this campaign's mark for that launch ([`SERVER_MARK`] set
+/// to `log_path`): a journal copied from another machine, or a group number reused after a reboot,
+/// names some other process group, which is left alone. Returns whether it signalled the group.
+pub fn kill_stale_group(pgid: i32, log_path: &str) -> bool {
+    if group_alive(pgid) && group_carries_mark(pgid, log_path) {
+        return signal_group(pgid, libc::SIGKILL);
     }
+    false
+}
+
+/// Whether a process of group `pgid` has `SERVER_MARK=log_path` in its environment (`/proc`).
+fn group_carries_mark(pgid: i32, log_path: &str) -> bool {
+    let mark = format!("{SERVER_MARK}={log_path}");
+    let Ok(dir) = std::fs::read_dir("/proc") else { return false };
+    dir.flatten().filter(|d| d.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))).any(|d| {
+        let in_group = std::fs::read_to_string(d.path().join("stat")).ok().and_then(|st| process_group_of(&st)) == Some(pgid);
+        in_group && std::fs::read(d.path().join("environ")).is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv == mark.as_bytes()))
+    })
+}
+
+/// The process group in a `/proc/PID/stat` line: the third field after the command's closing
+/// parenthesis (the command may hold spaces and parentheses itself).
+fn process_group_of(stat: &str) -> Option<i32> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(2)?.parse().ok()
 }
 
 #[expect(unsafe_code, reason = "prctl(PR_SET_PDEATHSIG) runs between fork and exec; it touches no memory")]
@@ -180,7 +205,13 @@ pub fn spawn(spec: &LaunchSpec) -> Result<Server, Failure> {
     let log = File::create(&spec.log_path).map_err(|e| spawn_failed(format!("cannot create the log {}: {e}", spec.log_path.display())))?;
     let log2 = log.try_clone().map_err(|e| spawn_failed(format!("log {}: {e}", spec.log_path.display())))?;
     let mut cmd = Command::new(&spec.argv[0]);
-    cmd.args(&spec.argv[1..]).envs(&spec.env).stdin(Stdio::null()).stdout(log).stderr(log2).process_group(0);
+    cmd.args(&spec.argv[1..])
+        .envs(&spec.env)
+        .env(SERVER_MARK, &spec.log_path)
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log2)
+        .process_group(0);
     die_with_parent(&mut cmd);
     let child = cmd.spawn().map_err(|e| spawn_failed(format!("cannot start {:?}: {e}", spec.argv[0])))?;
     let pgid = child.id() as i32;
@@ -430,6 +461,41 @@ fn run_bounded(argv: &[String], limit: Duration) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_process_group_is_read_past_a_command_with_spaces_and_parentheses() {
+        assert_eq!(process_group_of("4242 (python3 (x) y) S 1 4240 4240 0 -1"), Some(4240));
+        assert_eq!(process_group_of("garbage"), None);
+    }
+
+    /// A stale journal's group is killed only when it is the server this campaign launched for
+    /// that step (its mark in the environment); any other group of that number is left alone.
+    #[test]
+    fn a_stale_group_is_killed_only_when_it_carries_the_launchs_mark() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let log = dir.path().join("exp-1-a1.log");
+        let spec = LaunchSpec {
+            argv: vec!["sleep".into(), "60".into()],
+            env: BTreeMap::new(),
+            log_path: log.clone(),
+            port: 1,
+            health: "/health".into(),
+            generate: "/v1/completions".into(),
+            ready_timeout: Duration::from_secs(1),
+        };
+        let mut ours = spawn(&spec).expect("spawns");
+        let mut other = Command::new("sleep").arg("60").process_group(0).spawn().expect("spawns");
+        let other_group = other.id() as i32;
+        // Another group, and ours under another launch's log: neither is touched.
+        assert!(!kill_stale_group(other_group, &log.display().to_string()));
+        assert!(!kill_stale_group(ours.pgid, "/elsewhere/exp-1-a1.log"));
+        assert!(group_alive(other_group) && group_alive(ours.pgid));
+        assert!(kill_stale_group(ours.pgid, &log.display().to_string()));
+        let st = ours.child.wait().expect("reaped");
+        assert_eq!(st.signal(), Some(libc::SIGKILL));
+        let _ = other.kill();
+        let _ = other.wait();
+    }
 
     #[test]
     fn a_launch_port_is_one_whose_rendezvous_neighbour_is_free_else_the_last_tried() {

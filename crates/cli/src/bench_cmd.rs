@@ -310,7 +310,17 @@ fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
 /// Where an output goes: stdout (`-`) or a file opened before the first request.
 enum Target {
     Stdout,
-    File(BufWriter<File>),
+    /// A file, opened (created where missing) but not emptied until the first write: a run that
+    /// measures nothing leaves a file that was there as it was.
+    File {
+        w: BufWriter<File>,
+        /// The path, to remove the file if this run created it and measured nothing.
+        path: PathBuf,
+        /// Whether this run created the file (nothing was at the path).
+        created: bool,
+        /// Whether the first write has emptied it.
+        started: bool,
+    },
 }
 
 impl Target {
@@ -322,8 +332,10 @@ impl Target {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| cannot_write(flag, path, &e))?;
         }
-        let f = File::create(path).map_err(|e| cannot_write(flag, path, &e))?;
-        Ok(Target::File(BufWriter::new(f)))
+        let created = std::fs::symlink_metadata(path).is_err();
+        let f =
+            std::fs::OpenOptions::new().write(true).create(true).truncate(false).open(path).map_err(|e| cannot_write(flag, path, &e))?;
+        Ok(Target::File { w: BufWriter::new(f), path: path.to_path_buf(), created, started: false })
     }
 
     fn write(&mut self, f: &dyn Fn(&mut dyn Write) -> std::io::Result<()>) -> std::io::Result<()> {
@@ -333,9 +345,27 @@ impl Target {
                 f(&mut out)?;
                 out.flush()
             }
-            Target::File(w) => {
+            Target::File { w, started, .. } => {
+                if !*started {
+                    // Empty a regular file before its first bytes (a device or a pipe has nothing
+                    // to empty).
+                    if w.get_ref().metadata()?.is_file() {
+                        w.get_ref().set_len(0)?;
+                    }
+                    *started = true;
+                }
                 f(w)?;
                 w.flush()
+            }
+        }
+    }
+
+    /// Removes the file if this run created it and wrote nothing to it; a file that was there
+    /// before, or a device, stays as it was.
+    fn discard(&self) {
+        if let Target::File { path, created: true, started: false, w } = self {
+            if w.get_ref().metadata().is_ok_and(|m| m.is_file() && m.len() == 0) {
+                let _ = std::fs::remove_file(path);
             }
         }
     }
@@ -394,10 +424,16 @@ impl Outputs {
         })
     }
 
-    /// Removes the files opened for a run that never started (nothing was measured).
-    fn discard(&mut self, a: &BenchArgs) {
-        for p in [&a.json, &a.records, &a.csv, &a.markdown].into_iter().flatten().filter(|p| p.as_os_str() != "-") {
-            let _ = std::fs::remove_file(p);
+    /// Removes the files this run created for a run that never started (nothing was measured);
+    /// a file that was at an output path before the run keeps its content.
+    fn discard(&mut self) {
+        for t in [&self.json, &self.csv, &self.markdown].into_iter().flatten() {
+            t.discard();
+        }
+        if let Some(r) = &self.records {
+            if let Ok(t) = r.out.lock() {
+                t.discard();
+            }
         }
     }
 
@@ -559,7 +595,7 @@ pub fn run(a: BenchArgs) -> Result<(), Failure> {
     // Before the result is looked at: dropping the runtime would wait for a read still blocked
     // (a `--dataset` FIFO nobody writes to, left behind by a stop while preparing).
     rt.shutdown_timeout(std::time::Duration::from_millis(100));
-    let (outcome, signal, trace) = ran.inspect_err(|_| outputs.discard(&a))?;
+    let (outcome, signal, trace) = ran.inspect_err(|_| outputs.discard())?;
     let rep = &outcome.report;
     let mut write_errors = Vec::new();
     if !a.quiet {

@@ -251,7 +251,7 @@ pub struct PlanArgs {
     /// The server's running-request limit (sglang --max-running-requests, vLLM --max-num-seqs)
     #[arg(long, value_name = "N")]
     pub max_running: Option<u32>,
-    /// The serving engine, whose defaults apply: its serving-path latency (TTFT), whether prefill rides in decode steps, whether steps carrying prompt tokens run as CUDA graphs (vLLM; sglang since 0.5.10) or eagerly (TensorRT-LLM), its memory share, and on an NVLink box its custom all-reduce's measured latency
+    /// The serving engine, whose defaults apply: its serving-path latency (TTFT), whether prefill rides in decode steps, whether steps carrying prompt tokens run as CUDA graphs (vLLM; sglang since 0.5.10) or eagerly (TensorRT-LLM), its memory share, and on an NVLink box its custom all-reduce's measured latency.
     /// Give ENGINE@VERSION (sglang@0.4.6, vllm@0.7.3) for a release's defaults: sglang before 0.5.10 runs prefill eagerly; vLLM before 0.8.0 (V0) runs prompts as steps of their own. Engines: sglang, vllm, trtllm
     #[arg(long, value_parser = engine_release, default_value = "sglang", value_name = "ENGINE[@VERSION]")]
     pub engine: servetune_model::predict::EngineRelease,
@@ -309,7 +309,7 @@ pub struct PlanArgs {
     /// Write each ranked plan's launch command as an executable shell script into DIR (created if missing)
     #[arg(long, value_name = "DIR", requires = "rank")]
     pub emit_launch: Option<PathBuf>,
-    /// With --validate: write the prediction-interval table (the test set's residuals by GPU architecture x engine x model kind) to FILE; the committed one is crates/model/data/validation/intervals.json
+    /// With --validate: write the prediction-interval table (the test set's residuals by GPU architecture x engine x model kind, and its calibrated residuals pooled; each span chosen by leaving each publication out in turn) to FILE; the committed one is crates/model/data/validation/intervals.json
     #[arg(long, value_name = "FILE", requires = "validate", conflicts_with = "holdout")]
     pub write_intervals: Option<PathBuf>,
     /// With --validate: also score each deployment calibrated on its lowest measured concurrency (as `--calibrate` does with one point) at its other concurrencies, and at every row of the other deployments (plans, GPU counts) its source measured of the same model, beside the raw error on the same rows
@@ -507,7 +507,7 @@ fn run_validate(a: &PlanArgs) -> Result<(), Failure> {
     } else {
         (validate::Data::E2e, validate::run_with_bench(&Engine::default(), Some(&bench)).map_err(input)?)
     };
-    if a.calibrated || a.holdout {
+    if a.calibrated || a.holdout || a.write_intervals.is_some() {
         v.calibrated = Some(validate::run_calibrated(data, &Engine::default(), Some(&bench)).map_err(input)?);
     }
     let table = validate::markdown(&v);
@@ -521,7 +521,8 @@ fn run_validate(a: &PlanArgs) -> Result<(), Failure> {
         write_file(p, &|w| serde_json::to_writer_pretty(&mut *w, &v).map_err(std::io::Error::other).and_then(|_| writeln!(w)))?;
     }
     if let Some(p) = &a.write_intervals {
-        let t = servetune_model::interval::table(&v.rows).map_err(input)?;
+        let Some(cal) = &v.calibrated else { return Err(Failure::runtime("the calibrated validation did not run".to_string())) };
+        let t = servetune_model::interval::table(&v.rows, cal).map_err(input)?;
         write_file(p, &|w| serde_json::to_writer_pretty(&mut *w, &t).map_err(std::io::Error::other).and_then(|_| writeln!(w)))?;
     }
     Ok(())

@@ -167,6 +167,7 @@ mod tests {
             max_running: None,
             cluster: None,
             measured_allreduce: None,
+            calibrated_on: None,
         };
         let w = servetune_model::workload::Workload {
             requests: None,

@@ -46,6 +46,12 @@ pub struct TraceArgs {
 }
 
 pub fn run(a: TraceArgs) -> Result<(), Failure> {
+    if a.json.as_deref().is_some_and(|o| is_same_file(o, &a.file)) {
+        return Err(Failure::usage(format!(
+            "--json {}: that is the trace being read, which writing the report would overwrite; give another file",
+            a.file.display()
+        )));
+    }
     let predicted = prediction(&a)?;
     if a.max_json_mb == Some(0) {
         return Err(Failure::usage("--max-json-mb 0: give the most JSON the trace may hold once decompressed, in MiB (at least 1)"));
@@ -236,5 +242,14 @@ pub fn report_captured(path: &Path, stdout_taken: bool) {
             let _ = emit(&r, None);
         }
         Err(f) => crate::tell!("warning: the captured trace could not be analysed: {}", f.msg),
+    }
+}
+
+/// Whether `a` and `b` name one existing file (the same device and inode).
+fn is_same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
     }
 }

@@ -512,6 +512,11 @@ fn bench_reports_a_connection_closed_unanswered_as_a_disconnect_not_a_connect_fa
 /// Spawns bench on a slow server with `--records`, waits until `ready` records were written (the
 /// readiness line), sends `signals` one after another, and returns (exit code, JSON, records).
 fn stopped_by(signals: &[&str], drain: &str, slow_after: u64) -> (Option<i32>, serde_json::Value, String, String) {
+    stopped_under(&["--concurrency", "2", "--requests", "100000"], signals, drain, slow_after)
+}
+
+/// [`stopped_by`] under the load `load` (a closed or an open loop).
+fn stopped_under(load: &[&str], signals: &[&str], drain: &str, slow_after: u64) -> (Option<i32>, serde_json::Value, String, String) {
     let served = Arc::new(AtomicU64::new(0));
     let served2 = Arc::clone(&served);
     let s = hostile(move |s, r| {
@@ -523,7 +528,8 @@ fn stopped_by(signals: &[&str], drain: &str, slow_after: u64) -> (Option<i32>, s
     let (json, rec) = (dir.path().join("p.json"), dir.path().join("r.jsonl"));
     let mut child: Child = StdCommand::new(assert_cmd::cargo::cargo_bin("servetune"))
         .args(["bench", "--url", &s.url, "--model", "m", "--no-calibrate", "--metrics-url", "off", "-q"])
-        .args(["--concurrency", "2", "--requests", "100000", "--output-len", "50", "--drain-timeout", drain, "--json"])
+        .args(load)
+        .args(["--output-len", "50", "--drain-timeout", drain, "--json"])
         .arg(&json)
         .arg("--records")
         .arg(&rec)
@@ -604,6 +610,15 @@ fn ctrl_c_stops_drains_writes_partial_results_and_exits_130() {
     assert_eq!(v["runs"][0]["requests"]["errors"]["cancelled"], 0, "in-flight requests drained within the deadline");
 }
 
+/// The open loop stops sending at the first signal too (its pacer reads the stop), instead of
+/// pacing requests out until its duration ends.
+#[test]
+fn ctrl_c_stops_an_open_loop_run_before_its_duration_ends() {
+    let (code, v, recs, err) = stopped_under(&["--rate", "20", "--duration", "600s"], &["INT"], "30s", u64::MAX);
+    assert_eq!(code, Some(130), "{err}");
+    assert_partial_and_kept(&v, &recs, &err);
+}
+
 #[test]
 fn a_second_signal_cuts_the_drain_short() {
     // After two quick requests every stream is slow (50 tokens, 200 ms apart = 10 s each), and the
@@ -613,4 +628,28 @@ fn a_second_signal_cuts_the_drain_short() {
     assert_partial_and_kept(&v, &recs, &err);
     assert!(num_at(&v, "runs.0.requests.errors.cancelled") >= 1.0, "{v:#}");
     assert!(err.contains("cancelling"), "{err}");
+}
+
+/// A run that measures nothing (the server cannot be reached) leaves a file that was at an output
+/// path as it was, and removes only the files it created itself.
+#[test]
+fn a_run_that_measures_nothing_keeps_files_that_were_there_and_removes_its_own() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (kept, fresh) = (dir.path().join("kept.json"), dir.path().join("fresh.csv"));
+    std::fs::write(&kept, "keep me\n").expect("write");
+    // A port nothing listens on.
+    let port = TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
+    let out = servetune()
+        .args(["bench", "--url", &format!("http://127.0.0.1:{port}")])
+        .args(["-q", "--concurrency", "1", "--requests", "2", "--json"])
+        .arg(&kept)
+        .arg("--csv")
+        .arg(&fresh)
+        .timeout(Duration::from_secs(120))
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(std::fs::read_to_string(&kept).expect("still there"), "keep me\n");
+    assert!(!fresh.exists(), "the file this run created is removed");
 }

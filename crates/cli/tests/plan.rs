@@ -95,6 +95,8 @@ fn calibration_fits_a_bench_json_and_prints_residuals() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("calibration: memory efficiency x"), "{out}");
     assert!(out.contains("c=64: measured 485, predicted"), "{out}");
+    // The interval of a calibrated prediction is the calibrated one, said so.
+    assert!(out.contains("(calibrated: the errors of"), "{out}");
 }
 
 #[test]

@@ -289,6 +289,7 @@ fn sim_from_plan_steps_at_the_predicted_decode_time() {
         max_running: None,
         cluster: None,
         measured_allreduce: None,
+        calibrated_on: None,
     };
     let want = s.decode_step_ms(1.0, 70.0);
     let tpot = num(&v, "runs.0.latency_ms.tpot.p50");

@@ -242,3 +242,16 @@ fn vs_plan_json_gives_the_same_comparison_as_vs_plan() {
     assert_eq!(code, 2);
     assert!(err.contains("2 points: pick one with --concurrency"), "{err}");
 }
+
+/// `--json` naming the trace being read is refused before anything is written: the trace stays.
+#[test]
+fn a_report_written_over_the_trace_it_reads_is_refused_and_the_trace_kept() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let f = drawn(dir.path(), Engine::SglangCuda);
+    let before = std::fs::read(&f).expect("trace");
+    let fs = f.to_string_lossy().to_string();
+    let (code, _, err) = run(&["trace", &fs, "--json", &fs]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--json") && err.contains("the trace being read"), "{err}");
+    assert_eq!(std::fs::read(&f).expect("still there"), before);
+}

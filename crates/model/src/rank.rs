@@ -254,7 +254,6 @@ pub fn searched_range(range: ConcurrencyRange, ranked: &[Ranked]) -> Concurrency
 /// scored on threads of their own (each virtual run is independent).
 pub fn rank_within(base: &Scenario, slos: &[Slo], range: ConcurrencyRange, client: Client) -> Vec<Ranked> {
     let plans = enumerate(base);
-    let interval = crate::interval::for_scenario(base);
     let scored: Vec<Option<(Plan, Best)>> = std::thread::scope(|scope| {
         let handles: Vec<_> = plans
             .iter()
@@ -278,6 +277,8 @@ pub fn rank_within(base: &Scenario, slos: &[Slo], range: ConcurrencyRange, clien
         .flatten()
         .map(|(plan, Best { concurrency, point: p, why, up_to })| {
             let rate = crate::report::headline_rate(&p);
+            // Each plan's own: under a calibration, the calibrated plan's or another plan's.
+            let interval = crate::interval::for_scenario(&Scenario { plan, ..base.clone() });
             let (low, high) = interval.of(rate);
             Ranked {
                 label: plan.label(),
@@ -288,7 +289,7 @@ pub fn rank_within(base: &Scenario, slos: &[Slo], range: ConcurrencyRange, clien
                 tpot_ms: p.client.map_or(p.tpot_ms, |c| c.tpot_ms.p50),
                 gain: (current > 0.0).then(|| rate / current),
                 bottleneck: p.bottleneck,
-                interval: interval.clone(),
+                interval,
                 output_tokens_per_s_low: low,
                 output_tokens_per_s_high: high,
                 tied_with_best: false,

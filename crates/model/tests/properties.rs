@@ -22,6 +22,7 @@ fn scen(model: &str, q: Dtype, g: &str, l: &str, tp: u32, input: u32, output: u3
         max_running: None,
         cluster: None,
         measured_allreduce: None,
+        calibrated_on: None,
     }
 }
 

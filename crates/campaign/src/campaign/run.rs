@@ -69,8 +69,8 @@ pub fn recover(j: &mut Journal) -> Result<Vec<String>> {
             said.push(line);
             continue;
         }
-        if let Some(g) = e.server_pgid {
-            executor::kill_group(g as i32);
+        if let (Some(g), Some(log)) = (e.server_pgid, e.log_path.as_deref()) {
+            executor::kill_stale_group(g as i32, log);
         }
         let why = format!(
             "stale: owner pid {} {} while {} (last heartbeat {:.1}s ago); re-queued",
@@ -114,8 +114,8 @@ pub(super) fn import_kept(j: &mut Journal, dir: &Path, say: &mut dyn FnMut(&str)
                 continue;
             }
         };
-        if let Some(g) = e.server_pgid {
-            executor::kill_group(g as i32);
+        if let (Some(g), Some(log)) = (e.server_pgid, e.log_path.as_deref()) {
+            executor::kill_stale_group(g as i32, log);
         }
         let snap = Snapshot::read(j)?;
         let mut knobs = snap.settings.knobs.clone();

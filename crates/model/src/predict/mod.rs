@@ -154,6 +154,25 @@ impl Plan {
                 )));
             }
         }
+        // Grouped-query attention's heads are split evenly over the ranks (vLLM and sglang assert
+        // it); MLA keeps the bound above only: public sglang measurements of DeepSeek-R1 at TP72
+        // on GB200 (AIConfigurator's silicon rows) say its MLA runs there.
+        if let crate::spec::Attention::Gqa { kv_heads, .. } = model.attention {
+            if !self.dp_attention && !heads.is_multiple_of(self.tp) {
+                return Err(ModelError::Input(format!(
+                    "--tp {} does not divide the model's {heads} attention heads (vLLM and sglang shard them evenly and refuse it): pick a --tp that divides {heads}",
+                    self.tp
+                )));
+            }
+            // Fewer KV heads than ranks are replicated, a whole number of ranks each; more are split.
+            let even = if self.tp >= kv_heads { self.tp.is_multiple_of(kv_heads.max(1)) } else { kv_heads.is_multiple_of(self.tp) };
+            if !self.dp_attention && !even {
+                return Err(ModelError::Input(format!(
+                    "--tp {} does not split the model's {kv_heads} key/value heads evenly (vLLM's and sglang's QKV projection needs --tp to divide them, or to be a multiple of them): pick another --tp",
+                    self.tp
+                )));
+            }
+        }
         if self.ep > 1 && (model.moe.is_none() || !self.tp.is_multiple_of(self.ep)) {
             return Err(ModelError::Input(format!("--ep {} needs an MoE model and must divide --tp {}", self.ep, self.tp)));
         }
@@ -225,6 +244,11 @@ pub struct Scenario {
     /// runs within a node in place of the model ([`Scenario::tp_allreduce`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub measured_allreduce: Option<std::sync::Arc<crate::comm::MeasuredAllReduce>>,
+    /// The plan whose measurement the engine was calibrated on (`plan --calibrate`), if any: its
+    /// predictions then carry the calibrated interval of that plan, or of another plan priced
+    /// with its calibration ([`crate::interval::for_scenario`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calibrated_on: Option<Plan>,
 }
 
 /// One step's time, by term, ms.

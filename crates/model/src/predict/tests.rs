@@ -20,6 +20,7 @@ pub fn scenario(model: &str, q: Dtype, g: &str, l: &str, gpus: u32, tp: u32) -> 
         max_running: None,
         cluster: None,
         measured_allreduce: None,
+        calibrated_on: None,
     }
 }
 
@@ -444,6 +445,30 @@ fn plan_needing_more_gpus_is_refused() {
     let s = scenario("llama-3.1-8b", Dtype::Bf16, "h100-sxm", "nvlink", 4, 8);
     let e = s.plan.check(&s.model).expect_err("tp > gpus");
     assert!(e.to_string().contains("tp x pp = 8 x 1 = 8 GPUs but --gpus is 4"), "{e}");
+}
+
+/// A TP size the engines refuse (heads or key/value heads not split evenly) is refused, and
+/// `--rank` does not offer it: Qwen3-32B has 64 heads and 8 key/value heads.
+#[test]
+fn a_tp_that_does_not_split_the_heads_evenly_is_refused_and_not_ranked() {
+    let s = scenario("qwen3-32b", Dtype::Bf16, "h100-sxm", "nvlink", 7, 7);
+    let e = s.plan.check(&s.model).expect_err("64 heads over 7 ranks");
+    assert!(e.to_string().contains("--tp 7 does not divide the model's 64 attention heads"), "{e}");
+    assert!(crate::rank::enumerate(&s).iter().all(|p| p.tp == 1), "{:?}", crate::rank::enumerate(&s));
+    // 16 ranks hold 4 heads each, and each of the 8 key/value heads on 2 ranks: accepted.
+    let s16 = scenario("qwen3-32b", Dtype::Bf16, "h100-sxm", "nvlink", 16, 16);
+    assert!(s16.plan.check(&s16.model).is_ok());
+    // Key/value heads that neither divide nor are divided by the TP size are refused.
+    let mut odd = s16.clone();
+    odd.model.attention = match odd.model.attention {
+        crate::spec::Attention::Gqa { heads, head_dim, bias, gate, .. } => {
+            crate::spec::Attention::Gqa { heads, kv_heads: 12, head_dim, bias, gate }
+        }
+        a => a,
+    };
+    odd.plan.tp = 8;
+    let e = odd.plan.check(&odd.model).expect_err("12 key/value heads over 8 ranks");
+    assert!(e.to_string().contains("12 key/value heads"), "{e}");
 }
 
 #[test]

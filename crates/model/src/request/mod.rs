@@ -323,6 +323,7 @@ impl ScenarioSpec {
             max_running: self.max_running,
             cluster,
             measured_allreduce,
+            calibrated_on: None,
         })
         .and_then(|s| s.check_placement().map(|_| s))
     }
@@ -758,6 +759,7 @@ pub fn build_report_with(req: &PlanRequest, bench: Option<&dyn VirtualBench>) ->
     let calibration = calibrate::fit(&s, &req.calibration);
     if let Some(f) = &calibration {
         s.engine = f.engine;
+        s.calibrated_on = Some(s.plan);
     }
     let range = ConcurrencyRange { max: req.concurrency.iter().copied().max() };
     let fit_error = s.check_fit().err().map(|e| e.to_string());

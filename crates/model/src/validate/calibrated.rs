@@ -116,6 +116,81 @@ pub struct CalibratedValidation {
     pub other_plans: Vec<OtherPlanRow>,
     /// Medians of [`Self::other_plans`] by set.
     pub other_plan_sets: Vec<OtherPlanSummary>,
+    /// How many calibrated measurements fall inside the calibrated interval `plan --calibrate`
+    /// prints: on e2e.toml its test rows, in sample (the table's spans come from them); on the
+    /// frozen holdout every row, out of sample.
+    pub interval_coverage: CalibratedCoverage,
+}
+
+/// [`CalibratedValidation::interval_coverage`].
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct CalibratedCoverage {
+    /// Whether the table was computed without these rows (the holdout).
+    pub out_of_sample: bool,
+    /// The share the intervals are meant to hold.
+    pub nominal: f64,
+    /// The calibrated deployment at its other concurrencies.
+    pub same_deployment: Count,
+    /// Other deployments priced with a deployment's calibration.
+    pub other_deployments: Count,
+}
+
+/// Measurements against an interval.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub struct Count {
+    /// Rows counted.
+    pub rows: usize,
+    /// Measured inside the interval.
+    pub inside: usize,
+    /// Measured below it: over-predicted past it.
+    pub below: usize,
+    /// Measured above it: under-predicted past it.
+    pub above: usize,
+}
+
+impl Count {
+    /// The rows `counted` takes against the span `(low, high)` of measured / predicted.
+    fn of<'a>(rows: impl Iterator<Item = &'a CalibratedRow>, low: f64, high: f64) -> Self {
+        let mut c = Count::default();
+        for r in rows.filter(|r| r.measured > 0.0 && r.predicted > 0.0) {
+            let ratio = r.measured / r.predicted;
+            c.rows += 1;
+            if ratio < low {
+                c.below += 1;
+            } else if ratio > high {
+                c.above += 1;
+            } else {
+                c.inside += 1;
+            }
+        }
+        c
+    }
+
+    /// The share inside (0 with no rows).
+    pub fn share(&self) -> f64 {
+        if self.rows == 0 {
+            0.0
+        } else {
+            self.inside as f64 / self.rows as f64
+        }
+    }
+}
+
+impl CalibratedCoverage {
+    /// `rows` and `other` against the committed table's calibrated spans: the test set's rows on
+    /// e2e.toml, every row on the holdout.
+    fn of(data: Data, rows: &[CalibratedRow], other: &[OtherPlanRow]) -> Self {
+        let t = crate::interval::committed();
+        let out_of_sample = data == Data::Holdout;
+        let counted = |r: &&CalibratedRow| out_of_sample || r.set == Set::Test;
+        let (same, oth) = (&t.calibrated.same_deployment.figures, &t.calibrated.other_deployments.figures);
+        CalibratedCoverage {
+            out_of_sample,
+            nominal: t.coverage,
+            same_deployment: Count::of(rows.iter().filter(counted), same.low, same.high),
+            other_deployments: Count::of(other.iter().map(|o| &o.row).filter(counted), oth.low, oth.high),
+        }
+    }
 }
 
 /// What makes two cases one deployment: everything but the concurrency (and the prompt count,
@@ -214,6 +289,7 @@ fn run_calibrated_by(
     let other_plan_sets = other_plan_summaries(&other_plans);
     let sets = summaries(rows.iter().map(|r| (r.set, r.calibrated_on.as_str(), r.raw_error, r.error)));
     let bands = band_summaries(rows.iter().map(|r| (r.set, r.concurrency, r.error)));
+    let interval_coverage = CalibratedCoverage::of(data, &rows, &other_plans);
     Ok(CalibratedValidation {
         schema: "servetune.validation-calibrated/1",
         data: data.path(),
@@ -221,6 +297,7 @@ fn run_calibrated_by(
         sets,
         bands,
         single_point_deployments: single,
+        interval_coverage,
         other_plans,
         other_plan_sets,
     })

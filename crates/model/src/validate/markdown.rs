@@ -173,6 +173,7 @@ pub fn calibrated_markdown(v: &CalibratedValidation) -> String {
             if x.same_gpu_count_pairs > 0 { pct(x.same_gpu_count_calibrated_median_abs_error) } else { "-".into() }
         );
     }
+    s += &calibrated_coverage_line(&v.interval_coverage);
     s += "\n| case | set | c | calibrated on (c) | measured tok/s | raw tok/s (error) | calibrated tok/s (error) |\n|---|---|---:|---|---:|---:|---:|\n";
     for r in &v.rows {
         s += &format!(
@@ -192,14 +193,54 @@ pub fn calibrated_markdown(v: &CalibratedValidation) -> String {
     s
 }
 
+/// How often the calibrated intervals hold (`CalibratedCoverage`), in sample or out of it.
+fn calibrated_coverage_line(c: &CalibratedCoverage) -> String {
+    let t = crate::interval::committed();
+    let (a, b) = (&t.calibrated.same_deployment, &t.calibrated.other_deployments);
+    let span = |f: &crate::interval::CalibratedFigures| {
+        format!(
+            "{:.2}x to {:.2}x, the {} quantile of the errors' size either side, {} with each publication left out",
+            f.figures.low,
+            f.figures.high,
+            pct(1.0 - 2.0 * f.tail),
+            pct(f.cross_validated_coverage)
+        )
+    };
+    format!(
+        "\nCalibrated intervals (what `plan --calibrate` prints, every family pooled): {} of {} calibrated measurements ({}) fall inside the {} interval of a calibrated deployment ({}), {} below, {} above; {} of {} pairs ({}) inside the interval of a calibration carried to another deployment ({}), {} below, {} above. {}\n",
+        c.same_deployment.inside,
+        c.same_deployment.rows,
+        pct(c.same_deployment.share()),
+        pct(c.nominal),
+        span(a),
+        c.same_deployment.below,
+        c.same_deployment.above,
+        c.other_deployments.inside,
+        c.other_deployments.rows,
+        pct(c.other_deployments.share()),
+        span(b),
+        c.other_deployments.below,
+        c.other_deployments.above,
+        if c.out_of_sample {
+            "Out of sample: the spans were computed from e2e.toml's test-set rows, none of these."
+        } else {
+            "Test-set rows, in sample: the spans are computed from them."
+        }
+    )
+}
+
 /// How often the printed intervals hold (`IntervalCoverage`), in sample or out of it.
 fn coverage_line(c: &IntervalCoverage) -> String {
     format!(
-        "\nIntervals: {} of {} measurements of today's releases ({}) fall inside the {} interval of their family that `plan` prints (crates/model/data/validation/intervals.json); {} below it (over-predicted past it), {} above. {}\n",
+        "\nIntervals: {} of {} measurements of today's releases ({}) fall inside the {} interval of their family that `plan` prints (crates/model/data/validation/intervals.json: the {} and {} quantiles of measured / predicted, the narrowest whose leave-one-publication-out coverage on the test set reaches {}: {}); {} below it (over-predicted past it), {} above. {}\n",
         c.inside,
         c.rows,
         pct(c.share()),
         pct(c.nominal),
+        pct(c.tail),
+        pct(1.0 - c.tail),
+        pct(c.nominal),
+        pct(c.cross_validated),
         c.below,
         c.above,
         if c.out_of_sample {

@@ -304,6 +304,12 @@ pub struct IntervalCoverage {
     pub out_of_sample: bool,
     /// The share the interval is meant to hold.
     pub nominal: f64,
+    /// The committed table's tail: its intervals span the quantiles `tail` and `1 - tail` of
+    /// measured / predicted ([`crate::interval::IntervalTable::tail`]).
+    pub tail: f64,
+    /// The committed table's leave-one-publication-out coverage on the test set, the share its
+    /// tail was chosen to reach.
+    pub cross_validated: f64,
     /// Rows counted (today's releases; an early release's rows carry a calibration of their own,
     /// as in the table).
     pub rows: usize,
@@ -319,7 +325,16 @@ impl IntervalCoverage {
     /// `rows` against the committed table.
     fn of(rows: &[Row], out_of_sample: bool) -> Result<Self, ModelError> {
         let t = crate::interval::committed();
-        let mut c = IntervalCoverage { out_of_sample, nominal: t.coverage, rows: 0, inside: 0, below: 0, above: 0 };
+        let mut c = IntervalCoverage {
+            out_of_sample,
+            nominal: t.coverage,
+            tail: t.tail,
+            cross_validated: t.cross_validated_coverage,
+            rows: 0,
+            inside: 0,
+            below: 0,
+            above: 0,
+        };
         let counted = |r: &&Row| if out_of_sample { crate::interval::current_row(r) } else { crate::interval::table_row(r) };
         for r in rows.iter().filter(counted) {
             let i = crate::interval::lookup(t, crate::interval::row_family(r)?);

@@ -867,6 +867,23 @@ fn the_validation_models_agree_with_the_catalog_on_every_id_both_name() {
     assert!(both >= 45, "{both} ids are in both tables");
 }
 
+/// The calibrated interval count takes e2e.toml's calibrated test rows in sample and every
+/// calibrated holdout row out of sample, each in exactly one of inside, below and above.
+#[test]
+fn the_calibrated_interval_count_takes_the_test_rows_in_sample_and_the_holdouts_out_of_sample() {
+    let e = run_calibrated(Data::E2e, &Engine::default(), None).expect("scores");
+    let c = e.interval_coverage;
+    assert!(!c.out_of_sample);
+    assert_eq!(c.same_deployment.rows, e.rows.iter().filter(|r| r.set == Set::Test).count());
+    assert_eq!(c.other_deployments.rows, e.other_plans.iter().filter(|o| o.row.set == Set::Test).count());
+    let h = run_calibrated(Data::Holdout, &Engine::default(), None).expect("scores");
+    let hc = h.interval_coverage;
+    assert!(hc.out_of_sample && hc.same_deployment.rows == h.rows.len() && hc.same_deployment.rows > 0, "{hc:?}");
+    for k in [c.same_deployment, c.other_deployments, hc.same_deployment, hc.other_deployments] {
+        assert_eq!(k.inside + k.below + k.above, k.rows, "{k:?}");
+    }
+}
+
 /// The interval count puts every counted row in exactly one of inside, below and above, counts
 /// e2e.toml's test rows of today's releases in sample (the rows the table is computed from), and
 /// every scored holdout row of today's releases out of sample.
