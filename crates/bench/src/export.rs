@@ -102,15 +102,21 @@ const TABLE_STYLE: comfy_table::TableStyle = comfy_table::TableStyle::new()
     .header_separator(comfy_table::LineStyle::none().fill('-').junction(' '))
     .content_lines(comfy_table::ContentLineStyle::none().junction(' '));
 
+/// `s` with its control characters escaped (`\u{1b}`, `\n`): a server's model id is outside text,
+/// and a terminal or a Markdown viewer must not act on it.
+fn shown(s: &str) -> String {
+    s.chars().flat_map(|c| if c.is_control() { c.escape_default().collect::<Vec<_>>() } else { vec![c] }).collect()
+}
+
 /// The terminal summary.
 pub fn write_terminal(rep: &BenchReport, mut w: impl Write) -> io::Result<()> {
     let c = &rep.config;
     writeln!(
         w,
         "servetune bench  {}  api={}  model={}  input={}  output={}  seed={}{}",
-        c.url,
+        shown(&c.url),
         c.api.name(),
-        c.model.as_deref().unwrap_or("-"),
+        shown(c.model.as_deref().unwrap_or("-")),
         c.input,
         c.output,
         c.seed,
@@ -241,7 +247,7 @@ fn write_legend(mut w: impl Write, rep: &BenchReport) -> io::Result<()> {
 pub fn write_markdown(rep: &BenchReport, mut w: impl Write) -> io::Result<()> {
     let c = &rep.config;
     writeln!(w, "# servetune bench{}\n", if rep.partial { " (partial)" } else { "" })?;
-    writeln!(w, "- url: `{}`, api: `{}`, model: `{}`", c.url, c.api.name(), c.model.as_deref().unwrap_or("-"))?;
+    writeln!(w, "- url: `{}`, api: `{}`, model: `{}`", shown(&c.url), c.api.name(), shown(c.model.as_deref().unwrap_or("-")))?;
     writeln!(w, "- input tokens: {}, output tokens: {}, seed: {}, warmup: {}", c.input, c.output, c.seed, c.warmup)?;
     for n in &rep.notes {
         writeln!(w, "- {n}")?;
@@ -345,6 +351,12 @@ pub fn write_record_line(run_label: &str, r: &RequestRecord, mut w: impl Write) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn outside_text_in_the_header_is_shown_with_its_control_characters_escaped() {
+        assert_eq!(shown("m\u{1b}[31m\nx\u{7}"), "m\\u{1b}[31m\\nx\\u{7}");
+        assert_eq!(shown("Qwen/Qwen3-32B"), "Qwen/Qwen3-32B");
+    }
 
     #[test]
     fn a_change_that_rounds_to_zero_is_never_minus_zero() {

@@ -149,9 +149,19 @@ impl RequestRecord {
         }
     }
 
-    /// Output tokens, reconciled: the server's usage first, then the tokenizer, then chunks.
+    /// Output tokens, reconciled: the server's usage first, then the tokenizer, then chunks. A
+    /// usage count above the `max_tokens` the request asked for is not a count (the server cannot
+    /// have generated more; [`Self::usage_over_requested`]) and is passed over.
     pub fn output_tokens(&self) -> u64 {
-        self.output_tokens_server.or(self.output_tokens_tokenizer).unwrap_or(self.output_tokens_chunks)
+        self.output_tokens_server
+            .filter(|_| !self.usage_over_requested())
+            .or(self.output_tokens_tokenizer)
+            .unwrap_or(self.output_tokens_chunks)
+    }
+
+    /// Whether the server's usage reports more output tokens than the request's `max_tokens`.
+    pub fn usage_over_requested(&self) -> bool {
+        self.output_tokens_requested > 0 && self.output_tokens_server.is_some_and(|u| u > u64::from(self.output_tokens_requested))
     }
 
     /// Input tokens: the server's count when it gave one, else the plan.

@@ -491,6 +491,12 @@ fn notes(t: &Tally, ctx: &RunContext<'_>, lag: &Summary, measured: &[&RequestRec
             c.token_count_mismatches
         ));
     }
+    let over = measured.iter().filter(|r| r.ok() && r.usage_over_requested()).count();
+    if over > 0 {
+        notes.push(format!(
+            "{over} of {completed} completed requests: the server's usage.completion_tokens is more than the max_tokens the request asked for, which no server generates; their output tokens are counted from the tokenizer or the token chunks instead"
+        ));
+    }
     let no_usage = measured.iter().filter(|r| r.ok() && r.output_tokens_server.is_none() && r.output_tokens_tokenizer.is_none()).count();
     if no_usage > 0 {
         notes.push(format!(
@@ -663,11 +669,24 @@ mod tests {
     #[test]
     fn usage_larger_than_chunks_spreads_tokens_over_chunks() {
         let mut r = rec(0, 0, 0, &[10 * MS, 20 * MS, 30 * MS], 30 * MS);
+        r.output_tokens_requested = 8;
         r.output_tokens_server = Some(6);
         let rep = compute(&[r], &ctx(Load::Closed { concurrency: 1 }), None);
         assert_eq!(rep.requests.token_count_mismatches, 1);
         assert!((rep.latency_ms.itl_per_token.p50 - 5.0).abs() < 0.01);
         assert!((rep.latency_ms.tpot.p50 - 4.0).abs() < 0.01); // 20 ms over 5 tokens
+    }
+
+    /// A usage count above max_tokens is no count: the chunks count the output, and a note says so.
+    #[test]
+    fn usage_above_the_requested_max_tokens_is_passed_over_and_noted() {
+        let mut r = rec(0, 0, 0, &[10 * MS, 20 * MS, 30 * MS], 30 * MS);
+        r.output_tokens_server = Some(4_000_000_000);
+        assert!(r.usage_over_requested());
+        assert_eq!(r.output_tokens(), 3);
+        let rep = compute(&[r], &ctx(Load::Closed { concurrency: 1 }), None);
+        assert!(rep.notes.iter().any(|n| n.contains("more than the max_tokens the request asked for")), "{:?}", rep.notes);
+        assert!(rep.throughput.output_tokens_per_s < 1000.0, "{}", rep.throughput.output_tokens_per_s);
     }
 
     #[test]

@@ -259,6 +259,11 @@ pub fn run(a: FabricArgs) -> Result<(), Failure> {
             if let Some(bad) = ranks.iter().find(|g| **g >= n) {
                 return Err(Failure::usage(format!("--gpus {bad}: GPU {bad} does not exist; this machine has {n} GPU(s)")));
             }
+            if let Some(twice) = ranks.iter().enumerate().find(|(i, g)| ranks[..*i].contains(g)).map(|(_, g)| *g) {
+                return Err(Failure::usage(format!(
+                    "--gpus: GPU {twice} is named twice; an all-reduce runs one rank per GPU, so name each GPU once"
+                )));
+            }
             let runs = measure::allreduce(ar.as_mut(), &ranks, &sz, iters, &envs).map_err(fail)?;
             output(&report::allreduce_report(ar.name(), &runs), &common.json, &common.markdown)
         }

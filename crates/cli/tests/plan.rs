@@ -841,3 +841,25 @@ fn sglangs_state_pool_for_a_hybrid_model_is_printed_and_caps_the_running_request
     let last = v["points"].as_array().and_then(|p| p.last()).expect("points")["running"].as_u64().unwrap_or(0);
     assert!(last > cap, "vLLM has no state cap: {last} running against sglang's {cap}");
 }
+
+/// Objectives no point meets give no answer that breaks them: the answer says none meets them,
+/// with --rank too (where no plan meets them either).
+#[test]
+fn objectives_nothing_meets_give_no_answer_that_breaks_them() {
+    for rank in [false, true] {
+        let mut args = REF.to_vec();
+        args.extend_from_slice(&["--slo", "tpot:p50<1ms"]);
+        if rank {
+            args.push("--rank");
+        }
+        let (code, out, err) = plan(&args);
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains("answer: none: TP8 meets tpot:p50<1ms at no concurrency asked"), "{out}");
+    }
+    // An objective some points meet: the answer is one of them.
+    let mut args = REF.to_vec();
+    args.extend_from_slice(&["--slo", "tpot:p50<60ms"]);
+    let (code, out, err) = plan(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("answer: TP8 at concurrency 8:"), "the highest rate whose TPOT is under 60 ms: {out}");
+}

@@ -171,6 +171,14 @@ impl LinkProfile {
                 LINK_BANDWIDTH_GBS.end()
             )));
         }
+        // Printed in every report: a terminal must not act on what a file says.
+        for (field, v) in [("name", &self.name), ("source", &self.source)] {
+            if v.chars().any(char::is_control) {
+                return Err(ModelError::Input(format!(
+                    "{origin}: link {field} {v:?} holds a control character: give a name and source of printable text"
+                )));
+            }
+        }
         Ok(())
     }
 }
@@ -667,6 +675,14 @@ mod tests {
         l.alpha_us = 1.0;
         l.beta_gbs = f64::INFINITY;
         assert!(l.validate("f.json").expect_err("beta").to_string().contains("beta_gbs"));
+        // A name or source a terminal would act on (a title-setting escape) is refused.
+        let mut l = link("nvlink").expect("link");
+        l.name = "x\u{1b}]0;owned\u{7}".into();
+        assert!(l
+            .validate("f.json")
+            .expect_err("name")
+            .to_string()
+            .contains("link name \"x\\u{1b}]0;owned\\u{7}\" holds a control character"));
     }
 
     /// A GPU lists FP8 (FP4) throughput exactly when its architecture has FP8 (FP4) tensor cores,

@@ -36,13 +36,18 @@ pub struct BenchThroughput {
     pub output_tokens_per_s: f64,
 }
 
+/// The lowest output rate a calibration takes, tok/s: one token a million seconds is no run.
+pub const MIN_MEASURED_RATE: f64 = 1e-6;
+/// The highest, tok/s: a billion output tokens a second is beyond any deployment's measurement.
+pub const MAX_MEASURED_RATE: f64 = 1e9;
+
 impl BenchInput {
     /// Parses a bench JSON's text; `source` names the file in errors.
     pub fn parse(text: &str, source: &str) -> Result<Self, ModelError> {
         let b: BenchInput = serde_json::from_str(text).map_err(|e| {
             ModelError::Input(format!("{source}: not a servetune bench JSON ({e}); write one with servetune bench --json FILE"))
         })?;
-        if !b.schema.starts_with("servetune.bench/") {
+        if !(b.schema == "servetune.bench/1" || b.schema.starts_with("servetune.bench/1.")) {
             return Err(ModelError::Input(format!("{source}: field \"schema\" is {:?}, not servetune.bench/1", b.schema)));
         }
         Ok(b)
@@ -61,6 +66,16 @@ impl BenchInput {
             if !(t.is_finite() && t > 0.0) {
                 return Err(ModelError::Input(format!(
                     "{source}: field \"runs[{i}].throughput.output_tokens_per_s\" is {t:?}: calibration needs runs that produced tokens (finite, > 0); remove that run or rerun it"
+                )));
+            }
+            if !(MIN_MEASURED_RATE..=MAX_MEASURED_RATE).contains(&t) {
+                return Err(ModelError::Input(format!(
+                    "{source}: field \"runs[{i}].throughput.output_tokens_per_s\" is {t:e}: no serving deployment measures that (between {MIN_MEASURED_RATE:e} and {MAX_MEASURED_RATE:e} output tok/s); remove that run or rerun it"
+                )));
+            }
+            if let Some(j) = out.iter().position(|m: &Measured| m.concurrency == concurrency) {
+                return Err(ModelError::Input(format!(
+                    "{source}: runs {j} and {i} both measured concurrency {concurrency}: calibration takes one run per concurrency; drop one, or give a file of one sweep"
                 )));
             }
             out.push(Measured { concurrency, output_tokens_per_s: t });
@@ -406,5 +421,16 @@ mod tests {
         assert!(e.to_string().contains("is 0.0"), "{e}");
         let e = BenchInput::parse(r#"{"schema":"servetune.bench/1"}"#, "b.json").expect_err("no runs");
         assert!(e.to_string().contains("missing field `runs`"), "{e}");
+        // Rates no deployment measures, a concurrency measured twice, another schema's major.
+        for (rate, says) in [("1e300", "is 1e300: no serving deployment"), ("1e-300", "is 1e-300: no serving deployment")] {
+            let e = BenchInput::parse(&ok.replace("150.0", rate), "b.json").expect("parse").measured("b.json").expect_err(rate);
+            assert!(e.to_string().contains(says), "{e}");
+        }
+        let twice = ok.replace("\"concurrency\":null", "\"concurrency\":8");
+        let e = BenchInput::parse(&twice, "b.json").expect("parse").measured("b.json").expect_err("twice");
+        assert!(e.to_string().contains("runs 0 and 1 both measured concurrency 8"), "{e}");
+        let e = BenchInput::parse(&ok.replace("servetune.bench/1", "servetune.bench/999"), "b.json").expect_err("schema");
+        assert!(e.to_string().contains("\"servetune.bench/999\", not servetune.bench/1"), "{e}");
+        assert!(BenchInput::parse(&ok.replace("servetune.bench/1", "servetune.bench/1.2"), "b.json").is_ok());
     }
 }

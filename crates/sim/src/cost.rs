@@ -290,7 +290,8 @@ impl Profile {
         Ok(p)
     }
 
-    /// Checks that the engine can run at all.
+    /// Checks that the engine can run at all, with every count within the range its `sim` flag
+    /// takes (a profile file gets no more than a flag).
     pub fn validate(&self) -> Result<(), String> {
         self.cost.check()?;
         if self.max_running_requests == 0 {
@@ -307,6 +308,19 @@ impl Profile {
                 "kv_tokens {} is smaller than two pages of {} tokens: not even one request fits",
                 self.kv_tokens, self.page_size
             ));
+        }
+        let ranges: [(&str, u64, u64, u64); 6] = [
+            ("tp_size", self.tp_size.into(), 1, 65_536),
+            ("max_running_requests", self.max_running_requests.into(), 1, 1_000_000),
+            ("kv_tokens", self.kv_tokens, 2, 1_000_000_000_000),
+            ("page_size", self.page_size.into(), 1, 65_536),
+            ("chunked_prefill_size", self.chunked_prefill_size.into(), 1, 16_777_216),
+            ("eos_mean_tokens", self.eos_mean_tokens.into(), 1, 16_777_216),
+        ];
+        for (field, v, lo, hi) in ranges {
+            if !(lo..=hi).contains(&v) {
+                return Err(format!("{field} {v} is out of range: give {lo}..={hi}"));
+            }
         }
         Ok(())
     }
@@ -333,6 +347,22 @@ mod tests {
         p.moe_efficiency = Some(TUNED_MOE_EFFICIENCY);
         assert_eq!(p.moe_config_warning(), None);
         assert_eq!(preset("tiny").expect("tiny").moe_config_warning(), None, "a dense profile says nothing");
+    }
+
+    /// A profile file gets no more than the flags: a count outside its flag's range is refused.
+    #[test]
+    fn a_profile_count_outside_its_flags_range_is_refused_naming_the_field() {
+        let ok = preset("tiny").expect("tiny");
+        assert!(ok.validate().is_ok());
+        for (p, says) in [
+            (Profile { eos_mean_tokens: 0, ..ok.clone() }, "eos_mean_tokens 0 is out of range"),
+            (Profile { tp_size: 0, ..ok.clone() }, "tp_size 0 is out of range"),
+            (Profile { kv_tokens: u64::MAX, ..ok.clone() }, "kv_tokens 18446744073709551615 is out of range"),
+            (Profile { max_running_requests: u32::MAX, ..ok.clone() }, "max_running_requests 4294967295 is out of range"),
+        ] {
+            let e = p.validate().expect_err(says);
+            assert!(e.contains(says), "{e}");
+        }
     }
 
     #[test]

@@ -421,7 +421,18 @@ fn write_answer(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
         }
         return Ok(());
     }
-    let Some(best) = plateau_start(&r.points) else { return Ok(()) };
+    // Under objectives, only the points that meet them can be the answer.
+    let meeting: Vec<Point> = r.points.iter().filter(|p| crate::rank::meets(&r.scenario, p, &r.slos)).cloned().collect();
+    if !r.slos.is_empty() && !r.points.is_empty() && meeting.is_empty() {
+        writeln!(
+            w,
+            "answer: none: {} meets {} at no concurrency asked; relax the objectives or lower --concurrency (with --rank, no plan on these GPUs meets them either)",
+            r.scenario.plan.label(),
+            r.slos.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", ")
+        )?;
+        return Ok(());
+    }
+    let Some(best) = plateau_start(&meeting) else { return Ok(()) };
     let rate = headline_rate(best);
     writeln!(w, "answer: {} at concurrency {}: {rate:.0} {}", r.scenario.plan.label(), best.concurrency, rate_words(r))?;
     writeln!(w, "  {}", interval_words(&crate::interval::for_scenario(&r.scenario), rate))?;
