@@ -154,28 +154,61 @@ pub fn group_alive(pgid: i32) -> bool {
 pub const SERVER_MARK: &str = "SERVETUNE_SERVER_LOG";
 
 /// Kills what is left of a process group recorded by a dead `continue` (stale step), but only when
-/// one of the group's processes carries this campaign's mark for that launch ([`SERVER_MARK`] set
-/// to `log_path`): a journal copied from another machine, or a group number reused after a reboot,
-/// names some other process group, which is left alone. Returns whether it signalled the group.
-pub fn kill_stale_group(pgid: i32, log_path: &str) -> bool {
-    if group_alive(pgid) && group_carries_mark(pgid, log_path) {
+/// it is the server this campaign launched for that step: one of the group's processes carries
+/// the launch's mark ([`SERVER_MARK`] set to `log_path`), or, for a launcher that starts the
+/// server with a clean environment (`sudo`, `env -i`, a container entrypoint), the group's leader
+/// started while the step was alive (`alive_ms`: from when it was planned to its last heartbeat,
+/// ms since the epoch). A journal copied from another machine, or a group number reused after a
+/// reboot, names some other group, which is left alone. Returns whether it signalled the group.
+pub fn kill_stale_group(pgid: i32, log_path: &str, alive_ms: (i64, i64)) -> bool {
+    if group_alive(pgid) && (group_carries_mark(pgid, log_path) || started_within(pgid, alive_ms)) {
         return signal_group(pgid, libc::SIGKILL);
     }
     false
+}
+
+/// `/proc/PID/stat`'s fields after the command (whose name may hold spaces, parentheses or bytes
+/// that are not UTF-8): the state is the first, field 3 of proc(5).
+fn stat_fields(pid: &str) -> Option<Vec<String>> {
+    let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+    let close = stat.iter().rposition(|b| *b == b')')?;
+    Some(String::from_utf8_lossy(&stat[close + 1..]).split_whitespace().map(str::to_string).collect())
 }
 
 /// Whether a process of group `pgid` has `SERVER_MARK=log_path` in its environment (`/proc`).
 fn group_carries_mark(pgid: i32, log_path: &str) -> bool {
     let mark = format!("{SERVER_MARK}={log_path}");
     let Ok(dir) = std::fs::read_dir("/proc") else { return false };
-    dir.flatten().filter(|d| d.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))).any(|d| {
-        let in_group = std::fs::read_to_string(d.path().join("stat")).ok().and_then(|st| process_group_of(&st)) == Some(pgid);
-        in_group && std::fs::read(d.path().join("environ")).is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv == mark.as_bytes()))
+    dir.flatten().filter_map(|d| d.file_name().to_str().filter(|n| n.bytes().all(|b| b.is_ascii_digit())).map(str::to_string)).any(|pid| {
+        // The process group is field 5.
+        let in_group = stat_fields(&pid).and_then(|f| f.get(2).and_then(|g| g.parse::<i32>().ok())) == Some(pgid);
+        in_group && std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv == mark.as_bytes()))
     })
+}
+
+/// Whether process `pid` started within `alive_ms` (2 s of slack either side for the clock's
+/// granularity): its start in clock ticks after boot (field 22) and the boot time (`btime` of
+/// `/proc/stat`).
+fn started_within(pid: i32, alive_ms: (i64, i64)) -> bool {
+    let Some(ticks) = stat_fields(&pid.to_string()).and_then(|f| f.get(19).and_then(|t| t.parse::<i64>().ok())) else { return false };
+    let boot = std::fs::read_to_string("/proc/stat")
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("btime ").and_then(|v| v.trim().parse::<i64>().ok())));
+    let (Some(boot), Some(hz)) = (boot, clock_ticks_per_second()) else { return false };
+    let started_ms = boot.saturating_mul(1000).saturating_add(ticks.saturating_mul(1000) / hz);
+    (alive_ms.0.saturating_sub(2000)..=alive_ms.1.saturating_add(2000)).contains(&started_ms)
+}
+
+#[expect(unsafe_code, reason = "sysconf(_SC_CLK_TCK) reads one number; it takes and touches no memory")]
+fn clock_ticks_per_second() -> Option<i64> {
+    // SAFETY: sysconf only returns a value for the constant passed.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (hz > 0).then_some(i64::from(hz as i32))
 }
 
 /// The process group in a `/proc/PID/stat` line: the third field after the command's closing
 /// parenthesis (the command may hold spaces and parentheses itself).
+#[cfg(test)]
 fn process_group_of(stat: &str) -> Option<i32> {
     let rest = &stat[stat.rfind(')')? + 1..];
     rest.split_whitespace().nth(2)?.parse().ok()
@@ -487,10 +520,16 @@ mod tests {
         let mut other = Command::new("sleep").arg("60").process_group(0).spawn().expect("spawns");
         let other_group = other.id() as i32;
         // Another group, and ours under another launch's log: neither is touched.
-        assert!(!kill_stale_group(other_group, &log.display().to_string()));
-        assert!(!kill_stale_group(ours.pgid, "/elsewhere/exp-1-a1.log"));
+        // A window that ended before both started: only the mark can tell.
+        let before = (0, 1);
+        assert!(!kill_stale_group(other_group, &log.display().to_string(), before));
+        assert!(!kill_stale_group(ours.pgid, "/elsewhere/exp-1-a1.log", before));
         assert!(group_alive(other_group) && group_alive(ours.pgid));
-        assert!(kill_stale_group(ours.pgid, &log.display().to_string()));
+        // A launcher that wiped the environment: the leader started while the step was alive.
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_millis() as i64;
+        assert!(started_within(other_group, (now - 60_000, now)));
+        assert!(!started_within(other_group, (now + 600_000, now + 700_000)));
+        assert!(kill_stale_group(ours.pgid, &log.display().to_string(), before));
         let st = ours.child.wait().expect("reaped");
         assert_eq!(st.signal(), Some(libc::SIGKILL));
         let _ = other.kill();

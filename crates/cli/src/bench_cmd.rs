@@ -360,6 +360,12 @@ impl Target {
         }
     }
 
+    /// Empties a regular file nothing was written to yet (a run that measured nothing keeps no
+    /// earlier run's content under its name).
+    fn empty_if_unwritten(&mut self) -> std::io::Result<()> {
+        self.write(&|_| Ok(()))
+    }
+
     /// Removes the file if this run created it and wrote nothing to it; a file that was there
     /// before, or a device, stays as it was.
     fn discard(&self) {
@@ -450,6 +456,15 @@ impl Outputs {
         put(&mut self.json, &a.json, &|w| export::write_json(rep, w));
         put(&mut self.csv, &a.csv, &|w| export::write_csv(rep, w));
         put(&mut self.markdown, &a.markdown, &|w| export::write_markdown(rep, w));
+        // A records file no request reached (a stop before the first) holds this run's nothing,
+        // not an earlier run's lines.
+        if let (Some(r), Some(p)) = (&self.records, &a.records) {
+            if let Err(e) =
+                r.out.lock().map_err(|_| std::io::Error::other("the records writer panicked")).and_then(|mut t| t.empty_if_unwritten())
+            {
+                errors.push(format!("{}: {e}", p.display()));
+            }
+        }
         if let (Some(r), Some(p)) = (&self.records, &a.records) {
             if let Some(e) = r.error.lock().ok().and_then(|e| e.clone()) {
                 errors.push(format!("{}: {e}", p.display()));

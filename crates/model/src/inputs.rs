@@ -57,6 +57,8 @@ impl BenchInput {
     /// positive (naming `runs[i].throughput.output_tokens_per_s`) and a file without closed-loop runs.
     pub fn measured(&self, source: &str) -> Result<Vec<Measured>, ModelError> {
         let mut out = Vec::new();
+        // The run each point came from (open-loop runs are skipped), for the messages.
+        let mut from: Vec<usize> = Vec::new();
         for (i, r) in self.runs.iter().enumerate() {
             let Some(concurrency) = r.concurrency else { continue };
             let t = r.throughput.output_tokens_per_s;
@@ -75,10 +77,12 @@ impl BenchInput {
             }
             if let Some(j) = out.iter().position(|m: &Measured| m.concurrency == concurrency) {
                 return Err(ModelError::Input(format!(
-                    "{source}: runs {j} and {i} both measured concurrency {concurrency}: calibration takes one run per concurrency; drop one, or give a file of one sweep"
+                    "{source}: runs {} and {i} both measured concurrency {concurrency}: calibration takes one run per concurrency; drop one, or give a file of one sweep",
+                    from[j]
                 )));
             }
             out.push(Measured { concurrency, output_tokens_per_s: t });
+            from.push(i);
         }
         if out.is_empty() {
             return Err(ModelError::Input(format!("{source}: no closed-loop run in it (calibration needs runs made with --concurrency)")));

@@ -396,6 +396,10 @@ fn table_at(usable: &[(Family, Resid)], tail: f64) -> IntervalTable {
 /// The share of `usable` rows inside the interval of the table made at `tail` from the other
 /// publications' rows (each publication left out in turn).
 fn cross_validated(usable: &[(Family, Resid)], tail: f64) -> f64 {
+    // Whether a family has figures of its own is decided on all the rows, as `plan` sees the
+    // table; leaving one publication out only changes the figures, not which ones a row gets.
+    let full = table_at(usable, tail);
+    let own = |f: Family| full.families.iter().any(|x| x.family == Some(f) && x.cases >= full.min_cases && x.sources >= full.min_sources);
     let mut inside = 0usize;
     for s in publications(usable.iter().map(|(_, r)| r.source)) {
         let rest: Vec<(Family, Resid)> = usable.iter().filter(|(_, r)| r.source != s).copied().collect();
@@ -405,9 +409,12 @@ fn cross_validated(usable: &[(Family, Resid)], tail: f64) -> f64 {
         let t = table_at(&rest, tail);
         inside += usable
             .iter()
+            .filter(|(_, r)| r.source == s)
             .filter(|(f, r)| {
-                let i = lookup(&t, *f);
-                r.source == s && (i.low..=i.high).contains(&r.ratio())
+                // The family's figures from the other publications where it has its own (and the
+                // others hold some of its rows), else the pooled ones.
+                let fig = t.families.iter().find(|x| x.family == Some(*f)).filter(|_| own(*f)).unwrap_or(&t.pooled);
+                (fig.low..=fig.high).contains(&r.ratio())
             })
             .count();
     }

@@ -308,9 +308,11 @@ pub fn rank_within(base: &Scenario, slos: &[Slo], range: ConcurrencyRange, clien
 /// difference the model cannot vouch for (the errors of two plans on one box are not independent,
 /// so the median error, not the whole interval, is the bar).
 fn mark_ties(ranked: &mut [Ranked]) {
-    let Some(top) = ranked.first().map(|r| r.output_tokens_per_s) else { return };
+    // One bar for every plan, the best plan's (the answer prints it): under a calibration the
+    // calibrated plan's median error and another plan's differ.
+    let Some((top, bar)) = ranked.first().map(|r| (r.output_tokens_per_s, r.interval.median_abs_error)) else { return };
     for r in ranked.iter_mut() {
-        r.tied_with_best = r.output_tokens_per_s > 0.0 && top / r.output_tokens_per_s - 1.0 <= r.interval.median_abs_error;
+        r.tied_with_best = r.output_tokens_per_s > 0.0 && top / r.output_tokens_per_s - 1.0 <= bar;
     }
 }
 

@@ -70,7 +70,7 @@ pub fn recover(j: &mut Journal) -> Result<Vec<String>> {
             continue;
         }
         if let (Some(g), Some(log)) = (e.server_pgid, e.log_path.as_deref()) {
-            executor::kill_stale_group(g as i32, log);
+            executor::kill_stale_group(g as i32, log, (e.created_at, e.heartbeat_at.unwrap_or(e.updated_at).max(e.updated_at)));
         }
         let why = format!(
             "stale: owner pid {} {} while {} (last heartbeat {:.1}s ago); re-queued",
@@ -115,7 +115,7 @@ pub(super) fn import_kept(j: &mut Journal, dir: &Path, say: &mut dyn FnMut(&str)
             }
         };
         if let (Some(g), Some(log)) = (e.server_pgid, e.log_path.as_deref()) {
-            executor::kill_stale_group(g as i32, log);
+            executor::kill_stale_group(g as i32, log, (e.created_at, e.heartbeat_at.unwrap_or(e.updated_at).max(e.updated_at)));
         }
         let snap = Snapshot::read(j)?;
         let mut knobs = snap.settings.knobs.clone();

@@ -426,7 +426,7 @@ fn write_answer(r: &PlanReport, w: &mut impl Write) -> io::Result<()> {
     if !r.slos.is_empty() && !r.points.is_empty() && meeting.is_empty() {
         writeln!(
             w,
-            "answer: none: {} meets {} at no concurrency asked; relax the objectives or lower --concurrency (with --rank, no plan on these GPUs meets them either)",
+            "answer: none: {} meets {} at no concurrency asked; relax the objectives (--rank searches every plan on these GPUs for one that meets them)",
             r.scenario.plan.label(),
             r.slos.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", ")
         )?;
