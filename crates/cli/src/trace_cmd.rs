@@ -71,6 +71,7 @@ pub fn analyze(file: &Path, gap_ms: f64, max_json: Option<u64>) -> Result<TraceR
         | TraceError::NotATrace { .. }
         | TraceError::Truncated { .. }
         | TraceError::NoGpuEvents { .. }
+        | TraceError::NoTimedGpuEvents { .. }
         | TraceError::TooLarge { .. }
         | TraceError::Input(_) => Failure::usage(e.to_string()),
     };

@@ -57,6 +57,14 @@ pub enum TraceError {
         /// Events the file held.
         events: u64,
     },
+    /// Every GPU event has a start or a duration that is not a time.
+    #[error("{path}: all {skipped} GPU events (cat kernel, gpu_memcpy, gpu_memset) have a start (ts) or duration (dur) that is missing or not a time (ts within 1e17 us, dur from 0 to a day); the file is damaged or was rewritten: profile again")]
+    NoTimedGpuEvents {
+        /// The file.
+        path: String,
+        /// GPU events left out.
+        skipped: u64,
+    },
     /// The trace is over a size limit (its decompressed JSON, or one entry of it).
     #[error("{path}: {reason}")]
     TooLarge {
@@ -177,6 +185,9 @@ impl Timeline {
         if !stats.had_events {
             return Err(TraceError::NotATrace { path: path.display().to_string(), reason: "JSON without a traceEvents array".into() });
         }
+        if t.kernels.is_empty() && t.skipped > 0 {
+            return Err(TraceError::NoTimedGpuEvents { path: path.display().to_string(), skipped: t.skipped });
+        }
         if t.kernels.is_empty() {
             return Err(TraceError::NoGpuEvents { path: path.display().to_string(), events: stats.events });
         }
@@ -190,7 +201,14 @@ impl Timeline {
 
     fn add(&mut self, index: &mut HashMap<String, u32>, e: RawEvent<'_>) {
         let complete = e.ph.is_none_or(|p| p == Ph::Complete);
-        let (Some(ts), dur) = (e.ts, e.dur.unwrap_or(0.0)) else { return };
+        let gpu = matches!(e.cat, EventCat::Kernel | EventCat::Memcpy | EventCat::Memset) && complete;
+        let (Some(ts), dur) = (e.ts, e.dur.unwrap_or(0.0)) else {
+            // A GPU event without a start is left out like one with a start that is not a time.
+            if gpu {
+                self.skipped += 1;
+            }
+            return;
+        };
         let tid = e.tid.map_or(0, |t| t.0);
         match e.cat {
             EventCat::Kernel | EventCat::Memcpy | EventCat::Memset if complete => {

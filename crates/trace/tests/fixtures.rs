@@ -398,6 +398,22 @@ fn a_trace_without_gpu_events_is_refused() {
     assert!(matches!(err, TraceError::NoGpuEvents { .. }), "{err}");
 }
 
+/// A trace whose every kernel has a start or duration that is not a time (or none) is refused
+/// saying so, not as a trace profiled without the CUDA activity.
+#[test]
+fn a_trace_whose_every_gpu_event_has_no_usable_time_is_refused_saying_so() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("bad-times.json");
+    let doc = r#"{"traceEvents":[
+        {"ph":"X","cat":"kernel","name":"k1","ts":1e300,"dur":5,"pid":0,"tid":7},
+        {"ph":"X","cat":"kernel","name":"k2","ts":10,"dur":-3,"pid":0,"tid":7},
+        {"ph":"X","cat":"kernel","name":"k3","dur":4,"pid":0,"tid":7}]}"#;
+    std::fs::write(&path, doc).expect("writes");
+    let err = analyze(&path, 1.0).expect_err("no usable GPU event");
+    assert!(matches!(err, TraceError::NoTimedGpuEvents { skipped: 3, .. }), "{err}");
+    assert!(err.to_string().contains("all 3 GPU events"), "{err}");
+}
+
 #[test]
 fn terminal_view_of_a_vllm_trace() {
     let (mut r, _, _dir) = drawn(&Spec::typical(Engine::VllmFull));
