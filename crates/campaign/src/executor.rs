@@ -170,7 +170,11 @@ pub fn kill_stale_group(pgid: i32, log_path: &str, alive_ms: (i64, i64)) -> bool
 /// `/proc/PID/stat`'s fields after the command (whose name may hold spaces, parentheses or bytes
 /// that are not UTF-8): the state is the first, field 3 of proc(5).
 fn stat_fields(pid: &str) -> Option<Vec<String>> {
-    let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+    fields_after_command(&std::fs::read(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// [`stat_fields`] of one `/proc/PID/stat` line's bytes.
+fn fields_after_command(stat: &[u8]) -> Option<Vec<String>> {
     let close = stat.iter().rposition(|b| *b == b')')?;
     Some(String::from_utf8_lossy(&stat[close + 1..]).split_whitespace().map(str::to_string).collect())
 }
@@ -204,14 +208,6 @@ fn clock_ticks_per_second() -> Option<i64> {
     // SAFETY: sysconf only returns a value for the constant passed.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     (hz > 0).then_some(i64::from(hz as i32))
-}
-
-/// The process group in a `/proc/PID/stat` line: the third field after the command's closing
-/// parenthesis (the command may hold spaces and parentheses itself).
-#[cfg(test)]
-fn process_group_of(stat: &str) -> Option<i32> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(2)?.parse().ok()
 }
 
 #[expect(unsafe_code, reason = "prctl(PR_SET_PDEATHSIG) runs between fork and exec; it touches no memory")]
@@ -497,8 +493,12 @@ mod tests {
 
     #[test]
     fn the_process_group_is_read_past_a_command_with_spaces_and_parentheses() {
-        assert_eq!(process_group_of("4242 (python3 (x) y) S 1 4240 4240 0 -1"), Some(4240));
-        assert_eq!(process_group_of("garbage"), None);
+        // The process group is field 5, the third after the command; the start time field 22.
+        let mut line = b"4242 (python3 (x) \xff y) S 1 4240 4240 0 -1".to_vec();
+        line.extend((9..=22).flat_map(|f| format!(" {f}").into_bytes()));
+        let f = fields_after_command(&line).expect("fields");
+        assert_eq!((f[2].as_str(), f[19].as_str()), ("4240", "22"));
+        assert_eq!(fields_after_command(b"garbage"), None);
     }
 
     /// A stale journal's group is killed only when it is the server this campaign launched for
