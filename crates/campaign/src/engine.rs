@@ -462,7 +462,20 @@ pub fn parse(text: &str, source: &str) -> Result<Vec<EngineTemplate>> {
     let f: EngineFile = toml::from_str(text).map_err(|e| {
         CampaignError::Input(format!("{source}: not an engine file ({e}); see servetune campaign engines --help for the format"))
     })?;
-    for e in &f.engine {
+    for (i, e) in f.engine.iter().enumerate() {
+        if e.name.trim().is_empty() || e.name.chars().any(char::is_control) {
+            return Err(CampaignError::Input(format!(
+                "{source}: engine {} has the name {:?}: give it a name of printable characters (campaign --engine NAME picks it)",
+                i + 1,
+                e.name
+            )));
+        }
+        if f.engine[..i].iter().any(|o| o.name == e.name) {
+            return Err(CampaignError::Input(format!(
+                "{source}: two [[engine]] tables are named {:?}: which one --engine {:?} means is unknown; rename one",
+                e.name, e.name
+            )));
+        }
         e.validate()?;
     }
     Ok(f.engine)
@@ -506,6 +519,19 @@ mod tests {
             values.insert(k.to_string(), v.to_string());
         }
         Context { values }
+    }
+
+    #[test]
+    fn an_engine_without_a_printable_name_or_named_twice_is_refused() {
+        let table =
+            |name: &str| format!("[[engine]]\nname = \"{name}\"\nargv = [\"srv\"]\nhealth = \"/h\"\ngenerate = \"/v1/completions\"\n");
+        for name in ["", "  ", "a\\u001b[31m"] {
+            let e = parse(&table(name), "e.toml").expect_err(name);
+            assert!(e.to_string().contains("give it a name of printable characters"), "{e}");
+        }
+        let e = parse(&(table("x") + &table("x")), "e.toml").expect_err("twice");
+        assert!(e.to_string().contains("two [[engine]] tables are named \"x\""), "{e}");
+        assert_eq!(parse(&(table("x") + &table("y")), "e.toml").expect("two names").len(), 2);
     }
 
     #[test]

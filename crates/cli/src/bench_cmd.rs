@@ -419,6 +419,10 @@ impl Outputs {
                 dashes.join(" and ")
             )));
         }
+        crate::check_outputs(
+            &flags.map(|(f, p)| (f, p.as_deref())),
+            &[("the --dataset file", a.dataset.as_deref()), ("the --tokenizer file", a.tokenizer.as_deref())],
+        )?;
         let open = |flag: &str, p: &Option<PathBuf>| p.as_deref().map(|p| Target::open(flag, p)).transpose();
         let records = open("--records", &a.records)?.map(|t| Arc::new(RecordsWriter { out: Mutex::new(t), error: Mutex::new(None) }));
         Ok(Self {

@@ -139,7 +139,7 @@ fn fail(e: FabricError) -> Failure {
     match e {
         FabricError::Input(m) => Failure::usage(m),
         e @ FabricError::NoDriver { .. } => Failure::runtime(format!(
-            "{e}; without a GPU, --backend sim runs the same measurement on simulated GPUs (servetune fabric p2p --backend sim --sim-link pcie5-p2p)"
+            "{e}; without a GPU, --backend sim runs the same measurement on simulated GPUs (add --backend sim --sim-link pcie5-p2p to this command)"
         )),
         other => Failure::runtime(other.to_string()),
     }

@@ -104,6 +104,38 @@ impl Failure {
     }
 }
 
+/// Whether `a` and `b` name one file: the same device and inode where both exist, else the same
+/// absolute path.
+pub fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        (Err(_), _) | (_, Err(_)) => match (std::path::absolute(a), std::path::absolute(b)) {
+            (Ok(x), Ok(y)) => x == y,
+            _ => false,
+        },
+    }
+}
+
+/// Refuses an output that names an input file (writing it would destroy what is read) or the
+/// same file as another output (one would overwrite the other); `-` (stdout) is no file.
+pub fn check_outputs(outputs: &[(&str, Option<&std::path::Path>)], inputs: &[(&str, Option<&std::path::Path>)]) -> Result<(), Failure> {
+    let outs: Vec<(&str, &std::path::Path)> =
+        outputs.iter().filter_map(|(f, p)| p.filter(|p| p.as_os_str() != "-").map(|p| (*f, p))).collect();
+    for (i, (flag, out)) in outs.iter().enumerate() {
+        if let Some((input, _)) = inputs.iter().find(|(_, p)| p.is_some_and(|p| p.as_os_str() != "-" && same_file(out, p))) {
+            return Err(Failure::usage(format!(
+                "{flag} {}: that is {input}, which writing this output would overwrite; give another file",
+                out.display()
+            )));
+        }
+        if let Some((other, _)) = outs[..i].iter().find(|(_, p)| same_file(out, p)) {
+            return Err(Failure::usage(format!("{other} and {flag} both name {}: give each output its own file", out.display())));
+        }
+    }
+    Ok(())
+}
+
 /// Writes `doc` as pretty JSON to `path`, or to stdout for `-` (so `--json -` is pure JSON).
 pub fn write_json(path: &std::path::Path, doc: &impl serde::Serialize) -> Result<(), Failure> {
     use std::io::Write;

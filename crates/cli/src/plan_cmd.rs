@@ -486,6 +486,11 @@ pub(crate) fn write_file(p: &Path, f: &dyn Fn(&mut dyn Write) -> std::io::Result
         let mut out = std::io::stdout().lock();
         return written(f(&mut out).and_then(|_| out.flush()), "stdout");
     }
+    // A missing folder is made, as bench makes its outputs'.
+    if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Failure::runtime(format!("cannot write {}: cannot make {}: {e}", p.display(), dir.display())))?;
+    }
     let mut out =
         std::io::BufWriter::new(std::fs::File::create(p).map_err(|e| Failure::runtime(format!("cannot write {}: {e}", p.display())))?);
     f(&mut out).and_then(|_| out.flush()).map_err(|e| Failure::runtime(format!("cannot write {}: {e}", p.display())))
@@ -501,6 +506,7 @@ fn run_validate(a: &PlanArgs) -> Result<(), Failure> {
             "--engine does not apply to --validate: every case runs with the engine its source used (e2e.toml's engine); drop --engine",
         ));
     }
+    crate::check_outputs(&[("--json", a.json.as_deref()), ("--write-intervals", a.write_intervals.as_deref())], &[])?;
     let bench = servetune_sim::from_plan::PlanBench;
     let (data, mut v) = if a.holdout {
         (validate::Data::Holdout, validate::run_holdout(&Engine::default(), Some(&bench)).map_err(input)?)
@@ -576,6 +582,15 @@ pub fn run(a: PlanArgs) -> Result<(), Failure> {
     if is_stdout(&a.json) && is_stdout(&a.markdown) {
         return Err(Failure::usage("--json - and --markdown - both ask for stdout: write one of them to a file"));
     }
+    crate::check_outputs(
+        &[("--json", a.json.as_deref()), ("--markdown", a.markdown.as_deref())],
+        &[
+            ("the --model-config file", a.model_config.as_deref()),
+            ("the --fabric file", a.fabric.as_deref()),
+            ("the --allreduce file", a.allreduce.as_deref()),
+            ("the --calibrate file", a.calibrate.as_deref()),
+        ],
+    )?;
     // The client-measured figures: the simulator's engine runs the workload in virtual time.
     // A progress line on a terminal while the runs go on (tens of seconds with --rank at 100k clients).
     let req = request(&a)?;

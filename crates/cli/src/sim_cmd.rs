@@ -238,8 +238,10 @@ fn from_plan(a: &SimArgs, pairs: &str) -> Result<(Profile, std::sync::Arc<dyn se
     let mut spec = servetune_model::ScenarioSpec::parse_pairs("--from-plan", pairs).map_err(input)?;
     if let Some(f) = a.moe_efficiency {
         if !(servetune_model::request::MIN_MOE_EFFICIENCY..=1.0).contains(&f) {
+            // As typed for everyday values; in exponent form only where the digits would run on.
+            let shown = if f == 0.0 || (1e-6..1e9).contains(&f.abs()) { format!("{f}") } else { format!("{f:e}") };
             return Err(Failure::usage(format!(
-                "--moe-efficiency {f:e}: give the fraction of memory bandwidth the fused-MoE kernels reach, from {} to 1",
+                "--moe-efficiency {shown}: give the fraction of memory bandwidth the fused-MoE kernels reach, from {} to 1",
                 servetune_model::request::MIN_MOE_EFFICIENCY
             )));
         }

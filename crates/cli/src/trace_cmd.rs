@@ -46,12 +46,10 @@ pub struct TraceArgs {
 }
 
 pub fn run(a: TraceArgs) -> Result<(), Failure> {
-    if a.json.as_deref().is_some_and(|o| is_same_file(o, &a.file)) {
-        return Err(Failure::usage(format!(
-            "--json {}: that is the trace being read, which writing the report would overwrite; give another file",
-            a.file.display()
-        )));
-    }
+    crate::check_outputs(
+        &[("--json", a.json.as_deref())],
+        &[("the trace being read", Some(&a.file)), ("the --vs-plan-json file", a.vs_plan_json.as_deref())],
+    )?;
     let predicted = prediction(&a)?;
     if a.max_json_mb == Some(0) {
         return Err(Failure::usage("--max-json-mb 0: give the most JSON the trace may hold once decompressed, in MiB (at least 1)"));
@@ -178,11 +176,19 @@ const PROFILE_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
 /// An error says why, for a warning: the run goes on without.
 pub async fn start_profile(client: &servetune_bench::client::HttpClient, steps: u64, dir: &Path) -> Result<SystemTime, String> {
     let asked = SystemTime::now();
-    let body = serde_json::json!({"output_dir": dir.display().to_string(), "num_steps": steps});
-    let r = client
-        .simple(http::Method::POST, "/start_profile", bytes::Bytes::from(body.to_string()), PROFILE_LIMIT)
-        .await
-        .map_err(|e| format!("POST /start_profile failed: {e}"))?;
+    let ask = |body: serde_json::Value| async move {
+        client
+            .simple(http::Method::POST, "/start_profile", bytes::Bytes::from(body.to_string()), PROFILE_LIMIT)
+            .await
+            .map_err(|e| format!("POST /start_profile failed: {e}"))
+    };
+    let mut r = ask(serde_json::json!({"output_dir": dir.display().to_string(), "num_steps": steps})).await?;
+    // A server that writes profiles only under a directory of its own (`servetune sim
+    // --profile-dir`) refuses this one: asked again without it, it uses its own, and
+    // /stop_profile names the trace.
+    if r.status == 400 && String::from_utf8_lossy(&r.body).contains("output_dir") {
+        r = ask(serde_json::json!({"num_steps": steps})).await?;
+    }
     if r.status != 200 {
         return Err(format!("POST /start_profile answered {}: {}", r.status, String::from_utf8_lossy(&r.body).trim()));
     }
@@ -243,14 +249,5 @@ pub fn report_captured(path: &Path, stdout_taken: bool) {
             let _ = emit(&r, None);
         }
         Err(f) => crate::tell!("warning: the captured trace could not be analysed: {}", f.msg),
-    }
-}
-
-/// Whether `a` and `b` name one existing file (the same device and inode).
-fn is_same_file(a: &Path, b: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    match (std::fs::metadata(a), std::fs::metadata(b)) {
-        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
-        _ => false,
     }
 }

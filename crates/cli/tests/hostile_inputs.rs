@@ -211,3 +211,44 @@ fn a_kept_sweep_that_is_not_a_summary_is_named_and_the_step_rerun() {
     assert!(out.contains("experiment 1: the kept sweep cannot be imported") && out.contains("not a sweep summary"), "{out}");
     assert!(out.contains("experiment 1 done"), "the step is re-run: {out}");
 }
+
+/// An output naming an input file, or two outputs naming one file, is refused before anything
+/// runs, and the input is left as it was; an output in a missing folder gets the folder made.
+#[test]
+fn an_output_that_names_an_input_or_another_output_is_refused_and_the_input_kept() {
+    let d = tempfile::tempdir().expect("tmp");
+    let cfg = d.path().join("config.json");
+    let text = r#"{"model_type":"llama","hidden_size":4096,"num_hidden_layers":32,"vocab_size":128256,"num_attention_heads":32,"num_key_value_heads":8,"intermediate_size":14336}"#;
+    std::fs::write(&cfg, text).expect("write");
+    let (code, _, err) = run(&["plan", "--model-config", s(&cfg), "--gpu", "h100-sxm", "--gpus", "1", "--json", s(&cfg)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("that is the --model-config file, which writing this output would overwrite"), "{err}");
+    assert_eq!(std::fs::read_to_string(&cfg).expect("kept"), text);
+    let out = d.path().join("out.md");
+    let (code, _, err) =
+        run(&["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpus", "1", "--json", s(&out), "--markdown", s(&out)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--json and --markdown both name"), "{err}");
+    let dataset = d.path().join("prompts.jsonl");
+    std::fs::write(&dataset, "{\"prompt\": \"hi\"}\n").expect("write");
+    let (code, _, err) = run(&[
+        "bench",
+        "--url",
+        "http://127.0.0.1:1",
+        "--concurrency",
+        "1",
+        "--requests",
+        "1",
+        "--dataset",
+        s(&dataset),
+        "--json",
+        s(&dataset),
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("that is the --dataset file"), "{err}");
+    assert_eq!(std::fs::read_to_string(&dataset).expect("kept"), "{\"prompt\": \"hi\"}\n");
+    let nested = d.path().join("new/sub/plan.json");
+    let (code, _, err) = run(&["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpus", "1", "--json", s(&nested)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(nested.is_file(), "{}", nested.display());
+}

@@ -184,6 +184,40 @@ fn bench_profile_captures_a_sim_trace_attributed_as_the_sim_split_it() {
     }
 }
 
+/// A sim that writes profiles only under a directory of its own refuses bench's output_dir;
+/// bench asks again without it and still gets the trace.
+#[test]
+fn bench_profile_against_a_sim_with_its_own_profile_dir_gets_the_trace_there() {
+    let own = tempfile::tempdir().expect("tmp");
+    let scenario =
+        servetune_model::ScenarioSpec::parse_pairs("test", "model=llama-3.1-8b,gpu=h100-sxm,gpus=1").and_then(|s| s.build()).expect("plan");
+    let mut cfg = servetune_sim::SimConfig::new(servetune_sim::from_plan::profile(&scenario));
+    cfg.cost = Some(std::sync::Arc::new(servetune_sim::from_plan::PlanCost { scenario }));
+    cfg.profile_dir = own.path().to_path_buf();
+    let s = crate::common::sim(cfg);
+    let (code, out, err) = run(&[
+        "bench",
+        "-q",
+        "--url",
+        s.url(),
+        "--concurrency",
+        "4",
+        "--requests",
+        "12",
+        "--input-len",
+        "64",
+        "--output-len",
+        "16",
+        "--profile",
+        "10",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("goes on without a trace"), "{err}");
+    let path = out.lines().find_map(|l| l.strip_prefix("profile: the server wrote ")).expect("the trace's path").trim().to_string();
+    assert!(std::path::Path::new(&path).starts_with(own.path()), "{path} under {}", own.path().display());
+    assert!(std::fs::metadata(&path).is_ok_and(|m| m.len() > 0), "{path}");
+}
+
 #[test]
 fn a_sim_trace_against_its_own_plan_matches_within_a_few_points() {
     let s = from_plan_sim("model=llama-3.1-70b,gpu=h100-sxm,gpus=4");

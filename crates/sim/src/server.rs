@@ -312,6 +312,12 @@ async fn health_generate(st: &St) -> Response<Body> {
 /// Reads and parses a generation request, or the error response that refuses it.
 async fn read_ask(st: &St, req: Request<Incoming>, api: wire::Api) -> Result<Ask, Response<Body>> {
     let limit = st.cfg.limits.body_timeout;
+    // A body declared over the cap is refused at once, not after waiting for bytes never read.
+    let declared = req.headers().get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok());
+    if let Some(n) = declared.filter(|n| *n > MAX_BODY as u64) {
+        let msg = format!("the request body is {n} bytes, over the {} MiB this server reads", MAX_BODY >> 20);
+        return Err(openai_error(StatusCode::PAYLOAD_TOO_LARGE, &msg, None));
+    }
     let body = match tokio::time::timeout(limit, Limited::new(req.into_body(), MAX_BODY).collect()).await {
         Ok(Ok(b)) => b.to_bytes(),
         Ok(Err(e)) => return Err(openai_error(StatusCode::BAD_REQUEST, &format!("cannot read the request body: {e}"), None)),

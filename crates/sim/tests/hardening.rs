@@ -75,6 +75,19 @@ fn sim_answers_408_when_the_body_never_arrives() {
     assert!(out.contains("--body-timeout"), "{out}");
 }
 
+/// A declared body over the 32 MiB cap is refused at once (413), not after the body timeout.
+#[test]
+fn sim_answers_413_at_once_for_a_body_declared_over_the_cap() {
+    let (srv, _rt) = serve(short(30_000, 30_000, 30_000));
+    let mut s = TcpStream::connect(srv.addr).expect("connect");
+    s.write_all(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: 40000000\r\n\r\n{\"prompt\"")
+        .expect("write");
+    let (out, took) = read_until_closed(&mut s, Duration::from_secs(20));
+    assert!(out.starts_with("HTTP/1.1 413"), "{out}");
+    assert!(out.contains("40000000 bytes, over the 32 MiB"), "{out}");
+    assert!(took < Duration::from_secs(15), "answered before the 30 s body timeout: {took:?}");
+}
+
 #[test]
 fn sim_answers_503_past_the_connection_cap() {
     let (mut srv, rt) = serve(Limits { max_connections: 2, ..Limits::default() });

@@ -64,6 +64,15 @@ pub fn parse_slos(flag: &str, s: &str) -> Result<Vec<Slo>, InputError> {
     if out.is_empty() {
         return Err(bad(format!("{flag} is empty: write METRIC:pNN<TIME, e.g. ttft:p99<2s")));
     }
+    for (i, a) in out.iter().enumerate() {
+        if let Some(b) = out[..i].iter().find(|b| b.metric == a.metric && b.percentile == a.percentile) {
+            return Err(bad(format!(
+                "{flag}: {}:p{} is bounded twice ({b} and {a}); give each percentile of a metric once",
+                a.metric.name(),
+                a.percentile
+            )));
+        }
+    }
     Ok(out)
 }
 
@@ -81,6 +90,10 @@ fn parse_one(flag: &str, part: &str) -> Result<Slo, InputError> {
         .and_then(|x| x.parse().ok())
         .filter(|x: &f64| *x > 0.0 && *x <= 100.0)
         .ok_or_else(|| bad(format!("{flag} {part:?}: {p:?} is not a percentile like p50, p99 or p99.9")))?;
+    let t = t.trim();
+    if !t.is_empty() && t.chars().all(|c| c.is_ascii_digit() || c == '.') {
+        return Err(bad(format!("{flag} {part:?}: {t:?} has no unit; write {t}ms or {t}s")));
+    }
     let threshold = parse_duration(flag, t)?;
     Ok(Slo { metric, percentile, threshold_ms: threshold.as_secs_f64() * 1e3 })
 }
@@ -103,8 +116,18 @@ mod tests {
     }
 
     #[test]
+    fn a_bound_without_a_unit_or_a_percentile_bounded_twice_is_refused_saying_so() {
+        let e = parse_slos("--slo", "tpot:p50<2").expect_err("no unit");
+        assert!(e.0.contains("\"2\" has no unit; write 2ms or 2s"), "{e}");
+        let e = parse_slos("--slo", "tpot:p50<2s,tpot:p50<1s").expect_err("twice");
+        assert!(e.0.contains("tpot:p50 is bounded twice"), "{e}");
+        // Two percentiles of one metric are two objectives.
+        assert_eq!(parse_slos("--slo", "tpot:p50<20ms,tpot:p99<50ms").expect("two").len(), 2);
+    }
+
+    #[test]
     fn malformed_objectives_name_the_flag_and_the_part() {
-        for s in ["", "ttft", "lat:p99<1s", "ttft:99<1s", "ttft:p0<1s", "ttft:p99<fast"] {
+        for s in ["", "ttft", "lat:p99<1s", "ttft:99<1s", "ttft:p0<1s", "ttft:p99<fast", "tpot:p50<2", "tpot:p50<2s,tpot:p50<1s"] {
             let e = parse_slos("--goal", s).expect_err(s);
             assert!(e.0.contains("--goal"), "{e}");
         }

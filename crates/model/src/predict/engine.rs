@@ -477,6 +477,14 @@ impl EngineRelease {
         let name = EngineName::parse(flag, name)?;
         match version {
             None => Ok(Self::current(name)),
+            Some(v) if v.contains('@') => Err(ModelError::Input(format!(
+                "{flag} {s}: more than one @; give ENGINE@X.Y.Z (e.g. {}@0.4.6) or the engine alone for its current release",
+                name.name()
+            ))),
+            Some(v) if release_parts(v) > 3 && nightly_date(v).is_none() => Err(ModelError::Input(format!(
+                "{flag} {s}: {v:?} has {} numeric parts; a release has at most three (X.Y.Z, with a suffix such as .post1 or rc2)",
+                release_parts(v)
+            ))),
             Some(v) if release_numbers(v).is_some() || nightly_date(v).is_some() => {
                 Ok(EngineRelease { name, version: Some(v.to_string()) })
             }
@@ -748,6 +756,13 @@ fn release_numbers(v: &str) -> Option<(u32, u32, u32)> {
     // An empty part (`0..5`) or one too large for a number (`0.5.99999999999`) is no release.
     let nums: Vec<u32> = head.split('.').map(|p| p.parse().ok()).collect::<Option<_>>()?;
     (nums.len() >= 2).then(|| (nums[0], nums[1], nums.get(2).copied().unwrap_or(0)))
+}
+
+/// How many dot-separated numbers a version's release part holds (`0.4.6.post5`: 3).
+fn release_parts(v: &str) -> usize {
+    let v = v.trim_start_matches('v');
+    let head = v.split(|ch: char| !ch.is_ascii_digit() && ch != '.').next().unwrap_or("").trim_end_matches('.');
+    head.split('.').count()
 }
 
 /// A nightly's build date (yyyymmdd) from its tag.

@@ -849,6 +849,20 @@ fn an_engine_release_applies_its_versions_defaults() {
     assert_eq!(on, [true, false]);
 }
 
+/// A version with a second `@` or more than three numbers is refused; suffixes and a `v` pass.
+#[test]
+fn an_engine_version_of_the_wrong_shape_is_refused() {
+    use super::EngineRelease;
+    for bad in ["sglang@0.4.6@1", "vllm@1.2.3.4.5", "vllm@", "vllm@latest"] {
+        assert!(EngineRelease::parse("--engine", bad).is_err(), "{bad}");
+    }
+    let e = EngineRelease::parse("--engine", "vllm@1.2.3.4.5").expect_err("five parts");
+    assert!(e.to_string().contains("5 numeric parts"), "{e}");
+    for good in ["vllm@v0.8.0", "sglang@0.4.6.post5", "vllm@0.10.1rc1", "sglang@nightly-dev-20260101"] {
+        assert!(EngineRelease::parse("--engine", good).is_ok(), "{good}");
+    }
+}
+
 #[test]
 fn an_early_release_runs_every_step_longer_by_the_calibrated_scale_and_a_current_one_does_not() {
     use super::{EngineName, EngineRelease, EARLY_RELEASE_STEP_SCALE};

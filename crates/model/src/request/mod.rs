@@ -251,7 +251,11 @@ impl ScenarioSpec {
             "mem-fraction" => {
                 self.mem_fraction = Some(v.parse().map_err(|_| ModelError::Input(format!("{what}: not a fraction like 0.9")))?)
             }
-            "engine" => self.engine = EngineName::parse(&what, v)?,
+            "engine" => {
+                let release = crate::predict::EngineRelease::parse(&what, v)?;
+                self.engine = release.name;
+                self.engine_version = release.version;
+            }
             other => {
                 return Err(ModelError::Input(format!(
                     "{flag}: unknown key {other:?}; keys: model, gpu, gpus, nodes, gpus-per-node, nics-per-node, net, link, quant, kv-dtype, tp, pp, ep, dp-attention, input-len, output-len, max-running, overlap, cuda-graphs, mixed-prefill, step-overhead-ms, request-step-us, request-latency-ms, routing-skew, moe-efficiency, mem-fraction, engine"
@@ -523,15 +527,23 @@ impl ScenarioSpec {
     }
 }
 
+/// `KEY=VALUE[,KEY=VALUE]` as pairs; a key given twice is refused (which one was meant is unknown).
 fn split_pairs<'a>(flag: &str, s: &'a str, example: &str) -> Result<Vec<(&'a str, &'a str)>, ModelError> {
-    s.split(',')
+    let pairs: Vec<(&str, &str)> = s
+        .split(',')
         .map(|kv| {
             kv.split_once('=')
                 .map(|(k, v)| (k.trim(), v.trim()))
                 .filter(|(k, v)| !k.is_empty() && !v.is_empty())
                 .ok_or_else(|| ModelError::Input(format!("{flag} {s:?}: write KEY=VALUE[,KEY=VALUE], e.g. {example}")))
         })
-        .collect()
+        .collect::<Result<_, _>>()?;
+    for (i, (k, v)) in pairs.iter().enumerate() {
+        if let Some((_, other)) = pairs[..i].iter().find(|(key, _)| key == k) {
+            return Err(ModelError::Input(format!("{flag}: {k} is given twice ({k}={other} and {k}={v}); give it once")));
+        }
+    }
+    Ok(pairs)
 }
 
 /// A stated fraction in (0, 1], else `default`; `why` words the refusal of any other value.

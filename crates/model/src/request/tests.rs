@@ -91,6 +91,16 @@ fn what_if_parses_typed_changes_and_applies_them() {
     assert!(e.to_string().starts_with("--vs tp=3: "), "{e}");
 }
 
+/// `engine=` takes a release as `--engine` does, and a key given twice is refused.
+#[test]
+fn plan_pairs_take_an_engine_release_and_refuse_a_repeated_key() {
+    let s = ScenarioSpec::parse_pairs("--from-plan", "model=glm-5,gpu=h200,gpus=8,engine=sglang@0.4.6").expect("a release");
+    assert_eq!(s.release().label(), "sglang@0.4.6");
+    let e = ScenarioSpec::parse_pairs("--from-plan", "model=glm-5,gpu=h200,model=qwen3-32b").expect_err("twice");
+    assert!(e.to_string().contains("model is given twice (model=glm-5 and model=qwen3-32b)"), "{e}");
+    assert!(ScenarioSpec::parse_pairs("--from-plan", "model=glm-5,gpu=h200,engine=sglang@0.4.6@1").is_err());
+}
+
 #[test]
 fn from_plan_pairs_build_the_same_scenario_as_the_fields() {
     let a = ScenarioSpec::parse_pairs("--from-plan", "model=glm-5,gpu=rtx-pro-6000-se,gpus=8,link=pcie-host-staged,quant=nvfp4,tp=8")

@@ -37,6 +37,16 @@ pub(super) fn read_checkpoint(root: &Value, source: &str, shape: LayerShape) -> 
     let Some(q) = root.get("quantization_config").filter(|q| !q.is_null()) else {
         return Ok((None, None));
     };
+    if !q.is_object() {
+        return Err(ModelError::Input(format!(
+            "{source}: field \"quantization_config\" is {q}, not an object with \"quant_method\"; remove it and give --quant"
+        )));
+    }
+    if let Some(m) = q.get("quant_method").filter(|m| !m.is_string() && !m.is_null()) {
+        return Err(ModelError::Input(format!(
+            "{source}: field \"quantization_config.quant_method\" is {m}, not a string; remove it and give --quant"
+        )));
+    }
     let producer = q.get("producer").and_then(|p| p.get("name")).and_then(Value::as_str);
     let method = match q.get("quant_method").and_then(Value::as_str).unwrap_or("") {
         "" if producer == Some("modelopt") => "modelopt",

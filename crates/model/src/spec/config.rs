@@ -370,7 +370,11 @@ fn read_vision(root: &Value, source: &str) -> Result<Option<super::VisionTower>,
 /// wrapper), less a `_text` suffix, with Qwen3-VL's and GLM-V's language models read as their text
 /// families' ([`SUPPORTED`]); a type outside [`SUPPORTED`] is refused with the list.
 fn family(root: &Value, v: &Value, source: &str) -> Result<String, ModelError> {
-    let read = v.get("model_type").or(root.get("model_type")).and_then(Value::as_str).unwrap_or("");
+    let field = v.get("model_type").or(root.get("model_type"));
+    if let Some(x) = field.filter(|x| !x.is_string()) {
+        return Err(ModelError::Input(format!("{source}: field \"model_type\" is {x}, not a string; supported: {}", SUPPORTED.join(", "))));
+    }
+    let read = field.and_then(Value::as_str).unwrap_or("");
     if !SUPPORTED.contains(&read) {
         return Err(ModelError::Input(format!(
             "{source}: field \"model_type\" is {read:?}, which is not supported; supported: {}",
@@ -395,12 +399,28 @@ fn family(root: &Value, v: &Value, source: &str) -> Result<String, ModelError> {
 /// and `-Infinity` for float fields (Nemotron-H's `time_step_limit` ends in `Infinity`), which
 /// strict JSON refuses: where the text fails to parse, those tokens outside strings are read as
 /// null and the text is parsed again. servetune reads no field that holds them.
+/// A byte-order mark before the text (Windows editors write one) is skipped; a document that is
+/// not a JSON object is refused as such.
 pub(super) fn parse_config_json(text: &str, source: &str) -> Result<Value, ModelError> {
-    serde_json::from_str(text).or_else(|e| {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let v: Value = serde_json::from_str(text).or_else(|e| {
         python_floats_as_null(text)
             .and_then(|t| serde_json::from_str(&t).ok())
             .ok_or_else(|| ModelError::Input(format!("{source}: not valid JSON ({e})")))
-    })
+    })?;
+    if !v.is_object() {
+        let kind = match &v {
+            Value::Array(_) => "an array",
+            Value::Null => "null",
+            Value::Bool(_) => "a boolean",
+            Value::Number(_) => "a number",
+            _ => "a string",
+        };
+        return Err(ModelError::Input(format!(
+            "{source}: the document is {kind}, not a JSON object; give a Hugging Face config.json (an object with \"model_type\", \"hidden_size\", ...)"
+        )));
+    }
+    Ok(v)
 }
 
 /// `text` with every `NaN`, `Infinity` and `-Infinity` token outside a string replaced by `null`,

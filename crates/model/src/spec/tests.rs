@@ -175,6 +175,26 @@ fn an_unknown_quantization_method_is_refused() {
     assert!(e.to_string().contains("quantization_config.quant_method"), "{e}");
 }
 
+/// A document that is not an object, a non-string `model_type` and a non-object
+/// `quantization_config` are refused saying what they are; a byte-order mark is skipped.
+#[test]
+fn config_documents_of_the_wrong_shape_are_refused_by_what_they_are() {
+    for (text, said) in
+        [("[1, 2]", "is an array, not a JSON object"), ("null", "is null, not a JSON object"), ("42", "is a number, not a JSON object")]
+    {
+        let e = from_hf_config(text, "c.json").expect_err(text);
+        assert!(e.to_string().contains(said), "{text}: {e}");
+    }
+    let e = from_hf_config(r#"{"model_type":7}"#, "c.json").expect_err("number");
+    assert!(e.to_string().contains("\"model_type\" is 7, not a string"), "{e}");
+    let e = from_hf_config(&llama_with(r#","quantization_config":"fp8""#), "q.json").expect_err("string");
+    assert!(e.to_string().contains("\"quantization_config\" is \"fp8\", not an object"), "{e}");
+    let e = from_hf_config(&llama_with(r#","quantization_config":{"quant_method":8}"#), "q.json").expect_err("number");
+    assert!(e.to_string().contains("quant_method\" is 8, not a string"), "{e}");
+    let bom = format!("\u{feff}{}", llama_with(""));
+    assert_eq!(from_hf_config(&bom, "c.json").expect("a BOM is skipped").layers, 32);
+}
+
 fn gpt_oss_with(extra: &str) -> String {
     format!(
         r#"{{"model_type":"gpt_oss","hidden_size":2880,"num_hidden_layers":4,"vocab_size":201088,"num_attention_heads":64,"num_key_value_heads":8,"head_dim":64,"num_local_experts":32,"num_experts_per_tok":4,"intermediate_size":2880,"sliding_window":128{extra}}}"#
