@@ -108,6 +108,16 @@ fn shown(s: &str) -> String {
     s.chars().flat_map(|c| if c.is_control() { c.escape_default().collect::<Vec<_>>() } else { vec![c] }).collect()
 }
 
+/// `s` as a Markdown code span that holds: fenced by one more backtick than its longest run,
+/// padded where it starts or ends with one (CommonMark's rule), so a backtick in a server's model
+/// id cannot end the span early.
+fn code_span(s: &str) -> String {
+    let longest = s.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat(longest + 1);
+    let pad = if s.starts_with('`') || s.ends_with('`') { " " } else { "" };
+    format!("{fence}{pad}{s}{pad}{fence}")
+}
+
 /// The terminal summary.
 pub fn write_terminal(rep: &BenchReport, mut w: impl Write) -> io::Result<()> {
     let c = &rep.config;
@@ -247,7 +257,13 @@ fn write_legend(mut w: impl Write, rep: &BenchReport) -> io::Result<()> {
 pub fn write_markdown(rep: &BenchReport, mut w: impl Write) -> io::Result<()> {
     let c = &rep.config;
     writeln!(w, "# servetune bench{}\n", if rep.partial { " (partial)" } else { "" })?;
-    writeln!(w, "- url: `{}`, api: `{}`, model: `{}`", shown(&c.url), c.api.name(), shown(c.model.as_deref().unwrap_or("-")))?;
+    writeln!(
+        w,
+        "- url: {}, api: `{}`, model: {}",
+        code_span(&shown(&c.url)),
+        c.api.name(),
+        code_span(&shown(c.model.as_deref().unwrap_or("-")))
+    )?;
     writeln!(w, "- input tokens: {}, output tokens: {}, seed: {}, warmup: {}", c.input, c.output, c.seed, c.warmup)?;
     for n in &rep.notes {
         writeln!(w, "- {n}")?;
@@ -356,6 +372,13 @@ mod tests {
     fn outside_text_in_the_header_is_shown_with_its_control_characters_escaped() {
         assert_eq!(shown("m\u{1b}[31m\nx\u{7}"), "m\\u{1b}[31m\\nx\\u{7}");
         assert_eq!(shown("Qwen/Qwen3-32B"), "Qwen/Qwen3-32B");
+    }
+
+    #[test]
+    fn a_backtick_in_outside_text_cannot_end_its_markdown_code_span() {
+        assert_eq!(code_span("Qwen/Qwen3-32B"), "`Qwen/Qwen3-32B`");
+        assert_eq!(code_span("a`b"), "``a`b``");
+        assert_eq!(code_span("``x"), "``` ``x ```");
     }
 
     #[test]

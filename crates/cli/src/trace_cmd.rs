@@ -99,9 +99,11 @@ fn prediction(a: &TraceArgs) -> Result<Option<Predicted>, Failure> {
                 "--vs-plan needs --concurrency N: the requests running when the trace was taken (the prediction depends on the batch)",
             ));
         };
-        let s = servetune_model::ScenarioSpec::parse_pairs("--vs-plan", pairs)
-            .and_then(|spec| spec.build())
-            .map_err(|e| Failure::usage(e.to_string()))?;
+        let spec = servetune_model::ScenarioSpec::parse_pairs("--vs-plan", pairs).map_err(|e| Failure::usage(e.to_string()))?;
+        // The model words its checks by plan's flags (--tp); here the values came from pairs.
+        let s = spec
+            .build()
+            .map_err(|e| Failure::usage(format!("--vs-plan {pairs}: {e} (a flag named here is the pair of that name: --tp is tp=)")))?;
         let p = s.point(c);
         let st = p.step_ms;
         return Ok(Some(Predicted {
@@ -137,18 +139,30 @@ fn from_plan_json(path: &Path, concurrency: Option<u32>) -> Result<Predicted, Fa
     if !doc["schema"].as_str().is_some_and(|s| s.starts_with("servetune.plan/")) {
         return Err(bad("not a servetune.plan document".into()));
     }
+    if doc["fits"].as_bool() == Some(false) {
+        return Err(bad("its plan does not fit in GPU memory (\"fits\": false), so it predicts no step to compare".into()));
+    }
     let points =
         doc["points"].as_array().filter(|p| !p.is_empty()).ok_or_else(|| bad("no predicted points (the plan does not fit?)".into()))?;
     let point = match concurrency {
         Some(c) => points.iter().find(|p| p["concurrency"].as_u64() == Some(c as u64)).ok_or_else(|| {
             let have: Vec<String> = points.iter().filter_map(|p| p["concurrency"].as_u64()).map(|c| c.to_string()).collect();
-            bad(format!("no point at concurrency {c} (it has {})", have.join(", ")))
+            if have.is_empty() {
+                bad("no point has a concurrency (points[].concurrency, a whole number)".into())
+            } else {
+                bad(format!("no point at concurrency {c} (it has {})", have.join(", ")))
+            }
         })?,
         None if points.len() == 1 => &points[0],
         None => return Err(bad(format!("{} points: pick one with --concurrency N", points.len()))),
     };
     let st = &point["step_ms"];
-    let f = |k: &str| st[k].as_f64().ok_or_else(|| bad(format!("points[].step_ms.{k} is missing")));
+    // A step term is a time: a negative or non-finite one is no plan's.
+    let f = |k: &str| match st[k].as_f64() {
+        Some(x) if x.is_finite() && x >= 0.0 => Ok(x),
+        Some(x) => Err(bad(format!("points[].step_ms.{k} is {x}, not a time in ms"))),
+        None => Err(bad(format!("points[].step_ms.{k} is missing"))),
+    };
     Ok(Predicted {
         label: format!("{} (from {})", doc["model"].as_str().unwrap_or("plan"), path.display()),
         concurrency: point["running"]

@@ -289,3 +289,31 @@ fn a_report_written_over_the_trace_it_reads_is_refused_and_the_trace_kept() {
     assert!(err.contains("--json") && err.contains("the trace being read"), "{err}");
     assert_eq!(std::fs::read(&f).expect("still there"), before);
 }
+
+/// A plan document edited into nonsense (negative step terms, no concurrencies, a plan that does
+/// not fit) is refused saying what is wrong, not compared.
+#[test]
+fn vs_plan_json_with_negative_terms_no_concurrency_or_no_fit_is_refused_saying_which() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let plan = dir.path().join("plan.json");
+    let plan_s = plan.to_string_lossy().to_string();
+    let (code, _, err) =
+        run(&["plan", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--gpus", "4", "--concurrency", "8", "--json", &plan_s]);
+    assert_eq!(code, 0, "{err}");
+    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&plan).expect("plan")).expect("json");
+    let f = drawn(dir.path(), Engine::TrtLlm);
+    let f = f.to_string_lossy().to_string();
+    let edited = dir.path().join("edited.json");
+    let edited_s = edited.to_string_lossy().to_string();
+    let refused = |edit: &dyn Fn(&mut serde_json::Value), want: &str| {
+        let mut d = doc.clone();
+        edit(&mut d);
+        std::fs::write(&edited, serde_json::to_vec(&d).expect("json")).expect("write");
+        let (code, _, err) = run(&["trace", &f, "--vs-plan-json", &edited_s, "--concurrency", "8"]);
+        assert_eq!(code, 2, "{want}: {err}");
+        assert!(err.contains(want), "{want}: {err}");
+    };
+    refused(&|d| d["points"][0]["step_ms"]["weights"] = serde_json::json!(-3.0), "points[].step_ms.weights is -3, not a time in ms");
+    refused(&|d| d["points"][0]["concurrency"] = serde_json::json!(-8), "no point has a concurrency");
+    refused(&|d| d["fits"] = serde_json::json!(false), "does not fit in GPU memory");
+}
