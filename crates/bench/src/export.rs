@@ -177,7 +177,7 @@ fn run_lines(r: &RunReport) -> Vec<String> {
         lines.push(format!("errors: {}", errs.join(" ")));
         for (k, ex) in &r.requests.error_examples {
             if let Some(e) = ex.first() {
-                lines.push(format!("  e.g. {}: {e}", k.name()));
+                lines.push(format!("  e.g. {}: {}", k.name(), shown(e)));
             }
         }
     }

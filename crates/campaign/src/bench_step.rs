@@ -117,7 +117,9 @@ pub fn run_sweep(base_url: &str, plan: &BenchPlan, json_path: &Path, cancel: &Ar
     rt.shutdown_timeout(Duration::from_millis(100));
     let mut buf = Vec::new();
     export::write_json(&report, &mut buf).map_err(|e| format!("bench JSON: {e}"))?;
-    std::fs::write(json_path, &buf).map_err(|e| format!("{}: cannot write the bench JSON ({e})", json_path.display()))?;
+    servetune_io::open_plain_for_write(json_path, true)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, &buf))
+        .map_err(|e| format!("{}: cannot write the bench JSON ({e})", json_path.display()))?;
     Ok(summarise(&report))
 }
 

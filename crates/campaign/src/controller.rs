@@ -43,7 +43,7 @@ pub fn acquire(dir: &Path) -> Result<Controller> {
     }
     let p = dir.join(FILE);
     let io = |e: std::io::Error| CampaignError::Runtime(format!("{}: cannot take the campaign's controller lock ({e})", p.display()));
-    let mut f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&p).map_err(io)?;
+    let mut f = servetune_io::open_plain_for_write(&p, false).map_err(io)?;
     if !try_lock(&f).map_err(io)? {
         let mut pid = String::new();
         // A pid is a few digits: the file is ours, but bound the read all the same.
@@ -75,5 +75,18 @@ mod tests {
         assert!(e.to_string().contains(&format!("pid {}", std::process::id())), "{e}");
         drop(first);
         assert!(acquire(d.path()).is_ok(), "released with the first");
+    }
+
+    /// A lock planted as a link to another file is refused; the file it names keeps its content.
+    #[test]
+    fn a_lock_that_is_a_link_is_refused_and_its_target_kept() {
+        let d = tempfile::tempdir().expect("tmp");
+        std::fs::write(crate::journal::path_in(d.path()), b"").expect("journal file");
+        let victim = d.path().join("victim.txt");
+        std::fs::write(&victim, "precious").expect("write");
+        std::os::unix::fs::symlink(&victim, d.path().join(FILE)).expect("link");
+        let e = acquire(d.path()).expect_err("a link");
+        assert!(e.to_string().contains("is a symbolic link"), "{e}");
+        assert_eq!(std::fs::read_to_string(&victim).expect("kept"), "precious");
     }
 }

@@ -161,11 +161,17 @@ pub const SERVER_MARK: &str = "SERVETUNE_SERVER_LOG";
 /// ms since the epoch). A journal copied from another machine, or a group number reused after a
 /// reboot, names some other group, which is left alone. Returns whether it signalled the group.
 pub fn kill_stale_group(pgid: i32, log_path: &str, alive_ms: (i64, i64)) -> bool {
-    if group_alive(pgid) && (group_carries_mark(pgid, log_path) || started_within(pgid, alive_ms)) {
+    // A window that runs backwards or spans more than a month is no step's life (a damaged or
+    // edited journal): only the launch's mark then identifies the group.
+    let window = (alive_ms.0 <= alive_ms.1 && alive_ms.1 - alive_ms.0 <= MAX_STEP_LIFE_MS).then_some(alive_ms);
+    if group_alive(pgid) && (group_carries_mark(pgid, log_path) || window.is_some_and(|w| started_within(pgid, w))) {
         return signal_group(pgid, libc::SIGKILL);
     }
     false
 }
+
+/// The longest a step's life may span for a stale group to be known by its start time: 30 days.
+const MAX_STEP_LIFE_MS: i64 = 30 * 24 * 3600 * 1000;
 
 /// `/proc/PID/stat`'s fields after the command (whose name may hold spaces, parentheses or bytes
 /// that are not UTF-8): the state is the first, field 3 of proc(5).
@@ -231,7 +237,8 @@ pub fn spawn(spec: &LaunchSpec) -> Result<Server, Failure> {
         corrective: FailureKind::SpawnFailed.corrective().into(),
         summary: detail,
     };
-    let log = File::create(&spec.log_path).map_err(|e| spawn_failed(format!("cannot create the log {}: {e}", spec.log_path.display())))?;
+    let log = servetune_io::open_plain_for_write(&spec.log_path, true)
+        .map_err(|e| spawn_failed(format!("cannot create the log {}: {e}", spec.log_path.display())))?;
     let log2 = log.try_clone().map_err(|e| spawn_failed(format!("log {}: {e}", spec.log_path.display())))?;
     let mut cmd = Command::new(&spec.argv[0]);
     cmd.args(&spec.argv[1..])
@@ -529,6 +536,9 @@ mod tests {
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_millis() as i64;
         assert!(started_within(other_group, (now - 60_000, now)));
         assert!(!started_within(other_group, (now + 600_000, now + 700_000)));
+        // A window that spans years (an edited journal) identifies nothing: the group is left.
+        assert!(!kill_stale_group(other_group, "/elsewhere/exp-1-a1.log", (0, now + 600_000)));
+        assert!(group_alive(other_group));
         assert!(kill_stale_group(ours.pgid, &log.display().to_string(), before));
         let st = ours.child.wait().expect("reaped");
         assert_eq!(st.signal(), Some(libc::SIGKILL));

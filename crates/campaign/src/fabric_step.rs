@@ -100,9 +100,7 @@ pub fn parse(text: &str, source: &str) -> Result<(serde_json::Value, Document)> 
 
 /// What a recorded document holds (the journal's copy was checked when it was recorded).
 pub fn document_of(body: &serde_json::Value, record: i64) -> Result<Document> {
-    parse(&body.to_string(), &format!("fabric record {record}"))
-        .map(|(_, d)| d)
-        .map_err(|e| CampaignError::Runtime(format!("journal: {e}")))
+    parse(&body.to_string(), &format!("fabric record {record}")).map(|(_, d)| d).map_err(|e| crate::damaged(format!("journal: {e}")))
 }
 
 /// The newest all-reduce document recorded for the environment with probe hash `env_hash` (before
@@ -133,6 +131,17 @@ pub fn record(dir: &Path, file: &Path) -> Result<Recorded> {
         .map_err(|e| CampaignError::Input(format!("{e} (give the file servetune fabric p2p or fabric allreduce --json FILE wrote)")))?;
     let (body, document) = parse(&text, &source)?;
     let (env_id, env) = current_env(&j)?;
+    // A box's peer copies cover its own GPUs: a document of more is another box's (or made up),
+    // and its matrices would be stored and drawn at every report. (An all-reduce may span nodes.)
+    if let Document::P2p(m) = &document {
+        if env.facts.gpus > 0 && m.gpus.len() > env.facts.gpus as usize {
+            return Err(CampaignError::Input(format!(
+                "{source} measured peer copies between {} GPUs, but the probe of this environment found {}: it is not this box's; measure here (servetune fabric p2p --json FILE), or probe again (campaign probe) if the box changed",
+                m.gpus.len(),
+                env.facts.gpus
+            )));
+        }
+    }
     let id = j.add_fabric(env_id, &source, &body)?;
     let n = match &document {
         Document::P2p(m) => m.gpus.len(),

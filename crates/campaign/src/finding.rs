@@ -157,7 +157,7 @@ fn probe_id_name(id: FindingId) -> String {
 
 /// A stored name that this servetune does not know, with the row it was read from.
 pub(crate) fn unknown(what: &str, name: &str, row: &str, known: &str) -> crate::CampaignError {
-    crate::CampaignError::Runtime(format!(
+    crate::CampaignError::Input(format!(
         "journal: {row} has the {what} {name:?}, which this servetune does not know ({known}): it was written by a newer servetune, \
          or edited by hand; open it with the servetune that wrote it"
     ))

@@ -49,9 +49,46 @@ pub enum CampaignError {
 }
 
 impl From<rusqlite::Error> for CampaignError {
+    /// A value of the wrong type in a row, a missing row or table is the journal's content (bad
+    /// input, exit 2, [`damaged`]); a full disk, a lock or an unreadable file is the machine's
+    /// (exit 1).
     fn from(e: rusqlite::Error) -> Self {
-        CampaignError::Runtime(format!("journal: {e}"))
+        use rusqlite::ffi::ErrorCode as C;
+        match &e {
+            rusqlite::Error::SqliteFailure(f, _)
+                if matches!(
+                    f.code,
+                    C::DiskFull
+                        | C::CannotOpen
+                        | C::ReadOnly
+                        | C::DatabaseBusy
+                        | C::DatabaseLocked
+                        | C::SystemIoFailure
+                        | C::PermissionDenied
+                        | C::OutOfMemory
+                        | C::ConstraintViolation
+                ) =>
+            {
+                CampaignError::Runtime(format!("journal: {e}"))
+            }
+            rusqlite::Error::SqliteFailure(..)
+            | rusqlite::Error::InvalidColumnType(..)
+            | rusqlite::Error::FromSqlConversionFailure(..)
+            | rusqlite::Error::IntegralValueOutOfRange(..)
+            | rusqlite::Error::QueryReturnedNoRows
+            | rusqlite::Error::InvalidColumnName(..)
+            | rusqlite::Error::Utf8Error(..) => damaged(format!("journal: {e}")),
+            _ => CampaignError::Runtime(format!("journal: {e}")),
+        }
     }
+}
+
+/// A journal value this servetune cannot read (`what` says which): bad input, exit 2, with what
+/// to do about it.
+pub fn damaged(what: String) -> CampaignError {
+    CampaignError::Input(format!(
+        "{what}: the campaign's journal.sqlite holds a value this servetune cannot read (edited by hand, damaged, or written by another servetune); restore it from a backup, open it with the servetune that wrote it, or start a new campaign directory"
+    ))
 }
 
 /// Result alias.

@@ -42,6 +42,9 @@ pub enum StepSource {
     KvFull,
     /// A server log warning (e.g. untuned MoE kernels).
     LogWarning,
+    /// An experiment already queued (`campaign add`, a re-queued failure or an interrupted
+    /// step): `continue` runs it before anything the planner proposes.
+    Queued,
     /// An experiment failed and a person must fix the cause.
     Failure,
 }

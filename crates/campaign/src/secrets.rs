@@ -56,7 +56,9 @@ pub fn seal(dir: &Path, value: &str) -> Result<String> {
     let tmp = dir.join(format!("{FILE}.tmp"));
     let body = serde_json::to_vec(&all).map_err(|e| CampaignError::Runtime(e.to_string()))?;
     let write = || -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+        // A fresh file, never one already there: a planted link at the name must not receive the secrets.
+        let _ = std::fs::remove_file(&tmp);
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
         f.write_all(&body)?;
         f.sync_all()?;
         std::fs::rename(&tmp, &p)

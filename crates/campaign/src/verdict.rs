@@ -179,7 +179,7 @@ pub struct TrackLine {
 }
 
 fn json_err(e: serde_json::Error) -> CampaignError {
-    CampaignError::Runtime(format!("journal: {e}"))
+    crate::damaged(format!("journal: {e}"))
 }
 
 /// The newest fabric record measured in the environment with probe hash `env_hash`.
@@ -205,8 +205,7 @@ pub fn calibrations(j: &Journal) -> Result<Vec<(Calibration, String, Option<i64>
         .collect::<std::result::Result<Vec<_>, _>>()?;
     rows.into_iter()
         .map(|(id, hash, fabric, body)| {
-            let c: Calibration =
-                serde_json::from_str(&body).map_err(|e| CampaignError::Runtime(format!("journal: calibration {id}: {e}")))?;
+            let c: Calibration = serde_json::from_str(&body).map_err(|e| crate::damaged(format!("journal: calibration {id}: {e}")))?;
             Ok((Calibration { id, ..c }, hash, fabric))
         })
         .collect()
@@ -265,7 +264,7 @@ fn predictions(j: &Journal, kind: &str) -> Result<Vec<PredictionRow>> {
 pub fn point_records(j: &Journal) -> Result<Vec<PointsRecord>> {
     predictions(j, "points")?
         .into_iter()
-        .map(|(id, _, _, body)| serde_json::from_str(&body).map_err(|e| CampaignError::Runtime(format!("journal: prediction {id}: {e}"))))
+        .map(|(id, _, _, body)| serde_json::from_str(&body).map_err(|e| crate::damaged(format!("journal: prediction {id}: {e}"))))
         .collect()
 }
 
@@ -277,8 +276,7 @@ pub fn gain_records(j: &Journal) -> Result<Vec<StoredGain>> {
     predictions(j, "gain")?
         .into_iter()
         .map(|(id, e, q, body)| {
-            let g: GainRecord =
-                serde_json::from_str(&body).map_err(|e| CampaignError::Runtime(format!("journal: prediction {id}: {e}")))?;
+            let g: GainRecord = serde_json::from_str(&body).map_err(|e| crate::damaged(format!("journal: prediction {id}: {e}")))?;
             Ok((id, e, q, g))
         })
         .collect()

@@ -473,6 +473,12 @@ fn describe(n: &NamedModel) -> String {
 }
 
 fn init(a: InitArgs) -> Result<(), Failure> {
+    if a.model.trim().is_empty() || a.model.chars().any(char::is_control) {
+        return Err(Failure::usage(format!(
+            "--model {:?}: give what the engine serves (a path, a Hugging Face id or a catalog name), in printable characters",
+            a.model
+        )));
+    }
     let all = engine::all(a.engines.as_deref()).map_err(lib)?;
     let tmpl = engine::find(&all, &a.engine).map_err(lib)?;
     let (model, catalog) = named(&a)?;
@@ -542,6 +548,12 @@ fn init(a: InitArgs) -> Result<(), Failure> {
     s.bench.input_len = a.input_len;
     s.bench.output_len = a.output_len;
     s.bench.timeout_s = dur("--request-timeout", &a.request_timeout)?.as_secs_f64();
+    if s.bench.timeout_s <= 0.0 {
+        return Err(Failure::usage(format!(
+            "--request-timeout {}: every request would fail at once; give a positive duration such as 120s",
+            a.request_timeout
+        )));
+    }
     s.ready_timeout_s = a.ready_timeout.as_deref().map(|r| whole_seconds("--ready-timeout", r)).transpose()?;
     s.secret_env = a.secret_env.clone();
     s.executor = executor(&a)?;
@@ -675,12 +687,31 @@ fn answer(a: AnswerArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// The files of campaign `dir` that an output must never replace: the journal (with SQLite's
+/// write-ahead files), the secrets and the controller's lock.
+fn campaign_files(dir: &std::path::Path) -> Vec<(String, PathBuf)> {
+    let journal = servetune_campaign::journal::FILE_NAME;
+    [journal.to_string(), format!("{journal}-wal"), format!("{journal}-shm"), "secrets.json".into(), "controller.lock".into()]
+        .into_iter()
+        .map(|f| (format!("the campaign's {f}"), dir.join(f)))
+        .collect()
+}
+
+/// Refuses outputs that name a campaign's own files or one another ([`crate::check_outputs`]).
+fn check_campaign_outputs(outputs: &[(&str, Option<&PathBuf>)], dirs: &[&std::path::Path]) -> Result<(), Failure> {
+    let files: Vec<(String, PathBuf)> = dirs.iter().flat_map(|d| campaign_files(d)).collect();
+    let inputs: Vec<(&str, Option<&std::path::Path>)> = files.iter().map(|(what, p)| (what.as_str(), Some(p.as_path()))).collect();
+    let outs: Vec<(&str, Option<&std::path::Path>)> = outputs.iter().map(|(f, p)| (*f, p.map(PathBuf::as_path))).collect();
+    crate::check_outputs(&outs, &inputs)
+}
+
 fn write_report(r: &ReportArgs) -> Result<(), Failure> {
     if r.html.is_none() && r.markdown.is_none() && r.json.is_none() {
         return Err(Failure::usage(
             "give --html FILE, --markdown FILE and/or --json FILE (servetune campaign status prints it in the terminal)",
         ));
     }
+    check_campaign_outputs(&[("--html", r.html.as_ref()), ("--markdown", r.markdown.as_ref()), ("--json", r.json.as_ref())], &[&r.dir])?;
     let rep = open_report(&r.dir)?;
     let write = |p: &PathBuf, f: &dyn Fn(&mut Vec<u8>) -> std::io::Result<()>| -> Result<(), Failure> {
         let mut buf = Vec::new();
@@ -703,6 +734,10 @@ fn write_report(r: &ReportArgs) -> Result<(), Failure> {
 }
 
 fn compare(c: &CompareArgs) -> Result<(), Failure> {
+    check_campaign_outputs(
+        &[("--markdown", c.markdown.as_ref()), ("--html", c.html.as_ref()), ("--json", c.json.as_ref())],
+        &[&c.a, &c.b],
+    )?;
     let cmp = report_compare::compare(&c.a, c.a_experiment, &c.b, c.b_experiment).map_err(lib)?;
     report_compare::write_terminal(&cmp, std::io::stdout().lock()).map_err(|e| Failure::runtime(format!("stdout: {e}")))?;
     let write = |p: &PathBuf, f: &dyn Fn(&mut Vec<u8>) -> std::io::Result<()>| -> Result<(), Failure> {

@@ -84,11 +84,33 @@ logs = [
     all.pop().ok_or_else(|| Failure::runtime("the demo's engine template did not parse"))
 }
 
-/// Removes what an earlier demo wrote in `out` (only the demo's own files), then writes the
-/// simulator profiles: one per link the probe can report.
+/// The file that marks a folder as the demo's: only a folder holding it is cleaned for a rerun.
+const DEMO_MARK: &str = ".servetune-demo";
+
+/// Removes what an earlier demo wrote in `out` (only the demo's own files, and only in a folder
+/// an earlier demo marked), then writes the simulator profiles: one per link the probe can report.
+/// A folder that holds anything else and no mark is refused: it may be a real campaign.
 fn prepare_dir(out: &Path) -> Result<PathBuf, Failure> {
     let io = |what: &str, p: &Path, e: std::io::Error| Failure::runtime(format!("cannot {what} {}: {e}", p.display()));
+    if out.is_dir() && !out.join(DEMO_MARK).is_file() {
+        let names: Vec<String> = std::fs::read_dir(out)
+            .map_err(|e| io("read", out, e))?
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        if !names.is_empty() {
+            let shown: Vec<&str> = names.iter().take(3).map(String::as_str).collect();
+            return Err(Failure::usage(format!(
+                "--out {}: the folder holds files no demo wrote ({}{}), which a demo run would replace or remove; give a new or empty folder",
+                out.display(),
+                shown.join(", "),
+                if names.len() > 3 { ", ..." } else { "" }
+            )));
+        }
+    }
     std::fs::create_dir_all(out).map_err(|e| io("create", out, e))?;
+    let mark = out.join(DEMO_MARK);
+    std::fs::write(&mark, "written by servetune demo: a rerun may remove the demo's files here\n").map_err(|e| io("write", &mark, e))?;
     for entry in std::fs::read_dir(out).map_err(|e| io("read", out, e))?.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         let ours = ["journal.sqlite", "exp-", "report.", "fabric-"].iter().any(|p| name.starts_with(p));

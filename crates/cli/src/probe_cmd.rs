@@ -52,6 +52,18 @@ pub fn run(a: ProbeArgs) -> Result<(), Failure> {
     if a.slurm {
         return crate::probe_slurm::run(&a);
     }
+    // The report inside the snapshot folder could replace one of the files it is read from.
+    if let (Some(out), Some(dir)) = (a.json.as_deref().filter(|p| p.as_os_str() != "-"), a.root.as_deref().or(a.capture.as_deref())) {
+        if let (Ok(o), Ok(d)) = (std::path::absolute(out), std::path::absolute(dir)) {
+            if o.starts_with(&d) {
+                return Err(Failure::usage(format!(
+                    "--json {}: that is inside the snapshot folder {}, whose files the report could replace; write it outside",
+                    out.display(),
+                    dir.display()
+                )));
+            }
+        }
+    }
     let report = match (&a.root, &a.capture) {
         (Some(dir), _) => servetune_probe::probe_root(dir, now).map_err(Failure::usage)?,
         (None, Some(dir)) => {

@@ -841,3 +841,38 @@ fn compare_with_nothing_in_common_exits_2_naming_both_campaigns() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("missing"), "{err}");
 }
+
+/// A p2p document of more GPUs than the environment's probe found is another box's: refused,
+/// nothing recorded.
+#[test]
+fn a_fabric_document_of_more_gpus_than_the_box_has_is_refused() {
+    let d = tempfile::tempdir().expect("tmp");
+    let dir = fixture_journal(d.path(), "report-kvm");
+    let f = d.path().join("p2p16.json");
+    let out = servetune()
+        .args(["fabric", "p2p", "--backend", "sim", "--sim-gpus", "16", "--sim-link", "pcie5-p2p", "--max-size", "4M", "--json"])
+        .arg(&f)
+        .output()
+        .expect("fabric");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let (code, out, err) = campaign(&["fabric", s(&dir), s(&f)]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("peer copies between 16 GPUs, but the probe of this environment found 8"), "{err}");
+    assert_eq!(count(&db(&dir), "SELECT COUNT(*) FROM fabrics"), 0);
+}
+
+/// `next` lists an experiment queued with `campaign add` first, as `continue` will run it, also
+/// where the planner alone has nothing left.
+#[test]
+fn next_lists_a_queued_experiment_first_as_continue_runs_it() {
+    let d = tempfile::tempdir().expect("tmp");
+    let dir = fixture_journal(d.path(), "report-kvm");
+    let (code, out, err) = campaign(&["add", s(&dir), "--set", "max_running=16"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let id = out.split_whitespace().nth(1).expect("experiment id").to_string();
+    let (code, out, err) = campaign(&["next", s(&dir)]);
+    assert_eq!(code, 0, "{out}{err}");
+    let first = out.lines().next().unwrap_or_default();
+    assert!(first.starts_with(&format!("1. [runnable] run experiment {id} (")), "{out}");
+    assert!(out.contains("it is queued: continue runs it before any step the planner proposes"), "{out}");
+}

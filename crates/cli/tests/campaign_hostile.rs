@@ -169,3 +169,60 @@ fn a_second_continue_on_a_running_campaign_names_the_first_ones_pid() {
     assert!(err.contains(&format!("another servetune campaign continue (pid {})", first.id())), "{err}");
     assert!(first.wait().expect("wait").success(), "the first one went on undisturbed");
 }
+
+/// `campaign report` (or `compare`) told to write over the campaign's own journal is refused
+/// and the journal kept; `init` refuses a request timeout of 0 and an empty model at once.
+#[test]
+fn a_report_over_the_journal_and_init_with_a_zero_timeout_or_no_model_are_refused() {
+    let d = tempfile::tempdir().expect("tmp");
+    let dir = hostile_journal(d.path());
+    let journal = dir.join("journal.sqlite");
+    let before = std::fs::read(&journal).expect("journal");
+    for flag in ["--html", "--markdown", "--json"] {
+        let out = servetune().args(["campaign", "report", s(&dir), flag, s(&journal)]).output().expect("report");
+        assert_eq!(out.status.code(), Some(2), "{flag}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("that is the campaign's journal.sqlite"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = servetune().args(["campaign", "compare", s(&dir), s(&dir), "--html", s(&journal)]).output().expect("compare");
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read(&journal).expect("kept"), before);
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../probe/tests/fixtures/proxmox-lxc-8gpu");
+    for (extra, want) in [
+        (["--model", "qwen3-30b-a3b", "--request-timeout", "0s"], "--request-timeout 0s"),
+        (["--model", " ", "--request-timeout", "60s"], "--model \" \""),
+    ] {
+        let c = d.path().join("new");
+        let out = servetune()
+            .args(["campaign", "init", s(&c), "--engine", "sim", "--goal", "output_tok_s>=100", "--probe-root", s(&root)])
+            .args(extra)
+            .output()
+            .expect("init");
+        assert_eq!(out.status.code(), Some(2), "{want}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(String::from_utf8_lossy(&out.stderr).contains(want), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(!c.join("journal.sqlite").exists(), "nothing started");
+    }
+}
+
+/// A journal whose rows hold values of the wrong shape (a hand edit, another version) is bad
+/// input: exit 2, saying the journal holds a value this servetune cannot read and what to do.
+#[test]
+fn a_journal_row_of_the_wrong_shape_is_exit_2_with_what_to_do() {
+    for edit in [
+        "UPDATE experiments SET knobs = x'00ff' WHERE id = 1",
+        "UPDATE experiments SET knobs = '[1,2]' WHERE id = 1",
+        "UPDATE experiments SET state = 'exploded' WHERE id = 1",
+        "DELETE FROM campaign",
+    ] {
+        let d = tempfile::tempdir().expect("tmp");
+        let dir = hostile_journal(d.path());
+        rusqlite::Connection::open(dir.join("journal.sqlite")).expect("open").execute_batch(edit).expect(edit);
+        let out = servetune().args(["campaign", "status", s(&dir)]).output().expect("status");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{edit}: {err}");
+        assert!(err.contains("journal.sqlite holds a value this servetune cannot read"), "{edit}: {err}");
+    }
+}

@@ -221,3 +221,21 @@ fn report_agrees_with_the_journal(c: &Connection, r: &serde_json::Value, md: &st
         assert_eq!(count(c, &format!("SELECT count(*) FROM fabrics WHERE id = {rec} AND env_fingerprint = {fp}")), 1);
     }
 }
+
+/// `demo --out` a folder that holds files no demo wrote (a real campaign, a user's report) is
+/// refused and the files kept (only a folder an earlier demo marked is cleaned for a rerun).
+#[test]
+fn demo_refuses_a_folder_it_did_not_write_and_keeps_its_files() {
+    let d = tempfile::tempdir().expect("tmp");
+    let campaign = d.path().join("campaign");
+    std::fs::create_dir(&campaign).expect("mkdir");
+    for f in ["journal.sqlite", "exp-7-a1.bench.json", "report.docx"] {
+        std::fs::write(campaign.join(f), "measured").expect("write");
+    }
+    let out = servetune().args(["demo", "-q", "--out"]).arg(&campaign).output().expect("run");
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("holds files no demo wrote"), "{}", String::from_utf8_lossy(&out.stderr));
+    for f in ["journal.sqlite", "exp-7-a1.bench.json", "report.docx"] {
+        assert_eq!(std::fs::read_to_string(campaign.join(f)).expect("kept"), "measured", "{f}");
+    }
+}

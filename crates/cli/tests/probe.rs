@@ -116,3 +116,23 @@ fn probe_root_with_a_fifo_in_the_snapshot_finishes_and_names_it() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("/proc/cpuinfo: is a FIFO, not a regular file, so it is not read"), "{err}");
 }
+
+/// The report inside the snapshot it reads is refused (it could replace nvml.json), and a capture
+/// into a folder that already holds files is refused, the files kept.
+#[test]
+fn probe_refuses_a_report_inside_its_snapshot_and_a_capture_into_a_full_folder() {
+    let fx = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../probe/tests/fixtures/no-gpu");
+    let dir = tempfile::tempdir().expect("tmp");
+    let ok = std::process::Command::new("cp").arg("-a").arg(fx.join(".")).arg(dir.path()).status().expect("cp").success();
+    assert!(ok, "copy the fixture");
+    let nvml = dir.path().join("nvml.json");
+    let before = std::fs::read(&nvml).expect("nvml.json");
+    let out = servetune().arg("probe").arg("--root").arg(dir.path()).arg("--json").arg(&nvml).output().expect("run");
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("inside the snapshot folder"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read(&nvml).expect("kept"), before);
+    let out = servetune().arg("probe").arg("--capture").arg(dir.path()).output().expect("run");
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("the folder is not empty"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read(&nvml).expect("kept"), before);
+}

@@ -197,8 +197,39 @@ fn take(r: impl Read, input: &str, max_bytes: u64) -> Result<Vec<u8>, ReadError>
     Ok(out)
 }
 
+/// Opens `path` for writing, emptied (`truncate`) or not, without following a symbolic link at
+/// it: a file servetune writes in a folder it owns (a campaign's lock, a step's log) must not
+/// become a write to wherever a planted link points. A link is refused saying so.
+pub fn open_plain_for_write(path: &Path, truncate: bool) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(std::io::Error::other(format!(
+            "{} is a symbolic link; servetune writes its own files there only as plain files: remove the link",
+            path.display()
+        )));
+    }
+    std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(truncate).custom_flags(libc::O_NOFOLLOW).open(path)
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_link_is_never_written_through_and_a_plain_file_is() {
+        let d = tempfile::tempdir().expect("tmp");
+        let victim = d.path().join("victim");
+        std::fs::write(&victim, "precious").expect("write");
+        let link = d.path().join("lock");
+        std::os::unix::fs::symlink(&victim, &link).expect("link");
+        let e = super::open_plain_for_write(&link, true).expect_err("a link");
+        assert!(e.to_string().contains("is a symbolic link"), "{e}");
+        assert_eq!(std::fs::read_to_string(&victim).expect("kept"), "precious");
+        let plain = d.path().join("plain");
+        std::fs::write(&plain, "old").expect("write");
+        use std::io::Write;
+        super::open_plain_for_write(&plain, true).expect("plain").write_all(b"new").expect("write");
+        assert_eq!(std::fs::read_to_string(&plain).expect("read"), "new");
+    }
     use super::*;
 
     fn mkfifo(p: &Path) {

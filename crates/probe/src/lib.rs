@@ -215,7 +215,20 @@ pub fn probe_root(dir: &Path, now: u64) -> Result<ProbeReport, String> {
 
 /// Probes the live machine and copies what it read into `dir` (with `nvml.json` and the CPUID
 /// signature), so `probe_root(dir)` reproduces the report.
+/// `dir` must be new or empty: a capture mixed into an older one describes no real machine, and a
+/// link already in it would be written through.
 pub fn capture(dir: &Path, now: u64) -> Result<(ProbeReport, usize), String> {
+    if std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(format!("--capture {}: that is a symbolic link; give a new folder", dir.display()));
+    }
+    if let Ok(mut entries) = std::fs::read_dir(dir) {
+        if entries.next().is_some() {
+            return Err(format!(
+                "--capture {}: the folder is not empty, and a capture mixed into what is there describes no one machine; give a new or empty folder",
+                dir.display()
+            ));
+        }
+    }
     let fs = fs::Root::recording();
     let cpuid = virt::cpuid_signature();
     let facts = gather(&fs, &gpu::Live, cpuid.clone());

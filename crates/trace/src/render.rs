@@ -30,12 +30,11 @@ fn opt(v: Option<u64>) -> String {
     v.map_or("-".into(), |v| v.to_string())
 }
 
+/// A name from the trace file cut to `n` characters, its control characters shown escaped (C0,
+/// DEL, C1): a kernel or annotation name cannot move the cursor or retitle the terminal.
 fn short(name: &str, n: usize) -> String {
-    if name.chars().count() <= n {
-        name.to_string()
-    } else {
-        format!("{}...", name.chars().take(n - 3).collect::<String>())
-    }
+    let cut = if name.chars().count() <= n { name.to_string() } else { format!("{}...", name.chars().take(n - 3).collect::<String>()) };
+    cut.chars().flat_map(|c| if c.is_control() { c.escape_default().collect::<Vec<_>>() } else { vec![c] }).collect()
 }
 
 /// Writes the report for a terminal.
@@ -192,4 +191,15 @@ fn comparison(r: &TraceReport, w: &mut impl Write) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_name_from_the_trace_reaches_the_terminal_with_its_control_characters_escaped() {
+        let shown = super::short("evil\u{1b}]0;pwned\u{7}\u{1b}[31mRED\u{9b}31m", 100);
+        assert!(!shown.chars().any(char::is_control), "{shown:?}");
+        assert_eq!(shown, "evil\\u{1b}]0;pwned\\u{7}\\u{1b}[31mRED\\u{9b}31m");
+        assert_eq!(super::short("ampere_sgemm_128x64_nn", 10), "ampere_...");
+    }
 }

@@ -448,7 +448,9 @@ pub(super) fn keep_measured(
 ) -> CampaignError {
     let dir = journal.parent().unwrap_or(Path::new("."));
     let file = dir.join(format!("exp-{id}.result.json"));
-    let kept = serde_json::to_vec_pretty(summary).map_err(std::io::Error::other).and_then(|b| std::fs::write(&file, b));
+    let kept = serde_json::to_vec_pretty(summary)
+        .map_err(std::io::Error::other)
+        .and_then(|b| servetune_io::open_plain_for_write(&file, true).and_then(|mut f| std::io::Write::write_all(&mut f, &b)));
     let where_ = match kept {
         Ok(()) => format!("its summary is kept in {} and its requests in {}", file.display(), bench_json.display()),
         Err(w) => format!("it could not be kept in {} ({w}); its requests are in {}", file.display(), bench_json.display()),

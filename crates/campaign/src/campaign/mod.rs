@@ -234,7 +234,7 @@ pub fn reprobe(dir: &Path, root: Option<&Path>) -> Result<BoxFacts> {
 
 /// The settings stored in the journal.
 pub fn load_settings(j: &Journal) -> Result<Settings> {
-    serde_json::from_str(&j.campaign()?.settings).map_err(|e| CampaignError::Runtime(format!("journal settings: {e}")))
+    serde_json::from_str(&j.campaign()?.settings).map_err(|e| crate::damaged(format!("journal settings: {e}")))
 }
 
 /// The current environment: its fingerprint id and body.
@@ -242,8 +242,7 @@ pub fn current_env(j: &Journal) -> Result<(i64, EnvBody)> {
     let fp = j
         .latest_fingerprint(journal::FingerprintKind::Probe)?
         .ok_or_else(|| CampaignError::Runtime("the journal holds no probe of the box: run servetune campaign probe DIR".into()))?;
-    let body: EnvBody =
-        serde_json::from_value(fp.body).map_err(|e| CampaignError::Runtime(format!("journal probe fingerprint {}: {e}", fp.id)))?;
+    let body: EnvBody = serde_json::from_value(fp.body).map_err(|e| crate::damaged(format!("journal probe fingerprint {}: {e}", fp.id)))?;
     Ok((fp.id, body))
 }
 
@@ -403,6 +402,15 @@ fn failed_experiment_of(key: &str) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A pid past i32 in a journal names no process, not the one its low 32 bits name.
+    #[test]
+    fn a_journal_pid_past_32_bits_is_no_live_process() {
+        let me = i64::from(std::process::id());
+        assert!(run::process_alive(me), "this process");
+        assert!(!run::process_alive((1i64 << 32) + me));
+        assert!(!run::process_alive(-1));
+    }
 
     #[test]
     fn secrets_are_stripped_by_name_and_by_value() {

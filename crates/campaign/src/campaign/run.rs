@@ -70,7 +70,7 @@ pub fn recover(j: &mut Journal) -> Result<Vec<String>> {
             continue;
         }
         if let (Some(g), Some(log)) = (e.server_pgid, e.log_path.as_deref()) {
-            executor::kill_stale_group(g as i32, log, (e.created_at, e.heartbeat_at.unwrap_or(e.updated_at).max(e.updated_at)));
+            stale_group(g, log, &e);
         }
         let why = format!(
             "stale: owner pid {} {} while {} (last heartbeat {:.1}s ago); re-queued",
@@ -115,7 +115,7 @@ pub(super) fn import_kept(j: &mut Journal, dir: &Path, say: &mut dyn FnMut(&str)
             }
         };
         if let (Some(g), Some(log)) = (e.server_pgid, e.log_path.as_deref()) {
-            executor::kill_stale_group(g as i32, log, (e.created_at, e.heartbeat_at.unwrap_or(e.updated_at).max(e.updated_at)));
+            stale_group(g, log, &e);
         }
         let snap = Snapshot::read(j)?;
         let mut knobs = snap.settings.knobs.clone();
@@ -162,10 +162,21 @@ pub(super) fn reattach(j: &mut Journal, e: &Experiment, owner_alive: bool, age: 
     Ok(Some(format!("experiment {}: {why}", e.id)))
 }
 
+/// Kills what is left of a stale step's server group ([`executor::kill_stale_group`]). A group
+/// number no process can have (outside 2..=i32::MAX) is a damaged journal and is left alone; the
+/// step was alive from its planning to its last heartbeat (or last change, with none).
+fn stale_group(pgid: i64, log: &str, e: &Experiment) {
+    let Ok(g) = i32::try_from(pgid) else { return };
+    let until = e.heartbeat_at.unwrap_or(e.updated_at);
+    executor::kill_stale_group(g, log, (e.created_at, until));
+}
+
 #[expect(unsafe_code, reason = "kill(pid, 0) only asks whether a process exists; no memory is shared")]
 pub(super) fn process_alive(pid: i64) -> bool {
+    // A pid outside i32 names no process (a damaged journal), not the one its low bits name.
+    let Ok(pid) = i32::try_from(pid) else { return false };
     // SAFETY: signal 0 performs the permission and existence check only.
-    pid > 0 && unsafe { libc::kill(pid as i32, 0) == 0 }
+    pid > 0 && unsafe { libc::kill(pid, 0) == 0 }
 }
 
 /// The planner's input from the journal.
@@ -257,11 +268,46 @@ impl Snapshot {
     }
 }
 
-/// The ranked next steps without running anything.
+/// The next steps without running anything, in the order `continue` takes them: the queued
+/// experiments (and interrupted ones, which `continue` re-queues) first, then the planner's
+/// ranked steps.
 pub fn next(dir: &Path) -> Result<Verdict> {
     let j = Journal::open(dir)?;
-    let snap = Snapshot::read(&j)?;
-    Ok(planner::plan(&snap.view()?))
+    next_of(&Snapshot::read(&j)?)
+}
+
+/// [`next`] of a journal already read (the reports' "Next steps" too).
+pub(crate) fn next_of(snap: &Snapshot) -> Result<Verdict> {
+    let verdict = planner::plan(&snap.view()?);
+    let queued: Vec<planner::Step> = snap
+        .experiments
+        .iter()
+        .filter(|e| matches!(e.state, ExpState::Planned | ExpState::Interrupted))
+        .map(|e| planner::Step {
+            title: format!("run experiment {} ({})", e.id, e.title),
+            source: planner::StepSource::Queued,
+            kind: planner::StepKind::Runnable { knobs: e.knobs.clone() },
+            gain: None,
+            raw_gain: None,
+            calibrated_on: None,
+            current_tok_s: None,
+            predicted_tok_s: None,
+            basis: if e.state == ExpState::Interrupted {
+                "it was interrupted: continue re-queues it and runs it first".into()
+            } else {
+                "it is queued: continue runs it before any step the planner proposes".into()
+            },
+            evidence: vec![crate::finding::Evidence::Experiment(e.id)],
+        })
+        .collect();
+    if queued.is_empty() {
+        return Ok(verdict);
+    }
+    let rest = match verdict {
+        Verdict::Steps(s) => s,
+        Verdict::GoalMet { .. } | Verdict::NothingLeft { .. } => Vec::new(),
+    };
+    Ok(Verdict::Steps(queued.into_iter().chain(rest).collect()))
 }
 
 /// One `continue`: recover, then run a queued experiment, or the top runnable step, or stop.

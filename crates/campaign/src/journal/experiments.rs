@@ -64,7 +64,7 @@ impl ExpState {
             "failed" => ExpState::Failed,
             "skipped" => ExpState::Skipped,
             "interrupted" => ExpState::Interrupted,
-            other => return Err(CampaignError::Runtime(format!("journal: unknown experiment state {other:?}"))),
+            other => return Err(crate::damaged(format!("journal: unknown experiment state {other:?}"))),
         })
     }
 
@@ -105,7 +105,7 @@ impl TaskState {
             "done" => TaskState::Done,
             "in_progress" => TaskState::InProgress,
             "not_done" => TaskState::NotDone,
-            other => return Err(CampaignError::Runtime(format!("journal: unknown task state {other:?}"))),
+            other => return Err(crate::damaged(format!("journal: unknown task state {other:?}"))),
         })
     }
 
@@ -266,7 +266,7 @@ pub(super) fn exp_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawExperiment> 
 impl RawExperiment {
     fn decode(self) -> Result<Experiment> {
         let id = self.id;
-        let bad = |what: &str, e: serde_json::Error| CampaignError::Runtime(format!("journal: experiment {id} {what}: {e}"));
+        let bad = |what: &str, e: serde_json::Error| crate::damaged(format!("journal: experiment {id} {what}: {e}"));
         let knobs: BTreeMap<String, String> = serde_json::from_str(&self.knobs).map_err(|e| bad("knobs", e))?;
         Ok(Experiment {
             id,

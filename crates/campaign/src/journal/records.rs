@@ -43,7 +43,7 @@ impl QuestionState {
             "done" => QuestionState::Done,
             "declined" => QuestionState::Declined,
             "answered" => QuestionState::Answered,
-            other => return Err(CampaignError::Runtime(format!("journal: unknown question state {other:?}"))),
+            other => return Err(crate::damaged(format!("journal: unknown question state {other:?}"))),
         })
     }
 }
@@ -364,8 +364,7 @@ impl Journal {
                     text,
                     how,
                     gain,
-                    evidence: serde_json::from_str(&ev)
-                        .map_err(|e| CampaignError::Runtime(format!("journal: question {id} evidence: {e}")))?,
+                    evidence: serde_json::from_str(&ev).map_err(|e| crate::damaged(format!("journal: question {id} evidence: {e}")))?,
                     state: QuestionState::parse(&state)?,
                     answer,
                 })
@@ -455,7 +454,7 @@ impl Journal {
         })?;
         rows.into_iter()
             .map(|(id, env_fingerprint, source, body, created_at)| {
-                let body = serde_json::from_str(&body).map_err(|e| CampaignError::Runtime(format!("journal: fabric record {id}: {e}")))?;
+                let body = serde_json::from_str(&body).map_err(|e| crate::damaged(format!("journal: fabric record {id}: {e}")))?;
                 Ok(FabricRow { id, env_fingerprint, source, body, created_at })
             })
             .collect()

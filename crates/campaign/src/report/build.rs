@@ -345,7 +345,7 @@ pub fn step_line(track: &[crate::verdict::TrackLine], rank: usize, s: &planner::
 }
 
 pub(super) fn next_lines(track: &[crate::verdict::TrackLine], snap: &Snapshot) -> Result<(Vec<StepLine>, Option<String>)> {
-    Ok(match planner::plan(&snap.view()?) {
+    Ok(match crate::campaign::next_of(snap)? {
         Verdict::Steps(steps) => (steps.iter().enumerate().map(|(i, s)| step_line(track, i + 1, s)).collect(), None),
         Verdict::GoalMet { experiment, output_tok_s } => {
             (Vec::new(), Some(format!("goal met: experiment {experiment} reached {output_tok_s:.1} output tok/s")))
