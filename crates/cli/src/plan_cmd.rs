@@ -452,6 +452,33 @@ fn mean_len(d: &LengthDist) -> u32 {
     d.mean().round().clamp(1.0, u32::MAX as f64) as u32
 }
 
+/// A calibration fits the model to what a sweep measured, so it prices the workload that sweep
+/// ran: a bench file whose prompt or output lengths differ from the plan's by more than 10% (on
+/// the mean) is refused, naming the flags that would match it.
+fn same_workload(a: &PlanArgs, b: &BenchInput, src: &str) -> Result<(), Failure> {
+    let Some(w) = &b.config else { return Ok(()) };
+    let (input, output) = lengths(a)?;
+    let differs = |field: &str, measured: &Option<String>, planned: &LengthDist| -> Option<String> {
+        let text = measured.as_deref()?;
+        let m = LengthDist::parse(field, text).ok()?.mean();
+        let p = planned.mean();
+        ((m - p).abs() > 0.1 * p.max(m)).then(|| text.to_string())
+    };
+    let (bi, bo) = (differs("config.input", &w.input, &input), differs("config.output", &w.output, &output));
+    if bi.is_none() && bo.is_none() {
+        return Ok(());
+    }
+    Err(Failure::usage(format!(
+        "--calibrate {src}: the sweep ran prompts of {} and outputs of {} tokens, the plan is for {} and {}: a calibration prices the workload it measured; give --input-len {} --output-len {}",
+        w.input.as_deref().unwrap_or("?"),
+        w.output.as_deref().unwrap_or("?"),
+        a.input_len,
+        a.output_len,
+        w.input.as_deref().unwrap_or(&a.input_len),
+        w.output.as_deref().unwrap_or(&a.output_len)
+    )))
+}
+
 /// The whole request the flags describe.
 pub fn request(a: &PlanArgs) -> Result<PlanRequest, Failure> {
     let slos = match &a.slo {
@@ -461,7 +488,9 @@ pub fn request(a: &PlanArgs) -> Result<PlanRequest, Failure> {
     let calibration = match &a.calibrate {
         Some(p) => {
             let src = p.display().to_string();
-            BenchInput::parse(&read("--calibrate", p, MAX_DOCUMENT)?, &src).and_then(|b| b.measured(&src)).map_err(input)?
+            let b = BenchInput::parse(&read("--calibrate", p, MAX_DOCUMENT)?, &src).map_err(input)?;
+            same_workload(a, &b, &src)?;
+            b.measured(&src).map_err(input)?
         }
         None => Vec::new(),
     };

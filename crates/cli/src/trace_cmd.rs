@@ -70,6 +70,7 @@ pub fn analyze(file: &Path, gap_ms: f64, max_json: Option<u64>) -> Result<TraceR
         | TraceError::Truncated { .. }
         | TraceError::NoGpuEvents { .. }
         | TraceError::NoTimedGpuEvents { .. }
+        | TraceError::ManyDevices { .. }
         | TraceError::TooLarge { .. }
         | TraceError::Input(_) => Failure::usage(e.to_string()),
     };

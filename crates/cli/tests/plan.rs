@@ -863,3 +863,27 @@ fn objectives_nothing_meets_give_no_answer_that_breaks_them() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("answer: TP8 at concurrency 8:"), "the highest rate whose TPOT is under 60 ms: {out}");
 }
+
+/// A sweep of another workload than the plan's, or a run that completed nothing, is refused:
+/// a calibration prices the workload it measured.
+#[test]
+fn a_calibration_of_another_workload_or_an_empty_run_is_refused_naming_the_flags() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let b = dir.path().join("b.json");
+    let doc = |input: &str, completed: u64| {
+        serde_json::json!({"schema": "servetune.bench/1", "config": {"input": input, "output": "1024", "model": "m"},
+            "runs": [{"concurrency": 8, "throughput": {"output_tokens_per_s": 150.0}, "requests": {"completed": completed}}]})
+        .to_string()
+    };
+    let bs = b.to_string_lossy().to_string();
+    std::fs::write(&b, doc("128", 80)).expect("write");
+    usage_error(&[&REF[..], &["--calibrate", &bs]].concat(), "the sweep ran prompts of 128 and outputs of 1024 tokens");
+    usage_error(&[&REF[..], &["--calibrate", &bs]].concat(), "give --input-len 128 --output-len 1024");
+    std::fs::write(&b, doc("1024", 0)).expect("write");
+    usage_error(&[&REF[..], &["--calibrate", &bs]].concat(), "run 0 (concurrency 8) completed no request");
+    // The same workload (a distribution of the same mean) calibrates.
+    std::fs::write(&b, doc("uniform:1000..1048", 80)).expect("write");
+    let (code, out, err) = plan(&[&REF[..], &["--calibrate", &bs, "--concurrency", "8"]].concat());
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("c=8: measured 150"), "{out}");
+}

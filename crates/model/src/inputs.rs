@@ -17,6 +17,24 @@ pub struct BenchInput {
     pub schema: String,
     /// One entry per load point.
     pub runs: Vec<BenchRun>,
+    /// The workload the sweep ran (older or hand-written documents may lack it).
+    #[serde(default)]
+    pub config: Option<BenchWorkload>,
+}
+
+/// The workload fields of a bench document's `config`: the lengths as bench writes them (`128`,
+/// `uniform:819..1024`) and the model the server named.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct BenchWorkload {
+    /// `config.input`, the prompt length distribution.
+    #[serde(default)]
+    pub input: Option<String>,
+    /// `config.output`, the output length distribution.
+    #[serde(default)]
+    pub output: Option<String>,
+    /// `config.model`, what the server served.
+    #[serde(default)]
+    pub model: Option<String>,
 }
 
 /// One load point of a bench document.
@@ -27,6 +45,16 @@ pub struct BenchRun {
     pub concurrency: Option<u32>,
     /// The run's throughput.
     pub throughput: BenchThroughput,
+    /// The run's request counts (older documents may lack them).
+    #[serde(default)]
+    pub requests: Option<BenchRequests>,
+}
+
+/// A bench run's request counts.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct BenchRequests {
+    /// Requests that finished.
+    pub completed: u64,
 }
 
 /// A bench run's throughput.
@@ -64,6 +92,11 @@ impl BenchInput {
             let t = r.throughput.output_tokens_per_s;
             if concurrency == 0 {
                 return Err(ModelError::Input(format!("{source}: field \"runs[{i}].concurrency\" is 0: a closed loop needs 1 or more")));
+            }
+            if r.requests.as_ref().is_some_and(|q| q.completed == 0) {
+                return Err(ModelError::Input(format!(
+                    "{source}: run {i} (concurrency {concurrency}) completed no request, so its rate measures nothing: remove that run or rerun it"
+                )));
             }
             if !(t.is_finite() && t > 0.0) {
                 return Err(ModelError::Input(format!(

@@ -75,10 +75,15 @@ pub struct PciGpu {
     pub root: Option<String>,
 }
 
-/// "32.0 GT/s PCIe" -> generation 5.
+/// "32.0 GT/s PCIe" -> generation 5. `Unknown` (a link that is down, a device in D3cold) and a
+/// rate that is not a finite positive number are no generation.
 pub fn speed_to_gen(s: &str) -> Option<u32> {
     let gts: f64 = s.split_whitespace().next()?.parse().ok()?;
+    if !(gts.is_finite() && gts > 0.0) {
+        return None;
+    }
     Some(match gts {
+        x if x >= 120.0 => 7,
         x if x >= 60.0 => 6,
         x if x >= 30.0 => 5,
         x if x >= 15.0 => 4,
@@ -98,7 +103,11 @@ pub fn acs_from_config(cfg: &[u8]) -> Option<Vec<String>> {
     let mut off = 0x100usize;
     for _ in 0..64 {
         let hdr = rd32(off)?;
-        if hdr == 0 || hdr == 0xffff_ffff {
+        // All ones is what a read of a device that does not answer returns: unknown, not off.
+        if hdr == 0xffff_ffff {
+            return None;
+        }
+        if hdr == 0 {
             return Some(Vec::new());
         }
         if hdr & 0xffff == 0x000d {
@@ -144,8 +153,9 @@ pub fn detect(fs: &Root, unreadable: &mut Vec<String>) -> Vec<PciGpu> {
         }
         let cur = fs.read(&format!("{base}/current_link_speed"));
         let max = fs.read(&format!("{base}/max_link_speed"));
-        let cw = fs.read(&format!("{base}/current_link_width")).and_then(|w| w.parse().ok());
-        let mw = fs.read(&format!("{base}/max_link_width")).and_then(|w| w.parse().ok());
+        // Width 0 is a link that is down: no width, as an unknown speed is no generation.
+        let width = |f: &str| fs.read(&format!("{base}/{f}")).and_then(|w| w.parse::<u32>().ok()).filter(|w| *w > 0);
+        let (cw, mw) = (width("current_link_width"), width("max_link_width"));
         let (cg, mg) = (cur.as_deref().and_then(speed_to_gen), max.as_deref().and_then(speed_to_gen));
         if cur.is_none() {
             unreadable.push(format!("{base}/current_link_speed"));
@@ -193,6 +203,17 @@ mod tests {
         assert_eq!(speed_to_gen("16.0 GT/s PCIe"), Some(4));
         assert_eq!(speed_to_gen("2.5 GT/s PCIe"), Some(1));
         assert_eq!(speed_to_gen("Unknown"), None);
+        assert_eq!(speed_to_gen("64.0 GT/s PCIe"), Some(6));
+        assert_eq!(speed_to_gen("128.0 GT/s PCIe"), Some(7));
+        for bad in ["NaN GT/s PCIe", "-8.0 GT/s PCIe", "inf GT/s PCIe", "0 GT/s PCIe"] {
+            assert_eq!(speed_to_gen(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_config_space_of_all_ones_is_unknown_not_acs_off() {
+        assert_eq!(acs_from_config(&vec![0xffu8; 4096]), None, "a device that did not answer");
+        assert_eq!(acs_from_config(&vec![0u8; 4096]), Some(Vec::new()), "no extended capabilities: off");
     }
 
     #[test]

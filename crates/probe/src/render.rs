@@ -64,6 +64,11 @@ pub fn printable(s: &str) -> String {
     String::from_utf8_lossy(&p.w).into_owned()
 }
 
+/// A link figure sysfs gave, or `?` where it gave none (`Unknown`, a link that is down).
+fn known(v: Option<u32>) -> String {
+    v.map_or_else(|| "?".into(), |v| v.to_string())
+}
+
 /// A GPU-by-GPU matrix laid out as `nvidia-smi topo` prints it.
 fn matrix(w: &mut impl Write, names: &[String], m: &[Vec<String>]) -> io::Result<()> {
     let width = names.iter().map(|n| n.len()).chain(m.iter().flatten().map(|s| s.len())).max().unwrap_or(4).max(4);
@@ -169,10 +174,10 @@ fn write_pcie(w: &mut impl Write, r: &ProbeReport) -> io::Result<()> {
             g.bus_id,
             g.device_id,
             g.numa_node,
-            l.current_gen.unwrap_or(0),
-            l.current_width.unwrap_or(0),
-            l.max_gen.unwrap_or(0),
-            l.max_width.unwrap_or(0),
+            known(l.current_gen),
+            known(l.current_width),
+            known(l.max_gen),
+            known(l.max_width),
             if l.downgraded { " DOWNGRADED" } else { "" },
             g.iommu_group.map(|x| x.to_string()).unwrap_or_else(|| "-".into()),
             g.iommu_type.as_deref().map(|t| format!(" {t}")).unwrap_or_default()

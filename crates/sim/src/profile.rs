@@ -238,8 +238,30 @@ static TRACE_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::n
 /// Creates the profile directory `root` and, when `dir` is a subdirectory of it, that one; a
 /// subdirectory that exists as a symbolic link is refused, so a trace never lands outside `root`
 /// through one.
+///
+/// The root itself must be a real directory of this user: the default one sits in the shared
+/// temporary directory, where another user could have made it first (a link elsewhere, or a
+/// folder they can read).
 fn make_dir(root: &Path, dir: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(root)?;
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(root)?;
+    if m.file_type().is_symlink() {
+        return Err(std::io::Error::other(format!(
+            "the profile directory {} is a symbolic link; give --profile-dir a real directory",
+            root.display()
+        )));
+    }
+    // /proc/self belongs to the process's effective user.
+    if let Ok(me) = std::fs::metadata("/proc/self") {
+        if m.uid() != me.uid() {
+            return Err(std::io::Error::other(format!(
+                "the profile directory {} belongs to another user (uid {}); give --profile-dir a directory of your own",
+                root.display(),
+                m.uid()
+            )));
+        }
+    }
     if dir == root {
         return Ok(());
     }
@@ -385,5 +407,22 @@ mod tests {
             assert!(e.to_string().contains("--profile-dir") && e.to_string().contains("/srv/profiles"), "{e}");
         }
         assert!(trace_dir(root, Some(&"n".repeat(200))).is_err());
+    }
+
+    /// A profile directory that is a link (planted in the shared temporary directory) is refused,
+    /// and nothing is made where it points; a real one of this user is taken.
+    #[test]
+    fn a_profile_directory_that_is_a_link_is_refused() {
+        let d = tempfile::tempdir().expect("tmp");
+        let elsewhere = d.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).expect("mkdir");
+        let root = d.path().join("servetune-profile");
+        std::os::unix::fs::symlink(&elsewhere, &root).expect("link");
+        let e = make_dir(&root, &root.join("run")).expect_err("a link");
+        assert!(e.to_string().contains("is a symbolic link"), "{e}");
+        assert!(!elsewhere.join("run").exists());
+        let real = d.path().join("real");
+        make_dir(&real, &real.join("run")).expect("a real one");
+        assert!(real.join("run").is_dir());
     }
 }

@@ -65,6 +65,14 @@ pub enum TraceError {
         /// GPU events left out.
         skipped: u64,
     },
+    /// The GPU events name more than one device: the file holds several GPUs' timelines.
+    #[error("{path}: its GPU events ran on {} devices ({}); the analysis reads one GPU's timeline: give the trace of one rank (sglang and vLLM write one file per rank)", devices.len(), devices.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", "))]
+    ManyDevices {
+        /// The file.
+        path: String,
+        /// The devices its GPU events name (the first few).
+        devices: Vec<i64>,
+    },
     /// The trace is over a size limit (its decompressed JSON, or one entry of it).
     #[error("{path}: {reason}")]
     TooLarge {
@@ -152,6 +160,8 @@ pub struct Timeline {
     pub events: u64,
     /// GPU events left out because their start or duration is not a time ([`MAX_EVENT_US`]).
     pub skipped: u64,
+    /// The devices the GPU events name (Kineto's `args.device`; at most 8 kept).
+    pub devices: Vec<i64>,
 }
 
 /// The longest GPU event taken, us (a day): a longer, negative or non-finite duration, or a start
@@ -191,6 +201,9 @@ impl Timeline {
         if t.kernels.is_empty() {
             return Err(TraceError::NoGpuEvents { path: path.display().to_string(), events: stats.events });
         }
+        if t.devices.len() > 1 {
+            return Err(TraceError::ManyDevices { path: path.display().to_string(), devices: t.devices.clone() });
+        }
         // Unstable: no merge buffer of half the kernels (the order of equal starts is irrelevant:
         // every figure is a union or a sum).
         t.kernels.sort_unstable_by(|a, b| a.start.total_cmp(&b.start));
@@ -223,6 +236,12 @@ impl Timeline {
                     None => self.intern(index, &e.name, e.cat),
                 };
                 self.kernels.push(Kernel { start: ts, dur: dur as f32, correlation: e.args.correlation.unwrap_or(-1), name });
+                // The devices seen, the first few (two already refuse the trace).
+                if let Some(d) = e.args.device.0 {
+                    if !self.devices.contains(&d) && self.devices.len() < 8 {
+                        self.devices.push(d);
+                    }
+                }
             }
             EventCat::Runtime if is_launch(&e.name) => {
                 let Some(c) = e.args.correlation else { return };

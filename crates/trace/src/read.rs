@@ -72,6 +72,53 @@ pub struct EventArgs {
     /// a kernel whose name does not, as NCCL's `ncclDevKernel_Generic`.
     #[serde(default, rename = "Collective name")]
     pub collective: Option<Collective>,
+    /// The GPU a kernel or copy ran on (Kineto's `device`): a whole number, else none.
+    #[serde(default)]
+    pub device: Device,
+}
+
+/// A GPU event's device: Kineto writes a whole number; anything else is no device (not a
+/// refusal of the event).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Device(pub Option<i64>);
+
+impl<'de> Deserialize<'de> for Device {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Device;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a device index")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Device, E> {
+                Ok(Device(i64::try_from(v).ok()))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Device, E> {
+                Ok(Device(Some(v)))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Device, E> {
+                Ok(Device(None))
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Device, E> {
+                Ok(Device(None))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Device, E> {
+                Ok(Device(None))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Device, E> {
+                Ok(Device(None))
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut a: A) -> Result<Device, A::Error> {
+                while a.next_element::<de::IgnoredAny>()?.is_some() {}
+                Ok(Device(None))
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, mut a: A) -> Result<Device, A::Error> {
+                while a.next_entry::<de::IgnoredAny, de::IgnoredAny>()?.is_some() {}
+                Ok(Device(None))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// A collective named in a kernel's `args`.

@@ -499,3 +499,21 @@ fn scrambled_engine_traces_analyse_to_finite_figures() {
         assert!(r.steps.windows(2).all(|w| w[0].start_ms <= w[1].start_ms), "round {round}: steps out of order");
     }
 }
+
+/// A file holding several GPUs' kernels (ranks merged, or one process driving two GPUs) is
+/// refused naming the devices: one timeline of all of them would count each step's all-reduces
+/// once per GPU.
+#[test]
+fn a_trace_of_several_gpus_is_refused_naming_its_devices() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = dir.path().join("two.json");
+    let ev = |dev: serde_json::Value, ts: f64| serde_json::json!({"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_nn", "pid": 0, "tid": 7, "ts": ts, "dur": 5.0, "args": {"device": dev, "stream": 7}});
+    let write = |events: Vec<serde_json::Value>| std::fs::write(&p, serde_json::json!({"traceEvents": events}).to_string()).expect("write");
+    write(vec![ev(0.into(), 10.0), ev(1.into(), 20.0), ev(1.into(), 30.0)]);
+    let err = servetune_trace::Timeline::read(&p).expect_err("two devices");
+    assert!(matches!(err, TraceError::ManyDevices { .. }), "{err}");
+    assert!(err.to_string().contains("ran on 2 devices (0, 1)"), "{err}");
+    // One device, or a device that is not a number, reads.
+    write(vec![ev(3.into(), 10.0), ev(3.into(), 20.0), ev("cuda:0".into(), 30.0)]);
+    assert_eq!(servetune_trace::Timeline::read(&p).expect("one device").kernels.len(), 3);
+}

@@ -68,6 +68,7 @@ impl Journal {
     /// Creates the journal in `dir` (which must not hold one).
     pub fn create(dir: &Path, c: &CampaignRow) -> Result<Self> {
         let path = path_in(dir);
+        not_a_file(&path)?;
         if path.exists() {
             return Err(CampaignError::Input(format!(
                 "{} already holds a campaign ({}): continue it, or give a new directory",
@@ -99,8 +100,12 @@ impl Journal {
     }
 
     /// Opens the journal in `dir` after checking it read-only (integrity, version).
+    ///
+    /// Something at the journal's name that is not a file (a folder, a FIFO, a device, a link
+    /// that leads nowhere) is refused as such, by `init` and every other command alike.
     pub fn open(dir: &Path) -> Result<Self> {
         let path = path_in(dir);
+        not_a_file(&path)?;
         if !path.is_file() {
             return Err(CampaignError::Input(format!(
                 "{} holds no campaign (no {FILE_NAME}): start one with servetune campaign init {} --engine NAME --model M --goal G",
@@ -153,6 +158,20 @@ pub fn stable_hash(s: &str) -> String {
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
     format!("{h:016x}")
+}
+
+/// Refuses a journal path holding something other than a regular file (or nothing): a link is
+/// followed to what it names, and a link to nothing would make `init` write the journal outside
+/// the campaign's folder.
+fn not_a_file(path: &Path) -> Result<()> {
+    let Ok(link) = std::fs::symlink_metadata(path) else { return Ok(()) };
+    let what = match std::fs::metadata(path) {
+        Err(_) if link.file_type().is_symlink() => "a symbolic link to nothing",
+        Ok(m) if m.is_file() => return Ok(()),
+        Ok(m) if m.is_dir() => "a folder",
+        _ => "not a regular file (a FIFO, a device or a socket)",
+    };
+    Err(CampaignError::Input(format!("{} is {what}, not a journal file: move it away, or give another campaign folder", path.display())))
 }
 
 #[cfg(test)]
@@ -217,6 +236,27 @@ mod tests {
         assert_eq!(j.experiment(id).expect("exp").slurm_job, Some(42));
         let minor: String = j.conn.query_row("SELECT value FROM meta WHERE key = 'schema_minor'", [], |r| r.get(0)).expect("minor");
         assert_eq!(minor, SCHEMA_MINOR.to_string());
+    }
+
+    /// A folder or a link to nothing at the journal's name is said to be that, by `open` and
+    /// by `create` alike, and no journal is made where the link points.
+    #[test]
+    fn a_journal_that_is_a_folder_or_a_dangling_link_is_named_as_such() {
+        let d = tempfile::tempdir().expect("tmp");
+        let row = CampaignRow { goal: "g".into(), model: "m".into(), engine: "sim".into(), settings: "{}".into(), created_at: 0 };
+        let folder = d.path().join("a");
+        std::fs::create_dir_all(path_in(&folder)).expect("mkdir");
+        for e in [Journal::open(&folder).err(), Journal::create(&folder, &row).err()] {
+            let e = e.expect("refused");
+            assert!(e.to_string().contains("is a folder, not a journal file"), "{e}");
+        }
+        let dangling = d.path().join("b");
+        std::fs::create_dir_all(&dangling).expect("mkdir");
+        let target = d.path().join("elsewhere.sqlite");
+        std::os::unix::fs::symlink(&target, path_in(&dangling)).expect("link");
+        let Err(e) = Journal::create(&dangling, &row) else { panic!("a dangling link is refused") };
+        assert!(e.to_string().contains("a symbolic link to nothing"), "{e}");
+        assert!(!target.exists());
     }
 
     #[test]
