@@ -125,7 +125,7 @@ pub fn run_sweep(base_url: &str, plan: &BenchPlan, json_path: &Path, cancel: &Ar
 
 fn config(base_url: &str, plan: &BenchPlan) -> Result<BenchConfig, String> {
     let slos = match &plan.slos {
-        Some(s) => servetune_stats::parse_slos("--goal", s).map_err(|e| e.0)?,
+        Some(s) => servetune_stats::parse_slos_stored("--goal", s).map_err(|e| e.0)?,
         None => Vec::new(),
     };
     let cfg = BenchConfig {

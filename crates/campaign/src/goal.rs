@@ -45,7 +45,8 @@ pub fn parse(s: &str) -> Result<Goal> {
 impl Goal {
     /// The latency objectives.
     pub fn slo_list(&self) -> Vec<Slo> {
-        self.slos.as_deref().and_then(|l| parse_slos("--goal", l).ok()).unwrap_or_default()
+        // The goal as stored: an older campaign's objectives read as it took them.
+        self.slos.as_deref().and_then(|l| servetune_stats::parse_slos_stored("--goal", l).ok()).unwrap_or_default()
     }
 }
 

@@ -49,36 +49,29 @@ pub enum CampaignError {
 }
 
 impl From<rusqlite::Error> for CampaignError {
-    /// A value of the wrong type in a row, a missing row or table is the journal's content (bad
-    /// input, exit 2, [`damaged`]); a full disk, a lock or an unreadable file is the machine's
-    /// (exit 1).
+    /// What the journal holds (a value of the wrong type in a row, a missing row, table or
+    /// column, a damaged file) is bad input, exit 2, [`damaged`]; everything else (a full disk, a
+    /// lock, an unreadable file, a constraint servetune's own write broke) is the machine's or
+    /// servetune's, exit 1.
     fn from(e: rusqlite::Error) -> Self {
         use rusqlite::ffi::ErrorCode as C;
-        match &e {
-            rusqlite::Error::SqliteFailure(f, _)
-                if matches!(
-                    f.code,
-                    C::DiskFull
-                        | C::CannotOpen
-                        | C::ReadOnly
-                        | C::DatabaseBusy
-                        | C::DatabaseLocked
-                        | C::SystemIoFailure
-                        | C::PermissionDenied
-                        | C::OutOfMemory
-                        | C::ConstraintViolation
-                ) =>
-            {
-                CampaignError::Runtime(format!("journal: {e}"))
+        let content = match &e {
+            rusqlite::Error::SqliteFailure(f, msg) => {
+                matches!(f.code, C::DatabaseCorrupt | C::NotADatabase)
+                    || (f.code == C::Unknown && msg.as_deref().is_some_and(|m| m.contains("no such table") || m.contains("no such column")))
             }
-            rusqlite::Error::SqliteFailure(..)
-            | rusqlite::Error::InvalidColumnType(..)
+            rusqlite::Error::InvalidColumnType(..)
             | rusqlite::Error::FromSqlConversionFailure(..)
             | rusqlite::Error::IntegralValueOutOfRange(..)
             | rusqlite::Error::QueryReturnedNoRows
             | rusqlite::Error::InvalidColumnName(..)
-            | rusqlite::Error::Utf8Error(..) => damaged(format!("journal: {e}")),
-            _ => CampaignError::Runtime(format!("journal: {e}")),
+            | rusqlite::Error::Utf8Error(..) => true,
+            _ => false,
+        };
+        if content {
+            damaged(format!("journal: {e}"))
+        } else {
+            CampaignError::Runtime(format!("journal: {e}"))
         }
     }
 }

@@ -308,14 +308,21 @@ pub(crate) fn lib(e: CampaignError) -> Failure {
     }
 }
 
+/// `--set KNOB=VALUE` flags as knobs; a knob set twice is refused (which value was meant is
+/// unknown).
 fn knobs(set: &[String]) -> Result<BTreeMap<String, String>, Failure> {
-    set.iter()
-        .map(|kv| {
-            kv.split_once('=')
-                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-                .ok_or_else(|| Failure::usage(format!("--set {kv:?}: write KNOB=VALUE, e.g. --set tp=4")))
-        })
-        .collect()
+    let mut out = BTreeMap::new();
+    for kv in set {
+        let (k, v) = kv
+            .split_once('=')
+            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+            .ok_or_else(|| Failure::usage(format!("--set {kv:?}: write KNOB=VALUE, e.g. --set tp=4")))?;
+        if let Some(before) = out.get(&k) {
+            return Err(Failure::usage(format!("--set {k}={v}: {k} is already set to {before}; give each knob once")));
+        }
+        out.insert(k, v);
+    }
+    Ok(out)
 }
 
 pub fn run(a: CampaignArgs) -> Result<(), Failure> {

@@ -92,7 +92,10 @@ const DEMO_MARK: &str = ".servetune-demo";
 /// A folder that holds anything else and no mark is refused: it may be a real campaign.
 fn prepare_dir(out: &Path) -> Result<PathBuf, Failure> {
     let io = |what: &str, p: &Path, e: std::io::Error| Failure::runtime(format!("cannot {what} {}: {e}", p.display()));
-    if out.is_dir() && !out.join(DEMO_MARK).is_file() {
+    // A demo folder written before the mark existed holds the demo's two simulator profiles.
+    let earlier_demo =
+        out.join(DEMO_MARK).is_file() || ["pcie-host-staged.json", "pcie5-p2p.json"].iter().all(|f| out.join("profiles").join(f).is_file());
+    if out.is_dir() && !earlier_demo {
         let names: Vec<String> = std::fs::read_dir(out)
             .map_err(|e| io("read", out, e))?
             .flatten()

@@ -107,8 +107,11 @@ impl Failure {
 /// Whether `a` and `b` name one file: the same device and inode where both exist, else the same
 /// absolute path.
 pub fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
     use std::os::unix::fs::MetadataExt;
     match (std::fs::metadata(a), std::fs::metadata(b)) {
+        // A device (/dev/null, a terminal) takes any number of writers: never "one file".
+        (Ok(x), _) if x.file_type().is_char_device() => false,
         (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
         (Err(_), _) | (_, Err(_)) => match (std::path::absolute(a), std::path::absolute(b)) {
             (Ok(x), Ok(y)) => x == y,

@@ -1,6 +1,6 @@
 //! `servetune probe`: the box, its GPUs and their connections, with findings and fixes.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 
@@ -54,7 +54,16 @@ pub fn run(a: ProbeArgs) -> Result<(), Failure> {
     }
     // The report inside the snapshot folder could replace one of the files it is read from.
     if let (Some(out), Some(dir)) = (a.json.as_deref().filter(|p| p.as_os_str() != "-"), a.root.as_deref().or(a.capture.as_deref())) {
-        if let (Ok(o), Ok(d)) = (std::path::absolute(out), std::path::absolute(dir)) {
+        // Resolved through the file system where the folders exist (`snap/../out.json` is beside
+        // the snapshot, not in it), else as written.
+        let resolve = |p: &Path| -> Option<PathBuf> {
+            let parent = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            match (std::fs::canonicalize(parent), p.file_name()) {
+                (Ok(d), Some(name)) => Some(d.join(name)),
+                _ => std::path::absolute(p).ok(),
+            }
+        };
+        if let (Some(o), Some(d)) = (resolve(out), std::fs::canonicalize(dir).ok().or_else(|| std::path::absolute(dir).ok())) {
             if o.starts_with(&d) {
                 return Err(Failure::usage(format!(
                     "--json {}: that is inside the snapshot folder {}, whose files the report could replace; write it outside",

@@ -94,6 +94,9 @@ pub fn emit(report: &TraceReport, json: Option<&Path>) -> Result<(), Failure> {
 }
 
 fn prediction(a: &TraceArgs) -> Result<Option<Predicted>, Failure> {
+    if a.concurrency == Some(0) {
+        return Err(Failure::usage("--concurrency 0: give the requests running when the trace was taken, 1 or more"));
+    }
     if let Some(pairs) = &a.vs_plan {
         let Some(c) = a.concurrency else {
             return Err(Failure::usage(
@@ -151,7 +154,11 @@ fn from_plan_json(path: &Path, concurrency: Option<u32>) -> Result<Predicted, Fa
             if have.is_empty() {
                 bad("no point has a concurrency (points[].concurrency, a whole number)".into())
             } else {
-                bad(format!("no point at concurrency {c} (it has {})", have.join(", ")))
+                Failure::usage(format!(
+                    "--vs-plan-json {}: no point at concurrency {c}; it has {}: give one of them to --concurrency",
+                    path.display(),
+                    have.join(", ")
+                ))
             }
         })?,
         None if points.len() == 1 => &points[0],

@@ -861,10 +861,10 @@ fn a_fabric_document_of_more_gpus_than_the_box_has_is_refused() {
     assert_eq!(count(&db(&dir), "SELECT COUNT(*) FROM fabrics"), 0);
 }
 
-/// `next` lists an experiment queued with `campaign add` first, as `continue` will run it, also
+/// `next` lists an experiment queued with `campaign add` first (`continue` runs queued ones first), also
 /// where the planner alone has nothing left.
 #[test]
-fn next_lists_a_queued_experiment_first_as_continue_runs_it() {
+fn next_lists_a_queued_experiment_first() {
     let d = tempfile::tempdir().expect("tmp");
     let dir = fixture_journal(d.path(), "report-kvm");
     let (code, out, err) = campaign(&["add", s(&dir), "--set", "max_running=16"]);

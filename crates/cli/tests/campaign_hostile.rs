@@ -226,3 +226,13 @@ fn a_journal_row_of_the_wrong_shape_is_exit_2_with_what_to_do() {
         assert!(err.contains("journal.sqlite holds a value this servetune cannot read"), "{edit}: {err}");
     }
 }
+
+/// A knob given twice to `campaign add` is refused, not the last value taken silently.
+#[test]
+fn a_knob_set_twice_is_refused() {
+    let d = tempfile::tempdir().expect("tmp");
+    let dir = hostile_journal(d.path());
+    let out = servetune().args(["campaign", "add", s(&dir), "--set", "max_running=8", "--set", "max_running=16"]).output().expect("add");
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("max_running is already set to 8"), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -131,6 +131,11 @@ fn probe_refuses_a_report_inside_its_snapshot_and_a_capture_into_a_full_folder()
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stderr).contains("inside the snapshot folder"), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(std::fs::read(&nvml).expect("kept"), before);
+    // Beside the snapshot, written through its folder's parent, is fine.
+    let beside = dir.path().join("..").join(format!("{}-report.json", dir.path().file_name().and_then(|n| n.to_str()).unwrap_or("snap")));
+    let out = servetune().arg("probe").arg("--root").arg(dir.path()).arg("--json").arg(&beside).arg("-q").output().expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let _ = std::fs::remove_file(&beside);
     let out = servetune().arg("probe").arg("--capture").arg(dir.path()).output().expect("run");
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stderr).contains("the folder is not empty"), "{}", String::from_utf8_lossy(&out.stderr));

@@ -316,4 +316,11 @@ fn vs_plan_json_with_negative_terms_no_concurrency_or_no_fit_is_refused_saying_w
     refused(&|d| d["points"][0]["step_ms"]["weights"] = serde_json::json!(-3.0), "points[].step_ms.weights is -3, not a time in ms");
     refused(&|d| d["points"][0]["concurrency"] = serde_json::json!(-8), "no point has a concurrency");
     refused(&|d| d["fits"] = serde_json::json!(false), "does not fit in GPU memory");
+    // A concurrency the plan has no point at names the ones it has; 0 is no concurrency.
+    let (code, _, err) = run(&["trace", &f, "--vs-plan-json", &plan_s, "--concurrency", "7"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("no point at concurrency 7; it has 8: give one of them to --concurrency"), "{err}");
+    let (code, _, err) = run(&["trace", &f, "--vs-plan-json", &plan_s, "--concurrency", "0"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--concurrency 0"), "{err}");
 }

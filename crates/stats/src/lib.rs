@@ -19,7 +19,7 @@ pub use duration::{parse_duration, MAX_DURATION};
 pub use length::{LengthDist, MAX_TOKENS};
 pub use sample::{median, nearest_rank, percentile, weighted_median};
 pub use saturation::{knee, LoadPoint, MIN_GAIN};
-pub use slo::{parse_slos, Slo, SloMetric};
+pub use slo::{parse_slos, parse_slos_stored, Slo, SloMetric};
 
 /// A value a user gave that cannot be used; the message names the input, what is wrong and the fix.
 /// The CLI maps it to exit code 2.

@@ -58,13 +58,25 @@ impl std::fmt::Display for Slo {
     }
 }
 
-/// Parses a comma-separated list of objectives given to `flag`, e.g. `ttft:p99<2s,tpot:p90<50ms`.
+/// Parses a comma-separated list of objectives given to `flag`, e.g. `ttft:p99<2s,tpot:p90<50ms`:
+/// each bound with a unit, each percentile of a metric once.
 pub fn parse_slos(flag: &str, s: &str) -> Result<Vec<Slo>, InputError> {
-    let out = s.split(',').map(str::trim).filter(|p| !p.is_empty()).map(|p| parse_one(flag, p)).collect::<Result<Vec<_>, _>>()?;
+    parse_list(flag, s, true)
+}
+
+/// [`parse_slos`] as releases before stop 64 took objectives: a bound without a unit in seconds,
+/// a percentile bounded twice kept. For objectives already stored (a campaign's goal in its
+/// journal), which must read as they were written.
+pub fn parse_slos_stored(flag: &str, s: &str) -> Result<Vec<Slo>, InputError> {
+    parse_list(flag, s, false)
+}
+
+fn parse_list(flag: &str, s: &str, strict: bool) -> Result<Vec<Slo>, InputError> {
+    let out = s.split(',').map(str::trim).filter(|p| !p.is_empty()).map(|p| parse_one(flag, p, strict)).collect::<Result<Vec<_>, _>>()?;
     if out.is_empty() {
         return Err(bad(format!("{flag} is empty: write METRIC:pNN<TIME, e.g. ttft:p99<2s")));
     }
-    for (i, a) in out.iter().enumerate() {
+    for (i, a) in out.iter().enumerate().filter(|_| strict) {
         if let Some(b) = out[..i].iter().find(|b| b.metric == a.metric && b.percentile == a.percentile) {
             return Err(bad(format!(
                 "{flag}: {}:p{} is bounded twice ({b} and {a}); give each percentile of a metric once",
@@ -76,7 +88,7 @@ pub fn parse_slos(flag: &str, s: &str) -> Result<Vec<Slo>, InputError> {
     Ok(out)
 }
 
-fn parse_one(flag: &str, part: &str) -> Result<Slo, InputError> {
+fn parse_one(flag: &str, part: &str, strict: bool) -> Result<Slo, InputError> {
     let hint = "write METRIC:pNN<TIME, e.g. ttft:p99<2s,tpot:p90<50ms (metrics: ttft, tpot, itl, e2e)";
     let (metric, rest) = part.split_once(':').ok_or_else(|| bad(format!("{flag} {part:?}: {hint}")))?;
     let metric = SloMetric::ALL
@@ -91,7 +103,7 @@ fn parse_one(flag: &str, part: &str) -> Result<Slo, InputError> {
         .filter(|x: &f64| *x > 0.0 && *x <= 100.0)
         .ok_or_else(|| bad(format!("{flag} {part:?}: {p:?} is not a percentile like p50, p99 or p99.9")))?;
     let t = t.trim();
-    if !t.is_empty() && t.chars().all(|c| c.is_ascii_digit() || c == '.') {
+    if strict && !t.is_empty() && t.chars().all(|c| c.is_ascii_digit() || c == '.') {
         return Err(bad(format!("{flag} {part:?}: {t:?} has no unit; write {t}ms or {t}s")));
     }
     let threshold = parse_duration(flag, t)?;
@@ -123,6 +135,9 @@ mod tests {
         assert!(e.0.contains("tpot:p50 is bounded twice"), "{e}");
         // Two percentiles of one metric are two objectives.
         assert_eq!(parse_slos("--slo", "tpot:p50<20ms,tpot:p99<50ms").expect("two").len(), 2);
+        // What an older release stored reads as it was written: seconds, and both bounds.
+        let stored = parse_slos_stored("--goal", "tpot:p90<0.05,tpot:p90<1s").expect("stored");
+        assert_eq!(stored.iter().map(|s| s.threshold_ms).collect::<Vec<_>>(), [50.0, 1000.0]);
     }
 
     #[test]

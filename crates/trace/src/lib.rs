@@ -65,8 +65,8 @@ pub enum TraceError {
         /// GPU events left out.
         skipped: u64,
     },
-    /// The GPU events name more than one device: the file holds several GPUs' timelines.
-    #[error("{path}: its GPU events ran on {} devices ({}); the analysis reads one GPU's timeline: give the trace of one rank (sglang and vLLM write one file per rank)", devices.len(), devices.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", "))]
+    /// The kernels name more than one device: the file holds several GPUs' timelines.
+    #[error("{path}: its kernels ran on {} devices ({}); the analysis reads one GPU's timeline: give the trace of one rank (sglang and vLLM write one file per rank)", devices.len(), devices.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", "))]
     ManyDevices {
         /// The file.
         path: String,
@@ -160,7 +160,7 @@ pub struct Timeline {
     pub events: u64,
     /// GPU events left out because their start or duration is not a time ([`MAX_EVENT_US`]).
     pub skipped: u64,
-    /// The devices the GPU events name (Kineto's `args.device`; at most 8 kept).
+    /// The devices the kernels name (Kineto's `args.device`; at most 8 kept).
     pub devices: Vec<i64>,
 }
 
@@ -236,8 +236,9 @@ impl Timeline {
                     None => self.intern(index, &e.name, e.cat),
                 };
                 self.kernels.push(Kernel { start: ts, dur: dur as f32, correlation: e.args.correlation.unwrap_or(-1), name });
-                // The devices seen, the first few (two already refuse the trace).
-                if let Some(d) = e.args.device.0 {
+                // The devices kernels ran on, the first few (two already refuse the trace); a
+                // copy may name the device at its other end, so copies are not counted.
+                if let Some(d) = e.args.device.0.filter(|_| e.cat == EventCat::Kernel) {
                     if !self.devices.contains(&d) && self.devices.len() < 8 {
                         self.devices.push(d);
                     }

@@ -513,7 +513,9 @@ fn a_trace_of_several_gpus_is_refused_naming_its_devices() {
     let err = servetune_trace::Timeline::read(&p).expect_err("two devices");
     assert!(matches!(err, TraceError::ManyDevices { .. }), "{err}");
     assert!(err.to_string().contains("ran on 2 devices (0, 1)"), "{err}");
-    // One device, or a device that is not a number, reads.
-    write(vec![ev(3.into(), 10.0), ev(3.into(), 20.0), ev("cuda:0".into(), 30.0)]);
-    assert_eq!(servetune_trace::Timeline::read(&p).expect("one device").kernels.len(), 3);
+    // One device, or a device that is not a number, reads; a copy naming the device at its other
+    // end is no second GPU.
+    let copy = serde_json::json!({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy PtoP", "pid": 0, "tid": 7, "ts": 40.0, "dur": 2.0, "args": {"device": 5}});
+    write(vec![ev(3.into(), 10.0), ev(3.into(), 20.0), ev("cuda:0".into(), 30.0), copy]);
+    assert_eq!(servetune_trace::Timeline::read(&p).expect("one device").kernels.len(), 4);
 }

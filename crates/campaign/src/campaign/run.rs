@@ -279,10 +279,18 @@ pub fn next(dir: &Path) -> Result<Verdict> {
 /// [`next`] of a journal already read (the reports' "Next steps" too).
 pub(crate) fn next_of(snap: &Snapshot) -> Result<Verdict> {
     let verdict = planner::plan(&snap.view()?);
+    let me = i64::from(std::process::id());
+    // A step whose owner is gone or stopped beating: `continue` recovers it (re-attaches or
+    // re-queues it) before anything else, as `recover` decides.
+    let stale = |e: &Experiment| {
+        e.state.is_active()
+            && !(e.owner_pid.is_some_and(|p| p != me && process_alive(p))
+                && now_ms() - e.heartbeat_at.unwrap_or(0) < journal::STALE_AFTER_MS)
+    };
     let queued: Vec<planner::Step> = snap
         .experiments
         .iter()
-        .filter(|e| matches!(e.state, ExpState::Planned | ExpState::Interrupted))
+        .filter(|e| matches!(e.state, ExpState::Planned | ExpState::Interrupted) || stale(e))
         .map(|e| planner::Step {
             title: format!("run experiment {} ({})", e.id, e.title),
             source: planner::StepSource::Queued,
@@ -294,6 +302,8 @@ pub(crate) fn next_of(snap: &Snapshot) -> Result<Verdict> {
             predicted_tok_s: None,
             basis: if e.state == ExpState::Interrupted {
                 "it was interrupted: continue re-queues it and runs it first".into()
+            } else if e.state.is_active() {
+                format!("it is {} but its owner stopped: continue recovers it first (re-attaches or re-queues it)", e.state.as_str())
             } else {
                 "it is queued: continue runs it before any step the planner proposes".into()
             },

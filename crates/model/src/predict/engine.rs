@@ -481,8 +481,9 @@ impl EngineRelease {
                 "{flag} {s}: more than one @; give ENGINE@X.Y.Z (e.g. {}@0.4.6) or the engine alone for its current release",
                 name.name()
             ))),
-            Some(v) if release_parts(v) > 3 && nightly_date(v).is_none() => Err(ModelError::Input(format!(
-                "{flag} {s}: {v:?} has {} numeric parts; a release has at most three (X.Y.Z, with a suffix such as .post1 or rc2)",
+            // vLLM has published a four-part release (0.10.1.1); none has five.
+            Some(v) if release_parts(v) > 4 && nightly_date(v).is_none() => Err(ModelError::Input(format!(
+                "{flag} {s}: {v:?} has {} numeric parts; a release has at most four (X.Y.Z or X.Y.Z.W, with a suffix such as .post1 or rc2)",
                 release_parts(v)
             ))),
             Some(v) if release_numbers(v).is_some() || nightly_date(v).is_some() => {

@@ -849,7 +849,8 @@ fn an_engine_release_applies_its_versions_defaults() {
     assert_eq!(on, [true, false]);
 }
 
-/// A version with a second `@` or more than three numbers is refused; suffixes and a `v` pass.
+/// A version with a second `@` or more than four numbers is refused (vLLM 0.10.1.1 has four);
+/// suffixes and a `v` pass.
 #[test]
 fn an_engine_version_of_the_wrong_shape_is_refused() {
     use super::EngineRelease;
@@ -858,7 +859,7 @@ fn an_engine_version_of_the_wrong_shape_is_refused() {
     }
     let e = EngineRelease::parse("--engine", "vllm@1.2.3.4.5").expect_err("five parts");
     assert!(e.to_string().contains("5 numeric parts"), "{e}");
-    for good in ["vllm@v0.8.0", "sglang@0.4.6.post5", "vllm@0.10.1rc1", "sglang@nightly-dev-20260101"] {
+    for good in ["vllm@v0.8.0", "sglang@0.4.6.post5", "vllm@0.10.1rc1", "vllm@0.10.1.1", "sglang@nightly-dev-20260101"] {
         assert!(EngineRelease::parse("--engine", good).is_ok(), "{good}");
     }
 }
