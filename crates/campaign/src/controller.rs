@@ -42,6 +42,14 @@ pub fn acquire(dir: &Path) -> Result<Controller> {
         crate::journal::Journal::open(dir)?;
     }
     let p = dir.join(FILE);
+    if let Ok(m) = std::fs::symlink_metadata(&p) {
+        if !m.is_file() && !m.file_type().is_symlink() {
+            return Err(CampaignError::Input(format!(
+                "{}: the campaign's controller lock is not a regular file (a folder, a FIFO or a device): remove it; continue makes a new one",
+                p.display()
+            )));
+        }
+    }
     let io = |e: std::io::Error| CampaignError::Runtime(format!("{}: cannot take the campaign's controller lock ({e})", p.display()));
     let mut f = servetune_io::open_plain_for_write(&p, false).map_err(io)?;
     if !try_lock(&f).map_err(io)? {
@@ -75,6 +83,18 @@ mod tests {
         assert!(e.to_string().contains(&format!("pid {}", std::process::id())), "{e}");
         drop(first);
         assert!(acquire(d.path()).is_ok(), "released with the first");
+    }
+
+    /// A lock that is a folder is bad input naming it, not a runtime failure.
+    #[test]
+    fn a_lock_that_is_a_folder_is_refused_as_input() {
+        let d = tempfile::tempdir().expect("tmp");
+        std::fs::write(crate::journal::path_in(d.path()), b"").expect("journal file");
+        std::fs::create_dir(d.path().join(FILE)).expect("mkdir");
+        match acquire(d.path()) {
+            Err(CampaignError::Input(m)) => assert!(m.contains("not a regular file"), "{m}"),
+            other => panic!("want an input error, got {:?}", other.err()),
+        }
     }
 
     /// A lock planted as a link to another file is refused; the file it names keeps its content.

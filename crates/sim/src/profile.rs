@@ -196,6 +196,8 @@ impl Recorder {
         if g.is_some() {
             return Err(ProfileError::AlreadyRunning);
         }
+        // A directory the trace cannot go to is refused now, not after the steps were recorded.
+        make_dir(&self.root, &dir).map_err(|source| ProfileError::Write { path: dir.display().to_string(), source })?;
         *g = Some(Recording { dir, remaining: req.num_steps, t0: Instant::now(), steps: Vec::new() });
         self.on.store(true, Ordering::Release);
         Ok(())
@@ -421,6 +423,10 @@ mod tests {
         let e = make_dir(&root, &root.join("run")).expect_err("a link");
         assert!(e.to_string().contains("is a symbolic link"), "{e}");
         assert!(!elsewhere.join("run").exists());
+        // /start_profile says so at once, before any step is recorded.
+        let r = Recorder::new(root.clone());
+        let e = r.start(StartProfile { output_dir: None, num_steps: Some(3) }).expect_err("refused at start");
+        assert!(e.to_string().contains("is a symbolic link"), "{e}");
         let real = d.path().join("real");
         make_dir(&real, &real.join("run")).expect("a real one");
         assert!(real.join("run").is_dir());

@@ -238,8 +238,8 @@ mod tests {
         assert_eq!(minor, SCHEMA_MINOR.to_string());
     }
 
-    /// A folder or a link to nothing at the journal's name is said to be that, by `open` and
-    /// by `create` alike, and no journal is made where the link points.
+    /// A folder, a link to nothing or a FIFO at the journal's name is said to be that, by `open`
+    /// and by `create` alike, and no journal is made where the link points.
     #[test]
     fn a_journal_that_is_a_folder_or_a_dangling_link_is_named_as_such() {
         let d = tempfile::tempdir().expect("tmp");
@@ -257,6 +257,12 @@ mod tests {
         let Err(e) = Journal::create(&dangling, &row) else { panic!("a dangling link is refused") };
         assert!(e.to_string().contains("a symbolic link to nothing"), "{e}");
         assert!(!target.exists());
+        let fifo = d.path().join("c");
+        std::fs::create_dir_all(&fifo).expect("mkdir");
+        let made = std::process::Command::new("mkfifo").arg(path_in(&fifo)).status().expect("mkfifo");
+        assert!(made.success(), "mkfifo");
+        let Err(e) = Journal::open(&fifo) else { panic!("a FIFO is refused") };
+        assert!(e.to_string().contains("not a regular file (a FIFO"), "{e}");
     }
 
     #[test]
