@@ -698,7 +698,8 @@ fn answer(a: AnswerArgs) -> Result<(), Failure> {
 /// write-ahead files), the secrets and the controller's lock.
 fn campaign_files(dir: &std::path::Path) -> Vec<(String, PathBuf)> {
     let journal = servetune_campaign::journal::FILE_NAME;
-    [journal.to_string(), format!("{journal}-wal"), format!("{journal}-shm"), "secrets.json".into(), "controller.lock".into()]
+    let (secrets, lock) = (servetune_campaign::secrets::FILE, servetune_campaign::controller::FILE);
+    [journal.to_string(), format!("{journal}-wal"), format!("{journal}-shm"), secrets.into(), lock.into()]
         .into_iter()
         .map(|f| (format!("the campaign's {f}"), dir.join(f)))
         .collect()

@@ -102,12 +102,18 @@ fn probe_root_escapes_control_characters_of_snapshot_gpu_names_on_the_terminal()
     assert!(text.contains("driver 1\\x1b[31m"), "{text}");
 }
 
-#[test]
-fn probe_root_with_a_fifo_in_the_snapshot_finishes_and_names_it() {
+/// A copy of the `no-gpu` capture in a temporary folder, to edit.
+fn no_gpu_copy() -> tempfile::TempDir {
     let fx = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../probe/tests/fixtures/no-gpu");
     let dir = tempfile::tempdir().expect("tmp");
     let ok = std::process::Command::new("cp").arg("-a").arg(fx.join(".")).arg(dir.path()).status().expect("cp").success();
     assert!(ok, "copy the fixture");
+    dir
+}
+
+#[test]
+fn probe_root_with_a_fifo_in_the_snapshot_finishes_and_names_it() {
+    let dir = no_gpu_copy();
     let cpuinfo = dir.path().join("proc/cpuinfo");
     let _ = std::fs::remove_file(&cpuinfo);
     assert!(std::process::Command::new("mkfifo").arg(&cpuinfo).status().expect("mkfifo").success());
@@ -121,10 +127,7 @@ fn probe_root_with_a_fifo_in_the_snapshot_finishes_and_names_it() {
 /// into a folder that already holds files is refused, the files kept.
 #[test]
 fn probe_refuses_a_report_inside_its_snapshot_and_a_capture_into_a_full_folder() {
-    let fx = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../probe/tests/fixtures/no-gpu");
-    let dir = tempfile::tempdir().expect("tmp");
-    let ok = std::process::Command::new("cp").arg("-a").arg(fx.join(".")).arg(dir.path()).status().expect("cp").success();
-    assert!(ok, "copy the fixture");
+    let dir = no_gpu_copy();
     let nvml = dir.path().join("nvml.json");
     let before = std::fs::read(&nvml).expect("nvml.json");
     let out = servetune().arg("probe").arg("--root").arg(dir.path()).arg("--json").arg(&nvml).output().expect("run");

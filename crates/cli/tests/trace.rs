@@ -123,11 +123,26 @@ fn bad_traces_exit_2_with_the_reason() {
     }
 }
 
-fn from_plan_sim(pairs: &str) -> crate::common::Sim {
+/// A simulator priced by the plan of `pairs` (as `sim --from-plan` starts one).
+fn from_plan_config(pairs: &str) -> servetune_sim::SimConfig {
     let scenario = servetune_model::ScenarioSpec::parse_pairs("test", pairs).and_then(|s| s.build()).expect("plan");
     let mut cfg = servetune_sim::SimConfig::new(servetune_sim::from_plan::profile(&scenario));
     cfg.cost = Some(std::sync::Arc::new(servetune_sim::from_plan::PlanCost { scenario }));
-    crate::common::sim(cfg)
+    cfg
+}
+
+fn from_plan_sim(pairs: &str) -> crate::common::Sim {
+    crate::common::sim(from_plan_config(pairs))
+}
+
+/// `servetune plan --json` of Llama 3.1 70B on 4 H100s at `concurrency`, written to DIR/plan.json.
+fn plan_json(dir: &std::path::Path, concurrency: &str) -> std::path::PathBuf {
+    let plan = dir.join("plan.json");
+    let plan_s = plan.to_string_lossy().to_string();
+    let (code, _, err) =
+        run(&["plan", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--gpus", "4", "--concurrency", concurrency, "--json", &plan_s]);
+    assert_eq!(code, 0, "{err}");
+    plan
 }
 
 #[test]
@@ -189,10 +204,7 @@ fn bench_profile_captures_a_sim_trace_attributed_as_the_sim_split_it() {
 #[test]
 fn bench_profile_against_a_sim_with_its_own_profile_dir_gets_the_trace_there() {
     let own = tempfile::tempdir().expect("tmp");
-    let scenario =
-        servetune_model::ScenarioSpec::parse_pairs("test", "model=llama-3.1-8b,gpu=h100-sxm,gpus=1").and_then(|s| s.build()).expect("plan");
-    let mut cfg = servetune_sim::SimConfig::new(servetune_sim::from_plan::profile(&scenario));
-    cfg.cost = Some(std::sync::Arc::new(servetune_sim::from_plan::PlanCost { scenario }));
+    let mut cfg = from_plan_config("model=llama-3.1-8b,gpu=h100-sxm,gpus=1");
     cfg.profile_dir = own.path().to_path_buf();
     let s = crate::common::sim(cfg);
     let (code, out, err) = run(&[
@@ -255,11 +267,7 @@ fn a_sim_trace_against_its_own_plan_matches_within_a_few_points() {
 #[test]
 fn vs_plan_json_gives_the_same_comparison_as_vs_plan() {
     let dir = tempfile::tempdir().expect("tmp");
-    let plan = dir.path().join("plan.json");
-    let plan_s = plan.to_string_lossy().to_string();
-    let (code, _, err) =
-        run(&["plan", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--gpus", "4", "--concurrency", "8,16", "--json", &plan_s]);
-    assert_eq!(code, 0, "{err}");
+    let plan_s = plan_json(dir.path(), "8,16").to_string_lossy().to_string();
     let f = drawn(dir.path(), Engine::TrtLlm);
     let f = f.to_string_lossy();
     let rows = |args: &[&str]| {
@@ -295,11 +303,8 @@ fn a_report_written_over_the_trace_it_reads_is_refused_and_the_trace_kept() {
 #[test]
 fn vs_plan_json_with_negative_terms_no_concurrency_or_no_fit_is_refused_saying_which() {
     let dir = tempfile::tempdir().expect("tmp");
-    let plan = dir.path().join("plan.json");
+    let plan = plan_json(dir.path(), "8");
     let plan_s = plan.to_string_lossy().to_string();
-    let (code, _, err) =
-        run(&["plan", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--gpus", "4", "--concurrency", "8", "--json", &plan_s]);
-    assert_eq!(code, 0, "{err}");
     let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&plan).expect("plan")).expect("json");
     let f = drawn(dir.path(), Engine::TrtLlm);
     let f = f.to_string_lossy().to_string();

@@ -76,13 +76,15 @@ fn parse_list(flag: &str, s: &str, strict: bool) -> Result<Vec<Slo>, InputError>
     if out.is_empty() {
         return Err(bad(format!("{flag} is empty: write METRIC:pNN<TIME, e.g. ttft:p99<2s")));
     }
-    for (i, a) in out.iter().enumerate().filter(|_| strict) {
-        if let Some(b) = out[..i].iter().find(|b| b.metric == a.metric && b.percentile == a.percentile) {
-            return Err(bad(format!(
-                "{flag}: {}:p{} is bounded twice ({b} and {a}); give each percentile of a metric once",
-                a.metric.name(),
-                a.percentile
-            )));
+    if strict {
+        for (i, a) in out.iter().enumerate() {
+            if let Some(b) = out[..i].iter().find(|b| b.metric == a.metric && b.percentile == a.percentile) {
+                return Err(bad(format!(
+                    "{flag}: {}:p{} is bounded twice ({b} and {a}); give each percentile of a metric once",
+                    a.metric.name(),
+                    a.percentile
+                )));
+            }
         }
     }
     Ok(out)

@@ -54,8 +54,7 @@ pub fn recover(j: &mut Journal) -> Result<Vec<String>> {
         if !e.state.is_active() {
             continue;
         }
-        let owner_alive = e.owner_pid.is_some_and(|p| p != me && process_alive(p));
-        let age = now_ms() - e.heartbeat_at.unwrap_or(0);
+        let (owner_alive, age) = owner_of(&e, me);
         if owner_alive && age < journal::STALE_AFTER_MS {
             return Err(CampaignError::Runtime(format!(
                 "experiment {} is {} by another servetune (pid {}, heartbeat {:.1}s ago): wait for it, or stop that process",
@@ -100,8 +99,7 @@ pub(super) fn import_kept(j: &mut Journal, dir: &Path, say: &mut dyn FnMut(&str)
         if e.state != ExpState::Benchmarking || std::fs::symlink_metadata(&file).is_err() {
             continue;
         }
-        let owner_alive = e.owner_pid.is_some_and(|p| p != me && process_alive(p));
-        if owner_alive && now_ms() - e.heartbeat_at.unwrap_or(0) < journal::STALE_AFTER_MS {
+        if still_owned(&e, me) {
             continue;
         }
         let read = servetune_io::read_regular(&file, &file.display().to_string(), MAX_KEPT_RESULT).map_err(|x| x.to_string());
@@ -160,6 +158,18 @@ pub(super) fn reattach(j: &mut Journal, e: &Experiment, owner_alive: bool, age: 
     let owner = Owner { pid: i64::from(std::process::id()), pgid: None };
     j.transition(e.id, &[e.state], ExpState::Launching, &Update { owner: Some(owner), ..Update::default() }, &why)?;
     Ok(Some(format!("experiment {}: {why}", e.id)))
+}
+
+/// Whether a process other than `me` that is alive owns the step, and how long ago (ms) the step
+/// last beat.
+fn owner_of(e: &Experiment, me: i64) -> (bool, i64) {
+    (e.owner_pid.is_some_and(|p| p != me && process_alive(p)), now_ms() - e.heartbeat_at.unwrap_or(0))
+}
+
+/// Whether another live process still beats for `e` (a step `continue` must leave alone).
+fn still_owned(e: &Experiment, me: i64) -> bool {
+    let (alive, age) = owner_of(e, me);
+    alive && age < journal::STALE_AFTER_MS
 }
 
 /// Kills what is left of a stale step's server group ([`executor::kill_stale_group`]). A group
@@ -282,11 +292,7 @@ pub(crate) fn next_of(snap: &Snapshot) -> Result<Verdict> {
     let me = i64::from(std::process::id());
     // A step whose owner is gone or stopped beating: `continue` recovers it (re-attaches or
     // re-queues it) before anything else, as `recover` decides.
-    let stale = |e: &Experiment| {
-        e.state.is_active()
-            && !(e.owner_pid.is_some_and(|p| p != me && process_alive(p))
-                && now_ms() - e.heartbeat_at.unwrap_or(0) < journal::STALE_AFTER_MS)
-    };
+    let stale = |e: &Experiment| e.state.is_active() && !still_owned(e, me);
     let queued: Vec<planner::Step> = snap
         .experiments
         .iter()

@@ -751,19 +751,21 @@ impl EngineRelease {
 
 /// A release's leading x.y.z (`0.4.6`, `v0.5.10rc1`, `0.5.10-cu129`), if it has one.
 fn release_numbers(v: &str) -> Option<(u32, u32, u32)> {
-    let v = v.trim_start_matches('v');
-    // `0.4.6.` of `0.4.6.post5`: the dot before a suffix is not a part.
-    let head = v.split(|ch: char| !ch.is_ascii_digit() && ch != '.').next().unwrap_or("").trim_end_matches('.');
+    let head = release_head(v);
     // An empty part (`0..5`) or one too large for a number (`0.5.99999999999`) is no release.
     let nums: Vec<u32> = head.split('.').map(|p| p.parse().ok()).collect::<Option<_>>()?;
     (nums.len() >= 2).then(|| (nums[0], nums[1], nums.get(2).copied().unwrap_or(0)))
 }
 
+/// A version's release part: its leading digits and dots, less a `v` (`0.4.6` of
+/// `v0.4.6.post5`: the dot before a suffix is not a part).
+fn release_head(v: &str) -> &str {
+    v.trim_start_matches('v').split(|ch: char| !ch.is_ascii_digit() && ch != '.').next().unwrap_or("").trim_end_matches('.')
+}
+
 /// How many dot-separated numbers a version's release part holds (`0.4.6.post5`: 3).
 fn release_parts(v: &str) -> usize {
-    let v = v.trim_start_matches('v');
-    let head = v.split(|ch: char| !ch.is_ascii_digit() && ch != '.').next().unwrap_or("").trim_end_matches('.');
-    head.split('.').count()
+    release_head(v).split('.').count()
 }
 
 /// A nightly's build date (yyyymmdd) from its tag.
