@@ -308,9 +308,17 @@ pub struct Steps {
 }
 
 /// Sorts windows, drops those inside the previous one (a layer's range inside its step's) and
-/// starts one that overlaps the previous one's end where that ends.
-fn normalize(mut w: Vec<Window>) -> Vec<Window> {
+/// starts one that overlaps the previous one's end where that ends. With `wrappers_out`, a window
+/// that holds two or more others is dropped first: steps of one engine's annotations never nest,
+/// so such a range is a wrapper around steps (or a range whose end the profiler lost), not a step,
+/// and keeping it would swallow every step inside it.
+fn normalize(mut w: Vec<Window>, wrappers_out: bool) -> Vec<Window> {
     w.sort_by(|a, b| a.start.total_cmp(&b.start).then(b.end.total_cmp(&a.end)));
+    if wrappers_out {
+        let spans: Vec<(f64, f64)> = w.iter().map(|x| (x.start, x.end)).collect();
+        let wraps = holds_two_or_more(&spans);
+        w = w.into_iter().zip(wraps).filter_map(|(x, wraps)| (!wraps).then_some(x)).collect();
+    }
     let mut out: Vec<Window> = Vec::with_capacity(w.len());
     for mut x in w {
         match out.last() {
@@ -320,6 +328,34 @@ fn normalize(mut w: Vec<Window>) -> Vec<Window> {
                 out.push(x);
             }
             None => out.push(x),
+        }
+    }
+    out
+}
+
+/// For spans sorted by start (and, at one start, longest first), whether each holds two or more of
+/// the others. A later span starts no earlier, so it lies inside span i exactly when it ends no
+/// later: counted with a Fenwick tree over the ends, from the last span back (n log n, where a
+/// hostile trace of overlapping ranges would make a pairwise scan quadratic).
+fn holds_two_or_more(spans: &[(f64, f64)]) -> Vec<bool> {
+    let mut ends: Vec<f64> = spans.iter().map(|s| s.1).collect();
+    ends.sort_by(f64::total_cmp);
+    ends.dedup();
+    let mut tree = vec![0u32; ends.len() + 1];
+    let mut out = vec![false; spans.len()];
+    for (i, s) in spans.iter().enumerate().rev() {
+        // Spans seen so far (all later in order) that end at or before this one's end.
+        let mut k = ends.partition_point(|e| *e <= s.1);
+        let mut inside = 0u32;
+        while k > 0 {
+            inside += tree[k];
+            k &= k - 1;
+        }
+        out[i] = inside >= 2;
+        let mut k = ends.partition_point(|e| *e < s.1) + 1;
+        while k < tree.len() {
+            tree[k] += 1;
+            k += k & k.wrapping_neg();
         }
     }
     out
@@ -365,11 +401,11 @@ fn annotation_windows(t: &Timeline) -> Option<(Segmentation, Family, Vec<Window>
         let gpu: Vec<Window> =
             t.marks.iter().filter(|m| m.gpu && m.info.family == fam).map(|m| Window::annotated(m.start, m.end, &m.info, &m.name)).collect();
         if !gpu.is_empty() {
-            return Some((Segmentation::StepAnnotations, fam, normalize(gpu)));
+            return Some((Segmentation::StepAnnotations, fam, normalize(gpu, fam != Family::Named)));
         }
         let cpu = cpu_windows(t, fam);
         if !cpu.is_empty() {
-            return Some((Segmentation::CpuAnnotations, fam, normalize(cpu)));
+            return Some((Segmentation::CpuAnnotations, fam, normalize(cpu, fam != Family::Named)));
         }
     }
     None
@@ -380,9 +416,16 @@ fn annotation_windows(t: &Timeline) -> Option<(Segmentation, Family, Vec<Window>
 /// those ids give the step's window.
 fn cpu_windows(t: &Timeline, fam: Family) -> Vec<Window> {
     let mut ranges: Vec<(i64, i64, usize)> = Vec::new();
-    // Marks come sorted by start; a range inside the previous one belongs to it.
+    // Marks come sorted by start; a range inside the previous one belongs to it, and one around
+    // two or more steps is a wrapper, not a step (as on the GPU, [`normalize`]).
+    let mut host: Vec<&crate::StepMark> = t.marks.iter().filter(|m| !m.gpu && m.info.family == fam).collect();
+    host.sort_by(|a, b| a.start.total_cmp(&b.start).then(b.end.total_cmp(&a.end)));
+    if fam != Family::Named {
+        let wraps = holds_two_or_more(&host.iter().map(|m| (m.start, m.end)).collect::<Vec<_>>());
+        host = host.into_iter().zip(wraps).filter_map(|(m, wraps)| (!wraps).then_some(m)).collect();
+    }
     let mut marks: Vec<&crate::StepMark> = Vec::new();
-    for m in t.marks.iter().filter(|m| !m.gpu && m.info.family == fam) {
+    for m in host {
         if marks.last().is_none_or(|p| m.end > p.end) {
             marks.push(m);
         }
@@ -517,7 +560,7 @@ fn graph_windows(t: &Timeline, gap_us: f64) -> Vec<Window> {
             }
         }
     }
-    normalize(out)
+    normalize(out, false)
 }
 
 /// Windows from runs of intervals separated by more than `gap_us`.
@@ -839,4 +882,54 @@ mod tests {
         assert_eq!(p("aten::mm"), None);
         assert_eq!(p("python/torch/nn/modules/module.py(1750): _call_impl"), None);
     }
+    fn gpu_mark(name: &str, start: f64, end: f64) -> StepMark {
+        StepMark { start, end, info: parse_step_name(name).expect("a step"), gpu: true, tid: 0, name: name.into() }
+    }
+
+    #[test]
+    fn a_span_holding_two_or_more_others_is_found_in_one_pass() {
+        let spans = [(0.0, 100.0), (0.0, 50.0), (10.0, 20.0), (30.0, 40.0), (60.0, 70.0), (90.0, 300.0), (95.0, 96.0)];
+        assert_eq!(holds_two_or_more(&spans), [true, true, false, false, false, false, false]);
+        assert_eq!(holds_two_or_more(&[(0.0, 10.0), (0.0, 10.0)]), [false, false], "a duplicate holds one");
+        assert!(holds_two_or_more(&[]).is_empty());
+        // Overlapping ranges that hold nothing: none is a wrapper, and the count stays n log n.
+        let chain: Vec<(f64, f64)> = (0..20_000).map(|i| (i as f64, i as f64 + 10_000.0)).collect();
+        assert!(holds_two_or_more(&chain).iter().all(|w| !w));
+    }
+
+    #[test]
+    fn a_step_annotation_around_other_steps_is_a_wrapper_and_does_not_swallow_them() {
+        let mut t = timeline(&["nvjet_gemm"], &[(0.0, 90.0, 0, 1), (100.0, 190.0, 0, 2), (200.0, 290.0, 0, 3)]);
+        t.marks = vec![
+            gpu_mark("step[decode bs=64]", 0.0, 1e9),
+            gpu_mark("step[decode bs=4]", 0.0, 95.0),
+            gpu_mark("step[decode bs=5]", 100.0, 195.0),
+            gpu_mark("step[prefill bs=1 toks=512]", 200.0, 295.0),
+        ];
+        let s = segment(&t, 1.0);
+        assert_eq!(s.segmentation, Segmentation::StepAnnotations);
+        let got: Vec<_> = s.windows.iter().map(|w| (w.start, w.end, w.requests, w.kind)).collect();
+        assert_eq!(
+            got,
+            [
+                (0.0, 95.0, Some(4), Some(Phase::Decode)),
+                (100.0, 195.0, Some(5), Some(Phase::Decode)),
+                (200.0, 295.0, Some(1), Some(Phase::Prefill))
+            ],
+            "the wrapper is gone and each step keeps its own counts"
+        );
+    }
+
+    #[test]
+    fn a_named_range_around_its_sub_ranges_stays_one_step() {
+        // Generic names (execute_model, model_forward, ...) may nest inside one step: the outer one
+        // is the step, as before, even around two inner ranges.
+        let mut t = timeline(&["nvjet_gemm"], &[(0.0, 90.0, 0, 1)]);
+        t.marks = vec![gpu_mark("execute_model", 0.0, 100.0), gpu_mark("model_forward", 5.0, 40.0), gpu_mark("forward_batch", 45.0, 80.0)];
+        let s = segment(&t, 1.0);
+        assert_eq!(s.family, Some(Family::Named));
+        assert_eq!(s.windows.len(), 1);
+        assert_eq!(s.windows[0].name.as_deref(), Some("execute_model"));
+    }
+
 }
