@@ -570,9 +570,38 @@ fn script_name(i: usize, label: &str) -> String {
     format!("{:02}-{slug}.sh", i + 1)
 }
 
+/// The first line of a comment every script [`emit_launch`] writes starts with (its second line).
+const SCRIPT_MARK: &str = "# servetune plan: ";
+
+/// `--emit-launch DIR`: where each ranked plan's script goes.
+fn launch_paths(dir: &Path, r: &report::PlanReport) -> Vec<PathBuf> {
+    r.ranked_plans.iter().enumerate().map(|(i, x)| dir.join(script_name(i, &x.label))).collect()
+}
+
+/// Whether `p` is a script an earlier `--emit-launch` wrote: a plain file named `NN-....sh` whose
+/// second line is [`SCRIPT_MARK`]'s. Only those are removed, so a file of the user's in DIR stays.
+fn earlier_script(p: &Path) -> bool {
+    let named = p
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.len() > 6 && n.as_bytes()[..2].iter().all(u8::is_ascii_digit) && n.as_bytes()[2] == b'-' && n.ends_with(".sh"));
+    if !named || !std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_file()) {
+        return false;
+    }
+    let Ok(f) = std::fs::File::open(p) else { return false };
+    let mut head = String::new();
+    use std::io::Read as _;
+    // Two lines of a script are well under 4 KB (a title and the shebang).
+    if f.take(4096).read_to_string(&mut head).is_err() {
+        return false;
+    }
+    head.lines().nth(1).is_some_and(|l| l.starts_with(SCRIPT_MARK))
+}
+
 /// `--emit-launch DIR`: one executable script per ranked plan; refuses a DIR that is not a
-/// directory, creates a missing one.
-fn emit_launch(dir: &Path, r: &report::PlanReport) -> Result<Vec<PathBuf>, Failure> {
+/// directory, creates a missing one, and removes the scripts an earlier ranking left there (so
+/// every script in DIR is of this ranking). A script is never written through a symbolic link.
+fn emit_launch(dir: &Path, r: &report::PlanReport) -> Result<(Vec<PathBuf>, usize), Failure> {
     if dir.exists() && !dir.is_dir() {
         return Err(Failure::usage(format!(
             "--emit-launch {}: this is a file, not a directory; give a directory to write the launch scripts into (it is created if missing)",
@@ -581,11 +610,19 @@ fn emit_launch(dir: &Path, r: &report::PlanReport) -> Result<Vec<PathBuf>, Failu
     }
     std::fs::create_dir_all(dir)
         .map_err(|e| Failure::runtime(format!("--emit-launch {}: cannot create the directory: {e}", dir.display())))?;
-    let mut written = Vec::new();
-    for (i, x) in r.ranked_plans.iter().enumerate() {
-        let p = dir.join(script_name(i, &x.label));
+    let paths = launch_paths(dir, r);
+    let mut removed = 0;
+    let entries = std::fs::read_dir(dir).map_err(|e| Failure::runtime(format!("--emit-launch {}: cannot list it: {e}", dir.display())))?;
+    for p in entries.filter_map(|e| e.ok().map(|e| e.path())) {
+        if !paths.contains(&p) && earlier_script(&p) {
+            std::fs::remove_file(&p).map_err(|e| Failure::runtime(format!("cannot remove the earlier script {}: {e}", p.display())))?;
+            removed += 1;
+        }
+    }
+    for (x, p) in r.ranked_plans.iter().zip(&paths) {
         let title = format!(
-            "servetune plan: {} for {} on {} x {} ({}): predicted {:.0} output tok/s at concurrency {}",
+            "{}{} for {} on {} x {} ({}): predicted {:.0} output tok/s at concurrency {}",
+            SCRIPT_MARK.trim_start_matches("# "),
             x.label,
             r.model,
             r.scenario.plan.gpus,
@@ -595,12 +632,18 @@ fn emit_launch(dir: &Path, r: &report::PlanReport) -> Result<Vec<PathBuf>, Failu
             x.concurrency
         );
         let text = servetune_model::launch::script(&x.launch, &title);
+        if std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(Failure::usage(format!(
+                "--emit-launch: {} is a symbolic link; servetune writes its scripts only as plain files: remove the link, or give another directory",
+                p.display()
+            )));
+        }
         let fail = |e: std::io::Error| Failure::runtime(format!("cannot write {}: {e}", p.display()));
-        std::fs::write(&p, text).map_err(fail)?;
-        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).map_err(fail)?;
-        written.push(p);
+        let mut f = servetune_io::open_plain_for_write(p, true).map_err(fail)?;
+        f.write_all(text.as_bytes()).map_err(fail)?;
+        std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).map_err(fail)?;
     }
-    Ok(written)
+    Ok((paths, removed))
 }
 
 /// Runs `servetune plan`.
@@ -625,6 +668,22 @@ pub fn run(a: PlanArgs) -> Result<(), Failure> {
     let req = request(&a)?;
     let bench = crate::progress::CountingBench::default();
     let r = crate::progress::with_plan_progress(&bench, true, || servetune_model::build_report_with(&req, Some(&bench))).map_err(input)?;
+    // The scripts' names come from the ranking: checked against the inputs and the other outputs
+    // before anything is written.
+    if let Some(dir) = &a.emit_launch {
+        let scripts = launch_paths(dir, &r);
+        let mut outputs = vec![("--json", a.json.as_deref()), ("--markdown", a.markdown.as_deref())];
+        outputs.extend(scripts.iter().map(|p| ("--emit-launch", Some(p.as_path()))));
+        crate::check_outputs(
+            &outputs,
+            &[
+                ("the --model-config file", a.model_config.as_deref()),
+                ("the --fabric file", a.fabric.as_deref()),
+                ("the --allreduce file", a.allreduce.as_deref()),
+                ("the --calibrate file", a.calibrate.as_deref()),
+            ],
+        )?;
+    }
     // With a document on stdout, the text report goes to stderr so stdout stays machine-readable.
     if is_stdout(&a.json) || is_stdout(&a.markdown) {
         written(report::write_terminal(&r, a.explain, std::io::stderr().lock()), "stderr")?;
@@ -639,8 +698,13 @@ pub fn run(a: PlanArgs) -> Result<(), Failure> {
         write_file(p, &|w| report::write_markdown(&r, w))?;
     }
     if let Some(dir) = &a.emit_launch {
-        let files = emit_launch(dir, &r)?;
-        crate::tell!("wrote {} launch script{} to {}", files.len(), if files.len() == 1 { "" } else { "s" }, dir.display());
+        let (files, removed) = emit_launch(dir, &r)?;
+        let earlier = match removed {
+            0 => String::new(),
+            1 => " (removed 1 script of an earlier ranking)".into(),
+            n => format!(" (removed {n} scripts of an earlier ranking)"),
+        };
+        crate::tell!("wrote {} launch script{} to {}{earlier}", files.len(), if files.len() == 1 { "" } else { "s" }, dir.display());
     }
     if r.fits {
         Ok(())

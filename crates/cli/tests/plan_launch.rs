@@ -242,6 +242,57 @@ fn emit_launch_writes_one_executable_script_per_ranked_plan_and_refuses_a_file()
     assert!(err.contains("--rank"), "{err}");
 }
 
+/// A second ranking into the same folder removes the first one's scripts that it does not
+/// rewrite (and nothing of the user's); a script path that is a link, or that another output or
+/// an input names, is refused before anything is written.
+#[test]
+fn emit_launch_replaces_an_earlier_ranking_and_never_writes_through_a_link_or_over_an_input() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path().join("launch");
+    let ds = d.to_string_lossy().to_string();
+    let run = |top: &str, extra: &[&str]| {
+        let mut args = vec!["plan", "--rank", "--top", top, "--emit-launch", &ds];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&QWEN);
+        servetune(&args)
+    };
+    let listing = || {
+        let mut v: Vec<String> =
+            std::fs::read_dir(&d).expect("dir").map(|e| e.expect("entry").file_name().to_string_lossy().into_owned()).collect();
+        v.sort();
+        v
+    };
+    let (code, _, err) = run("3", &[]);
+    assert_eq!(code, 0, "{err}");
+    let first = listing();
+    assert_eq!(first.len(), 3, "{first:?}");
+    std::fs::write(d.join("05-mine.sh"), "#!/bin/sh\necho mine\n").expect("write");
+    std::fs::write(d.join("notes.txt"), "keep").expect("write");
+    let (code, _, err) = run("1", &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("wrote 1 launch script to") && err.contains("(removed 2 scripts of an earlier ranking)"), "{err}");
+    assert_eq!(listing(), [first[0].clone(), "05-mine.sh".into(), "notes.txt".into()], "the user's files stay");
+
+    // A link planted at the script's path: refused, its target untouched.
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "precious").expect("write");
+    let script = d.join(&first[0]);
+    std::fs::remove_file(&script).expect("rm");
+    std::os::unix::fs::symlink(&victim, &script).expect("link");
+    let (code, _, err) = run("1", &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("is a symbolic link"), "{err}");
+    assert_eq!(std::fs::read_to_string(&victim).expect("victim"), "precious");
+    std::fs::remove_file(&script).expect("rm link");
+
+    // --json naming the script the ranking writes: refused before either is written.
+    let js = script.to_string_lossy().to_string();
+    let (code, _, err) = run("1", &["--json", &js]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("both name"), "{err}");
+    assert!(!script.exists(), "nothing written");
+}
+
 /// The committed interval table is what `plan --validate --write-intervals` computes from the
 /// model as it is: a model change that moves the residuals fails here until the table is
 /// regenerated with the command in the error.

@@ -931,5 +931,4 @@ mod tests {
         assert_eq!(s.windows.len(), 1);
         assert_eq!(s.windows[0].name.as_deref(), Some("execute_model"));
     }
-
 }
