@@ -72,8 +72,8 @@ pub enum ReadError {
         /// The deadline that passed.
         deadline: Duration,
     },
-    /// The input is not UTF-8 text.
-    #[error("{input}: not UTF-8 text (invalid byte at offset {offset}); give the text file itself")]
+    /// The input is not UTF-8 text (or holds a NUL byte).
+    #[error("{input}: not UTF-8 text (a NUL or invalid byte at offset {offset}: binary data?); give the text file itself")]
     NotText {
         /// The input's name.
         input: String,
@@ -97,15 +97,21 @@ pub fn read_bytes(path: &Path, input: &str, max_bytes: u64) -> Result<Vec<u8>, R
     read_within(path, input, max_bytes, STREAM_DEADLINE)
 }
 
-/// [`read_bytes`], then checked to be UTF-8 text.
+/// [`read_bytes`] of UTF-8 text. The check runs as the bytes arrive, so a binary file or device
+/// (`/dev/zero`, `/dev/urandom`) given for a text input stops at its first byte that is not text
+/// (invalid UTF-8, or a NUL, which no JSON, TOML or YAML text holds) instead of at the size limit.
 pub fn read_text(path: &Path, input: &str, max_bytes: u64) -> Result<String, ReadError> {
-    let bytes = read_bytes(path, input, max_bytes)?;
+    let bytes = read_impl(path, input, max_bytes, STREAM_DEADLINE, true)?;
     String::from_utf8(bytes).map_err(|e| ReadError::NotText { input: input.to_string(), offset: e.utf8_error().valid_up_to() })
 }
 
 /// [`read_bytes`] with its own deadline for a pipe or a device (a regular file is read in place:
 /// its size is known before it is read).
 pub fn read_within(path: &Path, input: &str, max_bytes: u64, deadline: Duration) -> Result<Vec<u8>, ReadError> {
+    read_impl(path, input, max_bytes, deadline, false)
+}
+
+fn read_impl(path: &Path, input: &str, max_bytes: u64, deadline: Duration, text: bool) -> Result<Vec<u8>, ReadError> {
     let io = |source| ReadError::Io { input: input.to_string(), source };
     let meta = std::fs::metadata(path).map_err(io)?;
     if meta.is_dir() {
@@ -116,7 +122,7 @@ pub fn read_within(path: &Path, input: &str, max_bytes: u64, deadline: Duration)
             return Err(ReadError::TooLarge { input: input.to_string(), limit: max_bytes });
         }
         let f = File::open(path).map_err(io)?;
-        return take(f, input, max_bytes);
+        return if text { take_text(f, input, max_bytes) } else { take(f, input, max_bytes) };
     }
     // A pipe or a device: opening a FIFO blocks until a writer comes, and reading either may
     // never end, so both happen on a thread the caller stops waiting for at the deadline. A
@@ -124,7 +130,13 @@ pub fn read_within(path: &Path, input: &str, max_bytes: u64, deadline: Duration)
     let (tx, rx) = mpsc::channel();
     let (p, name) = (path.to_path_buf(), input.to_string());
     std::thread::spawn(move || {
-        let r = File::open(&p).map_err(|source| ReadError::Io { input: name.clone(), source }).and_then(|f| take(f, &name, max_bytes));
+        let r = File::open(&p).map_err(|source| ReadError::Io { input: name.clone(), source }).and_then(|f| {
+            if text {
+                take_text(f, &name, max_bytes)
+            } else {
+                take(f, &name, max_bytes)
+            }
+        });
         let _ = tx.send(r);
     });
     rx.recv_timeout(deadline).unwrap_or_else(|_| Err(ReadError::TimedOut { input: input.to_string(), deadline }))
@@ -197,6 +209,41 @@ fn take(r: impl Read, input: &str, max_bytes: u64) -> Result<Vec<u8>, ReadError>
     Ok(out)
 }
 
+/// [`take`] of text: read in chunks, each checked as it arrives (UTF-8, no NUL), so that a binary
+/// stream is refused at its first bad byte, not after `max_bytes` of it.
+fn take_text(mut r: impl Read, input: &str, max_bytes: u64) -> Result<Vec<u8>, ReadError> {
+    let io = |source| ReadError::Io { input: input.to_string(), source };
+    let not_text = |offset| ReadError::NotText { input: input.to_string(), offset };
+    let mut out: Vec<u8> = Vec::new();
+    let mut chunk = vec![0u8; 1 << 16];
+    // Bytes before `valid` are checked; a character cut at a chunk's end is checked with the next.
+    let mut valid = 0usize;
+    loop {
+        let n = match r.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(io(e)),
+        };
+        out.extend_from_slice(&chunk[..n]);
+        if out.len() as u64 > max_bytes {
+            return Err(ReadError::TooLarge { input: input.to_string(), limit: max_bytes });
+        }
+        if let Some(at) = out[valid..].iter().position(|b| *b == 0) {
+            return Err(not_text(valid + at));
+        }
+        match std::str::from_utf8(&out[valid..]) {
+            Ok(_) => valid = out.len(),
+            Err(e) if e.error_len().is_some() => return Err(not_text(valid + e.valid_up_to())),
+            Err(e) => valid += e.valid_up_to(),
+        }
+    }
+    if valid < out.len() {
+        return Err(not_text(valid));
+    }
+    Ok(out)
+}
+
 /// Opens `path` for writing, emptied (`truncate`) or not, without following a symbolic link at
 /// it: a file servetune writes in a folder it owns (a campaign's lock, a step's log) must not
 /// become a write to wherever a planted link points. A link is refused saying so.
@@ -235,6 +282,35 @@ mod tests {
     fn mkfifo(p: &Path) {
         let ok = std::process::Command::new("mkfifo").arg(p).status().expect("mkfifo runs").success();
         assert!(ok, "mkfifo {}", p.display());
+    }
+
+    #[test]
+    fn a_binary_stream_given_as_text_stops_at_its_first_bad_byte_not_at_the_limit() {
+        // /dev/zero under a 1 GiB limit: refused at offset 0, after one chunk, not 1 GiB in.
+        match read_text(Path::new("/dev/zero"), "--dataset /dev/zero", 1 << 30) {
+            Err(ReadError::NotText { offset: 0, .. }) => {}
+            other => panic!("{other:?}"),
+        }
+        let e = read_text(Path::new("/dev/urandom"), "--dataset /dev/urandom", 1 << 30).expect_err("random bytes");
+        assert!(matches!(e, ReadError::NotText { .. }), "{e:?}");
+        assert!(e.to_string().starts_with("--dataset /dev/urandom: not UTF-8 text"), "{e}");
+        let dir = tempfile::tempdir().expect("tmp");
+        // A character cut at the 64 KiB chunk's end is text; a bad byte later is found at its offset.
+        let mut text = vec![b'a'; (1 << 16) - 1];
+        text.extend_from_slice("é and more".as_bytes());
+        let p = dir.path().join("ok.jsonl");
+        std::fs::write(&p, &text).expect("write");
+        assert_eq!(read_text(&p, "ok", 1 << 20).expect("text").len(), text.len());
+        let mut bad = text.clone();
+        bad.extend_from_slice(b"\xff tail");
+        std::fs::write(&p, &bad).expect("write");
+        match read_text(&p, "bad", 1 << 20) {
+            Err(ReadError::NotText { offset, .. }) => assert_eq!(offset, text.len()),
+            other => panic!("{other:?}"),
+        }
+        // A file ending inside a character is not text either.
+        std::fs::write(&p, &"é".as_bytes()[..1]).expect("write");
+        assert!(matches!(read_text(&p, "cut", 64), Err(ReadError::NotText { offset: 0, .. })));
     }
 
     #[test]
@@ -325,6 +401,6 @@ mod tests {
         let p = dir.path().join("t");
         std::fs::write(&p, b"ab\xffcd").expect("write");
         let e = read_text(&p, "--engines t", 64).expect_err("binary");
-        assert_eq!(e.to_string(), "--engines t: not UTF-8 text (invalid byte at offset 2); give the text file itself");
+        assert_eq!(e.to_string(), "--engines t: not UTF-8 text (a NUL or invalid byte at offset 2: binary data?); give the text file itself");
     }
 }
