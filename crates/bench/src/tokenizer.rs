@@ -28,8 +28,10 @@ impl Tokenizer {
     /// Loads `path` (a `tokenizer.json`).
     #[cfg(feature = "tokenizer")]
     pub fn load(path: &Path) -> Result<Self, InputError> {
-        let bytes = servetune_io::read_bytes(path, &format!("--tokenizer {}", path.display()), MAX_TOKENIZER_FILE)
-            .map_err(|e| InputError(format!("{e}; give the tokenizer.json of the served model")))?;
+        // tokenizer.json is JSON text: read as text, a binary file stops at its first bad byte.
+        let bytes = servetune_io::read_text(path, &format!("--tokenizer {}", path.display()), MAX_TOKENIZER_FILE)
+            .map_err(|e| InputError(format!("{e}; give the tokenizer.json of the served model")))?
+            .into_bytes();
         let inner = tokenizers::Tokenizer::from_bytes(bytes).map_err(|e| {
             InputError(format!(
                 "--tokenizer {}: cannot load it as a Hugging Face tokenizer.json ({e}); give the tokenizer.json of the served model",
