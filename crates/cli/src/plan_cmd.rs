@@ -454,28 +454,41 @@ fn mean_len(d: &LengthDist) -> u32 {
 
 /// A calibration fits the model to what a sweep measured, so it prices the workload that sweep
 /// ran: a bench file whose prompt or output lengths differ from the plan's by more than 10% (on
-/// the mean) is refused, naming the flags that would match it.
+/// the mean) is refused, naming the flags that would match it. The lengths are the ones
+/// `config` gives; a prompt length it gives only in words (a `--dataset` or shared-prefix sweep)
+/// is the mean the runs measured (prompt tokens over requests).
 fn same_workload(a: &PlanArgs, b: &BenchInput, src: &str) -> Result<(), Failure> {
     let Some(w) = &b.config else { return Ok(()) };
     let (input, output) = lengths(a)?;
-    let differs = |field: &str, measured: &Option<String>, planned: &LengthDist| -> Option<String> {
-        let text = measured.as_deref()?;
-        let m = LengthDist::parse(field, text).ok()?.mean();
-        let p = planned.mean();
-        ((m - p).abs() > 0.1 * p.max(m)).then(|| text.to_string())
+    // What the sweep ran, as a flag's value and its mean: the config's length text where it is
+    // one, else (prompts only) the measured mean.
+    let ran = |field: &str, text: &Option<String>, measured: Option<f64>| -> Option<(String, f64)> {
+        match text.as_deref().map(|t| (t, LengthDist::parse(field, t))) {
+            Some((t, Ok(d))) => Some((t.to_string(), d.mean())),
+            _ => measured.filter(|m| *m >= 0.5).map(|m| (format!("{}", m.round()), m)),
+        }
     };
-    let (bi, bo) = (differs("config.input", &w.input, &input), differs("config.output", &w.output, &output));
-    if bi.is_none() && bo.is_none() {
+    let (ri, ro) = (ran("config.input", &w.input, b.measured_input_len()), ran("config.output", &w.output, None));
+    let differs = |r: &Option<(String, f64)>, planned: &LengthDist| {
+        r.as_ref().is_some_and(|(_, m)| (m - planned.mean()).abs() > 0.1 * planned.mean().max(*m))
+    };
+    if !differs(&ri, &input) && !differs(&ro, &output) {
         return Ok(());
     }
+    let said = |r: &Option<(String, f64)>, text: &Option<String>| match (r, text) {
+        (Some((flag, _)), Some(t)) if flag != t => format!("{t} (a mean of {flag})"),
+        (Some((flag, _)), _) => flag.clone(),
+        (None, Some(t)) => t.clone(),
+        (None, None) => "?".into(),
+    };
     Err(Failure::usage(format!(
         "--calibrate {src}: the sweep ran prompts of {} and outputs of {} tokens, the plan is for {} and {}: a calibration prices the workload it measured; give --input-len {} --output-len {}",
-        w.input.as_deref().unwrap_or("?"),
-        w.output.as_deref().unwrap_or("?"),
+        said(&ri, &w.input),
+        said(&ro, &w.output),
         a.input_len,
         a.output_len,
-        w.input.as_deref().unwrap_or(&a.input_len),
-        w.output.as_deref().unwrap_or(&a.output_len)
+        ri.as_ref().map_or(a.input_len.as_str(), |r| r.0.as_str()),
+        ro.as_ref().map_or(a.output_len.as_str(), |r| r.0.as_str()),
     )))
 }
 

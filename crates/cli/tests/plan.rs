@@ -886,4 +886,21 @@ fn a_calibration_of_another_workload_or_an_empty_run_is_refused_naming_the_flags
     let (code, out, err) = plan(&[&REF[..], &["--calibrate", &bs, "--concurrency", "8"]].concat());
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("c=8: measured 150"), "{out}");
+    // A --dataset sweep names its prompts in words: the runs' measured mean (prompt tokens over
+    // requests, here 2,300 / 10 = 230) is compared, and suggested.
+    let dataset = |input_tok_s: f64| {
+        serde_json::json!({"schema": "servetune.bench/1", "config": {"input": "dataset /data/sharegpt.json", "output": "1024", "model": "m"},
+            "runs": [{"concurrency": 8, "throughput": {"output_tokens_per_s": 150.0, "input_tokens_per_s": input_tok_s, "requests_per_s": 10.0},
+                "requests": {"completed": 80}}]})
+        .to_string()
+    };
+    std::fs::write(&b, dataset(2300.0)).expect("write");
+    usage_error(
+        &[&REF[..], &["--calibrate", &bs]].concat(),
+        "the sweep ran prompts of dataset /data/sharegpt.json (a mean of 230) and outputs of 1024 tokens",
+    );
+    usage_error(&[&REF[..], &["--calibrate", &bs]].concat(), "give --input-len 230 --output-len 1024");
+    std::fs::write(&b, dataset(10_100.0)).expect("write");
+    let (code, _, err) = plan(&[&REF[..], &["--calibrate", &bs, "--concurrency", "8"]].concat());
+    assert_eq!(code, 0, "a dataset of 1,010-token prompts on average is the plan's 1,024: {err}");
 }

@@ -62,6 +62,12 @@ pub struct BenchRequests {
 pub struct BenchThroughput {
     /// Output tokens per second.
     pub output_tokens_per_s: f64,
+    /// Prompt tokens of completed requests per second (older documents may lack it).
+    #[serde(default)]
+    pub input_tokens_per_s: Option<f64>,
+    /// Completed requests per second (older documents may lack it).
+    #[serde(default)]
+    pub requests_per_s: Option<f64>,
 }
 
 /// The lowest output rate a calibration takes, tok/s: one token a million seconds is no run.
@@ -70,6 +76,22 @@ pub const MIN_MEASURED_RATE: f64 = 1e-6;
 pub const MAX_MEASURED_RATE: f64 = 1e9;
 
 impl BenchInput {
+    /// The mean prompt length the sweep's completed requests had, tokens: prompt tokens over
+    /// requests, pooled over the runs that give both rates. None where no run does. This is the
+    /// length a `--dataset` or shared-prefix sweep ran, which `config.input` names only in words.
+    pub fn measured_input_len(&self) -> Option<f64> {
+        let (mut tokens, mut requests) = (0.0, 0.0);
+        for t in self.runs.iter().map(|r| &r.throughput) {
+            if let (Some(i), Some(q)) = (t.input_tokens_per_s, t.requests_per_s) {
+                if i.is_finite() && q.is_finite() && i >= 0.0 && q > 0.0 {
+                    tokens += i;
+                    requests += q;
+                }
+            }
+        }
+        (requests > 0.0 && tokens > 0.0).then(|| tokens / requests)
+    }
+
     /// Parses a bench JSON's text; `source` names the file in errors.
     pub fn parse(text: &str, source: &str) -> Result<Self, ModelError> {
         let b: BenchInput = serde_json::from_str(text).map_err(|e| {
