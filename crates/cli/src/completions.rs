@@ -63,10 +63,43 @@ pub fn man(a: ManArgs, cmd: clap::Command) -> Result<(), Failure> {
     }
 }
 
-/// Writes `servetune.1` and a page for every visible subcommand, nested ones included, into `dir`.
+/// Writes `servetune.1` and a page for every visible subcommand, nested ones included, into `dir`
+/// (the pages clap_mangen's `generate_to` names, `servetune-campaign-init.1` and so on). Each page
+/// is written as a plain file: a symbolic link at a page's name is refused, not written through.
 fn pages(cmd: clap::Command, dir: &std::path::Path) -> Result<(), Failure> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(Failure::usage(format!(
+            "--dir {}: this is a file, not a directory; give a directory to write the man pages into (it is created if missing)",
+            dir.display()
+        )));
+    }
     std::fs::create_dir_all(dir).map_err(|e| Failure::usage(format!("--dir {}: cannot create it: {e}", dir.display())))?;
-    clap_mangen::generate_to(cmd, dir).map_err(|e| Failure::runtime(format!("--dir {}: cannot write the man pages: {e}", dir.display())))
+    fn each(cmd: clap::Command, out: &mut Vec<clap_mangen::Man>) {
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()).cloned() {
+            each(sub, out);
+        }
+        out.push(clap_mangen::Man::new(cmd));
+    }
+    let mut cmd = cmd.disable_help_subcommand(true);
+    cmd.build();
+    let mut all = Vec::new();
+    each(cmd, &mut all);
+    // Every path is checked before any page is written, so a refusal leaves the folder as it was.
+    let paths: Vec<std::path::PathBuf> = all.iter().map(|m| dir.join(m.get_filename())).collect();
+    if let Some(link) = paths.iter().find(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink())) {
+        return Err(Failure::usage(format!(
+            "--dir {}: {} is a symbolic link; servetune writes its man pages only as plain files: remove the link, or give another directory",
+            dir.display(),
+            link.display()
+        )));
+    }
+    for (m, p) in all.iter().zip(&paths) {
+        let fail = |e: std::io::Error| Failure::runtime(format!("--dir {}: cannot write {}: {e}", dir.display(), p.display()));
+        let mut text = Vec::new();
+        m.render(&mut text).map_err(fail)?;
+        servetune_io::open_plain_for_write(p, true).and_then(|mut f| f.write_all(&text)).map_err(fail)?;
+    }
+    Ok(())
 }
 
 /// The completion script of `cmd` for `shell`.
@@ -147,6 +180,23 @@ mod tests {
             }
         }
         assert!(!into.join("servetune-fabric-allreduce-worker.1").exists(), "hidden commands get no page");
+    }
+
+    #[test]
+    fn man_dir_never_writes_through_a_link_and_refuses_a_file() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let into = dir.path().join("man1");
+        std::fs::create_dir(&into).expect("mkdir");
+        let notes = dir.path().join("notes.txt");
+        std::fs::write(&notes, "my notes").expect("write");
+        std::os::unix::fs::symlink(&notes, into.join("servetune-plan.1")).expect("link");
+        let e = pages(crate::Cli::command(), &into).expect_err("a link at a page");
+        assert_eq!(e.code, crate::exit::ExitCode::Usage, "{}", e.msg);
+        assert!(e.msg.contains("servetune-plan.1 is a symbolic link"), "{}", e.msg);
+        assert_eq!(std::fs::read_to_string(&notes).expect("notes"), "my notes");
+        assert!(!into.join("servetune.1").exists(), "nothing written before the refusal");
+        let e = pages(crate::Cli::command(), &notes).expect_err("a file");
+        assert!(e.msg.contains("this is a file, not a directory"), "{}", e.msg);
     }
 
     /// Every flag and positional argument of every visible command says what it is for.
