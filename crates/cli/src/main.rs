@@ -121,11 +121,15 @@ pub fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
 }
 
 /// Refuses an output that names an input file (writing it would destroy what is read) or the
-/// same file as another output (one would overwrite the other); `-` (stdout) is no file.
+/// same file as another output (one would overwrite the other), and one that is a folder; `-`
+/// (stdout) is no file.
 pub fn check_outputs(outputs: &[(&str, Option<&std::path::Path>)], inputs: &[(&str, Option<&std::path::Path>)]) -> Result<(), Failure> {
     let outs: Vec<(&str, &std::path::Path)> =
         outputs.iter().filter_map(|(f, p)| p.filter(|p| p.as_os_str() != "-").map(|p| (*f, p))).collect();
     for (i, (flag, out)) in outs.iter().enumerate() {
+        if out.is_dir() {
+            return Err(Failure::usage(format!("{flag} {}: is a directory; give a file path to write into", out.display())));
+        }
         if let Some((input, _)) = inputs.iter().find(|(_, p)| p.is_some_and(|p| p.as_os_str() != "-" && same_file(out, p))) {
             return Err(Failure::usage(format!(
                 "{flag} {}: that is {input}, which writing this output would overwrite; give another file",

@@ -251,4 +251,9 @@ fn an_output_that_names_an_input_or_another_output_is_refused_and_the_input_kept
     let (code, _, err) = run(&["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpus", "1", "--json", s(&nested)]);
     assert_eq!(code, 0, "{err}");
     assert!(nested.is_file(), "{}", nested.display());
+    // A folder given for a report file: bad input (exit 2) before the report is printed.
+    let (code, out, err) = run(&["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpus", "1", "--markdown", s(d.path())]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--markdown") && err.contains("is a directory; give a file path"), "{err}");
+    assert!(out.is_empty(), "nothing printed before the refusal: {out}");
 }
