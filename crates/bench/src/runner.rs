@@ -209,7 +209,18 @@ pub async fn prepare(cfg: BenchConfig, api_key_env: Option<String>) -> Result<Pr
     }
     // Local input first: a bad file is reported before any network error.
     let dataset = match &cfg.prompts {
-        PromptSource::Dataset { path } => Some(crate::workload::load_dataset(path)?),
+        PromptSource::Dataset { path } => {
+            let (prompts, skipped) = crate::workload::load_dataset_counted(path)?;
+            if skipped > 0 {
+                notes.push(format!(
+                    "--dataset {}: {skipped} of its {} entries have no user turn and were skipped; {} prompts were used",
+                    path.display(),
+                    skipped + prompts.len(),
+                    prompts.len()
+                ));
+            }
+            Some(prompts)
+        }
         PromptSource::Random { .. } => None,
     };
     let model = discover_model(&client, &cfg, &mut notes).await?;

@@ -212,20 +212,32 @@ pub const MAX_DATASET: u64 = 1024 * servetune_io::MIB;
 /// Reads prompts from a JSONL file (`{"prompt": ...}`, `{"text": ...}` or `{"messages": [...]}` per
 /// line) or a ShareGPT JSON array (`[{"conversations": [{"from": "human", "value": ...}, ...]}]`).
 /// The file is read with a limit of [`MAX_DATASET`]; a FIFO or a device must reach its end within
-/// servetune-io's stream deadline.
+/// servetune-io's stream deadline. See [`load_dataset_counted`] for what is skipped.
 pub fn load_dataset(path: &Path) -> Result<Vec<String>, InputError> {
+    load_dataset_counted(path).map(|(prompts, _)| prompts)
+}
+
+/// [`load_dataset`], with the number of entries of a ShareGPT array that were skipped: an entry
+/// without a first user turn (public ShareGPT dumps hold some: empty conversations, ones that
+/// start with the model's turn). A JSONL line without a prompt is an error instead, naming the
+/// line. The caller says how many were skipped (bench's notes).
+pub fn load_dataset_counted(path: &Path) -> Result<(Vec<String>, usize), InputError> {
     let raw =
         servetune_io::read_text(path, &format!("--dataset {}", path.display()), MAX_DATASET).map_err(|e| InputError(e.to_string()))?;
     let fmt_err = |what: String| {
         InputError(format!("--dataset {}: {what}; expected JSONL lines with a \"prompt\" field, or a ShareGPT JSON array", path.display()))
     };
+    // A byte-order mark some editors write is not part of the JSON.
+    let raw = raw.strip_prefix('\u{feff}').unwrap_or(&raw);
     let mut out = Vec::new();
+    let mut skipped = 0;
     let trimmed = raw.trim_start();
     if trimmed.starts_with('[') {
         let v: serde_json::Value = serde_json::from_str(trimmed).map_err(|e| fmt_err(format!("not valid JSON ({e})")))?;
         for item in v.as_array().into_iter().flatten() {
-            if let Some(p) = prompt_of(item) {
-                out.push(p);
+            match prompt_of(item) {
+                Some(p) => out.push(p),
+                None => skipped += 1,
             }
         }
     } else {
@@ -238,22 +250,28 @@ pub fn load_dataset(path: &Path) -> Result<Vec<String>, InputError> {
         }
     }
     if out.is_empty() {
-        return Err(fmt_err("no prompts found".into()));
+        return Err(fmt_err(match skipped {
+            0 => "no prompts found".into(),
+            n => format!("none of its {n} entries has a user turn (a \"conversations\" turn from \"human\" or \"user\", or a \"messages\" turn of role \"user\")"),
+        }));
     }
-    Ok(out)
+    Ok((out, skipped))
 }
 
+/// The text of a dataset entry's prompt: its `prompt`/`text`/`input` field, or the first user turn
+/// of its `conversations` (ShareGPT: `from` "human", or "user" as some exports write it) or
+/// `messages` (OpenAI: `role` "user").
 fn prompt_of(v: &serde_json::Value) -> Option<String> {
     for k in ["prompt", "text", "input"] {
         if let Some(s) = v.get(k).and_then(|x| x.as_str()) {
             return Some(s.to_string());
         }
     }
-    for (list, role_key, text_key, user) in [("conversations", "from", "value", "human"), ("messages", "role", "content", "user")] {
+    for (list, role_key, text_key) in [("conversations", "from", "value"), ("messages", "role", "content")] {
         if let Some(turns) = v.get(list).and_then(|x| x.as_array()) {
             return turns
                 .iter()
-                .find(|t| t.get(role_key).and_then(|r| r.as_str()) == Some(user))
+                .find(|t| matches!(t.get(role_key).and_then(|r| r.as_str()), Some("human" | "user")))
                 .and_then(|t| t.get(text_key))
                 .and_then(|x| x.as_str())
                 .map(str::to_string);
@@ -331,5 +349,24 @@ mod tests {
         std::fs::write(&p, "{\"prompt\":\"a b\"}\nnot json\n").expect("write");
         let e = load_dataset(&p).expect_err("bad line");
         assert!(e.0.contains("line 2"), "{e}");
+    }
+
+    #[test]
+    fn sharegpt_entries_without_a_user_turn_are_counted_and_a_bom_is_skipped() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let p = dir.path().join("sg.json");
+        let doc = r#"[{"conversations":[{"from":"human","value":"one"}]},{"conversations":[{"from":"user","value":"two"}]},
+            {"conversations":[]},{"conversations":[{"from":"gpt","value":"x"}]},"a bare string",{"messages":[{"role":"user","content":"three"}]},
+            {"messages":[{"role":"system","content":"s"}]}]"#;
+        std::fs::write(&p, format!("\u{feff}{doc}")).expect("write");
+        let (prompts, skipped) = load_dataset_counted(&p).expect("load");
+        assert_eq!(prompts, ["one", "two", "three"]);
+        assert_eq!(skipped, 4, "empty, model-first, a bare string, system-only");
+        std::fs::write(&p, r#"[{"conversations":[]},{"conversations":[{"from":"gpt","value":"x"}]}]"#).expect("write");
+        let e = load_dataset(&p).expect_err("nothing usable");
+        assert!(e.0.contains("none of its 2 entries has a user turn"), "{e}");
+        let jl = dir.path().join("p.jsonl");
+        std::fs::write(&jl, "\u{feff}{\"prompt\":\"a\"}\n").expect("write");
+        assert_eq!(load_dataset(&jl).expect("a BOM before JSONL"), ["a"]);
     }
 }
