@@ -125,6 +125,11 @@ pub fn parse(text: &str) -> (Sample, Option<MetricsStyle>) {
     (s, style)
 }
 
+/// The fewest scrapes whose maxima the summary calls the server's peaks (and from which it names a
+/// running-request cap): with one or two, a scrape before the first request or during the drain
+/// would read as the whole run.
+pub const MIN_SAMPLES_FOR_PEAKS: usize = 3;
+
 fn max_of(samples: &[Sample], f: impl Fn(&Sample) -> Option<f64>) -> Option<f64> {
     samples.iter().filter_map(f).fold(None, |m, v| Some(m.map_or(v, |m: f64| m.max(v))))
 }
@@ -145,6 +150,20 @@ impl ServerMetrics {
             summary.push(format!(
                 "nothing was scraped ({failed} scrape(s) failed or none finished before the run ended): no server-side numbers for this run"
             ));
+        } else if samples.len() < MIN_SAMPLES_FOR_PEAKS {
+            // One scrape may come before the first request or during the drain: its numbers are
+            // not the run's peaks, and no limit is named from them.
+            let seen: Vec<String> = [("running", max_running), ("queued", max_queued)]
+                .iter()
+                .filter_map(|(what, v)| v.map(|v| format!("{what} {v:.0}")))
+                .chain(max_kv_usage.map(|k| format!("KV cache {:.0}%", k * 100.0)))
+                .collect();
+            summary.push(format!(
+                "only {} scrape{} during the run, too few to see the server's peaks (a longer run, or a shorter --scrape-interval, gives more){}",
+                samples.len(),
+                if samples.len() == 1 { "" } else { "s" },
+                if seen.is_empty() { String::new() } else { format!("; seen: {}", seen.join(", ")) }
+            ));
         } else if let (Some(r), Some(q)) = (max_running, max_queued) {
             let below_target = client_target.is_none_or(|t| r + 0.5 < t);
             if q >= 1.0 && below_target {
@@ -157,7 +176,7 @@ impl ServerMetrics {
         } else if let Some(r) = max_running {
             summary.push(format!("running requests peaked at {r:.0}"));
         }
-        if let Some(k) = max_kv_usage {
+        if let Some(k) = max_kv_usage.filter(|_| samples.len() >= MIN_SAMPLES_FOR_PEAKS) {
             if k >= 0.95 {
                 summary.push(format!(
                     "the KV cache reached {:.0}% of capacity: KV memory limits the batch; new requests wait or preempt others",
@@ -253,10 +272,25 @@ mod tests {
         let samples = vec![
             Sample { t_s: 1.0, running: Some(64.0), queued: Some(60.0), ..Default::default() },
             Sample { t_s: 2.0, running: Some(64.0), queued: Some(64.0), ..Default::default() },
+            Sample { t_s: 3.0, running: Some(64.0), queued: Some(62.0), ..Default::default() },
         ];
-        let m = ServerMetrics::new("u".into(), Some(MetricsStyle::Sglang), Scraped { samples, failed: 0 }, Some(128.0));
+        let m = ServerMetrics::new("u".into(), Some(MetricsStyle::Sglang), Scraped { samples: samples.clone(), failed: 0 }, Some(128.0));
         assert!(m.summary[0].contains("never exceeded 64"), "{:?}", m.summary);
         assert!(m.summary[0].contains("caps concurrency"), "{:?}", m.summary);
+        // Two scrapes are too few to name a cap, or a peak.
+        let m = ServerMetrics::new("u".into(), Some(MetricsStyle::Sglang), Scraped { samples: samples[..2].to_vec(), failed: 0 }, Some(128.0));
+        assert!(m.summary[0].starts_with("only 2 scrapes during the run, too few"), "{:?}", m.summary);
+        assert!(m.summary[0].ends_with("seen: running 64, queued 64"), "{:?}", m.summary);
+        assert!(!m.summary.iter().any(|s| s.contains("caps") || s.contains("peaked")), "{:?}", m.summary);
+    }
+
+    #[test]
+    fn one_scrape_before_the_load_is_not_called_a_peak_of_zero() {
+        let samples = vec![Sample { t_s: 0.0005, running: Some(0.0), queued: Some(0.0), kv_usage: Some(0.0), ..Default::default() }];
+        let m = ServerMetrics::new("u".into(), Some(MetricsStyle::Sglang), Scraped { samples, failed: 0 }, Some(4.0));
+        assert_eq!(m.summary.len(), 1, "{:?}", m.summary);
+        assert!(m.summary[0].starts_with("only 1 scrape during the run"), "{:?}", m.summary);
+        assert!(!m.summary[0].contains("peaked"), "{:?}", m.summary);
     }
 
     #[test]
