@@ -188,6 +188,10 @@ pub struct RunContext<'a> {
     pub slos: &'a [Slo],
     /// Last intended send time of the schedule (ns), for the open-loop steady window.
     pub last_intended_ns: u64,
+    /// When a stop (a signal) ended the point, ns from its start: the measured window runs to
+    /// it at least, since the run was under load (an open loop waiting for its next arrival)
+    /// until then. None for a point that ran to its end.
+    pub stopped_ns: Option<u64>,
 }
 
 const NS: f64 = 1e9;
@@ -415,6 +419,11 @@ pub fn compute(records: &[RequestRecord], ctx: &RunContext<'_>, server_metrics: 
     for r in &measured {
         t.add(r, ctx);
     }
+    // A stopped point ran until its stop even where its last request ended long before (an open
+    // loop at a low rate): the rates are over the time the run lasted.
+    if let (Some(stop), true) = (ctx.stopped_ns, t.start != u64::MAX) {
+        t.end = t.end.max(stop);
+    }
     let duration_ns = t.window_ns();
     let dur_s = duration_ns as f64 / NS;
     let per_s = |n: u64| if dur_s > 0.0 { n as f64 / dur_s } else { 0.0 };
@@ -621,7 +630,7 @@ mod tests {
     }
 
     fn ctx(load: Load) -> RunContext<'static> {
-        RunContext { load, partial: false, ignore_eos: false, slos: &[], last_intended_ns: 0 }
+        RunContext { load, partial: false, ignore_eos: false, slos: &[], last_intended_ns: 0, stopped_ns: None }
     }
 
     #[test]
@@ -653,6 +662,21 @@ mod tests {
         assert!((g.fraction - 0.5).abs() < 1e-9);
         assert!(!g.all_met, "a failed request means the SLO set is not met");
         assert!(g.slos[0].met);
+    }
+
+    /// An open loop at 0.1 req/s stopped by a signal 8 s in, its one request done after 23 ms:
+    /// the rates are over the 8 s the run lasted, not the 23 ms of its last request.
+    #[test]
+    fn a_stopped_run_is_measured_to_its_stop_not_to_its_last_request() {
+        let r = rec(0, 0, 0, &[10 * MS, 23 * MS], 23 * MS);
+        let open = Load::Open { rate: 0.1, arrival: crate::spec::Arrival::Constant, max_concurrency: None };
+        let stopped = RunContext { partial: true, stopped_ns: Some(8000 * MS), ..ctx(open) };
+        let rep = compute(std::slice::from_ref(&r), &stopped, None);
+        assert!((rep.duration_s - 8.0).abs() < 1e-9, "{}", rep.duration_s);
+        assert!((rep.throughput.requests_per_s - 0.125).abs() < 1e-9, "{}", rep.throughput.requests_per_s);
+        // A run that ended on its own is measured to its last request, as before.
+        let rep = compute(&[r], &ctx(open), None);
+        assert!((rep.duration_s - 0.023).abs() < 1e-9, "{}", rep.duration_s);
     }
 
     #[test]

@@ -278,7 +278,8 @@ mod tests {
         assert!(m.summary[0].contains("never exceeded 64"), "{:?}", m.summary);
         assert!(m.summary[0].contains("caps concurrency"), "{:?}", m.summary);
         // Two scrapes are too few to name a cap, or a peak.
-        let m = ServerMetrics::new("u".into(), Some(MetricsStyle::Sglang), Scraped { samples: samples[..2].to_vec(), failed: 0 }, Some(128.0));
+        let m =
+            ServerMetrics::new("u".into(), Some(MetricsStyle::Sglang), Scraped { samples: samples[..2].to_vec(), failed: 0 }, Some(128.0));
         assert!(m.summary[0].starts_with("only 2 scrapes during the run, too few"), "{:?}", m.summary);
         assert!(m.summary[0].ends_with("seen: running 64, queued 64"), "{:?}", m.summary);
         assert!(!m.summary.iter().any(|s| s.contains("caps") || s.contains("peaked")), "{:?}", m.summary);

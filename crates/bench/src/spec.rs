@@ -288,6 +288,21 @@ impl BenchConfig {
                 }
             }
         }
+        if let (Some(n), None) = (self.stop.requests, self.stop.duration) {
+            // Without --duration the schedule's length is the sends over the rate: one that would
+            // run past a week (the longest duration a point may have) is refused, not started.
+            let sends = n.saturating_add(self.warmup) as f64;
+            let week = servetune_stats::MAX_DURATION.as_secs_f64();
+            if let Some(rate) = self.loads.iter().find_map(|l| match *l {
+                Load::Open { rate, .. } if sends / rate > week => Some(rate),
+                _ => None,
+            }) {
+                return Err(bad(format!(
+                    "--rate {rate} for {sends:.0} requests schedules sends over about {:.0} days, longer than the week one point may run: give a higher --rate, fewer --requests, or a --duration",
+                    sends / rate / 86_400.0
+                )));
+            }
+        }
         if let Some(n) = self.stop.requests {
             let planned = n.saturating_add(self.warmup);
             if self.loads.iter().any(|l| matches!(l, Load::Open { .. })) && planned > MAX_SCHEDULED {
@@ -360,6 +375,22 @@ mod tests {
         assert!(c.validate().expect_err("refused").0.contains("schedules about"));
         let c = BenchConfig { loads: vec![open], stop: Stop { requests: Some(u64::MAX), duration: None }, ..config() };
         assert!(c.validate().is_err(), "u64::MAX requests plus warmup does not overflow, it is refused");
+    }
+
+    #[test]
+    fn an_open_loop_that_would_send_for_more_than_a_week_is_refused() {
+        let slow = |rate: f64| Load::Open { rate, arrival: Arrival::Constant, max_concurrency: None };
+        for rate in [1e-300, 1e-9] {
+            let c = BenchConfig { loads: vec![slow(rate)], stop: Stop { requests: Some(3), duration: None }, ..config() };
+            let e = c.validate().expect_err("refused").0;
+            assert!(e.contains("longer than the week one point may run") && e.contains("--duration"), "{e}");
+        }
+        // 3 requests at one a minute is 3 minutes: fine; so is a slow rate bounded by --duration.
+        let c = BenchConfig { loads: vec![slow(1.0 / 60.0)], stop: Stop { requests: Some(3), duration: None }, ..config() };
+        assert!(c.validate().is_ok());
+        let c =
+            BenchConfig { loads: vec![slow(1e-9)], stop: Stop { requests: Some(3), duration: Some(Duration::from_secs(60)) }, ..config() };
+        assert!(c.validate().is_ok());
     }
 
     #[test]

@@ -327,8 +327,16 @@ pub async fn run_point(p: &Prepared, point: &SweepPoint, ctl: &Control, index: (
     let check = SelfCheck::start();
     let (scrape_stop_tx, scraper) = start_scraper(p, t0);
     let interrupted = Arc::new(AtomicBool::new(false));
+    // When the stop came, ns from t0 (set with `interrupted`).
+    let stopped_at = Arc::new(AtomicU64::new(0));
     let mut loop_failure = None;
-    let watcher = tokio::spawn(watch_stop(Arc::clone(&sh), ctl.stopping.clone(), abort_tx, cfg.drain_timeout, Arc::clone(&interrupted)));
+    let watcher = tokio::spawn(watch_stop(
+        Arc::clone(&sh),
+        ctl.stopping.clone(),
+        abort_tx,
+        cfg.drain_timeout,
+        (Arc::clone(&interrupted), Arc::clone(&stopped_at)),
+    ));
     let last_intended_ns = match load {
         Load::Closed { concurrency } => {
             // The loop runs as a task on the runtime's workers, not on the thread that awaits
@@ -356,7 +364,8 @@ pub async fn run_point(p: &Prepared, point: &SweepPoint, ctl: &Control, index: (
     // The self-check ends with the requests, before the report's own computing.
     let client = check.finish(records.iter().map(|r| r.output_tokens_chunks).sum()).await;
     let was_interrupted = interrupted.load(Ordering::Relaxed);
-    let ctx = RunContext { load, partial: was_interrupted, ignore_eos: cfg.ignore_eos, slos: &cfg.slos, last_intended_ns };
+    let stopped_ns = Some(stopped_at.load(Ordering::Relaxed)).filter(|_| was_interrupted);
+    let ctx = RunContext { load, partial: was_interrupted, ignore_eos: cfg.ignore_eos, slos: &cfg.slos, last_intended_ns, stopped_ns };
     let mut report = report::compute(&records, &ctx, server_metrics);
     let itl = &report.latency_ms.itl;
     report.notes.extend(client.warnings((itl.count > 0).then_some(itl.p50)));
@@ -377,11 +386,12 @@ async fn watch_stop(
     mut stopping: watch::Receiver<Stopping>,
     abort: watch::Sender<bool>,
     drain: Duration,
-    interrupted: Arc<AtomicBool>,
+    (interrupted, stopped_at): (Arc<AtomicBool>, Arc<AtomicU64>),
 ) {
     if stopping.wait_for(|s| *s >= Stopping::Draining).await.is_err() {
         return;
     }
+    stopped_at.store(since(sh.t0), Ordering::Relaxed);
     interrupted.store(true, Ordering::Relaxed);
     // `send_replace`, not `send`: the open loop's pacer reads the value without a receiver of its
     // own, and `send` leaves the value as it was when no receiver is subscribed.

@@ -37,7 +37,14 @@ fn sample_report() -> BenchReport {
     let mut runs = Vec::new();
     for (c, ttft, itl) in [(1u32, 50u64, 10u64), (8, 120, 20), (32, 900, 70)] {
         let recs = records(64, c as u64, ttft, itl);
-        let ctx = RunContext { load: Load::Closed { concurrency: c }, partial: false, ignore_eos: true, slos: &slos, last_intended_ns: 0 };
+        let ctx = RunContext {
+            load: Load::Closed { concurrency: c },
+            partial: false,
+            ignore_eos: true,
+            slos: &slos,
+            last_intended_ns: 0,
+            stopped_ns: None,
+        };
         runs.push(report::compute(&recs, &ctx, None));
     }
     let saturation = saturation::find(&runs);

@@ -104,7 +104,7 @@ pub struct BenchArgs {
     /// Measured requests per load point (warmup not included)
     #[arg(long, value_name = "N")]
     pub requests: Option<u64>,
-    /// Measured time per load point (e.g. 60s, 5m)
+    /// Measured time per load point (e.g. 60s, 5m): no request is sent after it, and those in flight then finish or reach --timeout
     #[arg(long, value_name = "DURATION")]
     pub duration: Option<String>,
     /// Requests sent first and excluded from every statistic

@@ -401,6 +401,9 @@ mod tests {
         let p = dir.path().join("t");
         std::fs::write(&p, b"ab\xffcd").expect("write");
         let e = read_text(&p, "--engines t", 64).expect_err("binary");
-        assert_eq!(e.to_string(), "--engines t: not UTF-8 text (a NUL or invalid byte at offset 2: binary data?); give the text file itself");
+        assert_eq!(
+            e.to_string(),
+            "--engines t: not UTF-8 text (a NUL or invalid byte at offset 2: binary data?); give the text file itself"
+        );
     }
 }
