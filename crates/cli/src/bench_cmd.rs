@@ -197,6 +197,24 @@ pub struct BenchArgs {
     pub quiet: bool,
 }
 
+/// Files a bench process holds besides its connections: standard streams, the runtime's, the
+/// outputs, a metrics scrape.
+const FILES_BESIDE_CONNECTIONS: u64 = 32;
+
+/// Each request in flight holds a connection, so `n` at once needs about n open files: more than
+/// the process may open would fail the excess as connect errors, blamed on the server. `limit`
+/// is the open-file limit (already raised to the hard limit at start); None where unknown.
+fn check_open_files(flag: &str, n: u32, limit: Option<u64>) -> Result<(), spec::InputError> {
+    match limit {
+        Some(limit) if u64::from(n) + FILES_BESIDE_CONNECTIONS > limit => Err(spec::InputError(format!(
+            "{flag} {n} needs about {} open files (a connection per request in flight), but this process may open {limit} (the hard limit of `ulimit -n`): raise it (`ulimit -n {}`, LimitNOFILE= for a service, --ulimit nofile= for a container) or give a lower {flag}",
+            u64::from(n) + FILES_BESIDE_CONNECTIONS,
+            u64::from(n) + FILES_BESIDE_CONNECTIONS
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Resolves the flags into a checked configuration.
 pub fn resolve(a: &BenchArgs) -> Result<BenchConfig, spec::InputError> {
     let bad = |m: &str| spec::InputError(m.to_string());
@@ -217,6 +235,17 @@ pub fn resolve(a: &BenchArgs) -> Result<BenchConfig, spec::InputError> {
     } else {
         a.concurrency.iter().map(|&c| Load::Closed { concurrency: c }).collect()
     };
+    if let Some((flag, n)) = loads
+        .iter()
+        .filter_map(|l| match *l {
+            Load::Closed { concurrency } => Some(("--concurrency", concurrency)),
+            Load::Open { max_concurrency: Some(m), .. } => Some(("--max-concurrency", m)),
+            Load::Open { .. } => None,
+        })
+        .max_by_key(|(_, n)| *n)
+    {
+        check_open_files(flag, n, crate::open_file_limit())?;
+    }
     let duration = a.duration.as_deref().map(|d| parse_duration("--duration", d)).transpose()?;
     let prompts = match &a.dataset {
         Some(path) => {

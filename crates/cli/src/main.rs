@@ -194,6 +194,16 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// The number of files this process may have open (RLIMIT_NOFILE's soft limit; [`raise_fd_limit`]
+/// has raised it to the hard one at start). None where it cannot be read or is unlimited.
+#[expect(unsafe_code, reason = "getrlimit has no safe std wrapper; the call only writes a local struct")]
+pub fn open_file_limit() -> Option<u64> {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `lim` is a valid, exclusively borrowed rlimit.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0;
+    (ok && lim.rlim_cur != libc::RLIM_INFINITY).then_some(lim.rlim_cur)
+}
+
 /// High-concurrency runs need one descriptor per connection: lift the soft limit to the hard one.
 #[expect(unsafe_code, reason = "setrlimit has no safe std wrapper; the call only reads and writes a local struct")]
 fn raise_fd_limit() {

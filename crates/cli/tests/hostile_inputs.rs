@@ -257,3 +257,19 @@ fn an_output_that_names_an_input_or_another_output_is_refused_and_the_input_kept
     assert!(err.contains("--markdown") && err.contains("is a directory; give a file path"), "{err}");
     assert!(out.is_empty(), "nothing printed before the refusal: {out}");
 }
+
+/// More requests in flight than the process may open files is refused up front (exit 2, naming
+/// the limit and how to raise it): the excess would fail as connect errors blamed on the server.
+#[test]
+fn bench_concurrency_above_the_open_file_limit_is_refused_naming_ulimit() {
+    let bin = env!("CARGO_BIN_EXE_servetune");
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!("ulimit -n 256 && exec {bin} bench --url http://127.0.0.1:1 --concurrency 1,1000 --requests 5"))
+        .output()
+        .expect("bash runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--concurrency 1000 needs about 1032 open files") && err.contains("may open 256"), "{err}");
+    assert!(err.contains("ulimit -n 1032"), "{err}");
+}
