@@ -341,11 +341,13 @@ impl HttpClient {
             let d = format!("the response is not an event stream (content-type {ctype:?}); is {url} the right API path?");
             return rec.fail(ErrorKind::MalformedEvent, d, since(x.t0));
         }
-        self.read_document(x, lease, rec).await;
+        self.read_document(x, url, ctype, lease, rec).await;
     }
 
-    /// Non-streaming (or a server that ignored `stream`): one JSON document.
-    async fn read_document(&self, x: &Exec<'_>, lease: &mut Lease<'_>, rec: &mut RequestRecord) {
+    /// Non-streaming (or a server that ignored `stream`): one JSON document. A body that is not
+    /// one is named with its content type, its start and the URL, as a stream that is not an
+    /// event stream is.
+    async fn read_document(&self, x: &Exec<'_>, url: &str, ctype: &str, lease: &mut Lease<'_>, rec: &mut RequestRecord) {
         let collected = tokio::time::timeout(self.limits.idle, lease.collect(64 << 20)).await;
         let body = match collected {
             Ok(Ok(b)) => b,
@@ -356,6 +358,13 @@ impl HttpClient {
         let text = String::from_utf8_lossy(&body);
         let info = match parse_event(x.api, &text) {
             Ok(i) => i,
+            Err(e) if !ctype.contains("json") => {
+                let start: String = text.trim_start().chars().take(60).collect();
+                let d = format!(
+                    "the response is not a JSON document (content-type {ctype:?}, it starts {start:?}); is {url} the right API path? ({e})"
+                );
+                return rec.fail(ErrorKind::MalformedEvent, d, now);
+            }
             Err(e) => return rec.fail(ErrorKind::MalformedEvent, e, now),
         };
         if let Some(err) = info.error {

@@ -183,6 +183,12 @@ fn a_response_that_is_not_sse_is_a_malformed_event() {
     let r = error_kind_of(Faults { not_sse_rate: 1.0, ..Default::default() }, &[]);
     assert_eq!(r["errors"]["malformed_event"], 6, "{r}");
     assert!(r["error_examples"]["malformed_event"][0].as_str().unwrap_or("").contains("not an event stream"), "{r}");
+    // Without streaming, the HTML body is named as what it is, with the URL to check.
+    let r = error_kind_of(Faults { not_sse_rate: 1.0, ..Default::default() }, &["--no-stream"]);
+    assert_eq!(r["errors"]["malformed_event"], 6, "{r}");
+    let e = r["error_examples"]["malformed_event"][0].as_str().unwrap_or("");
+    assert!(e.starts_with("the response is not a JSON document (content-type \"text/html\", it starts \"<html><body>not an API"), "{e}");
+    assert!(e.contains("/v1/completions the right API path?"), "{e}");
 }
 
 #[test]
