@@ -60,6 +60,7 @@ impl From<DefsArg> for Definitions {
 /// and from the actual send time.
 #[derive(Debug, Args)]
 #[command(
+    allow_negative_numbers = true,
     after_help = "Examples:\n  servetune bench --url http://127.0.0.1:30000 --concurrency 1,8,64,256 --requests 200 --input-len 1024 --output-len 256 --json out.json\n  servetune bench --url http://127.0.0.1:8000 --rate 2,4,8 --arrival poisson --duration 60s --slo ttft:p99<2s,tpot:p90<50ms"
 )]
 pub struct BenchArgs {
@@ -98,14 +99,14 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N")]
     pub max_concurrency: Option<u32>,
     /// Ramp the load up over this time (closed: slots start staggered; open: the rate grows linearly)
-    #[arg(long, default_value = "0s", value_name = "DURATION")]
+    #[arg(long, default_value = "0s", value_name = "DURATION", allow_hyphen_values = true)]
     pub ramp_up: String,
 
     /// Measured requests per load point (warmup not included)
     #[arg(long, value_name = "N")]
     pub requests: Option<u64>,
     /// Measured time per load point (e.g. 60s, 5m): no request is sent after it, and those in flight then finish or reach --timeout
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]
     pub duration: Option<String>,
     /// Requests sent first and excluded from every statistic
     #[arg(long, default_value_t = 0, value_name = "N")]
@@ -143,22 +144,22 @@ pub struct BenchArgs {
     #[arg(long, value_name = "ID")]
     pub eos_token_id: Option<u32>,
     /// Whole-request time limit, send to last byte
-    #[arg(long, default_value = "600s", value_name = "DURATION")]
+    #[arg(long, default_value = "600s", value_name = "DURATION", allow_hyphen_values = true)]
     pub timeout: String,
     /// Time limit for a TCP connection to open
-    #[arg(long, default_value = "10s", value_name = "DURATION")]
+    #[arg(long, default_value = "10s", value_name = "DURATION", allow_hyphen_values = true)]
     pub connect_timeout: String,
     /// Time limit from sending a request to its response head, and from the head to the first byte of a stream (a queued request waits this long)
-    #[arg(long, default_value = "300s", value_name = "DURATION")]
+    #[arg(long, default_value = "300s", value_name = "DURATION", allow_hyphen_values = true)]
     pub first_byte_timeout: String,
     /// Longest silence allowed inside a response once it has started (between chunks)
-    #[arg(long, default_value = "120s", value_name = "DURATION")]
+    #[arg(long, default_value = "120s", value_name = "DURATION", allow_hyphen_values = true)]
     pub idle_timeout: String,
     /// Time limit for each start-up request (GET /v1/models, calibration, the /metrics check)
-    #[arg(long, default_value = "30s", value_name = "DURATION")]
+    #[arg(long, default_value = "30s", value_name = "DURATION", allow_hyphen_values = true)]
     pub preflight_timeout: String,
     /// After a stop (SIGINT, SIGTERM, SIGHUP), how long in-flight requests may finish; a second signal ends it at once
-    #[arg(long, default_value = "10s", value_name = "DURATION")]
+    #[arg(long, default_value = "10s", value_name = "DURATION", allow_hyphen_values = true)]
     pub drain_timeout: String,
 
     /// Service-level objectives for goodput, e.g. ttft:p99<2s,tpot:p90<50ms,e2e:p99<30s
@@ -171,10 +172,10 @@ pub struct BenchArgs {
     #[arg(long, value_name = "NAME")]
     pub metrics_api_key_env: Option<String>,
     /// Scrape interval (100ms or more)
-    #[arg(long, default_value = "1s", value_name = "DURATION")]
+    #[arg(long, default_value = "1s", value_name = "DURATION", allow_hyphen_values = true)]
     pub scrape_interval: String,
     /// Time limit for each metrics scrape
-    #[arg(long, default_value = "5s", value_name = "DURATION")]
+    #[arg(long, default_value = "5s", value_name = "DURATION", allow_hyphen_values = true)]
     pub scrape_timeout: String,
     /// Also print the latencies under another tool's definitions
     #[arg(long, value_enum, value_name = "TOOL")]

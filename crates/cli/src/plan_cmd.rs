@@ -158,6 +158,7 @@ fn what_if(s: &str) -> Result<WhatIf, String> {
 /// time goes, and rank plans and fixes.
 #[derive(Debug, Args)]
 #[command(
+    allow_negative_numbers = true,
     after_help = "Examples:\n  servetune plan --model glm-5 --quant nvfp4 --gpu rtx-pro-6000-se --gpus 8 --link pcie-host-staged --tp 8 --explain --rank\n  servetune plan --model deepseek-v3 --gpu h200 --gpus 8 --vs link=pcie5-p2p --vs tp=4,pp=2\n  servetune plan --model deepseek-v3 --gpu h100-sxm --gpus 16 --gpus-per-node 8 --net ib-ndr --tp 8 --pp 2 --rank\n  servetune plan --validate"
 )]
 pub struct PlanArgs {

@@ -40,6 +40,7 @@ impl From<SchedulingArg> for Scheduling {
 /// with step times from a preset or a profile file. For demos, what-if questions and testing clients.
 #[derive(Debug, Args)]
 #[command(
+    allow_negative_numbers = true,
     after_help = "Examples:\n  servetune sim --preset reference-kvm --listen 127.0.0.1:30000\n  servetune sim --profile my-deploy.toml --metrics-style vllm\n  servetune sim --preset tiny --error-status 503 --error-rate 0.1 --stall-every 200 --stall-for 2s\n  servetune sim --exact --ttft 80ms --itl 20ms --tokens-per-chunk 2 --truncate-rate 0.05"
 )]
 pub struct SimArgs {
@@ -146,23 +147,23 @@ pub struct SimArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub stall_every: Option<u64>,
     /// Fault: how long a stall lasts
-    #[arg(long, default_value = "1s", value_name = "DURATION")]
+    #[arg(long, default_value = "1s", value_name = "DURATION", allow_hyphen_values = true)]
     pub stall_for: String,
     /// Fault: the server stops after this long
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]
     pub crash_after: Option<String>,
     /// Fault: /health and generation answer 503 for this long after start
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]
     pub slow_start: Option<String>,
 
     /// A request's headers must be complete this long after its first byte
-    #[arg(long, default_value = "10s", value_name = "DURATION")]
+    #[arg(long, default_value = "10s", value_name = "DURATION", allow_hyphen_values = true)]
     pub header_timeout: String,
     /// A request's body must arrive this long after its headers (else HTTP 408)
-    #[arg(long, default_value = "30s", value_name = "DURATION")]
+    #[arg(long, default_value = "30s", value_name = "DURATION", allow_hyphen_values = true)]
     pub body_timeout: String,
     /// A connection with no request in progress is closed after this long
-    #[arg(long, default_value = "60s", value_name = "DURATION")]
+    #[arg(long, default_value = "60s", value_name = "DURATION", allow_hyphen_values = true)]
     pub idle_timeout: String,
     /// Connections served at once; more get HTTP 503 and are closed
     #[arg(long, default_value_t = 10_000, value_name = "N",
