@@ -233,6 +233,12 @@ fn kv_cache_smaller_than_a_request_is_impossible() {
 }
 
 #[test]
+fn an_empty_served_model_name_is_refused() {
+    sim_usage_error(&["--preset", "tiny", "--model", ""], "model \"\" is not a served model name");
+    sim_usage_error(&["--preset", "tiny", "--model", "a\nb"], "is not a served model name");
+}
+
+#[test]
 fn bad_fault_flags_are_refused() {
     sim_usage_error(&["--preset", "tiny", "--error-status", "200"], "--error-status 200");
     sim_usage_error(&["--preset", "tiny", "--fail-rate", "2"], "--fail-rate 2");

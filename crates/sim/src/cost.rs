@@ -294,6 +294,9 @@ impl Profile {
     /// takes (a profile file gets no more than a flag).
     pub fn validate(&self) -> Result<(), String> {
         self.cost.check()?;
+        if self.model.trim().is_empty() || self.model.chars().any(char::is_control) {
+            return Err(format!("model {:?} is not a served model name: give one (clients send it, and /v1/models lists it)", self.model));
+        }
         if self.max_running_requests == 0 {
             return Err("max_running_requests is 0: no request could ever run".into());
         }

@@ -316,32 +316,123 @@ fn uint(o: &Map<String, Value>, k: &'static str) -> Result<Option<u32>, BadReque
     }
 }
 
-/// Refuses unknown fields and `n` other than 1 (the OpenAI APIs).
+/// A boolean field as the engines' request models (pydantic, lax mode) read one: `true`/`false`,
+/// 0 or 1, or one of the strings pydantic takes (`"true"`, `"yes"`, `"on"`, `"1"`, ... in any
+/// case). Anything else is refused, as the engines answer it with 400.
+fn flag(o: &Map<String, Value>, k: &'static str) -> Result<Option<bool>, BadRequest> {
+    let v = match o.get(k) {
+        None | Some(Value::Null) => return Ok(None),
+        Some(v) => v,
+    };
+    let b = match v {
+        Value::Bool(b) => Some(*b),
+        Value::Number(n) => match n.as_f64() {
+            Some(x) if x == 0.0 => Some(false),
+            Some(x) if x == 1.0 => Some(true),
+            _ => None,
+        },
+        Value::String(s) => match s.to_ascii_lowercase().as_str() {
+            "0" | "off" | "f" | "false" | "n" | "no" => Some(false),
+            "1" | "on" | "t" | "true" | "y" | "yes" => Some(true),
+            _ => None,
+        },
+        _ => None,
+    };
+    match b {
+        Some(b) => Ok(Some(b)),
+        None => bad(format!("{k} must be a boolean, got {v}"), Some(k)),
+    }
+}
+
+/// A number field (lax: a numeric string is a number), finite, at least `min`.
+fn number(o: &Map<String, Value>, k: &'static str, min: f64) -> Result<Option<f64>, BadRequest> {
+    let v = match o.get(k) {
+        None | Some(Value::Null) => return Ok(None),
+        Some(v) => v,
+    };
+    let x = match v {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => s.trim().parse::<f64>().ok(),
+        _ => None,
+    };
+    match x {
+        Some(x) if x.is_finite() && x >= min => Ok(Some(x)),
+        Some(x) if x.is_finite() => bad(format!("{k} must be at least {min}, got {x}"), Some(k)),
+        _ => bad(format!("{k} must be a number, got {v}"), Some(k)),
+    }
+}
+
+/// The OpenAI APIs' sampling fields the engines type-check: booleans, numbers, `stop` (a string
+/// or a list of strings), `seed` an integer.
+fn check_openai_types(o: &Map<String, Value>) -> Result<(), BadRequest> {
+    for k in [
+        "echo",
+        "skip_special_tokens",
+        "spaces_between_special_tokens",
+        "include_stop_str_in_output",
+        "separate_reasoning",
+        "stream_reasoning",
+        "parallel_tool_calls",
+        "store",
+    ] {
+        flag(o, k)?;
+    }
+    for (k, min) in [
+        ("temperature", 0.0),
+        ("top_p", 0.0),
+        ("min_p", 0.0),
+        ("repetition_penalty", 0.0),
+        ("presence_penalty", f64::MIN),
+        ("frequency_penalty", f64::MIN),
+    ] {
+        number(o, k, min)?;
+    }
+    match o.get("stop") {
+        None | Some(Value::Null | Value::String(_)) => {}
+        Some(Value::Array(a)) if a.iter().all(Value::is_string) => {}
+        Some(v) => return bad(format!("stop must be a string or a list of strings, got {v}"), Some("stop")),
+    }
+    match o.get("seed") {
+        None | Some(Value::Null) => Ok(()),
+        Some(v) if v.is_i64() || v.is_u64() => Ok(()),
+        Some(v) => bad(format!("seed must be an integer, got {v}"), Some("seed")),
+    }
+}
+
+/// Refuses unknown fields, fields of the wrong type ([`check_openai_types`]) and `n` other than
+/// 1 (the OpenAI APIs).
 fn check_openai_fields(o: &Map<String, Value>, allowed: &[&str]) -> Result<(), BadRequest> {
     if let Some(k) = o.keys().find(|k| !allowed.contains(&k.as_str())) {
         return bad(format!("unknown field {k:?} in the request"), None);
     }
+    check_openai_types(o)?;
     match uint(o, "n")? {
         Some(n) if n != 1 => bad("n must be 1: servetune sim generates one choice per request", Some("n")),
         _ => Ok(()),
     }
 }
 
-fn stream_flags(o: &Map<String, Value>) -> (bool, bool) {
-    let stream = o.get("stream").and_then(Value::as_bool).unwrap_or(false);
-    let usage = o.get("stream_options").and_then(|s| s.get("include_usage")).and_then(Value::as_bool).unwrap_or(false);
-    (stream, usage)
+fn stream_flags(o: &Map<String, Value>) -> Result<(bool, bool), BadRequest> {
+    let stream = flag(o, "stream")?.unwrap_or(false);
+    let usage = match o.get("stream_options") {
+        None | Some(Value::Null) => false,
+        Some(Value::Object(so)) => flag(so, "include_usage")?.unwrap_or(false),
+        Some(v) => return bad(format!("stream_options must be an object, got {v}"), Some("stream_options")),
+    };
+    Ok((stream, usage))
 }
 
 fn sampling(o: &Map<String, Value>, max: Option<u32>, max_key: &'static str, min_key: &'static str) -> Result<Sampling, BadRequest> {
     if max == Some(0) {
         return bad(format!("{max_key} must be at least 1"), Some(max_key));
     }
-    Ok(Sampling {
-        max_tokens: max,
-        min_tokens: uint(o, min_key)?,
-        ignore_eos: o.get("ignore_eos").and_then(Value::as_bool).unwrap_or(false),
-    })
+    let min_tokens = uint(o, min_key)?;
+    if let (Some(min), Some(max)) = (min_tokens, max) {
+        if min > max {
+            return bad(format!("{min_key} ({min}) must be at most {max_key} ({max})"), Some(min_key));
+        }
+    }
+    Ok(Sampling { max_tokens: max, min_tokens, ignore_eos: flag(o, "ignore_eos")?.unwrap_or(false) })
 }
 
 fn parse_completion(o: &Map<String, Value>) -> Result<CompletionRequest, BadRequest> {
@@ -355,7 +446,10 @@ fn parse_completion(o: &Map<String, Value>) -> Result<CompletionRequest, BadRequ
         None => return bad("prompt is required", Some("prompt")),
         _ => return bad("prompt must be a string, a list of token ids, or a one-element list of either", Some("prompt")),
     };
-    let (stream, include_usage) = stream_flags(o);
+    if prompt_tokens == 0 {
+        return bad("prompt must not be empty", Some("prompt"));
+    }
+    let (stream, include_usage) = stream_flags(o)?;
     let sampling = sampling(o, uint(o, "max_tokens")?, "max_tokens", "min_tokens")?;
     Ok(CompletionRequest { prompt_tokens, sampling, stream, include_usage })
 }
@@ -383,17 +477,25 @@ fn parse_chat(o: &Map<String, Value>) -> Result<ChatRequest, BadRequest> {
         prompt_tokens = prompt_tokens.saturating_add(n);
     }
     let max = uint(o, "max_completion_tokens")?.or(uint(o, "max_tokens")?);
-    let (stream, include_usage) = stream_flags(o);
+    let (stream, include_usage) = stream_flags(o)?;
     let sampling = sampling(o, max, "max_tokens", "min_tokens")?;
     Ok(ChatRequest { prompt_tokens, sampling, stream, include_usage })
 }
 
 fn parse_generate(o: &Map<String, Value>) -> Result<GenerateRequest, BadRequest> {
+    let given = |k: &str| o.get(k).is_some_and(|v| !v.is_null());
+    if given("text") && given("input_ids") {
+        return bad("give text or input_ids, not both", Some("text"));
+    }
     let prompt_tokens = match (o.get("text"), o.get("input_ids")) {
         (Some(Value::String(s)), _) => words(s),
-        (_, Some(Value::Array(a))) => count(a.len()),
+        (_, Some(Value::Array(a))) if a.iter().all(Value::is_u64) => count(a.len()),
+        (_, Some(Value::Array(_))) => return bad("input_ids must be a list of token ids (non-negative integers)", Some("input_ids")),
         _ => return bad("text (a string) or input_ids (a list) is required", Some("text")),
     };
+    if prompt_tokens == 0 {
+        return bad("the prompt (text or input_ids) must not be empty", Some("text"));
+    }
     let empty = Map::new();
     let sp = match o.get("sampling_params") {
         None | Some(Value::Null) => &empty,
@@ -401,7 +503,7 @@ fn parse_generate(o: &Map<String, Value>) -> Result<GenerateRequest, BadRequest>
         Some(_) => return bad("sampling_params must be an object", Some("sampling_params")),
     };
     let sampling = sampling(sp, uint(sp, "max_new_tokens")?, "sampling_params.max_new_tokens", "min_new_tokens")?;
-    Ok(GenerateRequest { prompt_tokens, sampling, stream: o.get("stream").and_then(Value::as_bool).unwrap_or(false) })
+    Ok(GenerateRequest { prompt_tokens, sampling, stream: flag(o, "stream")?.unwrap_or(false) })
 }
 
 /// The kind of an OpenAI-shaped error body (`error.type`).
@@ -705,9 +807,42 @@ mod tests {
     fn prompt_tokens_count_words_or_ids_and_defaults_follow_the_api() {
         assert_eq!(ask(Api::Completions, json!({"prompt": "one two three"})).ok().map(|a| (a.prompt_tokens, a.max_tokens)), Some((3, 16)));
         assert_eq!(ask(Api::Completions, json!({"prompt": [1, 2, 3, 4]})).ok().map(|a| a.prompt_tokens), Some(4));
-        let a = ask(Api::Sglang, json!({"text": "a b", "sampling_params": {"max_new_tokens": 5, "min_new_tokens": 9}})).expect("sglang");
-        assert_eq!((a.max_tokens, a.min_tokens, a.include_usage), (5, 5, true), "min is capped by max; sglang counts always");
+        let a = ask(Api::Sglang, json!({"text": "a b", "sampling_params": {"max_new_tokens": 5, "min_new_tokens": 3}})).expect("sglang");
+        assert_eq!((a.max_tokens, a.min_tokens, a.include_usage), (5, 3, true), "sglang counts always");
         assert_eq!(ask(Api::Chat, json!({"messages": [{"role": "u"}]})).ok().map(|a| a.max_tokens), Some(512));
+    }
+
+    /// What vLLM's and sglang's request models refuse with 400, the simulator refuses too: a field
+    /// of the wrong type, an empty prompt, a minimum above the maximum, token ids that are not
+    /// ids, text and ids at once. What pydantic's lax mode takes ("true", 1) it takes.
+    #[test]
+    fn fields_the_engines_refuse_are_400_and_lax_booleans_are_taken() {
+        let param = |api, body: Value| ask(api, body).expect_err("refused").param;
+        use Api::*;
+        assert_eq!(param(Completions, json!({"prompt": "a", "stream": "maybe"})), Some("stream"));
+        assert_eq!(param(Completions, json!({"prompt": "a", "temperature": "hot"})), Some("temperature"));
+        assert_eq!(param(Completions, json!({"prompt": "a", "temperature": [1]})), Some("temperature"));
+        assert_eq!(param(Completions, json!({"prompt": "a", "temperature": -1})), Some("temperature"));
+        assert_eq!(param(Completions, json!({"prompt": "a", "stop": 5})), Some("stop"));
+        assert_eq!(param(Completions, json!({"prompt": "a", "ignore_eos": "sometimes"})), Some("ignore_eos"));
+        assert_eq!(param(Completions, json!({"prompt": "a", "seed": 1.5})), Some("seed"));
+        assert_eq!(param(Chat, json!({"messages": [{"role": "user", "content": "a"}], "stream_options": 3})), Some("stream_options"));
+        assert_eq!(param(Completions, json!({"prompt": ""})), Some("prompt"));
+        assert_eq!(param(Completions, json!({"prompt": []})), Some("prompt"));
+        assert_eq!(param(Completions, json!({"prompt": "a", "max_tokens": 4, "min_tokens": 9})), Some("min_tokens"));
+        assert_eq!(param(Sglang, json!({"input_ids": [1, "x", -3]})), Some("input_ids"));
+        assert_eq!(param(Sglang, json!({"text": "a", "input_ids": [1]})), Some("text"));
+        assert_eq!(param(Sglang, json!({"input_ids": []})), Some("text"));
+        assert_eq!(
+            param(Sglang, json!({"text": "a b", "sampling_params": {"max_new_tokens": 5, "min_new_tokens": 9}})),
+            Some("min_new_tokens")
+        );
+        // Lax booleans and numeric strings, as pydantic reads them.
+        for (v, want) in [(json!("true"), true), (json!(1), true), (json!("yes"), true), (json!("false"), false), (json!(0), false)] {
+            assert_eq!(ask(Completions, json!({"prompt": "a", "stream": v})).expect("taken").stream, want);
+        }
+        assert!(ask(Completions, json!({"prompt": "a", "temperature": "0.7", "stop": ["x", "y"], "seed": -4})).is_ok());
+        assert!(ask(Sglang, json!({"text": "a", "input_ids": null, "stream": "1"})).expect("taken").stream);
     }
 
     fn data(buf: &[u8]) -> Vec<Value> {
