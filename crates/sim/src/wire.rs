@@ -326,9 +326,9 @@ fn flag(o: &Map<String, Value>, k: &'static str) -> Result<Option<bool>, BadRequ
     };
     let b = match v {
         Value::Bool(b) => Some(*b),
-        Value::Number(n) => match n.as_f64() {
-            Some(x) if x == 0.0 => Some(false),
-            Some(x) if x == 1.0 => Some(true),
+        Value::Number(n) => match n.as_u64() {
+            Some(0) => Some(false),
+            Some(1) => Some(true),
             _ => None,
         },
         Value::String(s) => match s.to_ascii_lowercase().as_str() {
