@@ -229,6 +229,12 @@ fn slurm_allreduce(
 pub fn run(a: FabricArgs) -> Result<(), Failure> {
     match a.cmd {
         FabricCmd::P2p { common, iters, verify } => {
+            // A repeated index would measure fewer pairs than were asked for.
+            if let Some(twice) = common.gpus.iter().enumerate().find(|(i, g)| common.gpus[..*i].contains(g)).map(|(_, g)| *g) {
+                return Err(Failure::usage(format!(
+                    "--gpus: GPU {twice} is named twice; p2p measures every pair of the GPUs named, so name each GPU once"
+                )));
+            }
             let sz = size_range(&common.min_size, &common.max_size, 4, 256 << 20)?;
             let mut f = fabric(&common)?;
             let o = P2pOptions { gpus: common.gpus.clone(), sizes: sz, iters, verify };

@@ -32,6 +32,7 @@ fn bad_input_is_refused_with_exit_2() {
         (vec!["fabric", "allreduce", "--backend", "sim", "--env", "NCCL_ALGO"], "has no '='"),
         (vec!["fabric", "allreduce", "--backend", "sim", "--sim-gpus", "2", "--gpus", "7"], "GPU 7 does not exist"),
         (vec!["fabric", "allreduce", "--backend", "sim", "--sim-gpus", "2", "--gpus", "0,0"], "GPU 0 is named twice"),
+        (vec!["fabric", "p2p", "--backend", "sim", "--sim-gpus", "4", "--gpus", "0,1,0"], "GPU 0 is named twice"),
     ] {
         let (code, _, err) = run(&args);
         assert_eq!(code, 2, "{args:?}: {err}");

@@ -295,7 +295,7 @@ impl FabricInput {
             // An all-reduce between GPUs launches at least one kernel: a microsecond or more.
             if let Some((j, row)) = r.rows.iter().enumerate().find(|(_, row)| !(row.time_us >= 1.0 && row.time_us < 1e9)) {
                 return Err(bad(format!(
-                    "field \"allreduce[{i}].rows[{j}].time_us\" is {}: an all-reduce between GPUs takes 1 to 1e9 microseconds",
+                    "field \"allreduce[{i}].rows[{j}].time_us\" is {:?}: an all-reduce between GPUs takes 1 to 1e9 microseconds",
                     row.time_us
                 )));
             }
