@@ -12,12 +12,18 @@ use cudarc::driver::{result, sys};
 
 use crate::{CopyMode, Device, Fabric, FabricError, HostTransfers};
 
-/// The library names searched for libcuda.
+/// The library names searched for libcuda: the Linux driver's names (`libcuda.so`, `libcuda.so.1`,
+/// ...) in full, and how many other spellings cudarc also tries (`libcuda64_12.so` and the like,
+/// which name no library a Linux driver installs).
 pub fn searched() -> String {
     let mut v = cudarc::get_lib_name_candidates("cuda");
     let mut seen = std::collections::HashSet::new();
     v.retain(|n| seen.insert(n.clone()));
-    v.join(", ")
+    let (linux, other): (Vec<String>, Vec<String>) = v.into_iter().partition(|n| n.starts_with("libcuda.so"));
+    match other.len() {
+        0 => linux.join(", "),
+        n => format!("{}, and {n} other spelling{}", linux.join(", "), if n == 1 { "" } else { "s" }),
+    }
 }
 
 /// Whether the CUDA driver library can be loaded (cudarc panics on a missing library, so this is
