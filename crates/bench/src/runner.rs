@@ -213,9 +213,12 @@ pub async fn prepare(cfg: BenchConfig, api_key_env: Option<String>) -> Result<Pr
             let (prompts, skipped) = crate::workload::load_dataset_counted(path)?;
             if skipped > 0 {
                 notes.push(format!(
-                    "--dataset {}: {skipped} of its {} entries have no user turn and were skipped; {} prompts were used",
+                    "--dataset {}: {skipped} of its {} entries {} no user turn (or {} not an object) and {} skipped; {} prompts were used",
                     path.display(),
                     skipped + prompts.len(),
+                    if skipped == 1 { "has" } else { "have" },
+                    if skipped == 1 { "is" } else { "are" },
+                    if skipped == 1 { "was" } else { "were" },
                     prompts.len()
                 ));
             }

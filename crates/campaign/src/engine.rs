@@ -622,7 +622,22 @@ mod tests {
 
     #[test]
     fn an_engines_file_that_is_a_device_is_refused_at_its_limit() {
-        let e = all(Some(Path::new("/dev/zero"))).expect_err("endless");
-        assert!(matches!(&e, CampaignError::Input(m) if m.starts_with("--engines /dev/zero: larger than 4 MiB")), "{e}");
+        // An endless text stream (a FIFO a thread fills with spaces) stops at the limit; a binary
+        // device at its first byte.
+        let d = tempfile::tempdir().expect("tmp");
+        let fifo = d.path().join("engines.toml");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo").success());
+        let q = fifo.clone();
+        std::thread::spawn(move || {
+            use std::io::Write as _;
+            if let Ok(mut f) = std::fs::OpenOptions::new().write(true).open(&q) {
+                let spaces = vec![b' '; 1 << 16];
+                while f.write_all(&spaces).is_ok() {}
+            }
+        });
+        let e = all(Some(&fifo)).expect_err("endless");
+        assert!(matches!(&e, CampaignError::Input(m) if m.contains("engines.toml: larger than 4 MiB")), "{e}");
+        let e = all(Some(Path::new("/dev/zero"))).expect_err("binary");
+        assert!(matches!(&e, CampaignError::Input(m) if m.starts_with("--engines /dev/zero: not UTF-8 text")), "{e}");
     }
 }

@@ -99,14 +99,14 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N")]
     pub max_concurrency: Option<u32>,
     /// Ramp the load up over this time (closed: slots start staggered; open: the rate grows linearly)
-    #[arg(long, default_value = "0s", value_name = "DURATION", allow_hyphen_values = true)]
+    #[arg(long, default_value = "0s", value_name = "DURATION")]
     pub ramp_up: String,
 
     /// Measured requests per load point (warmup not included)
     #[arg(long, value_name = "N")]
     pub requests: Option<u64>,
     /// Measured time per load point (e.g. 60s, 5m): no request is sent after it, and those in flight then finish or reach --timeout
-    #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]
+    #[arg(long, value_name = "DURATION")]
     pub duration: Option<String>,
     /// Requests sent first and excluded from every statistic
     #[arg(long, default_value_t = 0, value_name = "N")]
@@ -144,22 +144,22 @@ pub struct BenchArgs {
     #[arg(long, value_name = "ID")]
     pub eos_token_id: Option<u32>,
     /// Whole-request time limit, send to last byte
-    #[arg(long, default_value = "600s", value_name = "DURATION", allow_hyphen_values = true)]
+    #[arg(long, default_value = "600s", value_name = "DURATION")]
     pub timeout: String,
     /// Time limit for a TCP connection to open
-    #[arg(long, default_value = "10s", value_name = "DURATION", allow_hyphen_values = true)]
+    #[arg(long, default_value = "10s", value_name = "DURATION")]
     pub connect_timeout: String,
     /// Time limit from sending a request to its response head, and from the head to the first byte of a stream (a queued request waits this long)
-    #[arg(long, default_value = "300s", value_name = "DURATION", allow_hyphen_values = true)]
+    #[arg(long, default_value = "300s", value_name = "DURATION")]
     pub first_byte_timeout: String,
     /// Longest silence allowed inside a response once it has started (between chunks)
-    #[arg(long, default_value = "120s", value_name = "DURATION", allow_hyphen_values = true)]
+    #[arg(long, default_value = "120s", value_name = "DURATION")]
     pub idle_timeout: String,
     /// Time limit for each start-up request (GET /v1/models, calibration, the /metrics check)
-    #[arg(long, default_value = "30s", value_name = "DURATION", allow_hyphen_values = true)]
+    #[arg(long, default_value = "30s", value_name = "DURATION")]
     pub preflight_timeout: String,
     /// After a stop (SIGINT, SIGTERM, SIGHUP), how long in-flight requests may finish; a second signal ends it at once
-    #[arg(long, default_value = "10s", value_name = "DURATION", allow_hyphen_values = true)]
+    #[arg(long, default_value = "10s", value_name = "DURATION")]
     pub drain_timeout: String,
 
     /// Service-level objectives for goodput, e.g. ttft:p99<2s,tpot:p90<50ms,e2e:p99<30s
@@ -172,10 +172,10 @@ pub struct BenchArgs {
     #[arg(long, value_name = "NAME")]
     pub metrics_api_key_env: Option<String>,
     /// Scrape interval (100ms or more)
-    #[arg(long, default_value = "1s", value_name = "DURATION", allow_hyphen_values = true)]
+    #[arg(long, default_value = "1s", value_name = "DURATION")]
     pub scrape_interval: String,
     /// Time limit for each metrics scrape
-    #[arg(long, default_value = "5s", value_name = "DURATION", allow_hyphen_values = true)]
+    #[arg(long, default_value = "5s", value_name = "DURATION")]
     pub scrape_timeout: String,
     /// Also print the latencies under another tool's definitions
     #[arg(long, value_enum, value_name = "TOOL")]
@@ -202,15 +202,15 @@ pub struct BenchArgs {
 /// outputs, a metrics scrape.
 const FILES_BESIDE_CONNECTIONS: u64 = 32;
 
-/// Each request in flight holds a connection, so `n` at once needs about n open files: more than
-/// the process may open would fail the excess as connect errors, blamed on the server. `limit`
-/// is the open-file limit (already raised to the hard limit at start); None where unknown.
-fn check_open_files(flag: &str, n: u32, limit: Option<u64>) -> Result<(), spec::InputError> {
+/// Each request in flight holds a connection, so `in_flight` at once (`flag`'s `n`, or fewer when
+/// the point sends fewer) needs about that many open files: more than the process may open would
+/// fail the excess as connect errors, blamed on the server. `limit` is the open-file limit
+/// (already raised to the hard limit at start); None where unknown.
+fn check_open_files(flag: &str, n: u32, in_flight: u32, limit: Option<u64>) -> Result<(), spec::InputError> {
+    let need = u64::from(in_flight) + FILES_BESIDE_CONNECTIONS;
     match limit {
-        Some(limit) if u64::from(n) + FILES_BESIDE_CONNECTIONS > limit => Err(spec::InputError(format!(
-            "{flag} {n} needs about {} open files (a connection per request in flight), but this process may open {limit} (the hard limit of `ulimit -n`): raise it (`ulimit -n {}`, LimitNOFILE= for a service, --ulimit nofile= for a container) or give a lower {flag}",
-            u64::from(n) + FILES_BESIDE_CONNECTIONS,
-            u64::from(n) + FILES_BESIDE_CONNECTIONS
+        Some(limit) if need > limit => Err(spec::InputError(format!(
+            "{flag} {n} needs about {need} open files (a connection per request in flight), but this process may open {limit} (the hard limit of `ulimit -n`): raise it (`ulimit -n {need}`, LimitNOFILE= for a service, --ulimit nofile= for a container) or give a lower {flag}"
         ))),
         _ => Ok(()),
     }
@@ -236,6 +236,8 @@ pub fn resolve(a: &BenchArgs) -> Result<BenchConfig, spec::InputError> {
     } else {
         a.concurrency.iter().map(|&c| Load::Closed { concurrency: c }).collect()
     };
+    // A point never has more in flight than it sends: --requests (and the warmup) bound it.
+    let sends = a.requests.filter(|_| a.duration.is_none()).map(|r| r.saturating_add(a.warmup));
     if let Some((flag, n)) = loads
         .iter()
         .filter_map(|l| match *l {
@@ -245,7 +247,8 @@ pub fn resolve(a: &BenchArgs) -> Result<BenchConfig, spec::InputError> {
         })
         .max_by_key(|(_, n)| *n)
     {
-        check_open_files(flag, n, crate::open_file_limit())?;
+        let in_flight = sends.map_or(n, |s| n.min(u32::try_from(s).unwrap_or(u32::MAX)));
+        check_open_files(flag, n, in_flight, crate::open_file_limit())?;
     }
     let duration = a.duration.as_deref().map(|d| parse_duration("--duration", d)).transpose()?;
     let prompts = match &a.dataset {

@@ -109,10 +109,10 @@ struct InitArgs {
     #[arg(long, default_value_t = 64, value_name = "TOKENS")]
     output_len: u32,
     /// Per-request time limit
-    #[arg(long, default_value = "120s", value_name = "DURATION", allow_hyphen_values = true)]
+    #[arg(long, default_value = "120s", value_name = "DURATION")]
     request_timeout: String,
     /// Readiness time limit (default: the engine template's)
-    #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]
+    #[arg(long, value_name = "DURATION")]
     ready_timeout: Option<String>,
     /// Environment variables whose values are secrets: stripped from fingerprints (repeatable)
     #[arg(long, value_name = "NAME")]

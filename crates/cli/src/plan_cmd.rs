@@ -646,12 +646,8 @@ fn emit_launch(dir: &Path, r: &report::PlanReport) -> Result<(Vec<PathBuf>, usiz
             x.concurrency
         );
         let text = servetune_model::launch::script(&x.launch, &title);
-        if std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink()) {
-            return Err(Failure::usage(format!(
-                "--emit-launch: {} is a symbolic link; servetune writes its scripts only as plain files: remove the link, or give another directory",
-                p.display()
-            )));
-        }
+        // Links were refused before anything was written (run); a link put there since is
+        // refused by the open.
         let fail = |e: std::io::Error| Failure::runtime(format!("cannot write {}: {e}", p.display()));
         let mut f = servetune_io::open_plain_for_write(p, true).map_err(fail)?;
         f.write_all(text.as_bytes()).map_err(fail)?;
@@ -686,6 +682,12 @@ pub fn run(a: PlanArgs) -> Result<(), Failure> {
     // before anything is written.
     if let Some(dir) = &a.emit_launch {
         let scripts = launch_paths(dir, &r);
+        if let Some(link) = scripts.iter().find(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink())) {
+            return Err(Failure::usage(format!(
+                "--emit-launch: {} is a symbolic link; servetune writes its scripts only as plain files: remove the link, or give another directory",
+                link.display()
+            )));
+        }
         let mut outputs = vec![("--json", a.json.as_deref()), ("--markdown", a.markdown.as_deref())];
         outputs.extend(scripts.iter().map(|p| ("--emit-launch", Some(p.as_path()))));
         crate::check_outputs(

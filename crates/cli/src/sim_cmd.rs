@@ -147,23 +147,23 @@ pub struct SimArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub stall_every: Option<u64>,
     /// Fault: how long a stall lasts
-    #[arg(long, default_value = "1s", value_name = "DURATION", allow_hyphen_values = true)]
+    #[arg(long, default_value = "1s", value_name = "DURATION")]
     pub stall_for: String,
     /// Fault: the server stops after this long
-    #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]
+    #[arg(long, value_name = "DURATION")]
     pub crash_after: Option<String>,
     /// Fault: /health and generation answer 503 for this long after start
-    #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]
+    #[arg(long, value_name = "DURATION")]
     pub slow_start: Option<String>,
 
     /// A request's headers must be complete this long after its first byte
-    #[arg(long, default_value = "10s", value_name = "DURATION", allow_hyphen_values = true)]
+    #[arg(long, default_value = "10s", value_name = "DURATION")]
     pub header_timeout: String,
     /// A request's body must arrive this long after its headers (else HTTP 408)
-    #[arg(long, default_value = "30s", value_name = "DURATION", allow_hyphen_values = true)]
+    #[arg(long, default_value = "30s", value_name = "DURATION")]
     pub body_timeout: String,
     /// A connection with no request in progress is closed after this long
-    #[arg(long, default_value = "60s", value_name = "DURATION", allow_hyphen_values = true)]
+    #[arg(long, default_value = "60s", value_name = "DURATION")]
     pub idle_timeout: String,
     /// Connections served at once; more get HTTP 503 and are closed
     #[arg(long, default_value_t = 10_000, value_name = "N",

@@ -35,9 +35,13 @@ fn mkfifo(p: &Path) {
 fn trace_vs_plan_json_from_an_endless_device_is_refused_naming_the_flag_and_the_limit() {
     let d = tempfile::tempdir().expect("tmp");
     let trace = sparse(d.path(), "t.json", 10);
+    let endless = crate::common::endless_text(d.path(), "plan.json");
+    let (code, out, err) = run(&["trace", s(&trace), "--vs-plan-json", s(&endless)]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains(&format!("--vs-plan-json {}: larger than 16 MiB, the most this input may hold", endless.display())), "{err}");
     let (code, out, err) = run(&["trace", s(&trace), "--vs-plan-json", "/dev/zero"]);
     assert_eq!(code, 2, "{out}{err}");
-    assert!(err.contains("--vs-plan-json /dev/zero: larger than 16 MiB, the most this input may hold"), "{err}");
+    assert!(err.contains("--vs-plan-json /dev/zero: not UTF-8 text"), "{err}");
 }
 
 #[test]
@@ -265,7 +269,7 @@ fn bench_concurrency_above_the_open_file_limit_is_refused_naming_ulimit() {
     let bin = env!("CARGO_BIN_EXE_servetune");
     let out = std::process::Command::new("bash")
         .arg("-c")
-        .arg(format!("ulimit -n 256 && exec {bin} bench --url http://127.0.0.1:1 --concurrency 1,1000 --requests 5"))
+        .arg(format!("ulimit -n 256 && exec {bin} bench --url http://127.0.0.1:1 --concurrency 1,1000 --requests 2000"))
         .output()
         .expect("bash runs");
     let err = String::from_utf8_lossy(&out.stderr);

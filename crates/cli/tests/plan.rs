@@ -744,14 +744,23 @@ fn numbers_at_the_boundary_exit_2_naming_the_flag_and_the_accepted_range() {
 
 #[test]
 fn file_inputs_that_are_endless_devices_are_refused_at_their_limit() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let endless = |name: &str| crate::common::endless_text(dir.path(), name).to_string_lossy().into_owned();
+    let cfg = endless("config");
     usage_error(
-        &["--model-config", "/dev/zero", "--gpu", "h200"],
-        "--model-config /dev/zero: larger than 16 MiB, the most this input may hold",
+        &["--model-config", &cfg, "--gpu", "h200"],
+        &format!("--model-config {cfg}: larger than 16 MiB, the most this input may hold"),
     );
     let gpu = ["--model", "glm-5", "--quant", "nvfp4", "--gpu", "rtx-pro-6000-se"];
-    usage_error(&[&gpu[..], &["--fabric", "/dev/zero"]].concat(), "--fabric /dev/zero: larger than 64 MiB");
-    usage_error(&[&gpu[..], &["--calibrate", "/dev/zero"]].concat(), "--calibrate /dev/zero: larger than 64 MiB");
-    let dir = tempfile::tempdir().expect("tmp");
+    let fabric = endless("fabric");
+    usage_error(&[&gpu[..], &["--fabric", &fabric]].concat(), &format!("--fabric {fabric}: larger than 64 MiB"));
+    let cal = endless("calibrate");
+    usage_error(&[&gpu[..], &["--calibrate", &cal]].concat(), &format!("--calibrate {cal}: larger than 64 MiB"));
+    // A binary device stops at its first byte.
+    usage_error(
+        &["--model-config", "/dev/zero", "--gpu", "h200"],
+        "--model-config /dev/zero: not UTF-8 text (a NUL or invalid byte at offset 0",
+    );
     usage_error(&["--model-config", &dir.path().to_string_lossy(), "--gpu", "h200"], "is a directory; give a file");
 }
 

@@ -243,10 +243,10 @@ fn emit_launch_writes_one_executable_script_per_ranked_plan_and_refuses_a_file()
 }
 
 /// A second ranking into the same folder removes the first one's scripts that it does not
-/// rewrite (and nothing of the user's); a script path that is a link, or that another output or
-/// an input names, is refused before anything is written.
+/// rewrite (and nothing of the user's); a script path that is a link, or that another output
+/// names, is refused before anything is written or removed.
 #[test]
-fn emit_launch_replaces_an_earlier_ranking_and_never_writes_through_a_link_or_over_an_input() {
+fn emit_launch_replaces_an_earlier_ranking_and_never_writes_through_a_link_or_over_another_output() {
     let dir = tempfile::tempdir().expect("tmp");
     let d = dir.path().join("launch");
     let ds = d.to_string_lossy().to_string();
@@ -268,24 +268,33 @@ fn emit_launch_replaces_an_earlier_ranking_and_never_writes_through_a_link_or_ov
     assert_eq!(first.len(), 3, "{first:?}");
     std::fs::write(d.join("05-mine.sh"), "#!/bin/sh\necho mine\n").expect("write");
     std::fs::write(d.join("notes.txt"), "keep").expect("write");
-    let (code, _, err) = run("1", &[]);
-    assert_eq!(code, 0, "{err}");
-    assert!(err.contains("wrote 1 launch script to") && err.contains("(removed 2 scripts of an earlier ranking)"), "{err}");
-    assert_eq!(listing(), [first[0].clone(), "05-mine.sh".into(), "notes.txt".into()], "the user's files stay");
 
-    // A link planted at the script's path: refused, its target untouched.
+    // A link planted at the second script's path: refused before anything is written or
+    // removed; the link's target, the first script and the third (stale for a top 2) stay.
     let victim = dir.path().join("victim");
     std::fs::write(&victim, "precious").expect("write");
-    let script = d.join(&first[0]);
-    std::fs::remove_file(&script).expect("rm");
-    std::os::unix::fs::symlink(&victim, &script).expect("link");
-    let (code, _, err) = run("1", &[]);
+    let second = d.join(&first[1]);
+    std::fs::remove_file(&second).expect("rm");
+    std::os::unix::fs::symlink(&victim, &second).expect("link");
+    std::fs::write(d.join(&first[0]), "edited").expect("write");
+    let json = dir.path().join("out.json");
+    let (code, _, err) = run("2", &["--json", &json.to_string_lossy()]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("is a symbolic link"), "{err}");
     assert_eq!(std::fs::read_to_string(&victim).expect("victim"), "precious");
-    std::fs::remove_file(&script).expect("rm link");
+    assert_eq!(std::fs::read_to_string(d.join(&first[0])).expect("first"), "edited", "nothing rewritten");
+    assert!(d.join(&first[2]).exists(), "nothing removed");
+    assert!(!json.exists(), "--json not written");
+    std::fs::remove_file(&second).expect("rm link");
+
+    let (code, _, err) = run("1", &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("wrote 1 launch script to") && err.contains("(removed 1 script of an earlier ranking)"), "{err}");
+    assert_eq!(listing(), [first[0].clone(), "05-mine.sh".into(), "notes.txt".into()], "the user's files stay");
 
     // --json naming the script the ranking writes: refused before either is written.
+    let script = d.join(&first[0]);
+    std::fs::remove_file(&script).expect("rm");
     let js = script.to_string_lossy().to_string();
     let (code, _, err) = run("1", &["--json", &js]);
     assert_eq!(code, 2, "{err}");

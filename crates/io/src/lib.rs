@@ -229,14 +229,17 @@ fn take_text(mut r: impl Read, input: &str, max_bytes: u64) -> Result<Vec<u8>, R
         if out.len() as u64 > max_bytes {
             return Err(ReadError::TooLarge { input: input.to_string(), limit: max_bytes });
         }
-        if let Some(at) = out[valid..].iter().position(|b| *b == 0) {
-            return Err(not_text(valid + at));
+        // The first bad byte, whichever it is: a NUL, or a byte that is not UTF-8.
+        let nul = out[valid..].iter().position(|b| *b == 0).map(|at| valid + at);
+        let (bad, checked) = match std::str::from_utf8(&out[valid..]) {
+            Ok(_) => (None, out.len()),
+            Err(e) if e.error_len().is_some() => (Some(valid + e.valid_up_to()), valid),
+            Err(e) => (None, valid + e.valid_up_to()),
+        };
+        if let Some(at) = [nul, bad].into_iter().flatten().min() {
+            return Err(not_text(at));
         }
-        match std::str::from_utf8(&out[valid..]) {
-            Ok(_) => valid = out.len(),
-            Err(e) if e.error_len().is_some() => return Err(not_text(valid + e.valid_up_to())),
-            Err(e) => valid += e.valid_up_to(),
-        }
+        valid = checked;
     }
     if valid < out.len() {
         return Err(not_text(valid));
@@ -308,6 +311,11 @@ mod tests {
             Err(ReadError::NotText { offset, .. }) => assert_eq!(offset, text.len()),
             other => panic!("{other:?}"),
         }
+        // The first bad byte is named, an invalid one before a NUL as a NUL before an invalid one.
+        std::fs::write(&p, b"ab\xffc\0d").expect("write");
+        assert!(matches!(read_text(&p, "x", 64), Err(ReadError::NotText { offset: 2, .. })));
+        std::fs::write(&p, b"ab\0c\xffd").expect("write");
+        assert!(matches!(read_text(&p, "x", 64), Err(ReadError::NotText { offset: 2, .. })));
         // A file ending inside a character is not text either.
         std::fs::write(&p, &"é".as_bytes()[..1]).expect("write");
         assert!(matches!(read_text(&p, "cut", 64), Err(ReadError::NotText { offset: 0, .. })));

@@ -392,9 +392,10 @@ fn check_openai_types(o: &Map<String, Value>) -> Result<(), BadRequest> {
         Some(Value::Array(a)) if a.iter().all(Value::is_string) => {}
         Some(v) => return bad(format!("stop must be a string or a list of strings, got {v}"), Some("stop")),
     }
+    // Lax: 1.0 is the integer 1, as pydantic takes it.
     match o.get("seed") {
         None | Some(Value::Null) => Ok(()),
-        Some(v) if v.is_i64() || v.is_u64() => Ok(()),
+        Some(v) if v.is_i64() || v.is_u64() || v.as_f64().is_some_and(|x| x.is_finite() && x.fract() == 0.0) => Ok(()),
         Some(v) => bad(format!("seed must be an integer, got {v}"), Some("seed")),
     }
 }
@@ -446,7 +447,14 @@ fn parse_completion(o: &Map<String, Value>) -> Result<CompletionRequest, BadRequ
         None => return bad("prompt is required", Some("prompt")),
         _ => return bad("prompt must be a string, a list of token ids, or a one-element list of either", Some("prompt")),
     };
-    if prompt_tokens == 0 {
+    // An empty string or list is no prompt (the engines refuse it); whitespace tokenizes to a
+    // token or more in an engine, so it is a prompt, of no words here.
+    let empty = match o.get("prompt") {
+        Some(Value::String(s)) => s.is_empty(),
+        Some(Value::Array(a)) => a.is_empty() || a.iter().all(|x| x.as_str() == Some("") || x.as_array().is_some_and(Vec::is_empty)),
+        _ => false,
+    };
+    if empty {
         return bad("prompt must not be empty", Some("prompt"));
     }
     let (stream, include_usage) = stream_flags(o)?;
@@ -476,9 +484,10 @@ fn parse_chat(o: &Map<String, Value>) -> Result<ChatRequest, BadRequest> {
         };
         prompt_tokens = prompt_tokens.saturating_add(n);
     }
+    let max_key = if o.get("max_completion_tokens").is_some_and(|v| !v.is_null()) { "max_completion_tokens" } else { "max_tokens" };
     let max = uint(o, "max_completion_tokens")?.or(uint(o, "max_tokens")?);
     let (stream, include_usage) = stream_flags(o)?;
-    let sampling = sampling(o, max, "max_tokens", "min_tokens")?;
+    let sampling = sampling(o, max, max_key, "min_tokens")?;
     Ok(ChatRequest { prompt_tokens, sampling, stream, include_usage })
 }
 
@@ -493,7 +502,12 @@ fn parse_generate(o: &Map<String, Value>) -> Result<GenerateRequest, BadRequest>
         (_, Some(Value::Array(_))) => return bad("input_ids must be a list of token ids (non-negative integers)", Some("input_ids")),
         _ => return bad("text (a string) or input_ids (a list) is required", Some("text")),
     };
-    if prompt_tokens == 0 {
+    let empty = match (o.get("text"), o.get("input_ids")) {
+        (Some(Value::String(s)), _) => s.is_empty(),
+        (_, Some(Value::Array(a))) => a.is_empty(),
+        _ => false,
+    };
+    if empty {
         return bad("the prompt (text or input_ids) must not be empty", Some("text"));
     }
     let empty = Map::new();
@@ -842,6 +856,13 @@ mod tests {
             assert_eq!(ask(Completions, json!({"prompt": "a", "stream": v})).expect("taken").stream, want);
         }
         assert!(ask(Completions, json!({"prompt": "a", "temperature": "0.7", "stop": ["x", "y"], "seed": -4})).is_ok());
+        assert!(ask(Completions, json!({"prompt": " ", "seed": 1.0})).is_ok(), "a space is a prompt; 1.0 is an integer");
+        let e = ask(
+            Chat,
+            json!({"messages": [{"role": "user", "content": "a"}], "max_completion_tokens": 5, "max_tokens": 100, "min_tokens": 50}),
+        )
+        .expect_err("min above max");
+        assert!(e.message.contains("must be at most max_completion_tokens (5)"), "{e:?}");
         assert!(ask(Sglang, json!({"text": "a", "input_ids": null, "stream": "1"})).expect("taken").stream);
     }
 

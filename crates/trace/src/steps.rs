@@ -308,15 +308,15 @@ pub struct Steps {
 }
 
 /// Sorts windows, drops those inside the previous one (a layer's range inside its step's) and
-/// starts one that overlaps the previous one's end where that ends. With `wrappers_out`, a window
-/// that holds two or more others is dropped first: steps of one engine's annotations never nest,
-/// so such a range is a wrapper around steps (or a range whose end the profiler lost), not a step,
-/// and keeping it would swallow every step inside it.
+/// starts one that overlaps the previous one's end where that ends. With `wrappers_out`, a
+/// window around two or more steps of its own kind but of other names ([`wrappers`]) is dropped
+/// first: an engine's steps do not nest, so such a range is a wrapper around steps (or a range
+/// whose end the profiler lost), not a step, and keeping it would swallow every step inside it.
 fn normalize(mut w: Vec<Window>, wrappers_out: bool) -> Vec<Window> {
     w.sort_by(|a, b| a.start.total_cmp(&b.start).then(b.end.total_cmp(&a.end)));
     if wrappers_out {
-        let spans: Vec<(f64, f64)> = w.iter().map(|x| (x.start, x.end)).collect();
-        let wraps = holds_two_or_more(&spans);
+        let spans: Vec<(f64, f64, &str)> = w.iter().map(|x| (x.start, x.end, x.name.as_deref().unwrap_or(""))).collect();
+        let wraps = wrappers(&spans);
         w = w.into_iter().zip(wraps).filter_map(|(x, wraps)| (!wraps).then_some(x)).collect();
     }
     let mut out: Vec<Window> = Vec::with_capacity(w.len());
@@ -333,25 +333,70 @@ fn normalize(mut w: Vec<Window>, wrappers_out: bool) -> Vec<Window> {
     out
 }
 
-/// For spans sorted by start (and, at one start, longest first), whether each holds two or more of
-/// the others. A later span starts no earlier, so it lies inside span i exactly when it ends no
-/// later: counted with a Fenwick tree over the ends, from the last span back (n log n, where a
-/// hostile trace of overlapping ranges would make a pairwise scan quadratic).
-fn holds_two_or_more(spans: &[(f64, f64)]) -> Vec<bool> {
+/// Which of an engine's step names `name` is: ranges of one kind are steps of one loop, which
+/// do not nest. sglang's `step[...]` and its forward frames are two kinds (a step may run a
+/// draft and a verify frame), as are TensorRT-LLM's Python `_forward_step` and C++ `executeStep`.
+fn kind_of_name(name: &str) -> u8 {
+    if parse_vllm(name).is_some() {
+        0
+    } else if name.trim_start().starts_with("step[") {
+        1
+    } else if parse_sglang_frame(name).is_some() {
+        2
+    } else if name.contains("_forward_step") {
+        3
+    } else if name.contains("executeStep:") {
+        4
+    } else if name.starts_with("ProfilerStep#") {
+        5
+    } else {
+        6
+    }
+}
+
+/// For (start, end, name) spans sorted by start (and, at one start, longest first), whether each
+/// is a wrapper: it holds two or more spans of its own kind ([`kind_of_name`]) whose names differ
+/// from its own. Copies of one range with its name inside it are not counted: Kineto writes a
+/// range once per stream its kernels ran on, the longest around the others.
+fn wrappers(spans: &[(f64, f64, &str)]) -> Vec<bool> {
+    let mut by_kind: std::collections::HashMap<u8, Vec<usize>> = std::collections::HashMap::new();
+    let mut by_name: std::collections::HashMap<(u8, &str), Vec<usize>> = std::collections::HashMap::new();
+    for (i, s) in spans.iter().enumerate() {
+        let k = kind_of_name(s.2);
+        by_kind.entry(k).or_default().push(i);
+        by_name.entry((k, s.2)).or_default().push(i);
+    }
+    let mut inside = vec![0u32; spans.len()];
+    for group in by_kind.values() {
+        for (i, n) in group.iter().zip(contained(&group.iter().map(|&i| (spans[i].0, spans[i].1)).collect::<Vec<_>>())) {
+            inside[*i] += n;
+        }
+    }
+    for group in by_name.values() {
+        for (i, n) in group.iter().zip(contained(&group.iter().map(|&i| (spans[i].0, spans[i].1)).collect::<Vec<_>>())) {
+            inside[*i] -= n;
+        }
+    }
+    inside.iter().map(|n| *n >= 2).collect()
+}
+
+/// For spans sorted by start (and, at one start, longest first), how many of the others each
+/// holds. A later span starts no earlier, so it lies inside span i exactly when it ends no later:
+/// counted with a Fenwick tree over the ends, from the last span back (n log n, where a hostile
+/// trace of overlapping ranges would make a pairwise scan quadratic).
+fn contained(spans: &[(f64, f64)]) -> Vec<u32> {
     let mut ends: Vec<f64> = spans.iter().map(|s| s.1).collect();
     ends.sort_by(f64::total_cmp);
     ends.dedup();
     let mut tree = vec![0u32; ends.len() + 1];
-    let mut out = vec![false; spans.len()];
+    let mut out = vec![0u32; spans.len()];
     for (i, s) in spans.iter().enumerate().rev() {
         // Spans seen so far (all later in order) that end at or before this one's end.
         let mut k = ends.partition_point(|e| *e <= s.1);
-        let mut inside = 0u32;
         while k > 0 {
-            inside += tree[k];
+            out[i] += tree[k];
             k &= k - 1;
         }
-        out[i] = inside >= 2;
         let mut k = ends.partition_point(|e| *e < s.1) + 1;
         while k < tree.len() {
             tree[k] += 1;
@@ -421,7 +466,7 @@ fn cpu_windows(t: &Timeline, fam: Family) -> Vec<Window> {
     let mut host: Vec<&crate::StepMark> = t.marks.iter().filter(|m| !m.gpu && m.info.family == fam).collect();
     host.sort_by(|a, b| a.start.total_cmp(&b.start).then(b.end.total_cmp(&a.end)));
     if fam != Family::Named {
-        let wraps = holds_two_or_more(&host.iter().map(|m| (m.start, m.end)).collect::<Vec<_>>());
+        let wraps = wrappers(&host.iter().map(|m| (m.start, m.end, m.name.as_str())).collect::<Vec<_>>());
         host = host.into_iter().zip(wraps).filter_map(|(m, wraps)| (!wraps).then_some(m)).collect();
     }
     let mut marks: Vec<&crate::StepMark> = Vec::new();
@@ -887,14 +932,24 @@ mod tests {
     }
 
     #[test]
-    fn a_span_holding_two_or_more_others_is_found_in_one_pass() {
+    fn spans_inside_each_span_are_counted_with_ties() {
         let spans = [(0.0, 100.0), (0.0, 50.0), (10.0, 20.0), (30.0, 40.0), (60.0, 70.0), (90.0, 300.0), (95.0, 96.0)];
-        assert_eq!(holds_two_or_more(&spans), [true, true, false, false, false, false, false]);
-        assert_eq!(holds_two_or_more(&[(0.0, 10.0), (0.0, 10.0)]), [false, false], "a duplicate holds one");
-        assert!(holds_two_or_more(&[]).is_empty());
-        // Overlapping ranges that hold nothing: none is a wrapper, and the count stays n log n.
-        let chain: Vec<(f64, f64)> = (0..20_000).map(|i| (i as f64, i as f64 + 10_000.0)).collect();
-        assert!(holds_two_or_more(&chain).iter().all(|w| !w));
+        assert_eq!(contained(&spans), [5, 2, 0, 0, 0, 1, 0]);
+        assert_eq!(contained(&[(0.0, 10.0), (0.0, 10.0)]), [1, 0], "a duplicate holds one");
+        assert_eq!(contained(&[(0.0, 10.0), (2.0, 10.0), (5.0, 10.0)]), [2, 1, 0], "equal ends are inside");
+        assert!(contained(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_wrapper_holds_two_steps_of_its_kind_with_other_names() {
+        let w = |spans: &[(f64, f64, &str)]| wrappers(spans);
+        let (d4, d5, p) = ("step[decode bs=4]", "step[decode bs=5]", "step[prefill bs=1 toks=9]");
+        assert_eq!(w(&[(0.0, 100.0, "step[decode bs=64]"), (0.0, 40.0, d4), (50.0, 90.0, d5)]), [true, false, false]);
+        // One range copied per stream (Kineto): the longest copy holds the others of its name.
+        assert_eq!(w(&[(0.0, 100.0, d4), (1.0, 30.0, d4), (40.0, 60.0, d4)]), [false, false, false]);
+        // A step holding its draft and verify frames (another kind) is a step.
+        let (fd, fe) = ("model_runner.py(1): forward_decode", "model_runner.py(2): forward_extend");
+        assert_eq!(w(&[(0.0, 100.0, p), (0.0, 40.0, fd), (50.0, 90.0, fe)]), [false, false, false]);
     }
 
     #[test]
@@ -909,6 +964,7 @@ mod tests {
         let s = segment(&t, 1.0);
         assert_eq!(s.segmentation, Segmentation::StepAnnotations);
         let got: Vec<_> = s.windows.iter().map(|w| (w.start, w.end, w.requests, w.kind)).collect();
+        let once_per_stream = got.clone();
         assert_eq!(
             got,
             [
@@ -918,6 +974,18 @@ mod tests {
             ],
             "the wrapper is gone and each step keeps its own counts"
         );
+        // Each step written once per stream, as Kineto writes a range whose kernels ran on three
+        // streams: the same steps, each once.
+        let mut copies = Vec::new();
+        for m in &t.marks[1..] {
+            copies.push(m.clone());
+            copies.push(gpu_mark(&m.name, m.start + 1.0, m.start + 10.0));
+            copies.push(gpu_mark(&m.name, m.start + 20.0, m.start + 30.0));
+        }
+        t.marks = copies;
+        let s = segment(&t, 1.0);
+        let got: Vec<_> = s.windows.iter().map(|w| (w.start, w.end, w.requests, w.kind)).collect();
+        assert_eq!(got, once_per_stream);
     }
 
     #[test]

@@ -223,3 +223,20 @@ pub fn usage_error(cmd: &str, args: &[&str], needle: &str) {
     assert!(err.contains(needle), "{all:?}: want {needle:?} in {err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// A FIFO at `dir/name` that a thread fills with spaces (valid text, and JSON whitespace) until
+/// its reader goes: an endless text stream, for the size limits of inputs read as text (a binary
+/// device such as /dev/zero is refused at its first byte instead).
+pub fn endless_text(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
+    use std::io::Write as _;
+    let p = dir.join(name);
+    assert!(std::process::Command::new("mkfifo").arg(&p).status().expect("mkfifo").success(), "mkfifo {}", p.display());
+    let q = p.clone();
+    std::thread::spawn(move || {
+        if let Ok(mut f) = std::fs::OpenOptions::new().write(true).open(&q) {
+            let spaces = vec![b' '; 1 << 16];
+            while f.write_all(&spaces).is_ok() {}
+        }
+    });
+    p
+}
