@@ -284,13 +284,28 @@ fn parse_sglang(data: &str) -> Result<EventInfo, String> {
 
 /// Extracts the model id from a `/v1/models` response.
 pub fn first_model_id(body: &[u8]) -> Option<String> {
-    let v: Value = serde_json::from_slice(body).ok()?;
-    v.get("data")?.as_array()?.first()?.get("id")?.as_str().map(str::to_string)
+    model_ids(body).into_iter().next()
+}
+
+/// Every model id a `/v1/models` response lists, in its order (a server may serve several: LoRA
+/// adapters beside their base, or a router's models).
+pub fn model_ids(body: &[u8]) -> Vec<String> {
+    let Ok(v) = serde_json::from_slice::<Value>(body) else { return Vec::new() };
+    let Some(data) = v.get("data").and_then(Value::as_array) else { return Vec::new() };
+    data.iter().filter_map(|m| m.get("id").and_then(Value::as_str).map(str::to_string)).collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_listed_model_id_is_read_in_order() {
+        let body = br#"{"object":"list","data":[{"id":"base"},{"object":"model"},{"id":"base-lora"}]}"#;
+        assert_eq!(model_ids(body), ["base", "base-lora"]);
+        assert_eq!(first_model_id(body).as_deref(), Some("base"));
+        assert!(model_ids(b"not json").is_empty() && model_ids(br#"{"data":{}}"#).is_empty());
+    }
 
     #[test]
     fn role_only_chat_chunk_is_not_a_token() {

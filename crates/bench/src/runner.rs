@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use serde::Serialize;
 
-use crate::api::{build_body, first_model_id, Api, RequestBody};
+use crate::api::{build_body, model_ids, Api, RequestBody};
 use crate::client::{normalize_url, strip_userinfo, HttpClient, SimpleError};
 use crate::definitions::{self, DefinedMetric, Definitions};
 use crate::record::RequestRecord;
@@ -270,10 +270,18 @@ async fn discover_model(client: &HttpClient, cfg: &BenchConfig, notes: &mut Vec<
     if cfg.model.is_some() || cfg.api == Api::Sglang {
         return Ok(cfg.model.clone());
     }
-    match (models.status, first_model_id(&models.body)) {
+    let ids = model_ids(&models.body);
+    match (models.status, ids.first()) {
         (200, Some(id)) => {
-            let id = client.redactor().clean(&id);
-            notes.push(format!("model {id:?} found at /v1/models"));
+            let id = client.redactor().clean(id);
+            match ids.len() {
+                1 => notes.push(format!("model {id:?} found at /v1/models")),
+                n => notes.push(format!(
+                    "/v1/models lists {n} models; the first, {id:?}, is used: give --model to choose another ({})",
+                    ids.iter().skip(1).take(4).map(|m| format!("{:?}", client.redactor().clean(m))).collect::<Vec<_>>().join(", ")
+                        + if n > 5 { ", ..." } else { "" }
+                )),
+            }
             Ok(Some(id))
         }
         (s, _) => {
