@@ -653,3 +653,25 @@ fn a_run_that_measures_nothing_keeps_files_that_were_there_and_removes_its_own()
     assert_eq!(std::fs::read_to_string(&kept).expect("still there"), "keep me\n");
     assert!(!fresh.exists(), "the file this run created is removed");
 }
+
+/// A server that lists several models: the first is used, and the notes say how many there are
+/// and name the others (`--model` chooses another).
+#[test]
+fn bench_names_the_other_models_a_server_lists_beside_the_one_it_uses() {
+    let s = serve(|s, r| match r.path.as_str() {
+        "/v1/models" => respond(s, "200 OK", "application/json", r#"{"data":[{"id":"base"},{"id":"base-lora"},{"id":"other"}]}"#),
+        _ => good_stream(s, r.max_tokens(), Duration::ZERO),
+    });
+    let (code, _, err, v, _) =
+        bench(&s.url, &["--no-calibrate", "--metrics-url", "off", "--concurrency", "1", "--requests", "2", "-q"], &[]);
+    assert_eq!(code, 0, "{err}");
+    let notes = v["notes"].to_string();
+    assert!(
+        notes.contains(
+            r#"/v1/models lists 3 models; the first, \"base\", is used: give --model to choose another (\"base-lora\", \"other\")"#
+        ),
+        "{notes}"
+    );
+    let posts: Vec<String> = s.seen.lock().expect("seen").iter().filter(|r| r.method == "POST").map(|r| r.body.clone()).collect();
+    assert!(!posts.is_empty() && posts.iter().all(|b| b.contains(r#""model":"base""#)), "{posts:?}");
+}
