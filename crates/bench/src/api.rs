@@ -282,11 +282,6 @@ fn parse_sglang(data: &str) -> Result<EventInfo, String> {
     Ok(info)
 }
 
-/// Extracts the model id from a `/v1/models` response.
-pub fn first_model_id(body: &[u8]) -> Option<String> {
-    model_ids(body).into_iter().next()
-}
-
 /// Every model id a `/v1/models` response lists, in its order (a server may serve several: LoRA
 /// adapters beside their base, or a router's models).
 pub fn model_ids(body: &[u8]) -> Vec<String> {
@@ -303,7 +298,6 @@ mod tests {
     fn every_listed_model_id_is_read_in_order() {
         let body = br#"{"object":"list","data":[{"id":"base"},{"object":"model"},{"id":"base-lora"}]}"#;
         assert_eq!(model_ids(body), ["base", "base-lora"]);
-        assert_eq!(first_model_id(body).as_deref(), Some("base"));
         assert!(model_ids(b"not json").is_empty() && model_ids(br#"{"data":{}}"#).is_empty());
     }
 

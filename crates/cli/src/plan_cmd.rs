@@ -615,7 +615,7 @@ fn earlier_script(p: &Path) -> bool {
 /// `--emit-launch DIR`: one executable script per ranked plan; refuses a DIR that is not a
 /// directory, creates a missing one, and removes the scripts an earlier ranking left there (so
 /// every script in DIR is of this ranking). A script is never written through a symbolic link.
-fn emit_launch(dir: &Path, r: &report::PlanReport) -> Result<(Vec<PathBuf>, usize), Failure> {
+fn emit_launch(dir: &Path, r: &report::PlanReport, paths: &[PathBuf]) -> Result<usize, Failure> {
     if dir.exists() && !dir.is_dir() {
         return Err(Failure::usage(format!(
             "--emit-launch {}: this is a file, not a directory; give a directory to write the launch scripts into (it is created if missing)",
@@ -624,7 +624,6 @@ fn emit_launch(dir: &Path, r: &report::PlanReport) -> Result<(Vec<PathBuf>, usiz
     }
     std::fs::create_dir_all(dir)
         .map_err(|e| Failure::runtime(format!("--emit-launch {}: cannot create the directory: {e}", dir.display())))?;
-    let paths = launch_paths(dir, r);
     let mut removed = 0;
     let entries = std::fs::read_dir(dir).map_err(|e| Failure::runtime(format!("--emit-launch {}: cannot list it: {e}", dir.display())))?;
     for p in entries.filter_map(|e| e.ok().map(|e| e.path())) {
@@ -633,7 +632,7 @@ fn emit_launch(dir: &Path, r: &report::PlanReport) -> Result<(Vec<PathBuf>, usiz
             removed += 1;
         }
     }
-    for (x, p) in r.ranked_plans.iter().zip(&paths) {
+    for (x, p) in r.ranked_plans.iter().zip(paths) {
         let title = format!(
             "{}{} for {} on {} x {} ({}): predicted {:.0} output tok/s at concurrency {}",
             SCRIPT_MARK.trim_start_matches("# "),
@@ -653,7 +652,17 @@ fn emit_launch(dir: &Path, r: &report::PlanReport) -> Result<(Vec<PathBuf>, usiz
         f.write_all(text.as_bytes()).map_err(fail)?;
         std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).map_err(fail)?;
     }
-    Ok((paths, removed))
+    Ok(removed)
+}
+
+/// The files `plan` reads, by what names them in an error: no output may be one of them.
+fn inputs(a: &PlanArgs) -> [(&'static str, Option<&Path>); 4] {
+    [
+        ("the --model-config file", a.model_config.as_deref()),
+        ("the --fabric file", a.fabric.as_deref()),
+        ("the --allreduce file", a.allreduce.as_deref()),
+        ("the --calibrate file", a.calibrate.as_deref()),
+    ]
 }
 
 /// Runs `servetune plan`.
@@ -664,15 +673,7 @@ pub fn run(a: PlanArgs) -> Result<(), Failure> {
     if is_stdout(&a.json) && is_stdout(&a.markdown) {
         return Err(Failure::usage("--json - and --markdown - both ask for stdout: write one of them to a file"));
     }
-    crate::check_outputs(
-        &[("--json", a.json.as_deref()), ("--markdown", a.markdown.as_deref())],
-        &[
-            ("the --model-config file", a.model_config.as_deref()),
-            ("the --fabric file", a.fabric.as_deref()),
-            ("the --allreduce file", a.allreduce.as_deref()),
-            ("the --calibrate file", a.calibrate.as_deref()),
-        ],
-    )?;
+    crate::check_outputs(&[("--json", a.json.as_deref()), ("--markdown", a.markdown.as_deref())], &inputs(&a))?;
     // The client-measured figures: the simulator's engine runs the workload in virtual time.
     // A progress line on a terminal while the runs go on (tens of seconds with --rank at 100k clients).
     let req = request(&a)?;
@@ -680,8 +681,8 @@ pub fn run(a: PlanArgs) -> Result<(), Failure> {
     let r = crate::progress::with_plan_progress(&bench, true, || servetune_model::build_report_with(&req, Some(&bench))).map_err(input)?;
     // The scripts' names come from the ranking: checked against the inputs and the other outputs
     // before anything is written.
-    if let Some(dir) = &a.emit_launch {
-        let scripts = launch_paths(dir, &r);
+    let scripts = a.emit_launch.as_deref().map(|dir| (dir, launch_paths(dir, &r)));
+    if let Some((_, scripts)) = &scripts {
         if let Some(link) = scripts.iter().find(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink())) {
             return Err(Failure::usage(format!(
                 "--emit-launch: {} is a symbolic link; servetune writes its scripts only as plain files: remove the link, or give another directory",
@@ -690,15 +691,7 @@ pub fn run(a: PlanArgs) -> Result<(), Failure> {
         }
         let mut outputs = vec![("--json", a.json.as_deref()), ("--markdown", a.markdown.as_deref())];
         outputs.extend(scripts.iter().map(|p| ("--emit-launch", Some(p.as_path()))));
-        crate::check_outputs(
-            &outputs,
-            &[
-                ("the --model-config file", a.model_config.as_deref()),
-                ("the --fabric file", a.fabric.as_deref()),
-                ("the --allreduce file", a.allreduce.as_deref()),
-                ("the --calibrate file", a.calibrate.as_deref()),
-            ],
-        )?;
+        crate::check_outputs(&outputs, &inputs(&a))?;
     }
     // With a document on stdout, the text report goes to stderr so stdout stays machine-readable.
     if is_stdout(&a.json) || is_stdout(&a.markdown) {
@@ -713,8 +706,8 @@ pub fn run(a: PlanArgs) -> Result<(), Failure> {
     if let Some(p) = &a.markdown {
         write_file(p, &|w| report::write_markdown(&r, w))?;
     }
-    if let Some(dir) = &a.emit_launch {
-        let (files, removed) = emit_launch(dir, &r)?;
+    if let Some((dir, files)) = &scripts {
+        let removed = emit_launch(dir, &r, files)?;
         let earlier = match removed {
             0 => String::new(),
             1 => " (removed 1 script of an earlier ranking)".into(),
