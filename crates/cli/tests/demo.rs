@@ -32,7 +32,7 @@ fn env_of(c: &Connection, id: i64) -> String {
 }
 
 #[test]
-fn demo_tells_the_campaign_story_and_writes_a_report_matching_the_journal() {
+fn demo_tells_the_campaign_story_writes_a_report_matching_the_journal_and_reruns_afresh() {
     let d = tempfile::tempdir().expect("tmp");
     let out_dir = d.path().join("out");
     let out = servetune().args(["demo", "-q", "--out"]).arg(&out_dir).output().expect("run demo");
@@ -96,6 +96,21 @@ fn demo_tells_the_campaign_story_and_writes_a_report_matching_the_journal() {
     // The journal is a campaign the CLI goes on with: it stops again the same way.
     let again = servetune().args(["campaign", "continue"]).arg(&out_dir).output().expect("continue");
     assert_eq!(again.status.code(), Some(last_code.parse::<i32>().expect("code")), "{}", String::from_utf8_lossy(&again.stdout));
+    drop(c);
+
+    // A second demo into the same folder starts afresh (the README's command, run twice): the
+    // same story, and a journal of its own, not the first run's experiments with new ones added.
+    let started_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_millis() as i64;
+    let rerun = servetune().args(["demo", "-q", "--out"]).arg(&out_dir).output().expect("rerun demo");
+    let restdout = String::from_utf8_lossy(&rerun.stdout);
+    assert_eq!(rerun.status.code(), Some(0), "{restdout}\n{}", String::from_utf8_lossy(&rerun.stderr));
+    assert!(restdout.contains("campaign continue -> exit 3, needs a person (question 1)"), "{restdout}");
+    let c = Connection::open_with_flags(out_dir.join("journal.sqlite"), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).expect("journal");
+    let oldest: i64 = c.query_row("SELECT min(created_at) FROM experiments", [], |r| r.get(0)).expect("experiments");
+    assert!(
+        oldest >= started_ms,
+        "the rerun's journal holds its own experiments only: the oldest was planned at {oldest}, the rerun began at {started_ms}"
+    );
 }
 
 /// One prediction per point: each experiment's best point carries the same predicted figure in the

@@ -294,7 +294,16 @@ impl ScenarioSpec {
             return Err(ModelError::Input("--gpus 0: give the number of GPUs, 1 or more".into()));
         }
         let plan = Plan { gpus: self.gpus, tp: self.tp.unwrap_or(self.gpus), pp: self.pp, ep: self.ep, dp_attention: self.dp_attention };
-        plan.check(&model)?;
+        plan.check(&model).map_err(|e| match (e, self.tp) {
+            // The TP the user did not give is --gpus's: name the flag they gave.
+            (ModelError::Input(m), None) if m.starts_with("--tp ") => ModelError::Input(format!(
+                "--gpus {} without --tp means TP{}: {}",
+                self.gpus,
+                self.gpus,
+                m.replacen(&format!("--tp {}", self.gpus), &format!("TP{}", self.gpus), 1).replace("lower --tp", "give a smaller --tp")
+            )),
+            (e, _) => e,
+        })?;
         let cluster = self.resolve_cluster()?;
         if self.input_len == 0 || self.output_len == 0 {
             return Err(ModelError::Input("--input-len and --output-len must be at least 1 token".into()));

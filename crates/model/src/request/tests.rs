@@ -219,6 +219,12 @@ fn more_tensor_parallel_ranks_than_attention_heads_are_refused_unless_attention_
     s.gpus = 64;
     s.tp = Some(64);
     assert!(s.build().is_ok(), "one head per rank is allowed");
+    // Without --tp the TP is --gpus's: the message names the flag the user gave.
+    let mut s = ScenarioSpec::new(ModelSource::Catalog("glm-5".into()), "h200");
+    s.gpus = 128;
+    let e = s.build().expect_err("128 GPUs, TP128 by default").to_string();
+    assert!(e.starts_with("--gpus 128 without --tp means TP128: TP128 is more than"), "{e}");
+    assert!(e.contains("give a smaller --tp") && !e.contains("--tp 128"), "{e}");
 }
 
 #[test]
