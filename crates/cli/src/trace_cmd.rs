@@ -72,6 +72,8 @@ pub fn analyze(file: &Path, gap_ms: f64, max_json: Option<u64>) -> Result<TraceR
         | TraceError::NoTimedGpuEvents { .. }
         | TraceError::ManyDevices { .. }
         | TraceError::TooLarge { .. }
+        | TraceError::Stalled { .. }
+        | TraceError::NoCompleteGpuEvents { .. }
         | TraceError::Input(_) => Failure::usage(e.to_string()),
     };
     if !(gap_ms.is_finite() && gap_ms > 0.0) {
@@ -165,30 +167,49 @@ fn from_plan_json(path: &Path, concurrency: Option<u32>) -> Result<Predicted, Fa
         None => return Err(bad(format!("{} points: pick one with --concurrency N", points.len()))),
     };
     let st = &point["step_ms"];
-    // A step term is a time: a negative or non-finite one is no plan's.
+    // A step term is a time, at most an hour (a plan's step is milliseconds): a negative,
+    // non-finite or absurd one is no plan's.
     let f = |k: &str| match st[k].as_f64() {
-        Some(x) if x.is_finite() && x >= 0.0 => Ok(x),
-        Some(x) => Err(bad(format!("points[].step_ms.{k} is {x}, not a time in ms"))),
+        Some(x) if x.is_finite() && (0.0..=MAX_STEP_MS).contains(&x) => Ok(x),
+        Some(x) => Err(bad(format!("points[].step_ms.{k} is {x:?}, not a step time in ms (0 to an hour)"))),
         None => Err(bad(format!("points[].step_ms.{k} is missing"))),
     };
+    let (total, prefill) = (f("total")?, f("prefill")?);
+    if total <= prefill {
+        return Err(bad(format!("points[].step_ms.total ({total:?}) is not above its prefill ({prefill:?}), so there is no decode step")));
+    }
+    let running = point["running"]
+        .as_u64()
+        .and_then(|r| u32::try_from(r).ok())
+        .filter(|r| *r >= 1)
+        .ok_or_else(|| bad("points[].running is missing or not a whole number of requests from 1".into()))?;
+    // Older plan documents may lack the detail: no count to check then.
+    let count = |k: &str| match point["detail"][k].as_f64() {
+        Some(x) if x.is_finite() && (0.0..=MAX_ALLREDUCES).contains(&x) => Ok(Some(x)),
+        Some(x) => Err(bad(format!("points[].detail.{k} is {x:?}, not a count of all-reduces per step"))),
+        None => Ok(None),
+    };
+    let allreduces = count("allreduces")?;
+    let qk = count("qk_norm_allreduces")?.unwrap_or(0.0);
     Ok(Predicted {
         label: format!("{} (from {})", doc["model"].as_str().unwrap_or("plan"), path.display()),
-        concurrency: point["running"]
-            .as_u64()
-            .and_then(|r| u32::try_from(r).ok())
-            .ok_or_else(|| bad("points[].running is missing".into()))?,
+        concurrency: running,
         weights_ms: f("weights")?,
         kv_ms: f("kv")?,
         compute_ms: f("compute")?,
         communication_ms: f("communication")?,
         overhead_ms: f("overhead")?,
-        step_ms: f("total")? - f("prefill")?,
-        // Older plan documents may lack the detail: no count to check then.
-        allreduces_per_step: point["detail"]["allreduces"]
-            .as_f64()
-            .map(|a| a + point["detail"]["qk_norm_allreduces"].as_f64().unwrap_or(0.0)),
+        step_ms: total - prefill,
+        allreduces_per_step: allreduces.map(|a| a + qk),
     })
 }
+
+/// The longest step term a plan document may give, ms (an hour).
+const MAX_STEP_MS: f64 = 3.6e6;
+
+/// The most all-reduces a plan's step may count (a model of a few hundred layers runs a few per
+/// layer).
+const MAX_ALLREDUCES: f64 = 1e6;
 
 /// How long the profile endpoints may take to answer (sglang's stop writes the trace first).
 const PROFILE_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);

@@ -298,10 +298,11 @@ fn a_report_written_over_the_trace_it_reads_is_refused_and_the_trace_kept() {
     assert_eq!(std::fs::read(&f).expect("still there"), before);
 }
 
-/// A plan document edited into nonsense (negative step terms, no concurrencies, a plan that does
-/// not fit) is refused saying what is wrong, not compared.
+/// A plan document edited into nonsense (negative or absurd step terms, a prefill longer than the
+/// step, no running requests, a negative all-reduce count, no concurrencies, a plan that does not
+/// fit) is refused saying what is wrong, not compared.
 #[test]
-fn vs_plan_json_with_negative_terms_no_concurrency_or_no_fit_is_refused_saying_which() {
+fn vs_plan_json_with_absurd_terms_no_concurrency_or_no_fit_is_refused_saying_which() {
     let dir = tempfile::tempdir().expect("tmp");
     let plan = plan_json(dir.path(), "8");
     let plan_s = plan.to_string_lossy().to_string();
@@ -318,7 +319,14 @@ fn vs_plan_json_with_negative_terms_no_concurrency_or_no_fit_is_refused_saying_w
         assert_eq!(code, 2, "{want}: {err}");
         assert!(err.contains(want), "{want}: {err}");
     };
-    refused(&|d| d["points"][0]["step_ms"]["weights"] = serde_json::json!(-3.0), "points[].step_ms.weights is -3, not a time in ms");
+    refused(&|d| d["points"][0]["step_ms"]["weights"] = serde_json::json!(-3.0), "points[].step_ms.weights is -3.0, not a step time in ms");
+    refused(
+        &|d| d["points"][0]["step_ms"]["weights"] = serde_json::json!(1e300),
+        "points[].step_ms.weights is 1e300, not a step time in ms",
+    );
+    refused(&|d| d["points"][0]["step_ms"]["prefill"] = serde_json::json!(1e5), "is not above its prefill (100000.0)");
+    refused(&|d| d["points"][0]["running"] = serde_json::json!(0), "points[].running is missing or not a whole number of requests from 1");
+    refused(&|d| d["points"][0]["detail"]["allreduces"] = serde_json::json!(-1e300), "points[].detail.allreduces is -1e300");
     refused(&|d| d["points"][0]["concurrency"] = serde_json::json!(-8), "no point has a concurrency");
     refused(&|d| d["fits"] = serde_json::json!(false), "does not fit in GPU memory");
     // A concurrency the plan has no point at names the ones it has; 0 is no concurrency.

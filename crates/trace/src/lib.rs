@@ -57,6 +57,14 @@ pub enum TraceError {
         /// Events the file held.
         events: u64,
     },
+    /// The GPU events are all of another phase than complete ("ph": "X"), e.g. begin/end pairs.
+    #[error("{path}: its {events} GPU events (cat kernel, gpu_memcpy, gpu_memset) are not complete events (\"ph\": \"X\", a start and a duration) but begin/end pairs or another phase; the analysis reads complete events, as torch.profiler and Kineto write them: give such a trace")]
+    NoCompleteGpuEvents {
+        /// The file.
+        path: String,
+        /// GPU events of another phase.
+        events: u64,
+    },
     /// Every GPU event has a start or a duration that is not a time.
     #[error("{path}: all {skipped} GPU events (cat kernel, gpu_memcpy, gpu_memset) have a start (ts) or duration (dur) that is missing or not a time (ts within 1e17 us, dur from 0 to a day); the file is damaged or was rewritten: profile again")]
     NoTimedGpuEvents {
@@ -80,6 +88,14 @@ pub enum TraceError {
         path: String,
         /// Which limit, how large, and what to do.
         reason: String,
+    },
+    /// A pipe, a FIFO or a device sent nothing for [`read::STREAM_IDLE`].
+    #[error("{path}: nothing arrived for {secs} s: it is a pipe, a FIFO or a device that stopped sending (a FIFO nobody writes to?); give the trace file itself")]
+    Stalled {
+        /// The file.
+        path: String,
+        /// The silence allowed, seconds.
+        secs: u64,
     },
     /// A setting is out of range.
     #[error("{0}")]
@@ -158,10 +174,13 @@ pub struct Timeline {
     pub marks: Vec<StepMark>,
     /// Events in the file.
     pub events: u64,
-    /// GPU events left out because their start or duration is not a time ([`MAX_EVENT_US`]).
+    /// GPU events left out because their start or duration is not a time ([`MAX_EVENT_US`]), or
+    /// their start is more than a day from the median GPU event's.
     pub skipped: u64,
     /// The devices the kernels name (Kineto's `args.device`; at most 8 kept).
     pub devices: Vec<i64>,
+    /// GPU events of a phase other than complete ("B"/"E" pairs and the like), not read.
+    pub other_phase: u64,
 }
 
 /// The longest GPU event taken, us (a day): a longer, negative or non-finite duration, or a start
@@ -198,6 +217,9 @@ impl Timeline {
         if t.kernels.is_empty() && t.skipped > 0 {
             return Err(TraceError::NoTimedGpuEvents { path: path.display().to_string(), skipped: t.skipped });
         }
+        if t.kernels.is_empty() && t.other_phase > 0 {
+            return Err(TraceError::NoCompleteGpuEvents { path: path.display().to_string(), events: t.other_phase });
+        }
         if t.kernels.is_empty() {
             return Err(TraceError::NoGpuEvents { path: path.display().to_string(), events: stats.events });
         }
@@ -207,6 +229,13 @@ impl Timeline {
         // Unstable: no merge buffer of half the kernels (the order of equal starts is irrelevant:
         // every figure is a union or a sum).
         t.kernels.sort_unstable_by(|a, b| a.start.total_cmp(&b.start));
+        // A GPU event more than a day from the median start is a stray (a hand-edited `ts` of 0
+        // among epoch-microsecond starts): one would stretch the span over decades and make a
+        // step of its own. Left out and counted like an event whose start is not a time.
+        let mid = t.kernels[t.kernels.len() / 2].start;
+        let before = t.kernels.len();
+        t.kernels.retain(|k| (k.start - mid).abs() <= MAX_EVENT_US);
+        t.skipped += (before - t.kernels.len()) as u64;
         t.launches.sort_unstable_by(|a, b| a.ts.total_cmp(&b.ts));
         t.marks.sort_by(|a, b| a.start.total_cmp(&b.start));
         Ok(t)
@@ -214,7 +243,11 @@ impl Timeline {
 
     fn add(&mut self, index: &mut HashMap<String, u32>, e: RawEvent<'_>) {
         let complete = e.ph.is_none_or(|p| p == Ph::Complete);
-        let gpu = matches!(e.cat, EventCat::Kernel | EventCat::Memcpy | EventCat::Memset) && complete;
+        let on_gpu = matches!(e.cat, EventCat::Kernel | EventCat::Memcpy | EventCat::Memset);
+        if on_gpu && !complete {
+            self.other_phase += 1;
+        }
+        let gpu = on_gpu && complete;
         let (Some(ts), dur) = (e.ts, e.dur.unwrap_or(0.0)) else {
             // A GPU event without a start is left out like one with a start that is not a time.
             if gpu {

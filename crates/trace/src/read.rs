@@ -368,9 +368,29 @@ pub fn for_each_event(path: &Path, sink: &mut dyn FnMut(RawEvent<'_>)) -> Result
 /// [`for_each_event`] with the decompressed-size limit `max_json` in bytes (None: [`json_limit`]'s
 /// default). A gzip stream is inflated as it is read, so a bomb stops at the limit, not at its end.
 pub fn for_each_event_within(path: &Path, max_json: Option<u64>, sink: &mut dyn FnMut(RawEvent<'_>)) -> Result<ReadStats, TraceError> {
-    let open = |e| TraceError::Open { path: path.display().to_string(), source: e };
-    let file = File::open(path).map_err(open)?;
-    let meta = file.metadata().map_err(open)?;
+    events_within(path, max_json, STREAM_IDLE, sink)
+}
+
+/// [`for_each_event_within`] with a stream's allowed silence `idle`.
+fn events_within(
+    path: &Path,
+    max_json: Option<u64>,
+    idle: std::time::Duration,
+    sink: &mut dyn FnMut(RawEvent<'_>),
+) -> Result<ReadStats, TraceError> {
+    let open = |e: std::io::Error| match e.get_ref().and_then(|i| i.downcast_ref::<Silent>()) {
+        Some(s) => TraceError::Stalled { path: path.display().to_string(), secs: s.0.as_secs() },
+        None => TraceError::Open { path: path.display().to_string(), source: e },
+    };
+    // A FIFO's open blocks until a writer comes, and a pipe or a device may never send its end:
+    // anything but a regular file (or a folder, refused by the read) is opened and read on a
+    // thread, and a stream silent for STREAM_IDLE ends with an error.
+    let meta = std::fs::metadata(path).map_err(open)?;
+    let file: Box<dyn Read> = if meta.is_file() || meta.is_dir() {
+        Box::new(File::open(path).map_err(open)?)
+    } else {
+        Box::new(IdleDeadline::spawn(path.to_path_buf(), idle))
+    };
     let mut buf = BufReader::with_capacity(1 << 16, file);
     let gz = {
         use std::io::BufRead;
@@ -383,6 +403,93 @@ pub fn for_each_event_within(path: &Path, max_json: Option<u64>, sink: &mut dyn 
         None => reader,
     };
     read_events(reader, sink).map_err(|e| classify_error(path, gz, e))
+}
+
+/// How long a pipe or a device may send nothing before the read gives up: a FIFO nobody writes
+/// to, or a writer that never sends, would otherwise block `trace` forever. The figure is the
+/// other file inputs' deadline (`servetune_io::STREAM_DEADLINE`), here counted from the last
+/// byte so that a long trace streamed through a pipe is not cut off while it flows.
+pub const STREAM_IDLE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// A stream silent for longer than its deadline (told apart from other read errors by its type).
+#[derive(Debug)]
+struct Silent(std::time::Duration);
+
+impl fmt::Display for Silent {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "nothing arrived for {} s", self.0.as_secs())
+    }
+}
+
+impl std::error::Error for Silent {}
+
+/// Reads a path that is not a regular file on a helper thread, in chunks passed over a channel,
+/// and fails when none arrives within `idle`. A thread left blocked in `open` or `read` stays so
+/// until the process exits; it holds no lock.
+struct IdleDeadline {
+    rx: std::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
+    idle: std::time::Duration,
+    chunk: Vec<u8>,
+    at: usize,
+    done: bool,
+}
+
+impl IdleDeadline {
+    fn spawn(path: std::path::PathBuf, idle: std::time::Duration) -> Self {
+        // A bound of a few chunks: the reader thread waits for the parser, memory stays small.
+        let (tx, rx) = std::sync::mpsc::sync_channel(4);
+        std::thread::spawn(move || {
+            let mut f = match File::open(&path) {
+                Ok(f) => f,
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+            };
+            loop {
+                let mut chunk = vec![0u8; 1 << 16];
+                match f.read(&mut chunk) {
+                    Ok(n) => {
+                        chunk.truncate(n);
+                        if tx.send(Ok(chunk)).is_err() || n == 0 {
+                            return;
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                        return;
+                    }
+                }
+            }
+        });
+        IdleDeadline { rx, idle, chunk: Vec::new(), at: 0, done: false }
+    }
+}
+
+impl Read for IdleDeadline {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        while self.at == self.chunk.len() {
+            if self.done {
+                return Ok(0);
+            }
+            match self.rx.recv_timeout(self.idle) {
+                Ok(Ok(c)) => {
+                    self.done = c.is_empty();
+                    (self.chunk, self.at) = (c, 0);
+                }
+                Ok(Err(e)) => return Err(e),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, Silent(self.idle)))
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return Ok(0),
+            }
+        }
+        let n = out.len().min(self.chunk.len() - self.at);
+        out[..n].copy_from_slice(&self.chunk[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
 }
 
 /// Streams events out of any reader (exposed for tests).
@@ -410,6 +517,10 @@ fn classify_error(path: &Path, gz: bool, e: ScanError) -> TraceError {
                 ),
             }
         }
+        ScanError::Io(e) if e.get_ref().is_some_and(|i| i.is::<Silent>()) => {
+            let secs = e.get_ref().and_then(|i| i.downcast_ref::<Silent>()).map_or(0, |s| s.0.as_secs());
+            TraceError::Stalled { path, secs }
+        }
         ScanError::TooLarge(what) => TraceError::TooLarge {
             path,
             reason: format!("{what}; a profiler's event is well under a KB, so this is not a Kineto trace (or it is damaged)"),
@@ -426,6 +537,49 @@ fn classify_error(path: &Path, gz: bool, e: ScanError) -> TraceError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A FIFO made with mkfifo(1) in a fresh temporary folder.
+    fn fifo() -> (tempfile::TempDir, std::path::PathBuf) {
+        let d = tempfile::tempdir().expect("tmp");
+        let p = d.path().join("trace.fifo");
+        let ok = std::process::Command::new("mkfifo").arg(&p).status().expect("mkfifo").success();
+        assert!(ok, "mkfifo");
+        (d, p)
+    }
+
+    #[test]
+    fn a_fifo_nobody_writes_to_ends_with_an_error_naming_it_instead_of_blocking() {
+        let (_d, p) = fifo();
+        let idle = std::time::Duration::from_millis(300);
+        let e = events_within(&p, None, idle, &mut |_| {}).expect_err("no writer");
+        assert!(matches!(e, TraceError::Stalled { .. }), "{e}");
+        assert!(e.to_string().contains("trace.fifo") && e.to_string().contains("FIFO"), "{e}");
+        // A writer that opens the FIFO and never sends is silent too.
+        let (_d2, p2) = fifo();
+        let w = p2.clone();
+        let held = std::thread::spawn(move || {
+            let f = std::fs::OpenOptions::new().write(true).open(&w).expect("open for write");
+            std::thread::sleep(std::time::Duration::from_millis(1500));
+            drop(f);
+        });
+        let e = events_within(&p2, None, idle, &mut |_| {}).expect_err("silent writer");
+        assert!(matches!(e, TraceError::Stalled { .. }), "{e}");
+        held.join().expect("writer");
+    }
+
+    #[test]
+    fn a_trace_written_into_a_fifo_is_read_to_its_end() {
+        let (_d, p) = fifo();
+        let w = p.clone();
+        let writer = std::thread::spawn(move || {
+            let doc = br#"{"traceEvents":[{"ph":"X","cat":"kernel","name":"k1","ts":1,"dur":2},{"ph":"X","cat":"kernel","name":"k2","ts":4,"dur":2}]}"#;
+            std::fs::write(&w, doc).expect("write the FIFO");
+        });
+        let mut names = Vec::new();
+        let stats = events_within(&p, None, std::time::Duration::from_secs(10), &mut |e| names.push(e.name.into_owned())).expect("reads");
+        writer.join().expect("writer");
+        assert_eq!((stats.events, names), (2, vec!["k1".to_string(), "k2".to_string()]));
+    }
 
     #[test]
     fn a_collective_name_in_args_is_read_whatever_its_spelling_and_anything_else_is_other() {

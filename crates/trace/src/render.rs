@@ -48,7 +48,7 @@ pub fn terminal(r: &TraceReport, w: &mut impl Write) -> io::Result<()> {
     if r.skipped_gpu_events > 0 {
         writeln!(
             w,
-            "  {} GPU events left out: a start or duration that is not a time (negative, not finite, or over a day)",
+            "  {} GPU events left out: a start or duration that is not a time (negative, not finite, or over a day), or a start more than a day from the other GPU events",
             r.skipped_gpu_events
         )?;
     }

@@ -32,7 +32,8 @@ pub struct TraceReport {
     pub events: u64,
     /// GPU kernels, copies and memsets.
     pub gpu_events: u64,
-    /// GPU events left out: a start or duration that is not a time (negative, not finite, or over
+    /// GPU events left out: a start more than a day from the other GPU events, or a start or
+    /// duration that is not a time (negative, not finite, or over
     /// a day; since schema minor 1).
     pub skipped_gpu_events: u64,
     /// Summed GPU event durations, ms (concurrent kernels counted each).

@@ -376,6 +376,38 @@ fn gpu_events_whose_times_are_not_times_are_left_out_and_counted() {
     assert!(text.contains("3 GPU events left out") && !text.contains("inf") && !text.contains("NaN"), "{text}");
 }
 
+/// Kineto writes starts in epoch microseconds (about 1.7e15): one kernel edited to start at 0 is
+/// a stray, left out and counted, not a span of decades and a step of its own.
+#[test]
+fn a_gpu_event_a_day_away_from_the_others_is_left_out_and_counted() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("stray.json");
+    let doc = r#"{"traceEvents":[
+        {"ph":"X","cat":"kernel","name":"sm90_xmma_gemm_bf16","ts":1695835585000000,"dur":50,"pid":0,"tid":7},
+        {"ph":"X","cat":"kernel","name":"flash_fwd_kernel","ts":1695835585000100,"dur":20,"pid":0,"tid":7},
+        {"ph":"X","cat":"kernel","name":"flash_fwd_kernel","ts":0,"dur":20,"pid":0,"tid":7},
+        {"ph":"X","cat":"kernel","name":"flash_fwd_kernel","ts":1695835585000200,"dur":20,"pid":0,"tid":7}]}"#;
+    std::fs::write(&path, doc).expect("writes");
+    let r = analyze(&path, 1.0).expect("analyses the three kernels together");
+    assert_eq!((r.gpu_events, r.skipped_gpu_events), (3, 1));
+    assert!((r.span_ms - 0.22).abs() < 1e-6, "{}", r.span_ms);
+}
+
+/// Begin/end pairs ("ph" "B" and "E") are not what the analysis reads: the refusal says so, not
+/// that the trace has no GPU events.
+#[test]
+fn a_trace_of_begin_end_pairs_is_refused_naming_the_phases() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("be.json");
+    let doc = r#"{"traceEvents":[
+        {"ph":"B","cat":"kernel","name":"ampere_sgemm","ts":1000,"pid":0,"tid":7},
+        {"ph":"E","cat":"kernel","name":"ampere_sgemm","ts":1050,"pid":0,"tid":7}]}"#;
+    std::fs::write(&path, doc).expect("writes");
+    let err = analyze(&path, 1.0).expect_err("no complete events");
+    let text = err.to_string();
+    assert!(text.contains("2 GPU events") && text.contains("\"ph\": \"X\""), "{text}");
+}
+
 #[test]
 fn odd_thread_ids_do_not_refuse_a_trace() {
     let dir = tempfile::tempdir().expect("tmp");
