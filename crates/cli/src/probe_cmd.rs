@@ -52,21 +52,18 @@ pub fn run(a: ProbeArgs) -> Result<(), Failure> {
     if a.slurm {
         return crate::probe_slurm::run(&a);
     }
+    crate::check_outputs(&[("--json", a.json.as_deref())], &[])?;
     // The report inside the snapshot folder could replace one of the files it is read from.
     if let (Some(out), Some(dir)) = (a.json.as_deref().filter(|p| p.as_os_str() != "-"), a.root.as_deref().or(a.capture.as_deref())) {
-        // Resolved through the file system where the folders exist (`snap/../out.json` is beside
-        // the snapshot, not in it), else as written.
-        let resolve = |p: &Path| -> Option<PathBuf> {
-            let parent = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-            match (std::fs::canonicalize(parent), p.file_name()) {
-                (Ok(d), Some(name)) => Some(d.join(name)),
-                _ => std::path::absolute(p).ok(),
-            }
-        };
         if let (Some(o), Some(d)) = (resolve(out), std::fs::canonicalize(dir).ok().or_else(|| std::path::absolute(dir).ok())) {
             if o.starts_with(&d) {
+                let link = if std::fs::symlink_metadata(out).is_ok_and(|m| m.file_type().is_symlink()) {
+                    format!("it is a link to {}, ", o.display())
+                } else {
+                    String::new()
+                };
                 return Err(Failure::usage(format!(
-                    "--json {}: that is inside the snapshot folder {}, whose files the report could replace; write it outside",
+                    "--json {}: {link}that is inside the snapshot folder {}, whose files the report could replace; write it outside",
                     out.display(),
                     dir.display()
                 )));
@@ -99,4 +96,30 @@ pub fn run(a: ProbeArgs) -> Result<(), Failure> {
         }),
         None => Ok(()),
     }
+}
+
+/// Where writing `p` lands: resolved through the file system where it exists, a link at `p`
+/// itself included (`snap/../out.json` is beside the snapshot, not in it; `out.json` linking to
+/// `snap/nvml.json` is in it); a link that does not resolve is followed as `File::create` would;
+/// else the path as written.
+fn resolve(p: &Path) -> Option<PathBuf> {
+    let mut p = p.to_path_buf();
+    // Linux's own limit on links followed.
+    for _ in 0..40 {
+        if let Ok(full) = std::fs::canonicalize(&p) {
+            return Some(full);
+        }
+        let parent = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf();
+        match std::fs::read_link(&p) {
+            // A dangling link: File::create makes its target.
+            Ok(target) => p = parent.join(target),
+            Err(_) => {
+                return match (std::fs::canonicalize(&parent), p.file_name()) {
+                    (Ok(d), Some(name)) => Some(d.join(name)),
+                    _ => std::path::absolute(&p).ok(),
+                }
+            }
+        }
+    }
+    std::path::absolute(&p).ok()
 }

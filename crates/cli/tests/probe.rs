@@ -144,3 +144,47 @@ fn probe_refuses_a_report_inside_its_snapshot_and_a_capture_into_a_full_folder()
     assert!(String::from_utf8_lossy(&out.stderr).contains("the folder is not empty"), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(std::fs::read(&nvml).expect("kept"), before);
 }
+
+/// A `--json` that is a link into the snapshot (made by `--root` or `--capture`) is refused, the
+/// snapshot's nvml.json kept; so is a dangling link whose target would be made inside it.
+#[test]
+fn probe_json_that_is_a_link_into_the_snapshot_is_refused_and_the_snapshot_kept() {
+    let dir = no_gpu_copy();
+    let nvml = dir.path().join("nvml.json");
+    let before = std::fs::read(&nvml).expect("nvml.json");
+    let out_dir = tempfile::tempdir().expect("tmp");
+    let link = out_dir.path().join("report.json");
+    std::os::unix::fs::symlink(&nvml, &link).expect("symlink");
+    let dangling = out_dir.path().join("new.json");
+    std::os::unix::fs::symlink(dir.path().join("new-report.json"), &dangling).expect("symlink");
+    for (flag, out) in [("--root", &link), ("--root", &dangling), ("--capture", &link)] {
+        let o = servetune().arg("probe").arg(flag).arg(dir.path()).arg("-q").arg("--json").arg(out).output().expect("run");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{flag} {}: {err}", out.display());
+        assert!(err.contains("it is a link to") && err.contains("inside the snapshot folder"), "{err}");
+        assert_eq!(std::fs::read(&nvml).expect("kept"), before);
+    }
+    assert!(!dir.path().join("new-report.json").exists(), "nothing written into the snapshot");
+}
+
+#[test]
+fn probe_json_that_is_a_directory_exits_2_before_probing() {
+    let fx = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../probe/tests/fixtures/proxmox-kvm-8gpu");
+    let out_dir = tempfile::tempdir().expect("tmp");
+    let o = servetune().arg("probe").arg("--root").arg(&fx).arg("-q").arg("--json").arg(out_dir.path()).output().expect("run");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("--json") && err.contains("is a directory; give a file path to write into"), "{err}");
+}
+
+#[test]
+fn probe_capture_into_an_existing_file_says_it_is_a_file_not_a_folder() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let file = dir.path().join("afile");
+    std::fs::write(&file, "x\n").expect("write");
+    let o = servetune().arg("probe").arg("--capture").arg(&file).arg("-q").output().expect("run");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("that is a file, not a folder; give a new or empty folder"), "{err}");
+    assert_eq!(std::fs::read(&file).expect("kept"), b"x\n");
+}

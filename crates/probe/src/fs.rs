@@ -61,7 +61,8 @@ impl Root {
         self.notes.lock().map(|n| n.clone()).unwrap_or_default()
     }
 
-    fn skip(&self, why: String) {
+    /// Notes `why` once: a path skipped, or a value read that is shown as unknown.
+    pub(crate) fn skip(&self, why: String) {
         if let Ok(mut n) = self.notes.lock() {
             if !n.contains(&why) {
                 n.push(why);
@@ -118,7 +119,18 @@ impl Root {
         let path = self.resolve(p)?;
         match servetune_io::read_regular(&path, p, MAX_FILE) {
             Ok(b) => Ok(Some(b)),
-            Err(servetune_io::ReadError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(servetune_io::ReadError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                // A link whose target is not there (an absolute one is looked up inside the
+                // root) is not a missing file: the file was there and is not read.
+                let at: PathBuf = self.root.iter().chain(components(Path::new(p)).iter().map(|c| c.as_os_str())).collect();
+                match std::fs::read_link(&at) {
+                    Ok(target) => Err(format!(
+                        "{p}: a symlink to {}, which is not in the snapshot (an absolute target is looked up inside it), so it is not read",
+                        target.display()
+                    )),
+                    Err(_) => Ok(None),
+                }
+            }
             Err(e) => Err(e.to_string()),
         }
     }

@@ -54,6 +54,64 @@ pub struct NvmlSnapshot {
     pub p2p: std::collections::BTreeMap<String, Vec<Vec<String>>>,
 }
 
+/// The most a recorded GPU figure can be and still be something NVML reported. Power: NVML's
+/// enforced limit is above 0 and no board draws 5 kW; memory: 16 TiB; graphics clock: 10 GHz;
+/// NVLink: NVML_NVLINK_MAX_LINKS.
+const MAX_POWER_W: f64 = 5000.0;
+const MAX_MEMORY_MIB: u64 = 16 * 1024 * 1024;
+const MAX_GRAPHICS_CLOCK_MHZ: u32 = 10_000;
+const MAX_NVLINKS: u32 = 18;
+
+impl NvmlSnapshot {
+    /// Why this snapshot is not one NVML could have given, naming the GPU and field: a figure out
+    /// of NVML's range.
+    pub fn check(&self) -> Result<(), String> {
+        for g in &self.gpus {
+            let bad =
+                |field: &str, v: String, range: &str| Err(format!("GPU{} {field} is {v}, which NVML does not report ({range})", g.index));
+            if let Some(w) = g.power_limit_w.filter(|w| !(*w > 0.0 && *w <= MAX_POWER_W)) {
+                return bad("power_limit_w", w.to_string(), "above 0, at most 5000 W");
+            }
+            if let Some(m) = g.memory_total_mib.filter(|m| *m > MAX_MEMORY_MIB) {
+                return bad("memory_total_mib", m.to_string(), "at most 16 TiB, 16777216 MiB");
+            }
+            if let Some(c) = g.max_graphics_clock_mhz.filter(|c| *c > MAX_GRAPHICS_CLOCK_MHZ) {
+                return bad("max_graphics_clock_mhz", c.to_string(), "at most 10000 MHz");
+            }
+            if g.nvlinks_active > MAX_NVLINKS {
+                return bad("nvlinks_active", g.nvlinks_active.to_string(), "at most 18 links");
+            }
+        }
+        Ok(())
+    }
+
+    /// Empties each topology or P2P matrix that is not N x N for the snapshot's N GPUs (its
+    /// pairs would be counted against the wrong GPUs), saying which, one sentence each.
+    pub fn drop_misshapen_matrices(&mut self) -> Vec<String> {
+        let n = self.gpus.len();
+        let misshapen = |m: &Vec<Vec<String>>| !m.is_empty() && (m.len() != n || m.iter().any(|r| r.len() != n));
+        let say = |name: &str, m: &Vec<Vec<String>>| {
+            format!(
+                "{name} is {}x{} but it lists {n} GPU(s), so that matrix is left out and no finding is drawn from it",
+                m.len(),
+                m.iter().map(Vec::len).max().unwrap_or(0)
+            )
+        };
+        let mut notes = Vec::new();
+        if misshapen(&self.topology) {
+            notes.push(say("topology", &self.topology));
+            self.topology.clear();
+        }
+        for (k, m) in &mut self.p2p {
+            if misshapen(m) {
+                notes.push(say(&format!("p2p.{k}"), m));
+                m.clear();
+            }
+        }
+        notes
+    }
+}
+
 /// The NVML side of a probe: live or recorded.
 pub trait GpuSource {
     /// Everything NVML says, or why it could not be asked.

@@ -32,7 +32,7 @@ pub struct Host {
     pub cpu_model: Option<String>,
     /// Distinct `physical id`s (at least 1).
     pub sockets: u32,
-    /// Physical cores over all sockets.
+    /// Physical cores over all sockets; 0 when unknown (more cores than threads in cpuinfo).
     pub cores: u32,
     /// Logical CPUs.
     pub threads: u32,
@@ -43,6 +43,9 @@ pub struct Host {
     /// IOMMU groups, by number; empty when the IOMMU is off.
     pub iommu_groups: Vec<IommuGroup>,
 }
+
+/// The most memory one NUMA node is taken to have, kB (16 TiB).
+const MAX_NODE_KB: u64 = 16 << 30;
 
 /// Reads the host's CPU, NUMA, kernel and IOMMU facts under `fs`.
 pub fn detect(fs: &Root) -> Host {
@@ -69,17 +72,33 @@ pub fn detect(fs: &Root) -> Host {
         }
     }
     let sockets_n = sockets.len().max(1) as u32;
-    let cores = if cores_per.is_empty() { threads } else { cores_per.values().sum() };
+    let cores = if cores_per.is_empty() { threads } else { cores_per.values().fold(0u32, |a, c| a.saturating_add(*c)) };
+    // More cores than logical CPUs is no real CPU: unknown, not a figure.
+    let cores = if cores > threads {
+        fs.skip(format!(
+            "/proc/cpuinfo: its cpu cores add up to {cores} over {sockets_n} socket(s), more than its {threads} logical CPUs, so the core count is shown as unknown"
+        ));
+        0
+    } else {
+        cores
+    };
     let mut numa_nodes = Vec::new();
     for n in fs.list("/sys/devices/system/node") {
         let Some(id) = n.strip_prefix("node").and_then(|x| x.parse::<u32>().ok()) else { continue };
         let cpus = fs.read(&format!("/sys/devices/system/node/{n}/cpulist")).unwrap_or_default();
-        let mem = fs.read(&format!("/sys/devices/system/node/{n}/meminfo")).and_then(|m| {
-            m.lines()
-                .find(|l| l.contains("MemTotal:"))
-                .and_then(|l| l.split_whitespace().rev().nth(1))
-                .and_then(|kb| kb.parse::<f64>().ok())
-                .map(|kb| kb / 1e6)
+        let file = format!("/sys/devices/system/node/{n}/meminfo");
+        let total = fs
+            .read(&file)
+            .and_then(|m| m.lines().find(|l| l.contains("MemTotal:")).and_then(|l| l.split_whitespace().rev().nth(1)).map(str::to_string));
+        // A whole number of kB, at most MAX_NODE_KB; anything else (NaN, 1e300, -5) is unknown.
+        let mem = total.as_deref().and_then(|kb| match kb.parse::<u64>() {
+            Ok(kb) if kb <= MAX_NODE_KB => Some(kb as f64 / 1e6),
+            _ => {
+                fs.skip(format!(
+                    "{file}: MemTotal {kb} is not a whole number of kB up to 16 TiB, so node {id}'s memory is shown as unknown"
+                ));
+                None
+            }
         });
         numa_nodes.push(NumaNode { id, cpus, memory_gb: mem });
     }

@@ -107,7 +107,8 @@ pub fn gather(fs: &fs::Root, gpus: &dyn gpu::GpuSource, cpuid: Option<String>) -
     if host.cpu_model.is_none() {
         unreadable.push("/proc/cpuinfo".into());
     }
-    let pcie = pcie::detect(fs, &mut unreadable);
+    let mut pcie = pcie::detect(fs, &mut unreadable);
+    pcie::check_numa_nodes(fs, &mut pcie, &host.numa_nodes.iter().map(|n| n.id).collect::<Vec<_>>());
     let uvm_params = fs
         .list("/sys/module/nvidia_uvm/parameters")
         .into_iter()
@@ -190,9 +191,9 @@ fn check_capture(dir: &Path) -> Result<Vec<String>, String> {
 /// Analyses a snapshot tree (`--root DIR`) with its recorded `nvml.json`. An error when `dir` is
 /// not a capture; a warning in the report for each part of a capture it lacks.
 pub fn probe_root(dir: &Path, now: u64) -> Result<ProbeReport, String> {
-    let warnings = check_capture(dir)?;
+    let mut warnings = check_capture(dir)?;
     let root = fs::Root::at(dir);
-    let nvml = match root.read_file("/nvml.json") {
+    let mut nvml = match root.read_file("/nvml.json") {
         Ok(Some(bytes)) => Some(serde_json::from_slice::<gpu::NvmlSnapshot>(&bytes).map_err(|e| {
             format!(
                 "--root {}: nvml.json is not a recorded NVML snapshot ({e}); give the nvml.json servetune probe --capture wrote",
@@ -207,6 +208,11 @@ pub fn probe_root(dir: &Path, now: u64) -> Result<ProbeReport, String> {
             ))
         }
     };
+    if let Some(n) = &mut nvml {
+        n.check()
+            .map_err(|why| format!("--root {}: nvml.json: {why}; give the nvml.json servetune probe --capture wrote", dir.display()))?;
+        warnings.extend(n.drop_misshapen_matrices().into_iter().map(|w| format!("--root {}: nvml.json: {w}", dir.display())));
+    }
     let mut r = report(gather(&root, &gpu::Recorded(nvml), None), now);
     r.warnings = warnings;
     r.warnings.extend(root.notes().into_iter().map(|n| format!("--root {}: {n}", dir.display())));
@@ -220,6 +226,9 @@ pub fn probe_root(dir: &Path, now: u64) -> Result<ProbeReport, String> {
 pub fn capture(dir: &Path, now: u64) -> Result<(ProbeReport, usize), String> {
     if std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) {
         return Err(format!("--capture {}: that is a symbolic link; give a new folder", dir.display()));
+    }
+    if std::fs::metadata(dir).is_ok_and(|m| !m.is_dir()) {
+        return Err(format!("--capture {}: that is a file, not a folder; give a new or empty folder", dir.display()));
     }
     if let Ok(mut entries) = std::fs::read_dir(dir) {
         if entries.next().is_some() {

@@ -132,6 +132,30 @@ pub fn acs_from_config(cfg: &[u8]) -> Option<Vec<String>> {
     Some(Vec::new())
 }
 
+/// The link widths PCIe defines, in lanes.
+const PCIE_WIDTHS: [u32; 7] = [1, 2, 4, 8, 12, 16, 32];
+
+/// Sets a GPU's NUMA node that is not -1 and not one of `nodes` (the host's, by number; when the
+/// host lists none, any of 0 to 1023) to -1, unknown, with a note on `fs`.
+pub fn check_numa_nodes(fs: &Root, gpus: &mut [PciGpu], nodes: &[u32]) {
+    for g in gpus {
+        let n = g.numa_node;
+        let listed = if nodes.is_empty() { (0..=1023).contains(&n) } else { u32::try_from(n).is_ok_and(|n| nodes.contains(&n)) };
+        if n != -1 && !listed {
+            let known = if nodes.is_empty() {
+                "-1 or 0 to 1023".to_string()
+            } else {
+                format!("-1 or {}", nodes.iter().map(u32::to_string).collect::<Vec<_>>().join(", "))
+            };
+            fs.skip(format!(
+                "/sys/bus/pci/devices/{}/numa_node: {n} is not a NUMA node of this host ({known}), so it is shown as unknown (-1)",
+                g.bus_id
+            ));
+            g.numa_node = -1;
+        }
+    }
+}
+
 fn hex(fs: &Root, p: &str) -> Option<u32> {
     let s = fs.read(p)?;
     u32::from_str_radix(s.trim_start_matches("0x"), 16).ok()
@@ -153,8 +177,17 @@ pub fn detect(fs: &Root, unreadable: &mut Vec<String>) -> Vec<PciGpu> {
         }
         let cur = fs.read(&format!("{base}/current_link_speed"));
         let max = fs.read(&format!("{base}/max_link_speed"));
-        // Width 0 is a link that is down: no width, as an unknown speed is no generation.
-        let width = |f: &str| fs.read(&format!("{base}/{f}")).and_then(|w| w.parse::<u32>().ok()).filter(|w| *w > 0);
+        // Width 0 is a link that is down: no width, as an unknown speed is no generation. A
+        // width PCIe does not have is unknown too, with a note.
+        let width = |f: &str| {
+            let path = format!("{base}/{f}");
+            let w = fs.read(&path).and_then(|w| w.parse::<u32>().ok()).filter(|w| *w > 0)?;
+            if PCIE_WIDTHS.contains(&w) {
+                return Some(w);
+            }
+            fs.skip(format!("{path}: {w} is not a PCIe link width (1, 2, 4, 8, 12, 16 or 32), so it is shown as unknown"));
+            None
+        };
         let (cw, mw) = (width("current_link_width"), width("max_link_width"));
         let (cg, mg) = (cur.as_deref().and_then(speed_to_gen), max.as_deref().and_then(speed_to_gen));
         if cur.is_none() {

@@ -142,7 +142,7 @@ fn write_host(w: &mut impl Write, r: &ProbeReport) -> io::Result<()> {
         "\n== host\n  cpu: {} ({} socket(s), {} cores, {} threads)",
         h.cpu_model.as_deref().unwrap_or("unknown"),
         h.sockets,
-        h.cores,
+        if h.cores == 0 { "?".to_string() } else { h.cores.to_string() },
         h.threads
     )?;
     writeln!(w, "  kernel: {}", h.kernel.as_deref().unwrap_or("unknown"))?;

@@ -277,3 +277,145 @@ fn control_characters_in_a_snapshot_gpu_name_are_escaped_on_the_terminal() {
     assert!(!text.contains('\u{1b}') && !text.contains('\u{7}'), "a raw control character reached the terminal");
     assert!(text.contains("NVIDIA \\x1b]2;owned\\x07\\x1b[2J H100"), "{text}");
 }
+
+/// `snap/nvml.json` edited by `f`.
+fn edit_nvml(snap: &std::path::Path, f: impl FnOnce(&mut serde_json::Value)) {
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(snap.join("nvml.json")).expect("nvml")).expect("json");
+    f(&mut v);
+    std::fs::write(snap.join("nvml.json"), v.to_string()).expect("write");
+}
+
+#[test]
+fn numa_memtotal_that_is_not_whole_kb_in_range_is_unknown_with_a_warning_naming_the_file() {
+    for bad in ["1e300", "NaN", "-5", "inf", "393216000.5", "99999999999999999999"] {
+        let dir = copy_of("proxmox-kvm-8gpu");
+        let snap = dir.path().join("snap");
+        let meminfo = snap.join("sys/devices/system/node/node0/meminfo");
+        let text = std::fs::read_to_string(&meminfo).expect("meminfo").replace("393216000", bad);
+        std::fs::write(&meminfo, text).expect("write");
+        let r = probe_within_a_minute(&snap).expect("probe");
+        assert_eq!(r.host.numa_nodes[0].memory_gb, None, "{bad}");
+        assert!(
+            r.warnings.iter().any(|w| w.contains("/sys/devices/system/node/node0/meminfo: MemTotal") && w.contains("shown as unknown")),
+            "{bad}: {:?}",
+            r.warnings
+        );
+    }
+    assert_eq!(fixture("proxmox-kvm-8gpu").host.numa_nodes[0].memory_gb, Some(393.216));
+}
+
+#[test]
+fn nvml_figures_out_of_nvmls_range_refuse_the_snapshot_naming_gpu_and_field() {
+    let cases: [(usize, &str, serde_json::Value, &str); 6] = [
+        (0, "power_limit_w", 1e300.into(), "GPU0 power_limit_w"),
+        (1, "power_limit_w", (-600.0).into(), "GPU1 power_limit_w is -600"),
+        (1, "power_limit_w", 0.0.into(), "GPU1 power_limit_w is 0"),
+        (2, "memory_total_mib", u64::MAX.into(), "GPU2 memory_total_mib is 18446744073709551615"),
+        (3, "max_graphics_clock_mhz", u32::MAX.into(), "GPU3 max_graphics_clock_mhz is 4294967295"),
+        (4, "nvlinks_active", u32::MAX.into(), "GPU4 nvlinks_active is 4294967295"),
+    ];
+    for (i, field, value, says) in cases {
+        let dir = copy_of("proxmox-kvm-8gpu");
+        let snap = dir.path().join("snap");
+        edit_nvml(&snap, |v| v["gpus"][i][field] = value);
+        let e = probe_within_a_minute(&snap).expect_err(field);
+        assert!(e.contains("nvml.json: ") && e.contains(says) && e.contains("which NVML does not report"), "{e}");
+    }
+}
+
+#[test]
+fn nvml_matrices_that_are_not_one_row_and_column_per_gpu_are_left_out_with_a_warning() {
+    let dir = copy_of("proxmox-kvm-8gpu");
+    let snap = dir.path().join("snap");
+    edit_nvml(&snap, |v| {
+        let two: Vec<serde_json::Value> = v["gpus"].as_array().expect("gpus")[..2].to_vec();
+        v["gpus"] = two.into();
+    });
+    let r = probe_within_a_minute(&snap).expect("probe");
+    let w = r.warnings.join("\n");
+    assert!(w.contains("nvml.json: topology is 8x8 but it lists 2 GPU(s), so that matrix is left out"), "{w}");
+    assert!(w.contains("nvml.json: p2p.read is 8x8 but it lists 2 GPU(s)"), "{w}");
+    assert!(r.topology.matrix.is_empty() && r.p2p.values().all(Vec::is_empty));
+    // No "28 of 1 GPU pairs": no P2P finding is drawn from a matrix that does not fit.
+    assert!(!ids(&r).contains(&VmNoP2p), "{:?}", r.findings);
+    edit_nvml(&snap, |v| v["gpus"] = serde_json::json!([]));
+    let r = probe_within_a_minute(&snap).expect("probe");
+    assert!(r.warnings.iter().any(|w| w.contains("topology is 8x8 but it lists 0 GPU(s)")), "{:?}", r.warnings);
+    assert!(!ids(&r).contains(&VmNoP2p), "{:?}", r.findings);
+}
+
+#[test]
+fn cpu_cores_that_wrap_or_exceed_the_threads_are_unknown_with_a_warning() {
+    let dir = copy_of("proxmox-kvm-8gpu");
+    let snap = dir.path().join("snap");
+    let cpuinfo = snap.join("proc/cpuinfo");
+    let text = std::fs::read_to_string(&cpuinfo).expect("cpuinfo");
+    // Two sockets of 4294967295 cores each: a wrapping sum gives 4294967294.
+    let blocks: Vec<String> = text
+        .split("\n\n")
+        .filter(|b| !b.trim().is_empty())
+        .enumerate()
+        .map(|(i, b)| {
+            let b = b.replace("cpu cores\t: 8", "cpu cores\t: 4294967295");
+            if i >= 4 {
+                b.replace("physical id\t: 0", "physical id\t: 1")
+            } else {
+                b
+            }
+        })
+        .collect();
+    std::fs::write(&cpuinfo, blocks.join("\n\n") + "\n").expect("write");
+    let r = probe_within_a_minute(&snap).expect("probe");
+    assert_eq!((r.host.sockets, r.host.cores, r.host.threads), (2, 0, 8));
+    assert!(r.warnings.iter().any(|w| w.contains("/proc/cpuinfo: its cpu cores add up to 4294967295")), "{:?}", r.warnings);
+    let mut out = Vec::new();
+    servetune_probe::render::write_terminal(&r, &mut out).expect("render");
+    assert!(String::from_utf8_lossy(&out).contains("(2 socket(s), ? cores, 8 threads)"));
+    assert_eq!(fixture("proxmox-kvm-8gpu").host.cores, 8);
+}
+
+#[test]
+fn a_pcie_width_pcie_lacks_and_a_numa_node_the_host_lacks_are_unknown_with_notes() {
+    let dir = copy_of("proxmox-kvm-8gpu");
+    let snap = dir.path().join("snap");
+    let dev = |b: &str, f: &str| snap.join("sys/devices/pci0000:00").join(b).join(f);
+    std::fs::write(dev("0000:00:1c.0/0000:01:00.0", "max_link_width"), "4294967295\n").expect("write");
+    std::fs::write(dev("0000:00:1c.1/0000:02:00.0", "numa_node"), "99999\n").expect("write");
+    std::fs::write(dev("0000:00:1c.2/0000:03:00.0", "numa_node"), "-7\n").expect("write");
+    let r = probe_within_a_minute(&snap).expect("probe");
+    let gpu = |b: &str| r.pcie.iter().find(|g| g.bus_id == b).expect(b);
+    assert_eq!(gpu("0000:01:00.0").link.max_width, None);
+    assert!(!gpu("0000:01:00.0").link.downgraded, "an unknown width is no downgrade");
+    assert!(!ids(&r).contains(&LinkDowngraded), "{:?}", ids(&r));
+    assert_eq!((gpu("0000:02:00.0").numa_node, gpu("0000:03:00.0").numa_node), (-1, -1));
+    let w = r.warnings.join("\n");
+    assert!(w.contains("0000:01:00.0/max_link_width: 4294967295 is not a PCIe link width"), "{w}");
+    assert!(w.contains("0000:02:00.0/numa_node: 99999 is not a NUMA node of this host (-1 or 0)"), "{w}");
+    assert!(w.contains("0000:03:00.0/numa_node: -7 is not a NUMA node"), "{w}");
+}
+
+#[test]
+fn an_nvml_json_linked_out_of_the_snapshot_is_an_error_not_a_missing_driver() {
+    let dir = copy_of("proxmox-kvm-8gpu");
+    let snap = dir.path().join("snap");
+    let real = dir.path().join("nvml-real.json");
+    std::fs::rename(snap.join("nvml.json"), &real).expect("mv");
+    std::os::unix::fs::symlink(&real, snap.join("nvml.json")).expect("symlink");
+    let e = probe_within_a_minute(&snap).expect_err("a link out of the snapshot");
+    assert!(e.contains("nvml.json cannot be read: /nvml.json: a symlink to") && e.contains("which is not in the snapshot"), "{e}");
+    assert!(!e.contains("no NVIDIA driver"), "{e}");
+    std::fs::remove_file(snap.join("nvml.json")).expect("rm");
+    std::os::unix::fs::symlink("/dev/zero", snap.join("nvml.json")).expect("symlink");
+    let e = probe_within_a_minute(&snap).expect_err("a link to /dev/zero");
+    assert!(e.contains("/nvml.json: a symlink to /dev/zero, which is not in the snapshot"), "{e}");
+}
+
+#[test]
+fn a_capture_into_an_existing_file_says_it_is_a_file_not_a_folder() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let file = dir.path().join("afile");
+    std::fs::write(&file, "x\n").expect("write");
+    let e = servetune_probe::capture(&file, 0).expect_err("a file");
+    assert!(e.contains("afile: that is a file, not a folder; give a new or empty folder"), "{e}");
+    assert_eq!(std::fs::read(&file).expect("kept"), b"x\n");
+}
