@@ -51,22 +51,32 @@ pub fn acquire(dir: &Path) -> Result<Controller> {
         }
     }
     let io = |e: std::io::Error| CampaignError::Runtime(format!("{}: cannot take the campaign's controller lock ({e})", p.display()));
-    let mut f = servetune_io::open_plain_for_write(&p, false).map_err(io)?;
-    if !try_lock(&f).map_err(io)? {
-        let mut pid = String::new();
-        // A pid is a few digits: the file is ours, but bound the read all the same.
-        let _ = (&f).take(64).read_to_string(&mut pid);
-        let pid = pid.trim();
-        return Err(CampaignError::Runtime(format!(
+    match lock(&p).map_err(io)? {
+        Ok(f) => Ok(Controller { _file: f }),
+        Err(pid) => Err(CampaignError::Runtime(format!(
             "{}: another servetune campaign continue{} is running this campaign; wait for it to stop, or stop it (its step is then recorded as interrupted)",
             dir.display(),
             if pid.is_empty() { String::new() } else { format!(" (pid {pid})") }
-        )));
+        ))),
     }
-    f.set_len(0).map_err(io)?;
-    f.seek(SeekFrom::Start(0)).map_err(io)?;
-    write!(f, "{}", std::process::id()).map_err(io)?;
-    Ok(Controller { _file: f })
+}
+
+/// Takes the exclusive lock on file `p` (made if missing, never through a link) and writes this
+/// process's pid in it; or, when another process holds it, returns the pid that one wrote (empty
+/// if none). The demo takes its folder's lock with it, and checks the controller's before it
+/// removes anything.
+pub fn lock(p: &Path) -> std::io::Result<std::result::Result<File, String>> {
+    let mut f = servetune_io::open_plain_for_write(p, false)?;
+    if !try_lock(&f)? {
+        let mut pid = String::new();
+        // A pid is a few digits: the file is ours, but bound the read all the same.
+        let _ = (&f).take(64).read_to_string(&mut pid);
+        return Ok(Err(pid.trim().to_string()));
+    }
+    f.set_len(0)?;
+    f.seek(SeekFrom::Start(0))?;
+    write!(f, "{}", std::process::id())?;
+    Ok(Ok(f))
 }
 
 #[cfg(test)]

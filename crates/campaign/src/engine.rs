@@ -297,6 +297,22 @@ fn fill(s: &str, vals: &BTreeMap<String, String>) -> std::result::Result<String,
     Ok(out)
 }
 
+/// Why knob `name`'s value `v`, filled from its default `d`, is refused: which placeholders made
+/// it, and how to set the knob instead.
+fn default_outside(name: &str, v: &str, d: &str, vals: &BTreeMap<String, String>, want: &str) -> String {
+    let from: Vec<String> = placeholders(d)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|p| vals.get(p).map(|x| (p, x)))
+        .map(|(p, x)| match p.as_str() {
+            "gpus" => format!("{{gpus}} is {x}, the GPU count (--gpus, else the probe's)"),
+            _ => format!("{{{p}}} is {x}"),
+        })
+        .collect();
+    let why = if from.is_empty() { String::new() } else { format!(", where {}", from.join(", ")) };
+    format!("knob {name}={v} is outside its domain: the template's default for it is {d}{why}; give {want} with --set {name}=VALUE")
+}
+
 impl EngineTemplate {
     /// Which engine this template launches.
     pub fn kind(&self) -> EngineKind {
@@ -423,7 +439,12 @@ impl EngineTemplate {
         for k in &self.knobs {
             let v = match (given.get(&k.name), &k.default) {
                 (Some(v), _) => v.clone(),
-                (None, Some(d)) => fill(d, &ctx.values).map_err(|e| bad(format!("knob {} default: {e}", k.name)))?,
+                (None, Some(d)) => {
+                    let v = fill(d, &ctx.values).map_err(|e| bad(format!("knob {} default: {e}", k.name)))?;
+                    // A default filled from the box (tp = {gpus}) is a value the user never set: say where it came from.
+                    k.domain.check(&v).map_err(|want| bad(default_outside(&k.name, &v, d, &ctx.values, &want)))?;
+                    v
+                }
                 (None, None) => continue,
             };
             k.domain.check(&v).map_err(|want| bad(format!("knob {}={v} is outside its domain: give {want}", k.name)))?;
@@ -579,6 +600,20 @@ mod tests {
         assert!(matches!(&e, CampaignError::Input(m) if m.contains("mem_fraction=1.5") && m.contains("0.1 to 0.98")), "{e}");
         let e = sg.render(&ctx(), &BTreeMap::from([("bogus".into(), "1".into())])).expect_err("knob");
         assert!(matches!(&e, CampaignError::Input(m) if m.contains("no knob \"bogus\"")), "{e}");
+    }
+
+    /// tp defaults to {gpus}: a box with more GPUs than the knob allows is told where the value
+    /// came from and how to set it, not blamed for a knob the user never set.
+    #[test]
+    fn a_default_outside_the_domain_names_the_gpu_count_it_came_from_and_set() {
+        let sim = find(&builtins(), "sim").expect("sim");
+        let mut c = ctx();
+        c.values.insert("gpus".into(), "100".into());
+        let e = sim.render(&c, &BTreeMap::new()).expect_err("tp=100");
+        assert!(matches!(&e, CampaignError::Input(_)), "{e}");
+        let m = e.to_string();
+        assert!(m.contains("tp=100") && m.contains("{gpus} is 100, the GPU count") && m.contains("probe"), "{m}");
+        assert!(m.contains("from 1 to 64") && m.contains("--set tp=VALUE"), "{m}");
     }
 
     fn one_knob(knob: &str) -> String {

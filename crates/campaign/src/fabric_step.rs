@@ -66,7 +66,13 @@ pub struct Recorded {
 /// Parses and checks a fabric document's text; `source` names the file in errors.
 pub fn parse(text: &str, source: &str) -> Result<(serde_json::Value, Document)> {
     let input = |e: servetune_model::ModelError| CampaignError::Input(e.to_string());
-    let doc = FabricInput::parse(text, source).map_err(input)?;
+    let doc = FabricInput::parse(text, source).map_err(|e| match serde_json::from_str::<FabricInput>(text) {
+        // The model's message names plan's --allreduce flag; campaign fabric takes either kind as FILE.
+        Err(j) => CampaignError::Input(format!(
+            "{source}: not a servetune fabric JSON ({j}); give the file servetune fabric p2p --json FILE or fabric allreduce --json FILE wrote"
+        )),
+        Ok(_) => input(e),
+    })?;
     let value = || -> Result<serde_json::Value> {
         serde_json::from_str(text).map_err(|e| CampaignError::Input(format!("{source}: not JSON ({e})")))
     };
@@ -168,6 +174,16 @@ mod tests {
     fn allreduce_doc(time_us: f64) -> serde_json::Value {
         serde_json::json!({"schema": "servetune.fabric/1.1", "kind": "allreduce", "backend": "nccl",
             "allreduce": [{"ranks": 8, "env": [], "rows": [{"bytes": 8, "time_us": time_us}, {"bytes": 1048576, "time_us": 2.0 * time_us}]}]})
+    }
+
+    /// campaign fabric takes both kinds as its FILE: the error names the commands that write them,
+    /// not plan's --allreduce flag.
+    #[test]
+    fn a_file_that_is_not_fabric_json_names_both_writers_and_no_plan_flag() {
+        let e = parse("", "/dev/null").expect_err("empty").to_string();
+        assert!(e.starts_with("/dev/null: not a servetune fabric JSON"), "{e}");
+        assert!(e.contains("fabric p2p --json FILE") && e.contains("fabric allreduce --json FILE"), "{e}");
+        assert!(!e.contains("--allreduce"), "{e}");
     }
 
     #[test]

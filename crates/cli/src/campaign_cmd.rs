@@ -695,14 +695,58 @@ fn answer(a: AnswerArgs) -> Result<(), Failure> {
 }
 
 /// The files of campaign `dir` that an output must never replace: the journal (with SQLite's
-/// write-ahead files), the secrets and the controller's lock.
+/// write-ahead files), the secrets, the controller's lock, and what was measured: every bench
+/// result, server log and fabric document the journal names or the campaign wrote in `dir`.
 fn campaign_files(dir: &std::path::Path) -> Vec<(String, PathBuf)> {
     let journal = servetune_campaign::journal::FILE_NAME;
     let (secrets, lock) = (servetune_campaign::secrets::FILE, servetune_campaign::controller::FILE);
-    [journal.to_string(), format!("{journal}-wal"), format!("{journal}-shm"), secrets.into(), lock.into()]
-        .into_iter()
-        .map(|f| (format!("the campaign's {f}"), dir.join(f)))
-        .collect()
+    let mut files: Vec<(String, PathBuf)> =
+        [journal.to_string(), format!("{journal}-wal"), format!("{journal}-shm"), secrets.into(), lock.into()]
+            .into_iter()
+            .map(|f| (format!("the campaign's {f}"), dir.join(f)))
+            .collect();
+    // Read-only: a refused command writes nothing, and a journal that does not read is reported
+    // by the command itself.
+    files.extend(servetune_campaign::journal::recorded_files(dir));
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if let Some(what) = measured_file(&name) {
+            files.push((what, entry.path()));
+        }
+    }
+    files
+}
+
+/// What the campaign's file `name` holds, when it is one it writes as a measurement:
+/// `exp-N-aM.bench.json`, `exp-N-aM.log` (and the job's files beside it), `fabric-*.json`.
+fn measured_file(name: &str) -> Option<String> {
+    if name.starts_with("fabric-") && name.ends_with(".json") {
+        return Some(format!("a fabric document the campaign measured ({name})"));
+    }
+    // `exp-N-aM.*` or `exp-N.result.json`: a report the user names `exp-2-vs-3.html` is not the
+    // campaign's.
+    let rest = name.strip_prefix("exp-")?;
+    let n: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    let after = &rest[n.len()..];
+    let attempt = after.strip_prefix("-a").map_or(0, |a| {
+        let m = a.chars().take_while(char::is_ascii_digit).count();
+        if a[m..].starts_with('.') {
+            m
+        } else {
+            0
+        }
+    });
+    if n.is_empty() || (attempt == 0 && after != ".result.json") {
+        return None;
+    }
+    let what = if name.ends_with(".bench.json") {
+        "measured bench result"
+    } else if name.ends_with(".log") {
+        "server log"
+    } else {
+        "file"
+    };
+    Some(format!("experiment {n}'s {what} ({name})"))
 }
 
 /// Refuses outputs that name a campaign's own files or one another ([`crate::check_outputs`]).
@@ -788,4 +832,20 @@ fn engines(e: &EnginesArgs) -> Result<(), Failure> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::measured_file;
+
+    #[test]
+    fn the_campaigns_measured_file_names_are_told_from_a_users_report_names() {
+        assert_eq!(measured_file("exp-3-a1.bench.json").as_deref(), Some("experiment 3's measured bench result (exp-3-a1.bench.json)"));
+        assert_eq!(measured_file("exp-12-a2.log").as_deref(), Some("experiment 12's server log (exp-12-a2.log)"));
+        assert_eq!(measured_file("exp-4.result.json").as_deref(), Some("experiment 4's file (exp-4.result.json)"));
+        assert!(measured_file("fabric-kvm.json").is_some());
+        for users in ["exp-2-vs-3.html", "exp-.log", "exp-3-a.log", "exp-3-a1", "exp-3.html", "experiment.md", "report.html"] {
+            assert_eq!(measured_file(users), None, "{users}");
+        }
+    }
 }

@@ -18,7 +18,8 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use servetune_campaign::campaign::{self, Answer, InitOptions, RunOptions, Stopped};
-use servetune_campaign::journal::Journal;
+use servetune_campaign::controller;
+use servetune_campaign::journal::{self, Journal};
 use servetune_campaign::{engine, fabric_step, report, report_html};
 use servetune_fabric::measure::{self, P2pOptions};
 use servetune_fabric::sim::SimFabric;
@@ -87,10 +88,16 @@ logs = [
 /// The file that marks a folder as the demo's: only a folder holding it is cleaned for a rerun.
 const DEMO_MARK: &str = ".servetune-demo";
 
+/// The lock a running demo holds on its folder (the kernel's, with its pid in it), so that a
+/// second demo on the same folder stops before it removes the first one's files.
+const DEMO_LOCK: &str = ".servetune-demo.lock";
+
 /// Removes what an earlier demo wrote in `out` (only the demo's own files, and only in a folder
 /// an earlier demo marked), then writes the simulator profiles: one per link the probe can report.
-/// A folder that holds anything else and no mark is refused: it may be a real campaign.
-fn prepare_dir(out: &Path) -> Result<PathBuf, Failure> {
+/// A folder that holds anything else and no mark is refused: it may be a real campaign. So is a
+/// folder where a demo or a `campaign continue` is running, before anything is removed. Returns
+/// the profiles' folder and the demo's lock on `out`, to hold for the whole run.
+fn prepare_dir(out: &Path) -> Result<(PathBuf, std::fs::File), Failure> {
     let io = |what: &str, p: &Path, e: std::io::Error| Failure::runtime(format!("cannot {what} {}: {e}", p.display()));
     // A demo folder written before the mark existed holds the demo's two simulator profiles.
     let earlier_demo =
@@ -114,6 +121,23 @@ fn prepare_dir(out: &Path) -> Result<PathBuf, Failure> {
     std::fs::create_dir_all(out).map_err(|e| io("create", out, e))?;
     let mark = out.join(DEMO_MARK);
     std::fs::write(&mark, "written by servetune demo: a rerun may remove the demo's files here\n").map_err(|e| io("write", &mark, e))?;
+    let running = |who: &str, pid: &str| {
+        let pid = if pid.is_empty() { String::new() } else { format!(" (pid {pid})") };
+        Failure::usage(format!(
+            "--out {}: {who}{pid} is running there; wait for it to finish, or give another --out (nothing was removed)",
+            out.display()
+        ))
+    };
+    let lock_path = out.join(DEMO_LOCK);
+    let demo_lock = controller::lock(&lock_path).map_err(|e| io("lock", &lock_path, e))?.map_err(|pid| running("a demo", &pid))?;
+    // A campaign continue started by hand on the demo's journal holds the controller's lock; held
+    // here until the files are removed, and released before this demo's own continue takes it.
+    let held = if journal::path_in(out).is_file() {
+        let p = out.join(controller::FILE);
+        Some(controller::lock(&p).map_err(|e| io("lock", &p, e))?.map_err(|pid| running("a servetune campaign continue", &pid))?)
+    } else {
+        None
+    };
     for entry in std::fs::read_dir(out).map_err(|e| io("read", out, e))?.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         let ours = ["journal.sqlite", "exp-", "report.", "fabric-"].iter().any(|p| name.starts_with(p));
@@ -121,6 +145,7 @@ fn prepare_dir(out: &Path) -> Result<PathBuf, Failure> {
             std::fs::remove_file(entry.path()).map_err(|e| io("remove", &entry.path(), e))?;
         }
     }
+    drop(held);
     let profiles = std::path::absolute(out.join("profiles")).map_err(|e| io("resolve", out, e))?;
     std::fs::create_dir_all(&profiles).map_err(|e| io("create", &profiles, e))?;
     for (link, name) in [("pcie-host-staged", "reference-kvm"), ("pcie5-p2p", "reference-lxc")] {
@@ -129,7 +154,7 @@ fn prepare_dir(out: &Path) -> Result<PathBuf, Failure> {
         let body = serde_json::to_vec_pretty(&p).map_err(|e| Failure::runtime(e.to_string()))?;
         std::fs::write(&path, body).map_err(|e| io("write", &path, e))?;
     }
-    Ok(profiles)
+    Ok((profiles, demo_lock))
 }
 
 fn fixture(a: &DemoArgs, name: &str) -> Result<PathBuf, Failure> {
@@ -184,7 +209,7 @@ fn say_stop(stop: &Stopped) -> ExitCode {
 pub fn run(a: DemoArgs) -> Result<(), Failure> {
     let kvm = fixture(&a, "proxmox-kvm-8gpu")?;
     let lxc = fixture(&a, "proxmox-lxc-8gpu")?;
-    let profiles = prepare_dir(&a.out)?;
+    let (profiles, _demo_lock) = prepare_dir(&a.out)?;
     let dir = a.out.clone();
     let opts = RunOptions { cancel: cancel_on_ctrl_c() };
     crate::say!("servetune demo: GLM-5 NVFP4, TP8 on 8 RTX PRO 6000, tuned by a campaign on the simulator (goal {GOAL})");

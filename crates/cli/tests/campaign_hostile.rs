@@ -236,3 +236,103 @@ fn a_knob_set_twice_is_refused() {
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stderr).contains("max_running is already set to 8"), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// `campaign report` and `compare` told to write over what the campaign measured (an
+/// experiment's bench result or server log, in the folder or where the journal names it, or a
+/// fabric document) are refused naming the experiment, and the measured files are kept.
+#[test]
+fn a_report_over_an_experiments_measured_files_or_a_fabric_document_is_refused_and_they_are_kept() {
+    let d = tempfile::tempdir().expect("tmp");
+    let dir = hostile_journal(d.path());
+    let measured = ["exp-3-a1.bench.json", "exp-3-a1.log", "fabric-kvm.json"];
+    for f in measured {
+        std::fs::write(dir.join(f), "measured").expect("write");
+    }
+    // The fixture's journal names experiment 2's bench result as kvm/exp-2-a1.bench.json (from the cwd).
+    std::fs::create_dir(d.path().join("kvm")).expect("mkdir");
+    std::fs::write(d.path().join("kvm/exp-2-a1.bench.json"), "measured").expect("write");
+    let cases = [
+        (dir.join("exp-3-a1.bench.json"), "that is experiment 3's measured bench result"),
+        (dir.join("exp-3-a1.log"), "that is experiment 3's server log"),
+        (dir.join("fabric-kvm.json"), "that is a fabric document the campaign measured"),
+        (PathBuf::from("kvm/exp-2-a1.bench.json"), "that is experiment 2's measured bench result"),
+    ];
+    for (path, want) in &cases {
+        for flag in ["--html", "--markdown", "--json"] {
+            let out = servetune().current_dir(d.path()).args(["campaign", "report", s(&dir), flag, s(path)]).output().expect("report");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{flag} {}: {err}", path.display());
+            assert!(err.contains(want) && err.contains("give another file"), "{err}");
+        }
+        let out =
+            servetune().current_dir(d.path()).args(["campaign", "compare", s(&dir), s(&dir), "--json", s(path)]).output().expect("compare");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(want), "{err}");
+    }
+    for f in measured {
+        assert_eq!(std::fs::read_to_string(dir.join(f)).expect("kept"), "measured", "{f}");
+    }
+    assert_eq!(std::fs::read_to_string(d.path().join("kvm/exp-2-a1.bench.json")).expect("kept"), "measured");
+}
+
+/// `campaign init FILE` on an existing file is bad input naming it: exit 2, not "cannot create it".
+#[test]
+fn init_on_an_existing_file_is_exit_2_saying_it_is_a_file_not_a_folder() {
+    let d = tempfile::tempdir().expect("tmp");
+    let file = d.path().join("afile");
+    std::fs::write(&file, "x").expect("write");
+    let out = servetune()
+        .args(["campaign", "init", s(&file), "--engine", "sim", "--model", "qwen3-30b-a3b", "--goal", "output_tok_s>=1000"])
+        .output()
+        .expect("init");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(&format!("{} is a file, not a folder; give a new or empty folder", file.display())), "{err}");
+    assert_eq!(std::fs::read_to_string(&file).expect("kept"), "x");
+}
+
+/// A probe of more GPUs than the engine's tp allows is told where tp came from and how to set it.
+#[test]
+fn init_on_a_probe_with_more_gpus_than_tp_allows_says_the_value_came_from_the_gpu_count() {
+    let d = tempfile::tempdir().expect("tmp");
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../probe/tests/fixtures/proxmox-kvm-8gpu");
+    let big = d.path().join("big");
+    assert!(std::process::Command::new("cp").arg("-a").arg(&src).arg(&big).status().expect("cp").success());
+    let nvml = big.join("nvml.json");
+    let mut doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&nvml).expect("nvml")).expect("json");
+    let g = doc["gpus"][0].clone();
+    doc["gpus"] = (0..100)
+        .map(|i| {
+            let mut x = g.clone();
+            x["index"] = i.into();
+            x
+        })
+        .collect();
+    std::fs::write(&nvml, doc.to_string()).expect("write");
+    let c = d.path().join("cbig");
+    let out = servetune()
+        .args(["campaign", "init", s(&c), "--engine", "sim", "--model", "qwen3-30b-a3b", "--goal", "output_tok_s>=1000"])
+        .args(["--probe-root", s(&big)])
+        .output()
+        .expect("init");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("tp=100") && err.contains("{gpus} is 100, the GPU count (--gpus, else the probe's)"), "{err}");
+    assert!(err.contains("--set tp=VALUE"), "{err}");
+    assert!(!c.join("journal.sqlite").exists(), "nothing started");
+}
+
+/// Another program's SQLite file at the journal's name is not called corrupt.
+#[test]
+fn another_programs_sqlite_file_is_not_a_journal_rather_than_corrupt() {
+    let d = tempfile::tempdir().expect("tmp");
+    let dir = d.path().join("other");
+    std::fs::create_dir(&dir).expect("mkdir");
+    rusqlite::Connection::open(dir.join("journal.sqlite")).and_then(|c| c.execute_batch("CREATE TABLE t(a);")).expect("db");
+    let out = servetune().args(["campaign", "status", s(&dir)]).output().expect("status");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("is an SQLite database but not a servetune campaign journal (no meta table)"), "{err}");
+    assert!(!err.contains("corrupt") && !err.contains("backup"), "{err}");
+}

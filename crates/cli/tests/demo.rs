@@ -254,3 +254,55 @@ fn demo_refuses_a_folder_it_did_not_write_and_keeps_its_files() {
         assert_eq!(std::fs::read_to_string(campaign.join(f)).expect("kept"), "measured", "{f}");
     }
 }
+
+/// The demo folder's files, each holding "measured", and the demo's mark.
+fn demo_folder(out: &Path) -> [&'static str; 4] {
+    let files = ["journal.sqlite", "exp-1-a1.bench.json", "exp-1-a1.log", "fabric-kvm.json"];
+    std::fs::create_dir_all(out).expect("mkdir");
+    std::fs::write(out.join(".servetune-demo"), "written by servetune demo\n").expect("mark");
+    for f in files {
+        std::fs::write(out.join(f), "measured").expect("write");
+    }
+    files
+}
+
+/// A demo started on a folder where a demo runs (it holds the folder's lock) stops before it
+/// removes anything: exit 2 naming the folder and the running one's pid.
+#[test]
+fn a_demo_on_a_folder_where_a_demo_runs_removes_nothing_and_names_its_pid() {
+    let d = tempfile::tempdir().expect("tmp");
+    let out = d.path().join("dd");
+    let files = demo_folder(&out);
+    let held = servetune_campaign::controller::lock(&out.join(".servetune-demo.lock")).expect("lock").expect("free");
+    let run = servetune().args(["demo", "-q", "--out"]).arg(&out).output().expect("run");
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(2), "{err}");
+    let want = format!(
+        "--out {}: a demo (pid {}) is running there; wait for it to finish, or give another --out",
+        out.display(),
+        std::process::id()
+    );
+    assert!(err.contains(&want), "{err}");
+    for f in files {
+        assert_eq!(std::fs::read_to_string(out.join(f)).expect("kept"), "measured", "{f}");
+    }
+    drop(held);
+}
+
+/// A demo started on a folder whose campaign a `campaign continue` runs (it holds the
+/// controller's lock) stops before it removes anything, naming that process.
+#[test]
+fn a_demo_on_a_folder_where_campaign_continue_runs_removes_nothing_and_names_its_pid() {
+    let d = tempfile::tempdir().expect("tmp");
+    let out = d.path().join("dd");
+    let files = demo_folder(&out);
+    let held = servetune_campaign::controller::acquire(&out).expect("the controller's lock");
+    let run = servetune().args(["demo", "-q", "--out"]).arg(&out).output().expect("run");
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(2), "{err}");
+    assert!(err.contains(&format!("a servetune campaign continue (pid {}) is running there", std::process::id())), "{err}");
+    for f in files {
+        assert_eq!(std::fs::read_to_string(out.join(f)).expect("kept"), "measured", "{f}");
+    }
+    drop(held);
+}

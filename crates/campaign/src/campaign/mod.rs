@@ -134,6 +134,10 @@ pub fn settings(goal_text: &str, engine: EngineTemplate, model: &str, quant: &st
 
 /// Probes, checks the engine renders, and writes the journal.
 pub fn init(o: &InitOptions) -> Result<Journal> {
+    // A file at DIR is bad input, not "cannot create it (File exists)".
+    if std::fs::metadata(&o.dir).is_ok_and(|m| !m.is_dir()) {
+        return Err(CampaignError::Input(format!("{0} is a file, not a folder; give a new or empty folder", o.dir.display())));
+    }
     let probed = probe_step::probe(o.probe_root.as_deref())?;
     let mut settings = o.settings.clone();
     if journal::path_in(&o.dir).exists() {

@@ -57,6 +57,36 @@ pub fn path_in(dir: &Path) -> PathBuf {
     dir.join(FILE_NAME)
 }
 
+/// The measured files the journal in `dir` names, each with what it holds: every experiment's
+/// bench result and server log, and every recorded fabric document's source. Read-only, and
+/// best effort (nothing for a journal that does not read): for refusing an output that would
+/// overwrite one, before the command opens the journal and reports what is wrong with it.
+pub fn recorded_files(dir: &Path) -> Vec<(String, PathBuf)> {
+    let path = path_in(dir);
+    // Not a FIFO (an open would wait for a writer) nor a device.
+    if !std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
+        return Vec::new();
+    }
+    let Ok(conn) = Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX) else {
+        return Vec::new();
+    };
+    let _ = conn.busy_timeout(std::time::Duration::from_secs(2));
+    let rows = |sql: &str| -> Vec<(i64, Option<String>, Option<String>)> {
+        let Ok(mut st) = conn.prepare(sql) else { return Vec::new() };
+        st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).map(|rows| rows.flatten().collect()).unwrap_or_default()
+    };
+    let mut out = Vec::new();
+    for (id, bench, log) in rows("SELECT id, bench_path, log_path FROM experiments ORDER BY id") {
+        out.extend(bench.map(|p| (format!("experiment {id}'s measured bench result"), PathBuf::from(p))));
+        out.extend(log.map(|p| (format!("experiment {id}'s server log"), PathBuf::from(p))));
+    }
+    // Journals before schema 1.1 have no fabrics table: nothing to add.
+    for (id, source, _) in rows("SELECT id, source, NULL FROM fabrics ORDER BY id") {
+        out.extend(source.map(|p| (format!("the fabric document of the campaign's fabric record {id}"), PathBuf::from(p))));
+    }
+    out
+}
+
 impl Journal {
     /// Every row `sql` selects (no parameters), mapped by `row`.
     fn all<T>(&self, sql: &str, row: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>) -> Result<Vec<T>> {
@@ -278,6 +308,21 @@ mod tests {
         std::fs::write(&p, &bytes).expect("write");
         let e = Journal::open(d.path()).expect_err("corrupt");
         assert!(matches!(&e, CampaignError::Input(m) if m.contains("corrupt") && m.contains("integrity check")), "{e}");
+        assert_eq!(std::fs::read(&p).expect("read"), bytes);
+    }
+
+    /// Another program's SQLite file is named for what it is, not called corrupt, and left as it was.
+    #[test]
+    fn an_sqlite_file_without_a_meta_table_is_not_a_journal_rather_than_corrupt() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let p = path_in(d.path());
+        Connection::open(&p).and_then(|c| c.execute_batch("CREATE TABLE t(a); INSERT INTO t VALUES (1);")).expect("other db");
+        let bytes = std::fs::read(&p).expect("read");
+        let e = Journal::open(d.path()).expect_err("not a journal");
+        let m = e.to_string();
+        assert!(matches!(&e, CampaignError::Input(_)), "{e}");
+        assert!(m.contains("an SQLite database but not a servetune campaign journal") && m.contains("move the file away"), "{m}");
+        assert!(!m.contains("corrupt") && !m.contains("backup"), "{m}");
         assert_eq!(std::fs::read(&p).expect("read"), bytes);
     }
 

@@ -137,6 +137,15 @@ pub(super) fn check(path: &Path) -> Result<()> {
     if lines != ["ok"] {
         return Err(corrupt(lines.join("; ")));
     }
+    // A healthy database of another program is not damaged: say what it is, not "restore it".
+    let tables: i64 =
+        conn.query_row("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'", [], |r| r.get(0)).map_err(damaged)?;
+    if tables == 0 {
+        return Err(CampaignError::Input(format!(
+            "{} is an SQLite database but not a servetune campaign journal (no meta table): give the campaign's folder, or move the file away",
+            path.display()
+        )));
+    }
     let meta = |k: &str| -> Result<Option<i64>> {
         let v: Option<String> = conn
             .query_row("SELECT value FROM meta WHERE key = ?1", [k], |r| r.get(0))
