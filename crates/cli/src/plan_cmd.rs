@@ -225,7 +225,7 @@ pub struct PlanArgs {
     /// place of the model, on this link and GPU only; the report names the file
     #[arg(long, value_name = "FILE")]
     pub allreduce: Option<PathBuf>,
-    /// Tensor parallelism (default: all GPUs)
+    /// Tensor parallelism (default: all GPUs, over --pp's stages: --gpus / --pp)
     #[arg(long)]
     pub tp: Option<u32>,
     /// Pipeline parallelism

@@ -69,6 +69,14 @@ pub fn run(a: ProbeArgs) -> Result<(), Failure> {
                 )));
             }
         }
+        // A hard link is another name of a snapshot file: the same inode.
+        if let Some(inside) = same_file_in(out, dir) {
+            return Err(Failure::usage(format!(
+                "--json {}: it is another name (a hard link) of the snapshot's {}, which the report would replace; write it elsewhere",
+                out.display(),
+                inside.display()
+            )));
+        }
     }
     let report = match (&a.root, &a.capture) {
         (Some(dir), _) => servetune_probe::probe_root(dir, now).map_err(Failure::usage)?,
@@ -123,3 +131,31 @@ fn resolve(p: &Path) -> Option<PathBuf> {
     }
     std::path::absolute(&p).ok()
 }
+
+/// The file under `dir` (not following links, at most [`MAX_WALK`] entries) that is the same file
+/// as `out` (device and inode), when `out` is a regular file with more than one name.
+fn same_file_in(out: &Path, dir: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(out).ok().filter(|m| m.is_file() && m.nlink() > 1)?;
+    let mut todo = vec![dir.to_path_buf()];
+    let mut seen = 0usize;
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).ok()?.flatten() {
+            seen += 1;
+            if seen > MAX_WALK {
+                return None;
+            }
+            let Ok(em) = std::fs::symlink_metadata(e.path()) else { continue };
+            if em.is_dir() {
+                todo.push(e.path());
+            } else if em.is_file() && em.dev() == m.dev() && em.ino() == m.ino() {
+                return Some(e.path());
+            }
+        }
+    }
+    None
+}
+
+/// The most snapshot entries looked at for a hard link of `--json` (a capture holds a few
+/// thousand).
+const MAX_WALK: usize = 200_000;

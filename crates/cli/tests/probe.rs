@@ -148,7 +148,7 @@ fn probe_refuses_a_report_inside_its_snapshot_and_a_capture_into_a_full_folder()
 /// A `--json` that is a link into the snapshot (made by `--root` or `--capture`) is refused, the
 /// snapshot's nvml.json kept; so is a dangling link whose target would be made inside it.
 #[test]
-fn probe_json_that_is_a_link_into_the_snapshot_is_refused_and_the_snapshot_kept() {
+fn probe_json_that_is_a_symbolic_or_hard_link_into_the_snapshot_is_refused_and_the_snapshot_kept() {
     let dir = no_gpu_copy();
     let nvml = dir.path().join("nvml.json");
     let before = std::fs::read(&nvml).expect("nvml.json");
@@ -165,6 +165,14 @@ fn probe_json_that_is_a_link_into_the_snapshot_is_refused_and_the_snapshot_kept(
         assert_eq!(std::fs::read(&nvml).expect("kept"), before);
     }
     assert!(!dir.path().join("new-report.json").exists(), "nothing written into the snapshot");
+    // A hard link is another name of the same file.
+    let hard = out_dir.path().join("hard.json");
+    std::fs::hard_link(&nvml, &hard).expect("hard link");
+    let o = servetune().arg("probe").arg("--root").arg(dir.path()).arg("-q").arg("--json").arg(&hard).output().expect("run");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("another name (a hard link) of the snapshot's") && err.contains("nvml.json"), "{err}");
+    assert_eq!(std::fs::read(&nvml).expect("kept"), before);
 }
 
 #[test]

@@ -54,8 +54,8 @@ pub struct NvmlSnapshot {
     pub p2p: std::collections::BTreeMap<String, Vec<Vec<String>>>,
 }
 
-/// The most a recorded GPU figure can be and still be something NVML reported. Power: NVML's
-/// enforced limit is above 0 and no board draws 5 kW; memory: 16 TiB; graphics clock: 10 GHz;
+/// The most a recorded GPU figure can be and still be something NVML reported. Power: no board
+/// draws 5 kW (0 is an unreported limit); memory: 16 TiB; graphics clock: 10 GHz;
 /// NVLink: NVML_NVLINK_MAX_LINKS.
 const MAX_POWER_W: f64 = 5000.0;
 const MAX_MEMORY_MIB: u64 = 16 * 1024 * 1024;
@@ -69,8 +69,9 @@ impl NvmlSnapshot {
         for g in &self.gpus {
             let bad =
                 |field: &str, v: String, range: &str| Err(format!("GPU{} {field} is {v}, which NVML does not report ({range})", g.index));
-            if let Some(w) = g.power_limit_w.filter(|w| !(*w > 0.0 && *w <= MAX_POWER_W)) {
-                return bad("power_limit_w", w.to_string(), "above 0, at most 5000 W");
+            // 0 is taken: an older capture stored a limit NVML did not report as 0.
+            if let Some(w) = g.power_limit_w.filter(|w| !(0.0..=MAX_POWER_W).contains(w)) {
+                return bad("power_limit_w", w.to_string(), "0 to 5000 W");
             }
             if let Some(m) = g.memory_total_mib.filter(|m| *m > MAX_MEMORY_MIB) {
                 return bad("memory_total_mib", m.to_string(), "at most 16 TiB, 16777216 MiB");
@@ -198,7 +199,8 @@ impl GpuSource for Live {
                 persistence_mode: d.is_in_persistent_mode().ok(),
                 max_graphics_clock_mhz: d.max_clock_info(Clock::Graphics).ok(),
                 max_memory_clock_mhz: d.max_clock_info(Clock::Memory).ok(),
-                power_limit_w: d.enforced_power_limit().ok().map(|mw| mw as f64 / 1000.0),
+                // A limit of 0 is one NVML does not enforce or report: unknown.
+                power_limit_w: d.enforced_power_limit().ok().filter(|mw| *mw > 0).map(|mw| mw as f64 / 1000.0),
                 ecc_enabled: d.is_ecc_enabled().ok().map(|e| e.currently_enabled),
                 mig_enabled: d.mig_mode().ok().map(|m| m.current == 1),
                 nvlinks_active,

@@ -32,7 +32,7 @@ pub struct Host {
     pub cpu_model: Option<String>,
     /// Distinct `physical id`s (at least 1).
     pub sockets: u32,
-    /// Physical cores over all sockets; 0 when unknown (more cores than threads in cpuinfo).
+    /// Physical cores over all sockets; 0 when unknown (a socket's `cpu cores` past any CPU made).
     pub cores: u32,
     /// Logical CPUs.
     pub threads: u32,
@@ -46,6 +46,10 @@ pub struct Host {
 
 /// The most memory one NUMA node is taken to have, kB (16 TiB).
 const MAX_NODE_KB: u64 = 16 << 30;
+
+/// The most cores one socket's `cpu cores` may give (today's largest server CPUs have 192; a
+/// margin for what comes next): above it the figure is damaged, not a CPU.
+const MAX_CORES_PER_SOCKET: u32 = 1024;
 
 /// Reads the host's CPU, NUMA, kernel and IOMMU facts under `fs`.
 pub fn detect(fs: &Root) -> Host {
@@ -72,15 +76,18 @@ pub fn detect(fs: &Root) -> Host {
         }
     }
     let sockets_n = sockets.len().max(1) as u32;
-    let cores = if cores_per.is_empty() { threads } else { cores_per.values().fold(0u32, |a, c| a.saturating_add(*c)) };
-    // More cores than logical CPUs is no real CPU: unknown, not a figure.
-    let cores = if cores > threads {
-        fs.skip(format!(
-            "/proc/cpuinfo: its cpu cores add up to {cores} over {sockets_n} socket(s), more than its {threads} logical CPUs, so the core count is shown as unknown"
-        ));
-        0
-    } else {
-        cores
+    // A socket of more than MAX_CORES_PER_SOCKET cores is no CPU made: the count is unknown.
+    // More cores than logical CPUs is not a fault: a container's cpuinfo (lxcfs) or a guest
+    // with CPUs offline lists fewer CPUs than the sockets' cores.
+    let cores = match cores_per.iter().find(|(_, c)| **c > MAX_CORES_PER_SOCKET) {
+        Some((socket, c)) => {
+            fs.skip(format!(
+                "/proc/cpuinfo: socket {socket} has {c} cpu cores, more than any CPU made ({MAX_CORES_PER_SOCKET}), so the core count is shown as unknown"
+            ));
+            0
+        }
+        None if cores_per.is_empty() => threads,
+        None => cores_per.values().fold(0u32, |a, c| a.saturating_add(*c)),
     };
     let mut numa_nodes = Vec::new();
     for n in fs.list("/sys/devices/system/node") {

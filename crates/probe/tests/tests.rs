@@ -306,10 +306,9 @@ fn numa_memtotal_that_is_not_whole_kb_in_range_is_unknown_with_a_warning_naming_
 
 #[test]
 fn nvml_figures_out_of_nvmls_range_refuse_the_snapshot_naming_gpu_and_field() {
-    let cases: [(usize, &str, serde_json::Value, &str); 6] = [
+    let cases: [(usize, &str, serde_json::Value, &str); 5] = [
         (0, "power_limit_w", 1e300.into(), "GPU0 power_limit_w"),
         (1, "power_limit_w", (-600.0).into(), "GPU1 power_limit_w is -600"),
-        (1, "power_limit_w", 0.0.into(), "GPU1 power_limit_w is 0"),
         (2, "memory_total_mib", u64::MAX.into(), "GPU2 memory_total_mib is 18446744073709551615"),
         (3, "max_graphics_clock_mhz", u32::MAX.into(), "GPU3 max_graphics_clock_mhz is 4294967295"),
         (4, "nvlinks_active", u32::MAX.into(), "GPU4 nvlinks_active is 4294967295"),
@@ -321,6 +320,11 @@ fn nvml_figures_out_of_nvmls_range_refuse_the_snapshot_naming_gpu_and_field() {
         let e = probe_within_a_minute(&snap).expect_err(field);
         assert!(e.contains("nvml.json: ") && e.contains(says) && e.contains("which NVML does not report"), "{e}");
     }
+    // A limit of 0 (one NVML did not report, as an older capture stored it) is taken.
+    let dir = copy_of("proxmox-kvm-8gpu");
+    let snap = dir.path().join("snap");
+    edit_nvml(&snap, |v| v["gpus"][1]["power_limit_w"] = 0.0.into());
+    assert!(probe_within_a_minute(&snap).is_ok(), "a 0 W limit is not refused");
 }
 
 #[test]
@@ -345,7 +349,7 @@ fn nvml_matrices_that_are_not_one_row_and_column_per_gpu_are_left_out_with_a_war
 }
 
 #[test]
-fn cpu_cores_that_wrap_or_exceed_the_threads_are_unknown_with_a_warning() {
+fn cpu_cores_past_any_cpu_are_unknown_with_a_warning_and_more_cores_than_threads_are_kept() {
     let dir = copy_of("proxmox-kvm-8gpu");
     let snap = dir.path().join("snap");
     let cpuinfo = snap.join("proc/cpuinfo");
@@ -367,11 +371,29 @@ fn cpu_cores_that_wrap_or_exceed_the_threads_are_unknown_with_a_warning() {
     std::fs::write(&cpuinfo, blocks.join("\n\n") + "\n").expect("write");
     let r = probe_within_a_minute(&snap).expect("probe");
     assert_eq!((r.host.sockets, r.host.cores, r.host.threads), (2, 0, 8));
-    assert!(r.warnings.iter().any(|w| w.contains("/proc/cpuinfo: its cpu cores add up to 4294967295")), "{:?}", r.warnings);
+    assert!(r.warnings.iter().any(|w| w.contains("/proc/cpuinfo: socket 0 has 4294967295 cpu cores")), "{:?}", r.warnings);
     let mut out = Vec::new();
     servetune_probe::render::write_terminal(&r, &mut out).expect("render");
     assert!(String::from_utf8_lossy(&out).contains("(2 socket(s), ? cores, 8 threads)"));
     assert_eq!(fixture("proxmox-kvm-8gpu").host.cores, 8);
+    // A container's cpuinfo lists 8 CPUs of two 64-core sockets: kept as the host's 128 cores.
+    let lxc: Vec<String> = text
+        .split("\n\n")
+        .filter(|b| !b.trim().is_empty())
+        .enumerate()
+        .map(|(i, b)| {
+            let b = b.replace("cpu cores\t: 8", "cpu cores\t: 64");
+            if i >= 4 {
+                b.replace("physical id\t: 0", "physical id\t: 1")
+            } else {
+                b
+            }
+        })
+        .collect();
+    std::fs::write(&cpuinfo, lxc.join("\n\n") + "\n").expect("write");
+    let r = probe_within_a_minute(&snap).expect("probe");
+    assert_eq!((r.host.sockets, r.host.cores, r.host.threads), (2, 128, 8));
+    assert!(!r.warnings.iter().any(|w| w.contains("cpu cores")), "{:?}", r.warnings);
 }
 
 #[test]

@@ -568,6 +568,23 @@ mod tests {
     }
 
     #[test]
+    fn a_fifo_whose_writer_stalls_mid_trace_ends_with_an_error_naming_it() {
+        let (_d, p) = fifo();
+        let w = p.clone();
+        let held = std::thread::spawn(move || {
+            use std::io::Write;
+            let mut f = std::fs::OpenOptions::new().write(true).open(&w).expect("open for write");
+            f.write_all(br#"{"traceEvents":[{"ph":"X","cat":"kernel","name":"k1","ts":1,"dur":2},"#).expect("half a trace");
+            std::thread::sleep(std::time::Duration::from_millis(1500));
+        });
+        let mut seen = 0;
+        let e = events_within(&p, None, std::time::Duration::from_millis(300), &mut |_| seen += 1).expect_err("stalled");
+        assert!(matches!(e, TraceError::Stalled { .. }), "{e}");
+        assert_eq!(seen, 1, "the event before the stall was read");
+        held.join().expect("writer");
+    }
+
+    #[test]
     fn a_trace_written_into_a_fifo_is_read_to_its_end() {
         let (_d, p) = fifo();
         let w = p.clone();

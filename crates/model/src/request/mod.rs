@@ -86,7 +86,8 @@ pub struct ScenarioSpec {
     /// The box's measured NCCL all-reduce (`--allreduce`, already validated); it prices the link
     /// and GPU it names (`measured_on`), else this deployment's.
     pub allreduce: Option<crate::comm::MeasuredAllReduce>,
-    /// Tensor parallelism (None: all GPUs).
+    /// Tensor parallelism (None: all GPUs over the pipeline's stages, `gpus / pp` where `pp`
+    /// divides them, else `gpus`).
     pub tp: Option<u32>,
     /// Pipeline parallelism.
     pub pp: u32,
@@ -293,15 +294,19 @@ impl ScenarioSpec {
         if self.gpus == 0 {
             return Err(ModelError::Input("--gpus 0: give the number of GPUs, 1 or more".into()));
         }
-        let plan = Plan { gpus: self.gpus, tp: self.tp.unwrap_or(self.gpus), pp: self.pp, ep: self.ep, dp_attention: self.dp_attention };
+        // Unset, the TP spans the GPUs of one pipeline stage.
+        let tp = self.tp.unwrap_or(if self.pp > 0 && self.gpus.is_multiple_of(self.pp) { self.gpus / self.pp } else { self.gpus });
+        let plan = Plan { gpus: self.gpus, tp, pp: self.pp, ep: self.ep, dp_attention: self.dp_attention };
         plan.check(&model).map_err(|e| match (e, self.tp) {
-            // The TP the user did not give is --gpus's: name the flag they gave.
-            (ModelError::Input(m), None) if m.starts_with("--tp ") => ModelError::Input(format!(
-                "--gpus {} without --tp means TP{}: {}",
-                self.gpus,
-                self.gpus,
-                m.replacen(&format!("--tp {}", self.gpus), &format!("TP{}", self.gpus), 1).replace("lower --tp", "give a smaller --tp")
-            )),
+            // The TP the user did not give comes from --gpus: name the flags they gave.
+            (ModelError::Input(m), None) if m.starts_with(&format!("--tp {tp} ")) => {
+                let from =
+                    if self.pp > 1 { format!("--gpus {} over --pp {}", self.gpus, self.pp) } else { format!("--gpus {}", self.gpus) };
+                ModelError::Input(format!(
+                    "{from} without --tp means TP{tp}: {}",
+                    m.replacen(&format!("--tp {tp}"), &format!("TP{tp}"), 1).replace("lower --tp", "give a smaller --tp")
+                ))
+            }
             (e, _) => e,
         })?;
         let cluster = self.resolve_cluster()?;

@@ -225,6 +225,11 @@ fn more_tensor_parallel_ranks_than_attention_heads_are_refused_unless_attention_
     let e = s.build().expect_err("128 GPUs, TP128 by default").to_string();
     assert!(e.starts_with("--gpus 128 without --tp means TP128: TP128 is more than"), "{e}");
     assert!(e.contains("give a smaller --tp") && !e.contains("--tp 128"), "{e}");
+    // With --pp and no --tp, the TP spans one stage's GPUs: 8 GPUs over 2 stages is TP4.
+    let mut s = ScenarioSpec::new(ModelSource::Catalog("glm-5".into()), "h200");
+    s.gpus = 16;
+    s.pp = 2;
+    assert_eq!(s.build().expect("TP8 PP2 on 16").plan.tp, 8);
 }
 
 #[test]
