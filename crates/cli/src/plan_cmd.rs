@@ -225,7 +225,8 @@ pub struct PlanArgs {
     /// place of the model, on this link and GPU only; the report names the file
     #[arg(long, value_name = "FILE")]
     pub allreduce: Option<PathBuf>,
-    /// Tensor parallelism (default: all GPUs, over --pp's stages: --gpus / --pp)
+    /// Tensor parallelism (default: one pipeline stage's GPUs, --gpus / --pp; a --pp that does
+    /// not divide --gpus is refused)
     #[arg(long)]
     pub tp: Option<u32>,
     /// Pipeline parallelism

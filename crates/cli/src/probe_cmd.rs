@@ -140,7 +140,10 @@ fn same_file_in(out: &Path, dir: &Path) -> Option<PathBuf> {
     let mut todo = vec![dir.to_path_buf()];
     let mut seen = 0usize;
     while let Some(d) = todo.pop() {
-        for e in std::fs::read_dir(&d).ok()?.flatten() {
+        // A folder that does not list (search but no read permission) is passed over: the
+        // others are still looked at.
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for e in entries.flatten() {
             seen += 1;
             if seen > MAX_WALK {
                 return None;

@@ -212,6 +212,11 @@ pub fn probe_root(dir: &Path, now: u64) -> Result<ProbeReport, String> {
         n.check()
             .map_err(|why| format!("--root {}: nvml.json: {why}; give the nvml.json servetune probe --capture wrote", dir.display()))?;
         warnings.extend(n.drop_misshapen_matrices().into_iter().map(|w| format!("--root {}: nvml.json: {w}", dir.display())));
+        // A limit of 0 (or -0) is one NVML did not report, as an older capture stored it:
+        // unknown, as the live reader records it now.
+        for g in &mut n.gpus {
+            g.power_limit_w = g.power_limit_w.filter(|w| *w > 0.0);
+        }
     }
     let mut r = report(gather(&root, &gpu::Recorded(nvml), None), now);
     r.warnings = warnings;

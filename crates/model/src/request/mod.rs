@@ -297,18 +297,13 @@ impl ScenarioSpec {
         // Unset, the TP spans the GPUs of one pipeline stage.
         let tp = self.tp.unwrap_or(if self.pp > 0 && self.gpus.is_multiple_of(self.pp) { self.gpus / self.pp } else { self.gpus });
         let plan = Plan { gpus: self.gpus, tp, pp: self.pp, ep: self.ep, dp_attention: self.dp_attention };
-        plan.check(&model).map_err(|e| match (e, self.tp) {
-            // The TP the user did not give comes from --gpus: name the flags they gave.
-            (ModelError::Input(m), None) if m.starts_with(&format!("--tp {tp} ")) => {
-                let from =
-                    if self.pp > 1 { format!("--gpus {} over --pp {}", self.gpus, self.pp) } else { format!("--gpus {}", self.gpus) };
-                ModelError::Input(format!(
-                    "{from} without --tp means TP{tp}: {}",
-                    m.replacen(&format!("--tp {tp}"), &format!("TP{tp}"), 1).replace("lower --tp", "give a smaller --tp")
-                ))
-            }
-            (e, _) => e,
-        })?;
+        if self.tp.is_none() && self.pp > 1 && !self.gpus.is_multiple_of(self.pp) {
+            return Err(ModelError::Input(format!(
+                "--pp {} does not divide --gpus {}: give a --pp that divides it, or --tp with tp x pp dividing --gpus",
+                self.pp, self.gpus
+            )));
+        }
+        plan.check(&model).map_err(|e| self.tp_named(e, tp))?;
         let cluster = self.resolve_cluster()?;
         if self.input_len == 0 || self.output_len == 0 {
             return Err(ModelError::Input("--input-len and --output-len must be at least 1 token".into()));
@@ -344,6 +339,21 @@ impl ScenarioSpec {
             calibrated_on: None,
         })
         .and_then(|s| s.check_placement().map(|_| s))
+        .map_err(|e| self.tp_named(e, tp))
+    }
+
+    /// `e` as the user reads it when they gave no `--tp`: a message naming `--tp {tp}` names the
+    /// flags the TP came from (`--gpus`, over `--pp`'s stages), not a flag they did not give.
+    fn tp_named(&self, e: ModelError, tp: u32) -> ModelError {
+        let ModelError::Input(m) = e else { return e };
+        let flag = format!("--tp {tp}");
+        let named = m.match_indices(&flag).any(|(at, _)| !m[at + flag.len()..].starts_with(|c: char| c.is_ascii_digit()));
+        if self.tp.is_some() || !named {
+            return ModelError::Input(m);
+        }
+        let from = if self.pp > 1 { format!("--gpus {} over --pp {}", self.gpus, self.pp) } else { format!("--gpus {}", self.gpus) };
+        let said = m.replace(&flag, &format!("TP{tp}")).replace("lower --tp", "give a smaller --tp");
+        ModelError::Input(format!("{from} without --tp means TP{tp}: {said}"))
     }
 
     /// The engine: the release's defaults with every engine flag given, each checked for range.

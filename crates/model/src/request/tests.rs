@@ -225,11 +225,20 @@ fn more_tensor_parallel_ranks_than_attention_heads_are_refused_unless_attention_
     let e = s.build().expect_err("128 GPUs, TP128 by default").to_string();
     assert!(e.starts_with("--gpus 128 without --tp means TP128: TP128 is more than"), "{e}");
     assert!(e.contains("give a smaller --tp") && !e.contains("--tp 128"), "{e}");
-    // With --pp and no --tp, the TP spans one stage's GPUs: 8 GPUs over 2 stages is TP4.
+    // With --pp and no --tp, the TP spans one stage's GPUs: 16 GPUs over 2 stages is TP8.
     let mut s = ScenarioSpec::new(ModelSource::Catalog("glm-5".into()), "h200");
     s.gpus = 16;
     s.pp = 2;
     assert_eq!(s.build().expect("TP8 PP2 on 16").plan.tp, 8);
+    // A --pp that does not divide --gpus is named as such, not as a --tp the user did not give.
+    s.pp = 3;
+    let e = s.build().expect_err("16 over 3 stages").to_string();
+    assert!(e.starts_with("--pp 3 does not divide --gpus 16") && !e.contains("lower --tp"), "{e}");
+    // 256 GPUs over 2 stages is TP128, over GLM-5's 64 heads: the message says where TP128 came from.
+    s.gpus = 256;
+    s.pp = 2;
+    let e = s.build().expect_err("TP128").to_string();
+    assert!(e.starts_with("--gpus 256 over --pp 2 without --tp means TP128: TP128 is more than"), "{e}");
 }
 
 #[test]
