@@ -355,21 +355,25 @@ fn cpu_cores_past_any_cpu_are_unknown_with_a_warning_and_more_cores_than_threads
     let snap = dir.path().join("snap");
     let cpuinfo = snap.join("proc/cpuinfo");
     let text = std::fs::read_to_string(&cpuinfo).expect("cpuinfo");
+    // The fixture's 8 CPUs as two sockets (the last 4 on socket 1) of `cores` cores each.
+    let two_sockets = |cores: &str| {
+        let blocks: Vec<String> = text
+            .split("\n\n")
+            .filter(|b| !b.trim().is_empty())
+            .enumerate()
+            .map(|(i, b)| {
+                let b = b.replace("cpu cores\t: 8", &format!("cpu cores\t: {cores}"));
+                if i >= 4 {
+                    b.replace("physical id\t: 0", "physical id\t: 1")
+                } else {
+                    b
+                }
+            })
+            .collect();
+        std::fs::write(&cpuinfo, blocks.join("\n\n") + "\n").expect("write");
+    };
     // Two sockets of 4294967295 cores each: a wrapping sum gives 4294967294.
-    let blocks: Vec<String> = text
-        .split("\n\n")
-        .filter(|b| !b.trim().is_empty())
-        .enumerate()
-        .map(|(i, b)| {
-            let b = b.replace("cpu cores\t: 8", "cpu cores\t: 4294967295");
-            if i >= 4 {
-                b.replace("physical id\t: 0", "physical id\t: 1")
-            } else {
-                b
-            }
-        })
-        .collect();
-    std::fs::write(&cpuinfo, blocks.join("\n\n") + "\n").expect("write");
+    two_sockets("4294967295");
     let r = probe_within_a_minute(&snap).expect("probe");
     assert_eq!((r.host.sockets, r.host.cores, r.host.threads), (2, 0, 8));
     assert!(r.warnings.iter().any(|w| w.contains("/proc/cpuinfo: socket 0 has 4294967295 cpu cores")), "{:?}", r.warnings);
@@ -378,20 +382,7 @@ fn cpu_cores_past_any_cpu_are_unknown_with_a_warning_and_more_cores_than_threads
     assert!(String::from_utf8_lossy(&out).contains("(2 socket(s), ? cores, 8 threads)"));
     assert_eq!(fixture("proxmox-kvm-8gpu").host.cores, 8);
     // A container's cpuinfo lists 8 CPUs of two 64-core sockets: kept as the host's 128 cores.
-    let lxc: Vec<String> = text
-        .split("\n\n")
-        .filter(|b| !b.trim().is_empty())
-        .enumerate()
-        .map(|(i, b)| {
-            let b = b.replace("cpu cores\t: 8", "cpu cores\t: 64");
-            if i >= 4 {
-                b.replace("physical id\t: 0", "physical id\t: 1")
-            } else {
-                b
-            }
-        })
-        .collect();
-    std::fs::write(&cpuinfo, lxc.join("\n\n") + "\n").expect("write");
+    two_sockets("64");
     let r = probe_within_a_minute(&snap).expect("probe");
     assert_eq!((r.host.sockets, r.host.cores, r.host.threads), (2, 128, 8));
     assert!(!r.warnings.iter().any(|w| w.contains("cpu cores")), "{:?}", r.warnings);

@@ -547,6 +547,17 @@ mod tests {
         (d, p)
     }
 
+    /// A writer thread that opens the FIFO at `p`, sends `bytes` and keeps it open for `hold`.
+    fn send_and_hold(p: &Path, bytes: &'static [u8], hold: std::time::Duration) -> std::thread::JoinHandle<()> {
+        let p = p.to_path_buf();
+        std::thread::spawn(move || {
+            use std::io::Write;
+            let mut f = std::fs::OpenOptions::new().write(true).open(&p).expect("open for write");
+            f.write_all(bytes).expect("send");
+            std::thread::sleep(hold);
+        })
+    }
+
     #[test]
     fn a_fifo_nobody_writes_to_ends_with_an_error_naming_it_instead_of_blocking() {
         let (_d, p) = fifo();
@@ -556,12 +567,7 @@ mod tests {
         assert!(e.to_string().contains("trace.fifo") && e.to_string().contains("FIFO"), "{e}");
         // A writer that opens the FIFO and never sends is silent too.
         let (_d2, p2) = fifo();
-        let w = p2.clone();
-        let held = std::thread::spawn(move || {
-            let f = std::fs::OpenOptions::new().write(true).open(&w).expect("open for write");
-            std::thread::sleep(std::time::Duration::from_millis(1500));
-            drop(f);
-        });
+        let held = send_and_hold(&p2, b"", std::time::Duration::from_millis(1500));
         let e = events_within(&p2, None, idle, &mut |_| {}).expect_err("silent writer");
         assert!(matches!(e, TraceError::Stalled { .. }), "{e}");
         held.join().expect("writer");
@@ -570,13 +576,8 @@ mod tests {
     #[test]
     fn a_fifo_whose_writer_stalls_mid_trace_ends_with_an_error_naming_it() {
         let (_d, p) = fifo();
-        let w = p.clone();
-        let held = std::thread::spawn(move || {
-            use std::io::Write;
-            let mut f = std::fs::OpenOptions::new().write(true).open(&w).expect("open for write");
-            f.write_all(br#"{"traceEvents":[{"ph":"X","cat":"kernel","name":"k1","ts":1,"dur":2},"#).expect("half a trace");
-            std::thread::sleep(std::time::Duration::from_secs(6));
-        });
+        let half = br#"{"traceEvents":[{"ph":"X","cat":"kernel","name":"k1","ts":1,"dur":2},"#;
+        let held = send_and_hold(&p, half, std::time::Duration::from_secs(6));
         let mut seen = 0;
         // The allowed silence is long enough for the writer's thread to start on a loaded machine.
         let e = events_within(&p, None, std::time::Duration::from_secs(2), &mut |_| seen += 1).expect_err("stalled");
